@@ -1,0 +1,344 @@
+/*
+ * dlock — distributed locks for C, one API over several backends.
+ *
+ * The backend is chosen at run time by the URI given to dlock_client_open():
+ *
+ *   mem://NAMESPACE        in-process (tests of code that uses dlock)
+ *   file:///ABSOLUTE/DIR   OFD file locks on one host (the embedded default)
+ *   redis://, zk://, postgres://   network backends, when compiled in
+ *
+ * Conventions, for every function in this header:
+ *   - Functions that can fail return a dlock_status; DLOCK_OK (0) is success.
+ *     dlock_strerror() names the status; dlock_client_errmsg() gives the
+ *     detail of the calling thread's last failure on that client.
+ *   - Objects are created and destroyed in pairs; every destroy function
+ *     accepts NULL.  Strings passed in are copied; strings returned are
+ *     owned by the library and stay valid as each function says.
+ *   - Threads: a dlock_client may be shared by any number of threads; every
+ *     function that takes a client or a lock is safe to call from several
+ *     threads at once, unless its comment says otherwise.
+ *   - Clients are not fork-safe: a child process must not use a client
+ *     opened by its parent (open a new one).  Every descriptor the library
+ *     opens is close-on-exec.
+ *   - The library writes nothing to stdout or stderr; messages go to the
+ *     log callback of dlock_client_options.
+ *   - Durations in this API are milliseconds.
+ */
+#ifndef DLOCK_DLOCK_H
+#define DLOCK_DLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DLOCK_VERSION_MAJOR 0
+#define DLOCK_VERSION_MINOR 1
+#define DLOCK_VERSION_PATCH 0
+#define DLOCK_VERSION_STRING "0.1.0"
+
+/** Run-time version of the library, as "MAJOR.MINOR.PATCH". Static string. */
+const char *dlock_version(void);
+
+/*
+ * Status codes.  One X-macro generates the enum, dlock_strerror() and
+ * dlock_status_name().  X(NAME, text).  New codes are only ever appended.
+ */
+#define DLOCK_STATUS_MAP(X)                                                          \
+	X(OK, "success")                                                             \
+	X(EINVAL, "invalid argument")                                                \
+	X(ENOMEM, "out of memory")                                                   \
+	X(EURI, "malformed URI")                                                     \
+	X(ENOBACKEND, "no backend registered for this URI scheme")                   \
+	X(EBUSY, "lock is held by another owner")                                    \
+	X(ETIMEDOUT, "wait bound expired before the lock was acquired")             \
+	X(ECANCELED, "acquire was cancelled")                                        \
+	X(ENOTHELD, "lock is not held by this handle (released, expired or taken)") \
+	X(EUNCERTAIN, "lock state is uncertain: server unreachable, session may live") \
+	X(ENOTSUP, "operation not supported by this backend")                        \
+	X(ECONNECT, "cannot connect to the lock server")                             \
+	X(EAUTH, "authentication failed")                                            \
+	X(ENOTFOUND, "database, namespace or path does not exist")                   \
+	X(ESERVER, "the lock server answered with an error")                         \
+	X(EIO, "I/O or system error")                                                \
+	X(ECLOSED, "client is closing")                                              \
+	X(EDEADLK, "operation would deadlock or is not allowed from this thread")   \
+	X(EVERSION, "driver ABI version mismatch")                                   \
+	X(EEXIST, "already registered")                                              \
+	X(EPERM, "permission denied")
+
+typedef enum dlock_status {
+#define DLOCK_STATUS_ENUM_(name, text) DLOCK_##name,
+	DLOCK_STATUS_MAP(DLOCK_STATUS_ENUM_)
+#undef DLOCK_STATUS_ENUM_
+	DLOCK_STATUS_COUNT_
+} dlock_status;
+
+/** Static text describing a status; "unknown status" for values out of range. */
+const char *dlock_strerror(int status);
+/** Static name of a status without prefix, e.g. "ENOTHELD"; "UNKNOWN" out of range. */
+const char *dlock_status_name(int status);
+
+/* ---------------------------------------------------------------- logging */
+
+typedef enum dlock_log_level {
+	DLOCK_LOG_ERROR = 0,
+	DLOCK_LOG_WARN = 1,
+	DLOCK_LOG_INFO = 2,
+	DLOCK_LOG_DEBUG = 3
+} dlock_log_level;
+
+/**
+ * Log callback.  Called from any thread of the library (an application
+ * thread inside a dlock call, or the client's background thread); it must
+ * be thread-safe and must not call back into dlock on the same client.
+ * `msg` is valid only during the call and never contains a password.
+ */
+typedef void (*dlock_log_fn)(void *userdata, dlock_log_level level, const char *msg);
+
+/* ---------------------------------------------------------------- client */
+
+typedef struct dlock_client dlock_client;
+typedef struct dlock_lock dlock_lock;
+
+#define DLOCK_CLIENT_OPTIONS_VERSION 1
+
+/** Options for dlock_client_open().  Initialise with DLOCK_CLIENT_OPTIONS_INIT. */
+typedef struct dlock_client_options {
+	unsigned version;          /* DLOCK_CLIENT_OPTIONS_VERSION */
+	dlock_log_fn log;          /* NULL: messages are dropped */
+	void *log_userdata;
+	dlock_log_level log_level; /* most verbose level passed to `log` */
+} dlock_client_options;
+
+#define DLOCK_CLIENT_OPTIONS_INIT { DLOCK_CLIENT_OPTIONS_VERSION, NULL, NULL, DLOCK_LOG_WARN }
+
+/**
+ * Open a client for `uri` (copied).  `opts` may be NULL for defaults.
+ * On success stores a new client in *out, to be closed with
+ * dlock_client_close().  On failure *out is NULL and, if `errbuf` is not
+ * NULL, a NUL-terminated message (password masked) is written to it.
+ * Returns DLOCK_EURI for a malformed URI or an unknown parameter,
+ * DLOCK_ENOBACKEND for an unknown scheme, DLOCK_ECONNECT, DLOCK_EAUTH,
+ * DLOCK_ENOTFOUND ... for server failures.  Thread-safe.
+ */
+dlock_status dlock_client_open(dlock_client **out, const char *uri,
+                               const dlock_client_options *opts, char *errbuf, size_t errlen);
+
+/**
+ * Close a client: cancels every acquire waiting on it (they return
+ * DLOCK_ECANCELED), releases every lock it still holds, frees its locks'
+ * server resources and stops its background thread.  Lock handles of the
+ * client must still be freed with dlock_lock_free() afterwards (release then
+ * returns DLOCK_ENOTHELD).  Returns DLOCK_EDEADLK, and does nothing, when
+ * called from a lost-lock callback of the same client.  NULL is a no-op.
+ */
+dlock_status dlock_client_close(dlock_client *client);
+
+/**
+ * Detail of the calling thread's last failed call on `client`, or "" if
+ * none.  Valid until that thread's next dlock call on the client.
+ */
+const char *dlock_client_errmsg(dlock_client *client);
+
+/** The client's URI with any password replaced by "***".  Valid until close. */
+const char *dlock_client_uri(const dlock_client *client);
+
+/** Counters of one client, for tests and benchmarks. */
+typedef struct dlock_client_stats {
+	uint64_t acquired;        /* successful dlock_acquire() calls, reentrant ones included */
+	uint64_t reentered;       /* of those, satisfied by the hold count (no server call) */
+	uint64_t server_acquires; /* driver acquire calls (one per head-of-queue attempt) */
+	uint64_t server_releases; /* driver release calls */
+	uint64_t renewals;        /* successful automatic renewals */
+	uint64_t lost;            /* acquisitions reported lost */
+} dlock_client_stats;
+
+/** Copy the client's counters into *stats.  Thread-safe. */
+dlock_status dlock_client_get_stats(dlock_client *client, dlock_client_stats *stats);
+
+/* ---------------------------------------------------------- capabilities */
+
+typedef enum dlock_consistency {
+	DLOCK_CONSISTENCY_LOCAL = 0, /* one process or one host only */
+	DLOCK_CONSISTENCY_CP = 1,    /* consensus/transactional server */
+	DLOCK_CONSISTENCY_AP = 2     /* may break exclusion on failover or pause */
+} dlock_consistency;
+
+typedef enum dlock_fencing {
+	DLOCK_FENCING_NONE = 0,        /* no token: dlock_lock_fencing_token() fails */
+	DLOCK_FENCING_STRICT = 1,      /* can never go backwards */
+	DLOCK_FENCING_CONDITIONAL = 2  /* backwards only on the failure in fencing_note */
+} dlock_fencing;
+
+typedef enum dlock_lease_kind {
+	DLOCK_LEASE_TTL = 0,    /* server forgets the lock after the lease unless extended */
+	DLOCK_LEASE_SESSION = 1 /* held while the session/connection/descriptor lives */
+} dlock_lease_kind;
+
+typedef enum dlock_wakeup {
+	DLOCK_WAKEUP_NOTIFY = 0,      /* waiters are notified by the backend */
+	DLOCK_WAKEUP_SERVER_QUEUE = 1, /* the server queues waiters */
+	DLOCK_WAKEUP_POLL = 2         /* waiters poll with backoff */
+} dlock_wakeup;
+
+/** What a backend promises.  Strings are static. */
+typedef struct dlock_capabilities {
+	const char *backend;           /* "mem", "file", "redis", ... */
+	dlock_consistency consistency;
+	dlock_fencing fencing;
+	const char *fencing_note;      /* when a conditional token can go back; else "" */
+	int fair;                      /* 1: waiters acquire in FIFO order */
+	dlock_lease_kind lease;
+	dlock_wakeup wakeup;
+} dlock_capabilities;
+
+/** Fill *caps for the client's backend.  Thread-safe. */
+dlock_status dlock_client_capabilities(dlock_client *client, dlock_capabilities *caps);
+
+const char *dlock_consistency_name(dlock_consistency c); /* "CP", "AP", "local" */
+const char *dlock_fencing_name(dlock_fencing f);         /* "strict", "conditional", "none" */
+const char *dlock_lease_kind_name(dlock_lease_kind k);   /* "ttl", "session" */
+const char *dlock_wakeup_name(dlock_wakeup w);           /* "notify", "server-queue", "poll" */
+
+/**
+ * Schemes of the registered backends, comma-separated ("file,mem,redis").
+ * Static string, valid until the next dlock_register_driver().
+ */
+const char *dlock_backends(void);
+
+/* ------------------------------------------------------------------ locks */
+
+/** Maximum length of a lock name in bytes. */
+#define DLOCK_NAME_MAX 1024
+
+/**
+ * Create a lock handle for `name` on `client`.  A name is 1 to
+ * DLOCK_NAME_MAX bytes without NUL (any other byte is allowed, UTF-8 or
+ * not); anything else is DLOCK_EINVAL.  Each backend maps every name to
+ * its own resource.  The handle is reusable: acquire and release it any
+ * number of times, then free it with dlock_lock_free().  The client must
+ * outlive its handles' use (close may come before free).  Thread-safe.
+ */
+dlock_status dlock_lock_new(dlock_client *client, const char *name, dlock_lock **out);
+
+/**
+ * Free a handle.  If it is still held, it is released first (the result
+ * is lost: call dlock_release() to see it).  No other thread may be using
+ * the handle.  NULL is a no-op.
+ */
+void dlock_lock_free(dlock_lock *lock);
+
+/** The handle's name (a copy owned by the handle). */
+const char *dlock_lock_name(const dlock_lock *lock);
+
+/** Wait bound meaning "wait until acquired, cancelled or the client closes". */
+#define DLOCK_WAIT_FOREVER (-1)
+/** Wait bound meaning "the URI's `wait` parameter" (forever when absent). */
+#define DLOCK_WAIT_DEFAULT (-2)
+
+typedef enum dlock_lost_reason {
+	DLOCK_LOST_EXPIRED = 0,   /* lease ran out without a successful renewal */
+	DLOCK_LOST_TAKEN = 1,     /* the server says another owner has it / it is gone */
+	DLOCK_LOST_SESSION = 2,   /* session or connection holding it ended */
+	DLOCK_LOST_CLOSED = 3     /* reserved */
+} dlock_lost_reason;
+
+/**
+ * Lost-lock callback.  Called on the client's background thread, at most
+ * once per acquisition, never after dlock_release() of that acquisition
+ * has returned.  It may call dlock_release(), dlock_check() and the fencing
+ * and name getters on `lock`; it must not call dlock_client_close() (that
+ * returns DLOCK_EDEADLK) and should return quickly.  `detail` is valid only
+ * during the call.
+ */
+typedef void (*dlock_lost_fn)(dlock_lock *lock, dlock_lost_reason reason, const char *detail,
+                              void *userdata);
+
+#define DLOCK_ACQUIRE_OPTIONS_VERSION 1
+
+/** Options of one acquisition.  Initialise with DLOCK_ACQUIRE_OPTIONS_INIT. */
+typedef struct dlock_acquire_options {
+	unsigned version;   /* DLOCK_ACQUIRE_OPTIONS_VERSION */
+	int64_t wait_ms;    /* 0: try once; >0: bound; DLOCK_WAIT_FOREVER; DLOCK_WAIT_DEFAULT */
+	int64_t lease_ms;   /* 0: the URI's `ttl`, else 30000.  TTL backends: the key's TTL; session backends: see caps */
+	int renew;          /* -1: the URI's `renew` (default on); 0: off; 1: on */
+	dlock_lost_fn on_lost; /* may be NULL */
+	void *lost_userdata;
+} dlock_acquire_options;
+
+#define DLOCK_ACQUIRE_OPTIONS_INIT { DLOCK_ACQUIRE_OPTIONS_VERSION, DLOCK_WAIT_DEFAULT, 0, -1, NULL, NULL }
+
+/**
+ * Acquire the lock.  `opts` may be NULL for defaults.
+ *
+ * Reentrancy: if the calling thread already holds this handle, a hold
+ * count goes up with no server round trip (release undoes one level).
+ * A thread that holds the name through another handle of the same client
+ * gets DLOCK_EDEADLK (DLOCK_EBUSY for try-once) instead of waiting forever.
+ *
+ * Local coalescing: threads of one client that wait for the same name
+ * queue in FIFO order inside the process and only the head asks the server.
+ * Every acquisition goes through the server and gets its own fencing token.
+ *
+ * Returns DLOCK_OK, DLOCK_EBUSY (try once, held elsewhere), DLOCK_ETIMEDOUT
+ * (bound expired), DLOCK_ECANCELED (dlock_cancel() or client closed), or a
+ * connection/server error.  Thread-safe; blocks up to the wait bound.
+ */
+dlock_status dlock_acquire(dlock_lock *lock, const dlock_acquire_options *opts);
+
+/**
+ * Release one level of the lock.  Owner-only: when the lock is no longer
+ * ours (never acquired, already released, expired, taken over, session
+ * gone), returns DLOCK_ENOTHELD and never removes another owner's lock.
+ * May be called from any thread, including the lost-lock callback.
+ */
+dlock_status dlock_release(dlock_lock *lock);
+
+/**
+ * Extend the lease of a held lock to `lease_ms` from now (0: the
+ * acquisition's lease).  DLOCK_ENOTHELD if it is no longer ours;
+ * DLOCK_ENOTSUP on backends without a lease to extend.
+ */
+dlock_status dlock_extend(dlock_lock *lock, int64_t lease_ms);
+
+/**
+ * Ask the backend whether the lock is still ours: DLOCK_OK (held),
+ * DLOCK_ENOTHELD (not held or lost), DLOCK_EUNCERTAIN (cannot tell now:
+ * the server is unreachable but the session may still live).
+ */
+dlock_status dlock_check(dlock_lock *lock);
+
+/**
+ * Wake a dlock_acquire() blocked on this handle in another thread; it
+ * returns DLOCK_ECANCELED.  Cancels only an acquire in progress (no effect
+ * on later ones).  Thread-safe; never blocks for long.
+ */
+dlock_status dlock_cancel(dlock_lock *lock);
+
+/**
+ * Fencing token of the current acquisition: strictly greater for each new
+ * holder of the name (see the fencing class in the capabilities).
+ * DLOCK_ENOTSUP when the backend has no fencing, DLOCK_ENOTHELD when the
+ * handle does not hold the lock.
+ */
+dlock_status dlock_lock_fencing_token(dlock_lock *lock, uint64_t *token);
+
+/* --------------------------------------------------------------- helpers */
+
+/**
+ * Parse a duration: a decimal number with an optional unit "ms", "s", "m"
+ * or "h" ("250ms", "10s", "2m").  A bare number is multiplied by
+ * `bare_unit_ms` (1 in URIs and the C API; 1000 in the dlock CLI).
+ * Stores milliseconds in *out_ms.  DLOCK_EINVAL on anything else, on a
+ * negative value or on overflow.  Pure function, thread-safe.
+ */
+dlock_status dlock_duration_parse(const char *text, int64_t bare_unit_ms, int64_t *out_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DLOCK_DLOCK_H */
