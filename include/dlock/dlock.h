@@ -184,6 +184,12 @@ typedef enum dlock_wakeup {
 	DLOCK_WAKEUP_POLL = 2         /* waiters poll with backoff */
 } dlock_wakeup;
 
+typedef enum dlock_scope {
+	DLOCK_SCOPE_PROCESS = 0, /* only clients of one process contend (mem://) */
+	DLOCK_SCOPE_HOST = 1,    /* processes of one host contend (file://) */
+	DLOCK_SCOPE_NETWORK = 2  /* processes on any host that reach the server */
+} dlock_scope;
+
 /** What a backend promises.  Strings are static. */
 typedef struct dlock_capabilities {
 	const char *backend;           /* "mem", "file", "redis", ... */
@@ -193,6 +199,7 @@ typedef struct dlock_capabilities {
 	int fair;                      /* 1: waiters acquire in FIFO order */
 	dlock_lease_kind lease;
 	dlock_wakeup wakeup;
+	dlock_scope scope;
 } dlock_capabilities;
 
 /** Fill *caps for the client's backend.  Thread-safe. */
@@ -202,6 +209,7 @@ const char *dlock_consistency_name(dlock_consistency c); /* "CP", "AP", "local" 
 const char *dlock_fencing_name(dlock_fencing f);         /* "strict", "conditional", "none" */
 const char *dlock_lease_kind_name(dlock_lease_kind k);   /* "ttl", "session" */
 const char *dlock_wakeup_name(dlock_wakeup w);           /* "notify", "server-queue", "poll" */
+const char *dlock_scope_name(dlock_scope s);             /* "process", "host", "network" */
 
 /**
  * Schemes of the registered backends, comma-separated ("file,mem,redis").
