@@ -1,0 +1,146 @@
+/*
+ * The client's background thread: one per client.  It renews leases at
+ * about a third of their length, declares a lock lost when its validity
+ * runs out without a successful renewal, and calls lost-lock callbacks
+ * (so they always run on this thread, never inside the caller's dlock call
+ * or a driver's internal thread).
+ */
+#include "internal.h"
+
+#include <signal.h>
+#include <stdio.h>
+
+#define NS_PER_MS 1000000LL
+
+static int64_t min64(int64_t a, int64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* Call the user's callback for a queued loss; c->mu held, dropped inside. */
+static void deliver_lost_locked(struct dlock_client *c, struct dlock_lock *l)
+{
+	l->lost_pending = 0;
+	if (!l->on_lost || l->lost_delivered)
+		return;
+	l->lost_delivered = 1;
+	l->callback_running = 1;
+	dlock_lost_fn fn = l->on_lost;
+	void *ud = l->lost_userdata;
+	dlock_lost_reason reason = l->lost_reason;
+	char detail[sizeof l->lost_detail];
+	snprintf(detail, sizeof detail, "%s", l->lost_detail);
+	pthread_mutex_unlock(&c->mu);
+	fn(l, reason, detail, ud);
+	pthread_mutex_lock(&c->mu);
+	l->callback_running = 0;
+	pthread_cond_broadcast(&c->cond);
+}
+
+/* One renewal; c->mu held, dropped inside. */
+static void renew_locked(struct dlock_client *c, struct dlock_lock *l, int64_t now)
+{
+	dlock_error err = { "" };
+	uint64_t generation = l->generation;
+	int64_t lease_ns = l->lease_ns;
+	l->busy = 1;
+	pthread_mutex_unlock(&c->mu);
+
+	int64_t sent = dlock_monotonic_ns();
+	dlock_status st = c->driver->extend(c->backend, l->lk, lease_ns / NS_PER_MS, &err);
+
+	pthread_mutex_lock(&c->mu);
+	l->busy = 0;
+	pthread_cond_broadcast(&c->cond);
+	if (!l->held || l->generation != generation || l->lost)
+		return;
+	if (st == DLOCK_OK) {
+		dlock_lock_lease_renewed(l, sent, lease_ns);
+		c->stats.renewals++;
+	} else if (st == DLOCK_ENOTHELD) {
+		dlock_lock_declare_lost(l, DLOCK_LOST_TAKEN, err.msg[0] ? err.msg : "renewal found the lock gone");
+	} else {
+		/* Transient: try again soon; the validity check declares the loss
+		 * if no renewal succeeds in time. */
+		dlock_client_logf(c, DLOCK_LOG_WARN, "lease renewal failed (%s): %s; retrying", dlock_status_name(st),
+		                  err.msg);
+		l->next_renew = now + min64(lease_ns / 10, 1000 * NS_PER_MS);
+	}
+}
+
+/* Do the first due piece of work; returns 1 if it did (the list may have
+ * changed while c->mu was dropped), else 0 and the next due time. */
+static int do_due_work_locked(struct dlock_client *c, int64_t *next_due)
+{
+	int64_t now = dlock_monotonic_ns();
+	*next_due = INT64_MAX;
+	for (struct dlock_lock *l = c->locks; l; l = l->next) {
+		if (!l->held)
+			continue;
+		if (l->tracked && !l->lost && now >= l->valid_until)
+			dlock_lock_declare_lost(l, DLOCK_LOST_EXPIRED, "lease ran out without a successful renewal");
+		if (l->lost_pending) {
+			deliver_lost_locked(c, l);
+			return 1;
+		}
+		if (!l->tracked || l->lost || l->busy)
+			continue;
+		if (l->renew && now >= l->next_renew) {
+			renew_locked(c, l, now);
+			return 1;
+		}
+		*next_due = min64(*next_due, l->valid_until);
+		if (l->renew)
+			*next_due = min64(*next_due, l->next_renew);
+	}
+	return 0;
+}
+
+static void *background_main(void *arg)
+{
+	struct dlock_client *c = arg;
+	pthread_mutex_lock(&c->mu);
+	while (!c->bg_stop) {
+		int64_t next_due;
+		if (do_due_work_locked(c, &next_due))
+			continue;
+		dlock_cond_wait_until(&c->bg_cond, &c->mu, next_due);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+dlock_status dlock_background_start(struct dlock_client *c)
+{
+	/* Signals go to the application's threads, never to this one. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int rc = pthread_create(&c->bg_thread, NULL, background_main, c);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0)
+		return DLOCK_ENOMEM;
+	c->bg_started = 1;
+	return DLOCK_OK;
+}
+
+void dlock_background_stop(struct dlock_client *c)
+{
+	if (!c->bg_started)
+		return;
+	pthread_mutex_lock(&c->mu);
+	c->bg_stop = 1;
+	pthread_cond_signal(&c->bg_cond);
+	pthread_mutex_unlock(&c->mu);
+	pthread_join(c->bg_thread, NULL);
+}
+
+void dlock_background_kick(struct dlock_client *c)
+{
+	pthread_cond_signal(&c->bg_cond);
+}
+
+int dlock_background_is_self(struct dlock_client *c)
+{
+	return c->bg_started && pthread_equal(pthread_self(), c->bg_thread);
+}

@@ -1,0 +1,266 @@
+/*
+ * Clients: open from a URI, close, per-thread error detail, logging,
+ * capabilities and counters.  Lock handles live in lock.c; the background
+ * thread in background.c.
+ */
+#include "internal.h"
+#include "registry.h"
+#include "uri.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ errors */
+
+static struct dlock_err_slot *err_slot_locked(struct dlock_client *c)
+{
+	pthread_t self = pthread_self();
+	struct dlock_err_slot *oldest = &c->errs[0];
+	for (size_t i = 0; i < DLOCK_ERR_SLOTS; i++) {
+		struct dlock_err_slot *s = &c->errs[i];
+		if (s->used && pthread_equal(s->thread, self))
+			return s;
+		if (s->used < oldest->used)
+			oldest = s;
+	}
+	/* A new thread takes a free slot, or the least recently used one. */
+	oldest->thread = self;
+	oldest->used = ++c->err_clock;
+	oldest->msg[0] = '\0';
+	return oldest;
+}
+
+dlock_status dlock_client_fail_locked(struct dlock_client *c, dlock_status status, const char *msg)
+{
+	struct dlock_err_slot *s = err_slot_locked(c);
+	s->used = ++c->err_clock;
+	snprintf(s->msg, sizeof s->msg, "%s", msg && *msg ? msg : dlock_strerror(status));
+	return status;
+}
+
+dlock_status dlock_client_fail(struct dlock_client *c, dlock_status status, const char *msg)
+{
+	pthread_mutex_lock(&c->mu);
+	dlock_client_fail_locked(c, status, msg);
+	pthread_mutex_unlock(&c->mu);
+	return status;
+}
+
+const char *dlock_client_errmsg(dlock_client *c)
+{
+	if (!c)
+		return "client is NULL";
+	pthread_mutex_lock(&c->mu);
+	const char *msg = err_slot_locked(c)->msg;
+	pthread_mutex_unlock(&c->mu);
+	return msg;
+}
+
+/* ------------------------------------------------------------ logging */
+
+static void vlog(struct dlock_client *c, dlock_log_level level, const char *fmt, va_list ap)
+{
+	if (!c->log || level > c->log_level)
+		return;
+	char buf[1024];
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	c->log(c->log_userdata, level, buf);
+}
+
+void dlock_client_logf(struct dlock_client *c, dlock_log_level level, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vlog(c, level, fmt, ap);
+	va_end(ap);
+}
+
+void dlock_host_log(dlock_host *host, dlock_log_level level, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vlog(host->client, level, fmt, ap);
+	va_end(ap);
+}
+
+void *dlock_host_shared(dlock_host *host, void *(*create)(void))
+{
+	return dlock_registry_shared(host->client->driver, create);
+}
+
+/* ------------------------------------------------------------ open */
+
+static dlock_status fail_open(char *errbuf, size_t errlen, dlock_status st, const char *msg)
+{
+	if (errbuf && errlen)
+		snprintf(errbuf, errlen, "%s", msg && *msg ? msg : dlock_strerror(st));
+	return st;
+}
+
+/* Every backend parameter left in the URI must be one the driver knows. */
+static dlock_status check_params(const dlock_driver *d, const dlock_uri *uri, dlock_error *err)
+{
+	for (size_t i = 0; i < uri->nparams; i++) {
+		const char *key = uri->params[i].key;
+		if (!d->knows_param || !d->knows_param(key))
+			return dlock_error_set(err, DLOCK_EURI, "unknown parameter '%s' for %s:// in %s", key,
+			                       d->scheme, uri->masked);
+	}
+	return DLOCK_OK;
+}
+
+static struct dlock_client *client_new(const dlock_client_options *opts)
+{
+	struct dlock_client *c = calloc(1, sizeof *c);
+	if (!c)
+		return NULL;
+	c->nbuckets = 64;
+	c->buckets = calloc(c->nbuckets, sizeof *c->buckets);
+	if (!c->buckets) {
+		free(c);
+		return NULL;
+	}
+	pthread_mutex_init(&c->mu, NULL);
+	dlock_cond_init_monotonic(&c->cond);
+	dlock_cond_init_monotonic(&c->bg_cond);
+	c->host.client = c;
+	c->log_level = DLOCK_LOG_WARN;
+	if (opts) {
+		c->log = opts->log;
+		c->log_userdata = opts->log_userdata;
+		c->log_level = opts->log_level;
+	}
+	return c;
+}
+
+static void client_free(struct dlock_client *c)
+{
+	dlock_uri_free(c->uri);
+	free(c->buckets);
+	pthread_cond_destroy(&c->bg_cond);
+	pthread_cond_destroy(&c->cond);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
+dlock_status dlock_client_open(dlock_client **out, const char *text, const dlock_client_options *opts,
+                               char *errbuf, size_t errlen)
+{
+	dlock_error err = { "" };
+	struct dlock_client *c = NULL;
+	dlock_status st;
+
+	if (out)
+		*out = NULL;
+	if (!out || !text)
+		return fail_open(errbuf, errlen, DLOCK_EINVAL, "dlock_client_open: out and uri must not be NULL");
+	if (opts && opts->version != DLOCK_CLIENT_OPTIONS_VERSION)
+		return fail_open(errbuf, errlen, DLOCK_EVERSION,
+		                 "dlock_client_options.version is not DLOCK_CLIENT_OPTIONS_VERSION");
+	c = client_new(opts);
+	if (!c)
+		return fail_open(errbuf, errlen, DLOCK_ENOMEM, "out of memory");
+	st = dlock_uri_parse(text, &c->uri, &err);
+	if (st != DLOCK_OK)
+		goto fail;
+	c->driver = dlock_registry_find(c->uri->scheme);
+	if (!c->driver) {
+		st = dlock_error_set(&err, DLOCK_ENOBACKEND, "no backend for scheme '%s' (built in: %s) in %s",
+		                     c->uri->scheme, dlock_backends(), c->uri->masked);
+		goto fail;
+	}
+	st = check_params(c->driver, c->uri, &err);
+	if (st != DLOCK_OK)
+		goto fail;
+	st = c->driver->open(c->uri, &c->host, &c->backend, &err);
+	if (st != DLOCK_OK) {
+		c->backend = NULL;
+		goto fail;
+	}
+	c->driver->capabilities(c->backend, &c->caps);
+	st = dlock_background_start(c);
+	if (st != DLOCK_OK) {
+		dlock_error_set(&err, st, "cannot start the client's background thread");
+		c->driver->close(c->backend);
+		goto fail;
+	}
+	*out = c;
+	return DLOCK_OK;
+fail:
+	fail_open(errbuf, errlen, st, err.msg);
+	client_free(c);
+	return st;
+}
+
+/* ------------------------------------------------------------ close */
+
+/* Cancel every acquire in progress and wait until they have all returned. */
+static void cancel_acquires_locked(struct dlock_client *c)
+{
+	for (struct dlock_lock *l = c->locks; l; l = l->next)
+		dlock_lock_cancel_locked(l);
+	while (c->inflight > 0)
+		pthread_cond_wait(&c->cond, &c->mu);
+}
+
+dlock_status dlock_client_close(dlock_client *c)
+{
+	if (!c)
+		return DLOCK_OK;
+	if (dlock_background_is_self(c))
+		return dlock_client_fail(c, DLOCK_EDEADLK,
+		                         "dlock_client_close called from a lost-lock callback of the same client");
+	pthread_mutex_lock(&c->mu);
+	if (c->closing) {
+		pthread_mutex_unlock(&c->mu);
+		return dlock_client_fail(c, DLOCK_ECLOSED, "client is already closed");
+	}
+	c->closing = 1;
+	cancel_acquires_locked(c);
+	pthread_mutex_unlock(&c->mu);
+
+	dlock_background_stop(c);
+	dlock_locks_shutdown(c);
+	c->driver->close(c->backend);
+	c->backend = NULL;
+
+	pthread_mutex_lock(&c->mu);
+	c->closed = 1;
+	dlock_client_maybe_free_locked(c);
+	return DLOCK_OK;
+}
+
+void dlock_client_maybe_free_locked(struct dlock_client *c)
+{
+	int free_now = c->closed && c->nlocks == 0;
+	pthread_mutex_unlock(&c->mu);
+	if (free_now)
+		client_free(c);
+}
+
+/* ------------------------------------------------------------ queries */
+
+const char *dlock_client_uri(const dlock_client *c)
+{
+	return c ? c->uri->masked : "";
+}
+
+dlock_status dlock_client_capabilities(dlock_client *c, dlock_capabilities *caps)
+{
+	if (!c || !caps)
+		return DLOCK_EINVAL;
+	*caps = c->caps;
+	return DLOCK_OK;
+}
+
+dlock_status dlock_client_get_stats(dlock_client *c, dlock_client_stats *stats)
+{
+	if (!c || !stats)
+		return DLOCK_EINVAL;
+	pthread_mutex_lock(&c->mu);
+	*stats = c->stats;
+	pthread_mutex_unlock(&c->mu);
+	return DLOCK_OK;
+}

@@ -1,0 +1,177 @@
+/*
+ * The core's private structures: a client, its lock handles, the per-name
+ * entries that queue local contenders, and waits.  Locking rule: one mutex
+ * per client (`mu`) guards every field below that is not marked otherwise;
+ * it is never held while a driver method or a user callback runs.  Order:
+ * client->mu before wait->mu.
+ */
+#ifndef DLOCK_CORE_INTERNAL_H
+#define DLOCK_CORE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "dlock/sys/driver.h"
+
+/* ------------------------------------------------------------------ waits */
+
+struct dlock_wait {
+	pthread_mutex_t mu; /* guards the fields below (not client->mu) */
+	pthread_cond_t cond;
+	int64_t deadline_ns;
+	int try_once;
+	int cancelled;
+	int woken;
+	void (*interrupt)(void *arg);
+	void *interrupt_arg;
+	int interrupt_running;
+
+	/* Guarded by client->mu. */
+	struct dlock_wait *next;  /* in the handle's list of acquires in progress */
+	int pins;                 /* cancellers still using this wait */
+	int cancel_requested;     /* a canceller has taken it */
+};
+
+void dlock_wait_init(struct dlock_wait *w, int64_t deadline_ns, int try_once);
+void dlock_wait_destroy(struct dlock_wait *w);
+/** Mark cancelled, wake the sleeper and run the interrupt hook.  No client->mu held. */
+void dlock_wait_cancel(struct dlock_wait *w);
+
+/** Initialise a condition variable on CLOCK_MONOTONIC. */
+void dlock_cond_init_monotonic(pthread_cond_t *cond);
+/** pthread_cond_timedwait until `deadline_ns` (INT64_MAX: no limit); returns ETIMEDOUT or 0. */
+int dlock_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ns);
+
+/* ------------------------------------------------------------ name entry */
+
+/* A local contender waiting for its turn to ask the server. */
+struct dlock_queued {
+	struct dlock_queued *next;
+};
+
+/* One per distinct name per client, shared by its handles (coalescing). */
+struct dlock_entry {
+	struct dlock_entry *next_in_bucket;
+	char *name;
+	size_t len;
+	uint64_t hash;
+	unsigned refs;             /* handles of this name */
+	struct dlock_lock *holder; /* handle holding the name on the server, or NULL */
+	int contending;            /* the queue head is inside driver acquire() */
+	struct dlock_queued *queue_head, *queue_tail; /* FIFO of local waiters */
+	pthread_cond_t cond;       /* signalled when holder, contending or the queue change */
+};
+
+/* ------------------------------------------------------------------ locks */
+
+struct dlock_lock {
+	struct dlock_client *client;
+	struct dlock_entry *entry;
+	struct dlock_lock *prev, *next; /* client's list of handles */
+	int driver_ready;               /* lock_init succeeded, lock_fini pending */
+
+	/* The current acquisition. */
+	int held;
+	pthread_t owner;      /* thread that acquired it */
+	unsigned depth;       /* reentrant hold count */
+	uint64_t token;
+	uint64_t generation;  /* bumped by every acquisition and release */
+	int64_t lease_ns;
+	int renew;
+	int tracked;          /* validity counted: the driver has extend() */
+	int64_t valid_until;  /* monotonic ns; loss is declared after it */
+	int64_t next_renew;   /* monotonic ns */
+	int lost;             /* loss declared (or reported) for this acquisition */
+	int lost_pending;     /* a report waits for the background thread */
+	dlock_lost_reason lost_reason;
+	char lost_detail[256];
+	int lost_delivered;   /* the callback was called (or there was none) */
+	dlock_lost_fn on_lost;
+	void *lost_userdata;
+
+	int busy;             /* a driver call on this handle is running */
+	int shut;             /* closing the client has dealt with this handle */
+	int callback_running; /* its lost-lock callback is running */
+	struct dlock_wait *waits; /* acquires in progress on this handle */
+
+	void *lk;             /* the driver's per-lock state (lock_size bytes) */
+};
+
+/* ----------------------------------------------------------------- client */
+
+#define DLOCK_ERR_SLOTS 64
+
+struct dlock_err_slot {
+	pthread_t thread;
+	uint64_t used;            /* for reuse of the oldest slot */
+	char msg[DLOCK_ERROR_MAX];
+};
+
+struct dlock_host {
+	struct dlock_client *client;
+};
+
+struct dlock_client {
+	const dlock_driver *driver;
+	void *backend;
+	dlock_uri *uri;
+	struct dlock_host host;
+	dlock_capabilities caps;
+	dlock_log_fn log;
+	void *log_userdata;
+	dlock_log_level log_level;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cond;       /* busy handles, pins, acquires in progress */
+	struct dlock_err_slot errs[DLOCK_ERR_SLOTS];
+	uint64_t err_clock;
+
+	struct dlock_entry **buckets;
+	size_t nbuckets, nentries;
+	struct dlock_lock *locks;  /* every live handle */
+	size_t nlocks;
+	unsigned inflight;         /* acquire/lock_new calls in progress: close waits for them */
+	int closing, closed;
+	dlock_client_stats stats;
+
+	/* Background thread: renewals, expiry, lost-lock callbacks. */
+	pthread_t bg_thread;
+	int bg_started, bg_stop;
+	pthread_cond_t bg_cond;
+};
+
+/* client.c */
+/** Record `msg` as the calling thread's last error on `c`; returns `status`.  c->mu held. */
+dlock_status dlock_client_fail_locked(struct dlock_client *c, dlock_status status, const char *msg);
+/** Same, taking c->mu. */
+dlock_status dlock_client_fail(struct dlock_client *c, dlock_status status, const char *msg);
+void dlock_client_logf(struct dlock_client *c, dlock_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+	__attribute__((format(printf, 3, 4)))
+#endif
+	;
+/** Free the client's memory once it is closed and its last handle is gone.  c->mu held; unlocks it. */
+void dlock_client_maybe_free_locked(struct dlock_client *c);
+
+/* lock.c */
+/** Driver-release every held handle of a closing client and finalise their driver state. */
+void dlock_locks_shutdown(struct dlock_client *c);
+/** Cancel every acquire in progress on `l`.  c->mu held on entry and exit (dropped inside). */
+void dlock_lock_cancel_locked(struct dlock_lock *l);
+/** Wait until no driver call runs on `l`, then mark one running.  c->mu held. */
+void dlock_lock_begin_call(struct dlock_lock *l);
+void dlock_lock_end_call(struct dlock_lock *l);
+/** Declare the current acquisition lost and queue its callback.  c->mu held. */
+void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, const char *detail);
+/** Lease accounting after a request sent at `sent_ns` succeeded.  c->mu held. */
+void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lease_ns);
+
+/* background.c */
+dlock_status dlock_background_start(struct dlock_client *c);
+void dlock_background_stop(struct dlock_client *c);
+/** Wake the background thread to look at the locks again.  c->mu held. */
+void dlock_background_kick(struct dlock_client *c);
+/** 1 if the calling thread is `c`'s background thread. */
+int dlock_background_is_self(struct dlock_client *c);
+
+#endif

@@ -1,0 +1,708 @@
+/*
+ * Lock handles: what every backend shares.  Reentrancy (hold counts),
+ * local coalescing (threads of one client queue per name in FIFO order and
+ * only the head asks the server), deadlines, cancellation, lease accounting
+ * and owner-only release happen here; the driver does the server's part.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NS_PER_MS 1000000LL
+
+/* ------------------------------------------------------------ names */
+
+static uint64_t name_hash(const char *name, size_t len)
+{
+	uint64_t h = 1469598103934665603ULL; /* FNV-1a: a table index, not a digest */
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (unsigned char)name[i]) * 1099511628211ULL;
+	return h;
+}
+
+/* A printable, shortened form of an untrusted name for messages. */
+static void printable_name(const struct dlock_entry *e, char *out, size_t outlen)
+{
+	size_t o = 0;
+	for (size_t i = 0; i < e->len && o + 8 < outlen; i++) {
+		unsigned char ch = (unsigned char)e->name[i];
+		if (ch >= 0x20 && ch < 0x7f && ch != '\\')
+			out[o++] = (char)ch;
+		else
+			o += (size_t)snprintf(out + o, outlen - o, "\\x%02x", ch);
+		if (o > 60 && i + 1 < e->len) {
+			o += (size_t)snprintf(out + o, outlen - o, "...");
+			break;
+		}
+	}
+	out[o < outlen ? o : outlen - 1] = '\0';
+}
+
+static dlock_status lock_fail(struct dlock_lock *l, dlock_status st, const char *what)
+{
+	char name[96], msg[DLOCK_ERROR_MAX];
+	printable_name(l->entry, name, sizeof name);
+	snprintf(msg, sizeof msg, "lock '%s': %s", name, what);
+	return dlock_client_fail_locked(l->client, st, msg);
+}
+
+/* ------------------------------------------------------------ entries */
+
+static int grow_buckets_locked(struct dlock_client *c)
+{
+	size_t n = c->nbuckets * 2;
+	struct dlock_entry **b = calloc(n, sizeof *b);
+	if (!b)
+		return -1;
+	for (size_t i = 0; i < c->nbuckets; i++) {
+		for (struct dlock_entry *e = c->buckets[i], *next; e; e = next) {
+			next = e->next_in_bucket;
+			e->next_in_bucket = b[e->hash % n];
+			b[e->hash % n] = e;
+		}
+	}
+	free(c->buckets);
+	c->buckets = b;
+	c->nbuckets = n;
+	return 0;
+}
+
+static struct dlock_entry *entry_get_locked(struct dlock_client *c, const char *name, size_t len)
+{
+	uint64_t h = name_hash(name, len);
+	for (struct dlock_entry *e = c->buckets[h % c->nbuckets]; e; e = e->next_in_bucket) {
+		if (e->hash == h && e->len == len && memcmp(e->name, name, len) == 0) {
+			e->refs++;
+			return e;
+		}
+	}
+	if (c->nentries >= c->nbuckets * 2)
+		grow_buckets_locked(c); /* on failure the chains just get longer */
+	struct dlock_entry *e = calloc(1, sizeof *e);
+	if (!e || !(e->name = malloc(len + 1))) {
+		free(e);
+		return NULL;
+	}
+	memcpy(e->name, name, len);
+	e->name[len] = '\0';
+	e->len = len;
+	e->hash = h;
+	e->refs = 1;
+	dlock_cond_init_monotonic(&e->cond);
+	e->next_in_bucket = c->buckets[h % c->nbuckets];
+	c->buckets[h % c->nbuckets] = e;
+	c->nentries++;
+	return e;
+}
+
+static void entry_put_locked(struct dlock_client *c, struct dlock_entry *e)
+{
+	if (--e->refs > 0)
+		return;
+	struct dlock_entry **pp = &c->buckets[e->hash % c->nbuckets];
+	while (*pp != e)
+		pp = &(*pp)->next_in_bucket;
+	*pp = e->next_in_bucket;
+	c->nentries--;
+	pthread_cond_destroy(&e->cond);
+	free(e->name);
+	free(e);
+}
+
+/* ------------------------------------------------------------ handles */
+
+/* The driver's state follows the handle, aligned for any type. */
+#define LK_OFFSET ((sizeof(struct dlock_lock) + 15) & ~(size_t)15)
+
+static struct dlock_lock *lock_from_lk(void *lk)
+{
+	return (struct dlock_lock *)(void *)((char *)lk - LK_OFFSET);
+}
+
+dlock_status dlock_lock_new(dlock_client *c, const char *name, dlock_lock **out)
+{
+	dlock_error err = { "" };
+	if (out)
+		*out = NULL;
+	if (!c)
+		return DLOCK_EINVAL;
+	if (!name || !out)
+		return dlock_client_fail(c, DLOCK_EINVAL, "dlock_lock_new: name and out must not be NULL");
+	size_t len = strnlen(name, DLOCK_NAME_MAX + 1);
+	if (len == 0 || len > DLOCK_NAME_MAX)
+		return dlock_client_fail(c, DLOCK_EINVAL, len ? "lock name is longer than 1024 bytes"
+		                                              : "lock name is empty");
+
+	struct dlock_lock *l = calloc(1, LK_OFFSET + c->driver->lock_size);
+	if (!l)
+		return dlock_client_fail(c, DLOCK_ENOMEM, "out of memory");
+	l->client = c;
+	l->lk = (char *)l + LK_OFFSET;
+
+	pthread_mutex_lock(&c->mu);
+	if (c->closing) {
+		free(l);
+		dlock_client_fail_locked(c, DLOCK_ECLOSED, "client is closed");
+		pthread_mutex_unlock(&c->mu);
+		return DLOCK_ECLOSED;
+	}
+	l->entry = entry_get_locked(c, name, len);
+	if (!l->entry) {
+		free(l);
+		dlock_client_fail_locked(c, DLOCK_ENOMEM, "out of memory");
+		pthread_mutex_unlock(&c->mu);
+		return DLOCK_ENOMEM;
+	}
+	l->next = c->locks;
+	if (c->locks)
+		c->locks->prev = l;
+	c->locks = l;
+	c->nlocks++;
+	c->inflight++; /* close waits until lock_init has returned */
+	pthread_mutex_unlock(&c->mu);
+
+	dlock_status st = c->driver->lock_init(c->backend, l->lk, name, len, &err);
+
+	pthread_mutex_lock(&c->mu);
+	c->inflight--;
+	pthread_cond_broadcast(&c->cond);
+	l->driver_ready = st == DLOCK_OK;
+	if (st != DLOCK_OK)
+		dlock_client_fail_locked(c, st, err.msg);
+	pthread_mutex_unlock(&c->mu);
+	if (st != DLOCK_OK) {
+		dlock_lock_free(l);
+		return st;
+	}
+	*out = l;
+	return DLOCK_OK;
+}
+
+void dlock_lock_begin_call(struct dlock_lock *l)
+{
+	while (l->busy)
+		pthread_cond_wait(&l->client->cond, &l->client->mu);
+	l->busy = 1;
+}
+
+void dlock_lock_end_call(struct dlock_lock *l)
+{
+	l->busy = 0;
+	pthread_cond_broadcast(&l->client->cond);
+	dlock_background_kick(l->client);
+}
+
+void dlock_lock_free(dlock_lock *l)
+{
+	if (!l)
+		return;
+	struct dlock_client *c = l->client;
+	while (dlock_release(l) == DLOCK_OK) /* undo every reentrant level */
+		;
+	pthread_mutex_lock(&c->mu);
+	dlock_lock_begin_call(l);
+	if (l->driver_ready && !c->closing && c->driver->lock_fini) {
+		pthread_mutex_unlock(&c->mu);
+		c->driver->lock_fini(c->backend, l->lk);
+		pthread_mutex_lock(&c->mu);
+	}
+	l->driver_ready = 0;
+	if (l->prev)
+		l->prev->next = l->next;
+	else
+		c->locks = l->next;
+	if (l->next)
+		l->next->prev = l->prev;
+	c->nlocks--;
+	entry_put_locked(c, l->entry);
+	l->busy = 0;
+	pthread_cond_broadcast(&c->cond);
+	free(l);
+	dlock_client_maybe_free_locked(c);
+}
+
+const char *dlock_lock_name(const dlock_lock *l)
+{
+	return l ? l->entry->name : "";
+}
+
+/* ------------------------------------------------------------ lease */
+
+/* Validity is counted from when the request was sent, minus an allowance
+ * for clock drift between client and server (1% + 2 ms, as RedLock does). */
+void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lease_ns)
+{
+	l->lease_ns = lease_ns;
+	l->valid_until = sent_ns + lease_ns - lease_ns / 100 - 2 * NS_PER_MS;
+	l->next_renew = sent_ns + lease_ns / 3;
+	dlock_background_kick(l->client);
+}
+
+void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, const char *detail)
+{
+	if (!l->held || l->lost)
+		return;
+	l->lost = 1;
+	l->lost_pending = 1;
+	l->lost_reason = reason;
+	snprintf(l->lost_detail, sizeof l->lost_detail, "%s", detail ? detail : "");
+	l->client->stats.lost++;
+	char name[96];
+	printable_name(l->entry, name, sizeof name);
+	dlock_client_logf(l->client, DLOCK_LOG_WARN, "lock '%s' lost: %s", name, l->lost_detail);
+	dlock_background_kick(l->client);
+}
+
+void dlock_report_lost(dlock_host *host, void *lk, dlock_lost_reason reason, const char *detail)
+{
+	struct dlock_client *c = host->client;
+	pthread_mutex_lock(&c->mu);
+	dlock_lock_declare_lost(lock_from_lk(lk), reason, detail);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* ------------------------------------------------------------ acquire */
+
+struct acquire_params {
+	int64_t wait_ms, lease_ms;
+	int renew;
+	dlock_lost_fn on_lost;
+	void *lost_userdata;
+};
+
+static dlock_status resolve_params(struct dlock_client *c, const dlock_acquire_options *o,
+                                   struct acquire_params *p)
+{
+	const dlock_uri *u = c->uri;
+	if (o && o->version != DLOCK_ACQUIRE_OPTIONS_VERSION)
+		return DLOCK_EVERSION;
+	p->wait_ms = (!o || o->wait_ms == DLOCK_WAIT_DEFAULT) ? u->wait_ms : o->wait_ms;
+	p->lease_ms = (!o || o->lease_ms == 0) ? u->ttl_ms : o->lease_ms;
+	p->renew = (!o || o->renew < 0) ? u->renew : o->renew != 0;
+	p->on_lost = o ? o->on_lost : NULL;
+	p->lost_userdata = o ? o->lost_userdata : NULL;
+	if (p->wait_ms < DLOCK_WAIT_FOREVER || p->lease_ms < 0 || p->lease_ms > INT64_MAX / NS_PER_MS / 2)
+		return DLOCK_EINVAL;
+	return DLOCK_OK;
+}
+
+static void queue_push(struct dlock_entry *e, struct dlock_queued *q)
+{
+	q->next = NULL;
+	if (e->queue_tail)
+		e->queue_tail->next = q;
+	else
+		e->queue_head = q;
+	e->queue_tail = q;
+}
+
+static void queue_remove(struct dlock_entry *e, struct dlock_queued *q)
+{
+	struct dlock_queued **pp = &e->queue_head, *prev = NULL;
+	while (*pp && *pp != q) {
+		prev = *pp;
+		pp = &(*pp)->next;
+	}
+	if (!*pp)
+		return;
+	*pp = q->next;
+	if (e->queue_tail == q)
+		e->queue_tail = prev;
+	pthread_cond_broadcast(&e->cond);
+}
+
+/* Wait for this contender's turn to ask the server: first in the local
+ * queue, nobody of this client holding or contending for the name. */
+static dlock_status wait_turn_locked(struct dlock_client *c, struct dlock_entry *e, struct dlock_queued *q,
+                                     struct dlock_wait *w)
+{
+	for (;;) {
+		if (c->closing || dlock_wait_cancelled(w) != DLOCK_OK)
+			return DLOCK_ECANCELED;
+		if (e->queue_head == q && !e->holder && !e->contending)
+			return DLOCK_OK;
+		if (w->try_once)
+			return DLOCK_EBUSY;
+		if (dlock_cond_wait_until(&e->cond, &c->mu, w->deadline_ns) != 0 &&
+		    dlock_monotonic_ns() >= w->deadline_ns)
+			return DLOCK_ETIMEDOUT;
+	}
+}
+
+static void become_holder_locked(struct dlock_lock *l, const struct acquire_params *p,
+                                 const dlock_acquired *acq, int64_t started_ns)
+{
+	struct dlock_client *c = l->client;
+	l->held = 1;
+	l->owner = pthread_self();
+	l->depth = 1;
+	l->token = acq->token;
+	l->generation++;
+	l->renew = p->renew;
+	l->lost = l->lost_pending = l->lost_delivered = 0;
+	l->on_lost = p->on_lost;
+	l->lost_userdata = p->lost_userdata;
+	/* A driver with extend() has a lease to keep; others hold by session. */
+	l->tracked = c->driver->extend != NULL;
+	l->lease_ns = p->lease_ms * NS_PER_MS;
+	if (l->tracked)
+		dlock_lock_lease_renewed(l, acq->sent_ns ? acq->sent_ns : started_ns, l->lease_ns);
+	l->entry->holder = l;
+	c->stats.acquired++;
+}
+
+/* One trip to the server by the head of the local queue. */
+static dlock_status contend_locked(struct dlock_lock *l, const struct acquire_params *p, struct dlock_wait *w,
+                                   dlock_error *err)
+{
+	struct dlock_client *c = l->client;
+	dlock_acquired acq = { 0, 0 };
+	l->entry->contending = 1;
+	c->stats.server_acquires++;
+	pthread_mutex_unlock(&c->mu);
+
+	int64_t started = dlock_monotonic_ns();
+	dlock_status st = c->driver->acquire(c->backend, l->lk, p->lease_ms, w, &acq, err);
+
+	pthread_mutex_lock(&c->mu);
+	l->entry->contending = 0;
+	if (st == DLOCK_OK)
+		become_holder_locked(l, p, &acq, started);
+	return st;
+}
+
+static const char *acquire_failure_text(dlock_status st, char *buf, size_t len, int64_t wait_ms)
+{
+	switch (st) {
+	case DLOCK_EBUSY: return "held by another owner";
+	case DLOCK_ETIMEDOUT:
+		snprintf(buf, len, "not acquired within %lld ms", (long long)wait_ms);
+		return buf;
+	case DLOCK_ECANCELED: return "acquire cancelled (dlock_cancel or client closing)";
+	default: return dlock_strerror(st);
+	}
+}
+
+/* Reentry, or a name this thread already holds through another handle. */
+static int reentry_locked(struct dlock_lock *l, const struct acquire_params *p, dlock_status *st)
+{
+	pthread_t self = pthread_self();
+	struct dlock_lock *h = l->entry->holder;
+	if (l->held && pthread_equal(l->owner, self)) {
+		if (l->lost) {
+			*st = lock_fail(l, DLOCK_ENOTHELD, "was lost; release it before acquiring again");
+		} else {
+			l->depth++;
+			l->client->stats.acquired++;
+			l->client->stats.reentered++;
+			*st = DLOCK_OK;
+		}
+		return 1;
+	}
+	if (h && h != l && pthread_equal(h->owner, self)) {
+		*st = p->wait_ms == 0
+		              ? lock_fail(l, DLOCK_EBUSY, "held by this thread through another handle")
+		              : lock_fail(l, DLOCK_EDEADLK, "this thread holds it through another handle");
+		return 1;
+	}
+	return 0;
+}
+
+dlock_status dlock_acquire(dlock_lock *l, const dlock_acquire_options *opts)
+{
+	if (!l)
+		return DLOCK_EINVAL;
+	struct dlock_client *c = l->client;
+	struct acquire_params p;
+	dlock_error err = { "" };
+	dlock_status st = resolve_params(c, opts, &p);
+	if (st != DLOCK_OK)
+		return dlock_client_fail(c, st, "dlock_acquire: bad options (version, wait_ms or lease_ms)");
+
+	int64_t now = dlock_monotonic_ns();
+	int64_t deadline = p.wait_ms < 0 ? INT64_MAX : now + p.wait_ms * NS_PER_MS;
+
+	pthread_mutex_lock(&c->mu);
+	if (c->closing) {
+		st = lock_fail(l, DLOCK_ECANCELED, "client is closing");
+		pthread_mutex_unlock(&c->mu);
+		return st;
+	}
+	if (reentry_locked(l, &p, &st)) {
+		pthread_mutex_unlock(&c->mu);
+		return st;
+	}
+
+	struct dlock_wait w;
+	struct dlock_queued q;
+	dlock_wait_init(&w, deadline, p.wait_ms == 0);
+	w.next = l->waits;
+	l->waits = &w;
+	c->inflight++;
+	queue_push(l->entry, &q);
+
+	st = wait_turn_locked(c, l->entry, &q, &w);
+	if (st == DLOCK_OK)
+		st = contend_locked(l, &p, &w, &err);
+	if (st == DLOCK_EBUSY && p.wait_ms != 0)
+		st = DLOCK_ETIMEDOUT;
+
+	queue_remove(l->entry, &q);
+	struct dlock_wait **pp = &l->waits;
+	while (*pp != &w)
+		pp = &(*pp)->next;
+	*pp = w.next;
+	while (w.pins > 0)
+		pthread_cond_wait(&c->cond, &c->mu);
+	c->inflight--;
+	pthread_cond_broadcast(&c->cond);
+	if (st != DLOCK_OK) {
+		char buf[64];
+		lock_fail(l, st, err.msg[0] ? err.msg : acquire_failure_text(st, buf, sizeof buf, p.wait_ms));
+	}
+	pthread_mutex_unlock(&c->mu);
+	dlock_wait_destroy(&w);
+	return st;
+}
+
+void dlock_lock_cancel_locked(struct dlock_lock *l)
+{
+	struct dlock_client *c = l->client;
+	for (;;) {
+		struct dlock_wait *w = l->waits;
+		while (w && w->cancel_requested)
+			w = w->next;
+		if (!w)
+			break;
+		w->cancel_requested = 1;
+		w->pins++; /* keeps the waiter from leaving while we use its wait */
+		pthread_mutex_unlock(&c->mu);
+		dlock_wait_cancel(w);
+		pthread_mutex_lock(&c->mu);
+		w->pins--;
+		pthread_cond_broadcast(&l->entry->cond);
+		pthread_cond_broadcast(&c->cond);
+	}
+}
+
+dlock_status dlock_cancel(dlock_lock *l)
+{
+	if (!l)
+		return DLOCK_EINVAL;
+	pthread_mutex_lock(&l->client->mu);
+	dlock_lock_cancel_locked(l);
+	pthread_mutex_unlock(&l->client->mu);
+	return DLOCK_OK;
+}
+
+/* ------------------------------------------------------------ release */
+
+static dlock_status not_held_locked(struct dlock_lock *l)
+{
+	if (l->client->closing)
+		return lock_fail(l, DLOCK_ENOTHELD, "client is closed; its locks were released");
+	return lock_fail(l, DLOCK_ENOTHELD, "not held by this handle");
+}
+
+/* Mark the handle free locally and let the next local contender go. */
+static void drop_hold_locked(struct dlock_lock *l)
+{
+	l->held = 0;
+	l->depth = 0;
+	l->lost_pending = 0;
+	l->generation++;
+	if (l->entry->holder == l)
+		l->entry->holder = NULL;
+	pthread_cond_broadcast(&l->entry->cond);
+}
+
+dlock_status dlock_release(dlock_lock *l)
+{
+	if (!l)
+		return DLOCK_EINVAL;
+	struct dlock_client *c = l->client;
+	dlock_error err = { "" };
+	pthread_mutex_lock(&c->mu);
+	if (!l->held || c->closing) {
+		dlock_status st = not_held_locked(l);
+		pthread_mutex_unlock(&c->mu);
+		return st;
+	}
+	if (l->depth > 1 && !l->lost) {
+		l->depth--;
+		pthread_mutex_unlock(&c->mu);
+		return DLOCK_OK;
+	}
+	/* Never return while this acquisition's lost callback runs elsewhere. */
+	while (l->callback_running && !dlock_background_is_self(c))
+		pthread_cond_wait(&c->cond, &c->mu);
+	dlock_lock_begin_call(l);
+	if (!l->held) { /* another thread released it meanwhile */
+		dlock_lock_end_call(l);
+		dlock_status st = not_held_locked(l);
+		pthread_mutex_unlock(&c->mu);
+		return st;
+	}
+	int was_lost = l->lost;
+	pthread_mutex_unlock(&c->mu);
+
+	/* Even a lock declared lost is released on the server: the driver's
+	 * release is owner-only, so it only removes what is still ours. */
+	dlock_status st = c->driver->release(c->backend, l->lk, &err);
+
+	pthread_mutex_lock(&c->mu);
+	c->stats.server_releases++;
+	drop_hold_locked(l);
+	dlock_lock_end_call(l);
+	if (was_lost)
+		st = lock_fail(l, DLOCK_ENOTHELD, l->lost_detail[0] ? l->lost_detail : "lock was lost before release");
+	else if (st == DLOCK_ENOTHELD) {
+		c->stats.lost++;
+		lock_fail(l, st, err.msg[0] ? err.msg : "no longer ours on the server (expired or taken)");
+	} else if (st != DLOCK_OK)
+		lock_fail(l, st, err.msg);
+	pthread_mutex_unlock(&c->mu);
+	return st;
+}
+
+/* ------------------------------------------------------------ extend, check */
+
+/* Start a driver call on a held, not-lost handle; c->mu held. */
+static dlock_status begin_held_call_locked(struct dlock_lock *l)
+{
+	if (!l->held || l->client->closing)
+		return not_held_locked(l);
+	if (l->lost)
+		return lock_fail(l, DLOCK_ENOTHELD, l->lost_detail[0] ? l->lost_detail : "lock was lost");
+	dlock_lock_begin_call(l);
+	if (!l->held || l->lost) {
+		dlock_lock_end_call(l);
+		return not_held_locked(l);
+	}
+	return DLOCK_OK;
+}
+
+dlock_status dlock_extend(dlock_lock *l, int64_t lease_ms)
+{
+	if (!l)
+		return DLOCK_EINVAL;
+	struct dlock_client *c = l->client;
+	dlock_error err = { "" };
+	pthread_mutex_lock(&c->mu);
+	dlock_status st = DLOCK_OK;
+	if (lease_ms < 0 || lease_ms > INT64_MAX / NS_PER_MS / 2)
+		st = lock_fail(l, DLOCK_EINVAL, "extend: lease_ms out of range");
+	else if (!c->driver->extend)
+		st = lock_fail(l, DLOCK_ENOTSUP, "this backend has no lease to extend (held by session)");
+	else
+		st = begin_held_call_locked(l);
+	if (st != DLOCK_OK) {
+		pthread_mutex_unlock(&c->mu);
+		return st;
+	}
+	int64_t lease_ns = lease_ms ? lease_ms * NS_PER_MS : l->lease_ns;
+	pthread_mutex_unlock(&c->mu);
+
+	int64_t sent = dlock_monotonic_ns();
+	st = c->driver->extend(c->backend, l->lk, lease_ns / NS_PER_MS, &err);
+
+	pthread_mutex_lock(&c->mu);
+	if (st == DLOCK_OK)
+		dlock_lock_lease_renewed(l, sent, lease_ns);
+	else if (st == DLOCK_ENOTHELD)
+		dlock_lock_declare_lost(l, DLOCK_LOST_TAKEN, err.msg[0] ? err.msg : "extend found the lock gone");
+	dlock_lock_end_call(l);
+	if (st != DLOCK_OK)
+		lock_fail(l, st, err.msg[0] ? err.msg : dlock_strerror(st));
+	pthread_mutex_unlock(&c->mu);
+	return st;
+}
+
+dlock_status dlock_check(dlock_lock *l)
+{
+	if (!l)
+		return DLOCK_EINVAL;
+	struct dlock_client *c = l->client;
+	dlock_error err = { "" };
+	pthread_mutex_lock(&c->mu);
+	dlock_status st = begin_held_call_locked(l);
+	if (st == DLOCK_OK && l->tracked && dlock_monotonic_ns() >= l->valid_until) {
+		dlock_lock_declare_lost(l, DLOCK_LOST_EXPIRED, "lease ran out without a successful renewal");
+		dlock_lock_end_call(l);
+		st = lock_fail(l, DLOCK_ENOTHELD, "lease ran out without a successful renewal");
+	}
+	if (st != DLOCK_OK || !c->driver->check) {
+		if (st == DLOCK_OK)
+			dlock_lock_end_call(l);
+		pthread_mutex_unlock(&c->mu);
+		return st;
+	}
+	pthread_mutex_unlock(&c->mu);
+
+	st = c->driver->check(c->backend, l->lk, &err);
+
+	pthread_mutex_lock(&c->mu);
+	if (st == DLOCK_ENOTHELD)
+		dlock_lock_declare_lost(l, DLOCK_LOST_TAKEN, err.msg[0] ? err.msg : "the server no longer has it");
+	dlock_lock_end_call(l);
+	if (st != DLOCK_OK)
+		lock_fail(l, st, err.msg[0] ? err.msg : dlock_strerror(st));
+	pthread_mutex_unlock(&c->mu);
+	return st;
+}
+
+dlock_status dlock_lock_fencing_token(dlock_lock *l, uint64_t *token)
+{
+	if (!l || !token)
+		return DLOCK_EINVAL;
+	struct dlock_client *c = l->client;
+	dlock_status st = DLOCK_OK;
+	pthread_mutex_lock(&c->mu);
+	if (c->caps.fencing == DLOCK_FENCING_NONE)
+		st = lock_fail(l, DLOCK_ENOTSUP, "this backend gives no fencing token");
+	else if (!l->held || l->lost || c->closing)
+		st = not_held_locked(l);
+	else
+		*token = l->token;
+	pthread_mutex_unlock(&c->mu);
+	return st;
+}
+
+/* ------------------------------------------------------------ close */
+
+/* The next handle that closing has not dealt with yet, marked busy. */
+static struct dlock_lock *next_unshut_locked(struct dlock_client *c)
+{
+	for (struct dlock_lock *l = c->locks; l; l = l->next) {
+		if (!l->shut) {
+			l->shut = 1;
+			dlock_lock_begin_call(l);
+			return l;
+		}
+	}
+	return NULL;
+}
+
+void dlock_locks_shutdown(struct dlock_client *c)
+{
+	dlock_error err = { "" };
+	pthread_mutex_lock(&c->mu);
+	struct dlock_lock *l;
+	while ((l = next_unshut_locked(c)) != NULL) {
+		int held = l->held, ready = l->driver_ready;
+		pthread_mutex_unlock(&c->mu);
+		if (held && c->driver->release(c->backend, l->lk, &err) != DLOCK_OK)
+			dlock_client_logf(c, DLOCK_LOG_WARN, "closing: a held lock could not be released: %s", err.msg);
+		if (ready && c->driver->lock_fini)
+			c->driver->lock_fini(c->backend, l->lk);
+		pthread_mutex_lock(&c->mu);
+		if (held)
+			drop_hold_locked(l);
+		l->driver_ready = 0;
+		l->busy = 0;
+		pthread_cond_broadcast(&c->cond);
+	}
+	pthread_mutex_unlock(&c->mu);
+}

@@ -1,0 +1,147 @@
+/*
+ * Waiting: the deadline and cancellation of one acquisition, handed to the
+ * driver as a dlock_wait.  Sleeps are on the monotonic clock and wake on
+ * a notification (dlock_wait_wake), cancellation or the deadline.  A wake
+ * that arrives while the driver is not sleeping is remembered, so a
+ * notification between "try" and "sleep" is never lost.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <time.h>
+
+void dlock_cond_init_monotonic(pthread_cond_t *cond)
+{
+	pthread_condattr_t attr;
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(cond, &attr);
+	pthread_condattr_destroy(&attr);
+}
+
+int dlock_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ns)
+{
+	if (deadline_ns == INT64_MAX) {
+		pthread_cond_wait(cond, mu);
+		return 0;
+	}
+	struct timespec ts = { .tv_sec = deadline_ns / 1000000000, .tv_nsec = deadline_ns % 1000000000 };
+	return pthread_cond_timedwait(cond, mu, &ts) == ETIMEDOUT ? ETIMEDOUT : 0;
+}
+
+int64_t dlock_monotonic_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void dlock_wait_init(struct dlock_wait *w, int64_t deadline_ns, int try_once)
+{
+	*w = (struct dlock_wait){ .deadline_ns = deadline_ns, .try_once = try_once };
+	pthread_mutex_init(&w->mu, NULL);
+	dlock_cond_init_monotonic(&w->cond);
+}
+
+void dlock_wait_destroy(struct dlock_wait *w)
+{
+	pthread_cond_destroy(&w->cond);
+	pthread_mutex_destroy(&w->mu);
+}
+
+int64_t dlock_wait_deadline_ns(const dlock_wait *w)
+{
+	return w->deadline_ns;
+}
+
+int dlock_wait_try_once(const dlock_wait *w)
+{
+	return w->try_once;
+}
+
+int64_t dlock_wait_remaining_ms(const dlock_wait *w)
+{
+	if (w->deadline_ns == INT64_MAX)
+		return -1;
+	int64_t left = w->deadline_ns - dlock_monotonic_ns();
+	if (left <= 0)
+		return 0;
+	return left < 1000000 ? 1 : left / 1000000;
+}
+
+dlock_status dlock_wait_sleep(dlock_wait *w, int64_t max_ns)
+{
+	int64_t until = w->deadline_ns;
+	if (max_ns >= 0) {
+		int64_t now = dlock_monotonic_ns();
+		if (max_ns < until - now)
+			until = now + max_ns;
+	}
+	dlock_status st = DLOCK_OK;
+	pthread_mutex_lock(&w->mu);
+	while (!w->cancelled && !w->woken) {
+		if (dlock_cond_wait_until(&w->cond, &w->mu, until) == ETIMEDOUT)
+			break;
+	}
+	if (w->cancelled)
+		st = DLOCK_ECANCELED;
+	else if (!w->woken && dlock_monotonic_ns() >= w->deadline_ns)
+		st = DLOCK_ETIMEDOUT;
+	w->woken = 0;
+	pthread_mutex_unlock(&w->mu);
+	return st;
+}
+
+void dlock_wait_wake(dlock_wait *w)
+{
+	pthread_mutex_lock(&w->mu);
+	w->woken = 1;
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->mu);
+}
+
+dlock_status dlock_wait_cancelled(const dlock_wait *w)
+{
+	struct dlock_wait *mw = (struct dlock_wait *)w;
+	pthread_mutex_lock(&mw->mu);
+	int c = mw->cancelled;
+	pthread_mutex_unlock(&mw->mu);
+	return c ? DLOCK_ECANCELED : DLOCK_OK;
+}
+
+/* Run the interrupt hook without holding w->mu (it may talk to a server),
+ * marking it running so that clearing the hook can wait for it. */
+static void run_interrupt_locked(struct dlock_wait *w)
+{
+	void (*fn)(void *) = w->interrupt;
+	void *arg = w->interrupt_arg;
+	if (!fn || w->interrupt_running)
+		return;
+	w->interrupt_running = 1;
+	pthread_mutex_unlock(&w->mu);
+	fn(arg);
+	pthread_mutex_lock(&w->mu);
+	w->interrupt_running = 0;
+	pthread_cond_broadcast(&w->cond);
+}
+
+void dlock_wait_set_interrupt(dlock_wait *w, void (*fn)(void *arg), void *arg)
+{
+	pthread_mutex_lock(&w->mu);
+	while (w->interrupt_running)
+		pthread_cond_wait(&w->cond, &w->mu);
+	w->interrupt = fn;
+	w->interrupt_arg = arg;
+	if (fn && w->cancelled)
+		run_interrupt_locked(w);
+	pthread_mutex_unlock(&w->mu);
+}
+
+void dlock_wait_cancel(struct dlock_wait *w)
+{
+	pthread_mutex_lock(&w->mu);
+	w->cancelled = 1;
+	pthread_cond_broadcast(&w->cond);
+	run_interrupt_locked(w);
+	pthread_mutex_unlock(&w->mu);
+}
