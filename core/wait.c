@@ -29,13 +29,6 @@ int dlock_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t dea
 	return pthread_cond_timedwait(cond, mu, &ts) == ETIMEDOUT ? ETIMEDOUT : 0;
 }
 
-int64_t dlock_monotonic_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 void dlock_wait_init(struct dlock_wait *w, int64_t deadline_ns, int try_once)
 {
 	*w = (struct dlock_wait){ .deadline_ns = deadline_ns, .try_once = try_once };

@@ -1,0 +1,488 @@
+/*
+ * Tests of the core through a controllable driver ("ctl://"): registry
+ * rules, lease renewal and expiry, lost-lock delivery, cancellation of a
+ * driver blocked in a server call, per-thread error text, parameters.
+ */
+#include "dlock/dlock.h"
+#include "dlock/sys/driver.h"
+#include "testsupport.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ the driver */
+
+struct ctl {
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+	dlock_host *host;
+	uint64_t fence;
+	atomic_int acquires, releases, extends, interrupts;
+	atomic_int extend_status;  /* what extend() answers */
+	atomic_int block_acquire;  /* acquire() blocks until interrupted */
+	atomic_int in_acquire;
+	int interrupted;
+	void *last_lk; /* state of the lock acquired last, for reports */
+};
+
+struct ctl_lock {
+	int held;
+};
+
+/* The test reaches the backend of the client it opened last. */
+static struct ctl *last_ctl;
+
+static dlock_status ctl_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
+{
+	(void)uri;
+	(void)err;
+	struct ctl *b = calloc(1, sizeof *b);
+	if (!b)
+		return DLOCK_ENOMEM;
+	pthread_mutex_init(&b->mu, NULL);
+	pthread_cond_init(&b->cond, NULL);
+	b->host = host;
+	*backend = last_ctl = b;
+	return DLOCK_OK;
+}
+
+static void ctl_close(void *backend)
+{
+	struct ctl *b = backend;
+	pthread_cond_destroy(&b->cond);
+	pthread_mutex_destroy(&b->mu);
+	free(b);
+}
+
+static void ctl_caps(void *backend, dlock_capabilities *caps)
+{
+	(void)backend;
+	*caps = (dlock_capabilities){ .backend = "ctl", .consistency = DLOCK_CONSISTENCY_LOCAL,
+	                              .fencing = DLOCK_FENCING_STRICT, .fencing_note = "", .fair = 1,
+	                              .lease = DLOCK_LEASE_TTL, .wakeup = DLOCK_WAKEUP_NOTIFY,
+	                              .scope = DLOCK_SCOPE_PROCESS };
+}
+
+static int ctl_knows(const char *key)
+{
+	return strcmp(key, "knob") == 0;
+}
+
+static dlock_status ctl_init(void *backend, void *lk, const char *name, size_t len, dlock_error *err)
+{
+	(void)backend; (void)lk; (void)name; (void)len; (void)err;
+	return DLOCK_OK;
+}
+
+static void ctl_interrupt(void *arg)
+{
+	struct ctl *b = arg;
+	pthread_mutex_lock(&b->mu);
+	b->interrupted = 1;
+	b->interrupts++;
+	pthread_cond_broadcast(&b->cond);
+	pthread_mutex_unlock(&b->mu);
+}
+
+/* Stands for a server call that only a cancel request ends. */
+static dlock_status blocked_server_call(struct ctl *b, dlock_wait *w)
+{
+	dlock_wait_set_interrupt(w, ctl_interrupt, b);
+	pthread_mutex_lock(&b->mu);
+	b->in_acquire = 1;
+	pthread_cond_broadcast(&b->cond);
+	while (!b->interrupted)
+		pthread_cond_wait(&b->cond, &b->mu);
+	b->interrupted = 0;
+	b->in_acquire = 0;
+	pthread_mutex_unlock(&b->mu);
+	dlock_wait_set_interrupt(w, NULL, NULL);
+	return DLOCK_ECANCELED;
+}
+
+static dlock_status ctl_acquire(void *backend, void *lk, int64_t lease_ms, dlock_wait *w, dlock_acquired *out,
+                                dlock_error *err)
+{
+	(void)lease_ms;
+	(void)err;
+	struct ctl *b = backend;
+	if (b->block_acquire)
+		return blocked_server_call(b, w);
+	b->acquires++;
+	((struct ctl_lock *)lk)->held = 1;
+	pthread_mutex_lock(&b->mu);
+	b->last_lk = lk;
+	out->token = ++b->fence;
+	pthread_mutex_unlock(&b->mu);
+	out->sent_ns = dlock_monotonic_ns();
+	return DLOCK_OK;
+}
+
+static dlock_status ctl_release(void *backend, void *lk, dlock_error *err)
+{
+	(void)err;
+	struct ctl *b = backend;
+	b->releases++;
+	((struct ctl_lock *)lk)->held = 0;
+	return DLOCK_OK;
+}
+
+static dlock_status ctl_extend(void *backend, void *lk, int64_t lease_ms, dlock_error *err)
+{
+	(void)lk;
+	(void)lease_ms;
+	struct ctl *b = backend;
+	b->extends++;
+	dlock_status st = (dlock_status)b->extend_status;
+	return st == DLOCK_OK ? DLOCK_OK : dlock_error_set(err, st, "ctl: extend answers %s", dlock_status_name(st));
+}
+
+static const dlock_driver ctl_driver = {
+	.abi_version = DLOCK_DRIVER_ABI_VERSION,
+	.scheme = "ctl",
+	.lock_size = sizeof(struct ctl_lock),
+	.open = ctl_open,
+	.close = ctl_close,
+	.capabilities = ctl_caps,
+	.knows_param = ctl_knows,
+	.lock_init = ctl_init,
+	.acquire = ctl_acquire,
+	.release = ctl_release,
+	.extend = ctl_extend,
+};
+
+/* ------------------------------------------------------------ helpers */
+
+struct lost_log {
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+	int calls;
+	dlock_lost_reason reason;
+	dlock_status release_in_cb, close_in_cb;
+	dlock_client *client;
+	int do_release, do_close;
+};
+
+static void on_lost(dlock_lock *l, dlock_lost_reason reason, const char *detail, void *ud)
+{
+	(void)detail;
+	struct lost_log *log = ud;
+	dlock_status rel = log->do_release ? dlock_release(l) : DLOCK_OK;
+	dlock_status cls = log->do_close ? dlock_client_close(log->client) : DLOCK_OK;
+	pthread_mutex_lock(&log->mu);
+	log->calls++;
+	log->reason = reason;
+	log->release_in_cb = rel;
+	log->close_in_cb = cls;
+	pthread_cond_broadcast(&log->cond);
+	pthread_mutex_unlock(&log->mu);
+}
+
+static void lost_log_init(struct lost_log *log)
+{
+	memset(log, 0, sizeof *log);
+	pthread_mutex_init(&log->mu, NULL);
+	pthread_cond_init(&log->cond, NULL);
+}
+
+/* Wait up to `ms` for at least `n` callbacks; returns the count. */
+static int lost_wait(struct lost_log *log, int n, int ms)
+{
+	int64_t end = dlock_test_now_ms() + ms;
+	pthread_mutex_lock(&log->mu);
+	while (log->calls < n && dlock_test_now_ms() < end) {
+		pthread_mutex_unlock(&log->mu);
+		struct timespec ts = { 0, 2000000 };
+		nanosleep(&ts, NULL); /* polling a counter the callback thread sets */
+		pthread_mutex_lock(&log->mu);
+	}
+	int calls = log->calls;
+	pthread_mutex_unlock(&log->mu);
+	return calls;
+}
+
+static int await_counter(atomic_int *counter, int n, int ms)
+{
+	int64_t end = dlock_test_now_ms() + ms;
+	while (*counter < n && dlock_test_now_ms() < end) {
+		struct timespec ts = { 0, 2000000 };
+		nanosleep(&ts, NULL);
+	}
+	return *counter;
+}
+
+static dlock_client *open_ctl(const char *uri)
+{
+	dlock_client *c = NULL;
+	char err[256];
+	CU_ASSERT_EQUAL_FATAL(dlock_client_open(&c, uri, NULL, err, sizeof err), DLOCK_OK);
+	return c;
+}
+
+static dlock_acquire_options opts_lease(int64_t lease_ms, int renew, struct lost_log *log)
+{
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = 0;
+	o.lease_ms = lease_ms;
+	o.renew = renew;
+	o.on_lost = log ? on_lost : NULL;
+	o.lost_userdata = log;
+	return o;
+}
+
+/* ------------------------------------------------------------ tests */
+
+static void test_registry_rules(void)
+{
+	dlock_driver d = ctl_driver;
+	d.scheme = "ctl2";
+	d.abi_version = DLOCK_DRIVER_ABI_VERSION + 1;
+	CU_ASSERT_EQUAL(dlock_register_driver(&d), DLOCK_EVERSION);
+	d.abi_version = DLOCK_DRIVER_ABI_VERSION;
+	d.acquire = NULL;
+	CU_ASSERT_EQUAL(dlock_register_driver(&d), DLOCK_EINVAL);
+	d.acquire = ctl_acquire;
+	d.scheme = "Bad Scheme";
+	CU_ASSERT_EQUAL(dlock_register_driver(&d), DLOCK_EINVAL);
+	CU_ASSERT_EQUAL(dlock_register_driver(NULL), DLOCK_EINVAL);
+	CU_ASSERT_EQUAL(dlock_register_driver(&ctl_driver), DLOCK_EEXIST);
+	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_backends(), "mem"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_backends(), "file"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_backends(), "ctl"));
+}
+
+static void test_params_checked(void)
+{
+	dlock_client *c = NULL;
+	char err[256] = "";
+	CU_ASSERT_EQUAL(dlock_client_open(&c, "ctl://x?knob=1", NULL, err, sizeof err), DLOCK_OK);
+	dlock_client_close(c);
+	CU_ASSERT_EQUAL(dlock_client_open(&c, "ctl://x?knub=1", NULL, err, sizeof err), DLOCK_EURI);
+	CU_ASSERT_PTR_NULL(c);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "knub"));
+}
+
+static void test_renewal_keeps_lock(void)
+{
+	struct lost_log log;
+	lost_log_init(&log);
+	dlock_client *c = open_ctl("ctl://renew");
+	dlock_lock *l = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, "a", &l), DLOCK_OK);
+	dlock_acquire_options o = opts_lease(150, 1, &log);
+	CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_OK);
+	CU_ASSERT(await_counter(&last_ctl->extends, 4, 5000) >= 4);
+	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
+	CU_ASSERT_EQUAL(log.calls, 0);
+	dlock_client_stats st;
+	dlock_client_get_stats(c, &st);
+	CU_ASSERT(st.renewals >= 4);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_lock_free(l);
+	dlock_client_close(c);
+}
+
+static void test_expiry_without_renewal(void)
+{
+	struct lost_log log;
+	lost_log_init(&log);
+	dlock_client *c = open_ctl("ctl://expire");
+	dlock_lock *l = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, "a", &l), DLOCK_OK);
+	dlock_acquire_options o = opts_lease(100, 0, &log);
+	CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_OK);
+	CU_ASSERT_EQUAL(lost_wait(&log, 1, 5000), 1);
+	CU_ASSERT_EQUAL(log.reason, DLOCK_LOST_EXPIRED);
+	CU_ASSERT_EQUAL(last_ctl->extends, 0);
+	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(dlock_extend(l, 0), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(lost_wait(&log, 2, 200), 1); /* exactly once */
+	dlock_client_stats st;
+	dlock_client_get_stats(c, &st);
+	CU_ASSERT_EQUAL(st.lost, 1);
+	dlock_lock_free(l);
+	dlock_client_close(c);
+}
+
+static void test_renewal_failing_declares_loss(void)
+{
+	struct lost_log log;
+	lost_log_init(&log);
+	dlock_client *c = open_ctl("ctl://failing");
+	last_ctl->extend_status = DLOCK_ECONNECT;
+	dlock_lock *l = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, "a", &l), DLOCK_OK);
+	dlock_acquire_options o = opts_lease(200, 1, &log);
+	int64_t t0 = dlock_test_now_ms();
+	CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_OK);
+	CU_ASSERT_EQUAL(lost_wait(&log, 1, 5000), 1);
+	CU_ASSERT(dlock_test_now_ms() - t0 >= 150); /* not before the validity ran out */
+	CU_ASSERT_EQUAL(log.reason, DLOCK_LOST_EXPIRED);
+	CU_ASSERT(last_ctl->extends >= 2); /* it kept trying */
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_ENOTHELD);
+	dlock_lock_free(l);
+	dlock_client_close(c);
+}
+
+static void test_renewal_not_held_is_taken(void)
+{
+	struct lost_log log;
+	lost_log_init(&log);
+	dlock_client *c = open_ctl("ctl://taken");
+	last_ctl->extend_status = DLOCK_ENOTHELD;
+	dlock_lock *l = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, "a", &l), DLOCK_OK);
+	dlock_acquire_options o = opts_lease(150, 1, &log);
+	CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_OK);
+	CU_ASSERT_EQUAL(lost_wait(&log, 1, 5000), 1);
+	CU_ASSERT_EQUAL(log.reason, DLOCK_LOST_TAKEN);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_ENOTHELD);
+	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(c), "extend answers"));
+	dlock_lock_free(l);
+	dlock_client_close(c);
+}
+
+static void test_driver_report_and_callback_rules(void)
+{
+	struct lost_log log;
+	lost_log_init(&log);
+	dlock_client *c = open_ctl("ctl://report");
+	log.client = c;
+	log.do_release = 1;
+	log.do_close = 1;
+	dlock_lock *l = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, "a", &l), DLOCK_OK);
+	dlock_acquire_options o = opts_lease(60000, 0, &log);
+	CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_OK); /* depth 2: a loss still ends it */
+	dlock_report_lost(last_ctl->host, last_ctl->last_lk, DLOCK_LOST_SESSION, "session expired");
+	dlock_report_lost(last_ctl->host, last_ctl->last_lk, DLOCK_LOST_SESSION, "again");
+	CU_ASSERT_EQUAL(lost_wait(&log, 1, 5000), 1);
+	CU_ASSERT_EQUAL(lost_wait(&log, 2, 200), 1);
+	CU_ASSERT_EQUAL(log.reason, DLOCK_LOST_SESSION);
+	CU_ASSERT_EQUAL(log.release_in_cb, DLOCK_ENOTHELD); /* release from the callback works */
+	CU_ASSERT_EQUAL(log.close_in_cb, DLOCK_EDEADLK);    /* close from it is refused */
+	CU_ASSERT_EQUAL(last_ctl->releases, 1);              /* and it cleaned up on the server */
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_ENOTHELD);
+	/* The handle is reusable after a loss. */
+	o.on_lost = NULL;
+	CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_lock_free(l);
+	CU_ASSERT_EQUAL(dlock_client_close(c), DLOCK_OK);
+}
+
+struct errmsg_arg {
+	dlock_client *c;
+	const char *name;
+	pthread_barrier_t *barrier;
+	int ok;
+};
+
+static void *errmsg_thread(void *p)
+{
+	struct errmsg_arg *a = p;
+	dlock_lock *l = NULL;
+	dlock_lock_new(a->c, a->name, &l); /* fails: empty or too long */
+	pthread_barrier_wait(a->barrier);  /* both failed before either reads */
+	const char *msg = dlock_client_errmsg(a->c);
+	a->ok = strstr(msg, *a->name ? "longer" : "empty") != NULL;
+	return NULL;
+}
+
+static void test_errmsg_per_thread(void)
+{
+	dlock_client *c = open_ctl("ctl://errmsg");
+	static char long_name[DLOCK_NAME_MAX + 2];
+	memset(long_name, 'x', sizeof long_name - 1);
+	pthread_barrier_t barrier;
+	pthread_barrier_init(&barrier, NULL, 2);
+	struct errmsg_arg a = { c, "", &barrier, 0 }, b = { c, long_name, &barrier, 0 };
+	pthread_t ta, tb;
+	pthread_create(&ta, NULL, errmsg_thread, &a);
+	pthread_create(&tb, NULL, errmsg_thread, &b);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	CU_ASSERT(a.ok);
+	CU_ASSERT(b.ok);
+	pthread_barrier_destroy(&barrier);
+	dlock_client_close(c);
+}
+
+struct acquirer {
+	dlock_lock *l;
+	dlock_status st;
+};
+
+static void *acquire_forever(void *p)
+{
+	struct acquirer *a = p;
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = DLOCK_WAIT_FOREVER;
+	a->st = dlock_acquire(a->l, &o);
+	return NULL;
+}
+
+static void test_cancel_interrupts_server_call(void)
+{
+	dlock_client *c = open_ctl("ctl://cancel");
+	last_ctl->block_acquire = 1;
+	struct acquirer a = { NULL, DLOCK_OK };
+	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, "a", &a.l), DLOCK_OK);
+	pthread_t t;
+	pthread_create(&t, NULL, acquire_forever, &a);
+	CU_ASSERT_EQUAL(await_counter(&last_ctl->in_acquire, 1, 5000), 1);
+	CU_ASSERT_EQUAL(dlock_cancel(a.l), DLOCK_OK);
+	pthread_join(t, NULL);
+	CU_ASSERT_EQUAL(a.st, DLOCK_ECANCELED);
+	CU_ASSERT_EQUAL(last_ctl->interrupts, 1);
+	/* A cancel affects only the acquire in progress. */
+	last_ctl->block_acquire = 0;
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = 0;
+	CU_ASSERT_EQUAL(dlock_acquire(a.l, &o), DLOCK_OK);
+	dlock_lock_free(a.l);
+	dlock_client_close(c);
+}
+
+static void test_close_cancels_blocked_acquire(void)
+{
+	dlock_client *c = open_ctl("ctl://close");
+	struct ctl *b = last_ctl;
+	b->block_acquire = 1;
+	struct acquirer a = { NULL, DLOCK_OK };
+	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, "a", &a.l), DLOCK_OK);
+	pthread_t t;
+	pthread_create(&t, NULL, acquire_forever, &a);
+	CU_ASSERT_EQUAL(await_counter(&b->in_acquire, 1, 5000), 1);
+	CU_ASSERT_EQUAL(dlock_client_close(c), DLOCK_OK);
+	pthread_join(t, NULL);
+	CU_ASSERT_EQUAL(a.st, DLOCK_ECANCELED);
+	CU_ASSERT_EQUAL(dlock_release(a.l), DLOCK_ENOTHELD);
+	dlock_lock_free(a.l); /* frees the closed client with its last handle */
+}
+
+static void add_suites(void)
+{
+	dlock_register_driver(&ctl_driver);
+	CU_pSuite s = CU_add_suite("core", NULL, NULL);
+	CU_add_test(s, "registry rules", test_registry_rules);
+	CU_add_test(s, "backend parameters checked", test_params_checked);
+	CU_add_test(s, "renewal keeps the lock", test_renewal_keeps_lock);
+	CU_add_test(s, "expiry without renewal is reported once", test_expiry_without_renewal);
+	CU_add_test(s, "failing renewal declares the loss at validity end", test_renewal_failing_declares_loss);
+	CU_add_test(s, "renewal finding the lock gone reports TAKEN", test_renewal_not_held_is_taken);
+	CU_add_test(s, "driver report and callback rules", test_driver_report_and_callback_rules);
+	CU_add_test(s, "error text is per thread", test_errmsg_per_thread);
+	CU_add_test(s, "cancel interrupts a blocked server call", test_cancel_interrupts_server_call);
+	CU_add_test(s, "close cancels a blocked acquire", test_close_cancels_blocked_acquire);
+}
+
+int main(void)
+{
+	return dlock_test_main(add_suites);
+}
