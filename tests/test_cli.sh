@@ -1,0 +1,415 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2016 # single quotes hold code for inner shells
+# Tests of the dlock command.
+#
+#   test_cli.sh /path/to/dlock
+#
+# Prints one line per check and ends with "N passed, M failed"; exits 1 when
+# a check failed.  Everything lives in a temporary directory (removed at
+# exit) whose file:// URI is given through DLOCK_URI, except the checks of
+# the default URI rule.  Waits poll marker files with a bound; processes
+# started in the background are stopped by their PID at exit.
+#
+# A lost lock is produced inside one dlock process: mem:// leases are
+# tracked by the library, so stopping dlock (SIGSTOP) for longer than its
+# --ttl makes the lease run out unrenewed; once continued, the library
+# reports the loss.  Losses caused by another process or a server are
+# tested with the network backends.
+set -u
+
+if [ $# -ne 1 ] || [ ! -x "$1" ]; then
+	echo "usage: test_cli.sh /path/to/dlock" >&2
+	exit 2
+fi
+DLOCK=$1
+# A lock name unique to this run, for the checks in a shared directory.
+run_id="test-cli-$$-$RANDOM"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli.XXXXXX") || exit 2
+
+# Stops only background jobs that are still running: a job already reaped
+# may have had its PID reused by some other process.
+cleanup() {
+	local p
+	for p in $(jobs -rp); do
+		kill "$p" 2>/dev/null
+	done
+	wait 2>/dev/null
+	rm -rf "$tmp"
+	# The file backend keeps lock files; this run's name is its own.
+	rm -f "/tmp/dlock-$(id -u)/$run_id.lock"
+}
+trap cleanup EXIT
+
+export DLOCK_URI="file://$tmp/locks"
+unset DLOCK_FENCING_TOKEN
+
+passed=0
+failed=0
+pass() {
+	passed=$((passed + 1))
+	echo "ok - $1"
+}
+fail() {
+	failed=$((failed + 1))
+	echo "FAIL - $1${2:+ ($2)}"
+}
+# check DESCRIPTION TEST-COMMAND...: pass when the command succeeds.
+check() {
+	local what=$1
+	shift
+	if "$@"; then pass "$what"; else fail "$what"; fi
+}
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# dl ARGS...: run dlock; sets rc, ms (elapsed) and files $out, $err.
+out=$tmp/out
+err=$tmp/err
+dl() {
+	local t0
+	t0=$(now_ms)
+	"$DLOCK" "$@" >"$out" 2>"$err"
+	rc=$?
+	ms=$(($(now_ms) - t0))
+}
+
+# expect_rc DESCRIPTION WANT ARGS...: run dlock and compare its status.
+expect_rc() {
+	local what=$1 want=$2
+	shift 2
+	dl "$@"
+	if [ "$rc" -eq "$want" ]; then
+		pass "$what"
+	else
+		fail "$what" "exit $rc, want $want; stderr: $(head -c 300 "$err")"
+	fi
+}
+
+# await_file FILE: poll for FILE, at most 10 s.
+await_file() {
+	local i
+	for ((i = 0; i < 500; i++)); do
+		[ -e "$1" ] && return 0
+		sleep 0.02
+	done
+	return 1
+}
+
+# $statf PID N: field N of /proc/PID/stat after the command name (1 is the
+# state, 3 the process group); empty once PID is gone.  Not ps(1): minimal
+# images lack it.
+statf=$tmp/stat_field.sh
+printf '%s\n' '#!/bin/sh' 'sed "s/.*) //" "/proc/$1/stat" 2>/dev/null | cut -d" " -f"$2"' >"$statf"
+chmod +x "$statf"
+
+# await_gone PID: poll until PID has ended (a zombie counts: an orphan's
+# reaper may be slow), at most 10 s.
+await_gone() {
+	local i
+	for ((i = 0; i < 500; i++)); do
+		case $("$statf" "$1" 1) in "" | Z*) return 0 ;; esac
+		sleep 0.02
+	done
+	return 1
+}
+
+# A command that holds the lock until told: creates $1, then waits (at most
+# 30 s) for $2 to appear.  Appends "hold start"/"hold end" to $3 if given.
+holder=$tmp/hold.sh
+cat >"$holder" <<'EOF'
+#!/bin/sh
+[ -n "${3:-}" ] && echo "hold start" >>"$3"
+: >"$1"
+i=0
+while [ ! -e "$2" ] && [ $i -lt 600 ]; do
+	sleep 0.05
+	i=$((i + 1))
+done
+[ -n "${3:-}" ] && echo "hold end" >>"$3"
+exit 0
+EOF
+chmod +x "$holder"
+
+# hold NAME TAG [DLOCK ARGS...]: start dlock holding NAME in the background;
+# returns once the command runs.  Sets hold_pid; release with `release TAG`.
+hold() {
+	local name=$1 tag=$2
+	shift 2
+	rm -f "$tmp/$tag.started" "$tmp/$tag.go"
+	"$DLOCK" "$@" "$name" -- "$holder" "$tmp/$tag.started" "$tmp/$tag.go" "$tmp/$tag.log" \
+		>"$tmp/$tag.out" 2>"$tmp/$tag.err" &
+	hold_pid=$!
+	await_file "$tmp/$tag.started"
+}
+
+# release TAG PID: let the holder end and reap its dlock; sets hold_rc.
+release() {
+	: >"$tmp/$2.go"
+	wait "$1"
+	hold_rc=$?
+}
+
+contains() { grep -q -e "$2" "$1"; }
+empty() { [ ! -s "$1" ]; }
+
+# ------------------------------------------------------------ help, version
+
+dl --help
+check "--help exits 0" [ "$rc" -eq 0 ]
+check "--help prints usage on stdout" contains "$out" "^Usage: dlock"
+check "--help writes nothing on stderr" empty "$err"
+missing=""
+for word in --uri --wait --no-wait --ttl --conflict-exit-code --grace --quiet --help --version \
+	mem:// file:/// redis:// zk:// postgres:// DLOCK_URI XDG_RUNTIME_DIR /tmp/dlock- \
+	DLOCK_FENCING_TOKEN " 64 " " 69 " " 71 " " 75 " " 76 " " 77 " " 78 " " 126 " " 127 " "128+N"; do
+	grep -q -F -e "$word" "$out" || missing="$missing '$word'"
+done
+check "--help documents options, URIs, environment and exit codes" [ -z "$missing" ]
+[ -n "$missing" ] && echo "   missing from --help:$missing"
+
+dl --version
+check "--version exits 0" [ "$rc" -eq 0 ]
+check "--version prints 'dlock VERSION' on stdout" contains "$out" '^dlock [0-9][0-9.]*'
+check "--version lists the backends" contains "$out" 'file'
+check "--version writes nothing on stderr" empty "$err"
+
+# ----------------------------------------------------------- usage errors
+
+expect_rc "no arguments is a usage error" 64
+check "usage error hints at --help" contains "$err" "dlock --help"
+check "usage error messages start with 'dlock: '" contains "$err" "^dlock: "
+expect_rc "NAME without '--' is a usage error" 64 name true
+expect_rc "missing COMMAND is a usage error" 64 name --
+expect_rc "empty NAME is a usage error" 64 "" -- true
+expect_rc "unknown option is a usage error" 64 --bogus name -- true
+expect_rc "option without its value is a usage error" 64 --wait
+expect_rc "bad duration is a usage error" 64 --wait 5x name -- true
+expect_rc "--ttl 0 is a usage error" 64 --ttl 0 name -- true
+expect_rc "--conflict-exit-code 256 is a usage error" 64 --conflict-exit-code 256 name -- true
+check "usage errors write nothing on stdout" empty "$out"
+
+# -------------------------------------------------------------- bad URIs
+
+expect_rc "unknown URI scheme exits 78" 78 --uri "nosuchscheme://host/x" name -- true
+check "bad URI is explained on stderr" contains "$err" "^dlock: "
+expect_rc "malformed URI exits 78" 78 --uri "not a uri" name -- true
+DLOCK_URI="nosuchscheme://x" dl name -- true
+check "DLOCK_URI is used without --uri" [ "$rc" -eq 78 ]
+DLOCK_URI="nosuchscheme://x" dl --uri "file://$tmp/locks" name -- true
+check "--uri overrides DLOCK_URI" [ "$rc" -eq 0 ]
+dl --uri "nosuchscheme://alice:s3cr3tpw@host/x" name -- true
+check "messages never show the password" eval '! grep -q s3cr3tpw "$err"'
+
+# ------------------------------------------------------- running COMMAND
+
+expect_rc "exit status of COMMAND is passed on (3)" 3 name -- sh -c 'exit 3'
+expect_rc "exit status of COMMAND is passed on (0)" 0 name -- true
+expect_rc "COMMAND killed by SIGTERM gives 143" 143 name -- sh -c 'kill -TERM $$'
+expect_rc "COMMAND killed by SIGKILL gives 137" 137 name -- sh -c 'kill -KILL $$'
+expect_rc "COMMAND not found gives 127" 127 name -- "$tmp/no-such-command"
+check "COMMAND not found is explained" contains "$err" "^dlock: .*no-such-command"
+: >"$tmp/not-executable"
+expect_rc "COMMAND not executable gives 126" 126 name -- "$tmp/not-executable"
+expect_rc "COMMAND is searched in PATH" 0 name -- sh -c 'exit 0'
+
+printf 'line one\nline two\n\tno newline at end' >"$tmp/expected"
+dl name -- cat "$tmp/expected"
+check "stdout of dlock is exactly COMMAND's stdout" cmp -s "$out" "$tmp/expected"
+check "dlock itself writes nothing on success" empty "$err"
+dl name -- sh -c 'echo to-stderr >&2'
+check "COMMAND's stderr is passed through" contains "$err" "^to-stderr$"
+check "nothing on stdout when COMMAND prints nothing" empty "$out"
+dl name -- sh -c 'printf "%s\n" "$@"' sh "a b" "" "-x"
+printf 'a b\n\n-x\n' >"$tmp/expected"
+check "COMMAND's arguments are passed unchanged" cmp -s "$out" "$tmp/expected"
+
+# --------------------------------------------------------- fencing token
+
+dl token -- sh -c 'echo "${DLOCK_FENCING_TOKEN-unset}"'
+t1=$(cat "$out")
+DLOCK_FENCING_TOKEN=garbage dl token -- sh -c 'echo "${DLOCK_FENCING_TOKEN-unset}"'
+t2=$(cat "$out")
+check "DLOCK_FENCING_TOKEN is a decimal number" eval '[[ "$t1" =~ ^[0-9]+$ ]]'
+check "DLOCK_FENCING_TOKEN replaces an inherited value" eval '[[ "$t2" =~ ^[0-9]+$ ]]'
+check "DLOCK_FENCING_TOKEN grows between runs ($t1 < $t2)" \
+	eval '[[ "$t1$t2" =~ ^[0-9]+$ ]] && [ "$t1" -lt "$t2" ]'
+
+# ------------------------------------------------------------ contention
+
+hold busy h1
+check "first dlock runs its command" [ -e "$tmp/h1.started" ]
+rm -f "$tmp/ran"
+expect_rc "--no-wait on a held lock exits 75" 75 --no-wait busy -- touch "$tmp/ran"
+check "--no-wait on a held lock returns at once (${ms} ms)" [ "$ms" -lt 2000 ]
+check "--no-wait on a held lock says so" contains "$err" "^dlock: lock busy is held elsewhere"
+check "the conflicting command did not run" [ ! -e "$tmp/ran" ]
+check "nothing on stdout on conflict" empty "$out"
+expect_rc "-n is --no-wait" 75 -n busy -- true
+expect_rc "--conflict-exit-code 9 gives 9" 9 --conflict-exit-code 9 --no-wait busy -- true
+expect_rc "--conflict-exit-code 0 gives 0" 0 --conflict-exit-code 0 --no-wait busy -- true
+expect_rc "--quiet conflict exits 75" 75 --quiet --no-wait busy -- true
+check "--quiet conflict prints nothing" empty "$err"
+expect_rc "--wait 300ms on a held lock exits 75" 75 --wait 300ms busy -- touch "$tmp/ran"
+check "--wait 300ms gives up after about 300 ms (${ms} ms)" eval '[ "$ms" -ge 250 ] && [ "$ms" -lt 2000 ]'
+check "an expired wait says so" contains "$err" "^dlock: timed out after 300ms waiting for lock busy"
+check "the timed-out command did not run" [ ! -e "$tmp/ran" ]
+expect_rc "another lock name is not blocked" 0 --no-wait other -- true
+
+# A second dlock waits, then runs once the first has ended.
+"$DLOCK" --wait 10s busy -- sh -c 'echo second >>"$1"' sh "$tmp/h1.log" 2>"$tmp/w.err" &
+waiter=$!
+# Not synchronisation (the order checked below holds whatever the timing):
+# the pause only makes it likely that the waiter is really waiting.
+sleep 0.3
+check "the waiter has not run while the lock is held" eval '! grep -q second "$tmp/h1.log"'
+release "$hold_pid" h1
+check "first dlock exits with its command's status" [ "$hold_rc" -eq 0 ]
+wait "$waiter"
+check "the waiter got the lock and ran with --wait 10s" [ "$?" -eq 0 ]
+printf 'hold start\nhold end\nsecond\n' >"$tmp/expected"
+check "the waiter ran after the first command ended" cmp -s "$tmp/h1.log" "$tmp/expected"
+expect_rc "the lock is free again" 0 --no-wait busy -- true
+
+# ---------------------------------------------------------------- signals
+
+# SIGTERM to dlock reaches COMMAND, whose trap decides the exit status.
+rm -f "$tmp/trapped" "$tmp/sig.started"
+"$DLOCK" sig -- sh -c 'trap "touch \"$1\"; exit 7" TERM; : >"$2"; while :; do sleep 0.05; done' \
+	sh "$tmp/trapped" "$tmp/sig.started" 2>"$tmp/sig.err" &
+pid=$!
+await_file "$tmp/sig.started"
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+check "SIGTERM to dlock is forwarded to COMMAND" [ -e "$tmp/trapped" ]
+check "dlock then exits with COMMAND's status (7)" [ "$rc" -eq 7 ]
+
+# Without a trap, COMMAND dies of the forwarded signal.
+"$DLOCK" sig -- "$holder" "$tmp/sig2.started" "$tmp/sig2.go" &
+pid=$!
+await_file "$tmp/sig2.started"
+kill -TERM "$pid"
+wait "$pid"
+check "SIGTERM kills COMMAND: dlock exits 143" [ "$?" -eq 143 ]
+expect_rc "the lock is released after a forwarded signal" 0 --no-wait sig -- true
+
+# SIGTERM while waiting for the lock ends dlock promptly, COMMAND unrun.
+hold busy h2
+rm -f "$tmp/ran"
+"$DLOCK" busy -- touch "$tmp/ran" 2>/dev/null &
+pid=$!
+sleep 0.2 # not synchronisation: the result is the same whether it waits yet
+t0=$(now_ms)
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+ms=$(($(now_ms) - t0))
+check "SIGTERM while waiting exits 143 (got $rc)" [ "$rc" -eq 143 ]
+check "SIGTERM while waiting ends dlock at once (${ms} ms)" [ "$ms" -lt 2000 ]
+check "the waiting command never ran" [ ! -e "$tmp/ran" ]
+release "$hold_pid" h2
+
+# If dlock dies, COMMAND must not run on without the lock.
+rm -f "$tmp/orphan"
+"$DLOCK" orphan -- sh -c 'echo $$ >"$1.tmp"; mv "$1.tmp" "$1"; exec "$2" "$3" "$4"' \
+	sh "$tmp/orphan" "$holder" "$tmp/orphan.started" "$tmp/orphan.go" &
+pid=$!
+await_file "$tmp/orphan.started"
+read -r orphan <"$tmp/orphan"
+{ kill -KILL "$pid"; wait "$pid"; } 2>/dev/null # without bash's "Killed" notice
+check "COMMAND is killed when dlock is killed" await_gone "$orphan"
+expect_rc "the lock is free once dlock is killed" 0 --no-wait orphan -- true
+
+# ------------------------------------------------------------- lost lock
+
+# lose_lock TAG SCRIPT [DLOCK ARGS...]: run `sh -c SCRIPT sh $tmp/TAG` under
+# dlock (SCRIPT must create $1.started, then keep running), stop dlock past
+# its 300 ms lease, continue it and wait.  Sets rc, ms (since continued).
+lose_lock() {
+	local tag=$1 script=$2 pid t0
+	shift 2
+	rm -f "$tmp/$tag".*
+	"$DLOCK" --uri mem://lost --ttl 300ms "$@" lease -- sh -c "$script" sh "$tmp/$tag" \
+		>"$out" 2>"$err" &
+	pid=$!
+	await_file "$tmp/$tag.started"
+	kill -STOP "$pid"
+	sleep 1 # the scenario itself: the lease runs out while dlock is stopped
+	t0=$(now_ms)
+	kill -CONT "$pid"
+	wait "$pid"
+	rc=$?
+	ms=$(($(now_ms) - t0))
+}
+
+lose_lock lost1 'trap "touch \"$1.termed\"; exit 0" TERM; : >"$1.started"; while :; do sleep 0.05; done'
+check "lost lock exits 76 although COMMAND exited 0 (got $rc)" [ "$rc" -eq 76 ]
+check "lost lock sends SIGTERM to COMMAND" [ -e "$tmp/lost1.termed" ]
+check "lost lock is reported with its reason" \
+	contains "$err" "^dlock: lock lease lost ([a-z ]*).*; stopping the command$"
+check "lost lock writes nothing on stdout" empty "$out"
+
+lose_lock lost2 'echo $$ >"$1.pid"; trap "" TERM; : >"$1.started"; while :; do sleep 0.05; done' \
+	--grace 400ms
+read -r lost_child <"$tmp/lost2.pid"
+check "lost lock, COMMAND ignoring SIGTERM: exits 76 (got $rc)" [ "$rc" -eq 76 ]
+check "... COMMAND gets SIGKILL after --grace 400ms (${ms} ms)" \
+	eval '[ "$ms" -ge 350 ] && [ "$ms" -lt 3000 ]'
+check "... and is gone" await_gone "$lost_child"
+
+# -------------------------------------------------------- process group
+
+rm -f "$tmp/pg"
+"$DLOCK" pg -- sh -c 'echo "$$ $("$5" $$ 3)" >"$1.tmp"; mv "$1.tmp" "$1"; "$2" "$3" "$4"' \
+	sh "$tmp/pg" "$holder" "$tmp/pg.started" "$tmp/pg.go" "$statf" &
+pid=$!
+await_file "$tmp/pg.started"
+read -r child_pid child_pgid <"$tmp/pg"
+dlock_pgid=$("$statf" "$pid" 3)
+check "COMMAND leads its own process group" [ "$child_pid" = "$child_pgid" ]
+check "COMMAND's group ($child_pgid) is not dlock's ($dlock_pgid)" [ "$child_pgid" != "$dlock_pgid" ]
+release "$pid" pg
+
+# ------------------------------------------------------------ default URI
+
+mkdir "$tmp/xdg"
+XDG_RUNTIME_DIR=$tmp/xdg
+export XDG_RUNTIME_DIR
+(unset DLOCK_URI; exec "$DLOCK" xdg -- "$holder" "$tmp/xdg.started" "$tmp/xdg.go") &
+pid=$!
+await_file "$tmp/xdg.started"
+check "default URI creates \$XDG_RUNTIME_DIR/dlock" [ -d "$tmp/xdg/dlock" ]
+expect_rc "default URI is file://\$XDG_RUNTIME_DIR/dlock" 75 \
+	--uri "file://$tmp/xdg/dlock" --no-wait xdg -- true
+release "$pid" xdg
+unset XDG_RUNTIME_DIR
+
+uid_dir=/tmp/dlock-$(id -u)
+(unset DLOCK_URI XDG_RUNTIME_DIR; exec "$DLOCK" "$run_id" -- "$holder" "$tmp/uid.started" "$tmp/uid.go") &
+pid=$!
+await_file "$tmp/uid.started"
+check "without XDG_RUNTIME_DIR the default directory is $uid_dir" [ -d "$uid_dir" ]
+expect_rc "without XDG_RUNTIME_DIR the default URI is file://$uid_dir" 75 \
+	--uri "file://$uid_dir" --no-wait "$run_id" -- true
+release "$pid" uid
+(unset DLOCK_URI; exec env XDG_RUNTIME_DIR= "$DLOCK" "$run_id" -- "$holder" "$tmp/uid2.started" "$tmp/uid2.go") &
+pid=$!
+await_file "$tmp/uid2.started"
+expect_rc "an empty XDG_RUNTIME_DIR counts as unset" 75 \
+	--uri "file://$uid_dir" --no-wait "$run_id" -- true
+release "$pid" uid2
+
+# --------------------------------------------------------------- terminal
+
+# On a terminal COMMAND gets the foreground: it can read without SIGTTIN.
+if command -v script >/dev/null 2>&1 && script -qec true /dev/null >/dev/null 2>&1; then
+	printf 'typed\n' >"$tmp/typed"
+	DLOCK_BIN=$DLOCK timeout 10 script -qec '"$DLOCK_BIN" tty -- sh -c "read -r line && echo \"read:\$line\""' \
+		/dev/null <"$tmp/typed" >"$tmp/tty.out" 2>&1
+	check "on a terminal COMMAND can read input" contains "$tmp/tty.out" "read:typed"
+else
+	echo "skip - terminal checks (script(1) cannot make a pty here)"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,620 @@
+/*
+ * dlock(1) — run a command while holding a distributed lock.
+ *
+ *   dlock [OPTION]... NAME -- COMMAND [ARG]...
+ *
+ * Acquires NAME through the public API (the URI picks the backend), keeps
+ * it renewed while COMMAND runs and releases it when COMMAND ends.  stdout
+ * belongs to COMMAND: dlock writes only to stderr, except for the --help
+ * and --version output that the user asked for.  This file decides what to
+ * lock and how to exit; dlock_run.c runs and supervises COMMAND.
+ */
+#include "dlock_run.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#define DEFAULT_GRACE_MS 10000
+#define FENCING_VAR "DLOCK_FENCING_TOKEN"
+
+extern char **environ;
+
+/* The command line. */
+struct cli {
+	const char *uri;   /* --uri; NULL: $DLOCK_URI or the default */
+	int64_t wait_ms;   /* DLOCK_WAIT_DEFAULT unless --wait or --no-wait */
+	int64_t ttl_ms;    /* 0: the URI's ttl, else the library's 30s */
+	int64_t grace_ms;
+	int conflict_code;
+	int quiet;
+	const char *name;
+	char **command;    /* NULL-terminated, from argv */
+};
+
+/* One run: the lock and what its lost-lock callback reports to. */
+struct session {
+	const struct cli *cli;
+	struct cli_signals sig;
+	struct cli_lost lost;
+	dlock_client *client;
+	dlock_lock *lock;
+	int lost_reported;
+	char token_var[sizeof FENCING_VAR "=18446744073709551615"];
+};
+
+void cli_say(const char *fmt, ...)
+{
+	va_list ap;
+
+	/* One locked stream: the library may log from its own thread. */
+	flockfile(stderr);
+	fputs("dlock: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	funlockfile(stderr);
+}
+
+static void log_library(void *userdata, dlock_log_level level, const char *msg)
+{
+	(void)userdata;
+	cli_say("%s%s", level == DLOCK_LOG_ERROR ? "error: " : level == DLOCK_LOG_WARN ? "warning: " : "",
+	        msg);
+}
+
+/* --------------------------------------------------------------- help */
+
+static const char help_text[] =
+	"Usage: dlock [OPTION]... NAME -- COMMAND [ARG]...\n"
+	"Run COMMAND while holding the distributed lock NAME, keep the lock renewed\n"
+	"while COMMAND runs, and release it when COMMAND ends.  COMMAND runs in its\n"
+	"own process group.  dlock writes nothing on stdout; its messages go to\n"
+	"stderr, prefixed \"dlock: \".\n"
+	"\n"
+	"Options:\n"
+	"      --uri URI          lock service (default: see Default URI below)\n"
+	"  -w, --wait T           give up when the lock is not acquired within T\n"
+	"                         (default: the URI's wait parameter, else forever)\n"
+	"  -n, --no-wait          give up at once when the lock is held elsewhere\n"
+	"                         (same as --wait 0)\n"
+	"      --ttl T            lease of the lock, renewed while COMMAND runs; if\n"
+	"                         dlock vanishes, others get the lock after at most T\n"
+	"                         (default: the URI's ttl parameter, else 30s)\n"
+	"  -E, --conflict-exit-code N\n"
+	"                         exit status when the lock is held elsewhere or the\n"
+	"                         wait expires, 0..255 (default 75)\n"
+	"      --grace T          when the lock is lost, time between SIGTERM and\n"
+	"                         SIGKILL to COMMAND's process group (default 10s)\n"
+	"  -q, --quiet            do not report a busy lock or an expired wait, nor\n"
+	"                         the library's warnings (errors are still shown)\n"
+	"  -h, --help             show this help and exit\n"
+	"  -V, --version          show the version and the backends, and exit\n"
+	"\n"
+	"Durations T are a number with a unit ms, s, m or h: 250ms, 10s, 2m.  A bare\n"
+	"number is seconds, as in flock(1); in URI parameters it is milliseconds.\n"
+	"\n"
+	"URIs:\n"
+	"  mem://NAMESPACE         in-process locks: every dlock process has its own,\n"
+	"                          so they exclude nothing (for tests)\n"
+	"  file:///DIR             lock files in DIR (created if missing), for the\n"
+	"                          processes of one host\n"
+	"  redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]\n"
+	"                          Redis; several comma-separated hosts: RedLock\n"
+	"  zk://[USER:PASSWORD@]HOST:PORT[,HOST:PORT]...[/PATH]\n"
+	"                          ZooKeeper ensemble\n"
+	"  postgres://[USER[:PASSWORD]@]HOST[:PORT][,HOST[:PORT]].../DATABASE\n"
+	"                          PostgreSQL\n"
+	"  Parameters go after '?', e.g. ?ttl=10s&wait=1m; those of every backend are\n"
+	"  ttl, wait, renew, prefix, open_timeout and io_timeout.  Messages show\n"
+	"  passwords as ***.  Backends in this build: %s\n"
+	"\n"
+	"Default URI: $DLOCK_URI when set and not empty, else\n"
+	"file://$XDG_RUNTIME_DIR/dlock, else (XDG_RUNTIME_DIR unset, empty or not\n"
+	"absolute, as under cron) file:///tmp/dlock-UID, UID being the user id.\n"
+	"\n"
+	"Environment:\n"
+	"  DLOCK_URI            the default URI (--uri overrides it)\n"
+	"  XDG_RUNTIME_DIR      parent of the default lock directory\n"
+	"  DLOCK_FENCING_TOKEN  set for COMMAND: the fencing token of this\n"
+	"                       acquisition, a decimal number that grows with each\n"
+	"                       new holder of NAME; removed from COMMAND's\n"
+	"                       environment when the backend has no fencing tokens\n"
+	"\n"
+	"Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dlock are passed on to\n"
+	"COMMAND's process group.  If dlock dies, COMMAND is killed (SIGKILL).  If the\n"
+	"lock is lost while COMMAND runs, COMMAND's process group gets SIGTERM, then\n"
+	"SIGKILL after the --grace time.  dlock waits for COMMAND itself, not for\n"
+	"processes that COMMAND leaves running in the background.\n"
+	"\n"
+	"Exit status:\n"
+	"  N      COMMAND's exit status\n"
+	"  128+N  COMMAND was killed by signal N, or dlock got signal N before\n"
+	"         COMMAND started\n"
+	"  64     usage error (EX_USAGE)\n"
+	"  69     lock service unreachable, authentication failed or server error\n"
+	"         (EX_UNAVAILABLE)\n"
+	"  71     system error: cannot fork, out of memory, I/O error (EX_OSERR)\n"
+	"  75     lock held elsewhere (--no-wait) or wait expired (EX_TEMPFAIL;\n"
+	"         changed by --conflict-exit-code)\n"
+	"  76     the lock was lost while COMMAND ran; COMMAND was stopped\n"
+	"         (EX_PROTOCOL)\n"
+	"  77     permission denied by the lock service (EX_NOPERM)\n"
+	"  78     bad URI, unknown backend, missing database or path (EX_CONFIG)\n"
+	"  126    COMMAND cannot be executed\n"
+	"  127    COMMAND not found\n";
+
+/* Help and version are the only output on stdout: check that it got there. */
+static int flush_stdout(void)
+{
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		cli_say("cannot write to stdout: %s", strerror(errno));
+		return EX_OSERR;
+	}
+	return 0;
+}
+
+static int print_help(void)
+{
+	printf(help_text, dlock_backends());
+	return flush_stdout();
+}
+
+static int print_version(void)
+{
+	printf("dlock %s\nbackends: %s\n", dlock_version(), dlock_backends());
+	return flush_stdout();
+}
+
+/* ------------------------------------------------------------ options */
+
+enum { OPT_URI = 256, OPT_TTL, OPT_GRACE };
+
+static const char short_options[] = "+:w:nE:qhV"; /* '+': stop at NAME */
+
+static const struct option long_options[] = {
+	{"uri", required_argument, NULL, OPT_URI},
+	{"wait", required_argument, NULL, 'w'},
+	{"no-wait", no_argument, NULL, 'n'},
+	{"ttl", required_argument, NULL, OPT_TTL},
+	{"conflict-exit-code", required_argument, NULL, 'E'},
+	{"grace", required_argument, NULL, OPT_GRACE},
+	{"quiet", no_argument, NULL, 'q'},
+	{"help", no_argument, NULL, 'h'},
+	{"version", no_argument, NULL, 'V'},
+	{NULL, 0, NULL, 0},
+};
+
+/* Parsers return -1 to go on, or the exit status to end with. */
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	flockfile(stderr);
+	fputs("dlock: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\nTry 'dlock --help' for more information.\n", stderr);
+	funlockfile(stderr);
+	return EX_USAGE;
+}
+
+static int duration_arg(const char *opt, const char *text, int64_t min_ms, int64_t *out)
+{
+	if (dlock_duration_parse(text, 1000, out) != DLOCK_OK)
+		return usage_error("%s: invalid duration '%s' (examples: 30, 250ms, 10s, 2m)", opt, text);
+	if (*out < min_ms)
+		return usage_error("%s: must be more than 0", opt);
+	return -1;
+}
+
+static int exit_code_arg(const char *text, int *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(text, &end, 10);
+	if (errno != 0 || end == text || *end != '\0' || v < 0 || v > 255)
+		return usage_error("--conflict-exit-code: '%s' is not a number from 0 to 255", text);
+	*out = (int)v;
+	return -1;
+}
+
+static int bad_option(char **argv)
+{
+	/* optopt: the short option at fault, 0 for an unknown long option; a
+	 * known one here was given a value it does not take (--no-wait=1). */
+	if (optopt == 0)
+		return usage_error("unknown option '%s'", argv[optind - 1]);
+	if (strchr(short_options + 2, optopt) == NULL)
+		return usage_error("unknown option '-%c'", optopt);
+	return usage_error("option '%s' takes no value", argv[optind - 1]);
+}
+
+static int apply_option(struct cli *cli, int opt, char **argv)
+{
+	switch (opt) {
+	case OPT_URI:
+		cli->uri = optarg;
+		return *optarg ? -1 : usage_error("--uri: empty URI");
+	case 'w':
+		return duration_arg("--wait", optarg, 0, &cli->wait_ms);
+	case 'n':
+		cli->wait_ms = 0;
+		return -1;
+	case OPT_TTL:
+		return duration_arg("--ttl", optarg, 1, &cli->ttl_ms);
+	case OPT_GRACE:
+		return duration_arg("--grace", optarg, 0, &cli->grace_ms);
+	case 'E':
+		return exit_code_arg(optarg, &cli->conflict_code);
+	case 'q':
+		cli->quiet = 1;
+		return -1;
+	case 'h':
+		return print_help();
+	case 'V':
+		return print_version();
+	case ':':
+		return usage_error("option '%s' needs a value", argv[optind - 1]);
+	default:
+		return bad_option(argv);
+	}
+}
+
+/* NAME -- COMMAND [ARG]...: the "--" is required, so that an option put
+ * after NAME can never be taken for COMMAND. */
+static int parse_operands(struct cli *cli, int argc, char **argv)
+{
+	if (optind >= argc)
+		return usage_error("missing lock NAME");
+	cli->name = argv[optind];
+	if (cli->name[0] == '\0')
+		return usage_error("empty lock NAME");
+	if (optind + 1 >= argc || strcmp(argv[optind + 1], "--") != 0)
+		return usage_error("expected '--' between NAME and COMMAND");
+	if (optind + 2 >= argc)
+		return usage_error("missing COMMAND after '--'");
+	cli->command = &argv[optind + 2];
+	return -1;
+}
+
+static int parse_args(struct cli *cli, int argc, char **argv)
+{
+	int opt, rc;
+
+	*cli = (struct cli){
+		.wait_ms = DLOCK_WAIT_DEFAULT,
+		.grace_ms = DEFAULT_GRACE_MS,
+		.conflict_code = CLI_EXIT_CONFLICT,
+	};
+	opterr = 0; /* our messages, with the "dlock: " prefix */
+	while ((opt = getopt_long(argc, argv, short_options, long_options, NULL)) != -1) {
+		rc = apply_option(cli, opt, argv);
+		if (rc >= 0)
+			return rc;
+	}
+	return parse_operands(cli, argc, argv);
+}
+
+/* ----------------------------------------------------------------- URI */
+
+static int uri_plain(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       c == '/' || c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+/* "file://" + dir, percent-encoded: the URI parser decodes the path, and a
+ * directory may contain '%', '?' or '#'. */
+static char *file_uri(const char *dir, size_t len)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	char *out = malloc(sizeof "file://" + 3 * len);
+	char *p;
+
+	if (out == NULL)
+		return NULL;
+	p = stpcpy(out, "file://");
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)dir[i];
+
+		if (uri_plain(c)) {
+			*p++ = (char)c;
+		} else {
+			*p++ = '%';
+			*p++ = hex[c >> 4];
+			*p++ = hex[c & 15];
+		}
+	}
+	*p = '\0';
+	return out;
+}
+
+/* file://$XDG_RUNTIME_DIR/dlock, or file:///tmp/dlock-UID without it. */
+static char *default_uri(void)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	char buf[4096];
+	size_t n;
+
+	if (xdg != NULL && xdg[0] == '/') {
+		n = strlen(xdg);
+		while (n > 0 && xdg[n - 1] == '/')
+			n--;
+		if (n + sizeof "/dlock" > sizeof buf) {
+			errno = ENAMETOOLONG;
+			return NULL;
+		}
+		memcpy(buf, xdg, n);
+		memcpy(buf + n, "/dlock", sizeof "/dlock");
+	} else {
+		snprintf(buf, sizeof buf, "/tmp/dlock-%ju", (uintmax_t)getuid());
+	}
+	return file_uri(buf, strlen(buf));
+}
+
+static char *resolve_uri(const struct cli *cli)
+{
+	const char *env = getenv("DLOCK_URI");
+
+	if (cli->uri != NULL)
+		return strdup(cli->uri);
+	if (env != NULL && env[0] != '\0')
+		return strdup(env);
+	return default_uri();
+}
+
+/* ------------------------------------------------------------ locking */
+
+/* Exit status for a library failure; `invalid` is the one for EINVAL,
+ * which means a bad URI in dlock_client_open() and bad options elsewhere. */
+static int status_exit(dlock_status st, int invalid)
+{
+	switch (st) {
+	case DLOCK_EINVAL:
+		return invalid;
+	case DLOCK_EURI:
+	case DLOCK_ENOBACKEND:
+	case DLOCK_ENOTFOUND:
+	case DLOCK_EVERSION:
+		return EX_CONFIG;
+	case DLOCK_ECONNECT:
+	case DLOCK_EAUTH:
+	case DLOCK_ESERVER:
+	case DLOCK_EUNCERTAIN:
+		return EX_UNAVAILABLE;
+	case DLOCK_EPERM:
+		return EX_NOPERM;
+	default:
+		return EX_OSERR;
+	}
+}
+
+static const char *detail(const struct session *s, dlock_status st)
+{
+	const char *msg = dlock_client_errmsg(s->client);
+
+	return msg[0] != '\0' ? msg : dlock_strerror(st);
+}
+
+static void format_ms(int64_t ms, char *buf, size_t len)
+{
+	if (ms % 3600000 == 0)
+		snprintf(buf, len, "%" PRId64 "h", ms / 3600000);
+	else if (ms % 60000 == 0)
+		snprintf(buf, len, "%" PRId64 "m", ms / 60000);
+	else if (ms % 1000 == 0)
+		snprintf(buf, len, "%" PRId64 "s", ms / 1000);
+	else
+		snprintf(buf, len, "%" PRId64 "ms", ms);
+}
+
+static int acquire_failed(struct session *s, dlock_status st)
+{
+	const struct cli *cli = s->cli;
+	char wait[32];
+
+	if (st != DLOCK_EBUSY && st != DLOCK_ETIMEDOUT) {
+		cli_say("cannot acquire lock %s on %s: %s", cli->name, dlock_client_uri(s->client),
+		        detail(s, st));
+		return status_exit(st, EX_USAGE);
+	}
+	if (cli->quiet) {
+		/* asked for silence */
+	} else if (st == DLOCK_EBUSY) {
+		cli_say("lock %s is held elsewhere", cli->name);
+	} else if (cli->wait_ms > 0) {
+		format_ms(cli->wait_ms, wait, sizeof wait);
+		cli_say("timed out after %s waiting for lock %s", wait, cli->name);
+	} else {
+		cli_say("timed out waiting for lock %s (wait parameter of %s)", cli->name,
+		        dlock_client_uri(s->client));
+	}
+	return cli->conflict_code;
+}
+
+/* Open the client and acquire the lock: -1 when held, else the exit status. */
+static int acquire(struct session *s, struct cli_watch *watch)
+{
+	const struct cli *cli = s->cli;
+	dlock_client_options copts = DLOCK_CLIENT_OPTIONS_INIT;
+	dlock_acquire_options aopts = DLOCK_ACQUIRE_OPTIONS_INIT;
+	char err[512] = "";
+	char *uri = resolve_uri(cli);
+	dlock_status st;
+
+	if (uri == NULL) {
+		cli_say("cannot build the URI: %s", strerror(errno));
+		return EX_OSERR;
+	}
+	copts.log = log_library;
+	copts.log_level = cli->quiet ? DLOCK_LOG_ERROR : DLOCK_LOG_WARN;
+	st = dlock_client_open(&s->client, uri, &copts, err, sizeof err);
+	free(uri);
+	if (st != DLOCK_OK) {
+		cli_say("cannot open the lock service: %s%s%s", dlock_strerror(st), err[0] ? ": " : "", err);
+		return status_exit(st, EX_CONFIG);
+	}
+	st = dlock_lock_new(s->client, cli->name, &s->lock);
+	if (st != DLOCK_OK) {
+		cli_say("invalid lock name: %s", detail(s, st));
+		return status_exit(st, EX_USAGE);
+	}
+	cli_watch_lock(watch, s->lock);
+	aopts.wait_ms = cli->wait_ms;
+	aopts.lease_ms = cli->ttl_ms;
+	aopts.renew = 1; /* COMMAND may outlive any lease */
+	aopts.on_lost = cli_lost_callback;
+	aopts.lost_userdata = &s->lost;
+	st = dlock_acquire(s->lock, &aopts);
+	return st == DLOCK_OK ? -1 : acquire_failed(s, st);
+}
+
+/* ------------------------------------------------------------ command */
+
+/* Called by the supervisor when the lost-lock callback has run. */
+static void report_lost(void *ctx)
+{
+	struct session *s = ctx;
+	const char *d = s->lost.detail;
+
+	s->lost_reported = 1;
+	cli_say("lock %s lost (%s)%s%s; stopping the command", s->cli->name,
+	        cli_lost_reason_name(s->lost.reason), d[0] ? ": " : "", d);
+}
+
+/*
+ * COMMAND's environment: ours with DLOCK_FENCING_TOKEN replaced by this
+ * acquisition's token, or removed when the backend has none.  Built before
+ * fork(), as the child may not allocate.  Returns NULL with *rc set.
+ */
+static char **command_env(struct session *s, int *rc)
+{
+	static const char prefix[] = FENCING_VAR "=";
+	uint64_t token;
+	size_t n = 0, k = 0;
+	char **env;
+	dlock_status st = dlock_lock_fencing_token(s->lock, &token);
+
+	if (st == DLOCK_ENOTHELD) {
+		cli_say("lock %s was lost before the command started: %s", s->cli->name, detail(s, st));
+		*rc = CLI_EXIT_LOST;
+		return NULL;
+	}
+	if (st != DLOCK_OK && st != DLOCK_ENOTSUP) {
+		cli_say("cannot read the fencing token of lock %s: %s", s->cli->name, detail(s, st));
+		*rc = status_exit(st, EX_OSERR);
+		return NULL;
+	}
+	while (environ[n] != NULL)
+		n++;
+	env = malloc((n + 2) * sizeof *env);
+	if (env == NULL) {
+		cli_say("out of memory");
+		*rc = EX_OSERR;
+		return NULL;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], prefix, sizeof prefix - 1) != 0)
+			env[k++] = environ[i];
+	if (st == DLOCK_OK) {
+		snprintf(s->token_var, sizeof s->token_var, "%s%" PRIu64, prefix, token);
+		env[k++] = s->token_var;
+	}
+	env[k] = NULL;
+	return env;
+}
+
+/* After COMMAND ended: release, and exit as COMMAND did unless the lock was
+ * lost at some point (then COMMAND ran at least partly unprotected). */
+static int finish(struct session *s, int wait_status)
+{
+	dlock_status st = dlock_release(s->lock);
+	const char *d = s->lost.detail;
+
+	if (cli_lost_seen(&s->lost)) {
+		if (!s->lost_reported)
+			cli_say("lock %s was lost while the command ran (%s)%s%s", s->cli->name,
+			        cli_lost_reason_name(s->lost.reason), d[0] ? ": " : "", d);
+		return CLI_EXIT_LOST;
+	}
+	if (st == DLOCK_ENOTHELD) {
+		cli_say("lock %s was lost while the command ran: %s", s->cli->name, detail(s, st));
+		return CLI_EXIT_LOST;
+	}
+	if (st != DLOCK_OK)
+		cli_say("warning: cannot release lock %s on %s: %s", s->cli->name,
+		        dlock_client_uri(s->client), detail(s, st));
+	return cli_wait_status_exit(wait_status);
+}
+
+static int run_command(struct session *s)
+{
+	struct cli_child child = {.grace_ms = s->cli->grace_ms, .tty_fd = -1};
+	char **env;
+	int rc;
+
+	if (cli_lost_seen(&s->lost)) {
+		report_lost(s);
+		return CLI_EXIT_LOST;
+	}
+	env = command_env(s, &rc);
+	if (env == NULL)
+		return rc;
+	rc = cli_spawn(&child, s->cli->command, env, &s->sig);
+	free(env);
+	if (rc == 0)
+		rc = cli_supervise(&child, &s->sig, &s->lost, report_lost, s);
+	return rc == 0 ? finish(s, child.status) : rc;
+}
+
+static int run(struct session *s)
+{
+	struct cli_watch watch;
+	int rc, signo;
+
+	if (cli_watch_start(&watch, &s->sig) != 0) {
+		cli_say("cannot start a thread: %s", strerror(errno));
+		return EX_OSERR;
+	}
+	rc = acquire(s, &watch);
+	signo = cli_watch_stop(&watch);
+	if (signo == 0)
+		signo = cli_signals_pending(&s->sig); /* came after the watcher stopped */
+	if (signo != 0)
+		return 128 + signo; /* the lock, if held, is released by the cleanup */
+	return rc >= 0 ? rc : run_command(s);
+}
+
+int main(int argc, char **argv)
+{
+	struct cli cli;
+	struct session s = {.cli = &cli};
+	int rc = parse_args(&cli, argc, argv);
+
+	if (rc >= 0)
+		return rc;
+	if (cli_signals_open(&s.sig) != 0 || cli_lost_init(&s.lost) != 0) {
+		cli_say("cannot set up signal handling: %s", strerror(errno));
+		return EX_OSERR;
+	}
+	rc = run(&s);
+	/* Releases the lock if it is still held (a signal came first). */
+	dlock_lock_free(s.lock);
+	dlock_client_close(s.client);
+	cli_lost_destroy(&s.lost);
+	cli_signals_close(&s.sig);
+	return rc;
+}
