@@ -361,6 +361,7 @@ static dlock_status contend_locked(struct dlock_lock *l, const struct acquire_pa
 	dlock_acquired acq = { 0, 0 };
 	l->entry->contending = 1;
 	c->stats.server_acquires++;
+	c->stats.contending++;
 	pthread_mutex_unlock(&c->mu);
 
 	int64_t started = dlock_monotonic_ns();
@@ -368,6 +369,7 @@ static dlock_status contend_locked(struct dlock_lock *l, const struct acquire_pa
 
 	pthread_mutex_lock(&c->mu);
 	l->entry->contending = 0;
+	c->stats.contending--;
 	if (st == DLOCK_OK)
 		become_holder_locked(l, p, &acq, started);
 	return st;

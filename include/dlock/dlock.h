@@ -154,6 +154,7 @@ typedef struct dlock_client_stats {
 	uint64_t server_releases; /* driver release calls */
 	uint64_t renewals;        /* successful automatic renewals */
 	uint64_t lost;            /* acquisitions reported lost */
+	uint64_t contending;      /* driver acquire calls in progress now (waiting on the server) */
 } dlock_client_stats;
 
 /** Copy the client's counters into *stats.  Thread-safe. */

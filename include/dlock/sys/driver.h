@@ -177,7 +177,10 @@ void dlock_host_log(dlock_host *host, dlock_log_level level, const char *fmt, ..
 
 /**
  * Report that the lock whose state is `lk` was lost while held.  Any thread,
- * any time (also from inside a driver method); it only queues the report.
+ * any time, also from inside a driver method and with the driver's own
+ * mutexes held (the core never holds its locks while calling a driver, so
+ * this cannot deadlock); it only queues the report.  Report only for the
+ * current acquisition of `lk`.
  * The core ignores a report for an `lk` that is not held, and reports each
  * acquisition at most once.
  */
@@ -239,7 +242,11 @@ typedef int dlock_driver_knows_param_fn(const char *key);
 typedef dlock_status dlock_driver_lock_init_fn(void *backend, void *lk, const char *name, size_t len,
                                                dlock_error *err);
 
-/** Free what lock_init() allocated.  Never called while held. MAY. */
+/**
+ * Free what lock_init() allocated.  Called when the core no longer counts
+ * the lock as held; if the driver still holds it on the server (a lease the
+ * core declared lost), it drops that hold here.  MAY.
+ */
 typedef void dlock_driver_lock_fini_fn(void *backend, void *lk);
 
 /**

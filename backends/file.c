@@ -1,0 +1,438 @@
+/*
+ * file:// — open file description (OFD) locks on one host.
+ *
+ * file:///ABSOLUTE/DIR: one lock file per name, DIR/<component>.lock, where
+ * the component is dlock_name_component(name): every name maps to its own
+ * valid file name inside DIR, whatever bytes it holds.  DIR is created on
+ * demand.
+ *
+ * The lock is an F_OFD_SETLK write lock on the whole file.  OFD locks
+ * belong to the open file description, not to the process, so two handles
+ * of one process exclude each other like two processes do, and the kernel
+ * drops the lock when the holder dies.  DIR must be on a local file system
+ * (on NFS the kernel may lose a lock while the descriptor stays open).
+ *
+ * Lock files are NEVER unlinked.  Unlinking on release races with a
+ * contender that has already opened the old file: it locks the unlinked
+ * inode while a third process creates and locks a new file under the same
+ * name, and both believe they hold the lock.  Keeping the file also keeps
+ * the fencing token, which lives in it.
+ *
+ * Descriptor lifetime: a handle keeps its descriptor open only while it
+ * acquires or holds the lock, and closes it on release or failure.  Idle
+ * handles then cost no descriptor, and nothing of a failed attempt stays.
+ *
+ * Fencing: the token is 8 bytes little-endian at offset 0, bumped while the
+ * lock is held and made durable with fdatasync() before acquire returns
+ * (and the directory entries with fsync() when they are new), so the token
+ * never goes back, even across a crash of the host: the class is STRICT.
+ * The sync costs about 0.3 ms per acquire+release on ext4 (5 us without).
+ *
+ * Lease: the lock lives as long as the descriptor (SESSION); lease_ms does
+ * not apply and is ignored, and there is no extend().  Waiting polls with
+ * a jittered exponential backoff, since OFD locks have no timed wait.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dlock/sys/driver.h"
+
+#define FILE_SUFFIX ".lock"
+#define BACKOFF_FIRST_NS 1000000  /* 1 ms */
+#define BACKOFF_MAX_NS 50000000   /* 50 ms */
+
+struct file_client {
+	char *dir; /* absolute, without trailing '/' (except "/" itself) */
+	dlock_host *host;
+};
+
+struct file_lock {
+	char *path; /* DIR/<component>.lock */
+	int fd;     /* open and locked while held; -1 otherwise */
+};
+
+/* --------------------------------------------------------------- errors */
+
+static dlock_status errno_status(int e)
+{
+	return (e == EACCES || e == EPERM) ? DLOCK_EPERM : DLOCK_EIO;
+}
+
+/* Fail with the text of errno `e`: "<what> <path>: <strerror>". */
+static dlock_status fail_errno(dlock_error *err, int e, const char *what, const char *path)
+{
+	char buf[128];
+	/* GNU strerror_r (we build with _GNU_SOURCE): returns the text, maybe not in buf. */
+	const char *text = strerror_r(e, buf, sizeof buf);
+	return dlock_error_set(err, errno_status(e), "file://: %s %s: %s", what, path, text);
+}
+
+/* ------------------------------------------------------------ directory */
+
+/* Make a new directory entry durable: fsync the directory that holds it. */
+static int sync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	int rc = fsync(fd);
+	int e = errno;
+	close(fd);
+	errno = e;
+	return rc;
+}
+
+/* Create `buf` (a writable copy of the path) and its parents, as mkdir -p. */
+static dlock_status make_path(char *buf, dlock_error *err)
+{
+	for (char *p = buf + 1;; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		char c = *p;
+		*p = '\0';
+		if (mkdir(buf, 0700) == 0) {
+			char *slash = strrchr(buf, '/');
+			*slash = '\0';
+			int rc = sync_dir(slash == buf ? "/" : buf);
+			*slash = '/';
+			if (rc != 0)
+				return fail_errno(err, errno, "cannot sync the directory above", buf);
+		} else if (errno != EEXIST) {
+			return fail_errno(err, errno, "cannot create directory", buf);
+		}
+		*p = c;
+		if (c == '\0')
+			return DLOCK_OK;
+	}
+}
+
+/*
+ * mkdir -p DIR.  Directories we create are 0700: the lock files are private
+ * to the user unless the directory was prepared otherwise beforehand.  Each
+ * new entry is synced into its parent, since losing DIR in a crash would
+ * lose the fencing tokens with it.
+ */
+static dlock_status make_dirs(const char *dir, dlock_error *err)
+{
+	struct stat sb;
+	char *buf = strdup(dir);
+	if (!buf)
+		return dlock_error_set(err, DLOCK_ENOMEM, "file://: out of memory");
+	dlock_status st = make_path(buf, err);
+	free(buf);
+	if (st != DLOCK_OK)
+		return st;
+	if (stat(dir, &sb) != 0)
+		return fail_errno(err, errno, "cannot use directory", dir);
+	if (!S_ISDIR(sb.st_mode))
+		return fail_errno(err, ENOTDIR, "cannot use directory", dir);
+	return DLOCK_OK;
+}
+
+/* ---------------------------------------------------------------- locks */
+
+static int ofd_lock(int fd, short type)
+{
+	struct flock fl = { .l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+	return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+/* Open the lock file, creating it (and DIR, if it went away) as needed.  -1: failure in err. */
+static int open_lock_file(struct file_client *c, struct file_lock *lk, dlock_status *st, dlock_error *err)
+{
+	/* O_NOFOLLOW: a symlink planted in DIR must not make us lock (and write) another file. */
+	int flags = O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW;
+	int fd = open(lk->path, flags, 0644);
+	if (fd < 0 && errno == ENOENT) {
+		*st = make_dirs(c->dir, err);
+		if (*st != DLOCK_OK)
+			return -1;
+		fd = open(lk->path, flags, 0644);
+	}
+	if (fd < 0)
+		*st = fail_errno(err, errno, "cannot open lock file", lk->path);
+	return fd;
+}
+
+/*
+ * Bump the token of the locked file `fd` and make it durable.  A file with
+ * no token yet is new: its directory entry is synced too, or a crash could
+ * take the file, and the token, away.
+ */
+static dlock_status bump_token(struct file_client *c, int fd, const char *path, uint64_t *token,
+                               dlock_error *err)
+{
+	unsigned char b[8];
+	uint64_t t = 0;
+	ssize_t n = pread(fd, b, sizeof b, 0);
+	if (n < 0)
+		return fail_errno(err, errno, "cannot read the fencing token of", path);
+	if (n != 0 && n != (ssize_t)sizeof b)
+		return dlock_error_set(err, DLOCK_EIO, "file://: %s holds a truncated fencing token", path);
+	for (int i = 7; n != 0 && i >= 0; i--)
+		t = t << 8 | b[i];
+	if (t == UINT64_MAX)
+		return dlock_error_set(err, DLOCK_EIO, "file://: the fencing token of %s is exhausted", path);
+	uint64_t next = t + 1;
+	for (int i = 0; i < 8; i++)
+		b[i] = (unsigned char)(next >> (8 * i));
+	n = pwrite(fd, b, sizeof b, 0);
+	if (n != (ssize_t)sizeof b)
+		return fail_errno(err, n < 0 ? errno : EIO, "cannot write the fencing token of", path);
+	if (fdatasync(fd) != 0)
+		return fail_errno(err, errno, "cannot sync the fencing token of", path);
+	if (t == 0 && sync_dir(c->dir) != 0)
+		return fail_errno(err, errno, "cannot sync directory", c->dir);
+	*token = next;
+	return DLOCK_OK;
+}
+
+/* Jittered exponential backoff; the PRNG state lives in the acquire call. */
+struct backoff {
+	uint64_t rng;
+	int64_t ns;
+};
+
+static void backoff_init(struct backoff *b)
+{
+	if (dlock_random_bytes(&b->rng, sizeof b->rng) != DLOCK_OK)
+		b->rng = (uint64_t)dlock_monotonic_ns() ^ (uint64_t)(uintptr_t)b;
+	b->rng |= 1; /* xorshift needs a non-zero state */
+	b->ns = BACKOFF_FIRST_NS;
+}
+
+/* Next sleep: the current step +-25% (so pollers drift apart), then double the step. */
+static int64_t backoff_next(struct backoff *b)
+{
+	b->rng ^= b->rng << 13;
+	b->rng ^= b->rng >> 7;
+	b->rng ^= b->rng << 17;
+	int64_t sleep_ns = b->ns * 3 / 4 + (int64_t)(b->rng % (uint64_t)(b->ns / 2));
+	b->ns = b->ns * 2 > BACKOFF_MAX_NS ? BACKOFF_MAX_NS : b->ns * 2;
+	return sleep_ns;
+}
+
+/* Take the OFD lock on `fd`, polling until `w` says stop. */
+static dlock_status lock_fd(struct file_client *c, struct file_lock *lk, int fd, dlock_wait *w,
+                            int64_t *sent_ns, dlock_error *err)
+{
+	struct backoff b = { 0 };
+	for (;;) {
+		*sent_ns = dlock_monotonic_ns();
+		if (ofd_lock(fd, F_WRLCK) == 0)
+			return DLOCK_OK;
+		if (errno != EAGAIN && errno != EACCES)
+			return fail_errno(err, errno, "cannot lock", lk->path);
+		if (dlock_wait_try_once(w))
+			return dlock_error_set(err, DLOCK_EBUSY, "file://: %s is locked by another owner", lk->path);
+		if (b.ns == 0) {
+			backoff_init(&b);
+			dlock_host_log(c->host, DLOCK_LOG_DEBUG, "file://: waiting, %s is locked by another owner",
+			               lk->path);
+		}
+		dlock_status st = dlock_wait_sleep(w, backoff_next(&b));
+		if (st == DLOCK_ETIMEDOUT)
+			return dlock_error_set(err, DLOCK_EBUSY, "file://: %s stayed locked by another owner",
+			                       lk->path);
+		if (st == DLOCK_ECANCELED)
+			return dlock_error_set(err, st, "file://: acquire of %s cancelled", lk->path);
+		if (st != DLOCK_OK)
+			return dlock_error_set(err, st, "file://: waiting for %s failed", lk->path);
+	}
+}
+
+/* ------------------------------------------------------------ the driver */
+
+static dlock_status file_check_uri(const dlock_uri *uri, dlock_error *err)
+{
+	/* file://relative/dir parses as host "relative": say what to write instead. */
+	if (uri->nhosts == 1 && uri->hosts[0].host[0] != '\0')
+		return dlock_error_set(err, DLOCK_EURI,
+		                       "file:// takes no host ('%s' here): write file:///ABSOLUTE/DIR "
+		                       "(three slashes), not %s",
+		                       uri->hosts[0].host, uri->masked);
+	if (uri->nhosts != 1 || uri->hosts[0].port != 0)
+		return dlock_error_set(err, DLOCK_EURI, "file:// takes no port or host list: %s", uri->masked);
+	if (uri->user || uri->password)
+		return dlock_error_set(err, DLOCK_EURI, "file:// takes no user or password: %s", uri->masked);
+	if (uri->path[0] != '/')
+		return dlock_error_set(err, DLOCK_EURI, "file:// needs an absolute directory (file:///DIR): %s",
+		                       uri->masked);
+	if (uri->nparams != 0)
+		return dlock_error_set(err, DLOCK_EURI, "file:// has no parameter '%s': %s", uri->params[0].key,
+		                       uri->masked);
+	if (strlen(uri->path) + 1 + DLOCK_COMPONENT_MAX + sizeof FILE_SUFFIX > PATH_MAX)
+		return dlock_error_set(err, DLOCK_EURI, "file://: the directory path is too long: %s",
+		                       uri->masked);
+	return DLOCK_OK;
+}
+
+static dlock_status file_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
+{
+	struct file_client *c = NULL;
+	dlock_status st = file_check_uri(uri, err);
+	if (st != DLOCK_OK)
+		return st;
+	c = calloc(1, sizeof *c);
+	if (!c || !(c->dir = strdup(uri->path))) {
+		st = dlock_error_set(err, DLOCK_ENOMEM, "file://: out of memory");
+		goto fail;
+	}
+	for (size_t n = strlen(c->dir); n > 1 && c->dir[n - 1] == '/'; n--)
+		c->dir[n - 1] = '\0';
+	c->host = host;
+	st = make_dirs(c->dir, err);
+	if (st != DLOCK_OK)
+		goto fail;
+	*backend = c;
+	return DLOCK_OK;
+fail:
+	if (c)
+		free(c->dir);
+	free(c);
+	return st;
+}
+
+static void file_close(void *backend)
+{
+	struct file_client *c = backend;
+	free(c->dir);
+	free(c);
+}
+
+static void file_capabilities(void *backend, dlock_capabilities *caps)
+{
+	(void)backend;
+	*caps = (dlock_capabilities){
+		.backend = "file",
+		.consistency = DLOCK_CONSISTENCY_LOCAL,
+		.fencing = DLOCK_FENCING_STRICT,
+		.fencing_note = "",
+		.fair = 0,
+		.lease = DLOCK_LEASE_SESSION,
+		.wakeup = DLOCK_WAKEUP_POLL,
+		.scope = DLOCK_SCOPE_HOST,
+	};
+}
+
+static dlock_status file_lock_init(void *backend, void *lkp, const char *name, size_t len,
+                                   dlock_error *err)
+{
+	struct file_client *c = backend;
+	struct file_lock *lk = lkp;
+	char component[DLOCK_COMPONENT_MAX + 1];
+	size_t size = strlen(c->dir) + 1 + DLOCK_COMPONENT_MAX + sizeof FILE_SUFFIX;
+
+	lk->fd = -1;
+	lk->path = malloc(size);
+	if (!lk->path)
+		return dlock_error_set(err, DLOCK_ENOMEM, "file://: out of memory");
+	dlock_name_component(name, len, component);
+	/* "/" + component, except under the root directory, which already ends in '/'. */
+	snprintf(lk->path, size, "%s%s%s" FILE_SUFFIX, c->dir, strcmp(c->dir, "/") ? "/" : "", component);
+	return DLOCK_OK;
+}
+
+static void file_lock_fini(void *backend, void *lkp)
+{
+	struct file_lock *lk = lkp;
+	(void)backend;
+	if (lk->fd >= 0)
+		close(lk->fd);
+	lk->fd = -1;
+	free(lk->path);
+	lk->path = NULL;
+}
+
+static dlock_status file_acquire(void *backend, void *lkp, int64_t lease_ms, dlock_wait *w,
+                                 dlock_acquired *out, dlock_error *err)
+{
+	struct file_client *c = backend;
+	struct file_lock *lk = lkp;
+	dlock_status st = DLOCK_OK;
+	int64_t sent_ns = 0;
+	uint64_t token = 0;
+
+	(void)lease_ms; /* the lock lives with the descriptor: there is no lease */
+	int fd = open_lock_file(c, lk, &st, err);
+	if (fd < 0)
+		goto fail;
+	st = lock_fd(c, lk, fd, w, &sent_ns, err);
+	if (st != DLOCK_OK)
+		goto fail;
+	st = bump_token(c, fd, lk->path, &token, err);
+	if (st != DLOCK_OK)
+		goto fail;
+	lk->fd = fd;
+	*out = (dlock_acquired){ .token = token, .sent_ns = sent_ns };
+	return DLOCK_OK;
+fail:
+	/* Unlock first, as in release (a no-op when the lock was not taken). */
+	if (fd >= 0) {
+		ofd_lock(fd, F_UNLCK);
+		close(fd);
+	}
+	return st;
+}
+
+/*
+ * Unlock explicitly before closing: a child forked while we held the lock
+ * shares the open file description, and close() alone would leave the lock
+ * held until the child closes it too.
+ */
+static dlock_status file_release(void *backend, void *lkp, dlock_error *err)
+{
+	struct file_lock *lk = lkp;
+	(void)backend;
+	if (lk->fd < 0)
+		return dlock_error_set(err, DLOCK_ENOTHELD, "file://: %s is not held by this handle", lk->path);
+	int rc = ofd_lock(lk->fd, F_UNLCK);
+	int e = errno;
+	close(lk->fd);
+	lk->fd = -1;
+	if (rc != 0)
+		return fail_errno(err, e, "cannot unlock", lk->path);
+	return DLOCK_OK;
+}
+
+/*
+ * While our descriptor is open the kernel keeps our lock, so the answer is
+ * normally OK.  F_OFD_GETLK still asks: it reports a conflicting lock only
+ * if another description holds one, which means ours was lost.
+ */
+static dlock_status file_check(void *backend, void *lkp, dlock_error *err)
+{
+	struct file_lock *lk = lkp;
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+	(void)backend;
+	if (lk->fd < 0)
+		return dlock_error_set(err, DLOCK_ENOTHELD, "file://: %s is not held by this handle", lk->path);
+	if (fcntl(lk->fd, F_OFD_GETLK, &fl) != 0)
+		return fail_errno(err, errno, "cannot query the lock on", lk->path);
+	if (fl.l_type != F_UNLCK)
+		return dlock_error_set(err, DLOCK_ENOTHELD, "file://: %s is locked by another owner", lk->path);
+	return DLOCK_OK;
+}
+
+const dlock_driver dlock_file_driver = {
+	.abi_version = DLOCK_DRIVER_ABI_VERSION,
+	.scheme = "file",
+	.lock_size = sizeof(struct file_lock),
+	.open = file_open,
+	.close = file_close,
+	.capabilities = file_capabilities,
+	.knows_param = NULL,
+	.lock_init = file_lock_init,
+	.lock_fini = file_lock_fini,
+	.acquire = file_acquire,
+	.release = file_release,
+	.extend = NULL,
+	.check = file_check,
+};

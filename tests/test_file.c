@@ -1,0 +1,658 @@
+/*
+ * file:// backend: URIs, the lock directory, lock file names, fencing
+ * tokens across processes, and the OS releasing a dead holder's lock.
+ *
+ * Every test works in its own temporary directory.  Child processes are
+ * forked only while the parent has no client open (clients are not
+ * fork-safe); they report through shared memory and their exit status and
+ * never call CUnit.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlock/dlock.h"
+#include "testsupport.h"
+
+#define LONG_WAIT_MS 30000 /* an acquire that must succeed: a hang becomes a failure */
+#define AWAIT_MS 10000     /* awaiting a condition that must come true */
+
+/* ------------------------------------------------------------ helpers */
+
+static dlock_client *open_dir(const char *dir)
+{
+	char uri[PATH_MAX + 16], errbuf[256] = "";
+	dlock_client *c = NULL;
+	snprintf(uri, sizeof uri, "file://%s", dir);
+	dlock_status st = dlock_client_open(&c, uri, NULL, errbuf, sizeof errbuf);
+	if (st != DLOCK_OK)
+		fprintf(stderr, "open %s: %s: %s\n", uri, dlock_status_name(st), errbuf);
+	return c;
+}
+
+static dlock_status open_status(const char *uri, char *errbuf, size_t errlen)
+{
+	dlock_client *c = NULL;
+	dlock_status st = dlock_client_open(&c, uri, NULL, errbuf, errlen);
+	dlock_client_close(c);
+	return st;
+}
+
+static dlock_lock *new_lock(dlock_client *c, const char *name)
+{
+	dlock_lock *l = NULL;
+	if (c && dlock_lock_new(c, name, &l) != DLOCK_OK)
+		return NULL;
+	return l;
+}
+
+static dlock_status acquire(dlock_lock *l, int64_t wait_ms)
+{
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = wait_ms;
+	return dlock_acquire(l, &o);
+}
+
+static uint64_t token_of(dlock_lock *l)
+{
+	uint64_t t = 0;
+	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &t), DLOCK_OK);
+	return t;
+}
+
+/* Try once with a fresh handle; release at once if it worked. */
+static dlock_status probe_name(dlock_client *c, const char *name)
+{
+	dlock_lock *l = new_lock(c, name);
+	if (!l)
+		return DLOCK_ENOMEM;
+	dlock_status st = acquire(l, 0);
+	if (st == DLOCK_OK)
+		dlock_release(l);
+	dlock_lock_free(l);
+	return st;
+}
+
+static char *path_join(const char *a, const char *b)
+{
+	char *p = malloc(strlen(a) + strlen(b) + 2);
+	CU_ASSERT_FATAL(p != NULL);
+	sprintf(p, "%s/%s", a, b);
+	return p;
+}
+
+/* Names of the entries of `dir` (without "." and ".."); returns the count. */
+static size_t list_dir(const char *dir, char names[][NAME_MAX + 1], size_t max)
+{
+	size_t n = 0;
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	for (struct dirent *e; (e = readdir(d)) != NULL;) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (n < max)
+			snprintf(names[n], NAME_MAX + 1, "%s", e->d_name);
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/* The only entry of `dir` is `name`. */
+static int only_entry(const char *dir, const char *name)
+{
+	char names[2][NAME_MAX + 1];
+	return list_dir(dir, names, 2) == 1 && strcmp(names[0], name) == 0;
+}
+
+static int exited_ok(pid_t pid)
+{
+	int status = 0;
+	if (waitpid(pid, &status, 0) != pid)
+		return 0;
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* --------------------------------------------------------------- URIs */
+
+static void test_uri_invalid(void)
+{
+	static const char *const bad[] = {
+		"file://relative/dir", "file://", "file://host/tmp/x", "file:///tmp/x?foo=1", "file://a,b/tmp/x",
+		"file://user@/tmp/x", "file://user:secret@/tmp/x", "file://localhost:5/tmp/x",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char errbuf[256] = "";
+		dlock_status st = open_status(bad[i], errbuf, sizeof errbuf);
+		if (st != DLOCK_EURI)
+			fprintf(stderr, "%s: %s %s\n", bad[i], dlock_status_name(st), errbuf);
+		CU_ASSERT_EQUAL(st, DLOCK_EURI);
+		CU_ASSERT(errbuf[0] != '\0');
+		CU_ASSERT_PTR_NULL(strstr(errbuf, "secret"));
+	}
+	/* The usual mistake gets a message that says what to write. */
+	char errbuf[256] = "";
+	CU_ASSERT_EQUAL(open_status("file://relative/dir", errbuf, sizeof errbuf), DLOCK_EURI);
+	CU_ASSERT_PTR_NOT_NULL(strstr(errbuf, "file:///"));
+}
+
+static void test_capabilities(void)
+{
+	char *tmp = dlock_test_mkdtemp();
+	dlock_client *c = open_dir(tmp);
+	dlock_capabilities caps;
+	CU_ASSERT_FATAL(c != NULL);
+	CU_ASSERT_EQUAL(dlock_client_capabilities(c, &caps), DLOCK_OK);
+	CU_ASSERT_STRING_EQUAL(caps.backend, "file");
+	CU_ASSERT_EQUAL(caps.consistency, DLOCK_CONSISTENCY_LOCAL);
+	CU_ASSERT_EQUAL(caps.fencing, DLOCK_FENCING_STRICT);
+	CU_ASSERT_EQUAL(caps.fair, 0);
+	CU_ASSERT_EQUAL(caps.lease, DLOCK_LEASE_SESSION);
+	CU_ASSERT_EQUAL(caps.wakeup, DLOCK_WAKEUP_POLL);
+	CU_ASSERT_EQUAL(caps.scope, DLOCK_SCOPE_HOST);
+
+	/* No lease: nothing to extend; check asks the OS. */
+	dlock_lock *l = new_lock(c, "n");
+	CU_ASSERT_FATAL(l != NULL);
+	CU_ASSERT_EQUAL_FATAL(acquire(l, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_extend(l, 1000), DLOCK_ENOTSUP);
+	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_ENOTHELD);
+	dlock_lock_free(l);
+	dlock_client_close(c);
+	dlock_test_rmtree(tmp);
+	free(tmp);
+}
+
+/* ---------------------------------------------------------- directory */
+
+static void test_dir_on_demand(void)
+{
+	char *tmp = dlock_test_mkdtemp();
+	char *dir = path_join(tmp, "a/b/c");
+	struct stat sb;
+	CU_ASSERT_EQUAL(stat(dir, &sb), -1);
+	dlock_client *c = open_dir(dir);
+	CU_ASSERT_FATAL(c != NULL);
+	CU_ASSERT_EQUAL_FATAL(stat(dir, &sb), 0);
+	CU_ASSERT(S_ISDIR(sb.st_mode));
+	CU_ASSERT_EQUAL(sb.st_mode & 0777, 0700);
+
+	/* Removed while the client is open: the next acquire makes it again. */
+	dlock_test_rmtree(dir);
+	CU_ASSERT_EQUAL(probe_name(c, "n"), DLOCK_OK);
+	CU_ASSERT_EQUAL(stat(dir, &sb), 0);
+	dlock_client_close(c);
+	free(dir);
+	dlock_test_rmtree(tmp);
+	free(tmp);
+}
+
+static void test_dir_errors(void)
+{
+	char *tmp = dlock_test_mkdtemp();
+	char *file = path_join(tmp, "file");
+	char *under = path_join(file, "sub");
+	char uri[PATH_MAX + 16], errbuf[256] = "";
+	int fd = open(file, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	CU_ASSERT_FATAL(fd >= 0);
+	close(fd);
+
+	snprintf(uri, sizeof uri, "file://%s", under);
+	CU_ASSERT_EQUAL(open_status(uri, errbuf, sizeof errbuf), DLOCK_EIO);
+	CU_ASSERT_PTR_NOT_NULL(strstr(errbuf, strerror(ENOTDIR)));
+	snprintf(uri, sizeof uri, "file://%s", file);
+	CU_ASSERT_EQUAL(open_status(uri, errbuf, sizeof errbuf), DLOCK_EIO);
+
+	if (geteuid() == 0) {
+		fprintf(stderr, "\n    SKIPPED: EPERM for an unwritable parent (running as root)\n    ");
+	} else {
+		char *ro = path_join(tmp, "ro");
+		char *sub = path_join(ro, "sub");
+		CU_ASSERT_FATAL(mkdir(ro, 0500) == 0);
+		snprintf(uri, sizeof uri, "file://%s", sub);
+		CU_ASSERT_EQUAL(open_status(uri, errbuf, sizeof errbuf), DLOCK_EPERM);
+		CU_ASSERT_PTR_NOT_NULL(strstr(errbuf, strerror(EACCES)));
+		chmod(ro, 0700);
+		free(sub);
+		free(ro);
+	}
+	free(under);
+	free(file);
+	dlock_test_rmtree(tmp);
+	free(tmp);
+}
+
+/* -------------------------------------------------------- file names */
+
+#define NNAMES 12
+
+static void test_names(void)
+{
+	char *tmp = dlock_test_mkdtemp();
+	char *outer = path_join(tmp, "outer");
+	char *dir = path_join(outer, "locks");
+	static char long1[DLOCK_NAME_MAX + 1], long2[DLOCK_NAME_MAX + 1];
+	memset(long1, 'x', DLOCK_NAME_MAX);
+	memcpy(long2, long1, DLOCK_NAME_MAX);
+	long2[DLOCK_NAME_MAX - 1] = 'y';
+	const char *names[NNAMES] = {
+		"a/b", "a%2Fb", "a_b", "..", "../escape", ".", "with space", "ctl\x01\n\t",
+		"\xff\xfe not utf-8 \xc3", "/abs", long1, long2,
+	};
+	dlock_client *c = open_dir(dir);
+	CU_ASSERT_FATAL(c != NULL);
+	for (int i = 0; i < NNAMES; i++) {
+		dlock_lock *l = new_lock(c, names[i]);
+		CU_ASSERT_FATAL(l != NULL);
+		CU_ASSERT_EQUAL(acquire(l, 0), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+		dlock_lock_free(l);
+	}
+	/* The same name again maps to the same file. */
+	CU_ASSERT_EQUAL(probe_name(c, "a/b"), DLOCK_OK);
+	dlock_client_close(c);
+
+	static char listed[NNAMES + 4][NAME_MAX + 1];
+	CU_ASSERT_EQUAL(list_dir(dir, listed, NNAMES + 4), NNAMES);
+	for (int i = 0; i < NNAMES; i++) {
+		size_t len = strlen(listed[i]);
+		CU_ASSERT(len > strlen(".lock") && len < NAME_MAX);
+		CU_ASSERT_STRING_EQUAL(listed[i] + len - strlen(".lock"), ".lock");
+		CU_ASSERT(listed[i][0] != '.');
+	}
+	/* Nothing was created next to DIR or above it. */
+	CU_ASSERT(only_entry(outer, "locks"));
+	CU_ASSERT(only_entry(tmp, "outer"));
+	free(dir);
+	free(outer);
+	dlock_test_rmtree(tmp);
+	free(tmp);
+}
+
+/* Lock files stay after release: the next holder locks the same inode. */
+static void test_never_unlinked(void)
+{
+	char *tmp = dlock_test_mkdtemp();
+	dlock_client *a = open_dir(tmp), *b = open_dir(tmp);
+	char listed[2][NAME_MAX + 1];
+	struct stat s1, s2;
+	CU_ASSERT_FATAL(a && b);
+	dlock_lock *la = new_lock(a, "n"), *lb = new_lock(b, "n");
+	CU_ASSERT_FATAL(la && lb);
+
+	CU_ASSERT_EQUAL_FATAL(acquire(la, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(list_dir(tmp, listed, 2), 1);
+	char *path = path_join(tmp, listed[0]);
+	CU_ASSERT_EQUAL_FATAL(stat(path, &s1), 0);
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
+	CU_ASSERT_EQUAL(stat(path, &s2), 0);
+	CU_ASSERT_EQUAL(s1.st_ino, s2.st_ino);
+
+	CU_ASSERT_EQUAL_FATAL(acquire(lb, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	dlock_client_close(a);
+	dlock_client_close(b);
+	CU_ASSERT_EQUAL(stat(path, &s2), 0);
+	CU_ASSERT_EQUAL(s1.st_ino, s2.st_ino);
+	CU_ASSERT_EQUAL(list_dir(tmp, listed, 2), 1);
+	free(path);
+	dlock_test_rmtree(tmp);
+	free(tmp);
+}
+
+/* ------------------------------------------------------- exclusion */
+
+struct waiter {
+	dlock_lock *lock;
+	pthread_t thread;
+	dlock_status status;
+	atomic_int done;
+};
+
+static void *waiter_main(void *arg)
+{
+	struct waiter *w = arg;
+	w->status = acquire(w->lock, LONG_WAIT_MS);
+	atomic_store(&w->done, 1);
+	return NULL;
+}
+
+static void count_waiting(void *userdata, dlock_log_level level, const char *msg)
+{
+	(void)level;
+	if (strstr(msg, "waiting"))
+		atomic_fetch_add((atomic_int *)userdata, 1);
+}
+
+static int flag_set(void *arg)
+{
+	return atomic_load((atomic_int *)arg) != 0;
+}
+
+/* A client whose log counts the driver's "waiting" messages into *waiting. */
+static dlock_client *open_counting(const char *dir, atomic_int *waiting)
+{
+	char uri[PATH_MAX + 16], errbuf[256] = "";
+	dlock_client *c = NULL;
+	dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+	o.log = count_waiting;
+	o.log_userdata = waiting;
+	o.log_level = DLOCK_LOG_DEBUG;
+	atomic_init(waiting, 0);
+	snprintf(uri, sizeof uri, "file://%s", dir);
+	if (dlock_client_open(&c, uri, &o, errbuf, sizeof errbuf) != DLOCK_OK)
+		fprintf(stderr, "open %s: %s\n", uri, errbuf);
+	return c;
+}
+
+/* Two clients of one process exclude each other (OFD locks), also while one waits. */
+static void test_two_clients(void)
+{
+	char *tmp = dlock_test_mkdtemp();
+	atomic_int waiting;
+	dlock_client *a = open_dir(tmp), *b = open_counting(tmp, &waiting);
+	CU_ASSERT_FATAL(a && b);
+	dlock_lock *la = new_lock(a, "n"), *lb = new_lock(b, "n");
+	CU_ASSERT_FATAL(la && lb);
+
+	CU_ASSERT_EQUAL_FATAL(acquire(la, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(lb, 0), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(acquire(lb, 30), DLOCK_ETIMEDOUT);
+
+	struct waiter w = { .lock = lb };
+	atomic_init(&w.done, 0);
+	atomic_store(&waiting, 0);
+	CU_ASSERT_FATAL(pthread_create(&w.thread, NULL, waiter_main, &w) == 0);
+	CU_ASSERT(dlock_test_await(flag_set, &waiting, AWAIT_MS));
+	CU_ASSERT_EQUAL(atomic_load(&w.done), 0);
+	uint64_t ta = token_of(la);
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
+	pthread_join(w.thread, NULL);
+	CU_ASSERT_EQUAL_FATAL(w.status, DLOCK_OK);
+	CU_ASSERT(token_of(lb) > ta);
+	CU_ASSERT_EQUAL(acquire(la, 0), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
+
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	dlock_client_close(a);
+	dlock_client_close(b);
+	dlock_test_rmtree(tmp);
+	free(tmp);
+}
+
+/* A polling waiter is cancelled promptly and leaves the file unlocked. */
+static void test_cancel_poll(void)
+{
+	char *tmp = dlock_test_mkdtemp();
+	atomic_int waiting;
+	dlock_client *a = open_dir(tmp), *b = open_counting(tmp, &waiting);
+	CU_ASSERT_FATAL(a && b);
+	dlock_lock *la = new_lock(a, "n"), *lb = new_lock(b, "n");
+	CU_ASSERT_FATAL(la && lb);
+	CU_ASSERT_EQUAL_FATAL(acquire(la, 0), DLOCK_OK);
+	struct waiter w = { .lock = lb };
+	atomic_init(&w.done, 0);
+	CU_ASSERT_FATAL(pthread_create(&w.thread, NULL, waiter_main, &w) == 0);
+	CU_ASSERT_FATAL(dlock_test_await(flag_set, &waiting, AWAIT_MS));
+	int64_t t0 = dlock_test_now_ms();
+	CU_ASSERT_EQUAL(dlock_cancel(lb), DLOCK_OK);
+	CU_ASSERT(dlock_test_await(flag_set, &w.done, AWAIT_MS));
+	/* Well under LONG_WAIT_MS: the sleep between polls is cut short. */
+	CU_ASSERT(dlock_test_now_ms() - t0 < 1000);
+	pthread_join(w.thread, NULL);
+	CU_ASSERT_EQUAL(w.status, DLOCK_ECANCELED);
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
+	CU_ASSERT_EQUAL(probe_name(b, "n"), DLOCK_OK);
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	dlock_client_close(a);
+	dlock_client_close(b);
+	dlock_test_rmtree(tmp);
+	free(tmp);
+}
+
+/* ------------------------------------------------------- processes */
+
+/* What a child reports to its parent. */
+struct child_report {
+	atomic_int state; /* 0: running, 1: holds the lock, -1: failed */
+	uint64_t token;
+};
+
+/* In a child: open, acquire, report; then release or wait to be killed. */
+static void child_lock(const char *dir, struct child_report *r, int hold_forever)
+{
+	dlock_client *c = open_dir(dir);
+	dlock_lock *l = new_lock(c, "n");
+	if (!l || acquire(l, LONG_WAIT_MS) != DLOCK_OK || dlock_lock_fencing_token(l, &r->token) != DLOCK_OK) {
+		atomic_store(&r->state, -1);
+		_exit(1);
+	}
+	atomic_store(&r->state, 1);
+	while (hold_forever)
+		pause();
+	int ok = dlock_release(l) == DLOCK_OK;
+	dlock_lock_free(l);
+	dlock_client_close(c);
+	_exit(ok ? 0 : 1);
+}
+
+static uint64_t token_once(const char *dir)
+{
+	dlock_client *c = open_dir(dir);
+	dlock_lock *l = new_lock(c, "n");
+	uint64_t t = 0;
+	CU_ASSERT_FATAL(l != NULL);
+	CU_ASSERT_EQUAL_FATAL(acquire(l, LONG_WAIT_MS), DLOCK_OK);
+	t = token_of(l);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_lock_free(l);
+	dlock_client_close(c);
+	return t;
+}
+
+static uint64_t file_token(const char *dir)
+{
+	char listed[2][NAME_MAX + 1];
+	unsigned char b[8];
+	uint64_t t = 0;
+	if (list_dir(dir, listed, 2) != 1)
+		return 0;
+	char *path = path_join(dir, listed[0]);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	free(path);
+	if (fd < 0)
+		return 0;
+	if (pread(fd, b, 8, 0) == 8)
+		for (int i = 7; i >= 0; i--)
+			t = t << 8 | b[i];
+	close(fd);
+	return t;
+}
+
+/* The token lives in the file: it keeps growing across clients and processes. */
+static void test_fencing_processes(void)
+{
+	char *tmp = dlock_test_mkdtemp();
+	struct child_report *r = dlock_test_shared_alloc(sizeof *r);
+	uint64_t t1 = token_once(tmp);
+	uint64_t t2 = token_once(tmp);
+	CU_ASSERT(t1 >= 1);
+	CU_ASSERT(t2 > t1);
+
+	pid_t pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0)
+		child_lock(tmp, r, 0);
+	CU_ASSERT(exited_ok(pid));
+	CU_ASSERT_EQUAL(atomic_load(&r->state), 1);
+	CU_ASSERT(r->token > t2);
+
+	uint64_t t3 = token_once(tmp);
+	CU_ASSERT(t3 > r->token);
+	CU_ASSERT_EQUAL(file_token(tmp), t3);
+	dlock_test_shared_free(r, sizeof *r);
+	dlock_test_rmtree(tmp);
+	free(tmp);
+}
+
+static int child_holds(void *arg)
+{
+	return atomic_load(&((struct child_report *)arg)->state) != 0;
+}
+
+/* The OS releases the lock of a holder killed with SIGKILL. */
+static void test_holder_killed(void)
+{
+	char *tmp = dlock_test_mkdtemp();
+	struct child_report *r = dlock_test_shared_alloc(sizeof *r);
+	pid_t pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0)
+		child_lock(tmp, r, 1);
+	int held = dlock_test_await(child_holds, r, AWAIT_MS) && atomic_load(&r->state) == 1;
+	CU_ASSERT(held);
+
+	dlock_client *c = open_dir(tmp);
+	CU_ASSERT_FATAL(c != NULL);
+	if (held)
+		CU_ASSERT_EQUAL(probe_name(c, "n"), DLOCK_EBUSY);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	/* The child's descriptors are closed once it can be reaped. */
+	CU_ASSERT_EQUAL(probe_name(c, "n"), DLOCK_OK);
+	dlock_client_close(c);
+	dlock_test_shared_free(r, sizeof *r);
+	dlock_test_rmtree(tmp);
+	free(tmp);
+}
+
+/*
+ * A child forked while the lock is held shares the open file description;
+ * release must still free the lock (an explicit unlock, not just close).
+ * The child does nothing with the client: it only waits to be killed.
+ */
+static void test_release_with_forked_child(void)
+{
+	char *tmp = dlock_test_mkdtemp();
+	dlock_client *a = open_dir(tmp), *b = open_dir(tmp);
+	CU_ASSERT_FATAL(a && b);
+	dlock_lock *la = new_lock(a, "n");
+	CU_ASSERT_FATAL(la != NULL);
+	CU_ASSERT_EQUAL_FATAL(acquire(la, 0), DLOCK_OK);
+	pid_t pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		for (;;)
+			pause();
+	}
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
+	CU_ASSERT_EQUAL(probe_name(b, "n"), DLOCK_OK);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	dlock_lock_free(la);
+	dlock_client_close(a);
+	dlock_client_close(b);
+	dlock_test_rmtree(tmp);
+	free(tmp);
+}
+
+/* ------------------------------------------------------------ stress */
+
+#define NSTRESS 4
+#define ITERATIONS 100
+
+struct stress {
+	dlock_lock *lock;
+	dlock_test_overlap *ov;
+	int failures;
+};
+
+static void *stress_main(void *arg)
+{
+	struct stress *s = arg;
+	for (int i = 0; i < ITERATIONS; i++) {
+		uint64_t t = 0;
+		if (acquire(s->lock, LONG_WAIT_MS) != DLOCK_OK) {
+			s->failures++;
+			continue;
+		}
+		/* The n-th holder of a fresh name (from 0) gets token n + 1. */
+		uint64_t seq = dlock_test_overlap_enter(s->ov);
+		if (dlock_lock_fencing_token(s->lock, &t) != DLOCK_OK || t != seq + 1)
+			s->failures++;
+		dlock_test_overlap_leave(s->ov);
+		if (dlock_release(s->lock) != DLOCK_OK)
+			s->failures++;
+	}
+	return NULL;
+}
+
+/* Threads of several clients: never two holders, tokens in holding order. */
+static void test_stress(void)
+{
+	char *tmp = dlock_test_mkdtemp();
+	dlock_client *c[NSTRESS];
+	struct stress s[NSTRESS];
+	pthread_t th[NSTRESS];
+	dlock_test_overlap *ov = dlock_test_overlap_new();
+	for (int i = 0; i < NSTRESS; i++) {
+		c[i] = open_dir(tmp);
+		CU_ASSERT_FATAL(c[i] != NULL);
+		s[i] = (struct stress){ .lock = new_lock(c[i], "n"), .ov = ov };
+		CU_ASSERT_FATAL(s[i].lock != NULL);
+		CU_ASSERT_FATAL(pthread_create(&th[i], NULL, stress_main, &s[i]) == 0);
+	}
+	for (int i = 0; i < NSTRESS; i++) {
+		pthread_join(th[i], NULL);
+		CU_ASSERT_EQUAL(s[i].failures, 0);
+		dlock_lock_free(s[i].lock);
+		dlock_client_close(c[i]);
+	}
+	CU_ASSERT_EQUAL(dlock_test_overlap_violations(ov), 0);
+	CU_ASSERT_EQUAL(dlock_test_overlap_count(ov), NSTRESS * ITERATIONS);
+	CU_ASSERT_EQUAL(file_token(tmp), NSTRESS * ITERATIONS);
+	dlock_test_overlap_free(ov);
+	dlock_test_rmtree(tmp);
+	free(tmp);
+}
+
+/* ------------------------------------------------------------- main */
+
+static void add_suites(void)
+{
+	CU_pSuite s = CU_add_suite("file", NULL, NULL);
+	CU_add_test(s, "invalid URIs are EURI", test_uri_invalid);
+	CU_add_test(s, "capabilities, check and extend", test_capabilities);
+	CU_add_test(s, "the directory is created on demand", test_dir_on_demand);
+	CU_add_test(s, "directory errors", test_dir_errors);
+	CU_add_test(s, "every name maps to its own file inside DIR", test_names);
+	CU_add_test(s, "lock files are never unlinked", test_never_unlinked);
+	CU_add_test(s, "two clients of one process exclude each other", test_two_clients);
+	CU_add_test(s, "a polling waiter can be cancelled", test_cancel_poll);
+	CU_add_test(s, "fencing tokens persist across processes", test_fencing_processes);
+	CU_add_test(s, "a killed holder's lock is released", test_holder_killed);
+	CU_add_test(s, "release works while a forked child has the descriptor", test_release_with_forked_child);
+	CU_add_test(s, "threads of several clients exclude each other", test_stress);
+}
+
+int main(void)
+{
+	return dlock_test_main(add_suites);
+}
