@@ -202,6 +202,10 @@ void dlock_lock_free(dlock_lock *l)
 	while (dlock_release(l) == DLOCK_OK) /* undo every reentrant level */
 		;
 	pthread_mutex_lock(&c->mu);
+	/* The background thread still touches the handle when its lost
+	 * callback returns; the callback itself must not free its lock. */
+	while (l->callback_running)
+		pthread_cond_wait(&c->cond, &c->mu);
 	dlock_lock_begin_call(l);
 	if (l->driver_ready && !c->closing && c->driver->lock_fini) {
 		pthread_mutex_unlock(&c->mu);

@@ -260,7 +260,8 @@ typedef enum dlock_lost_reason {
  * once per acquisition, never after dlock_release() of that acquisition
  * has returned.  It may call dlock_release(), dlock_check() and the fencing
  * and name getters on `lock`; it must not call dlock_client_close() (that
- * returns DLOCK_EDEADLK) and should return quickly.  `detail` is valid only
+ * returns DLOCK_EDEADLK) nor dlock_lock_free() on its lock, and should
+ * return quickly.  `detail` is valid only
  * during the call.
  */
 typedef void (*dlock_lost_fn)(dlock_lock *lock, dlock_lost_reason reason, const char *detail,

@@ -1,9 +1,14 @@
 #include "testsupport.h"
 
 #include <CUnit/Basic.h>
+#include <errno.h>
 #include <ftw.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -53,4 +58,107 @@ int64_t dlock_test_now_ms(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void dlock_test_sleep_ms(int64_t ms)
+{
+	if (ms <= 0)
+		return;
+	struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+int dlock_test_await(int (*cond)(void *arg), void *arg, int64_t timeout_ms)
+{
+	int64_t end = dlock_test_now_ms() + timeout_ms;
+	for (;;) {
+		if (cond(arg))
+			return 1;
+		if (dlock_test_now_ms() >= end)
+			return 0;
+		dlock_test_sleep_ms(1);
+	}
+}
+
+void *dlock_test_shared_alloc(size_t size)
+{
+	void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (mem == MAP_FAILED) {
+		perror("mmap");
+		abort();
+	}
+	return mem;
+}
+
+void dlock_test_shared_free(void *mem, size_t size)
+{
+	if (mem)
+		munmap(mem, size);
+}
+
+void dlock_test_mask_uri(const char *uri, char *out, size_t outlen)
+{
+	if (!outlen)
+		return;
+	snprintf(out, outlen, "%s", uri ? uri : "(null)");
+	char *auth = strstr(out, "://");
+	if (!auth)
+		return;
+	auth += 3;
+	size_t authlen = strcspn(auth, "/?#");
+	char *at = NULL;
+	for (char *p = auth; p < auth + authlen; p++)
+		if (*p == '@')
+			at = p;
+	char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+	if (!colon)
+		return;
+	char rest[4096];
+	snprintf(rest, sizeof rest, "%s", at);
+	snprintf(colon, outlen - (size_t)(colon - out), ":***%s", rest);
+}
+
+struct dlock_test_overlap {
+	atomic_int inside;
+	atomic_uint_least64_t violations;
+	volatile uint64_t counter;
+};
+
+dlock_test_overlap *dlock_test_overlap_new(void)
+{
+	return dlock_test_shared_alloc(sizeof(dlock_test_overlap));
+}
+
+void dlock_test_overlap_free(dlock_test_overlap *ov)
+{
+	dlock_test_shared_free(ov, sizeof *ov);
+}
+
+uint64_t dlock_test_overlap_enter(dlock_test_overlap *ov)
+{
+	if (atomic_exchange(&ov->inside, 1) != 0)
+		atomic_fetch_add(&ov->violations, 1);
+	uint64_t seq = ov->counter;
+	/* Give a would-be second holder time to run while the write is pending. */
+	sched_yield();
+	for (volatile int spin = 0; spin < 200; spin++)
+		;
+	ov->counter = seq + 1;
+	return seq;
+}
+
+void dlock_test_overlap_leave(dlock_test_overlap *ov)
+{
+	atomic_store(&ov->inside, 0);
+}
+
+uint64_t dlock_test_overlap_count(const dlock_test_overlap *ov)
+{
+	return ov->counter;
+}
+
+uint64_t dlock_test_overlap_violations(const dlock_test_overlap *ov)
+{
+	return atomic_load(&((dlock_test_overlap *)ov)->violations);
 }

@@ -1,0 +1,403 @@
+/*
+ * Conformance suite driver: one CUnit suite per backend URI, each holding
+ * every conformance test, plus the helpers the tests share.
+ *
+ * URIs: mem://conformance-<pid>, a temporary file:/// directory, and every
+ * whitespace-separated URI in DLOCK_TEST_URIS.  A backend that cannot be
+ * reached (DLOCK_ECONNECT) or is not compiled in (DLOCK_ENOBACKEND) is
+ * skipped with a loud line, and fails its suite when DLOCK_TEST_REQUIRE_ALL=1.
+ * DLOCK_TEST_SCALE multiplies the iteration counts (default 1).
+ */
+#include "conformance.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CONF_MAX_BACKENDS 32
+#define CONF_TEXT_MAX 512
+
+typedef struct conf_backend {
+	CU_pSuite suite;
+	char uri[2048];
+	char masked[2048];
+	char problem[CONF_TEXT_MAX + 64]; /* non-empty: the backend is unavailable */
+	dlock_capabilities caps;
+} conf_backend;
+
+static conf_backend backends[CONF_MAX_BACKENDS];
+static size_t nbackends;
+static const conf_backend *current;
+static char run_prefix[64];
+static unsigned name_counter;
+
+/* ------------------------------------------------------- the backend */
+
+const char *conf_uri(void)
+{
+	return current ? current->uri : "";
+}
+
+const dlock_capabilities *conf_caps(void)
+{
+	return &current->caps;
+}
+
+size_t conf_scaled(size_t base)
+{
+	const char *env = getenv("DLOCK_TEST_SCALE");
+	double scale = env && *env ? strtod(env, NULL) : 1.0;
+	if (!(scale > 0))
+		scale = 1.0;
+	double n = (double)base * scale;
+	return n < 1 ? 1 : (size_t)n;
+}
+
+/* ------------------------------------------------------- assertions */
+
+int conf_assert_status(dlock_status got, dlock_status want, dlock_status or_want,
+                       const char *expr, const char *file, unsigned line)
+{
+	int ok = got == want || got == or_want;
+	if (!ok) {
+		if (want == or_want)
+			printf("\n    %s:%u: %s gave %s, expected %s", file, line, expr,
+			       dlock_status_name(got), dlock_status_name(want));
+		else
+			printf("\n    %s:%u: %s gave %s, expected %s or %s", file, line, expr,
+			       dlock_status_name(got), dlock_status_name(want), dlock_status_name(or_want));
+	}
+	CU_assertImplementation(ok ? CU_TRUE : CU_FALSE, line, expr, file, "", CU_FALSE);
+	return ok;
+}
+
+/* ------------------------------------------------------- clients, locks */
+
+dlock_client *conf_open(void)
+{
+	dlock_client *client = NULL;
+	char err[CONF_TEXT_MAX] = "";
+	dlock_status st = dlock_client_open(&client, conf_uri(), NULL, err, sizeof err);
+	if (st != DLOCK_OK)
+		printf("\n    cannot open %s: %s: %s", current->masked, dlock_status_name(st), err);
+	CONF_ASSERT_ST(st, DLOCK_OK);
+	return st == DLOCK_OK ? client : NULL;
+}
+
+void conf_close(dlock_client *client)
+{
+	if (client)
+		CONF_ASSERT_ST(dlock_client_close(client), DLOCK_OK);
+}
+
+dlock_lock *conf_lock(dlock_client *client, const char *name)
+{
+	dlock_lock *lock = NULL;
+	if (!client)
+		return NULL;
+	dlock_status st = dlock_lock_new(client, name, &lock);
+	if (st != DLOCK_OK)
+		printf("\n    dlock_lock_new: %s", dlock_client_errmsg(client));
+	CONF_ASSERT_ST(st, DLOCK_OK);
+	return st == DLOCK_OK ? lock : NULL;
+}
+
+void conf_name(char *out, size_t outlen, const char *tag)
+{
+	snprintf(out, outlen, "%s-%u-%s", run_prefix, ++name_counter, tag);
+}
+
+dlock_acquire_options conf_opts(int64_t wait_ms)
+{
+	dlock_acquire_options opts = DLOCK_ACQUIRE_OPTIONS_INIT;
+	opts.wait_ms = wait_ms;
+	return opts;
+}
+
+dlock_status conf_acquire(dlock_lock *lock, int64_t wait_ms)
+{
+	dlock_acquire_options opts = conf_opts(wait_ms);
+	return dlock_acquire(lock, &opts);
+}
+
+dlock_status conf_probe(dlock_client *client, const char *name)
+{
+	dlock_lock *lock = NULL;
+	dlock_status st = dlock_lock_new(client, name, &lock);
+	if (st != DLOCK_OK)
+		return st;
+	st = conf_acquire(lock, 0);
+	if (st == DLOCK_OK)
+		CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
+	dlock_lock_free(lock);
+	return st;
+}
+
+dlock_client_stats conf_stats(dlock_client *client)
+{
+	dlock_client_stats stats;
+	memset(&stats, 0, sizeof stats);
+	if (client)
+		CONF_ASSERT_ST(dlock_client_get_stats(client, &stats), DLOCK_OK);
+	return stats;
+}
+
+/* ------------------------------------------------------- waiter thread */
+
+static void *waiter_run(void *arg)
+{
+	conf_waiter *w = arg;
+	dlock_acquire_options opts = conf_opts(w->wait_ms);
+	atomic_store(&w->started, 1);
+	w->status = dlock_acquire(w->lock, &opts);
+	if (w->status == DLOCK_OK && w->order)
+		w->ticket = atomic_fetch_add(w->order, 1);
+	if (w->status == DLOCK_OK && w->release)
+		w->release_status = dlock_release(w->lock);
+	atomic_store(&w->done, 1);
+	return NULL;
+}
+
+void conf_waiter_start(conf_waiter *w, dlock_lock *lock, int64_t wait_ms, int release,
+                       atomic_uint *order)
+{
+	memset(w, 0, sizeof *w);
+	w->lock = lock;
+	w->wait_ms = wait_ms;
+	w->release = release;
+	w->order = order;
+	w->status = DLOCK_STATUS_COUNT_;
+	w->release_status = DLOCK_STATUS_COUNT_;
+	if (pthread_create(&w->thread, NULL, waiter_run, w) != 0)
+		abort();
+}
+
+static int waiter_started(void *arg)
+{
+	return atomic_load(&((conf_waiter *)arg)->started);
+}
+
+typedef struct acquires_seen {
+	dlock_client *client;
+	uint64_t base;
+} acquires_seen;
+
+static int server_acquire_seen(void *arg)
+{
+	acquires_seen *seen = arg;
+	dlock_client_stats stats;
+	if (dlock_client_get_stats(seen->client, &stats) != DLOCK_OK)
+		return 1;
+	return stats.server_acquires > seen->base;
+}
+
+void conf_waiter_await_blocked(conf_waiter *w, dlock_client *client, uint64_t base_server_acquires)
+{
+	CU_ASSERT(dlock_test_await(waiter_started, w, CONF_AWAIT_MS));
+	acquires_seen seen = { client, base_server_acquires };
+	if (client)
+		dlock_test_await(server_acquire_seen, &seen, 300);
+	dlock_test_sleep_ms(50);
+	CU_ASSERT(!conf_waiter_done(w));
+}
+
+int conf_waiter_done(const conf_waiter *w)
+{
+	return atomic_load(&((conf_waiter *)w)->done);
+}
+
+static int waiter_done_cond(void *arg)
+{
+	return conf_waiter_done(arg);
+}
+
+static int cancel_until_done(void *arg)
+{
+	conf_waiter *w = arg;
+	if (conf_waiter_done(w))
+		return 1;
+	dlock_cancel(w->lock);
+	return 0;
+}
+
+dlock_status conf_waiter_join(conf_waiter *w, int64_t timeout_ms)
+{
+	if (!dlock_test_await(waiter_done_cond, w, timeout_ms)) {
+		printf("\n    acquire still blocked after %lld ms: cancelling it", (long long)timeout_ms);
+		CU_FAIL("waiter did not return in time");
+		if (!dlock_test_await(cancel_until_done, w, CONF_AWAIT_MS)) {
+			printf("\nFATAL: a cancelled acquire never returned; stopping the suite\n");
+			abort();
+		}
+	}
+	pthread_join(w->thread, NULL);
+	return w->status;
+}
+
+/* ------------------------------------------------------- watchdog */
+
+static int watchdog_stopped(void *arg)
+{
+	return atomic_load(&((conf_watchdog *)arg)->stop);
+}
+
+static void *watchdog_run(void *arg)
+{
+	conf_watchdog *d = arg;
+	if (dlock_test_await(watchdog_stopped, d, d->after_ms))
+		return NULL;
+	atomic_store(&d->fired, 1);
+	while (!atomic_load(&d->stop)) {
+		dlock_cancel(d->lock);
+		dlock_test_sleep_ms(20);
+	}
+	return NULL;
+}
+
+void conf_watchdog_start(conf_watchdog *d, dlock_lock *lock, int64_t after_ms)
+{
+	memset(d, 0, sizeof *d);
+	d->lock = lock;
+	d->after_ms = after_ms;
+	if (pthread_create(&d->thread, NULL, watchdog_run, d) != 0)
+		abort();
+}
+
+int conf_watchdog_stop(conf_watchdog *d)
+{
+	atomic_store(&d->stop, 1);
+	pthread_join(d->thread, NULL);
+	return atomic_load(&d->fired);
+}
+
+/* ------------------------------------------------------- suites */
+
+static int suite_init(void)
+{
+	CU_pSuite suite = CU_get_current_suite();
+	for (size_t i = 0; i < nbackends; i++) {
+		if (backends[i].suite == suite) {
+			current = &backends[i];
+			return 0;
+		}
+	}
+	return 1;
+}
+
+static int suite_cleanup(void)
+{
+	current = NULL;
+	return 0;
+}
+
+static void test_backend_available(void)
+{
+	printf("\n    backend %s is not available: %s", current->masked, current->problem);
+	CU_FAIL("backend not available (DLOCK_TEST_REQUIRE_ALL=1 or not a connection failure)");
+}
+
+static void add_table(CU_pSuite suite, const conf_test *tests)
+{
+	for (const conf_test *t = tests; t->name; t++)
+		CU_add_test(suite, t->name, t->fn);
+}
+
+static int require_all(void)
+{
+	const char *env = getenv("DLOCK_TEST_REQUIRE_ALL");
+	return env && strcmp(env, "1") == 0;
+}
+
+/* Open a client once to learn the masked URI and the capabilities. */
+static dlock_status probe_backend(conf_backend *b)
+{
+	dlock_client *client = NULL;
+	char err[CONF_TEXT_MAX] = "";
+	dlock_status st = dlock_client_open(&client, b->uri, NULL, err, sizeof err);
+	if (st != DLOCK_OK) {
+		dlock_test_mask_uri(b->uri, b->masked, sizeof b->masked);
+		snprintf(b->problem, sizeof b->problem, "%s: %s", dlock_status_name(st), err);
+		return st;
+	}
+	snprintf(b->masked, sizeof b->masked, "%s", dlock_client_uri(client));
+	dlock_status cst = dlock_client_capabilities(client, &b->caps);
+	if (cst != DLOCK_OK)
+		snprintf(b->problem, sizeof b->problem, "capabilities: %s", dlock_status_name(cst));
+	dlock_client_close(client);
+	return cst;
+}
+
+static void add_backend(const char *uri)
+{
+	if (nbackends == CONF_MAX_BACKENDS || strlen(uri) >= sizeof backends[0].uri) {
+		printf("SKIPPED backend (too many or too long a URI)\n");
+		return;
+	}
+	conf_backend *b = &backends[nbackends];
+	snprintf(b->uri, sizeof b->uri, "%s", uri);
+	dlock_status st = probe_backend(b);
+	int unreachable = st == DLOCK_ECONNECT || st == DLOCK_ENOBACKEND;
+	if (unreachable) {
+		printf("\n*** SKIPPED backend %s: %s ***\n", b->masked, b->problem);
+		fflush(stdout);
+		if (!require_all())
+			return;
+	}
+	b->suite = CU_add_suite(b->masked, suite_init, suite_cleanup);
+	if (!b->suite) {
+		printf("SKIPPED backend %s: cannot add suite (listed twice?)\n", b->masked);
+		return;
+	}
+	nbackends++;
+	if (st != DLOCK_OK) {
+		CU_add_test(b->suite, "backend_available", test_backend_available);
+		return;
+	}
+	add_table(b->suite, conf_excl_tests);
+	add_table(b->suite, conf_wait_tests);
+	add_table(b->suite, conf_lease_tests);
+	add_table(b->suite, conf_names_tests);
+}
+
+static void add_env_backends(void)
+{
+	const char *env = getenv("DLOCK_TEST_URIS");
+	if (!env)
+		return;
+	char *copy = strdup(env);
+	if (!copy)
+		abort();
+	char *save = NULL;
+	for (char *uri = strtok_r(copy, " \t\r\n", &save); uri; uri = strtok_r(NULL, " \t\r\n", &save))
+		add_backend(uri);
+	free(copy);
+}
+
+static char *file_dir;
+
+static void add_suites(void)
+{
+	CU_pSuite uri_suite = CU_add_suite("uri", NULL, NULL);
+	if (uri_suite)
+		add_table(uri_suite, conf_uri_tests);
+
+	char uri[4200];
+	snprintf(uri, sizeof uri, "mem://conformance-%ld", (long)getpid());
+	add_backend(uri);
+	snprintf(uri, sizeof uri, "file://%s/", file_dir);
+	add_backend(uri);
+	add_env_backends();
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	snprintf(run_prefix, sizeof run_prefix, "conf%ld.%lx", (long)getpid(), (unsigned long)time(NULL));
+	file_dir = dlock_test_mkdtemp();
+	int rc = dlock_test_main(add_suites);
+	dlock_test_rmtree(file_dir);
+	free(file_dir);
+	return rc;
+}

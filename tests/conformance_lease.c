@@ -1,0 +1,404 @@
+/*
+ * Conformance: capabilities, leases (expiry, renewal, extend), lost-lock
+ * callbacks and fencing tokens.  What a backend promises is read from its
+ * capabilities: TTL tests run only where caps.lease is DLOCK_LEASE_TTL.
+ */
+#include "conformance.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define SHORT_LEASE_MS 300
+
+/* ------------------------------------------------------- lost callback */
+
+/* What the lost-lock callback saw; with `act` it also calls back into dlock. */
+typedef struct lost_rec {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int act;
+	dlock_client *client;
+	int calls;
+	dlock_lost_reason reason;
+	int64_t at_ms;
+	dlock_status release_st;
+	dlock_status check_st;
+	dlock_status close_st;
+} lost_rec;
+
+static void lost_init(lost_rec *r, int act, dlock_client *client)
+{
+	memset(r, 0, sizeof *r);
+	pthread_mutex_init(&r->mu, NULL);
+	pthread_condattr_t attr;
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&r->cv, &attr);
+	pthread_condattr_destroy(&attr);
+	r->act = act;
+	r->client = client;
+}
+
+static void lost_destroy(lost_rec *r)
+{
+	pthread_cond_destroy(&r->cv);
+	pthread_mutex_destroy(&r->mu);
+}
+
+static void on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata)
+{
+	lost_rec *r = userdata;
+	dlock_status rel = DLOCK_STATUS_COUNT_, chk = DLOCK_STATUS_COUNT_, cls = DLOCK_STATUS_COUNT_;
+	(void)detail;
+	if (r->act) {
+		rel = dlock_release(lock);
+		chk = dlock_check(lock);
+		cls = dlock_client_close(r->client);
+	}
+	pthread_mutex_lock(&r->mu);
+	r->calls++;
+	r->reason = reason;
+	r->at_ms = dlock_test_now_ms();
+	r->release_st = rel;
+	r->check_st = chk;
+	r->close_st = cls;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+}
+
+/* Wait up to `timeout_ms` for the first call; returns the number of calls. */
+static int lost_await(lost_rec *r, int64_t timeout_ms)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += (time_t)(timeout_ms / 1000);
+	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&r->mu);
+	while (r->calls == 0 && pthread_cond_timedwait(&r->cv, &r->mu, &until) == 0)
+		;
+	int calls = r->calls;
+	pthread_mutex_unlock(&r->mu);
+	return calls;
+}
+
+static int lost_calls(lost_rec *r)
+{
+	pthread_mutex_lock(&r->mu);
+	int calls = r->calls;
+	pthread_mutex_unlock(&r->mu);
+	return calls;
+}
+
+static dlock_status acquire_lease(dlock_lock *lock, int64_t lease_ms, int renew, lost_rec *r)
+{
+	dlock_acquire_options opts = conf_opts(0);
+	opts.lease_ms = lease_ms;
+	opts.renew = renew;
+	opts.on_lost = on_lost;
+	opts.lost_userdata = r;
+	return dlock_acquire(lock, &opts);
+}
+
+
+static uint64_t token_of(dlock_lock *lock)
+{
+	uint64_t token = 0;
+	if (conf_caps()->fencing != DLOCK_FENCING_NONE)
+		CONF_ASSERT_ST(dlock_lock_fencing_token(lock, &token), DLOCK_OK);
+	return token;
+}
+
+/* ------------------------------------------------------- capabilities */
+
+static void test_capabilities(void)
+{
+	dlock_client *client = conf_open();
+	dlock_capabilities caps;
+	if (!client || !CONF_ASSERT_ST(dlock_client_capabilities(client, &caps), DLOCK_OK)) {
+		conf_close(client);
+		return;
+	}
+	CU_ASSERT(caps.backend && *caps.backend);
+	CU_ASSERT(caps.backend && strstr(dlock_backends(), caps.backend));
+	CU_ASSERT(caps.consistency <= DLOCK_CONSISTENCY_AP);
+	CU_ASSERT(caps.fencing <= DLOCK_FENCING_CONDITIONAL);
+	CU_ASSERT(caps.lease <= DLOCK_LEASE_SESSION);
+	CU_ASSERT(caps.wakeup <= DLOCK_WAKEUP_POLL);
+	CU_ASSERT(caps.scope <= DLOCK_SCOPE_NETWORK);
+	CU_ASSERT(caps.fair == 0 || caps.fair == 1);
+	CU_ASSERT(caps.fencing_note != NULL);
+	if (caps.fencing == DLOCK_FENCING_CONDITIONAL)
+		CU_ASSERT(caps.fencing_note && *caps.fencing_note);
+	CU_ASSERT(*dlock_fencing_name(caps.fencing) && *dlock_lease_kind_name(caps.lease));
+	CU_ASSERT(*dlock_consistency_name(caps.consistency) && *dlock_scope_name(caps.scope));
+	CU_ASSERT(*dlock_wakeup_name(caps.wakeup));
+	CU_ASSERT(caps.lease == conf_caps()->lease && caps.fencing == conf_caps()->fencing);
+	CU_ASSERT(dlock_client_uri(client) && *dlock_client_uri(client));
+	printf("\n    %s: %s, fencing %s, lease %s, wakeup %s, scope %s, fair %d", caps.backend,
+	       dlock_consistency_name(caps.consistency), dlock_fencing_name(caps.fencing),
+	       dlock_lease_kind_name(caps.lease), dlock_wakeup_name(caps.wakeup),
+	       dlock_scope_name(caps.scope), caps.fair);
+	conf_close(client);
+}
+
+/* ------------------------------------------------------- leases */
+
+static void assert_taken_over(dlock_client *other, const char *name, uint64_t lost_token)
+{
+	dlock_lock *lock = conf_lock(other, name);
+	if (lock && CONF_ASSERT_ST(conf_acquire(lock, 5000), DLOCK_OK)) {
+		if (conf_caps()->fencing != DLOCK_FENCING_NONE)
+			CU_ASSERT(token_of(lock) > lost_token);
+		CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
+	}
+	dlock_lock_free(lock);
+}
+
+/* TTL: the lease runs out, the callback says so once, another client takes over. */
+static void expire_ttl(dlock_client *client, dlock_client *other, dlock_lock *lock, lost_rec *r)
+{
+	int64_t t0 = dlock_test_now_ms();
+	if (!CONF_ASSERT_ST(acquire_lease(lock, SHORT_LEASE_MS, 0, r), DLOCK_OK))
+		return;
+	uint64_t token = token_of(lock);
+	CU_ASSERT_EQUAL(lost_await(r, SHORT_LEASE_MS + CONF_AWAIT_MS), 1);
+	CU_ASSERT(r->calls == 0 || r->at_ms - t0 <= SHORT_LEASE_MS + 3 * CONF_SLACK_MS);
+	CONF_ASSERT_ST(dlock_release(lock), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(lost_calls(r), 1);
+	CU_ASSERT_EQUAL(r->reason, DLOCK_LOST_EXPIRED);
+	CU_ASSERT_EQUAL(conf_stats(client).lost, 1);
+	if (conf_caps()->fencing != DLOCK_FENCING_NONE)
+		CONF_ASSERT_ST(dlock_lock_fencing_token(lock, &token), DLOCK_ENOTHELD);
+	assert_taken_over(other, dlock_lock_name(lock), token);
+}
+
+/*
+ * Session: the lock lives as long as the session.  A backend may let an
+ * unrenewed session end after lease_ms; either way a lock is never lost
+ * silently: held (and no callback), or taken by another client and
+ * reported once.
+ */
+static void expire_session(dlock_client *other, dlock_lock *lock, lost_rec *r)
+{
+	if (!CONF_ASSERT_ST(acquire_lease(lock, SHORT_LEASE_MS, 0, r), DLOCK_OK))
+		return;
+	dlock_test_sleep_ms(2 * SHORT_LEASE_MS); /* outlive the lease asked for */
+	dlock_status st = conf_probe(other, dlock_lock_name(lock));
+	CONF_ASSERT_ST2(st, DLOCK_EBUSY, DLOCK_OK);
+	if (st == DLOCK_EBUSY) {
+		CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
+		CU_ASSERT_EQUAL(lost_calls(r), 0);
+	} else {
+		CU_ASSERT_EQUAL(lost_await(r, CONF_AWAIT_MS), 1);
+		CONF_ASSERT_ST(dlock_release(lock), DLOCK_ENOTHELD);
+		CU_ASSERT_EQUAL(lost_calls(r), 1);
+	}
+}
+
+static void test_lease_without_renewal(void)
+{
+	char name[128];
+	conf_name(name, sizeof name, "expire");
+	dlock_client *client = conf_open();
+	dlock_client *other = conf_open();
+	dlock_lock *lock = conf_lock(client, name);
+	lost_rec r;
+	lost_init(&r, 0, NULL);
+	if (other && lock) {
+		if (conf_caps()->lease == DLOCK_LEASE_TTL)
+			expire_ttl(client, other, lock, &r);
+		else
+			expire_session(other, lock, &r);
+	}
+	dlock_lock_free(lock);
+	conf_close(other);
+	conf_close(client);
+	lost_destroy(&r);
+}
+
+static void test_renewal_keeps_lock(void)
+{
+	char name[128];
+	conf_name(name, sizeof name, "renew");
+	dlock_client *client = conf_open();
+	dlock_client *other = conf_open();
+	dlock_lock *lock = conf_lock(client, name);
+	lost_rec r;
+	lost_init(&r, 0, NULL);
+	if (other && lock && CONF_ASSERT_ST(acquire_lease(lock, SHORT_LEASE_MS, 1, &r), DLOCK_OK)) {
+		dlock_test_sleep_ms(4 * SHORT_LEASE_MS); /* the hold under test, not a synchronisation */
+		CONF_ASSERT_ST(conf_probe(other, name), DLOCK_EBUSY);
+		CONF_ASSERT_ST2(dlock_check(lock), DLOCK_OK, DLOCK_ENOTSUP);
+		dlock_client_stats s = conf_stats(client);
+		if (conf_caps()->lease == DLOCK_LEASE_TTL)
+			CU_ASSERT(s.renewals >= 1);
+		CU_ASSERT_EQUAL(s.lost, 0);
+		CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
+		CU_ASSERT_EQUAL(lost_calls(&r), 0);
+		CONF_ASSERT_ST(conf_probe(other, name), DLOCK_OK);
+	}
+	dlock_lock_free(lock);
+	conf_close(other);
+	conf_close(client);
+	lost_destroy(&r);
+}
+
+static void extend_ttl(dlock_client *client, dlock_client *other, const char *name)
+{
+	dlock_lock *lock = conf_lock(client, name);
+	lost_rec r;
+	lost_init(&r, 0, NULL);
+	if (lock && CONF_ASSERT_ST(acquire_lease(lock, SHORT_LEASE_MS, 0, &r), DLOCK_OK)) {
+		CONF_ASSERT_ST(dlock_extend(lock, 10 * SHORT_LEASE_MS), DLOCK_OK);
+		dlock_test_sleep_ms(2 * SHORT_LEASE_MS); /* past the first lease */
+		CONF_ASSERT_ST(conf_probe(other, name), DLOCK_EBUSY);
+		CU_ASSERT_EQUAL(lost_calls(&r), 0);
+		CONF_ASSERT_ST(dlock_extend(lock, 0), DLOCK_OK);
+		CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
+		CU_ASSERT_EQUAL(lost_calls(&r), 0);
+		CONF_ASSERT_ST(dlock_extend(lock, 0), DLOCK_ENOTHELD);
+	}
+	dlock_lock_free(lock);
+	lost_destroy(&r);
+}
+
+static void extend_session(dlock_client *client, const char *name)
+{
+	dlock_lock *lock = conf_lock(client, name);
+	if (lock && CONF_ASSERT_ST(conf_acquire(lock, 0), DLOCK_OK)) {
+		CONF_ASSERT_ST2(dlock_extend(lock, 1000), DLOCK_OK, DLOCK_ENOTSUP);
+		CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
+		CONF_ASSERT_ST2(dlock_extend(lock, 1000), DLOCK_ENOTHELD, DLOCK_ENOTSUP);
+	}
+	dlock_lock_free(lock);
+}
+
+static void test_extend(void)
+{
+	char name[128];
+	conf_name(name, sizeof name, "extend");
+	dlock_client *client = conf_open();
+	dlock_client *other = conf_open();
+	if (client && other) {
+		if (conf_caps()->lease == DLOCK_LEASE_TTL)
+			extend_ttl(client, other, name);
+		else
+			extend_session(client, name);
+	}
+	conf_close(other);
+	conf_close(client);
+}
+
+/* The callback may release its lock, and may not close its client. */
+static void test_lost_callback_reentry(void)
+{
+	if (conf_caps()->lease != DLOCK_LEASE_TTL) {
+		CU_PASS("session lease: no way to lose a lock while the client lives");
+		return;
+	}
+	char name[128], spare[128];
+	conf_name(name, sizeof name, "lost-cb");
+	conf_name(spare, sizeof spare, "lost-cb-spare");
+	dlock_client *client = conf_open();
+	dlock_lock *lock = conf_lock(client, name);
+	lost_rec r;
+	lost_init(&r, 1, client);
+	if (lock && CONF_ASSERT_ST(acquire_lease(lock, SHORT_LEASE_MS, 0, &r), DLOCK_OK)) {
+		CU_ASSERT_EQUAL(lost_await(&r, SHORT_LEASE_MS + CONF_AWAIT_MS), 1);
+		CONF_ASSERT_ST(r.release_st, DLOCK_ENOTHELD);
+		CONF_ASSERT_ST2(r.check_st, DLOCK_ENOTHELD, DLOCK_ENOTSUP);
+		CONF_ASSERT_ST(r.close_st, DLOCK_EDEADLK);
+		CONF_ASSERT_ST(dlock_release(lock), DLOCK_ENOTHELD);
+		CU_ASSERT_EQUAL(lost_calls(&r), 1);
+		CONF_ASSERT_ST(conf_probe(client, spare), DLOCK_OK);
+		CONF_ASSERT_ST(conf_probe(client, name), DLOCK_OK);
+	}
+	dlock_lock_free(lock);
+	conf_close(client);
+	lost_destroy(&r);
+}
+
+/* ------------------------------------------------------- fencing */
+
+static void fencing_none(dlock_client *client, const char *name)
+{
+	dlock_lock *lock = conf_lock(client, name);
+	uint64_t token = 0;
+	if (lock && CONF_ASSERT_ST(conf_acquire(lock, 0), DLOCK_OK)) {
+		CONF_ASSERT_ST(dlock_lock_fencing_token(lock, &token), DLOCK_ENOTSUP);
+		CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
+		CONF_ASSERT_ST2(dlock_lock_fencing_token(lock, &token), DLOCK_ENOTSUP, DLOCK_ENOTHELD);
+	}
+	dlock_lock_free(lock);
+}
+
+/* Acquire with `lock`, return its token, release; asserts ENOTHELD around. */
+static uint64_t fenced_cycle(dlock_lock *lock)
+{
+	uint64_t token = 0;
+	if (!lock)
+		return 0;
+	CONF_ASSERT_ST(dlock_lock_fencing_token(lock, &token), DLOCK_ENOTHELD);
+	if (!CONF_ASSERT_ST(conf_acquire(lock, CONF_LONG_WAIT_MS), DLOCK_OK))
+		return 0;
+	token = token_of(lock);
+	CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
+	uint64_t after = 0;
+	CONF_ASSERT_ST(dlock_lock_fencing_token(lock, &after), DLOCK_ENOTHELD);
+	return token;
+}
+
+static void fencing_increases(dlock_client *a, dlock_client *b, const char *name)
+{
+	uint64_t t[4];
+	dlock_lock *la = conf_lock(a, name);
+	dlock_lock *lb = conf_lock(b, name);
+	t[0] = fenced_cycle(la);
+	t[1] = fenced_cycle(lb);
+	t[2] = fenced_cycle(la);
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	/* A free period with no handle at all, then a client that never held it. */
+	dlock_client *c = conf_open();
+	dlock_lock *lc = c ? conf_lock(c, name) : NULL;
+	t[3] = fenced_cycle(lc);
+	dlock_lock_free(lc);
+	conf_close(c);
+	for (int i = 1; i < 4; i++) {
+		if (t[i] <= t[i - 1])
+			printf("\n    token %d = %llu after %llu", i, (unsigned long long)t[i],
+			       (unsigned long long)t[i - 1]);
+		CU_ASSERT(t[i] > t[i - 1]);
+	}
+}
+
+static void test_fencing(void)
+{
+	char name[128];
+	conf_name(name, sizeof name, "fencing");
+	dlock_client *a = conf_open();
+	dlock_client *b = conf_open();
+	if (a && b) {
+		if (conf_caps()->fencing == DLOCK_FENCING_NONE)
+			fencing_none(a, name);
+		else
+			fencing_increases(a, b, name);
+	}
+	conf_close(b);
+	conf_close(a);
+}
+
+const conf_test conf_lease_tests[] = {
+	{ "capabilities", test_capabilities },
+	{ "lease_without_renewal", test_lease_without_renewal },
+	{ "renewal_keeps_lock", test_renewal_keeps_lock },
+	{ "extend", test_extend },
+	{ "lost_callback_reentry", test_lost_callback_reentry },
+	{ "fencing", test_fencing },
+	{ NULL, NULL },
+};

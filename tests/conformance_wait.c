@@ -1,0 +1,356 @@
+/*
+ * Conformance: waiting (try once, bounds, forever), ownership of release,
+ * reentrancy, cancellation and closing a client with waiters or locks.
+ */
+#include "conformance.h"
+
+#include <stdio.h>
+
+/* A name, a holder client that has it, and a second client for the tests. */
+typedef struct held_fixture {
+	char name[128];
+	dlock_client *holder;
+	dlock_client *other;
+	dlock_lock *held;
+} held_fixture;
+
+static int held_setup(held_fixture *f, const char *tag)
+{
+	conf_name(f->name, sizeof f->name, tag);
+	f->holder = conf_open();
+	f->other = conf_open();
+	f->held = conf_lock(f->holder, f->name);
+	return f->other && f->held && CONF_ASSERT_ST(conf_acquire(f->held, 0), DLOCK_OK);
+}
+
+static void held_teardown(held_fixture *f)
+{
+	dlock_lock_free(f->held);
+	conf_close(f->other);
+	conf_close(f->holder);
+}
+
+/* ------------------------------------------------------- waiting */
+
+static void test_try_once_busy(void)
+{
+	held_fixture f;
+	if (held_setup(&f, "try-once")) {
+		dlock_lock *lock = conf_lock(f.other, f.name);
+		int64_t t0 = dlock_test_now_ms();
+		CONF_ASSERT_ST(conf_acquire(lock, 0), DLOCK_EBUSY);
+		CU_ASSERT(dlock_test_now_ms() - t0 < CONF_SLACK_MS);
+		CONF_ASSERT_ST(conf_probe(f.other, f.name), DLOCK_EBUSY);
+		CONF_ASSERT_ST(dlock_release(f.held), DLOCK_OK);
+		CONF_ASSERT_ST(conf_acquire(lock, 0), DLOCK_OK);
+		CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
+		dlock_lock_free(lock);
+	}
+	held_teardown(&f);
+}
+
+static void test_bounded_wait_times_out(void)
+{
+	enum { BOUND = 200 };
+	held_fixture f;
+	if (held_setup(&f, "bounded")) {
+		dlock_lock *lock = conf_lock(f.other, f.name);
+		int64_t t0 = dlock_test_now_ms();
+		CONF_ASSERT_ST(conf_acquire(lock, BOUND), DLOCK_ETIMEDOUT);
+		int64_t elapsed = dlock_test_now_ms() - t0;
+		if (elapsed < BOUND - 20 || elapsed > BOUND + CONF_SLACK_MS)
+			printf("\n    a %d ms wait took %lld ms", BOUND, (long long)elapsed);
+		CU_ASSERT(elapsed >= BOUND - 20);
+		CU_ASSERT(elapsed <= BOUND + CONF_SLACK_MS);
+		CONF_ASSERT_ST(dlock_release(lock), DLOCK_ENOTHELD);
+		CONF_ASSERT_ST(conf_probe(f.other, f.name), DLOCK_EBUSY);
+		dlock_lock_free(lock);
+	}
+	held_teardown(&f);
+}
+
+static void test_wait_forever_gets_released_lock(void)
+{
+	held_fixture f;
+	if (held_setup(&f, "forever")) {
+		dlock_lock *lock = conf_lock(f.other, f.name);
+		conf_waiter w;
+		uint64_t base = conf_stats(f.other).server_acquires;
+		conf_waiter_start(&w, lock, DLOCK_WAIT_FOREVER, 1, NULL);
+		conf_waiter_await_blocked(&w, f.other, base);
+		CONF_ASSERT_ST(dlock_release(f.held), DLOCK_OK);
+		CONF_ASSERT_ST(conf_waiter_join(&w, CONF_AWAIT_MS), DLOCK_OK);
+		CONF_ASSERT_ST(w.release_status, DLOCK_OK);
+		CONF_ASSERT_ST(conf_probe(f.holder, f.name), DLOCK_OK);
+		dlock_lock_free(lock);
+	}
+	held_teardown(&f);
+}
+
+/* ------------------------------------------------------- ownership */
+
+static void test_release_by_non_owner(void)
+{
+	held_fixture f;
+	if (!held_setup(&f, "non-owner")) {
+		held_teardown(&f);
+		return;
+	}
+	dlock_client *third = conf_open();
+	dlock_lock *foreign = conf_lock(f.other, f.name);
+	dlock_lock *sibling = conf_lock(f.holder, f.name);
+	CONF_ASSERT_ST(dlock_release(foreign), DLOCK_ENOTHELD);
+	CONF_ASSERT_ST(dlock_release(sibling), DLOCK_ENOTHELD);
+	CONF_ASSERT_ST(conf_probe(third, f.name), DLOCK_EBUSY);
+	CONF_ASSERT_ST2(dlock_check(f.held), DLOCK_OK, DLOCK_ENOTSUP);
+
+	CONF_ASSERT_ST(dlock_release(f.held), DLOCK_OK);
+	CONF_ASSERT_ST(dlock_release(f.held), DLOCK_ENOTHELD);
+	CONF_ASSERT_ST(conf_acquire(foreign, 0), DLOCK_OK);
+	CONF_ASSERT_ST(dlock_release(f.held), DLOCK_ENOTHELD);
+	CONF_ASSERT_ST(conf_probe(third, f.name), DLOCK_EBUSY);
+	CONF_ASSERT_ST(dlock_release(foreign), DLOCK_OK);
+	CONF_ASSERT_ST(conf_probe(third, f.name), DLOCK_OK);
+
+	dlock_lock_free(sibling);
+	dlock_lock_free(foreign);
+	conf_close(third);
+	held_teardown(&f);
+}
+
+static void test_release_never_acquired(void)
+{
+	char name[128];
+	conf_name(name, sizeof name, "never");
+	dlock_client *client = conf_open();
+	dlock_lock *lock = conf_lock(client, name);
+	if (lock) {
+		CONF_ASSERT_ST(dlock_release(lock), DLOCK_ENOTHELD);
+		CONF_ASSERT_ST(conf_probe(client, name), DLOCK_OK);
+		CONF_ASSERT_ST2(dlock_check(lock), DLOCK_ENOTHELD, DLOCK_ENOTSUP);
+	}
+	dlock_lock_free(lock);
+	conf_close(client);
+}
+
+static void test_stats_one_cycle(void)
+{
+	char name[128];
+	conf_name(name, sizeof name, "stats");
+	dlock_client *client = conf_open();
+	dlock_lock *lock = conf_lock(client, name);
+	if (lock && CONF_ASSERT_ST(conf_acquire(lock, 0), DLOCK_OK)) {
+		CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
+		dlock_client_stats s = conf_stats(client);
+		CU_ASSERT_EQUAL(s.acquired, 1);
+		CU_ASSERT_EQUAL(s.reentered, 0);
+		CU_ASSERT_EQUAL(s.server_acquires, 1);
+		CU_ASSERT_EQUAL(s.server_releases, 1);
+		CU_ASSERT_EQUAL(s.lost, 0);
+	}
+	dlock_lock_free(lock);
+	conf_close(client);
+}
+
+/* ------------------------------------------------------- reentrancy */
+
+static void assert_same_token(dlock_lock *lock, uint64_t first)
+{
+	uint64_t again = 0;
+	if (conf_caps()->fencing == DLOCK_FENCING_NONE)
+		return;
+	CONF_ASSERT_ST(dlock_lock_fencing_token(lock, &again), DLOCK_OK);
+	CU_ASSERT_EQUAL(again, first);
+}
+
+static void test_reentrant_same_handle(void)
+{
+	held_fixture f;
+	if (!held_setup(&f, "reentrant")) {
+		held_teardown(&f);
+		return;
+	}
+	uint64_t token = 0;
+	if (conf_caps()->fencing != DLOCK_FENCING_NONE)
+		CONF_ASSERT_ST(dlock_lock_fencing_token(f.held, &token), DLOCK_OK);
+	dlock_client_stats before = conf_stats(f.holder);
+	CONF_ASSERT_ST(conf_acquire(f.held, 0), DLOCK_OK);
+	CONF_ASSERT_ST(conf_acquire(f.held, DLOCK_WAIT_FOREVER), DLOCK_OK);
+	dlock_client_stats after = conf_stats(f.holder);
+	CU_ASSERT_EQUAL(after.reentered, before.reentered + 2);
+	CU_ASSERT_EQUAL(after.acquired, before.acquired + 2);
+	CU_ASSERT_EQUAL(after.server_acquires, before.server_acquires);
+	assert_same_token(f.held, token);
+
+	CONF_ASSERT_ST(dlock_release(f.held), DLOCK_OK);
+	CONF_ASSERT_ST(dlock_release(f.held), DLOCK_OK);
+	CONF_ASSERT_ST(conf_probe(f.other, f.name), DLOCK_EBUSY);
+	CONF_ASSERT_ST2(dlock_check(f.held), DLOCK_OK, DLOCK_ENOTSUP);
+	CONF_ASSERT_ST(dlock_release(f.held), DLOCK_OK);
+	CONF_ASSERT_ST(conf_probe(f.other, f.name), DLOCK_OK);
+	CONF_ASSERT_ST(dlock_release(f.held), DLOCK_ENOTHELD);
+	held_teardown(&f);
+}
+
+static void test_reentrant_two_handles_deadlock(void)
+{
+	held_fixture f;
+	if (!held_setup(&f, "two-handles")) {
+		held_teardown(&f);
+		return;
+	}
+	dlock_lock *second = conf_lock(f.holder, f.name);
+	CONF_ASSERT_ST(conf_acquire(second, 0), DLOCK_EBUSY);
+	int64_t t0 = dlock_test_now_ms();
+	CONF_ASSERT_ST(conf_acquire(second, 5000), DLOCK_EDEADLK);
+	CU_ASSERT(dlock_test_now_ms() - t0 < CONF_SLACK_MS);
+
+	conf_watchdog dog;
+	conf_watchdog_start(&dog, second, 5000);
+	CONF_ASSERT_ST(conf_acquire(second, DLOCK_WAIT_FOREVER), DLOCK_EDEADLK);
+	CU_ASSERT(!conf_watchdog_stop(&dog));
+
+	CONF_ASSERT_ST(dlock_release(second), DLOCK_ENOTHELD);
+	CONF_ASSERT_ST(conf_probe(f.other, f.name), DLOCK_EBUSY);
+	CONF_ASSERT_ST(dlock_release(f.held), DLOCK_OK);
+	CONF_ASSERT_ST(conf_acquire(second, 0), DLOCK_OK);
+	CONF_ASSERT_ST(dlock_release(second), DLOCK_OK);
+	dlock_lock_free(second);
+	held_teardown(&f);
+}
+
+/* ------------------------------------------------------- cancel, close */
+
+static int cancel_until_done(void *arg)
+{
+	conf_waiter *w = arg;
+	if (conf_waiter_done(w))
+		return 1;
+	dlock_status st = dlock_cancel(w->lock);
+	if (st != DLOCK_OK)
+		CONF_ASSERT_ST(st, DLOCK_OK);
+	return 0;
+}
+
+static void test_cancel_waiting_acquire(void)
+{
+	held_fixture f;
+	if (!held_setup(&f, "cancel")) {
+		held_teardown(&f);
+		return;
+	}
+	dlock_lock *lock = conf_lock(f.other, f.name);
+	conf_waiter w;
+	uint64_t base = conf_stats(f.other).server_acquires;
+	conf_waiter_start(&w, lock, DLOCK_WAIT_FOREVER, 1, NULL);
+	conf_waiter_await_blocked(&w, f.other, base);
+	CU_ASSERT(dlock_test_await(cancel_until_done, &w, 5000));
+	CONF_ASSERT_ST(conf_waiter_join(&w, CONF_AWAIT_MS), DLOCK_ECANCELED);
+
+	/* A cancel affects only the acquire in progress. */
+	CONF_ASSERT_ST(dlock_cancel(lock), DLOCK_OK);
+	CONF_ASSERT_ST(conf_acquire(lock, 100), DLOCK_ETIMEDOUT);
+	CONF_ASSERT_ST(dlock_release(lock), DLOCK_ENOTHELD);
+	CONF_ASSERT_ST(dlock_release(f.held), DLOCK_OK);
+	CONF_ASSERT_ST(conf_acquire(lock, 0), DLOCK_OK);
+	CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
+	dlock_lock_free(lock);
+	held_teardown(&f);
+}
+
+static void test_close_cancels_waiter(void)
+{
+	held_fixture f;
+	if (!held_setup(&f, "close-waiter")) {
+		held_teardown(&f);
+		return;
+	}
+	dlock_lock *lock = conf_lock(f.other, f.name);
+	conf_waiter w;
+	uint64_t base = conf_stats(f.other).server_acquires;
+	conf_waiter_start(&w, lock, DLOCK_WAIT_FOREVER, 1, NULL);
+	conf_waiter_await_blocked(&w, f.other, base);
+	CONF_ASSERT_ST(dlock_client_close(f.other), DLOCK_OK);
+	f.other = NULL;
+	CONF_ASSERT_ST(conf_waiter_join(&w, CONF_AWAIT_MS), DLOCK_ECANCELED);
+	CONF_ASSERT_ST(dlock_release(lock), DLOCK_ENOTHELD);
+	dlock_lock_free(lock);
+	CONF_ASSERT_ST2(dlock_check(f.held), DLOCK_OK, DLOCK_ENOTSUP);
+	held_teardown(&f);
+}
+
+static void test_close_releases_held(void)
+{
+	char a[128], b[128];
+	conf_name(a, sizeof a, "close-held-a");
+	conf_name(b, sizeof b, "close-held-b");
+	dlock_client *client = conf_open();
+	dlock_client *other = conf_open();
+	dlock_lock *la = conf_lock(client, a);
+	dlock_lock *lb = conf_lock(client, b);
+	if (la && lb && other) {
+		CONF_ASSERT_ST(conf_acquire(la, 0), DLOCK_OK);
+		CONF_ASSERT_ST(conf_acquire(lb, 0), DLOCK_OK);
+		CONF_ASSERT_ST(conf_acquire(lb, 0), DLOCK_OK);
+		CONF_ASSERT_ST(conf_probe(other, a), DLOCK_EBUSY);
+		CONF_ASSERT_ST(dlock_client_close(client), DLOCK_OK);
+		client = NULL;
+		CONF_ASSERT_ST(conf_probe(other, a), DLOCK_OK);
+		CONF_ASSERT_ST(conf_probe(other, b), DLOCK_OK);
+		CONF_ASSERT_ST(dlock_release(la), DLOCK_ENOTHELD);
+		CONF_ASSERT_ST(dlock_release(lb), DLOCK_ENOTHELD);
+	}
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	conf_close(client);
+	conf_close(other);
+}
+
+/* ------------------------------------------------------- many names */
+
+#define MANY 200
+
+static void test_many_names(void)
+{
+	dlock_client *client = conf_open();
+	dlock_client *other = conf_open();
+	dlock_lock *locks[MANY] = { NULL };
+	char names[MANY][96];
+	int ok = client && other;
+	for (int i = 0; ok && i < MANY; i++) {
+		conf_name(names[i], sizeof names[i], "many");
+		ok = (locks[i] = conf_lock(client, names[i])) != NULL;
+		ok = ok && CONF_ASSERT_ST(conf_acquire(locks[i], 0), DLOCK_OK);
+	}
+	for (int i = 0; ok && i < MANY; i += 7)
+		CONF_ASSERT_ST(conf_probe(other, names[i]), DLOCK_EBUSY);
+	for (int i = 0; ok && i < MANY; i++)
+		CONF_ASSERT_ST(dlock_release(locks[i]), DLOCK_OK);
+	for (int i = 0; ok && i < MANY; i++)
+		CONF_ASSERT_ST(conf_probe(other, names[i]), DLOCK_OK);
+	if (ok) {
+		dlock_client_stats s = conf_stats(client);
+		CU_ASSERT_EQUAL(s.server_acquires, MANY);
+		CU_ASSERT_EQUAL(s.server_releases, MANY);
+	}
+	for (int i = 0; i < MANY; i++)
+		dlock_lock_free(locks[i]);
+	conf_close(other);
+	conf_close(client);
+}
+
+const conf_test conf_wait_tests[] = {
+	{ "try_once_busy", test_try_once_busy },
+	{ "bounded_wait_times_out", test_bounded_wait_times_out },
+	{ "wait_forever_gets_released_lock", test_wait_forever_gets_released_lock },
+	{ "release_by_non_owner", test_release_by_non_owner },
+	{ "release_never_acquired", test_release_never_acquired },
+	{ "stats_one_cycle", test_stats_one_cycle },
+	{ "reentrant_same_handle", test_reentrant_same_handle },
+	{ "reentrant_two_handles_deadlock", test_reentrant_two_handles_deadlock },
+	{ "cancel_waiting_acquire", test_cancel_waiting_acquire },
+	{ "close_cancels_waiter", test_close_cancels_waiter },
+	{ "close_releases_held", test_close_releases_held },
+	{ "many_names", test_many_names },
+	{ NULL, NULL },
+};
