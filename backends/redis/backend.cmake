@@ -1,0 +1,16 @@
+# redis:// and redis+unix:// (single instance and RedLock), with hiredis.
+pkg_check_modules(HIREDIS IMPORTED_TARGET hiredis)
+if(HIREDIS_FOUND)
+  list(APPEND DLOCK_DRIVERS redis redis_unix)
+  list(APPEND DLOCK_BACKEND_SOURCES
+    backends/redis/redis.c
+    backends/redis/redis_lock.c
+    backends/redis/redis_conn.c
+    backends/redis/redis_scripts.c
+    backends/redis/redis_sub.c
+    backends/redis/redlock.c)
+  list(APPEND DLOCK_BACKEND_LIBS PkgConfig::HIREDIS)
+  list(APPEND DLOCK_BACKEND_TESTS test_redis)
+else()
+  message(STATUS "hiredis not found: redis:// left out")
+endif()

@@ -1,0 +1,343 @@
+/*
+ * redis:// and redis+unix:// — the driver objects: URI, open and close,
+ * capabilities and the keys of a lock.  The lock operations are in
+ * redis_lock.c (one instance) and redlock.c (several instances).
+ *
+ *   redis://[[user]:password@]host[:port][/db][?common parameters]
+ *   redis://h1:p1,h2:p2,h3:p3[/db][?...]      RedLock over independent instances
+ *   redis+unix:///path/to/socket[?db=N&...]
+ *
+ * The port defaults to 6379 and the database to 0.  The URI's `prefix`
+ * (default "dlock") starts every key and channel name.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redis_internal.h"
+
+#define REDIS_DEFAULT_PORT 6379
+
+/* ------------------------------------------------------------ helpers */
+
+dlock_status dlock_redis_new_owner(struct redis_lock *lk, dlock_error *err)
+{
+	unsigned char raw[REDIS_OWNER_BYTES];
+	if (dlock_random_bytes(raw, sizeof raw) != DLOCK_OK)
+		return dlock_error_set(err, DLOCK_EIO, "redis: cannot read random bytes for the owner value");
+	dlock_hex(raw, sizeof raw, lk->owner);
+	return DLOCK_OK;
+}
+
+int64_t dlock_redis_jitter(int64_t lo, int64_t hi)
+{
+	uint32_t r = 0;
+	if (hi <= lo || dlock_random_bytes(&r, sizeof r) != DLOCK_OK)
+		return lo;
+	return lo + (int64_t)(r % (uint64_t)(hi - lo + 1));
+}
+
+/* ------------------------------------------------------------ URI */
+
+/* A database number: decimal digits only, 0..INT32_MAX. */
+static int parse_db(const char *text, long *db)
+{
+	if (!*text || strlen(text) > 10 || strspn(text, "0123456789") != strlen(text))
+		return -1;
+	long long v = strtoll(text, NULL, 10);
+	if (v > INT32_MAX)
+		return -1;
+	*db = (long)v;
+	return 0;
+}
+
+static dlock_status tcp_endpoints(const dlock_uri *uri, struct redis_client *c, dlock_error *err)
+{
+	const char *path = uri->path;
+	if (path[0] == '/')
+		path++;
+	if (*path && parse_db(path, &c->cfg.db) != 0)
+		return dlock_error_set(err, DLOCK_EURI, "redis://: the path must be a database number (/0, /1 ...): %s",
+		                       uri->masked);
+	for (size_t i = 0; i < uri->nhosts; i++) {
+		struct redis_endpoint *ep = &c->pools[i].ep;
+		const dlock_uri_host *h = &uri->hosts[i];
+		if (!h->host[0])
+			return dlock_error_set(err, DLOCK_EURI, "redis://: host %zu is empty: %s", i + 1, uri->masked);
+		ep->host = h->host;
+		ep->port = h->port ? h->port : REDIS_DEFAULT_PORT;
+		if (strchr(h->host, ':')) /* IPv6 */
+			snprintf(ep->label, sizeof ep->label, "[%s]:%d", h->host, ep->port);
+		else
+			snprintf(ep->label, sizeof ep->label, "%s:%d", h->host, ep->port);
+	}
+	return DLOCK_OK;
+}
+
+static dlock_status unix_endpoint(const dlock_uri *uri, struct redis_client *c, dlock_error *err)
+{
+	struct redis_endpoint *ep = &c->pools[0].ep;
+	const char *db = dlock_uri_get(uri, "db");
+	if (uri->nhosts != 1 || uri->hosts[0].host[0] || uri->hosts[0].port)
+		return dlock_error_set(err, DLOCK_EURI, "redis+unix:// takes no host (redis+unix:///path/to/socket): %s",
+		                       uri->masked);
+	if (!uri->path[0] || strcmp(uri->path, "/") == 0)
+		return dlock_error_set(err, DLOCK_EURI, "redis+unix:// needs the socket's path: %s", uri->masked);
+	if (db && parse_db(db, &c->cfg.db) != 0)
+		return dlock_error_set(err, DLOCK_EURI, "redis+unix://: db must be a database number: %s", uri->masked);
+	ep->path = uri->path;
+	snprintf(ep->label, sizeof ep->label, "%s", uri->path);
+	return DLOCK_OK;
+}
+
+/* ------------------------------------------------------------ open, close */
+
+static void client_free(struct redis_client *c)
+{
+	if (!c)
+		return;
+	dlock_redis_sub_free(c->sub);
+	for (size_t i = 0; c->pools && i < c->npools; i++)
+		dlock_redis_pool_destroy(&c->pools[i]);
+	free(c->pools);
+	free(c);
+}
+
+/* First contact with one server: prove the URI works, warn about eviction, load the scripts. */
+static dlock_status greet(struct redis_client *c, struct redis_pool *p, int *scripts_loaded, dlock_error *err)
+{
+	redisContext *ctx = NULL;
+	dlock_status st = dlock_redis_pool_get(p, &ctx, err);
+	if (st != DLOCK_OK)
+		return st;
+	dlock_redis_check_eviction(ctx, &p->ep, c->cfg.host);
+	if (!ctx->err && !*scripts_loaded) {
+		st = dlock_redis_scripts_load(ctx, &p->ep, &c->scripts, err);
+		*scripts_loaded = st == DLOCK_OK;
+	}
+	if (ctx->err && st == DLOCK_OK)
+		st = dlock_redis_io_error(ctx, &p->ep, err);
+	dlock_redis_pool_put(p, ctx);
+	return st;
+}
+
+/*
+ * One instance must answer.  RedLock opens when a majority answers: the
+ * others may be down for now.  A server that answers with a configuration
+ * problem (wrong password, no such database) fails the open even then.
+ */
+static dlock_status greet_all(struct redis_client *c, dlock_error *err)
+{
+	int loaded = 0;
+	size_t up = 0;
+	dlock_error down = { "" };
+	for (size_t i = 0; i < c->npools; i++) {
+		dlock_error one = { "" };
+		dlock_status st = greet(c, &c->pools[i], &loaded, &one);
+		if (st == DLOCK_OK) {
+			up++;
+			continue;
+		}
+		if (st != DLOCK_ECONNECT || c->npools == 1)
+			return dlock_error_set(err, st, "%s", one.msg);
+		dlock_host_log(c->cfg.host, DLOCK_LOG_WARN, "%s", one.msg);
+		down = one;
+	}
+	if (up < c->quorum)
+		return dlock_error_set(err, DLOCK_ECONNECT, "redis: %zu of %zu instances answer, %zu needed (%s)", up,
+		                       c->npools, c->quorum, down.msg);
+	return DLOCK_OK;
+}
+
+static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, int is_unix, void **backend,
+                                      dlock_error *err)
+{
+	dlock_status st = DLOCK_ENOMEM;
+	if (uri->nhosts > REDIS_REDLOCK_MAX)
+		return dlock_error_set(err, DLOCK_EURI, "redis://: at most %d hosts in one URI: %s", REDIS_REDLOCK_MAX,
+		                       uri->masked);
+	struct redis_client *c = calloc(1, sizeof *c);
+	if (!c || !(c->pools = calloc(uri->nhosts, sizeof *c->pools))) {
+		dlock_error_set(err, st, "redis: out of memory");
+		goto fail;
+	}
+	c->cfg = (struct redis_cfg){
+		.user = uri->user,
+		.password = uri->password,
+		.connect_timeout_ms = uri->connect_timeout_ms,
+		.io_timeout_ms = uri->io_timeout_ms,
+		.host = host,
+	};
+	c->prefix = uri->prefix;
+	c->prefixlen = strlen(uri->prefix);
+	c->npools = uri->nhosts;
+	c->quorum = uri->nhosts / 2 + 1;
+	for (size_t i = 0; i < c->npools; i++)
+		dlock_redis_pool_init(&c->pools[i], &c->cfg);
+	st = is_unix ? unix_endpoint(uri, c, err) : tcp_endpoints(uri, c, err);
+	if (st != DLOCK_OK)
+		goto fail;
+	st = greet_all(c, err);
+	if (st == DLOCK_OK && c->npools == 1)
+		st = dlock_redis_sub_new(&c->sub, &c->pools[0].ep, &c->cfg, err);
+	if (st != DLOCK_OK)
+		goto fail;
+	*backend = c;
+	return DLOCK_OK;
+fail:
+	client_free(c);
+	return st;
+}
+
+static dlock_status redis_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
+{
+	return redis_open_common(uri, host, 0, backend, err);
+}
+
+static dlock_status redis_unix_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
+{
+	return redis_open_common(uri, host, 1, backend, err);
+}
+
+static void redis_close(void *backend)
+{
+	client_free(backend);
+}
+
+static int redis_unix_knows_param(const char *key)
+{
+	return strcmp(key, "db") == 0; /* redis:// has it in the path */
+}
+
+static void redis_capabilities(void *backend, dlock_capabilities *caps)
+{
+	struct redis_client *c = backend;
+	int redlock = c->npools > 1;
+	*caps = (dlock_capabilities){
+		.backend = "redis",
+		.consistency = DLOCK_CONSISTENCY_AP,
+		.fencing = redlock ? DLOCK_FENCING_NONE : DLOCK_FENCING_CONDITIONAL,
+		.fencing_note = redlock ? ""
+		                        : "tokens come from a per-name counter kept at least at the server's clock in "
+		                          "microseconds; they go back only if that counter is lost (restart without "
+		                          "persistence, failover to a replica that missed it, eviction) and the "
+		                          "server's clock is then behind the last token",
+		.fair = 0,
+		.lease = DLOCK_LEASE_TTL,
+		.wakeup = redlock ? DLOCK_WAKEUP_POLL : DLOCK_WAKEUP_NOTIFY,
+		.scope = DLOCK_SCOPE_NETWORK,
+	};
+}
+
+/* ------------------------------------------------------------ locks */
+
+/* PREFIX:{DIGEST}:SUFFIX into `out`; returns its length. */
+static size_t key_name(char *out, const struct redis_client *c, const char *digest, const char *suffix)
+{
+	size_t n = c->prefixlen;
+	memcpy(out, c->prefix, n);
+	n += (size_t)sprintf(out + n, ":{%s}:%s", digest, suffix);
+	return n;
+}
+
+static dlock_status redis_lock_init(void *backend, void *lkp, const char *name, size_t len, dlock_error *err)
+{
+	struct redis_client *c = backend;
+	struct redis_lock *lk = lkp;
+	unsigned char sum[32];
+	char digest[REDIS_DIGEST_HEX + 1];
+	dlock_sha256(name, len, sum);
+	dlock_hex(sum, REDIS_DIGEST_HEX / 2, digest);
+	size_t each = c->prefixlen + REDIS_DIGEST_HEX + 16; /* ":{" "}:" "released" NUL */
+	lk->keys = malloc(3 * each);
+	if (!lk->keys)
+		return dlock_error_set(err, DLOCK_ENOMEM, "redis: out of memory");
+	char *p = lk->keys;
+	lk->key = p;
+	lk->keylen = key_name(p, c, digest, "lock");
+	lk->fence = p += each;
+	lk->fencelen = key_name(p, c, digest, "fence");
+	lk->chan = p += each;
+	lk->chanlen = key_name(p, c, digest, "released");
+	return DLOCK_OK;
+}
+
+static void redis_lock_fini(void *backend, void *lkp)
+{
+	struct redis_lock *lk = lkp;
+	(void)backend;
+	free(lk->keys);
+	lk->keys = NULL;
+}
+
+static dlock_status redis_acquire(void *backend, void *lk, int64_t lease_ms, dlock_wait *w, dlock_acquired *out,
+                                  dlock_error *err)
+{
+	struct redis_client *c = backend;
+	if (lease_ms <= 0)
+		return dlock_error_set(err, DLOCK_EINVAL, "redis: the lease must be positive, not %" PRId64 " ms",
+		                       lease_ms);
+	if (c->npools > 1)
+		return dlock_redis_redlock_acquire(c, lk, lease_ms, w, out, err);
+	return dlock_redis_acquire(c, lk, lease_ms, w, out, err);
+}
+
+static dlock_status redis_release(void *backend, void *lk, dlock_error *err)
+{
+	struct redis_client *c = backend;
+	if (c->npools > 1)
+		return dlock_redis_redlock_release(c, lk, err);
+	return dlock_redis_release(c, lk, err);
+}
+
+static dlock_status redis_extend(void *backend, void *lk, int64_t lease_ms, dlock_error *err)
+{
+	struct redis_client *c = backend;
+	if (lease_ms <= 0)
+		return dlock_error_set(err, DLOCK_EINVAL, "redis: the lease must be positive, not %" PRId64 " ms",
+		                       lease_ms);
+	if (c->npools > 1)
+		return dlock_redis_redlock_extend(c, lk, lease_ms, err);
+	return dlock_redis_extend(c, lk, lease_ms, err);
+}
+
+static dlock_status redis_check(void *backend, void *lk, dlock_error *err)
+{
+	struct redis_client *c = backend;
+	if (c->npools > 1)
+		return dlock_redis_redlock_check(c, lk, err);
+	return dlock_redis_check(c, lk, err);
+}
+
+const dlock_driver dlock_redis_driver = {
+	.abi_version = DLOCK_DRIVER_ABI_VERSION,
+	.scheme = "redis",
+	.lock_size = sizeof(struct redis_lock),
+	.open = redis_open,
+	.close = redis_close,
+	.capabilities = redis_capabilities,
+	.knows_param = NULL,
+	.lock_init = redis_lock_init,
+	.lock_fini = redis_lock_fini,
+	.acquire = redis_acquire,
+	.release = redis_release,
+	.extend = redis_extend,
+	.check = redis_check,
+};
+
+const dlock_driver dlock_redis_unix_driver = {
+	.abi_version = DLOCK_DRIVER_ABI_VERSION,
+	.scheme = "redis+unix",
+	.lock_size = sizeof(struct redis_lock),
+	.open = redis_unix_open,
+	.close = redis_close,
+	.capabilities = redis_capabilities,
+	.knows_param = redis_unix_knows_param,
+	.lock_init = redis_lock_init,
+	.lock_fini = redis_lock_fini,
+	.acquire = redis_acquire,
+	.release = redis_release,
+	.extend = redis_extend,
+	.check = redis_check,
+};

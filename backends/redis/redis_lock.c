@@ -1,0 +1,263 @@
+/*
+ * One Redis instance: acquire (with waiting), release, extend and check.
+ *
+ * Acquire costs one round trip when the lock is free (the acquire script).
+ * When it is held, the waiter watches the lock's channel through the
+ * client's subscriber and retries: once the SUBSCRIBE is confirmed (a
+ * release published before that would otherwise be missed), on every
+ * release message, and when the holder's TTL, returned by the failed
+ * attempt, runs out.  Without a subscription (refused, or the subscriber
+ * cannot reach the server) it polls with a bounded, jittered backoff.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "redis_internal.h"
+
+#define POLL_MIN_MS 10
+#define POLL_MAX_MS 500
+/* With no TTL to wait for (a key without expiry), look again at least this often. */
+#define NO_TTL_RECHECK_MS 1000
+/* The fencing counter outlives any lease by far, and at least a week. */
+#define FENCE_TTL_MIN_MS (7LL * 24 * 3600 * 1000)
+#define FENCE_TTL_LEASES 100
+
+/* ------------------------------------------------------------ one call */
+
+/*
+ * Run a script on a pooled connection.  *maybe_ran tells whether the
+ * request may have reached the server (a failure after that leaves its
+ * effect unknown).  Error replies become statuses.
+ */
+static dlock_status run_script(struct redis_client *c, enum redis_script_id id, int nkeys,
+                               const struct redis_args *a, const char *what, redisReply **out, int *maybe_ran,
+                               dlock_error *err)
+{
+	struct redis_pool *p = &c->pools[0];
+	redisContext *ctx = NULL;
+	*maybe_ran = 0;
+	dlock_status st = dlock_redis_pool_get(p, &ctx, err);
+	if (st != DLOCK_OK)
+		return st;
+	*maybe_ran = 1;
+	redisReply *r = dlock_redis_script_run(ctx, &c->scripts, id, nkeys, a);
+	if (!r)
+		st = dlock_redis_io_error(ctx, &p->ep, err);
+	dlock_redis_pool_put(p, ctx);
+	if (r && r->type == REDIS_REPLY_ERROR) {
+		st = dlock_redis_reply_error(r, &p->ep, what, err);
+		freeReplyObject(r);
+		r = NULL;
+	}
+	*out = r;
+	return st;
+}
+
+/* A script whose effect does not change when it runs twice: one more try after a connection failure. */
+static dlock_status run_idempotent(struct redis_client *c, enum redis_script_id id, int nkeys,
+                                   const struct redis_args *a, const char *what, redisReply **out,
+                                   dlock_error *err)
+{
+	int maybe_ran;
+	dlock_status st = run_script(c, id, nkeys, a, what, out, &maybe_ran, err);
+	if (st == DLOCK_ECONNECT && maybe_ran)
+		st = run_script(c, id, nkeys, a, what, out, &maybe_ran, err);
+	return st;
+}
+
+static dlock_status release_args_run(struct redis_client *c, struct redis_lock *lk, redisReply **out,
+                                     dlock_error *err)
+{
+	struct redis_args a = { 0 };
+	dlock_redis_argn(&a, lk->key, lk->keylen);
+	dlock_redis_arg(&a, lk->owner);
+	dlock_redis_argn(&a, lk->chan, lk->chanlen);
+	return run_idempotent(c, REDIS_SCRIPT_RELEASE, 1, &a, "release", out, err);
+}
+
+/* ------------------------------------------------------------ acquire */
+
+/*
+ * A reply that never came may hide a SET that succeeded: remove what may
+ * be ours (owner-only, so nothing else is touched) rather than leave it to
+ * its TTL, which would block every other owner until then.
+ */
+static void undo_attempt(struct redis_client *c, struct redis_lock *lk)
+{
+	dlock_error ignored = { "" };
+	redisReply *r = NULL;
+	if (release_args_run(c, lk, &r, &ignored) != DLOCK_OK)
+		dlock_host_log(c->cfg.host, DLOCK_LOG_WARN,
+		               "redis %s: an acquire whose reply was lost could not be undone (%s); "
+		               "if it succeeded, the key stays until its TTL",
+		               c->pools[0].ep.label, ignored.msg);
+	freeReplyObject(r);
+}
+
+static int is_int_pair(const redisReply *r)
+{
+	return r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
+	       r->element[1]->type == REDIS_REPLY_INTEGER;
+}
+
+/* One attempt: DLOCK_OK (*out filled), DLOCK_EBUSY (*pttl_ms: the holder's TTL, <0 unknown) or an error. */
+static dlock_status try_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
+                                dlock_acquired *out, int64_t *pttl_ms, dlock_error *err)
+{
+	struct redis_args a = { 0 };
+	char lease[24], fence_ttl[24];
+	redisReply *r = NULL;
+	int maybe_ran = 0;
+	int64_t ttl = lease_ms > FENCE_TTL_MIN_MS / FENCE_TTL_LEASES ? lease_ms * FENCE_TTL_LEASES : FENCE_TTL_MIN_MS;
+	dlock_status st = dlock_redis_new_owner(lk, err);
+	if (st != DLOCK_OK)
+		return st;
+	dlock_redis_argn(&a, lk->key, lk->keylen);
+	dlock_redis_argn(&a, lk->fence, lk->fencelen);
+	dlock_redis_arg(&a, lk->owner);
+	dlock_redis_argi(&a, lease, lease_ms);
+	dlock_redis_argi(&a, fence_ttl, ttl);
+
+	int64_t sent = dlock_monotonic_ns();
+	st = run_script(c, REDIS_SCRIPT_ACQUIRE, 2, &a, "acquire", &r, &maybe_ran, err);
+	if (st != DLOCK_OK)
+		goto fail;
+	if (!is_int_pair(r)) {
+		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to the acquire script",
+		                     c->pools[0].ep.label);
+		goto fail;
+	}
+	if (r->element[0]->integer != 1) {
+		*pttl_ms = r->element[1]->integer;
+		freeReplyObject(r);
+		lk->owner[0] = '\0';
+		return DLOCK_EBUSY;
+	}
+	*out = (dlock_acquired){ .token = (uint64_t)r->element[1]->integer, .sent_ns = sent };
+	freeReplyObject(r);
+	return DLOCK_OK;
+fail:
+	freeReplyObject(r);
+	if (maybe_ran)
+		undo_attempt(c, lk);
+	lk->owner[0] = '\0';
+	return st;
+}
+
+/* How long to sleep before the next attempt; -1: until woken. */
+static int64_t sleep_bound(enum redis_watch_state s, int64_t pttl_ms, int64_t *backoff_ms)
+{
+	int64_t holder_ns = pttl_ms >= 0 ? (pttl_ms + 1) * REDIS_NS_PER_MS : NO_TTL_RECHECK_MS * REDIS_NS_PER_MS;
+	if (s != REDIS_WATCH_POLL)
+		return holder_ns;
+	int64_t poll_ns = dlock_redis_jitter(*backoff_ms / 2, *backoff_ms) * REDIS_NS_PER_MS;
+	*backoff_ms = *backoff_ms * 2 > POLL_MAX_MS ? POLL_MAX_MS : *backoff_ms * 2;
+	return poll_ns < holder_ns ? poll_ns : holder_ns;
+}
+
+dlock_status dlock_redis_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
+                                 dlock_acquired *out, dlock_error *err)
+{
+	struct redis_watch watch = { 0 };
+	int watching = 0;
+	int64_t backoff_ms = POLL_MIN_MS;
+	dlock_status st;
+	for (;;) {
+		int64_t pttl_ms = -1;
+		st = try_acquire(c, lk, lease_ms, out, &pttl_ms, err);
+		if (st != DLOCK_EBUSY || dlock_wait_try_once(w))
+			break;
+		enum redis_watch_state s;
+		if (!watching) {
+			watching = 1;
+			s = dlock_redis_sub_watch(c->sub, &watch, lk->chan, lk->chanlen, w);
+			if (s == REDIS_WATCH_ACTIVE) /* subscribed already: a release since the try was not seen by us */
+				continue;
+		} else {
+			s = dlock_redis_sub_state(c->sub, &watch);
+		}
+		st = dlock_wait_sleep(w, sleep_bound(s, pttl_ms, &backoff_ms));
+		if (st != DLOCK_OK)
+			break;
+	}
+	if (watching)
+		dlock_redis_sub_unwatch(c->sub, &watch);
+	if (st == DLOCK_ETIMEDOUT || st == DLOCK_EBUSY)
+		return dlock_error_set(err, DLOCK_EBUSY, "redis %s: the lock is held by another owner",
+		                       c->pools[0].ep.label);
+	if (st == DLOCK_ECANCELED)
+		return dlock_error_set(err, st, "redis %s: acquire cancelled", c->pools[0].ep.label);
+	return st;
+}
+
+/* ------------------------------------------------------------ release, extend, check */
+
+static dlock_status owner_only_result(struct redis_client *c, redisReply *r, const char *what, dlock_error *err)
+{
+	dlock_status st = DLOCK_OK;
+	if (r->type != REDIS_REPLY_INTEGER)
+		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to %s", c->pools[0].ep.label, what);
+	else if (r->integer != 1)
+		st = dlock_error_set(err, DLOCK_ENOTHELD, "redis %s: %s: the lock is no longer ours (expired or taken)",
+		                     c->pools[0].ep.label, what);
+	freeReplyObject(r);
+	return st;
+}
+
+/*
+ * Released twice by a retry after a lost reply would say "not ours" the
+ * second time: the answer is then ENOTHELD, the cautious one.
+ */
+dlock_status dlock_redis_release(struct redis_client *c, struct redis_lock *lk, dlock_error *err)
+{
+	redisReply *r = NULL;
+	dlock_status st = release_args_run(c, lk, &r, err);
+	if (st == DLOCK_OK)
+		st = owner_only_result(c, r, "release", err);
+	lk->owner[0] = '\0';
+	return st;
+}
+
+dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_error *err)
+{
+	struct redis_args a = { 0 };
+	char lease[24];
+	redisReply *r = NULL;
+	dlock_redis_argn(&a, lk->key, lk->keylen);
+	dlock_redis_arg(&a, lk->owner);
+	dlock_redis_argi(&a, lease, lease_ms);
+	dlock_status st = run_idempotent(c, REDIS_SCRIPT_EXTEND, 1, &a, "extend", &r, err);
+	if (st == DLOCK_OK)
+		st = owner_only_result(c, r, "extend", err);
+	return st;
+}
+
+/* Check may only say held, not held, or cannot tell now. */
+static dlock_status uncertain(dlock_error *err)
+{
+	char msg[DLOCK_ERROR_MAX];
+	snprintf(msg, sizeof msg, "%s", err->msg);
+	return dlock_error_set(err, DLOCK_EUNCERTAIN, "%s (cannot tell whether the lock is still ours)", msg);
+}
+
+dlock_status dlock_redis_check(struct redis_client *c, struct redis_lock *lk, dlock_error *err)
+{
+	struct redis_pool *p = &c->pools[0];
+	redisContext *ctx = NULL;
+	const char *argv[2] = { "GET", lk->key };
+	size_t len[2] = { 3, lk->keylen };
+	dlock_status st = dlock_redis_pool_get(p, &ctx, err);
+	if (st != DLOCK_OK)
+		return uncertain(err);
+	redisReply *r = redisCommandArgv(ctx, 2, argv, len);
+	if (!r)
+		st = dlock_redis_io_error(ctx, &p->ep, err);
+	else if (r->type == REDIS_REPLY_ERROR)
+		st = dlock_redis_reply_error(r, &p->ep, "check", err);
+	else if (r->type != REDIS_REPLY_STRING || strcmp(r->str, lk->owner) != 0)
+		st = dlock_error_set(err, DLOCK_ENOTHELD, "redis %s: the lock is no longer ours (expired or taken)",
+		                     p->ep.label);
+	dlock_redis_pool_put(p, ctx);
+	freeReplyObject(r);
+	return st == DLOCK_OK || st == DLOCK_ENOTHELD ? st : uncertain(err);
+}

@@ -1,0 +1,445 @@
+/*
+ * The subscriber: one thread and one connection per client that turn
+ * release messages into wake-ups of the acquires waiting for them.
+ *
+ * Waiters never touch the connection.  They register a watch on a channel
+ * (under the mutex) and kick the thread through a pipe; the thread sends
+ * SUBSCRIBE/UNSUBSCRIBE and wakes the watchers of a channel when its
+ * subscription is confirmed, when a message arrives, and when the
+ * connection is lost (so every waiter retries at once).
+ *
+ * Why a blocking hiredis context driven by our own poll(), and not the
+ * async API: the async API needs an event-loop adapter (libevent, libev...)
+ * that dlock does not want to depend on, while the plain context already
+ * has what is needed.  The thread polls the socket and the wake pipe;
+ * when the socket is readable, redisBufferRead() reads what is there (it
+ * cannot block then) and redisGetReplyFromReader() yields each complete
+ * reply.  Commands are appended to the context and flushed with
+ * redisBufferWrite().  The connection is made exactly like a pooled one
+ * (close-on-exec socket, timeouts, AUTH, SELECT).
+ *
+ * Channels: one per lock name, shared by every watcher of that name and
+ * reference-counted.  At most one command per channel is in flight (a
+ * channel's state says which), so each confirmation belongs to exactly one
+ * command.  A channel nobody watches stays subscribed for LINGER_MS, so a
+ * name that is contended again and again is not subscribed anew each time.
+ * A SUBSCRIBE the server refuses (Redis 7 ACL users have no channels by
+ * default) switches the client to polling for good, said once in the log.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "redis_internal.h"
+
+#define LINGER_MS 2000
+#define RECONNECT_MIN_MS 50
+#define RECONNECT_MAX_MS 2000
+
+enum chan_state { CHAN_PENDING, CHAN_SUBSCRIBING, CHAN_ACTIVE, CHAN_UNSUBSCRIBING };
+
+struct redis_chan {
+	struct redis_chan *next;
+	struct redis_watch *watchers;
+	unsigned refs;          /* watchers in the list */
+	enum chan_state state;
+	int64_t idle_since_ns;  /* when refs last dropped to 0 */
+	size_t len;
+	char name[];
+};
+
+struct redis_sub {
+	pthread_mutex_t mu;      /* guards everything but the thread-only fields */
+	struct redis_chan *chans;
+	int started, stop;
+	int degraded;            /* cannot subscribe now (no connection): watchers poll */
+	int refused;             /* the server refused SUBSCRIBE: poll from now on */
+	int start_failed;        /* the thread could not be created */
+	int wake[2];             /* pipe: waiters write, the thread polls */
+	pthread_t thread;
+	struct redis_endpoint ep;
+	const struct redis_cfg *cfg;
+
+	/* Used by the thread only. */
+	redisContext *ctx;
+	int64_t retry_at_ns, backoff_ms;
+	int logged_down;
+};
+
+/* ------------------------------------------------------------ channels */
+
+static void wake_chan_locked(struct redis_chan *ch)
+{
+	for (struct redis_watch *wt = ch->watchers; wt; wt = wt->next)
+		dlock_wait_wake(wt->w);
+}
+
+static void wake_all_locked(struct redis_sub *s)
+{
+	for (struct redis_chan *ch = s->chans; ch; ch = ch->next)
+		wake_chan_locked(ch);
+}
+
+static struct redis_chan *chan_find_locked(struct redis_sub *s, const char *name, size_t len)
+{
+	for (struct redis_chan *ch = s->chans; ch; ch = ch->next)
+		if (ch->len == len && memcmp(ch->name, name, len) == 0)
+			return ch;
+	return NULL;
+}
+
+static void chan_remove_locked(struct redis_sub *s, struct redis_chan *ch)
+{
+	struct redis_chan **pp = &s->chans;
+	while (*pp != ch)
+		pp = &(*pp)->next;
+	*pp = ch->next;
+	free(ch);
+}
+
+static enum redis_watch_state state_locked(const struct redis_sub *s, const struct redis_chan *ch)
+{
+	if (!ch || s->refused || s->degraded || s->start_failed)
+		return REDIS_WATCH_POLL;
+	return ch->state == CHAN_ACTIVE ? REDIS_WATCH_ACTIVE : REDIS_WATCH_PENDING;
+}
+
+static void kick(struct redis_sub *s)
+{
+	char b = 1;
+	/* A full pipe already holds a wake-up: nothing is lost when this fails. */
+	if (write(s->wake[1], &b, 1) < 0 && errno != EAGAIN)
+		return;
+}
+
+/* ------------------------------------------------------------ the thread's connection */
+
+static void log_down_once(struct redis_sub *s, const char *why)
+{
+	if (s->logged_down)
+		return;
+	s->logged_down = 1;
+	dlock_host_log(s->cfg->host, DLOCK_LOG_WARN,
+	               "redis %s: the subscriber has no connection (%s): waiters poll until it reconnects",
+	               s->ep.label, why);
+}
+
+/* Connection lost: every subscription is gone, every waiter retries. */
+static void drop_connection_locked(struct redis_sub *s)
+{
+	redisFree(s->ctx);
+	s->ctx = NULL;
+	for (struct redis_chan *ch = s->chans, *next; ch; ch = next) {
+		next = ch->next;
+		if (ch->refs == 0)
+			chan_remove_locked(s, ch);
+		else
+			ch->state = CHAN_PENDING;
+	}
+	s->retry_at_ns = 0;
+	wake_all_locked(s);
+}
+
+static int wanted_locked(const struct redis_sub *s)
+{
+	for (const struct redis_chan *ch = s->chans; ch; ch = ch->next)
+		if (ch->refs > 0)
+			return 1;
+	return 0;
+}
+
+/* Connect when a watcher needs it and no backoff is running; *timeout_ms: when to look again. */
+static void connect_locked(struct redis_sub *s, int *timeout_ms)
+{
+	int64_t now = dlock_monotonic_ns();
+	if (s->refused || !wanted_locked(s))
+		return;
+	if (now < s->retry_at_ns) {
+		*timeout_ms = (int)((s->retry_at_ns - now) / REDIS_NS_PER_MS) + 1;
+		return;
+	}
+	dlock_error err = { "" };
+	redisContext *ctx = NULL;
+	pthread_mutex_unlock(&s->mu);
+	dlock_status st = dlock_redis_connect(&s->ep, s->cfg, &ctx, &err);
+	pthread_mutex_lock(&s->mu);
+	if (st == DLOCK_OK) {
+		s->ctx = ctx;
+		s->degraded = 0;
+		s->backoff_ms = RECONNECT_MIN_MS;
+		s->logged_down = 0;
+		return;
+	}
+	s->degraded = 1;
+	wake_all_locked(s); /* those waiting for a confirmation poll instead */
+	log_down_once(s, err.msg);
+	s->retry_at_ns = now + dlock_redis_jitter(s->backoff_ms / 2, s->backoff_ms) * REDIS_NS_PER_MS;
+	s->backoff_ms = s->backoff_ms * 2 > RECONNECT_MAX_MS ? RECONNECT_MAX_MS : s->backoff_ms * 2;
+	*timeout_ms = (int)(s->retry_at_ns > now ? (s->retry_at_ns - now) / REDIS_NS_PER_MS + 1 : 1);
+}
+
+static void append_locked(struct redis_sub *s, const char *cmd, struct redis_chan *ch, enum chan_state next)
+{
+	const char *argv[2] = { cmd, ch->name };
+	size_t len[2] = { strlen(cmd), ch->len };
+	if (redisAppendCommandArgv(s->ctx, 2, argv, len) == REDIS_OK)
+		ch->state = next;
+}
+
+/* Queue what the channels need; *timeout_ms: when a lingering one is due. */
+static void queue_commands_locked(struct redis_sub *s, int *timeout_ms)
+{
+	int64_t now = dlock_monotonic_ns();
+	for (struct redis_chan *ch = s->chans, *next; ch; ch = next) {
+		next = ch->next;
+		int64_t idle_ms = (now - ch->idle_since_ns) / REDIS_NS_PER_MS;
+		if (ch->refs == 0 && ch->state == CHAN_PENDING) {
+			chan_remove_locked(s, ch);
+		} else if (ch->state == CHAN_PENDING) {
+			append_locked(s, "SUBSCRIBE", ch, CHAN_SUBSCRIBING);
+		} else if (ch->refs == 0 && ch->state == CHAN_ACTIVE && idle_ms >= LINGER_MS) {
+			append_locked(s, "UNSUBSCRIBE", ch, CHAN_UNSUBSCRIBING);
+		} else if (ch->refs == 0 && ch->state == CHAN_ACTIVE) {
+			int left = (int)(LINGER_MS - idle_ms) + 1;
+			if (*timeout_ms < 0 || left < *timeout_ms)
+				*timeout_ms = left;
+		}
+	}
+}
+
+/* ------------------------------------------------------------ replies */
+
+static void on_refused_locked(struct redis_sub *s, const redisReply *r)
+{
+	s->refused = 1;
+	dlock_host_log(s->cfg->host, DLOCK_LOG_WARN,
+	               "redis %s: SUBSCRIBE refused (%s): waiters poll with a bounded backoff instead of being "
+	               "notified (grant the user the channels under the prefix to fix this)",
+	               s->ep.label, r->str);
+	drop_connection_locked(s);
+}
+
+static void on_reply_locked(struct redis_sub *s, const redisReply *r)
+{
+	if (r->type == REDIS_REPLY_ERROR) {
+		on_refused_locked(s, r);
+		return;
+	}
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING ||
+	    r->element[1]->type != REDIS_REPLY_STRING)
+		return;
+	const char *kind = r->element[0]->str;
+	struct redis_chan *ch = chan_find_locked(s, r->element[1]->str, (size_t)r->element[1]->len);
+	if (!ch)
+		return;
+	if (strcmp(kind, "message") == 0) {
+		wake_chan_locked(ch);
+	} else if (strcmp(kind, "subscribe") == 0 && ch->state == CHAN_SUBSCRIBING) {
+		ch->state = CHAN_ACTIVE;
+		ch->idle_since_ns = dlock_monotonic_ns();
+		wake_chan_locked(ch);
+	} else if (strcmp(kind, "unsubscribe") == 0 && ch->state == CHAN_UNSUBSCRIBING) {
+		if (ch->refs > 0)
+			ch->state = CHAN_PENDING; /* watched again meanwhile: subscribe anew */
+		else
+			chan_remove_locked(s, ch);
+	}
+}
+
+/* Read what the socket has and handle every complete reply; -1 when the connection failed. */
+static int read_replies(struct redis_sub *s)
+{
+	if (redisBufferRead(s->ctx) != REDIS_OK)
+		return -1;
+	for (;;) {
+		void *reply = NULL;
+		if (redisGetReplyFromReader(s->ctx, &reply) != REDIS_OK)
+			return -1;
+		if (!reply)
+			return 0;
+		pthread_mutex_lock(&s->mu);
+		on_reply_locked(s, reply);
+		int gone = s->ctx == NULL;
+		pthread_mutex_unlock(&s->mu);
+		freeReplyObject(reply);
+		if (gone)
+			return 0;
+	}
+}
+
+static int flush_commands(redisContext *ctx)
+{
+	int done = 0;
+	while (!done)
+		if (redisBufferWrite(ctx, &done) != REDIS_OK)
+			return -1;
+	return 0;
+}
+
+/* ------------------------------------------------------------ the thread */
+
+static void drain_pipe(int fd)
+{
+	char buf[64];
+	while (read(fd, buf, sizeof buf) > 0)
+		;
+}
+
+/* One round: connect or queue, then wait for the socket, a kick or a timeout. */
+static void sub_round_locked(struct redis_sub *s)
+{
+	int timeout_ms = -1;
+	if (!s->ctx)
+		connect_locked(s, &timeout_ms);
+	if (s->ctx)
+		queue_commands_locked(s, &timeout_ms);
+	redisContext *ctx = s->ctx;
+	pthread_mutex_unlock(&s->mu);
+
+	int failed = ctx && flush_commands(ctx) != 0;
+	struct pollfd fds[2] = { { .fd = s->wake[0], .events = POLLIN }, { .fd = ctx ? ctx->fd : -1, .events = POLLIN } };
+	if (!failed && poll(fds, 2, timeout_ms) > 0) {
+		if (fds[0].revents)
+			drain_pipe(s->wake[0]);
+		if (fds[1].revents)
+			failed = read_replies(s) != 0;
+	}
+	pthread_mutex_lock(&s->mu);
+	if (failed && s->ctx) {
+		dlock_host_log(s->cfg->host, DLOCK_LOG_INFO, "redis %s: subscriber connection lost (%s); reconnecting",
+		               s->ep.label, s->ctx->errstr);
+		drop_connection_locked(s);
+	}
+}
+
+static void *sub_main(void *arg)
+{
+	struct redis_sub *s = arg;
+	pthread_mutex_lock(&s->mu);
+	while (!s->stop)
+		sub_round_locked(s);
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+static int ensure_thread_locked(struct redis_sub *s)
+{
+	if (s->started || s->start_failed)
+		return s->started;
+	/* Signals go to the application's threads, never to this one. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int rc = pthread_create(&s->thread, NULL, sub_main, s);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0) {
+		s->start_failed = 1;
+		dlock_host_log(s->cfg->host, DLOCK_LOG_WARN, "redis %s: cannot start the subscriber thread: waiters poll",
+		               s->ep.label);
+		return 0;
+	}
+	s->started = 1;
+	return 1;
+}
+
+/* ------------------------------------------------------------ API */
+
+dlock_status dlock_redis_sub_new(struct redis_sub **out, const struct redis_endpoint *ep,
+                                 const struct redis_cfg *cfg, dlock_error *err)
+{
+	struct redis_sub *s = calloc(1, sizeof *s);
+	if (!s)
+		return dlock_error_set(err, DLOCK_ENOMEM, "redis: out of memory");
+	if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+		free(s);
+		return dlock_error_set(err, DLOCK_EIO, "redis: cannot create the subscriber's pipe: %s", strerror(errno));
+	}
+	pthread_mutex_init(&s->mu, NULL);
+	s->ep = *ep;
+	s->cfg = cfg;
+	s->backoff_ms = RECONNECT_MIN_MS;
+	*out = s;
+	return DLOCK_OK;
+}
+
+void dlock_redis_sub_free(struct redis_sub *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->stop = 1;
+	pthread_mutex_unlock(&s->mu);
+	kick(s);
+	if (s->started)
+		pthread_join(s->thread, NULL);
+	redisFree(s->ctx);
+	while (s->chans)
+		chan_remove_locked(s, s->chans);
+	close(s->wake[0]);
+	close(s->wake[1]);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}
+
+enum redis_watch_state dlock_redis_sub_watch(struct redis_sub *s, struct redis_watch *wt, const char *chan,
+                                             size_t len, dlock_wait *w)
+{
+	*wt = (struct redis_watch){ .w = w };
+	pthread_mutex_lock(&s->mu);
+	if (s->refused || !ensure_thread_locked(s)) {
+		pthread_mutex_unlock(&s->mu);
+		return REDIS_WATCH_POLL;
+	}
+	struct redis_chan *ch = chan_find_locked(s, chan, len);
+	if (!ch && (ch = calloc(1, sizeof *ch + len + 1)) != NULL) {
+		memcpy(ch->name, chan, len);
+		ch->len = len;
+		ch->state = CHAN_PENDING;
+		ch->next = s->chans;
+		s->chans = ch;
+	}
+	if (ch) {
+		wt->chan = ch;
+		wt->next = ch->watchers;
+		if (ch->watchers)
+			ch->watchers->prev = wt;
+		ch->watchers = wt;
+		ch->refs++;
+	}
+	enum redis_watch_state st = state_locked(s, ch);
+	pthread_mutex_unlock(&s->mu);
+	if (st != REDIS_WATCH_ACTIVE)
+		kick(s);
+	return st;
+}
+
+enum redis_watch_state dlock_redis_sub_state(struct redis_sub *s, const struct redis_watch *wt)
+{
+	pthread_mutex_lock(&s->mu);
+	enum redis_watch_state st = state_locked(s, wt->chan);
+	pthread_mutex_unlock(&s->mu);
+	return st;
+}
+
+void dlock_redis_sub_unwatch(struct redis_sub *s, struct redis_watch *wt)
+{
+	struct redis_chan *ch = wt->chan;
+	if (!ch)
+		return;
+	pthread_mutex_lock(&s->mu);
+	if (wt->prev)
+		wt->prev->next = wt->next;
+	else
+		ch->watchers = wt->next;
+	if (wt->next)
+		wt->next->prev = wt->prev;
+	if (--ch->refs == 0)
+		ch->idle_since_ns = dlock_monotonic_ns();
+	pthread_mutex_unlock(&s->mu);
+	wt->chan = NULL;
+	kick(s); /* the thread recomputes when a lingering channel is due */
+}
