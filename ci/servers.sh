@@ -12,11 +12,12 @@
 DLOCK_SERVERS_DIR=${DLOCK_SERVERS_DIR:-}
 DLOCK_SERVERS_STARTED=""
 
-# A TCP port on 127.0.0.1 that nothing listens on now.
+# A TCP port on 127.0.0.1 that nothing listens on now, below the kernel's
+# ephemeral range (32768+) so that no client socket can be holding it.
 dlock_free_port() {
 	local port
 	for _ in $(seq 1 200); do
-		port=$((20000 + RANDOM % 40000))
+		port=$((12000 + RANDOM % 20000))
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 			echo "$port"
 			return 0

@@ -104,7 +104,9 @@ static void *background_main(void *arg)
 		int64_t next_due;
 		if (do_due_work_locked(c, &next_due))
 			continue;
+		c->bg_sleep_until = next_due;
 		dlock_cond_wait_until(&c->bg_cond, &c->mu, next_due);
+		c->bg_sleep_until = INT64_MIN;
 	}
 	pthread_mutex_unlock(&c->mu);
 	return NULL;
@@ -138,6 +140,15 @@ void dlock_background_stop(struct dlock_client *c)
 void dlock_background_kick(struct dlock_client *c)
 {
 	pthread_cond_signal(&c->bg_cond);
+}
+
+/* Acquire and release happen far more often than renewals: signal the
+ * thread only when it would otherwise sleep past the new due time.  While
+ * it is awake it rescans every lock after each piece of work anyway. */
+void dlock_background_due(struct dlock_client *c, int64_t when)
+{
+	if (when < c->bg_sleep_until)
+		pthread_cond_signal(&c->bg_cond);
 }
 
 int dlock_background_is_self(struct dlock_client *c)

@@ -126,6 +126,7 @@ static struct dlock_client *client_new(const dlock_client_options *opts)
 	dlock_cond_init_monotonic(&c->cond);
 	dlock_cond_init_monotonic(&c->bg_cond);
 	c->host.client = c;
+	c->bg_sleep_until = INT64_MIN;
 	c->log_level = DLOCK_LOG_WARN;
 	if (opts) {
 		c->log = opts->log;

@@ -137,6 +137,7 @@ struct dlock_client {
 	/* Background thread: renewals, expiry, lost-lock callbacks. */
 	pthread_t bg_thread;
 	int bg_started, bg_stop;
+	int64_t bg_sleep_until;    /* when the sleeping thread wakes by itself; INT64_MIN while awake */
 	pthread_cond_t bg_cond;
 };
 
@@ -171,6 +172,8 @@ dlock_status dlock_background_start(struct dlock_client *c);
 void dlock_background_stop(struct dlock_client *c);
 /** Wake the background thread to look at the locks again.  c->mu held. */
 void dlock_background_kick(struct dlock_client *c);
+/** Wake it only if something is due at `when`, before it would wake by itself.  c->mu held. */
+void dlock_background_due(struct dlock_client *c, int64_t when);
 /** 1 if the calling thread is `c`'s background thread. */
 int dlock_background_is_self(struct dlock_client *c);
 

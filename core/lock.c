@@ -187,11 +187,19 @@ void dlock_lock_begin_call(struct dlock_lock *l)
 	l->busy = 1;
 }
 
+/* The background thread skips busy handles, so one may be due now. */
+static int64_t next_due(const struct dlock_lock *l)
+{
+	if (!l->held || !l->tracked || l->lost)
+		return INT64_MAX;
+	return l->renew && l->next_renew < l->valid_until ? l->next_renew : l->valid_until;
+}
+
 void dlock_lock_end_call(struct dlock_lock *l)
 {
 	l->busy = 0;
 	pthread_cond_broadcast(&l->client->cond);
-	dlock_background_kick(l->client);
+	dlock_background_due(l->client, next_due(l));
 }
 
 void dlock_lock_free(dlock_lock *l)
@@ -241,7 +249,7 @@ void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lea
 	l->lease_ns = lease_ns;
 	l->valid_until = sent_ns + lease_ns - lease_ns / 100 - 2 * NS_PER_MS;
 	l->next_renew = sent_ns + lease_ns / 3;
-	dlock_background_kick(l->client);
+	dlock_background_due(l->client, next_due(l));
 }
 
 void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, const char *detail)
