@@ -1,0 +1,30 @@
+# zk:// — ZooKeeper through libzookeeper_mt (the multi-threaded C client,
+# Debian: libzookeeper-mt-dev).  It ships no pkg-config file and no CMake
+# package, so look for the header and the library directly.
+find_path(ZOOKEEPER_INCLUDE_DIR zookeeper/zookeeper.h)
+find_library(ZOOKEEPER_MT_LIBRARY zookeeper_mt)
+
+if(ZOOKEEPER_INCLUDE_DIR AND ZOOKEEPER_MT_LIBRARY)
+  set(_zk_dir ${CMAKE_CURRENT_LIST_DIR})
+  set(_zk_sources
+    ${_zk_dir}/zk.c
+    ${_zk_dir}/zk_config.c
+    ${_zk_dir}/zk_error.c
+    ${_zk_dir}/zk_hold.c
+    ${_zk_dir}/zk_log.c
+    ${_zk_dir}/zk_monitor.c
+    ${_zk_dir}/zk_path.c
+    ${_zk_dir}/zk_recipe.c
+    ${_zk_dir}/zk_session.c
+    ${_zk_dir}/zk_slot.c)
+  # The header declares the synchronous API only for the threaded library
+  # (tests/test_zookeeper.c defines THREADED itself: this is directory-scoped).
+  set_source_files_properties(${_zk_sources} PROPERTIES COMPILE_DEFINITIONS THREADED)
+  include_directories(${ZOOKEEPER_INCLUDE_DIR})
+  list(APPEND DLOCK_DRIVERS zk)
+  list(APPEND DLOCK_BACKEND_SOURCES ${_zk_sources})
+  list(APPEND DLOCK_BACKEND_LIBS ${ZOOKEEPER_MT_LIBRARY})
+  list(APPEND DLOCK_BACKEND_TESTS test_zookeeper)
+else()
+  message(STATUS "libzookeeper_mt not found: zk:// left out")
+endif()

@@ -1,0 +1,160 @@
+/*
+ * zk:// — locks in ZooKeeper: ephemeral sequential nodes, each contender
+ * watching only its predecessor (see zk_recipe.c), held by the client's
+ * session (see zk_session.c).  URI form and parameters: zk_config.c; where
+ * nodes live and their ACLs: zk_path.c.
+ *
+ * Capabilities: CP (the ensemble's consensus), fair (FIFO by sequence
+ * number), fencing strict (the node's czxid), lease "session": a lock is
+ * held while the client's session lives, which the client library keeps
+ * alive by itself, so there is no extend(); check() asks the server.
+ *
+ * Descriptors: libzookeeper_mt 3.8 as built by Debian opens its socket and
+ * its wake-up pipe without close-on-exec, and gives no way to reach them;
+ * a process that execs while a zk:// client is open passes them on.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "zk_internal.h"
+
+static dlock_status zk_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
+{
+	struct zk_client *c = calloc(1, sizeof *c);
+	if (!c)
+		return dlock_error_set(err, DLOCK_ENOMEM, "zk://: out of memory");
+	c->host = host;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_condattr_t attr;
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->cond, &attr);
+	pthread_condattr_destroy(&attr);
+	struct zk_client *prev = dlock_zk_log_enter(c);
+
+	dlock_status st = dlock_zk_config_parse(uri, &c->cfg, err);
+	if (st != DLOCK_OK)
+		goto fail;
+	st = dlock_zk_session_start(c, err);
+	if (st != DLOCK_OK)
+		goto fail;
+	st = dlock_zk_monitor_start(c, err);
+	if (st != DLOCK_OK)
+		goto fail;
+	dlock_zk_log_leave(prev);
+	*backend = c;
+	return DLOCK_OK;
+fail:
+	dlock_zk_sessions_close(c);
+	dlock_zk_config_free(&c->cfg);
+	pthread_cond_destroy(&c->cond);
+	pthread_mutex_destroy(&c->mu);
+	dlock_zk_log_leave(prev);
+	free(c);
+	return st;
+}
+
+/* Closing the session makes the server delete every node it still owns. */
+static void zk_close(void *backend)
+{
+	struct zk_client *c = backend;
+	struct zk_client *prev = dlock_zk_log_enter(c);
+	dlock_zk_sessions_close(c);
+	dlock_zk_log_leave(prev);
+	dlock_zk_slots_free(c);
+	dlock_zk_config_free(&c->cfg);
+	pthread_cond_destroy(&c->cond);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
+static void zk_capabilities(void *backend, dlock_capabilities *caps)
+{
+	(void)backend;
+	*caps = (dlock_capabilities){
+		.backend = "zk",
+		.consistency = DLOCK_CONSISTENCY_CP,
+		.fencing = DLOCK_FENCING_STRICT,
+		.fencing_note = "",
+		.fair = 1,
+		.lease = DLOCK_LEASE_SESSION,
+		.wakeup = DLOCK_WAKEUP_NOTIFY,
+		.scope = DLOCK_SCOPE_NETWORK,
+	};
+}
+
+static int zk_knows_param(const char *key)
+{
+	return strcmp(key, "session_timeout") == 0;
+}
+
+static dlock_status zk_lock_init(void *backend, void *lkp, const char *name, size_t len, dlock_error *err)
+{
+	struct zk_client *c = backend;
+	struct zk_lock *lk = lkp;
+	dlock_status st = dlock_zk_lock_paths(&c->cfg, lk, name, len, err);
+	if (st != DLOCK_OK)
+		return st;
+	lk->slot = dlock_zk_slot_take(c);
+	if (!lk->slot) {
+		free(lk->parent);
+		lk->parent = NULL;
+		return dlock_error_set(err, DLOCK_ENOMEM, "zk://: out of memory");
+	}
+	return DLOCK_OK;
+}
+
+static void zk_lock_fini(void *backend, void *lkp)
+{
+	struct zk_client *c = backend;
+	struct zk_lock *lk = lkp;
+	dlock_zk_unhold(c, lk);
+	dlock_zk_slot_give(lk->slot);
+	free(lk->parent);
+	lk->parent = NULL;
+}
+
+static dlock_status zk_acquire(void *backend, void *lkp, int64_t lease_ms, dlock_wait *w, dlock_acquired *out,
+                               dlock_error *err)
+{
+	struct zk_client *c = backend;
+	(void)lease_ms; /* the session's timeout, fixed when the client opened, is the lease */
+	struct zk_client *prev = dlock_zk_log_enter(c);
+	dlock_status st = dlock_zk_acquire(c, lkp, w, out, err);
+	dlock_zk_log_leave(prev);
+	return st;
+}
+
+static dlock_status zk_release(void *backend, void *lkp, dlock_error *err)
+{
+	struct zk_client *c = backend;
+	struct zk_client *prev = dlock_zk_log_enter(c);
+	dlock_status st = dlock_zk_release(c, lkp, err);
+	dlock_zk_log_leave(prev);
+	return st;
+}
+
+static dlock_status zk_check(void *backend, void *lkp, dlock_error *err)
+{
+	struct zk_client *c = backend;
+	struct zk_client *prev = dlock_zk_log_enter(c);
+	dlock_status st = dlock_zk_check(c, lkp, err);
+	dlock_zk_log_leave(prev);
+	return st;
+}
+
+const dlock_driver dlock_zk_driver = {
+	.abi_version = DLOCK_DRIVER_ABI_VERSION,
+	.scheme = "zk",
+	.lock_size = sizeof(struct zk_lock),
+	.open = zk_open,
+	.close = zk_close,
+	.capabilities = zk_capabilities,
+	.knows_param = zk_knows_param,
+	.lock_init = zk_lock_init,
+	.lock_fini = zk_lock_fini,
+	.acquire = zk_acquire,
+	.release = zk_release,
+	.extend = NULL,
+	.check = zk_check,
+};

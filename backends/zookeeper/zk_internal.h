@@ -1,0 +1,216 @@
+/*
+ * zk:// — the ZooKeeper backend's private declarations, shared by the
+ * files of backends/zookeeper/ and by tests/test_zookeeper.c.
+ *
+ *   zk.c          the driver object and its methods
+ *   zk_config.c   URI -> connect string, base path, credentials, session timeout
+ *   zk_path.c     lock name -> znode paths, ACLs, base and parent creation
+ *   zk_session.c  one zhandle per session: connection state, use by calls
+ *   zk_monitor.c  the monitor thread: pings, loss timing, replacing dead sessions
+ *   zk_log.c      the client library's log, routed to the dlock client's log
+ *   zk_error.c    ZooKeeper result codes -> dlock statuses
+ *   zk_slot.c     watch contexts that wake a waiting acquire
+ *   zk_recipe.c   the lock recipe: protected create, queue, predecessor watch
+ *   zk_hold.c     held locks: release, check, loss reports
+ *
+ * Locking: one mutex per client (`mu`) guards every field marked "mu".  It
+ * is never held across a ZooKeeper call, so the library's completion thread
+ * (which runs our watchers and completions, and takes `mu`) never waits for
+ * a call that waits for it.  Under `mu` we call only dlock_wait_wake() and
+ * dlock_report_lost(), which take short-lived core locks and never call a
+ * driver.
+ */
+#ifndef DLOCK_ZK_INTERNAL_H
+#define DLOCK_ZK_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <zookeeper/zookeeper.h>
+
+#include "dlock/sys/driver.h"
+
+#define ZK_DEFAULT_PORT 2181
+/* "_c_" + 32 hex digits of a per-acquisition GUID + "-lock-" (+ 10 digits from the server). */
+#define ZK_GUID_HEX 32
+#define ZK_NODE_PREFIX "_c_"
+#define ZK_NODE_MARK "-lock-"
+#define ZK_PATH_MAX 2048
+
+/* ------------------------------------------------------------ config */
+
+struct zk_config {
+	char *hosts;            /* "host:port,host:port" for zookeeper_init2 */
+	char *base;             /* base path, e.g. "/dlock"; never "/" */
+	char *auth;             /* "user:password" for digest auth, or NULL; a secret */
+	const char *password;   /* inside `auth`, for scrubbing log lines; NULL without auth */
+	int session_timeout_ms; /* requested; the server negotiates it */
+	int64_t connect_timeout_ms;
+	const char *masked;     /* the URI with its password hidden (owned by the core) */
+};
+
+dlock_status dlock_zk_config_parse(const dlock_uri *uri, struct zk_config *cfg, dlock_error *err);
+void dlock_zk_config_free(struct zk_config *cfg);
+
+/* ------------------------------------------------------------ sessions */
+
+enum zk_state {
+	ZK_CONNECTING = 0, /* no connection now; the session may live */
+	ZK_CONNECTED = 1,
+	ZK_DEAD = 2        /* expired, or presumed expired: nothing of it is ours any more */
+};
+
+struct zk_client;
+
+/* One ZooKeeper session: a zhandle and what we know of its state. */
+struct zk_session {
+	struct zk_client *c;
+	zhandle_t *zh;
+	uint64_t gen;           /* distinct per session of a client */
+	enum zk_state state;    /* mu */
+	int refs;               /* calls using `zh` now (mu); closed only at 0 */
+	int64_t id;             /* session id, once connected (mu) */
+	int timeout_ms;         /* negotiated session timeout, once connected (mu) */
+	int64_t last_ok_ns;     /* send time of the newest request the server answered (mu) */
+	int64_t ping_sent_ns;   /* mu */
+	int64_t next_ping_ns;   /* mu */
+	int ping_out;           /* a ping is in flight (mu) */
+	struct zk_session *next_retired;
+};
+
+/* A watch context: lives as long as the client, so a watch that fires late finds it. */
+struct zk_slot {
+	struct zk_client *c;
+	struct zk_slot *next; /* every slot of the client (mu) */
+	int in_use;           /* taken by a lock handle (mu) */
+	dlock_wait *w;        /* the acquire to wake, or NULL (mu) */
+};
+
+struct zk_lock;
+
+struct zk_client {
+	dlock_host *host;
+	struct zk_config cfg;
+	pthread_mutex_t mu;
+	pthread_cond_t cond;         /* any session state change, refs, stop (mu) */
+	struct zk_session *cur;      /* the session new calls use (mu) */
+	struct zk_session *retired;  /* dead sessions waiting to be closed (mu) */
+	uint64_t next_gen;           /* mu */
+	struct zk_slot *slots;       /* mu */
+	struct zk_lock *held;        /* locks held now (mu) */
+	int stop;                    /* mu */
+	pthread_t monitor;
+	int monitor_started;
+};
+
+/* A new session (connecting) with the next generation number. */
+dlock_status dlock_zk_session_new(struct zk_client *c, struct zk_session **out, dlock_error *err);
+/* Close its handle and free it; never with `mu` held. */
+void dlock_zk_session_free(struct zk_session *s);
+/* pthread_cond_timedwait on a CLOCK_MONOTONIC condition; returns its code. */
+int dlock_zk_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ns);
+/* Start the first session and wait until it is connected (open). */
+dlock_status dlock_zk_session_start(struct zk_client *c, dlock_error *err);
+/* Start the monitor thread: pings, loss timing, replacing dead sessions. */
+dlock_status dlock_zk_monitor_start(struct zk_client *c, dlock_error *err);
+/* Stop the monitor and close every session (close). */
+void dlock_zk_sessions_close(struct zk_client *c);
+
+/*
+ * The current session, referenced, once it is connected: waits for a
+ * connection within `w` (woken through the acquire's slot).  DLOCK_ECONNECT
+ * when not connected by the deadline (at once for try-once), ECANCELED.
+ */
+dlock_status dlock_zk_session_wait(struct zk_client *c, dlock_wait *w, struct zk_session **out,
+                                   dlock_error *err);
+/* The current session, referenced, if it is session `gen` and not dead; else NULL. */
+struct zk_session *dlock_zk_session_of(struct zk_client *c, uint64_t gen);
+void dlock_zk_session_put(struct zk_session *s);
+/*
+ * Wait until `s` is connected (1) or dead (0); bounded by the session
+ * timeout.  `after_loss`: a call just failed with a connection error.
+ */
+int dlock_zk_session_await(struct zk_session *s, int after_loss);
+/* 1 if `s` is still connected. */
+int dlock_zk_session_connected(struct zk_session *s);
+/* A request sent at `sent_ns` was answered: the server had the session then. */
+void dlock_zk_session_answered(struct zk_session *s, int64_t sent_ns);
+/* Declare `s` dead (mu held): report its locks lost, wake waiters, let the monitor replace it. */
+void dlock_zk_session_kill_locked(struct zk_session *s, const char *why);
+
+/* ------------------------------------------------------------ logging */
+
+/* The client the calling thread logs for; returns the previous one to restore. */
+struct zk_client *dlock_zk_log_enter(struct zk_client *c);
+void dlock_zk_log_leave(struct zk_client *prev);
+/* log_callback_fn for zookeeper_init2. */
+void dlock_zk_log_line(const char *message);
+
+/* ------------------------------------------------------------ slots */
+
+struct zk_slot *dlock_zk_slot_take(struct zk_client *c);
+void dlock_zk_slot_give(struct zk_slot *slot);
+/* Attach or detach (w NULL) the acquire that a slot wakes. */
+void dlock_zk_slot_attach(struct zk_slot *slot, dlock_wait *w);
+/* Wake every attached acquire (mu held): the session changed. */
+void dlock_zk_slots_wake_locked(struct zk_client *c);
+/* watcher_fn for the predecessor's exists-watch; the context is the slot. */
+void dlock_zk_slot_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
+void dlock_zk_slots_free(struct zk_client *c);
+
+/* ------------------------------------------------------------ paths */
+
+/* Per lock handle: the driver's `lk`. */
+struct zk_lock {
+	char *parent;            /* base + "/" + escaped name */
+	struct zk_slot *slot;
+	/* The current acquisition (while acquiring or held). */
+	char node[ZK_PATH_MAX];  /* our node's full path */
+	int64_t czxid;           /* the fencing token */
+	int32_t version;         /* version it was created with: release deletes that one */
+	uint64_t gen;            /* session that created it */
+	int held;                /* in c->held (mu) */
+	struct zk_lock *prev, *next;
+};
+
+/* Paths of one lock name; DLOCK_ENOMEM. */
+dlock_status dlock_zk_lock_paths(const struct zk_config *cfg, struct zk_lock *lk, const char *name,
+                                 size_t len, dlock_error *err);
+/* The ACL for every node we create: creator-only with credentials, else open. */
+struct ACL_vector *dlock_zk_acl(const struct zk_client *c);
+/* Create the base path's missing components (persistent).  Returns a ZooKeeper code. */
+int dlock_zk_ensure_base(struct zk_session *s);
+/* Create the lock's parent (a container), and the base if needed.  Returns a ZooKeeper code. */
+int dlock_zk_ensure_parent(struct zk_session *s, const char *parent);
+/* Sequence number of a child "..-lock-NNNNNNNNNN"; -1 for a name that is not a lock node. */
+long long dlock_zk_child_seq(const char *child);
+/* 1 if `child` carries the GUID `guid` (ZK_GUID_HEX hex digits). */
+int dlock_zk_child_has_guid(const char *child, const char *guid);
+
+/* ------------------------------------------------------------ errors */
+
+/* 1 for codes after which the request may or may not have been applied. */
+int dlock_zk_rc_connection(int rc);
+/* 1 for codes that mean the session is gone. */
+int dlock_zk_rc_session_gone(int rc);
+/* 1 for codes that are answers from the server (the session was alive). */
+int dlock_zk_rc_answered(int rc);
+/* Write `what` and the ZooKeeper code into err; returns the matching status. */
+dlock_status dlock_zk_fail(dlock_error *err, int rc, const char *what);
+
+/* ------------------------------------------------------------ recipe, holds */
+
+dlock_status dlock_zk_acquire(struct zk_client *c, struct zk_lock *lk, dlock_wait *w, dlock_acquired *out,
+                              dlock_error *err);
+/* Record `lk` as held in session `s`; 0 if `s` died meanwhile. */
+int dlock_zk_hold(struct zk_client *c, struct zk_session *s, struct zk_lock *lk);
+void dlock_zk_unhold(struct zk_client *c, struct zk_lock *lk);
+/* Report every lock held in session `gen` lost (mu held). */
+void dlock_zk_report_lost_locked(struct zk_client *c, uint64_t gen, const char *why);
+dlock_status dlock_zk_release(struct zk_client *c, struct zk_lock *lk, dlock_error *err);
+dlock_status dlock_zk_check(struct zk_client *c, struct zk_lock *lk, dlock_error *err);
+/* Delete our node of session `s` with its version, across connection loss; a ZooKeeper code. */
+int dlock_zk_delete_own(struct zk_session *s, const char *node, int32_t version);
+
+#endif

@@ -1,0 +1,113 @@
+/*
+ * Where locks live in the tree, and who may touch them.
+ *
+ *   BASE/NAME                 one container node per lock name: NAME is the
+ *                             name escaped into one safe component by
+ *                             dlock_name_component() (no '/', '.', '..',
+ *                             control or non-ASCII bytes; long names hashed)
+ *   BASE/NAME/_c_GUID-lock-N  one ephemeral sequential node per contender;
+ *                             GUID is per acquisition, N the server's sequence
+ *
+ * ACLs: ZooKeeper checks the permission to delete a node on its parent.
+ * With credentials, the base path, every parent and every lock node are
+ * created with ZOO_CREATOR_ALL_ACL, which after digest authentication
+ * means "this user, and only this user, may do anything": another identity
+ * can neither delete a holder's node nor the parent it sits in.  Without
+ * credentials every node is created with ZOO_OPEN_ACL_UNSAFE: anyone who can
+ * reach the server can delete any lock node, that is, break any lock.
+ * Nodes that already exist keep the ACL they were created with.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zk_internal.h"
+
+dlock_status dlock_zk_lock_paths(const struct zk_config *cfg, struct zk_lock *lk, const char *name,
+                                 size_t len, dlock_error *err)
+{
+	char comp[DLOCK_COMPONENT_MAX + 1];
+	dlock_name_component(name, len, comp);
+	size_t n = strlen(cfg->base) + 1 + strlen(comp) + 1;
+	lk->parent = malloc(n);
+	if (!lk->parent)
+		return dlock_error_set(err, DLOCK_ENOMEM, "zk://: out of memory");
+	snprintf(lk->parent, n, "%s/%s", cfg->base, comp);
+	return DLOCK_OK;
+}
+
+struct ACL_vector *dlock_zk_acl(const struct zk_client *c)
+{
+	return c->cfg.auth ? &ZOO_CREATOR_ALL_ACL : &ZOO_OPEN_ACL_UNSAFE;
+}
+
+static int create_node(struct zk_session *s, const char *path, int mode)
+{
+	int64_t sent = dlock_monotonic_ns();
+	int rc = zoo_create(s->zh, path, NULL, -1, dlock_zk_acl(s->c), mode, NULL, 0);
+	if (dlock_zk_rc_answered(rc))
+		dlock_zk_session_answered(s, sent);
+	return rc == ZNODEEXISTS ? ZOK : rc;
+}
+
+/* Each component is looked up first: creating one that exists would need
+ * the create permission on its parent, which another owner may not give. */
+int dlock_zk_ensure_base(struct zk_session *s)
+{
+	const char *base = s->c->cfg.base;
+	char path[ZK_PATH_MAX];
+	for (size_t i = 1;; i++) {
+		if (base[i] != '/' && base[i] != '\0')
+			continue;
+		memcpy(path, base, i);
+		path[i] = '\0';
+		struct Stat st;
+		int64_t sent = dlock_monotonic_ns();
+		int rc = zoo_exists(s->zh, path, 0, &st);
+		if (dlock_zk_rc_answered(rc))
+			dlock_zk_session_answered(s, sent);
+		if (rc == ZNONODE)
+			rc = create_node(s, path, ZOO_PERSISTENT);
+		if (rc != ZOK || base[i] == '\0')
+			return rc;
+	}
+}
+
+/* The parent is a container: the server removes it some time after its
+ * last child is gone, so a later create may find it missing again. */
+int dlock_zk_ensure_parent(struct zk_session *s, const char *parent)
+{
+	int rc = create_node(s, parent, ZOO_CONTAINER);
+	if (rc == ZNONODE) {
+		rc = dlock_zk_ensure_base(s);
+		if (rc == ZOK)
+			rc = create_node(s, parent, ZOO_CONTAINER);
+	}
+	return rc;
+}
+
+long long dlock_zk_child_seq(const char *child)
+{
+	const char *mark = NULL;
+	for (const char *p = strstr(child, ZK_NODE_MARK); p; p = strstr(p + 1, ZK_NODE_MARK))
+		mark = p;
+	if (!mark)
+		return -1;
+	const char *digits = mark + strlen(ZK_NODE_MARK);
+	if (strlen(digits) != 10)
+		return -1;
+	long long seq = 0;
+	for (const char *p = digits; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		seq = seq * 10 + (*p - '0');
+	}
+	return seq;
+}
+
+int dlock_zk_child_has_guid(const char *child, const char *guid)
+{
+	size_t pre = strlen(ZK_NODE_PREFIX);
+	return strncmp(child, ZK_NODE_PREFIX, pre) == 0 && strncmp(child + pre, guid, ZK_GUID_HEX) == 0 &&
+	       strncmp(child + pre + ZK_GUID_HEX, ZK_NODE_MARK, strlen(ZK_NODE_MARK)) == 0;
+}

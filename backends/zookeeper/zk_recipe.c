@@ -1,0 +1,295 @@
+/*
+ * The lock recipe (as Apache Curator's InterProcessMutex does it):
+ *
+ *   1. Create PARENT/_c_GUID-lock- as EPHEMERAL_SEQUENTIAL, GUID fresh per
+ *      acquisition.  If the parent is missing (never made, or an empty
+ *      container the server just reaped), make it and create again.  If
+ *      the connection drops during the create, the node may or may not
+ *      exist: after reconnecting, look for a child carrying our GUID and
+ *      adopt it, else create again; a second node with our GUID found
+ *      later is deleted.  So no node of ours is ever left behind to block
+ *      everyone until the session ends.
+ *   2. List the children.  The lowest sequence number holds the lock.
+ *      Otherwise watch only the node just before ours (exists with a
+ *      watch): one release wakes one waiter, not the whole queue.  When it
+ *      goes, or if it is already gone, list again.
+ *   3. Give up (deadline, cancel, try-once) by deleting our node with the
+ *      version it was created with.
+ *
+ * The fencing token is the node's czxid: zxids order every change of the
+ * ensemble, so successive holders get strictly larger tokens even when the
+ * parent was deleted and created again in between (sequence numbers would
+ * start again).
+ *
+ * If the session dies during an attempt, its node dies with it; the
+ * attempt starts again on the next session while the wait allows.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zk_internal.h"
+
+struct attempt {
+	struct zk_client *c;
+	struct zk_session *s;
+	struct zk_lock *lk;
+	dlock_wait *w;
+	dlock_error *err;
+	char guid[ZK_GUID_HEX + 1];
+	const char *own; /* our node's name: the last component of lk->node */
+	int again;       /* the session died or our node vanished: start over */
+};
+
+static int answered(struct attempt *a, int rc, int64_t sent)
+{
+	if (dlock_zk_rc_answered(rc))
+		dlock_zk_session_answered(a->s, sent);
+	return rc;
+}
+
+/* A ZooKeeper code that ends this attempt: set `again` or an error. */
+static dlock_status attempt_failed(struct attempt *a, int rc, const char *what)
+{
+	if (dlock_zk_rc_session_gone(rc)) {
+		a->again = 1;
+		return DLOCK_OK;
+	}
+	return dlock_zk_fail(a->err, rc, what);
+}
+
+/* After a connection error: 1 to retry the call, 0 when the session died (again is set). */
+static int reconnected(struct attempt *a)
+{
+	if (dlock_zk_session_await(a->s, 1))
+		return 1;
+	a->again = 1;
+	return 0;
+}
+
+/* ------------------------------------------------------------ create */
+
+static int adopt(struct attempt *a, const char *child)
+{
+	struct Stat st;
+	snprintf(a->lk->node, sizeof a->lk->node, "%s/%s", a->lk->parent, child);
+	int64_t sent = dlock_monotonic_ns();
+	int rc = answered(a, zoo_exists(a->s->zh, a->lk->node, 0, &st), sent);
+	if (rc == ZOK) {
+		a->lk->czxid = st.czxid;
+		a->lk->version = st.version;
+	}
+	return rc;
+}
+
+/* Did a create whose answer was lost make our node?  ZOK with *found set or not. */
+static int find_by_guid(struct attempt *a, int *found)
+{
+	struct String_vector kids = { 0, NULL };
+	int64_t sent = dlock_monotonic_ns();
+	int rc = answered(a, zoo_get_children(a->s->zh, a->lk->parent, 0, &kids), sent);
+	*found = 0;
+	if (rc == ZNONODE)
+		return ZOK;
+	for (int32_t i = 0; rc == ZOK && i < kids.count && !*found; i++) {
+		if (dlock_zk_child_has_guid(kids.data[i], a->guid) && dlock_zk_child_seq(kids.data[i]) >= 0) {
+			rc = adopt(a, kids.data[i]);
+			*found = rc == ZOK;
+			if (rc == ZNONODE)
+				rc = ZOK;
+		}
+	}
+	deallocate_String_vector(&kids);
+	return rc;
+}
+
+static dlock_status protected_create(struct attempt *a)
+{
+	char prefix[ZK_PATH_MAX];
+	snprintf(prefix, sizeof prefix, "%s/" ZK_NODE_PREFIX "%s" ZK_NODE_MARK, a->lk->parent, a->guid);
+	for (int tries = 0; tries < 20; tries++) {
+		struct Stat st;
+		int64_t sent = dlock_monotonic_ns();
+		int rc = answered(a, zoo_create2(a->s->zh, prefix, NULL, -1, dlock_zk_acl(a->c), ZOO_EPHEMERAL_SEQUENTIAL,
+		                                 a->lk->node, sizeof a->lk->node, &st), sent);
+		if (rc == ZOK) {
+			a->lk->czxid = st.czxid;
+			a->lk->version = st.version;
+			return DLOCK_OK;
+		}
+		if (rc == ZNONODE)
+			rc = dlock_zk_ensure_parent(a->s, a->lk->parent);
+		while (dlock_zk_rc_connection(rc)) {
+			if (!reconnected(a))
+				return DLOCK_OK;
+			int found;
+			rc = find_by_guid(a, &found);
+			if (rc == ZOK && found)
+				return DLOCK_OK;
+		}
+		if (rc != ZOK)
+			return attempt_failed(a, rc, "creating the lock node");
+	}
+	return dlock_error_set(a->err, DLOCK_ESERVER, "zk://: the lock node could not be created (parent keeps vanishing)");
+}
+
+/* ------------------------------------------------------------ queue */
+
+/* A second node of ours (a create that went through after all): remove it. */
+static void delete_duplicate(struct attempt *a, const char *child)
+{
+	char path[ZK_PATH_MAX];
+	snprintf(path, sizeof path, "%s/%s", a->lk->parent, child);
+	int rc = zoo_delete(a->s->zh, path, -1);
+	if (rc != ZOK && rc != ZNONODE)
+		dlock_host_log(a->c->host, DLOCK_LOG_WARN, "zk: could not delete a duplicate lock node: %s", zerror(rc));
+}
+
+/*
+ * One look at the queue.  ZOK with pred[0] == '\0': we are first.  ZOK with
+ * pred set: the name of the node just before ours.  ZNONODE: our node is gone.
+ */
+static int scan(struct attempt *a, char *pred, size_t predlen)
+{
+	struct String_vector kids = { 0, NULL };
+	int64_t sent = dlock_monotonic_ns();
+	int rc = answered(a, zoo_get_children(a->s->zh, a->lk->parent, 0, &kids), sent);
+	if (rc != ZOK)
+		return rc;
+	long long mine = dlock_zk_child_seq(a->own), best = -1;
+	int found = 0;
+	pred[0] = '\0';
+	for (int32_t i = 0; i < kids.count; i++) {
+		const char *kid = kids.data[i];
+		long long seq = dlock_zk_child_seq(kid);
+		if (seq < 0)
+			continue; /* not a lock node: not in the queue */
+		if (strcmp(kid, a->own) == 0)
+			found = 1;
+		else if (dlock_zk_child_has_guid(kid, a->guid))
+			delete_duplicate(a, kid);
+		else if (seq < mine && seq > best) {
+			best = seq;
+			snprintf(pred, predlen, "%s", kid);
+		}
+	}
+	deallocate_String_vector(&kids);
+	return found ? ZOK : ZNONODE;
+}
+
+/* Watch the predecessor; 1 if it is still there (sleep), 0 if gone (look again). */
+static int watch_pred(struct attempt *a, const char *pred, int *rc_out)
+{
+	char path[ZK_PATH_MAX];
+	struct Stat st;
+	snprintf(path, sizeof path, "%s/%s", a->lk->parent, pred);
+	int64_t sent = dlock_monotonic_ns();
+	int rc = answered(a, zoo_wexists(a->s->zh, path, dlock_zk_slot_watcher, a->lk->slot, &st), sent);
+	*rc_out = rc == ZNONODE ? ZOK : rc;
+	return rc == ZOK;
+}
+
+static dlock_status queue_wait(struct attempt *a)
+{
+	char pred[ZK_PATH_MAX];
+	for (;;) {
+		int rc = scan(a, pred, sizeof pred);
+		if (rc == ZOK && !pred[0])
+			return DLOCK_OK;
+		if (rc == ZOK && dlock_wait_try_once(a->w))
+			return dlock_error_set(a->err, DLOCK_EBUSY, "zk://: the lock is held by another owner");
+		if (rc == ZOK && watch_pred(a, pred, &rc)) {
+			dlock_status st = dlock_wait_sleep(a->w, -1);
+			if (st != DLOCK_OK)
+				return st;
+			continue;
+		}
+		if (rc == ZOK)
+			continue;
+		if (rc == ZNONODE) { /* our node is gone: its session ended, or someone deleted it */
+			a->again = 1;
+			return DLOCK_OK;
+		}
+		if (dlock_zk_rc_connection(rc)) {
+			if (!reconnected(a))
+				return DLOCK_OK;
+			continue;
+		}
+		return attempt_failed(a, rc, "looking at the lock queue");
+	}
+}
+
+/* ------------------------------------------------------------ attempt */
+
+static dlock_status give_up(struct attempt *a, dlock_status st)
+{
+	int rc = dlock_zk_delete_own(a->s, a->lk->node, a->lk->version);
+	if (rc != ZOK && rc != ZNONODE && !dlock_zk_rc_session_gone(rc))
+		dlock_host_log(a->c->host, DLOCK_LOG_WARN,
+		               "zk: could not delete an abandoned lock node (%s); it goes when the session ends",
+		               zerror(rc));
+	if (st == DLOCK_ETIMEDOUT)
+		return dlock_error_set(a->err, DLOCK_EBUSY, "zk://: the lock stayed held by another owner");
+	if (st == DLOCK_ECANCELED)
+		return dlock_error_set(a->err, st, "zk://: acquire cancelled");
+	return st;
+}
+
+static dlock_status attempt(struct attempt *a, dlock_acquired *out)
+{
+	unsigned char raw[ZK_GUID_HEX / 2];
+	if (dlock_random_bytes(raw, sizeof raw) != DLOCK_OK)
+		return dlock_error_set(a->err, DLOCK_EIO, "zk://: no random bytes for the node's GUID");
+	dlock_hex(raw, sizeof raw, a->guid);
+	a->lk->gen = a->s->gen;
+	dlock_status st = protected_create(a);
+	if (st != DLOCK_OK || a->again)
+		return st;
+	a->own = strrchr(a->lk->node, '/') + 1;
+	st = queue_wait(a);
+	if (a->again)
+		return st;
+	if (st != DLOCK_OK)
+		return give_up(a, st);
+	if (!dlock_zk_hold(a->c, a->s, a->lk)) {
+		a->again = 1; /* the session died just now, and the node with it */
+		return DLOCK_OK;
+	}
+	*out = (dlock_acquired){ .token = (uint64_t)a->lk->czxid, .sent_ns = 0 };
+	return DLOCK_OK;
+}
+
+/* After a dead session: start over on the next one, if the wait allows. */
+static dlock_status may_start_over(struct attempt *a)
+{
+	if (dlock_wait_cancelled(a->w) != DLOCK_OK)
+		return dlock_error_set(a->err, DLOCK_ECANCELED, "zk://: acquire cancelled");
+	if (dlock_wait_try_once(a->w) || dlock_wait_remaining_ms(a->w) == 0)
+		return dlock_error_set(a->err, DLOCK_ECONNECT,
+		                       "zk://: the ZooKeeper session ended during the acquire and no time is left");
+	dlock_host_log(a->c->host, DLOCK_LOG_INFO, "zk: the session ended during an acquire; starting over");
+	return DLOCK_OK;
+}
+
+dlock_status dlock_zk_acquire(struct zk_client *c, struct zk_lock *lk, dlock_wait *w, dlock_acquired *out,
+                              dlock_error *err)
+{
+	struct attempt a = { .c = c, .lk = lk, .w = w, .err = err };
+	dlock_status st;
+	dlock_zk_slot_attach(lk->slot, w);
+	for (;;) {
+		st = dlock_zk_session_wait(c, w, &a.s, err);
+		if (st != DLOCK_OK)
+			break;
+		a.again = 0;
+		st = attempt(&a, out);
+		dlock_zk_session_put(a.s);
+		if (st != DLOCK_OK || !a.again)
+			break;
+		st = may_start_over(&a);
+		if (st != DLOCK_OK)
+			break;
+	}
+	dlock_zk_slot_attach(lk->slot, NULL);
+	return st;
+}

@@ -1,0 +1,981 @@
+/*
+ * zk:// against real ZooKeeper servers started by ci/servers/zookeeper.sh,
+ * which exports:
+ *
+ *   DLOCK_TEST_ZK_URI, DLOCK_TEST_ZK_PORT              a standalone server
+ *   DLOCK_TEST_ZK_ENSEMBLE_URI, DLOCK_TEST_ZK_ENSEMBLE_PORTS   a 3-node ensemble
+ *   DLOCK_TEST_ZK_CTL    "... stop N | start N | leader" for ensemble member N
+ *
+ * Without them the program says SKIPPED and passes, unless
+ * DLOCK_TEST_REQUIRE_ALL=1.  Every test works under its own base path, and
+ * a raw ZooKeeper handle looks at what the backend left on the server.
+ * Queue order is established by watching the server (children of the lock
+ * node), never by sleeping.
+ */
+#define THREADED /* the client library's synchronous API */
+
+#include <CUnit/CUnit.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zookeeper/zookeeper.h>
+
+#include "../backends/zookeeper/zk_internal.h"
+#include "dlock/dlock.h"
+#include "dlock/sys/driver.h"
+#include "internal.h" /* struct dlock_client: the session-steal test reads its session */
+#include "testsupport.h"
+
+#define LONG_WAIT_MS 30000 /* an acquire that must succeed: a hang becomes a failure */
+#define AWAIT_MS 20000
+#define SLACK_MS 1500
+#define FIFO_CONTENDERS 50
+#define HERD_WAITERS 12
+
+static const char *zk_uri, *ens_uri, *ctl;
+static char zk_hosts[256], ens_hosts[512];
+static int ens_ports[3];
+static unsigned base_counter;
+
+/* ------------------------------------------------------------ helpers */
+
+static void new_base(char *out, size_t len)
+{
+	snprintf(out, len, "/dlock-zkt-%d-%u", (int)getpid(), ++base_counter);
+}
+
+/* "zk://[auth@]HOSTS" + base + "?query" */
+static void make_uri(char *out, size_t len, const char *auth, const char *hosts, const char *base,
+                     const char *query)
+{
+	snprintf(out, len, "zk://%s%s%s%s%s%s", auth ? auth : "", auth ? "@" : "", hosts, base, *query ? "?" : "",
+	         query);
+}
+
+static void parent_of(char *out, size_t len, const char *base, const char *name)
+{
+	char comp[DLOCK_COMPONENT_MAX + 1];
+	dlock_name_component(name, strlen(name), comp);
+	snprintf(out, len, "%s/%s", base, comp);
+}
+
+/* What a client's log said. */
+struct logcap {
+	atomic_int woke;        /* predecessor watch events that woke a waiter */
+	atomic_int lines;       /* lines from the client library */
+	atomic_int secret_seen; /* a line carried the password */
+	atomic_int server_port; /* port of the latest "connected to" */
+	const char *secret;
+};
+
+static void logcap_fn(void *userdata, dlock_log_level level, const char *msg)
+{
+	struct logcap *l = userdata;
+	(void)level;
+	if (strstr(msg, "woke a waiter"))
+		atomic_fetch_add(&l->woke, 1);
+	if (strncmp(msg, "zookeeper: ", 11) == 0)
+		atomic_fetch_add(&l->lines, 1);
+	if (l->secret && strstr(msg, l->secret))
+		atomic_store(&l->secret_seen, 1);
+	const char *at = strstr(msg, "zk: connected to ");
+	const char *colon = at ? strchr(at + 17, ':') : NULL;
+	if (colon)
+		atomic_store(&l->server_port, atoi(colon + 1));
+}
+
+static dlock_status try_open(dlock_client **c, const char *uri, struct logcap *log, char *errbuf, size_t errlen)
+{
+	dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+	if (log) {
+		o.log = logcap_fn;
+		o.log_userdata = log;
+		o.log_level = DLOCK_LOG_DEBUG;
+	}
+	return dlock_client_open(c, uri, &o, errbuf, errlen);
+}
+
+static dlock_client *open_client(const char *uri, struct logcap *log)
+{
+	dlock_client *c = NULL;
+	char err[512] = "";
+	dlock_status st = try_open(&c, uri, log, err, sizeof err);
+	if (st != DLOCK_OK)
+		printf("\n    cannot open: %s: %s", dlock_status_name(st), err);
+	CU_ASSERT_EQUAL_FATAL(st, DLOCK_OK);
+	return c;
+}
+
+static dlock_lock *new_lock(dlock_client *c, const char *name)
+{
+	dlock_lock *l = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, name, &l), DLOCK_OK);
+	return l;
+}
+
+static dlock_status acquire(dlock_lock *l, int64_t wait_ms)
+{
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = wait_ms;
+	return dlock_acquire(l, &o);
+}
+
+static uint64_t token_of(dlock_lock *l)
+{
+	uint64_t t = 0;
+	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &t), DLOCK_OK);
+	return t;
+}
+
+/* ------------------------------------------------------------ lost callback */
+
+struct lost_rec {
+	atomic_int calls;
+	atomic_int reason;
+	_Atomic int64_t at_ms;
+};
+
+static void on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata)
+{
+	struct lost_rec *r = userdata;
+	(void)lock;
+	(void)detail;
+	atomic_store(&r->reason, (int)reason);
+	atomic_store(&r->at_ms, dlock_test_now_ms());
+	atomic_fetch_add(&r->calls, 1);
+}
+
+static dlock_status acquire_watched(dlock_lock *l, int64_t wait_ms, struct lost_rec *r)
+{
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = wait_ms;
+	o.on_lost = on_lost;
+	o.lost_userdata = r;
+	return dlock_acquire(l, &o);
+}
+
+static int lost_called(void *arg)
+{
+	return atomic_load(&((struct lost_rec *)arg)->calls) > 0;
+}
+
+/* ------------------------------------------------------------ raw handle */
+
+static void raw_log(const char *msg)
+{
+	(void)msg; /* keep the test's own handles off stderr */
+}
+
+static void raw_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	(void)zh, (void)type, (void)state, (void)path, (void)ctx;
+}
+
+static int raw_connected(void *arg)
+{
+	return zoo_state(arg) == ZOO_CONNECTED_STATE;
+}
+
+/* A plain handle on `hosts`, with digest credentials `auth` ("user:pass") or none. */
+static zhandle_t *raw_open(const char *hosts, const char *auth, const clientid_t *id)
+{
+	zhandle_t *zh = zookeeper_init2(hosts, raw_watcher, 10000, id, NULL, 0, raw_log);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(zh);
+	CU_ASSERT_FATAL(dlock_test_await(raw_connected, zh, AWAIT_MS));
+	if (auth)
+		CU_ASSERT_EQUAL(zoo_add_auth(zh, "digest", auth, (int)strlen(auth), NULL, NULL), ZOK);
+	return zh;
+}
+
+/* Number of children of `path`; -1 when it does not exist. */
+static int raw_count(zhandle_t *zh, const char *path)
+{
+	struct String_vector v = { 0, NULL };
+	int rc = zoo_get_children(zh, path, 0, &v);
+	int n = rc == ZOK ? v.count : -1;
+	if (rc == ZOK)
+		deallocate_String_vector(&v);
+	return n;
+}
+
+/* The one child of `path` (its full path into out); 0 if not exactly one. */
+static int raw_only_child(zhandle_t *zh, const char *path, char *out, size_t len)
+{
+	struct String_vector v = { 0, NULL };
+	if (zoo_get_children(zh, path, 0, &v) != ZOK)
+		return 0;
+	int ok = v.count == 1;
+	if (ok)
+		snprintf(out, len, "%s/%s", path, v.data[0]);
+	deallocate_String_vector(&v);
+	return ok;
+}
+
+struct count_cond {
+	zhandle_t *zh;
+	const char *path;
+	int want;
+};
+
+static int count_is(void *arg)
+{
+	struct count_cond *cc = arg;
+	return raw_count(cc->zh, cc->path) == cc->want;
+}
+
+static int await_count(zhandle_t *zh, const char *path, int want)
+{
+	struct count_cond cc = { zh, path, want };
+	return dlock_test_await(count_is, &cc, AWAIT_MS);
+}
+
+/* ------------------------------------------------------------ ensemble control */
+
+static int run_ctl(const char *cmd, int member)
+{
+	char line[1024];
+	snprintf(line, sizeof line, "%s %s %d >/dev/null", ctl, cmd, member);
+	return system(line);
+}
+
+static int ensemble_leader(void)
+{
+	char line[1024];
+	snprintf(line, sizeof line, "%s leader", ctl);
+	FILE *p = popen(line, "r");
+	int n = 0;
+	if (p) {
+		if (fscanf(p, "%d", &n) != 1)
+			n = 0;
+		pclose(p);
+	}
+	return n;
+}
+
+static int member_of_port(int port)
+{
+	for (int i = 0; i < 3; i++)
+		if (ens_ports[i] == port)
+			return i + 1;
+	return 0;
+}
+
+/* ------------------------------------------------------------ URIs, capabilities */
+
+static void test_bad_uris(void)
+{
+	static const char *paths[] = { "/a/../b", "/a/./b", "/a//b", "/zookeeper", "/zookeeper/x", "/a%20b", "/%C3%A9" };
+	char uri[1024], err[512];
+	dlock_client *c = NULL;
+	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+		make_uri(uri, sizeof uri, NULL, zk_hosts, paths[i], "");
+		CU_ASSERT_EQUAL(try_open(&c, uri, NULL, err, sizeof err), DLOCK_EURI);
+	}
+	make_uri(uri, sizeof uri, NULL, zk_hosts, "/ok", "session_timeout=soon");
+	CU_ASSERT_EQUAL(try_open(&c, uri, NULL, err, sizeof err), DLOCK_EURI);
+	make_uri(uri, sizeof uri, NULL, zk_hosts, "/ok", "chroot=/x");
+	CU_ASSERT_EQUAL(try_open(&c, uri, NULL, err, sizeof err), DLOCK_EURI);
+	CU_ASSERT_EQUAL(try_open(&c, "zk:///dlock", NULL, err, sizeof err), DLOCK_EURI);
+	make_uri(uri, sizeof uri, ":secret", zk_hosts, "/ok", "");
+	CU_ASSERT_EQUAL(try_open(&c, uri, NULL, err, sizeof err), DLOCK_EURI);
+	CU_ASSERT_PTR_NULL(strstr(err, "secret"));
+	CU_ASSERT_PTR_NULL(c);
+}
+
+static void test_dead_port_fast(void)
+{
+	char err[512];
+	dlock_client *c = NULL;
+	int64_t t0 = dlock_test_now_ms();
+	CU_ASSERT_EQUAL(try_open(&c, "zk://127.0.0.1:1/x?open_timeout=300ms", NULL, err, sizeof err), DLOCK_ECONNECT);
+	CU_ASSERT(dlock_test_now_ms() - t0 < 300 + SLACK_MS);
+	CU_ASSERT_PTR_NULL(c);
+}
+
+static void test_capabilities(void)
+{
+	char base[64], uri[1024];
+	new_base(base, sizeof base);
+	make_uri(uri, sizeof uri, NULL, zk_hosts, base, "");
+	dlock_client *c = open_client(uri, NULL);
+	dlock_capabilities caps;
+	CU_ASSERT_EQUAL(dlock_client_capabilities(c, &caps), DLOCK_OK);
+	CU_ASSERT_STRING_EQUAL(caps.backend, "zk");
+	CU_ASSERT_EQUAL(caps.consistency, DLOCK_CONSISTENCY_CP);
+	CU_ASSERT_EQUAL(caps.fencing, DLOCK_FENCING_STRICT);
+	CU_ASSERT_EQUAL(caps.fair, 1);
+	CU_ASSERT_EQUAL(caps.lease, DLOCK_LEASE_SESSION);
+	CU_ASSERT_EQUAL(caps.wakeup, DLOCK_WAKEUP_NOTIFY);
+	CU_ASSERT_EQUAL(caps.scope, DLOCK_SCOPE_NETWORK);
+	dlock_lock *l = new_lock(c, "caps");
+	CU_ASSERT_EQUAL(acquire(l, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_extend(l, 1000), DLOCK_ENOTSUP);
+	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_lock_free(l);
+	CU_ASSERT_EQUAL(dlock_client_close(c), DLOCK_OK);
+}
+
+/* The base path is created on demand; the lock node and its parent are where the docs say. */
+static void test_layout_and_token(void)
+{
+	char base[64], uri[1024], parent[512], node[1024];
+	new_base(base, sizeof base);
+	snprintf(base + strlen(base), sizeof base - strlen(base), "/deeper/still");
+	make_uri(uri, sizeof uri, NULL, zk_hosts, base, "");
+	dlock_client *c = open_client(uri, NULL);
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	dlock_lock *l = new_lock(c, "layout");
+	CU_ASSERT_EQUAL(raw_count(zh, base), 0);
+	CU_ASSERT_EQUAL_FATAL(acquire(l, 0), DLOCK_OK);
+	parent_of(parent, sizeof parent, base, "layout");
+	CU_ASSERT_FATAL(raw_only_child(zh, parent, node, sizeof node));
+	struct Stat st;
+	CU_ASSERT_EQUAL(zoo_exists(zh, node, 0, &st), ZOK);
+	CU_ASSERT_EQUAL(token_of(l), (uint64_t)st.czxid);
+	CU_ASSERT(st.ephemeralOwner != 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(node, "/_c_"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(node, "-lock-"));
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	CU_ASSERT_EQUAL(raw_count(zh, parent) <= 0, 1);
+	dlock_lock_free(l);
+	CU_ASSERT_EQUAL(dlock_client_close(c), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
+/* Odd names: each one parent node, one path component, all distinct. */
+static void test_names_safe_paths(void)
+{
+	static const char *names[] = { "a/b", "..", ".", "a b", "{x}", "\xff\xfe", "a%2Fb", "a/../b",
+		                       "/", "zookeeper", "tab\there", "{\"json\": [1, 2]}" };
+	enum { N = sizeof names / sizeof names[0] };
+	char base[64], uri[1024], parent[512];
+	new_base(base, sizeof base);
+	make_uri(uri, sizeof uri, NULL, zk_hosts, base, "");
+	dlock_client *c = open_client(uri, NULL);
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	dlock_lock *locks[N + 1];
+	char longname[DLOCK_NAME_MAX + 1];
+	memset(longname, '/', DLOCK_NAME_MAX);
+	longname[DLOCK_NAME_MAX] = '\0';
+	for (size_t i = 0; i <= N; i++) {
+		locks[i] = new_lock(c, i < N ? names[i] : longname);
+		CU_ASSERT_EQUAL(acquire(locks[i], 0), DLOCK_OK);
+	}
+	struct String_vector kids = { 0, NULL };
+	CU_ASSERT_EQUAL_FATAL(zoo_get_children(zh, base, 0, &kids), ZOK);
+	CU_ASSERT_EQUAL(kids.count, N + 1);
+	for (int32_t i = 0; i < kids.count; i++) {
+		const char *k = kids.data[i];
+		CU_ASSERT(strcmp(k, ".") != 0 && strcmp(k, "..") != 0 && !strchr(k, '/'));
+		CU_ASSERT(strlen(k) <= DLOCK_COMPONENT_MAX);
+		for (const char *p = k; *p; p++)
+			CU_ASSERT(*p > 0x20 && *p < 0x7f);
+	}
+	deallocate_String_vector(&kids);
+	for (size_t i = 0; i < N; i++) {
+		parent_of(parent, sizeof parent, base, names[i]);
+		CU_ASSERT_EQUAL(raw_count(zh, parent), 1);
+	}
+	for (size_t i = 0; i <= N; i++) {
+		CU_ASSERT_EQUAL(dlock_release(locks[i]), DLOCK_OK);
+		dlock_lock_free(locks[i]);
+	}
+	CU_ASSERT_EQUAL(dlock_client_close(c), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
+/* The library writes nothing on stderr; its lines reach the client's log. */
+static void test_library_quiet(void)
+{
+	char path[] = "/tmp/dlock-zk-stderr-XXXXXX", base[64], uri[1024];
+	int fd = mkstemp(path);
+	CU_ASSERT_FATAL(fd >= 0);
+	fflush(stderr);
+	int saved = dup(STDERR_FILENO);
+	dup2(fd, STDERR_FILENO);
+	struct logcap log = { 0 };
+	dlock_client *c = NULL;
+	char err[512];
+	CU_ASSERT_EQUAL(try_open(&c, "zk://127.0.0.1:1/x?open_timeout=300ms", &log, err, sizeof err), DLOCK_ECONNECT);
+	new_base(base, sizeof base);
+	make_uri(uri, sizeof uri, NULL, zk_hosts, base, "");
+	if (try_open(&c, uri, &log, err, sizeof err) == DLOCK_OK) {
+		dlock_lock *l = new_lock(c, "quiet");
+		CU_ASSERT_EQUAL(acquire(l, 0), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+		dlock_lock_free(l);
+		dlock_client_close(c);
+	}
+	fflush(stderr);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	struct stat sb;
+	CU_ASSERT(fstat(fd, &sb) == 0 && sb.st_size == 0);
+	close(fd);
+	unlink(path);
+	CU_ASSERT(atomic_load(&log.lines) > 0);
+}
+
+/* ------------------------------------------------------------ queue */
+
+/* One contender in its own client: acquire, take a ticket, release. */
+struct waiter {
+	dlock_client *client;
+	dlock_lock *lock;
+	struct logcap log;
+	atomic_uint *order;
+	pthread_t thread;
+	atomic_int done;
+	dlock_status status;
+	unsigned ticket;
+	uint64_t token;
+};
+
+static void *waiter_main(void *arg)
+{
+	struct waiter *w = arg;
+	w->status = acquire(w->lock, LONG_WAIT_MS);
+	if (w->status == DLOCK_OK) {
+		w->ticket = atomic_fetch_add(w->order, 1);
+		dlock_lock_fencing_token(w->lock, &w->token);
+		w->status = dlock_release(w->lock);
+	}
+	atomic_store(&w->done, 1);
+	return NULL;
+}
+
+/* Start `n` waiters on `name`, each queued (seen on the server) before the next starts. */
+static void start_queue(struct waiter *ws, int n, const char *uri, const char *name, zhandle_t *zh,
+                        const char *parent, atomic_uint *order)
+{
+	for (int i = 0; i < n; i++) {
+		struct waiter *w = &ws[i];
+		memset(w, 0, sizeof *w);
+		w->client = open_client(uri, &w->log);
+		w->lock = new_lock(w->client, name);
+		w->order = order;
+		CU_ASSERT_FATAL(pthread_create(&w->thread, NULL, waiter_main, w) == 0);
+		CU_ASSERT_FATAL(await_count(zh, parent, i + 2)); /* the holder and waiters 0..i */
+	}
+}
+
+static void finish_queue(struct waiter *ws, int n)
+{
+	for (int i = 0; i < n; i++) {
+		pthread_join(ws[i].thread, NULL);
+		dlock_lock_free(ws[i].lock);
+		CU_ASSERT_EQUAL(dlock_client_close(ws[i].client), DLOCK_OK);
+	}
+}
+
+/* FIFO: contenders of separate clients get the lock in the order they queued. */
+static void test_fifo_many(void)
+{
+	char base[64], uri[1024], parent[512];
+	new_base(base, sizeof base);
+	make_uri(uri, sizeof uri, NULL, zk_hosts, base, "");
+	parent_of(parent, sizeof parent, base, "fifo");
+	dlock_client *c = open_client(uri, NULL);
+	dlock_lock *held = new_lock(c, "fifo");
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	CU_ASSERT_EQUAL_FATAL(acquire(held, 0), DLOCK_OK);
+	uint64_t last = token_of(held);
+	static struct waiter ws[FIFO_CONTENDERS];
+	atomic_uint order = 0;
+	start_queue(ws, FIFO_CONTENDERS, uri, "fifo", zh, parent, &order);
+	CU_ASSERT_EQUAL(dlock_release(held), DLOCK_OK);
+	finish_queue(ws, FIFO_CONTENDERS);
+	for (int i = 0; i < FIFO_CONTENDERS; i++) {
+		CU_ASSERT_EQUAL(ws[i].status, DLOCK_OK);
+		CU_ASSERT_EQUAL(ws[i].ticket, (unsigned)i);
+		CU_ASSERT(ws[i].token > last);
+		last = ws[i].token;
+	}
+	CU_ASSERT(raw_count(zh, parent) <= 0);
+	dlock_lock_free(held);
+	CU_ASSERT_EQUAL(dlock_client_close(c), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
+/* No herd: each release wakes exactly one waiter, so each waiter is woken once. */
+static void test_no_herd(void)
+{
+	char base[64], uri[1024], parent[512];
+	new_base(base, sizeof base);
+	make_uri(uri, sizeof uri, NULL, zk_hosts, base, "");
+	parent_of(parent, sizeof parent, base, "herd");
+	dlock_client *c = open_client(uri, NULL);
+	dlock_lock *held = new_lock(c, "herd");
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	CU_ASSERT_EQUAL_FATAL(acquire(held, 0), DLOCK_OK);
+	struct waiter ws[HERD_WAITERS];
+	atomic_uint order = 0;
+	start_queue(ws, HERD_WAITERS, uri, "herd", zh, parent, &order);
+	for (int i = 0; i < HERD_WAITERS; i++)
+		CU_ASSERT_EQUAL(atomic_load(&ws[i].log.woke), 0);
+	CU_ASSERT_EQUAL(dlock_release(held), DLOCK_OK);
+	finish_queue(ws, HERD_WAITERS);
+	for (int i = 0; i < HERD_WAITERS; i++) {
+		CU_ASSERT_EQUAL(ws[i].status, DLOCK_OK);
+		CU_ASSERT_EQUAL(ws[i].ticket, (unsigned)i);
+		if (atomic_load(&ws[i].log.woke) != 1)
+			printf("\n    waiter %d was woken %d times", i, atomic_load(&ws[i].log.woke));
+		CU_ASSERT_EQUAL(atomic_load(&ws[i].log.woke), 1);
+	}
+	dlock_lock_free(held);
+	CU_ASSERT_EQUAL(dlock_client_close(c), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
+struct canceller {
+	dlock_lock *lock;
+	zhandle_t *zh;
+	const char *parent;
+	int want;
+};
+
+static void *cancel_when_queued(void *arg)
+{
+	struct canceller *k = arg;
+	await_count(k->zh, k->parent, k->want);
+	dlock_cancel(k->lock);
+	return NULL;
+}
+
+/* Giving up (try once, deadline, cancel) removes the contender's node. */
+static void test_give_up_leaves_nothing(void)
+{
+	char base[64], uri[1024], parent[512];
+	new_base(base, sizeof base);
+	make_uri(uri, sizeof uri, NULL, zk_hosts, base, "");
+	parent_of(parent, sizeof parent, base, "giveup");
+	dlock_client *a = open_client(uri, NULL), *b = open_client(uri, NULL);
+	dlock_lock *held = new_lock(a, "giveup"), *other = new_lock(b, "giveup");
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	CU_ASSERT_EQUAL_FATAL(acquire(held, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(other, 0), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(raw_count(zh, parent), 1);
+	int64_t t0 = dlock_test_now_ms();
+	CU_ASSERT_EQUAL(acquire(other, 300), DLOCK_ETIMEDOUT);
+	CU_ASSERT(dlock_test_now_ms() - t0 >= 300 && dlock_test_now_ms() - t0 < 300 + SLACK_MS);
+	CU_ASSERT_EQUAL(raw_count(zh, parent), 1);
+	struct canceller k = { other, zh, parent, 2 };
+	pthread_t th;
+	CU_ASSERT_FATAL(pthread_create(&th, NULL, cancel_when_queued, &k) == 0);
+	CU_ASSERT_EQUAL(acquire(other, LONG_WAIT_MS), DLOCK_ECANCELED);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(raw_count(zh, parent), 1);
+	CU_ASSERT_EQUAL(dlock_release(held), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(other, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(other), DLOCK_OK);
+	dlock_lock_free(held);
+	dlock_lock_free(other);
+	CU_ASSERT_EQUAL(dlock_client_close(a), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_client_close(b), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
+/* An empty parent is a container the server reaps; the next holder's token is still larger. */
+static void test_parent_reaped(void)
+{
+	char base[64], uri[1024], parent[512];
+	new_base(base, sizeof base);
+	make_uri(uri, sizeof uri, NULL, zk_hosts, base, "");
+	parent_of(parent, sizeof parent, base, "reaped");
+	dlock_client *c = open_client(uri, NULL);
+	dlock_lock *l = new_lock(c, "reaped");
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	CU_ASSERT_EQUAL_FATAL(acquire(l, 0), DLOCK_OK);
+	uint64_t first = token_of(l);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	/* ci/servers/zookeeper.sh makes the server look for empty containers every 500 ms. */
+	CU_ASSERT_FATAL(await_count(zh, parent, -1));
+	CU_ASSERT_EQUAL(acquire(l, 0), DLOCK_OK);
+	CU_ASSERT(token_of(l) > first);
+	CU_ASSERT_EQUAL(raw_count(zh, parent), 1);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_lock_free(l);
+	CU_ASSERT_EQUAL(dlock_client_close(c), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
+/* ------------------------------------------------------------ ACL */
+
+/* With digest credentials, another identity (or none) can delete neither our node nor its parent. */
+static void test_acl(void)
+{
+	char base[64], uri[1024], other[1024], parent[512], node[1024];
+	new_base(base, sizeof base);
+	make_uri(uri, sizeof uri, "alice:s3cret-pw", zk_hosts, base, "");
+	make_uri(other, sizeof other, "bob:bobs-pw", zk_hosts, base, "");
+	parent_of(parent, sizeof parent, base, "acl");
+	struct logcap log = { .secret = "s3cret-pw" };
+	dlock_client *c = open_client(uri, &log);
+	CU_ASSERT_PTR_NULL(strstr(dlock_client_uri(c), "s3cret-pw"));
+	dlock_lock *l = new_lock(c, "acl");
+	CU_ASSERT_EQUAL_FATAL(acquire(l, 0), DLOCK_OK);
+	zhandle_t *mine = raw_open(zk_hosts, "alice:s3cret-pw", NULL);
+	zhandle_t *mallory = raw_open(zk_hosts, "mallory:guess", NULL);
+	zhandle_t *anon = raw_open(zk_hosts, NULL, NULL);
+	CU_ASSERT_FATAL(raw_only_child(mine, parent, node, sizeof node));
+	struct ACL_vector acl;
+	struct Stat st;
+	CU_ASSERT_EQUAL_FATAL(zoo_get_acl(mine, node, &acl, &st), ZOK);
+	CU_ASSERT_EQUAL(acl.count, 1);
+	if (acl.count == 1) {
+		CU_ASSERT_STRING_EQUAL(acl.data[0].id.scheme, "digest");
+		CU_ASSERT_EQUAL(strncmp(acl.data[0].id.id, "alice:", 6), 0);
+		CU_ASSERT_EQUAL(acl.data[0].perms, ZOO_PERM_ALL);
+	}
+	deallocate_ACL_vector(&acl);
+	CU_ASSERT_EQUAL(zoo_delete(mallory, node, -1), ZNOAUTH);
+	CU_ASSERT_EQUAL(zoo_delete(anon, node, -1), ZNOAUTH);
+	CU_ASSERT_EQUAL(zoo_delete(mallory, parent, -1), ZNOAUTH);
+	CU_ASSERT_EQUAL(zoo_delete(anon, parent, -1), ZNOAUTH);
+	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
+	/* Another identity cannot even queue under this parent. */
+	dlock_client *bob = open_client(other, NULL);
+	dlock_lock *bl = new_lock(bob, "acl");
+	CU_ASSERT_EQUAL(acquire(bl, 0), DLOCK_EPERM);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	CU_ASSERT_EQUAL(zoo_delete(mallory, parent, -1), ZNOAUTH);
+	CU_ASSERT_EQUAL(acquire(l, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	CU_ASSERT_EQUAL(atomic_load(&log.secret_seen), 0);
+	dlock_lock_free(bl);
+	dlock_lock_free(l);
+	CU_ASSERT_EQUAL(dlock_client_close(bob), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_client_close(c), DLOCK_OK);
+	zookeeper_close(mine);
+	zookeeper_close(mallory);
+	zookeeper_close(anon);
+}
+
+/* ------------------------------------------------------------ sessions */
+
+static int waiter_done(void *arg)
+{
+	return atomic_load(&((struct waiter *)arg)->done);
+}
+
+static clientid_t session_of_client(dlock_client *client)
+{
+	struct zk_client *zc = ((struct dlock_client *)client)->backend;
+	pthread_mutex_lock(&zc->mu);
+	clientid_t id = *zoo_client_id(zc->cur->zh);
+	pthread_mutex_unlock(&zc->mu);
+	return id;
+}
+
+/* Expire the holder's session from outside (a second handle with its id closes it). */
+static void test_session_expiry_steal(void)
+{
+	char base[64], uri[1024], parent[512];
+	new_base(base, sizeof base);
+	make_uri(uri, sizeof uri, NULL, zk_hosts, base, "session_timeout=4s");
+	parent_of(parent, sizeof parent, base, "steal");
+	dlock_client *h = open_client(uri, NULL);
+	dlock_lock *l = new_lock(h, "steal");
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	struct lost_rec r = { 0 };
+	CU_ASSERT_EQUAL_FATAL(acquire_watched(l, 0, &r), DLOCK_OK);
+	uint64_t first = token_of(l);
+	struct waiter w;
+	atomic_uint order = 0;
+	start_queue(&w, 1, uri, "steal", zh, parent, &order);
+	clientid_t id = session_of_client(h);
+	/* The holder's library may win its session back before the close: repeat until it is gone. */
+	for (int i = 0; i < 10 && !lost_called(&r); i++) {
+		zookeeper_close(raw_open(zk_hosts, NULL, &id));
+		dlock_test_await(lost_called, &r, 3000);
+	}
+	CU_ASSERT_FATAL(lost_called(&r));
+	CU_ASSERT_EQUAL(atomic_load(&r.reason), DLOCK_LOST_SESSION);
+	CU_ASSERT(dlock_test_await(waiter_done, &w, AWAIT_MS));
+	finish_queue(&w, 1);
+	CU_ASSERT_EQUAL(w.status, DLOCK_OK);
+	CU_ASSERT(w.token > first);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(atomic_load(&r.calls), 1);
+	/* A new session serves the next acquire. */
+	CU_ASSERT_EQUAL(acquire(l, LONG_WAIT_MS), DLOCK_OK);
+	CU_ASSERT(token_of(l) > w.token);
+	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_lock_free(l);
+	CU_ASSERT_EQUAL(dlock_client_close(h), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
+/* What a holder in a child process saw. */
+struct child_view {
+	atomic_int held, lost, reason, done;
+	uint64_t token;
+	dlock_status release_st;
+};
+
+static void child_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata)
+{
+	struct child_view *v = userdata;
+	(void)lock, (void)detail;
+	atomic_store(&v->reason, (int)reason);
+	atomic_store(&v->lost, 1);
+}
+
+static int child_lost_cond(void *arg)
+{
+	return atomic_load(&((struct child_view *)arg)->lost);
+}
+
+static void child_holder(const char *uri, struct child_view *v)
+{
+	dlock_client *c = NULL;
+	dlock_lock *l = NULL;
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = 0;
+	o.on_lost = child_lost;
+	o.lost_userdata = v;
+	if (dlock_client_open(&c, uri, NULL, NULL, 0) != DLOCK_OK || dlock_lock_new(c, "stopped", &l) != DLOCK_OK ||
+	    dlock_acquire(l, &o) != DLOCK_OK)
+		_exit(2);
+	dlock_lock_fencing_token(l, &v->token);
+	atomic_store(&v->held, 1);
+	dlock_test_await(child_lost_cond, v, 60000);
+	v->release_st = dlock_release(l);
+	dlock_lock_free(l);
+	dlock_client_close(c);
+	atomic_store(&v->done, 1);
+	_exit(0);
+}
+
+static int child_held(void *arg)
+{
+	return atomic_load(&((struct child_view *)arg)->held);
+}
+
+static int child_done(void *arg)
+{
+	return atomic_load(&((struct child_view *)arg)->done);
+}
+
+/* A holder stopped past its session timeout: the next contender gets the lock, the holder is told. */
+static void test_session_expiry_stopped_holder(void)
+{
+	char base[64], uri[1024], parent[512];
+	new_base(base, sizeof base);
+	make_uri(uri, sizeof uri, NULL, zk_hosts, base, "session_timeout=2s");
+	parent_of(parent, sizeof parent, base, "stopped");
+	struct child_view *v = dlock_test_shared_alloc(sizeof *v);
+	fflush(stdout);
+	pid_t pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0)
+		child_holder(uri, v);
+	CU_ASSERT_FATAL(dlock_test_await(child_held, v, AWAIT_MS));
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	struct waiter w;
+	atomic_uint order = 0;
+	start_queue(&w, 1, uri, "stopped", zh, parent, &order);
+	int64_t t0 = dlock_test_now_ms();
+	kill(pid, SIGSTOP);
+	CU_ASSERT(dlock_test_await(waiter_done, &w, AWAIT_MS));
+	int64_t took = dlock_test_now_ms() - t0;
+	kill(pid, SIGCONT);
+	finish_queue(&w, 1);
+	CU_ASSERT_EQUAL(w.status, DLOCK_OK);
+	CU_ASSERT(w.token > v->token);
+	CU_ASSERT(took < 2000 + 2 * SLACK_MS);
+	CU_ASSERT(dlock_test_await(child_done, v, AWAIT_MS));
+	int status = 0;
+	waitpid(pid, &status, 0);
+	CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CU_ASSERT_EQUAL(atomic_load(&v->reason), DLOCK_LOST_SESSION);
+	CU_ASSERT_EQUAL(v->release_st, DLOCK_ENOTHELD);
+	dlock_test_shared_free(v, sizeof *v);
+	zookeeper_close(zh);
+}
+
+static int check_is_uncertain(void *arg)
+{
+	return dlock_check(arg) == DLOCK_EUNCERTAIN;
+}
+
+/*
+ * The only server a client knows stops: check() is uncertain, then the lock
+ * is declared lost one session timeout after the last answer, while the
+ * rest of the ensemble expires the session and lets another client in.
+ */
+static void test_disconnected_then_lost(void)
+{
+	char base[64], uri[1024], rest[1024], one[64], two[128], parent[512];
+	new_base(base, sizeof base);
+	snprintf(one, sizeof one, "127.0.0.1:%d", ens_ports[0]);
+	snprintf(two, sizeof two, "127.0.0.1:%d,127.0.0.1:%d", ens_ports[1], ens_ports[2]);
+	make_uri(uri, sizeof uri, NULL, one, base, "session_timeout=3s");
+	make_uri(rest, sizeof rest, NULL, two, base, "session_timeout=3s");
+	parent_of(parent, sizeof parent, base, "cut");
+	dlock_client *c = open_client(uri, NULL), *other = open_client(rest, NULL);
+	dlock_lock *l = new_lock(c, "cut"), *ol = new_lock(other, "cut");
+	struct lost_rec r = { 0 };
+	CU_ASSERT_EQUAL_FATAL(acquire_watched(l, 0, &r), DLOCK_OK);
+	uint64_t first = token_of(l);
+	int64_t t0 = dlock_test_now_ms();
+	CU_ASSERT_EQUAL_FATAL(run_ctl("stop", 1), 0);
+	int64_t t1 = dlock_test_now_ms();
+	CU_ASSERT(dlock_test_await(check_is_uncertain, l, 3000) || lost_called(&r));
+	CU_ASSERT(dlock_test_await(lost_called, &r, AWAIT_MS));
+	int64_t at = atomic_load(&r.at_ms);
+	CU_ASSERT_EQUAL(atomic_load(&r.reason), DLOCK_LOST_SESSION);
+	CU_ASSERT(at - t0 <= 3000 + SLACK_MS);
+	CU_ASSERT(at - t1 >= 3000 / 3 - 100);
+	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(acquire(ol, LONG_WAIT_MS), DLOCK_OK);
+	CU_ASSERT(token_of(ol) > first);
+	CU_ASSERT_EQUAL(dlock_release(ol), DLOCK_OK);
+	CU_ASSERT_EQUAL(run_ctl("start", 1), 0);
+	CU_ASSERT_EQUAL(acquire(l, LONG_WAIT_MS), DLOCK_OK);
+	CU_ASSERT(token_of(l) > first);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_lock_free(l);
+	dlock_lock_free(ol);
+	CU_ASSERT_EQUAL(dlock_client_close(c), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_client_close(other), DLOCK_OK);
+}
+
+/* ------------------------------------------------------------ ensemble */
+
+static int check_is_ok(void *arg)
+{
+	return dlock_check(arg) == DLOCK_OK;
+}
+
+/* The leader stops: a held lock stays held, new locks work with two of three. */
+static void test_ensemble_leader_down(void)
+{
+	char base[64], uri[1024];
+	new_base(base, sizeof base);
+	make_uri(uri, sizeof uri, NULL, ens_hosts, base, "session_timeout=10s");
+	dlock_client *a = open_client(uri, NULL), *b = open_client(uri, NULL);
+	dlock_lock *held = new_lock(a, "held"), *probe = new_lock(b, "held"), *fresh = new_lock(b, "fresh");
+	struct lost_rec r = { 0 };
+	CU_ASSERT_EQUAL_FATAL(acquire_watched(held, 0, &r), DLOCK_OK);
+	uint64_t first = token_of(held);
+	int leader = ensemble_leader();
+	CU_ASSERT_FATAL(leader >= 1 && leader <= 3);
+	CU_ASSERT_EQUAL_FATAL(run_ctl("stop", leader), 0);
+	CU_ASSERT_EQUAL(acquire(fresh, LONG_WAIT_MS), DLOCK_OK);
+	CU_ASSERT(token_of(fresh) > first);
+	CU_ASSERT_EQUAL(dlock_release(fresh), DLOCK_OK);
+	CU_ASSERT(dlock_test_await(check_is_ok, held, AWAIT_MS));
+	CU_ASSERT_EQUAL(acquire(probe, 0), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(atomic_load(&r.calls), 0);
+	CU_ASSERT_EQUAL(dlock_release(held), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(probe, LONG_WAIT_MS), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(probe), DLOCK_OK);
+	CU_ASSERT_EQUAL(run_ctl("start", leader), 0);
+	dlock_lock_free(held);
+	dlock_lock_free(probe);
+	dlock_lock_free(fresh);
+	CU_ASSERT_EQUAL(dlock_client_close(a), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_client_close(b), DLOCK_OK);
+}
+
+struct moved {
+	struct logcap *log;
+	int from;
+};
+
+static int moved_away(void *arg)
+{
+	struct moved *m = arg;
+	int port = atomic_load(&m->log->server_port);
+	return port != 0 && port != m->from;
+}
+
+/* The server a holder is connected to stops: it moves to another, the lock still held. */
+static void test_ensemble_client_moves(void)
+{
+	char base[64], uri[1024];
+	new_base(base, sizeof base);
+	make_uri(uri, sizeof uri, NULL, ens_hosts, base, "session_timeout=10s");
+	struct logcap log = { 0 };
+	dlock_client *a = open_client(uri, &log), *b = open_client(uri, NULL);
+	dlock_lock *held = new_lock(a, "moving"), *probe = new_lock(b, "moving");
+	struct lost_rec r = { 0 };
+	CU_ASSERT_EQUAL_FATAL(acquire_watched(held, 0, &r), DLOCK_OK);
+	int from = atomic_load(&log.server_port), member = member_of_port(from);
+	CU_ASSERT_FATAL(member != 0);
+	CU_ASSERT_EQUAL_FATAL(run_ctl("stop", member), 0);
+	struct moved m = { &log, from };
+	CU_ASSERT(dlock_test_await(moved_away, &m, AWAIT_MS));
+	CU_ASSERT(dlock_test_await(check_is_ok, held, AWAIT_MS));
+	CU_ASSERT_EQUAL(acquire(probe, 0), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(atomic_load(&r.calls), 0);
+	CU_ASSERT_EQUAL(dlock_release(held), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(probe, LONG_WAIT_MS), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(probe), DLOCK_OK);
+	CU_ASSERT_EQUAL(run_ctl("start", member), 0);
+	dlock_lock_free(held);
+	dlock_lock_free(probe);
+	CU_ASSERT_EQUAL(dlock_client_close(a), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_client_close(b), DLOCK_OK);
+}
+
+/* ------------------------------------------------------------ main */
+
+static void add_suites(void)
+{
+	CU_pSuite s = CU_add_suite("zookeeper", NULL, NULL);
+	CU_add_test(s, "malformed URIs are EURI", test_bad_uris);
+	CU_add_test(s, "a dead port is ECONNECT within open_timeout", test_dead_port_fast);
+	CU_add_test(s, "capabilities", test_capabilities);
+	CU_add_test(s, "base path on demand, node layout, czxid token", test_layout_and_token);
+	CU_add_test(s, "odd names map to safe, distinct components", test_names_safe_paths);
+	CU_add_test(s, "the client library writes nothing on stderr", test_library_quiet);
+	CU_add_test(s, "FIFO over 50 contenders of separate clients", test_fifo_many);
+	CU_add_test(s, "no herd: each waiter is woken once", test_no_herd);
+	CU_add_test(s, "try once, timeout and cancel leave no node", test_give_up_leaves_nothing);
+	CU_add_test(s, "a reaped parent is made again; the token still grows", test_parent_reaped);
+	CU_add_test(s, "ACL: another identity deletes neither node nor parent", test_acl);
+	CU_add_test(s, "session closed from outside: lost, next holder, larger token", test_session_expiry_steal);
+	CU_add_test(s, "holder stopped past its session: lost, next holder", test_session_expiry_stopped_holder);
+	CU_pSuite e = CU_add_suite("zookeeper ensemble", NULL, NULL);
+	CU_add_test(e, "disconnected: uncertain, then lost after the session timeout", test_disconnected_then_lost);
+	CU_add_test(e, "leader stopped: held lock survives, new locks work", test_ensemble_leader_down);
+	CU_add_test(e, "the holder's server stops: it moves, the lock stays", test_ensemble_client_moves);
+}
+
+static const char *env(const char *key)
+{
+	const char *v = getenv(key);
+	return v && *v ? v : NULL;
+}
+
+int main(void)
+{
+	zk_uri = env("DLOCK_TEST_ZK_URI");
+	ens_uri = env("DLOCK_TEST_ZK_ENSEMBLE_URI");
+	ctl = env("DLOCK_TEST_ZK_CTL");
+	const char *ports = env("DLOCK_TEST_ZK_ENSEMBLE_PORTS");
+	if (!zk_uri || !ens_uri || !ctl || !ports || strncmp(zk_uri, "zk://", 5) != 0 ||
+	    strncmp(ens_uri, "zk://", 5) != 0 ||
+	    sscanf(ports, "%d %d %d", &ens_ports[0], &ens_ports[1], &ens_ports[2]) != 3) {
+		const char *req = getenv("DLOCK_TEST_REQUIRE_ALL");
+		printf("SKIPPED: no ZooKeeper server (DLOCK_TEST_ZK_URI unset)\n");
+		return req && strcmp(req, "1") == 0 ? 1 : 0;
+	}
+	snprintf(zk_hosts, sizeof zk_hosts, "%s", zk_uri + 5);
+	snprintf(ens_hosts, sizeof ens_hosts, "%s", ens_uri + 5);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	return dlock_test_main(add_suites);
+}
