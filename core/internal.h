@@ -86,6 +86,8 @@ struct dlock_lock {
 	dlock_lost_reason lost_reason;
 	char lost_detail[256];
 	int lost_delivered;   /* the callback was called (or there was none) */
+	int contending;       /* inside the driver's acquire() */
+	int lost_early;       /* a loss reported while acquire() was returning */
 	dlock_lost_fn on_lost;
 	void *lost_userdata;
 

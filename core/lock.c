@@ -254,12 +254,21 @@ void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lea
 
 void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, const char *detail)
 {
+	if (!l->held && l->contending && !l->lost_early) {
+		/* The driver saw the loss before acquire() returned: keep it for
+		 * when the acquisition is recorded. */
+		l->lost_early = 1;
+		l->lost_reason = reason;
+		snprintf(l->lost_detail, sizeof l->lost_detail, "%s", detail ? detail : "");
+		return;
+	}
 	if (!l->held || l->lost)
 		return;
 	l->lost = 1;
 	l->lost_pending = 1;
 	l->lost_reason = reason;
-	snprintf(l->lost_detail, sizeof l->lost_detail, "%s", detail ? detail : "");
+	if (detail != l->lost_detail) /* a loss kept from acquire() is already there */
+		snprintf(l->lost_detail, sizeof l->lost_detail, "%s", detail ? detail : "");
 	l->client->stats.lost++;
 	char name[96];
 	printable_name(l->entry, name, sizeof name);
@@ -363,6 +372,8 @@ static void become_holder_locked(struct dlock_lock *l, const struct acquire_para
 		dlock_lock_lease_renewed(l, acq->sent_ns ? acq->sent_ns : started_ns, l->lease_ns);
 	l->entry->holder = l;
 	c->stats.acquired++;
+	if (l->lost_early)
+		dlock_lock_declare_lost(l, l->lost_reason, l->lost_detail);
 }
 
 /* One trip to the server by the head of the local queue. */
@@ -372,6 +383,8 @@ static dlock_status contend_locked(struct dlock_lock *l, const struct acquire_pa
 	struct dlock_client *c = l->client;
 	dlock_acquired acq = { 0, 0 };
 	l->entry->contending = 1;
+	l->contending = 1;
+	l->lost_early = 0;
 	c->stats.server_acquires++;
 	c->stats.contending++;
 	pthread_mutex_unlock(&c->mu);
@@ -381,9 +394,11 @@ static dlock_status contend_locked(struct dlock_lock *l, const struct acquire_pa
 
 	pthread_mutex_lock(&c->mu);
 	l->entry->contending = 0;
+	l->contending = 0;
 	c->stats.contending--;
 	if (st == DLOCK_OK)
 		become_holder_locked(l, p, &acq, started);
+	l->lost_early = 0;
 	return st;
 }
 

@@ -24,6 +24,7 @@ struct ctl {
 	atomic_int extend_status;  /* what extend() answers */
 	atomic_int block_acquire;  /* acquire() blocks until interrupted */
 	atomic_int in_acquire;
+	atomic_int lose_in_acquire; /* acquire() reports the loss before returning */
 	int interrupted;
 	void *last_lk; /* state of the lock acquired last, for reports */
 };
@@ -118,6 +119,8 @@ static dlock_status ctl_acquire(void *backend, void *lk, int64_t lease_ms, dlock
 	out->token = ++b->fence;
 	pthread_mutex_unlock(&b->mu);
 	out->sent_ns = dlock_monotonic_ns();
+	if (b->lose_in_acquire)
+		dlock_report_lost(b->host, lk, DLOCK_LOST_SESSION, "session died while acquiring");
 	return DLOCK_OK;
 }
 
@@ -376,6 +379,25 @@ static void test_driver_report_and_callback_rules(void)
 	CU_ASSERT_EQUAL(dlock_client_close(c), DLOCK_OK);
 }
 
+static void test_loss_during_acquire_kept(void)
+{
+	struct lost_log log;
+	lost_log_init(&log);
+	dlock_client *c = open_ctl("ctl://early");
+	last_ctl->lose_in_acquire = 1;
+	dlock_lock *l = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, "a", &l), DLOCK_OK);
+	dlock_acquire_options o = opts_lease(60000, 0, &log);
+	CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_OK);
+	CU_ASSERT_EQUAL(lost_wait(&log, 1, 5000), 1);
+	CU_ASSERT_EQUAL(log.reason, DLOCK_LOST_SESSION);
+	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_ENOTHELD);
+	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(c), "while acquiring"));
+	dlock_lock_free(l);
+	dlock_client_close(c);
+}
+
 struct errmsg_arg {
 	dlock_client *c;
 	const char *name;
@@ -477,6 +499,7 @@ static void add_suites(void)
 	CU_add_test(s, "failing renewal declares the loss at validity end", test_renewal_failing_declares_loss);
 	CU_add_test(s, "renewal finding the lock gone reports TAKEN", test_renewal_not_held_is_taken);
 	CU_add_test(s, "driver report and callback rules", test_driver_report_and_callback_rules);
+	CU_add_test(s, "a loss reported inside acquire is not dropped", test_loss_during_acquire_kept);
 	CU_add_test(s, "error text is per thread", test_errmsg_per_thread);
 	CU_add_test(s, "cancel interrupts a blocked server call", test_cancel_interrupts_server_call);
 	CU_add_test(s, "close cancels a blocked acquire", test_close_cancels_blocked_acquire);
