@@ -182,7 +182,11 @@ static int watch_pred(struct attempt *a, const char *pred, int *rc_out)
 {
 	char path[ZK_PATH_MAX];
 	struct Stat st;
-	snprintf(path, sizeof path, "%s/%s", a->lk->parent, pred);
+	int n = snprintf(path, sizeof path, "%s/%s", a->lk->parent, pred);
+	if (n < 0 || (size_t)n >= sizeof path) { /* never watch a cut path: it would look "gone" */
+		*rc_out = ZBADARGUMENTS;
+		return 0;
+	}
 	int64_t sent = dlock_monotonic_ns();
 	int rc = answered(a, zoo_wexists(a->s->zh, path, dlock_zk_slot_watcher, a->lk->slot, &st), sent);
 	*rc_out = rc == ZNONODE ? ZOK : rc;

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The test command: install what is missing, then build dlock three ways and
+# run the tests of each.  Stops at the first failure (non-zero exit).
+#
+# Usage: bash ci/test.sh          (from any directory)
+#
+#   deps         ci/install-deps.sh
+#   plain        ci/build.sh plain, then every test
+#   asan         ci/build.sh asan (ASan + UBSan), then every test
+#   tsan         ci/build.sh tsan (clang TSan), then the tests labelled `threads`
+#
+# Tests labelled `server` need DLOCK_TEST_URIS; without it they skip loudly.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# tests/tsan.supp: one race inside libzookeeper_mt (not instrumented, not ours).
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp"
+
+# Tests use their own temporary directories and in-process names, but many
+# measure wait bounds and lease times: one at a time keeps them honest on a
+# loaded 2-core machine.
+ctest_jobs=${DLOCK_CTEST_JOBS:-1}
+
+summary=()
+current=""
+now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+fmt_ms() { printf '%d.%d' $(($1 / 1000)) $(($1 % 1000 / 100)); }
+
+on_exit() {
+	local rc=$?
+	if declare -F dlock_servers_stop >/dev/null; then
+		dlock_servers_stop || true
+	fi
+	echo
+	echo "==== summary (seconds)"
+	local line
+	for line in "${summary[@]}"; do echo "  $line"; done
+	if [ "$rc" -ne 0 ]; then
+		echo "  FAILED in phase: ${current:-?} (exit $rc)"
+	else
+		echo "  all phases passed"
+	fi
+	echo "  total $(fmt_ms $(($(now_ms) - t_all)))"
+}
+t_all=$(now_ms)
+trap on_exit EXIT
+
+# phase NAME COMMAND...: run one phase with a header and its elapsed time.
+phase() {
+	current=$1
+	shift
+	echo
+	echo "==== [$current] $*"
+	local t0
+	t0=$(now_ms)
+	"$@"
+	local dt=$(($(now_ms) - t0))
+	echo "==== [$current] passed in $(fmt_ms "$dt") s"
+	summary+=("$(printf '%-12s %8s' "$current" "$(fmt_ms "$dt")")")
+}
+
+run_ctest() {
+	local dir=$1
+	shift
+	(cd "$dir" && "${tsan_prefix[@]}" ctest --output-on-failure --no-tests=error -j"$ctest_jobs" "$@")
+}
+
+# TSan cannot start when the kernel places mappings where it expects its
+# shadow memory (high ASLR entropy: "unexpected memory mapping").  Try a tiny
+# TSan program; if it fails, try again with ASLR off (setarch -R).
+tsan_prefix=()
+tsan_probe() {
+	local dir=build/tsan/tsan-probe
+	mkdir -p "$dir"
+	printf '#include <pthread.h>\nstatic void *f(void *a) { return a; }\nint main(void) { pthread_t t; pthread_create(&t, 0, f, 0); return pthread_join(t, 0); }\n' >"$dir/probe.c"
+	clang -fsanitize=thread -g -O1 -pthread "$dir/probe.c" -o "$dir/probe"
+	if "$dir/probe" 2>"$dir/err"; then
+		echo "tsan: runs with ASLR on"
+	elif setarch -R "$dir/probe" 2>"$dir/err2"; then
+		echo "tsan: needs ASLR off: running the tsan tests under setarch -R"
+		sed -n 1,3p "$dir/err"
+		tsan_prefix=(setarch -R)
+	else
+		echo "tsan: a trivial TSan program fails, with and without ASLR:" >&2
+		cat "$dir/err" "$dir/err2" >&2
+		return 1
+	fi
+}
+
+phase deps bash ci/install-deps.sh
+
+# ---- servers ----------------------------------------------------------------
+# Redis, ZooKeeper and PostgreSQL (those whose ci/servers/NAME.sh exists) on
+# free loopback ports; DLOCK_TEST_URIS lists their URIs and on_exit stops them.
+# Set DLOCK_TEST_NO_SERVERS=1 to run only the server-free tests.
+if [ -z "${DLOCK_TEST_NO_SERVERS:-}" ]; then
+	. ci/servers.sh
+	phase servers dlock_servers_start
+fi
+# When URIs are given (here or by the caller), a skipped backend is a failure.
+if [ -n "${DLOCK_TEST_URIS:-}" ]; then
+	export DLOCK_TEST_REQUIRE_ALL=1
+	echo "servers: DLOCK_TEST_URIS=$DLOCK_TEST_URIS (every backend required)"
+else
+	echo "servers: none (DLOCK_TEST_URIS unset): server tests will skip"
+fi
+# -----------------------------------------------------------------------------
+
+phase build-plain bash ci/build.sh plain
+phase test-plain run_ctest build/plain
+
+phase build-asan bash ci/build.sh asan
+phase test-asan run_ctest build/asan
+
+phase build-tsan bash ci/build.sh tsan
+phase tsan-probe tsan_probe
+phase test-tsan run_ctest build/tsan -L threads
