@@ -13,9 +13,11 @@ packages=(
 	# client libraries of the server backends
 	libhiredis-dev libzookeeper-mt-dev libpq-dev
 	# servers the tests start on free loopback ports
-	redis-server redis-tools zookeeper postgresql
+	redis-server redis-tools zookeeper postgresql pgbouncer
 	# memory checking
 	valgrind
+	# ci/install-check.sh: API reference, man page rendering
+	doxygen man-db groff-base
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then

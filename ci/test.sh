@@ -110,6 +110,7 @@ fi
 
 phase build-plain bash ci/build.sh plain
 phase test-plain run_ctest build/plain
+phase install-check bash ci/install-check.sh
 
 phase build-asan bash ci/build.sh asan
 phase test-asan run_ctest build/asan

@@ -1,5 +1,6 @@
-/*
- * dlock — distributed locks for C, one API over several backends.
+/**
+ * @file
+ * @brief dlock — distributed locks for C, one API over several backends.
  *
  * The backend is chosen at run time by the URI given to dlock_client_open():
  *
@@ -34,15 +35,19 @@
 extern "C" {
 #endif
 
+/** Major version of this header; the SONAME is libdlock.so.MAJOR, and it changes when the ABI breaks. */
 #define DLOCK_VERSION_MAJOR 0
+/** Minor version of this header: raised when functions or options are added. */
 #define DLOCK_VERSION_MINOR 1
+/** Patch version of this header: raised for fixes only. */
 #define DLOCK_VERSION_PATCH 0
+/** Version of this header as "MAJOR.MINOR.PATCH"; dlock_version() gives the library's at run time. */
 #define DLOCK_VERSION_STRING "0.1.0"
 
 /** Run-time version of the library, as "MAJOR.MINOR.PATCH". Static string. */
 const char *dlock_version(void);
 
-/*
+/**
  * Status codes.  One X-macro generates the enum, dlock_strerror() and
  * dlock_status_name().  X(NAME, text).  New codes are only ever appended.
  */
@@ -69,11 +74,15 @@ const char *dlock_version(void);
 	X(EEXIST, "already registered")                                              \
 	X(EPERM, "permission denied")
 
+/**
+ * Result of every function that can fail: DLOCK_OK (0) or one of the
+ * DLOCK_E* codes of DLOCK_STATUS_MAP, each described by its text there.
+ */
 typedef enum dlock_status {
 #define DLOCK_STATUS_ENUM_(name, text) DLOCK_##name,
 	DLOCK_STATUS_MAP(DLOCK_STATUS_ENUM_)
 #undef DLOCK_STATUS_ENUM_
-	DLOCK_STATUS_COUNT_
+	DLOCK_STATUS_COUNT_ /**< Number of status codes; not a status. */
 } dlock_status;
 
 /** Static text describing a status; "unknown status" for values out of range. */
@@ -83,11 +92,12 @@ const char *dlock_status_name(int status);
 
 /* ---------------------------------------------------------------- logging */
 
+/** Severity of a message passed to the log callback. */
 typedef enum dlock_log_level {
-	DLOCK_LOG_ERROR = 0,
-	DLOCK_LOG_WARN = 1,
-	DLOCK_LOG_INFO = 2,
-	DLOCK_LOG_DEBUG = 3
+	DLOCK_LOG_ERROR = 0, /**< A failure the application should see. */
+	DLOCK_LOG_WARN = 1,  /**< Something went wrong but was handled (a retry, a renewal late). */
+	DLOCK_LOG_INFO = 2,  /**< Connections, sessions, failovers. */
+	DLOCK_LOG_DEBUG = 3  /**< Every server exchange: verbose. */
 } dlock_log_level;
 
 /**
@@ -100,19 +110,23 @@ typedef void (*dlock_log_fn)(void *userdata, dlock_log_level level, const char *
 
 /* ---------------------------------------------------------------- client */
 
+/** A connection to one lock service, opened for a URI (opaque). */
 typedef struct dlock_client dlock_client;
+/** A reusable handle for one lock name on a client (opaque). */
 typedef struct dlock_lock dlock_lock;
 
+/** Current value of dlock_client_options::version. */
 #define DLOCK_CLIENT_OPTIONS_VERSION 1
 
 /** Options for dlock_client_open().  Initialise with DLOCK_CLIENT_OPTIONS_INIT. */
 typedef struct dlock_client_options {
-	unsigned version;          /* DLOCK_CLIENT_OPTIONS_VERSION */
-	dlock_log_fn log;          /* NULL: messages are dropped */
-	void *log_userdata;
-	dlock_log_level log_level; /* most verbose level passed to `log` */
+	unsigned version;          /**< DLOCK_CLIENT_OPTIONS_VERSION */
+	dlock_log_fn log;          /**< NULL: messages are dropped */
+	void *log_userdata;        /**< Passed to `log` as is. */
+	dlock_log_level log_level; /**< most verbose level passed to `log` */
 } dlock_client_options;
 
+/** Default client options: no log callback, level DLOCK_LOG_WARN. */
 #define DLOCK_CLIENT_OPTIONS_INIT { DLOCK_CLIENT_OPTIONS_VERSION, NULL, NULL, DLOCK_LOG_WARN }
 
 /**
@@ -148,13 +162,13 @@ const char *dlock_client_uri(const dlock_client *client);
 
 /** Counters of one client, for tests and benchmarks. */
 typedef struct dlock_client_stats {
-	uint64_t acquired;        /* successful dlock_acquire() calls, reentrant ones included */
-	uint64_t reentered;       /* of those, satisfied by the hold count (no server call) */
-	uint64_t server_acquires; /* driver acquire calls (one per head-of-queue attempt) */
-	uint64_t server_releases; /* driver release calls */
-	uint64_t renewals;        /* successful automatic renewals */
-	uint64_t lost;            /* acquisitions reported lost */
-	uint64_t contending;      /* driver acquire calls in progress now (waiting on the server) */
+	uint64_t acquired;        /**< successful dlock_acquire() calls, reentrant ones included */
+	uint64_t reentered;       /**< of those, satisfied by the hold count (no server call) */
+	uint64_t server_acquires; /**< driver acquire calls (one per head-of-queue attempt) */
+	uint64_t server_releases; /**< driver release calls */
+	uint64_t renewals;        /**< successful automatic renewals */
+	uint64_t lost;            /**< acquisitions reported lost */
+	uint64_t contending;      /**< driver acquire calls in progress now (waiting on the server) */
 } dlock_client_stats;
 
 /** Copy the client's counters into *stats.  Thread-safe. */
@@ -162,55 +176,65 @@ dlock_status dlock_client_get_stats(dlock_client *client, dlock_client_stats *st
 
 /* ---------------------------------------------------------- capabilities */
 
+/** Whether exclusion holds through server failures (dlock_capabilities::consistency). */
 typedef enum dlock_consistency {
-	DLOCK_CONSISTENCY_LOCAL = 0, /* one process or one host only */
-	DLOCK_CONSISTENCY_CP = 1,    /* consensus/transactional server */
-	DLOCK_CONSISTENCY_AP = 2     /* may break exclusion on failover or pause */
+	DLOCK_CONSISTENCY_LOCAL = 0, /**< one process or one host only */
+	DLOCK_CONSISTENCY_CP = 1,    /**< consensus/transactional server */
+	DLOCK_CONSISTENCY_AP = 2     /**< may break exclusion on failover or pause */
 } dlock_consistency;
 
+/** What the fencing token of a backend guarantees (dlock_capabilities::fencing). */
 typedef enum dlock_fencing {
-	DLOCK_FENCING_NONE = 0,        /* no token: dlock_lock_fencing_token() fails */
-	DLOCK_FENCING_STRICT = 1,      /* can never go backwards */
-	DLOCK_FENCING_CONDITIONAL = 2  /* backwards only on the failure in fencing_note */
+	DLOCK_FENCING_NONE = 0,        /**< no token: dlock_lock_fencing_token() fails */
+	DLOCK_FENCING_STRICT = 1,      /**< can never go backwards */
+	DLOCK_FENCING_CONDITIONAL = 2  /**< backwards only on the failure in fencing_note */
 } dlock_fencing;
 
+/** How long the server keeps a lock (dlock_capabilities::lease). */
 typedef enum dlock_lease_kind {
-	DLOCK_LEASE_TTL = 0,    /* server forgets the lock after the lease unless extended */
-	DLOCK_LEASE_SESSION = 1 /* held while the session/connection/descriptor lives */
+	DLOCK_LEASE_TTL = 0,    /**< server forgets the lock after the lease unless extended */
+	DLOCK_LEASE_SESSION = 1 /**< held while the session/connection/descriptor lives */
 } dlock_lease_kind;
 
+/** How a waiter learns that the lock was released (dlock_capabilities::wakeup). */
 typedef enum dlock_wakeup {
-	DLOCK_WAKEUP_NOTIFY = 0,      /* waiters are notified by the backend */
-	DLOCK_WAKEUP_SERVER_QUEUE = 1, /* the server queues waiters */
-	DLOCK_WAKEUP_POLL = 2         /* waiters poll with backoff */
+	DLOCK_WAKEUP_NOTIFY = 0,      /**< waiters are notified by the backend */
+	DLOCK_WAKEUP_SERVER_QUEUE = 1, /**< the server queues waiters */
+	DLOCK_WAKEUP_POLL = 2         /**< waiters poll with backoff */
 } dlock_wakeup;
 
+/** Who contends for a name (dlock_capabilities::scope). */
 typedef enum dlock_scope {
-	DLOCK_SCOPE_PROCESS = 0, /* only clients of one process contend (mem://) */
-	DLOCK_SCOPE_HOST = 1,    /* processes of one host contend (file://) */
-	DLOCK_SCOPE_NETWORK = 2  /* processes on any host that reach the server */
+	DLOCK_SCOPE_PROCESS = 0, /**< only clients of one process contend (mem://) */
+	DLOCK_SCOPE_HOST = 1,    /**< processes of one host contend (file://) */
+	DLOCK_SCOPE_NETWORK = 2  /**< processes on any host that reach the server */
 } dlock_scope;
 
 /** What a backend promises.  Strings are static. */
 typedef struct dlock_capabilities {
-	const char *backend;           /* "mem", "file", "redis", ... */
-	dlock_consistency consistency;
-	dlock_fencing fencing;
-	const char *fencing_note;      /* when a conditional token can go back; else "" */
-	int fair;                      /* 1: waiters acquire in FIFO order */
-	dlock_lease_kind lease;
-	dlock_wakeup wakeup;
-	dlock_scope scope;
+	const char *backend;           /**< "mem", "file", "redis", ... */
+	dlock_consistency consistency; /**< LOCAL, CP or AP */
+	dlock_fencing fencing;         /**< what dlock_lock_fencing_token() guarantees */
+	const char *fencing_note;      /**< when a conditional token can go back; else "" */
+	int fair;                      /**< 1: waiters acquire in FIFO order */
+	dlock_lease_kind lease;        /**< TTL or session */
+	dlock_wakeup wakeup;           /**< how waiters learn of a release */
+	dlock_scope scope;             /**< who contends: one process, one host, the network */
 } dlock_capabilities;
 
 /** Fill *caps for the client's backend.  Thread-safe. */
 dlock_status dlock_client_capabilities(dlock_client *client, dlock_capabilities *caps);
 
-const char *dlock_consistency_name(dlock_consistency c); /* "CP", "AP", "local" */
-const char *dlock_fencing_name(dlock_fencing f);         /* "strict", "conditional", "none" */
-const char *dlock_lease_kind_name(dlock_lease_kind k);   /* "ttl", "session" */
-const char *dlock_wakeup_name(dlock_wakeup w);           /* "notify", "server-queue", "poll" */
-const char *dlock_scope_name(dlock_scope s);             /* "process", "host", "network" */
+/** Static name of a consistency class: "CP", "AP", "local". */
+const char *dlock_consistency_name(dlock_consistency c);
+/** Static name of a fencing class: "strict", "conditional", "none". */
+const char *dlock_fencing_name(dlock_fencing f);
+/** Static name of a lease kind: "ttl", "session". */
+const char *dlock_lease_kind_name(dlock_lease_kind k);
+/** Static name of a wake-up method: "notify", "server-queue", "poll". */
+const char *dlock_wakeup_name(dlock_wakeup w);
+/** Static name of a scope: "process", "host", "network". */
+const char *dlock_scope_name(dlock_scope s);
 
 /**
  * Schemes of the registered backends, comma-separated ("file,mem,redis").
@@ -248,11 +272,12 @@ const char *dlock_lock_name(const dlock_lock *lock);
 /** Wait bound meaning "the URI's `wait` parameter" (forever when absent). */
 #define DLOCK_WAIT_DEFAULT (-2)
 
+/** Why a held lock was lost, as passed to the lost-lock callback. */
 typedef enum dlock_lost_reason {
-	DLOCK_LOST_EXPIRED = 0,   /* lease ran out without a successful renewal */
-	DLOCK_LOST_TAKEN = 1,     /* the server says another owner has it / it is gone */
-	DLOCK_LOST_SESSION = 2,   /* session or connection holding it ended */
-	DLOCK_LOST_CLOSED = 3     /* reserved */
+	DLOCK_LOST_EXPIRED = 0,   /**< lease ran out without a successful renewal */
+	DLOCK_LOST_TAKEN = 1,     /**< the server says another owner has it / it is gone */
+	DLOCK_LOST_SESSION = 2,   /**< session or connection holding it ended */
+	DLOCK_LOST_CLOSED = 3     /**< reserved */
 } dlock_lost_reason;
 
 /**
@@ -267,18 +292,20 @@ typedef enum dlock_lost_reason {
 typedef void (*dlock_lost_fn)(dlock_lock *lock, dlock_lost_reason reason, const char *detail,
                               void *userdata);
 
+/** Current value of dlock_acquire_options::version. */
 #define DLOCK_ACQUIRE_OPTIONS_VERSION 1
 
 /** Options of one acquisition.  Initialise with DLOCK_ACQUIRE_OPTIONS_INIT. */
 typedef struct dlock_acquire_options {
-	unsigned version;   /* DLOCK_ACQUIRE_OPTIONS_VERSION */
-	int64_t wait_ms;    /* 0: try once; >0: bound; DLOCK_WAIT_FOREVER; DLOCK_WAIT_DEFAULT */
-	int64_t lease_ms;   /* 0: the URI's `ttl`, else 30000.  TTL backends: the key's TTL; session backends: see caps */
-	int renew;          /* -1: the URI's `renew` (default on); 0: off; 1: on */
-	dlock_lost_fn on_lost; /* may be NULL */
-	void *lost_userdata;
+	unsigned version;   /**< DLOCK_ACQUIRE_OPTIONS_VERSION */
+	int64_t wait_ms;    /**< 0: try once; >0: bound; DLOCK_WAIT_FOREVER; DLOCK_WAIT_DEFAULT */
+	int64_t lease_ms;   /**< 0: the URI's `ttl`, else 30000.  TTL backends: the key's TTL; session backends: see caps */
+	int renew;          /**< -1: the URI's `renew` (default on); 0: off; 1: on */
+	dlock_lost_fn on_lost; /**< may be NULL */
+	void *lost_userdata;   /**< Passed to `on_lost` as is. */
 } dlock_acquire_options;
 
+/** Default acquire options: the URI's wait bound, lease and renewal; no callback. */
 #define DLOCK_ACQUIRE_OPTIONS_INIT { DLOCK_ACQUIRE_OPTIONS_VERSION, DLOCK_WAIT_DEFAULT, 0, -1, NULL, NULL }
 
 /**

@@ -1,5 +1,6 @@
-/*
- * dlock driver contract — for people who write a backend.
+/**
+ * @file
+ * @brief dlock driver contract — for people who write a backend.
  *
  * A backend is one `const dlock_driver` object filled with designated
  * initializers and registered under its URI scheme (built-in drivers are
@@ -50,15 +51,17 @@
 extern "C" {
 #endif
 
+/** Version of struct dlock_driver; raised with each appended block of methods. */
 #define DLOCK_DRIVER_ABI_VERSION 1
 
 /* ------------------------------------------------------------ error text */
 
+/** Size of dlock_error::msg, the NUL included; longer messages are truncated. */
 #define DLOCK_ERROR_MAX 512
 
 /** Where a driver call writes its failure detail.  Owned by the core. */
 typedef struct dlock_error {
-	char msg[DLOCK_ERROR_MAX];
+	char msg[DLOCK_ERROR_MAX]; /**< NUL-terminated; written by dlock_error_set() */
 } dlock_error;
 
 /**
@@ -74,14 +77,16 @@ dlock_status dlock_error_set(dlock_error *err, dlock_status status, const char *
 
 /* ------------------------------------------------------------ parsed URI */
 
+/** One host of a URI's comma-separated host list. */
 typedef struct dlock_uri_host {
-	const char *host; /* "" when the authority is empty (file:///dir) */
-	int port;         /* 0 when not given */
+	const char *host; /**< "" when the authority is empty (file:///dir) */
+	int port;         /**< 0 when not given */
 } dlock_uri_host;
 
+/** One backend parameter of a URI's query, `?key=value`. */
 typedef struct dlock_uri_param {
-	const char *key;   /* percent-decoded */
-	const char *value; /* percent-decoded; "" for "?key" or "?key=" */
+	const char *key;   /**< percent-decoded */
+	const char *value; /**< percent-decoded; "" for "?key" or "?key=" */
 } dlock_uri_param;
 
 /**
@@ -92,23 +97,23 @@ typedef struct dlock_uri_param {
  * driver's knows_param() accepted.
  */
 typedef struct dlock_uri {
-	const char *scheme;        /* lower case, e.g. "redis" */
-	const char *user;          /* NULL when absent */
-	const char *password;      /* NULL when absent; never log it */
-	size_t nhosts;             /* at least 1; one empty host for "scheme:///path" */
-	const dlock_uri_host *hosts;
-	const char *path;          /* "" when absent, else starts with '/' */
-	size_t nparams;
-	const dlock_uri_param *params;
-	const char *masked;        /* the whole URI with the password as "***": safe to print */
+	const char *scheme;        /**< lower case, e.g. "redis" */
+	const char *user;          /**< NULL when absent */
+	const char *password;      /**< NULL when absent; never log it */
+	size_t nhosts;             /**< at least 1; one empty host for "scheme:///path" */
+	const dlock_uri_host *hosts; /**< `nhosts` hosts, in the URI's order */
+	const char *path;          /**< "" when absent, else starts with '/' */
+	size_t nparams;            /**< number of `params` */
+	const dlock_uri_param *params; /**< the backend parameters, in the URI's order */
+	const char *masked;        /**< the whole URI with the password as "***": safe to print */
 
 	/* Common parameters: same meaning on every backend. */
-	int64_t ttl_ms;             /* `ttl`: default lease, default 30s */
-	int64_t wait_ms;            /* `wait`: default wait bound, default DLOCK_WAIT_FOREVER */
-	int renew;                  /* `renew`: automatic renewal, default 1 */
-	const char *prefix;         /* `prefix`: namespace for server-side names, default "dlock" */
-	int64_t connect_timeout_ms; /* `open_timeout`: connecting, default 5s */
-	int64_t io_timeout_ms;      /* `io_timeout`: one server command, default 5s */
+	int64_t ttl_ms;             /**< `ttl`: default lease, default 30s */
+	int64_t wait_ms;            /**< `wait`: default wait bound, default DLOCK_WAIT_FOREVER */
+	int renew;                  /**< `renew`: automatic renewal, default 1 */
+	const char *prefix;         /**< `prefix`: namespace for server-side names, default "dlock" */
+	int64_t connect_timeout_ms; /**< `open_timeout`: connecting, default 5s */
+	int64_t io_timeout_ms;      /**< `io_timeout`: one server command, default 5s */
 } dlock_uri;
 
 /** Value of backend parameter `key` in `uri`, or NULL when absent. */
@@ -207,6 +212,7 @@ void dlock_sha256(const void *data, size_t len, unsigned char out[32]);
 void dlock_hex(const unsigned char *bytes, size_t len, char *out);
 
 /**
+ * @fn void dlock_name_component(const char *name, size_t len, char *out)
  * Map a name to one safe path component for file names and znodes:
  * bytes [A-Za-z0-9_-] are kept, every other byte (including '.', '/', '%',
  * spaces, controls, non-ASCII) becomes "%XX"; a result longer than
@@ -214,15 +220,15 @@ void dlock_hex(const unsigned char *bytes, size_t len, char *out);
  * name.  Distinct names give distinct components; never "", "." or "..".
  * `out` needs DLOCK_COMPONENT_MAX + 1 bytes.
  */
-#define DLOCK_COMPONENT_MAX 200
+#define DLOCK_COMPONENT_MAX 200 /**< Longest result of dlock_name_component(), in bytes without the NUL. */
 void dlock_name_component(const char *name, size_t len, char *out);
 
 /* --------------------------------------------------------------- driver */
 
 /** What an acquire() reports on success. */
 typedef struct dlock_acquired {
-	uint64_t token;      /* fencing token (ignored when the class is NONE) */
-	int64_t sent_ns;     /* TTL leases: monotonic time the winning request was sent */
+	uint64_t token;      /**< fencing token (ignored when the class is NONE) */
+	int64_t sent_ns;     /**< TTL leases: monotonic time the winning request was sent */
 } dlock_acquired;
 
 /** Open a client's backend state from `uri`; store it in *backend. MUST. */
@@ -273,22 +279,28 @@ typedef dlock_status dlock_driver_extend_fn(void *backend, void *lk, int64_t lea
 /** Ask the server: DLOCK_OK, DLOCK_ENOTHELD or DLOCK_EUNCERTAIN.  MAY. */
 typedef dlock_status dlock_driver_check_fn(void *backend, void *lk, dlock_error *err);
 
+/**
+ * A backend: one const object per URI scheme, written with designated
+ * initializers and passed to dlock_register_driver().  Each method is
+ * marked MUST (registration refuses NULL) or MAY (NULL: the matching API
+ * call returns DLOCK_ENOTSUP); the method types above say what each does.
+ */
 typedef struct dlock_driver {
-	unsigned abi_version;  /* DLOCK_DRIVER_ABI_VERSION */
-	const char *scheme;    /* lower case URI scheme, e.g. "redis" */
-	size_t lock_size;      /* bytes of per-lock state */
+	unsigned abi_version;  /**< DLOCK_DRIVER_ABI_VERSION */
+	const char *scheme;    /**< lower case URI scheme, e.g. "redis" */
+	size_t lock_size;      /**< bytes of per-lock state */
 
 	/* ABI version 1 */
-	dlock_driver_open_fn *open;                 /* MUST */
-	dlock_driver_close_fn *close;               /* MUST */
-	dlock_driver_capabilities_fn *capabilities; /* MUST */
-	dlock_driver_knows_param_fn *knows_param;   /* MAY */
-	dlock_driver_lock_init_fn *lock_init;       /* MUST */
-	dlock_driver_lock_fini_fn *lock_fini;       /* MAY */
-	dlock_driver_acquire_fn *acquire;           /* MUST */
-	dlock_driver_release_fn *release;           /* MUST */
-	dlock_driver_extend_fn *extend;             /* MAY */
-	dlock_driver_check_fn *check;               /* MAY */
+	dlock_driver_open_fn *open;                 /**< MUST */
+	dlock_driver_close_fn *close;               /**< MUST */
+	dlock_driver_capabilities_fn *capabilities; /**< MUST */
+	dlock_driver_knows_param_fn *knows_param;   /**< MAY */
+	dlock_driver_lock_init_fn *lock_init;       /**< MUST */
+	dlock_driver_lock_fini_fn *lock_fini;       /**< MAY */
+	dlock_driver_acquire_fn *acquire;           /**< MUST */
+	dlock_driver_release_fn *release;           /**< MUST */
+	dlock_driver_extend_fn *extend;             /**< MAY */
+	dlock_driver_check_fn *check;               /**< MAY */
 } dlock_driver;
 
 /**

@@ -1,0 +1,333 @@
+#!/usr/bin/env bash
+# Check dlock the way a user meets it: build, `cmake --install` into a
+# temporary prefix, then use only what was installed.
+#
+# Usage: bash ci/install-check.sh          (from any directory)
+#
+#   1. files    the libraries (SONAME), headers, programs, man pages,
+#               dlock.pc and the CMake package are where they belong
+#   2. version  project(), DLOCK_VERSION_*, dlock_version(), dlock.pc,
+#               dlock --version, the Doxyfile and the man pages agree
+#   3. build    examples/ against the prefix: CMake find_package(dlock)
+#               (shared and COMPONENTS static) and pkg-config (make, shared
+#               and STATIC=1)
+#   4. run      each example against file:// and mem://, and against every
+#               URI in DLOCK_TEST_URIS when set (ci/servers.sh sets it)
+#   5. man      `man -l` renders every page with no groff warning; the
+#               options and environment of --help and the man page match
+#   6. docs     Doxygen on the public headers prints no warning
+#
+# Builds into build/install-check (kept, so a rerun is incremental);
+# everything else goes to a temporary directory that is removed at the end.
+# Exits non-zero when any check failed, after running all it could.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+work=$(mktemp -d /tmp/dlock-install-check.XXXXXX)
+bg_pids=()
+cleanup() {
+	local pid
+	for pid in "${bg_pids[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+failures=0
+step() { echo; echo "==== [install-check] $*"; }
+ok() { echo "  ok    $*"; }
+bad() {
+	echo "  FAIL  $*"
+	failures=$((failures + 1))
+}
+
+step "dependencies"
+bash ci/install-deps.sh
+
+# ---------------------------------------------------------------- build
+step "build and install into a temporary prefix"
+build=build/install-check
+prefix=$work/prefix
+# Configured for /usr/local, installed elsewhere: the package must not care.
+cmake -S . -B "$build" -DDLOCK_WERROR=ON -DDLOCK_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$work/configure.log" ||
+	{ cat "$work/configure.log"; exit 1; }
+grep -E "dlock backends|left out" "$work/configure.log" || true
+cmake --build "$build" -j"$(nproc)" >"$work/build.log" || { cat "$work/build.log"; exit 1; }
+cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; exit 1; }
+echo "installed $(wc -l <"$work/install.log") files into $prefix"
+
+# ---------------------------------------------------------------- files
+step "installed files"
+pc=$(find "$prefix" -name dlock.pc -path '*/pkgconfig/*' | head -n 1)
+libdir=$(dirname "$(dirname "$pc")")
+version=$(sed -n 's/^project(dlock VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+major=${version%%.*}
+bench=0
+[ -x "$prefix/bin/dlock-bench" ] && bench=1
+expect=(
+	"$libdir/libdlock.so" "$libdir/libdlock.so.$major" "$libdir/libdlock.so.$version" "$libdir/libdlock.a"
+	"$prefix/include/dlock/dlock.h" "$prefix/include/dlock/sys/driver.h"
+	"$prefix/bin/dlock" "$prefix/share/man/man1/dlock.1" "$prefix/share/man/man3/dlock.3"
+	"$libdir/pkgconfig/dlock.pc" "$libdir/cmake/dlock/dlockConfig.cmake"
+	"$libdir/cmake/dlock/dlockConfigVersion.cmake"
+)
+[ "$bench" = 1 ] && expect+=("$prefix/share/man/man1/dlock-bench.1")
+for f in "${expect[@]}"; do
+	if [ -e "$f" ]; then ok "${f#"$prefix"/}"; else bad "missing ${f#"$prefix"/}"; fi
+done
+[ "$bench" = 1 ] || echo "  note  no dlock-bench in this build: neither it nor its man page is installed"
+soname=$(readelf -d "$libdir/libdlock.so.$version" 2>/dev/null | sed -n 's/.*SONAME.*\[\(.*\)\].*/\1/p')
+if [ "$soname" = "libdlock.so.$major" ]; then ok "SONAME $soname"; else bad "SONAME '$soname', expected libdlock.so.$major"; fi
+if "$prefix/bin/dlock" --version >"$work/dlock-version" 2>&1; then
+	ok "installed dlock runs: $(tr '\n' ' ' <"$work/dlock-version")"
+else
+	bad "installed dlock does not run: $(cat "$work/dlock-version")"
+fi
+
+export PKG_CONFIG_PATH=$libdir/pkgconfig
+export CMAKE_PREFIX_PATH=$prefix
+
+# -------------------------------------------------------------- version
+step "version $version everywhere"
+cat >"$work/version.c" <<'EOF'
+#include <dlock/dlock.h>
+#include <stdio.h>
+#include <string.h>
+
+int main(void)
+{
+	char macros[64];
+
+	snprintf(macros, sizeof macros, "%d.%d.%d", DLOCK_VERSION_MAJOR, DLOCK_VERSION_MINOR,
+	         DLOCK_VERSION_PATCH);
+	printf("%s %s %s\n", macros, DLOCK_VERSION_STRING, dlock_version());
+	return 0;
+}
+EOF
+# shellcheck disable=SC2046  # pkg-config output is a list of flags
+cc -std=c11 -Wall -Wextra -Werror "$work/version.c" -o "$work/version" $(pkg-config --cflags --libs dlock) \
+	-Wl,-rpath,"$libdir"
+versions=(
+	"header-macros library-and-header:$("$work/version")"
+	"dlock.pc:$(pkg-config --modversion dlock)"
+	"dlock --version:$(sed -n '1s/^dlock //p' "$work/dlock-version")"
+	"docs/Doxyfile:$(sed -n 's/^PROJECT_NUMBER *= *//p' docs/Doxyfile)"
+)
+for page in man/*.[13]; do
+	versions+=("$page:$(sed -n 's/^\.TH .*"dlock \([0-9.]*\)".*/\1/p' "$page")")
+done
+for v in "${versions[@]}"; do
+	what=${v%%:*}
+	got=${v#*:}
+	if [ "$got" = "$version" ] || [ "$got" = "$version $version $version" ]; then
+		ok "$what: $got"
+	else
+		bad "$what says '$got', CMakeLists.txt says $version"
+	fi
+done
+
+# ------------------------------------------------------ build examples
+step "build the examples against the prefix"
+examples=(create_order scheduled_job lost_lock_worker choose_backend)
+declare -A bin_dirs=()
+build_cmake() { # NAME STATIC
+	if cmake -S examples -B "$work/$1" -DDLOCK_EXAMPLES_STATIC="$2" >"$work/$1.log" 2>&1 &&
+		cmake --build "$work/$1" -j"$(nproc)" >>"$work/$1.log" 2>&1; then
+		ok "$1: find_package(dlock)$([ "$2" = ON ] && echo ' COMPONENTS static') + dlock::dlock$([ "$2" = ON ] && echo _static)"
+		bin_dirs[$1]=$work/$1
+	else
+		bad "$1:"
+		sed 's/^/        /' "$work/$1.log"
+	fi
+}
+build_make() { # NAME STATIC
+	cp -r examples "$work/$1"
+	rm -rf "$work/$1/build"*
+	if make -C "$work/$1" STATIC="$2" -j"$(nproc)" >"$work/$1.log" 2>&1; then
+		ok "$1: make with pkg-config$([ "$2" = 1 ] && echo ', STATIC=1')"
+		bin_dirs[$1]=$work/$1
+	else
+		bad "$1:"
+		sed 's/^/        /' "$work/$1.log"
+	fi
+}
+build_cmake cmake-shared OFF
+build_cmake cmake-static ON
+build_make make-shared 0
+build_make make-static 1
+for d in "${!bin_dirs[@]}"; do
+	case $d in
+	*static)
+		if ldd "${bin_dirs[$d]}/create_order" | grep -q libdlock; then
+			bad "$d: create_order needs libdlock.so"
+		fi
+		;;
+	esac
+done
+
+# -------------------------------------------------------- run examples
+step "run the examples"
+# expect WHAT RC PATTERN CMD...: run CMD (at most 60 s); it must exit with
+# RC and print a line matching PATTERN.  Says ok WHAT, or shows the output.
+run_n=0
+expect() {
+	local what=$1 want=$2 pattern=$3 rc=0 out
+	shift 3
+	run_n=$((run_n + 1))
+	out=$work/out.$run_n
+	timeout 60 "$@" >"$out" 2>&1 || rc=$?
+	if [ "$rc" = "$want" ] && grep -q -- "$pattern" "$out"; then
+		ok "$what"
+		return 0
+	fi
+	bad "$what: exit $rc (expected $want, and a line matching '$pattern'): $*"
+	sed 's/^/        /' "$out"
+	return 1
+}
+
+# A URI with more parameters.
+with_params() { case $1 in *\?*) echo "$1&$2" ;; *) echo "$1?$2" ;; esac; }
+
+# choose_backend prints the capabilities that the other checks depend on.
+cap() { awk -v k="$1" '$1 == k { print $2 }' "$work/caps"; }
+
+examples_on() { # DIR URI
+	local dir=$1 uri=$2 scope lease i rc pid pids=() created found
+	local store=$work/orders.$run_n n=4
+
+	# choose_backend: AP refused (exit 3), anything else does the transfer.
+	timeout 60 "$dir/choose_backend" "$uri" >"$work/caps" 2>&1 || true
+	scope=$(cap scope)
+	lease=$(cap lease)
+	if [ "$(cap consistency)" = AP ]; then
+		expect "choose_backend refuses $(cap backend): AP" 3 refusing "$dir/choose_backend" "$uri" || true
+	else
+		expect "choose_backend: $(cap backend), $(cap consistency), lease $lease, scope $scope" 0 \
+			"transfer done" "$dir/choose_backend" "$uri" || return 0
+	fi
+
+	# create_order: several processes, one creates.  mem:// locks are per
+	# process, so there one process runs twice instead.
+	if [ "$scope" = process ]; then
+		if expect "create_order: created" 0 "order 42 created" "$dir/create_order" "$uri" 42 "$store"; then
+			expect "create_order: then found" 0 "already exists" "$dir/create_order" "$uri" 42 "$store" || true
+		fi
+	else
+		for i in $(seq 1 $n); do
+			timeout 60 "$dir/create_order" "$uri" 42 "$store" >"$work/order.$i" 2>&1 &
+			pids+=($!)
+			bg_pids+=($!)
+		done
+		rc=0
+		for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+		bg_pids=()
+		created=$(cat "$work"/order.* | grep -c "created" || true)
+		found=$(cat "$work"/order.* | grep -c "already exists" || true)
+		if [ "$rc" = 0 ] && [ "$created" = 1 ] && [ "$found" = $((n - 1)) ] &&
+			grep -q '^fencing_token ' "$store/order-42"; then
+			ok "create_order: $n processes: 1 created it ($(grep '^fencing_token' "$store/order-42")), $found found it"
+		else
+			bad "create_order: $n processes: exit $rc, $created created it, $found found it"
+			cat "$work"/order.* | sed 's/^/        /'
+		fi
+		rm -f "$work"/order.*
+	fi
+
+	# scheduled_job: a run that starts while another holds the lock skips.
+	if [ "$scope" = process ]; then
+		expect "scheduled_job: ran" 0 "nightly-report done" "$dir/scheduled_job" "$uri" 0 || true
+	else
+		timeout 60 "$dir/scheduled_job" "$uri" 3 >"$work/job1" 2>&1 &
+		pid=$!
+		bg_pids+=("$pid")
+		for _ in $(seq 1 100); do
+			grep -q running "$work/job1" && break
+			sleep 0.1
+		done
+		expect "scheduled_job: a second run skips while the first holds the lock" 0 skipped \
+			"$dir/scheduled_job" "$uri" 0 || true
+		rc=0
+		wait "$pid" || rc=$?
+		bg_pids=()
+		if [ "$rc" = 0 ] && grep -q "nightly-report done" "$work/job1"; then
+			ok "scheduled_job: the first run finished"
+		else
+			bad "scheduled_job: first run: exit $rc:"
+			sed 's/^/        /' "$work/job1"
+		fi
+	fi
+
+	# lost_lock_worker: done when the lock stays; stopped when a lease that
+	# is not renewed runs out (TTL backends).
+	expect "lost_lock_worker: all steps done" 0 "all 3 steps done" "$dir/lost_lock_worker" "$uri" 3 || true
+	if [ "$lease" = ttl ] && [[ $uri != *ttl=* && $uri != *renew=* ]]; then
+		expect "lost_lock_worker: stopped when its 1 s lease ran out" 3 "stopped after" \
+			"$dir/lost_lock_worker" "$(with_params "$uri" 'ttl=1s&renew=off')" 10 || true
+	fi
+}
+
+uris=("file://$work/locks" "mem://install-check")
+read -r -a server_uris <<<"${DLOCK_TEST_URIS:-}"
+uris+=("${server_uris[@]}")
+[ ${#server_uris[@]} -gt 0 ] || echo "  note  DLOCK_TEST_URIS unset: file:// and mem:// only"
+if [ -n "${bin_dirs[cmake-shared]:-}" ]; then
+	for uri in "${uris[@]}"; do
+		echo "  -- $uri"
+		examples_on "${bin_dirs[cmake-shared]}" "$uri"
+	done
+fi
+# The other builds: the same programs, linked differently; one run each.
+for d in cmake-static make-shared make-static; do
+	[ -n "${bin_dirs[$d]:-}" ] || continue
+	for e in "${examples[@]}"; do
+		# Extra arguments: ORDER_ID and STORE_DIR, SECONDS, STEPS.
+		expect "$d: $e" 0 . "${bin_dirs[$d]}/$e" "file://$work/locks-$d" 1 "$work/orders-$d" || true
+	done
+done
+
+# ------------------------------------------------------------ man pages
+step "man pages"
+render() { LC_ALL=C.UTF-8 MANWIDTH=300 man --warnings=all -l "$1"; }
+for page in man/*.[13] "$prefix"/share/man/man*/*; do
+	if render "$page" >"$work/page" 2>"$work/page.err" && [ ! -s "$work/page.err" ] && [ -s "$work/page" ]; then
+		ok "man -l ${page#"$work"/}"
+	else
+		bad "man -l ${page#"$work"/}:"
+		sed 's/^/        /' "$work/page.err"
+	fi
+done
+
+# Options and environment variables named by --help and by the page.
+names() { grep -oE -- '--[a-z][a-z-]*[a-z]|\b(DLOCK|XDG)_[A-Z_]*[A-Z]\b' | sort -u; }
+agree() { # PROGRAM PAGE
+	"$1" --help | names >"$work/help.names"
+	render "$2" 2>/dev/null | sed 's/.\x08//g' | names >"$work/man.names"
+	if cmp -s "$work/help.names" "$work/man.names"; then
+		ok "$(basename "$1") --help and $(basename "$2") name the same options and variables"
+	else
+		bad "$(basename "$1") --help and $(basename "$2") differ (< help, > man):"
+		diff "$work/help.names" "$work/man.names" | grep '^[<>]' | sed 's/^/        /'
+	fi
+}
+agree "$prefix/bin/dlock" man/dlock.1
+if [ "$bench" = 1 ]; then
+	agree "$prefix/bin/dlock-bench" man/dlock-bench.1
+fi
+
+# ----------------------------------------------------------------- docs
+step "Doxygen"
+if (cat docs/Doxyfile; echo "OUTPUT_DIRECTORY = $work/docs") | doxygen - >"$work/doxygen.log" 2>&1 &&
+	[ ! -s "$work/doxygen.log" ]; then
+	ok "doxygen docs/Doxyfile: no warning ($(find "$work/docs/html" -name '*.html' | wc -l) pages)"
+else
+	bad "doxygen docs/Doxyfile:"
+	sed 's/^/        /' "$work/doxygen.log"
+fi
+
+echo
+if [ "$failures" -ne 0 ]; then
+	echo "==== [install-check] FAILED: $failures check(s)"
+	exit 1
+fi
+echo "==== [install-check] passed"
