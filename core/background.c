@@ -1,9 +1,14 @@
 /*
- * The client's background thread: one per client.  It renews leases at
- * about a third of their length, declares a lock lost when its validity
- * runs out without a successful renewal, and calls lost-lock callbacks
- * (so they always run on this thread, never inside the caller's dlock call
- * or a driver's internal thread).
+ * The client's two background threads.
+ *
+ * The watch thread declares a lock lost when its validity runs out without
+ * a successful renewal and calls lost-lock callbacks, so callbacks always
+ * run on this one thread, never inside the caller's dlock call or a
+ * driver's internal thread.  The renewal thread extends leases at about a
+ * third of their length.  They are separate so that a renewal stuck on an
+ * unresponsive server (up to the I/O timeout) never delays a loss being
+ * declared on time: the holder must hear of it before the server can give
+ * the lock to someone else.
  */
 #include "internal.h"
 
@@ -16,6 +21,8 @@ static int64_t min64(int64_t a, int64_t b)
 {
 	return a < b ? a : b;
 }
+
+/* ------------------------------------------------------------ watch thread */
 
 /* Call the user's callback for a queued loss; c->mu held, dropped inside. */
 static void deliver_lost_locked(struct dlock_client *c, struct dlock_lock *l)
@@ -37,6 +44,46 @@ static void deliver_lost_locked(struct dlock_client *c, struct dlock_lock *l)
 	pthread_cond_broadcast(&c->cond);
 }
 
+/* Declare due expiries and deliver one queued loss; returns 1 after a
+ * delivery (the list may have changed while c->mu was dropped), else 0
+ * and the next expiry. */
+static int watch_locked(struct dlock_client *c, int64_t *next_due)
+{
+	int64_t now = dlock_monotonic_ns();
+	*next_due = INT64_MAX;
+	for (struct dlock_lock *l = c->locks; l; l = l->next) {
+		if (!l->held)
+			continue;
+		if (l->tracked && !l->lost && now >= l->valid_until)
+			dlock_lock_declare_lost(l, DLOCK_LOST_EXPIRED, "lease ran out without a successful renewal");
+		if (l->lost_pending) {
+			deliver_lost_locked(c, l);
+			return 1;
+		}
+		if (l->tracked && !l->lost)
+			*next_due = min64(*next_due, l->valid_until);
+	}
+	return 0;
+}
+
+static void *watch_main(void *arg)
+{
+	struct dlock_client *c = arg;
+	pthread_mutex_lock(&c->mu);
+	while (!c->bg_stop) {
+		int64_t next_due;
+		if (watch_locked(c, &next_due))
+			continue;
+		c->bg_sleep_until = next_due;
+		dlock_cond_wait_until(&c->bg_cond, &c->mu, next_due);
+		c->bg_sleep_until = INT64_MIN;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+/* ---------------------------------------------------------- renewal thread */
+
 /* One renewal; c->mu held, dropped inside. */
 static void renew_locked(struct dlock_client *c, struct dlock_lock *l, int64_t now)
 {
@@ -52,6 +99,8 @@ static void renew_locked(struct dlock_client *c, struct dlock_lock *l, int64_t n
 	pthread_mutex_lock(&c->mu);
 	l->busy = 0;
 	pthread_cond_broadcast(&c->cond);
+	/* A renewal that returns after the loss was declared changes nothing:
+	 * the holder has been told, and release cleans up what is still ours. */
 	if (!l->held || l->generation != generation || l->lost)
 		return;
 	if (st == DLOCK_OK) {
@@ -60,7 +109,7 @@ static void renew_locked(struct dlock_client *c, struct dlock_lock *l, int64_t n
 	} else if (st == DLOCK_ENOTHELD) {
 		dlock_lock_declare_lost(l, DLOCK_LOST_TAKEN, err.msg[0] ? err.msg : "renewal found the lock gone");
 	} else {
-		/* Transient: try again soon; the validity check declares the loss
+		/* Transient: try again soon; the watch thread declares the loss
 		 * if no renewal succeeds in time. */
 		dlock_client_logf(c, DLOCK_LOG_WARN, "lease renewal failed (%s): %s; retrying", dlock_status_name(st),
 		                  err.msg);
@@ -68,57 +117,56 @@ static void renew_locked(struct dlock_client *c, struct dlock_lock *l, int64_t n
 	}
 }
 
-/* Do the first due piece of work; returns 1 if it did (the list may have
- * changed while c->mu was dropped), else 0 and the next due time. */
-static int do_due_work_locked(struct dlock_client *c, int64_t *next_due)
+/* Do one due renewal; returns 1 if it did, else 0 and the next due time. */
+static int renew_due_locked(struct dlock_client *c, int64_t *next_due)
 {
 	int64_t now = dlock_monotonic_ns();
 	*next_due = INT64_MAX;
 	for (struct dlock_lock *l = c->locks; l; l = l->next) {
-		if (!l->held)
+		if (!l->held || !l->tracked || !l->renew || l->lost || l->busy)
 			continue;
-		if (l->tracked && !l->lost && now >= l->valid_until)
-			dlock_lock_declare_lost(l, DLOCK_LOST_EXPIRED, "lease ran out without a successful renewal");
-		if (l->lost_pending) {
-			deliver_lost_locked(c, l);
-			return 1;
-		}
-		if (!l->tracked || l->lost || l->busy)
-			continue;
-		if (l->renew && now >= l->next_renew) {
+		if (now >= l->next_renew) {
 			renew_locked(c, l, now);
 			return 1;
 		}
-		*next_due = min64(*next_due, l->valid_until);
-		if (l->renew)
-			*next_due = min64(*next_due, l->next_renew);
+		*next_due = min64(*next_due, l->next_renew);
 	}
 	return 0;
 }
 
-static void *background_main(void *arg)
+static void *renew_main(void *arg)
 {
 	struct dlock_client *c = arg;
 	pthread_mutex_lock(&c->mu);
 	while (!c->bg_stop) {
 		int64_t next_due;
-		if (do_due_work_locked(c, &next_due))
+		if (renew_due_locked(c, &next_due))
 			continue;
-		c->bg_sleep_until = next_due;
-		dlock_cond_wait_until(&c->bg_cond, &c->mu, next_due);
-		c->bg_sleep_until = INT64_MIN;
+		c->renew_sleep_until = next_due;
+		dlock_cond_wait_until(&c->renew_cond, &c->mu, next_due);
+		c->renew_sleep_until = INT64_MIN;
 	}
 	pthread_mutex_unlock(&c->mu);
 	return NULL;
 }
 
+/* ------------------------------------------------------------ control */
+
 dlock_status dlock_background_start(struct dlock_client *c)
 {
-	/* Signals go to the application's threads, never to this one. */
+	/* Signals go to the application's threads, never to these. */
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int rc = pthread_create(&c->bg_thread, NULL, background_main, c);
+	int rc = pthread_create(&c->bg_thread, NULL, watch_main, c);
+	if (rc == 0 && pthread_create(&c->renew_thread, NULL, renew_main, c) != 0) {
+		pthread_mutex_lock(&c->mu);
+		c->bg_stop = 1;
+		pthread_cond_signal(&c->bg_cond);
+		pthread_mutex_unlock(&c->mu);
+		pthread_join(c->bg_thread, NULL);
+		rc = -1;
+	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc != 0)
 		return DLOCK_ENOMEM;
@@ -133,7 +181,9 @@ void dlock_background_stop(struct dlock_client *c)
 	pthread_mutex_lock(&c->mu);
 	c->bg_stop = 1;
 	pthread_cond_signal(&c->bg_cond);
+	pthread_cond_signal(&c->renew_cond);
 	pthread_mutex_unlock(&c->mu);
+	pthread_join(c->renew_thread, NULL);
 	pthread_join(c->bg_thread, NULL);
 }
 
@@ -142,13 +192,17 @@ void dlock_background_kick(struct dlock_client *c)
 	pthread_cond_signal(&c->bg_cond);
 }
 
-/* Acquire and release happen far more often than renewals: signal the
+/* Acquire and release happen far more often than renewals: signal a
  * thread only when it would otherwise sleep past the new due time.  While
- * it is awake it rescans every lock after each piece of work anyway. */
-void dlock_background_due(struct dlock_client *c, int64_t when)
+ * awake, each rescans every lock after each piece of work anyway. */
+void dlock_background_due(struct dlock_client *c, const struct dlock_lock *l)
 {
-	if (when < c->bg_sleep_until)
+	if (!l->held || !l->tracked || l->lost)
+		return;
+	if (l->valid_until < c->bg_sleep_until)
 		pthread_cond_signal(&c->bg_cond);
+	if (l->renew && l->next_renew < c->renew_sleep_until)
+		pthread_cond_signal(&c->renew_cond);
 }
 
 int dlock_background_is_self(struct dlock_client *c)

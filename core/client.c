@@ -125,8 +125,9 @@ static struct dlock_client *client_new(const dlock_client_options *opts)
 	pthread_mutex_init(&c->mu, NULL);
 	dlock_cond_init_monotonic(&c->cond);
 	dlock_cond_init_monotonic(&c->bg_cond);
+	dlock_cond_init_monotonic(&c->renew_cond);
 	c->host.client = c;
-	c->bg_sleep_until = INT64_MIN;
+	c->bg_sleep_until = c->renew_sleep_until = INT64_MIN;
 	c->log_level = DLOCK_LOG_WARN;
 	if (opts) {
 		c->log = opts->log;
@@ -141,6 +142,7 @@ static void client_free(struct dlock_client *c)
 	dlock_uri_free(c->uri);
 	free(c->buckets);
 	pthread_cond_destroy(&c->bg_cond);
+	pthread_cond_destroy(&c->renew_cond);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->mu);
 	free(c);

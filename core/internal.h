@@ -136,11 +136,14 @@ struct dlock_client {
 	int closing, closed;
 	dlock_client_stats stats;
 
-	/* Background thread: renewals, expiry, lost-lock callbacks. */
-	pthread_t bg_thread;
+	/* Background threads: one declares expiries and calls lost-lock
+	 * callbacks, the other renews leases, so that a renewal stuck on the
+	 * server never delays a loss being declared on time. */
+	pthread_t bg_thread, renew_thread;
 	int bg_started, bg_stop;
 	int64_t bg_sleep_until;    /* when the sleeping thread wakes by itself; INT64_MIN while awake */
-	pthread_cond_t bg_cond;
+	int64_t renew_sleep_until; /* the same for the renewal thread */
+	pthread_cond_t bg_cond, renew_cond;
 };
 
 /* client.c */
@@ -174,8 +177,8 @@ dlock_status dlock_background_start(struct dlock_client *c);
 void dlock_background_stop(struct dlock_client *c);
 /** Wake the background thread to look at the locks again.  c->mu held. */
 void dlock_background_kick(struct dlock_client *c);
-/** Wake it only if something is due at `when`, before it would wake by itself.  c->mu held. */
-void dlock_background_due(struct dlock_client *c, int64_t when);
+/** Wake the threads only if `l` falls due before they would wake by themselves.  c->mu held. */
+void dlock_background_due(struct dlock_client *c, const struct dlock_lock *l);
 /** 1 if the calling thread is `c`'s background thread. */
 int dlock_background_is_self(struct dlock_client *c);
 

@@ -187,19 +187,11 @@ void dlock_lock_begin_call(struct dlock_lock *l)
 	l->busy = 1;
 }
 
-/* The background thread skips busy handles, so one may be due now. */
-static int64_t next_due(const struct dlock_lock *l)
-{
-	if (!l->held || !l->tracked || l->lost)
-		return INT64_MAX;
-	return l->renew && l->next_renew < l->valid_until ? l->next_renew : l->valid_until;
-}
-
 void dlock_lock_end_call(struct dlock_lock *l)
 {
 	l->busy = 0;
 	pthread_cond_broadcast(&l->client->cond);
-	dlock_background_due(l->client, next_due(l));
+	dlock_background_due(l->client, l); /* renewals skip busy handles */
 }
 
 void dlock_lock_free(dlock_lock *l)
@@ -243,13 +235,16 @@ const char *dlock_lock_name(const dlock_lock *l)
 /* ------------------------------------------------------------ lease */
 
 /* Validity is counted from when the request was sent, minus an allowance
- * for clock drift between client and server (1% + 2 ms, as RedLock does). */
+ * for clock drift between client and server (1% + 2 ms, as RedLock does)
+ * and for the client to act on the loss before the server can hand the
+ * lock on (5%, at most 50 ms: a scheduling delay on a loaded host). */
 void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lease_ns)
 {
+	int64_t act = lease_ns / 20 < 50 * NS_PER_MS ? lease_ns / 20 : 50 * NS_PER_MS;
 	l->lease_ns = lease_ns;
-	l->valid_until = sent_ns + lease_ns - lease_ns / 100 - 2 * NS_PER_MS;
+	l->valid_until = sent_ns + lease_ns - lease_ns / 100 - 2 * NS_PER_MS - act;
 	l->next_renew = sent_ns + lease_ns / 3;
-	dlock_background_due(l->client, next_due(l));
+	dlock_background_due(l->client, l);
 }
 
 void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, const char *detail)
@@ -656,12 +651,11 @@ dlock_status dlock_check(dlock_lock *l)
 	struct dlock_client *c = l->client;
 	dlock_error err = { "" };
 	pthread_mutex_lock(&c->mu);
-	dlock_status st = begin_held_call_locked(l);
-	if (st == DLOCK_OK && l->tracked && dlock_monotonic_ns() >= l->valid_until) {
+	/* An expired lease is known without asking, and without waiting for a
+	 * renewal that may be stuck on the server. */
+	if (l->held && l->tracked && !l->lost && dlock_monotonic_ns() >= l->valid_until)
 		dlock_lock_declare_lost(l, DLOCK_LOST_EXPIRED, "lease ran out without a successful renewal");
-		dlock_lock_end_call(l);
-		st = lock_fail(l, DLOCK_ENOTHELD, "lease ran out without a successful renewal");
-	}
+	dlock_status st = begin_held_call_locked(l);
 	if (st != DLOCK_OK || !c->driver->check) {
 		if (st == DLOCK_OK)
 			dlock_lock_end_call(l);
