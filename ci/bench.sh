@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The benchmark: start the lock servers, run dlock-bench over every backend
+# (dlock next to a raw client of the same server), print the table, and
+# write the JSON lines and the charts.  Sized to finish in a few minutes on
+# a 2-core machine.
+#
+# Usage: bash ci/bench.sh [OUTDIR]        (default OUTDIR: build/bench)
+#
+# Writes OUTDIR/results.jsonl (one JSON object per backend, scenario and
+# size), OUTDIR/table.txt, and OUTDIR/*.png with the data and gnuplot
+# scripts behind them.  Environment:
+#   DLOCK_BENCH_DURATION   length of each measured phase (default 2s)
+#   DLOCK_BENCH_BUILD      build directory to use (default build/plain, built here)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+out=${1:-build/bench}
+duration=${DLOCK_BENCH_DURATION:-2s}
+build=${DLOCK_BENCH_BUILD:-build/plain}
+
+bash ci/install-deps.sh
+# gnuplot draws the charts; not needed by the build or the tests.
+if ! command -v gnuplot >/dev/null; then
+	if [ "$(id -u)" -eq 0 ]; then as_root=(); else as_root=(sudo); fi
+	"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends gnuplot-nox </dev/null ||
+		{ "${as_root[@]}" apt-get -q update && "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+			apt-get -q install -y --no-install-recommends gnuplot-nox </dev/null; }
+fi
+if [ -z "${DLOCK_BENCH_BUILD:-}" ]; then
+	bash ci/build.sh plain
+fi
+bench=$build/tools/bench/dlock-bench
+[ -x "$bench" ] || { echo "bench: $bench not built" >&2; exit 1; }
+
+# shellcheck source=ci/servers.sh
+. ci/servers.sh
+work=""
+cleanup() {
+	dlock_servers_stop || true
+	[ -n "$work" ] && rm -rf "$work"
+}
+trap cleanup EXIT
+dlock_servers_start
+
+mkdir -p "$out"
+rm -f "$out"/*.png "$out"/*.dat "$out"/*.gp
+work=$(mktemp -d /tmp/dlock-bench-files.XXXXXX)
+
+# The ZooKeeper standalone server has no ctl start/stop: use its start and
+# stop functions directly (the restarted server keeps the same pid file).
+zk_dir=$DLOCK_SERVERS_DIR/zookeeper/standalone
+zk_ctl=". '$PWD/ci/servers.sh'; . '$PWD/ci/servers/zookeeper.sh'"
+redis_port=$DLOCK_TEST_REDIS_PORT
+
+# A 2 s session: pauses past it take seconds, not the default 30.
+zk_uri="$DLOCK_TEST_ZK_URI?session_timeout=2s"
+
+args=(
+	--uri "mem://bench"
+	--uri "file://$work/locks"
+	--uri "$DLOCK_TEST_REDIS_URI"
+	--server-stop "$DLOCK_TEST_REDIS_CTL stop $redis_port"
+	--server-start "$DLOCK_TEST_REDIS_CTL start $redis_port"
+	--uri "$DLOCK_TEST_PG_URI"
+	--server-stop "$DLOCK_TEST_PG_CTL stop"
+	--server-start "$DLOCK_TEST_PG_CTL start"
+	--uri "$DLOCK_TEST_PG_ROW_URI"
+	--server-stop "$DLOCK_TEST_PG_CTL stop"
+	--server-start "$DLOCK_TEST_PG_CTL start"
+	--uri "$zk_uri"
+	--server-stop "bash -c \"$zk_ctl; dlock_zk_halt '$zk_dir'\""
+	--server-start "bash -c \"$zk_ctl; dlock_zk_launch '$zk_dir' && dlock_zk_await '$zk_dir'\""
+)
+
+# Sizes: 1 client; 8 clients in 8 processes; 8 threads sharing 1 client (local coalescing).
+echo "== dlock-bench: sizes 1, 8 (8 processes) and 1x8 threads; $duration per measurement; then faults"
+"$bench" "${args[@]}" --clients 1,8,1x8 --processes 8 --duration "$duration" --lease 2s \
+	--json --table "$out/table.txt" --plot "$out" >"$out/results.jsonl"
+cat "$out/table.txt"
+echo "== written: $out/table.txt $out/results.jsonl $out/*.png"

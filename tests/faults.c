@@ -1,0 +1,210 @@
+/* Helpers of the fault and load tests (see faults.h). */
+#include "faults.h"
+
+#include <CUnit/CUnit.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testsupport.h"
+
+const char *ft_env(const char *key)
+{
+	const char *v = getenv(key);
+	return v && *v ? v : NULL;
+}
+
+int ft_skip(const char *why)
+{
+	const char *req = getenv("DLOCK_TEST_REQUIRE_ALL");
+	printf("SKIPPED: %s\n", why);
+	return req && strcmp(req, "1") == 0 ? 1 : 0;
+}
+
+dlock_client *ft_open(const char *uri)
+{
+	dlock_client *c = NULL;
+	char err[512] = "";
+	dlock_status st = dlock_client_open(&c, uri, NULL, err, sizeof err);
+	if (st != DLOCK_OK)
+		printf("\n    open: %s: %s", dlock_status_name(st), err);
+	CU_ASSERT_EQUAL(st, DLOCK_OK);
+	return c;
+}
+
+dlock_lock *ft_lock(dlock_client *c, const char *name)
+{
+	dlock_lock *l = NULL;
+	if (c)
+		CU_ASSERT_EQUAL(dlock_lock_new(c, name, &l), DLOCK_OK);
+	return l;
+}
+
+void ft_name(char *out, size_t len, const char *tag)
+{
+	static atomic_uint counter;
+	snprintf(out, len, "ft-%ld-%u-%s", (long)getpid(), atomic_fetch_add(&counter, 1) + 1, tag);
+}
+
+void ft_uri_with(char *out, size_t len, const char *uri, const char *params)
+{
+	snprintf(out, len, "%s%c%s", uri, strchr(uri, '?') ? '&' : '?', params);
+}
+
+void ft_uri_port(char *out, size_t len, const char *uri, int port, int newport)
+{
+	char from[16];
+	int n = snprintf(from, sizeof from, ":%d", port);
+	const char *p = strstr(uri, from);
+	while (p && p[n] && !strchr("/?,", p[n]))
+		p = strstr(p + 1, from);
+	if (!p) {
+		snprintf(out, len, "%s", uri);
+		return;
+	}
+	snprintf(out, len, "%.*s:%d%s", (int)(p - uri), uri, newport, p + n);
+}
+
+/* ------------------------------------------------------------ lost callbacks */
+
+void ft_on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata)
+{
+	ft_lost *r = userdata;
+	(void)lock;
+	(void)detail;
+	if (atomic_load(&r->calls) == 0) {
+		atomic_store(&r->reason, (int)reason);
+		atomic_store(&r->at_ms, dlock_test_now_ms());
+	}
+	atomic_fetch_add(&r->calls, 1);
+}
+
+int ft_lost_called(void *arg)
+{
+	return atomic_load(&((ft_lost *)arg)->calls) > 0;
+}
+
+dlock_status ft_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, ft_lost *lost)
+{
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = wait_ms;
+	o.lease_ms = lease_ms;
+	if (lost) {
+		o.on_lost = ft_on_lost;
+		o.lost_userdata = lost;
+	}
+	return dlock_acquire(l, &o);
+}
+
+uint64_t ft_token(dlock_lock *l)
+{
+	uint64_t t = 0;
+	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &t), DLOCK_OK);
+	return t;
+}
+
+/* ------------------------------------------------------------ a waiting acquire */
+
+static void *waiter_main(void *arg)
+{
+	ft_waiter *w = arg;
+	w->status = ft_acquire(w->lock, w->wait_ms, 0, NULL);
+	w->at_ms = dlock_test_now_ms();
+	if (w->status == DLOCK_OK)
+		dlock_lock_fencing_token(w->lock, &w->token);
+	atomic_store(&w->done, 1);
+	return NULL;
+}
+
+void ft_waiter_start(ft_waiter *w, dlock_lock *lock, int64_t wait_ms)
+{
+	*w = (ft_waiter){ .lock = lock, .wait_ms = wait_ms, .status = DLOCK_EINVAL };
+	CU_ASSERT_FATAL(pthread_create(&w->thread, NULL, waiter_main, w) == 0);
+}
+
+static int waiter_done(void *arg)
+{
+	return atomic_load(&((ft_waiter *)arg)->done);
+}
+
+dlock_status ft_waiter_join(ft_waiter *w, int64_t timeout_ms)
+{
+	int done = dlock_test_await(waiter_done, w, timeout_ms);
+	CU_ASSERT(done);
+	while (!done) { /* a hang is a failure, not a hung test program */
+		dlock_cancel(w->lock);
+		done = dlock_test_await(waiter_done, w, 100);
+	}
+	pthread_join(w->thread, NULL);
+	return w->status;
+}
+
+/* ------------------------------------------------------------ exclusion */
+
+void ft_assert_disjoint(const ft_interval *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		for (size_t j = i + 1; j < n; j++) {
+			int overlap = v[i].from_ms < v[j].to_ms && v[j].from_ms < v[i].to_ms;
+			if (overlap)
+				printf("\n    OVERLAP: %s held [%lld, %lld] ms (token %llu), %s held [%lld, %lld] ms (token %llu)",
+				       v[i].who, (long long)v[i].from_ms, (long long)v[i].to_ms,
+				       (unsigned long long)v[i].token, v[j].who, (long long)v[j].from_ms,
+				       (long long)v[j].to_ms, (unsigned long long)v[j].token);
+			CU_ASSERT(!overlap);
+		}
+	}
+}
+
+void ft_store_init(ft_store *s)
+{
+	*s = (ft_store){ .max_token = 0 };
+	pthread_mutex_init(&s->mu, NULL);
+}
+
+void ft_store_destroy(ft_store *s)
+{
+	pthread_mutex_destroy(&s->mu);
+}
+
+int ft_store_write(ft_store *s, uint64_t token)
+{
+	pthread_mutex_lock(&s->mu);
+	int ok = token >= s->max_token;
+	if (ok) {
+		s->max_token = token;
+		s->accepted++;
+	} else {
+		s->rejected++;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return ok;
+}
+
+/* ------------------------------------------------------------ resources */
+
+long ft_rss_kib(void)
+{
+	long pages = -1, resident = -1;
+	FILE *f = fopen("/proc/self/statm", "re");
+	if (!f)
+		return -1;
+	if (fscanf(f, "%ld %ld", &pages, &resident) != 2)
+		resident = -1;
+	fclose(f);
+	return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+int ft_fd_count(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+	if (!d)
+		return -1;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n - 3; /* ".", ".." and the directory's own descriptor */
+}

@@ -1,0 +1,105 @@
+/*
+ * Helpers shared by the fault tests (test_faults_*.c) and the load test:
+ * what the user was told (lost-lock callbacks), what really happened
+ * (recorded hold intervals, a storage that checks fencing tokens), and
+ * what the process uses (RSS, descriptors).
+ */
+#ifndef DLOCK_TEST_FAULTS_H
+#define DLOCK_TEST_FAULTS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlock/dlock.h"
+
+#define FT_LONG_WAIT_MS 30000 /* an acquire that must succeed: a hang becomes a failure */
+#define FT_AWAIT_MS 20000
+#define FT_SLACK_MS 1500      /* on every upper timing bound: sanitizers, loaded machines */
+
+/** getenv(), with "" as NULL. */
+const char *ft_env(const char *key);
+/** Say SKIPPED (and why); the exit status: 1 under DLOCK_TEST_REQUIRE_ALL=1, else 0. */
+int ft_skip(const char *why);
+
+/** Open a client (NULL, a failure and the message printed when it cannot). */
+dlock_client *ft_open(const char *uri);
+/** New handle (NULL and a failure when it cannot be made). */
+dlock_lock *ft_lock(dlock_client *c, const char *name);
+/** A name unique to this process and call: "ft-PID-N-tag". */
+void ft_name(char *out, size_t len, const char *tag);
+/** `uri` with "key=value&..." appended to its query. */
+void ft_uri_with(char *out, size_t len, const char *uri, const char *params);
+/** `uri` with its first ":PORT" after the authority's '@' (or "//") replaced by ":NEWPORT". */
+void ft_uri_port(char *out, size_t len, const char *uri, int port, int newport);
+
+/* ------------------------------------------------------------ lost callbacks */
+
+typedef struct ft_lost {
+	atomic_int calls;
+	atomic_int reason;
+	_Atomic int64_t at_ms; /* dlock_test_now_ms() of the first call */
+} ft_lost;
+
+void ft_on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata);
+/** dlock_test_await() condition: the callback was called. */
+int ft_lost_called(void *ft_lost_ptr);
+/** Acquire with a wait bound, a lease (0: the URI's) and, when `lost` is set, ft_on_lost. */
+dlock_status ft_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, ft_lost *lost);
+/** The fencing token, asserting that there is one. */
+uint64_t ft_token(dlock_lock *l);
+
+/* ------------------------------------------------------------ a waiting acquire */
+
+/* A thread that runs one acquire; records when it returned and the token. */
+typedef struct ft_waiter {
+	dlock_lock *lock;
+	int64_t wait_ms;
+	pthread_t thread;
+	atomic_int done;
+	dlock_status status;
+	int64_t at_ms;
+	uint64_t token;
+} ft_waiter;
+
+void ft_waiter_start(ft_waiter *w, dlock_lock *lock, int64_t wait_ms);
+/** Join it, allowing `timeout_ms`; returns its status. */
+dlock_status ft_waiter_join(ft_waiter *w, int64_t timeout_ms);
+
+/* ------------------------------------------------------------ exclusion */
+
+/*
+ * Hold intervals as each holder saw them: from its acquire until it was
+ * told it lost the lock (or released it).  Two that overlap mean two
+ * holders believed they held the lock at once.
+ */
+typedef struct ft_interval {
+	const char *who;
+	int64_t from_ms, to_ms;
+	uint64_t token;
+} ft_interval;
+
+/** Assert that no two of `n` intervals overlap, printing each pair that does. */
+void ft_assert_disjoint(const ft_interval *v, size_t n);
+
+/* The protected storage: it takes a write only with a token at least the largest seen. */
+typedef struct ft_store {
+	pthread_mutex_t mu;
+	uint64_t max_token;
+	unsigned accepted, rejected;
+} ft_store;
+
+void ft_store_init(ft_store *s);
+void ft_store_destroy(ft_store *s);
+/** 1 if the write with `token` was accepted, 0 if rejected as stale. */
+int ft_store_write(ft_store *s, uint64_t token);
+
+/* ------------------------------------------------------------ resources */
+
+/** Resident set size of this process in KiB (/proc/self/statm). */
+long ft_rss_kib(void);
+/** Open descriptors of this process (/proc/self/fd). */
+int ft_fd_count(void);
+
+#endif

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Smoke test of dlock-bench: mem:// and file:// for about a second each,
+# with --json.  Checks that every line is one JSON object carrying every
+# field the benchmark promises, that each run measured something, and that
+# no two critical sections overlapped.
+#
+#   test_bench.sh /path/to/dlock-bench
+set -u
+
+if [ $# -ne 1 ] || [ ! -x "$1" ]; then
+	echo "usage: test_bench.sh /path/to/dlock-bench" >&2
+	exit 2
+fi
+bench=$1
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dlock-bench-test.XXXXXX") || exit 2
+trap 'rm -rf "$tmp"' EXIT
+
+fields="backend uri scenario clients threads processes ops ops_per_s p50_us p99_us max_us
+raw_ops_per_s ratio_to_raw handoff_p50_us handoff_p99_us wait_p99_us reacquire_pct share_spread_pct
+overlaps stale_writes_rejected lost_reported unavailable_ms"
+failed=0
+fail() {
+	echo "FAIL: $*"
+	failed=$((failed + 1))
+}
+
+if ! "$bench" --uri mem://bench-test --uri "file://$tmp/locks" --scenario uncontended --scenario contended \
+	--clients 2 --processes 2 --duration 1s --json >"$tmp/out.jsonl" 2>"$tmp/err"; then
+	fail "dlock-bench exited with an error:"
+	cat "$tmp/err"
+fi
+
+lines=$(wc -l <"$tmp/out.jsonl")
+[ "$lines" -eq 4 ] || fail "expected 4 JSON lines (2 backends x 2 scenarios), got $lines"
+while IFS= read -r line; do
+	name=$(sed -n 's/.*"backend":"\([^"]*\)".*"scenario":"\([^"]*\)".*/\1 \2/p' <<<"$line")
+	case "$line" in "{"*"}") ;; *) fail "not one JSON object: $line" ;; esac
+	for f in $fields; do
+		grep -q "\"$f\":" <<<"$line" || fail "$name: field $f missing"
+	done
+	grep -q '"error":' <<<"$line" && fail "$name: $(sed -n 's/.*"error":\("[^"]*"\).*/\1/p' <<<"$line")"
+	grep -q '"ops":0,' <<<"$line" && fail "$name: no operation measured"
+	grep -q '"ops_per_s":null' <<<"$line" && fail "$name: no throughput"
+	case "$name" in
+	*contended)
+		[[ "$name" == *uncontended ]] && continue
+		grep -q '"overlaps":0,' <<<"$line" || fail "$name: overlapping critical sections: $line"
+		grep -q '"reacquire_pct":null' <<<"$line" && fail "$name: no reacquire_pct"
+		;;
+	esac
+done <"$tmp/out.jsonl"
+
+# Without a server there is no raw baseline, and the line says why.
+grep -q '"raw_note":"no raw client' "$tmp/out.jsonl" || fail "mem/file lines do not say why raw is missing"
+
+if [ "$failed" -eq 0 ]; then
+	echo "test_bench: $lines results, every field present, no overlap"
+	exit 0
+fi
+echo "test_bench: $failed check(s) failed"
+exit 1

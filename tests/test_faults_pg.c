@@ -1,0 +1,318 @@
+/*
+ * Faults between dlock and PostgreSQL, injected by the fault proxy
+ * (tests/support/faultproxy.h) or by the server (pg_terminate_backend):
+ * what the holder is told, and whether mutual exclusion held.  The server
+ * comes from ci/servers/postgres.sh (DLOCK_TEST_PG_URI, _ROW_URI, _PORT,
+ * and _BOUNCER_URI when PgBouncer runs).  A stopped (SIGSTOP) holder, the
+ * row mode behind PgBouncer and a plain terminated backend are in
+ * test_postgres.c; here the terminated backend is timed against its bound.
+ *
+ * The per-mode suites run once in advisory mode and once in row mode.
+ */
+#include <CUnit/CUnit.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "faultproxy.h"
+#include "faults.h"
+#include "testsupport.h"
+
+static const char *mode_uri; /* the URI of the suite running now */
+static int pg_port;
+
+static faultproxy *proxy_to(int port)
+{
+	faultproxy *px = faultproxy_start("127.0.0.1", port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(px);
+	return px;
+}
+
+/* The suite's URI through `px`, with `params` added. */
+static void via(char *out, size_t len, const faultproxy *px, const char *params)
+{
+	char moved[512];
+	ft_uri_port(moved, sizeof moved, mode_uri, pg_port, faultproxy_port(px));
+	ft_uri_with(out, len, moved, params);
+}
+
+/* The test's own libpq connection, for pg_terminate_backend. */
+static PGconn *monitor(void)
+{
+	PGconn *pg = PQconnectdb(ft_env("DLOCK_TEST_PG_URI"));
+	if (PQstatus(pg) != CONNECTION_OK)
+		printf("\n    monitor: %s", PQerrorMessage(pg));
+	CU_ASSERT_EQUAL(PQstatus(pg), CONNECTION_OK);
+	return pg;
+}
+
+static int terminate_app(PGconn *pg, const char *app)
+{
+	const char *values[1] = { app };
+	PGresult *r = PQexecParams(pg,
+	                           "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+	                           "WHERE application_name = $1",
+	                           1, NULL, values, NULL, NULL, 0);
+	int n = PQresultStatus(r) == PGRES_TUPLES_OK ? atoi(PQgetvalue(r, 0, 0)) : -1;
+	PQclear(r);
+	return n;
+}
+
+/* ------------------------------------------------------------ terminated backend */
+
+#define TERM_LEASE_MS 6000
+
+/*
+ * The server ends the holder's session.  The backend learns it at its next
+ * statement on that connection, the heartbeat a third of the lease after
+ * the acquire: the loss is reported within lease/3, once, as a session loss.
+ * The server frees the lock at once, so another client may hold it before
+ * then; that window is printed.
+ */
+static void test_terminated_bound(void)
+{
+	char uri[512], app[64], params[96], name[64];
+	ft_name(app, sizeof app, "term");
+	ft_name(name, sizeof name, "terminated");
+	snprintf(params, sizeof params, "application_name=%s", app);
+	ft_uri_with(uri, sizeof uri, mode_uri, params);
+	dlock_client *a = ft_open(uri), *b = ft_open(mode_uri);
+	dlock_lock *la = ft_lock(a, name), *lb = ft_lock(b, name);
+	PGconn *mon = monitor();
+	ft_lost lost = { 0 };
+	CU_ASSERT_EQUAL_FATAL(ft_acquire(la, 0, TERM_LEASE_MS, &lost), DLOCK_OK);
+	int64_t acquired = dlock_test_now_ms();
+	uint64_t ta = ft_token(la);
+	ft_waiter w;
+	ft_waiter_start(&w, lb, FT_LONG_WAIT_MS);
+	CU_ASSERT(terminate_app(mon, app) >= 1);
+	int64_t killed = dlock_test_now_ms();
+	CU_ASSERT(dlock_test_await(ft_lost_called, &lost, TERM_LEASE_MS + FT_AWAIT_MS));
+	CU_ASSERT_EQUAL(ft_waiter_join(&w, FT_AWAIT_MS), DLOCK_OK);
+	int64_t told = atomic_load(&lost.at_ms);
+	printf("\n    terminated at +%lld ms; holder told at +%lld ms (bound lease/3 = %d ms after the acquire); "
+	       "next holder in at +%lld ms",
+	       (long long)(killed - acquired), (long long)(told - acquired), TERM_LEASE_MS / 3,
+	       (long long)(w.at_ms - acquired));
+	CU_ASSERT(told - acquired <= TERM_LEASE_MS / 3 + FT_SLACK_MS);
+	CU_ASSERT_EQUAL(atomic_load(&lost.reason), DLOCK_LOST_SESSION);
+	CU_ASSERT(w.token > ta);
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(dlock_check(lb), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
+	CU_ASSERT_EQUAL(atomic_load(&lost.calls), 1);
+	PQfinish(mon);
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	dlock_client_close(a);
+	dlock_client_close(b);
+}
+
+/* ------------------------------------------------------------ blackholed holder */
+
+#define HOLE_LEASE_MS 1500
+
+/*
+ * The holder's network goes silent: its heartbeats never arrive, so the
+ * server ends its idle session after the lease and frees the lock; the
+ * holder must have declared the loss first, and its token is refused.
+ */
+static void test_blackholed_holder(void)
+{
+	char uri[512], name[64];
+	ft_name(name, sizeof name, "blackholed");
+	faultproxy *px = proxy_to(pg_port);
+	via(uri, sizeof uri, px, "io_timeout=300ms");
+	dlock_client *a = ft_open(uri), *b = ft_open(mode_uri);
+	dlock_lock *la = ft_lock(a, name), *lb = ft_lock(b, name);
+	ft_lost lost = { 0 };
+	ft_store store;
+	ft_store_init(&store);
+	CU_ASSERT_EQUAL_FATAL(ft_acquire(la, 0, HOLE_LEASE_MS, &lost), DLOCK_OK);
+	int64_t from_a = dlock_test_now_ms();
+	uint64_t ta = ft_token(la);
+	CU_ASSERT(ft_store_write(&store, ta));
+	ft_waiter w;
+	ft_waiter_start(&w, lb, FT_LONG_WAIT_MS);
+	faultproxy_blackhole(px, FP_BOTH);
+	CU_ASSERT_EQUAL(ft_waiter_join(&w, FT_AWAIT_MS), DLOCK_OK);
+	CU_ASSERT(dlock_test_await(ft_lost_called, &lost, FT_AWAIT_MS));
+	int64_t told = atomic_load(&lost.at_ms);
+	printf("\n    holder told at +%lld ms, the server freed it for the next holder at +%lld ms (lease %d ms)",
+	       (long long)(told - from_a), (long long)(w.at_ms - from_a), HOLE_LEASE_MS);
+	CU_ASSERT(w.token > ta);
+	CU_ASSERT(ft_store_write(&store, w.token));
+	CU_ASSERT_FALSE(ft_store_write(&store, ta));
+	ft_interval iv[2] = { { "silent holder", from_a, told, ta }, { "next holder", w.at_ms, dlock_test_now_ms(), w.token } };
+	ft_assert_disjoint(iv, 2);
+	faultproxy_pass(px);
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(dlock_check(lb), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
+	CU_ASSERT_EQUAL(atomic_load(&lost.calls), 1);
+	CU_ASSERT_EQUAL(ft_acquire(la, 5000, 0, NULL), DLOCK_OK); /* the client recovers */
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	dlock_client_close(a);
+	dlock_client_close(b);
+	ft_store_destroy(&store);
+	faultproxy_stop(px);
+}
+
+/* ------------------------------------------------------------ open, close */
+
+static void test_server_down_at_open(void)
+{
+	char uri[512], err[512] = "";
+	faultproxy *px = proxy_to(pg_port);
+	dlock_client *c = NULL;
+	via(uri, sizeof uri, px, "open_timeout=1s");
+	faultproxy_blackhole(px, FP_BOTH);
+	int64_t t0 = dlock_test_now_ms();
+	dlock_status st = dlock_client_open(&c, uri, NULL, err, sizeof err);
+	int64_t dt = dlock_test_now_ms() - t0;
+	printf("\n    hung server: %s after %lld ms: %s", dlock_status_name(st), (long long)dt, err);
+	CU_ASSERT_EQUAL(st, DLOCK_ECONNECT);
+	CU_ASSERT_PTR_NULL(c);
+	CU_ASSERT(dt < 1000 + FT_SLACK_MS);
+
+	faultproxy_pass(px);
+	CU_ASSERT_EQUAL(faultproxy_refuse(px, 1), 0);
+	t0 = dlock_test_now_ms();
+	st = dlock_client_open(&c, uri, NULL, err, sizeof err);
+	dt = dlock_test_now_ms() - t0;
+	printf("\n    refused: %s after %lld ms: %s", dlock_status_name(st), (long long)dt, err);
+	CU_ASSERT_EQUAL(st, DLOCK_ECONNECT);
+	CU_ASSERT(dt < FT_SLACK_MS);
+	faultproxy_stop(px);
+}
+
+static void test_close_releases(void)
+{
+	char uri[512], name[64];
+	faultproxy *px = proxy_to(pg_port);
+	via(uri, sizeof uri, px, "io_timeout=5s");
+	dlock_client *a = ft_open(uri), *b = ft_open(mode_uri);
+	dlock_lock *la[3], *lb[3];
+	ft_lost lost[3] = { 0 };
+	faultproxy_latency(px, FP_BOTH, 50);
+	for (int i = 0; i < 3; i++) {
+		ft_name(name, sizeof name, "closed");
+		la[i] = ft_lock(a, name);
+		lb[i] = ft_lock(b, name);
+		CU_ASSERT_EQUAL(ft_acquire(la[i], 0, 30000, &lost[i]), DLOCK_OK);
+	}
+	CU_ASSERT_EQUAL(dlock_client_close(a), DLOCK_OK);
+	for (int i = 0; i < 3; i++) {
+		CU_ASSERT_EQUAL(ft_acquire(lb[i], 0, 0, NULL), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(lb[i]), DLOCK_OK);
+		CU_ASSERT_EQUAL(atomic_load(&lost[i].calls), 0);
+		dlock_lock_free(la[i]);
+		dlock_lock_free(lb[i]);
+	}
+	dlock_client_close(b);
+	faultproxy_stop(px);
+}
+
+/* ------------------------------------------------------------ PgBouncer */
+
+struct warnings {
+	atomic_int count;
+	char first[256];
+	atomic_int have_first;
+};
+
+static void log_warn(void *userdata, dlock_log_level level, const char *msg)
+{
+	struct warnings *w = userdata;
+	if (level > DLOCK_LOG_WARN)
+		return;
+	if (atomic_fetch_add(&w->count, 1) == 0) {
+		snprintf(w->first, sizeof w->first, "%s", msg);
+		atomic_store(&w->have_first, 1);
+	}
+}
+
+/*
+ * Behind PgBouncer in transaction pooling, consecutive statements of one
+ * client connection may run in different server sessions, so a session
+ * advisory lock cannot be held: advisory mode must refuse to open or warn.
+ */
+static void test_bouncer_advisory(void)
+{
+	const char *row = ft_env("DLOCK_TEST_PG_BOUNCER_URI");
+	char uri[512], err[512] = "";
+	const char *q = row ? strstr(row, "mode=row") : NULL;
+	if (!q) {
+		CU_PASS("DLOCK_TEST_PG_BOUNCER_URI unset");
+		printf("\n    SKIPPED: no PgBouncer (DLOCK_TEST_PG_BOUNCER_URI unset)");
+		return;
+	}
+	snprintf(uri, sizeof uri, "%.*smode=advisory%s", (int)(q - row), row, q + strlen("mode=row"));
+	struct warnings w = { 0 };
+	dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+	o.log = log_warn;
+	o.log_userdata = &w;
+	dlock_client *c = NULL;
+	dlock_status st = dlock_client_open(&c, uri, &o, err, sizeof err);
+	if (st != DLOCK_OK) {
+		printf("\n    advisory mode behind PgBouncer refused: %s: %s", dlock_status_name(st), err);
+		return;
+	}
+	/* Opened: it must have warned, at the latest on the first lock. */
+	char name[64];
+	ft_name(name, sizeof name, "bounced");
+	dlock_lock *l = ft_lock(c, name);
+	dlock_status ast = ft_acquire(l, 0, 0, NULL);
+	if (ast == DLOCK_OK)
+		dlock_release(l);
+	printf("\n    advisory mode behind PgBouncer opened; acquire %s; %d warning(s)%s%s", dlock_status_name(ast),
+	       atomic_load(&w.count), atomic_load(&w.have_first) ? ": " : "", atomic_load(&w.have_first) ? w.first : "");
+	CU_ASSERT(atomic_load(&w.count) > 0 || ast != DLOCK_OK);
+	dlock_lock_free(l);
+	dlock_client_close(c);
+}
+
+/* ------------------------------------------------------------ suites */
+
+static int init_advisory(void)
+{
+	mode_uri = ft_env("DLOCK_TEST_PG_URI");
+	return mode_uri ? 0 : 1;
+}
+
+static int init_row(void)
+{
+	mode_uri = ft_env("DLOCK_TEST_PG_ROW_URI");
+	return mode_uri ? 0 : 1;
+}
+
+static void add_mode_suite(const char *name, CU_InitializeFunc init)
+{
+	CU_pSuite s = CU_add_suite(name, init, NULL);
+	CU_add_test(s, "terminated backend: lost within lease/3", test_terminated_bound);
+	CU_add_test(s, "blackholed holder: told before the server frees it", test_blackholed_holder);
+	CU_add_test(s, "server hung or refusing at open: ECONNECT in time", test_server_down_at_open);
+	CU_add_test(s, "closed while holding on a slow path: released", test_close_releases);
+}
+
+static void add_suites(void)
+{
+	add_mode_suite("postgres faults (advisory)", init_advisory);
+	add_mode_suite("postgres faults (row)", init_row);
+	CU_pSuite s = CU_add_suite("pgbouncer", NULL, NULL);
+	CU_add_test(s, "advisory mode behind transaction pooling refuses or warns", test_bouncer_advisory);
+}
+
+int main(void)
+{
+	const char *port = ft_env("DLOCK_TEST_PG_PORT");
+	if (!ft_env("DLOCK_TEST_PG_URI") || !ft_env("DLOCK_TEST_PG_ROW_URI") || !port)
+		return ft_skip("no PostgreSQL server (DLOCK_TEST_PG_URI unset)");
+	pg_port = atoi(port);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	return dlock_test_main(add_suites);
+}

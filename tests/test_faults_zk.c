@@ -1,0 +1,333 @@
+/*
+ * Faults between dlock and ZooKeeper, injected by the fault proxy
+ * (tests/support/faultproxy.h): what the holder is told, and whether
+ * mutual exclusion held (hold intervals and fencing tokens).  The server
+ * comes from ci/servers/zookeeper.sh (DLOCK_TEST_ZK_PORT; tickTime 500 ms,
+ * so sessions of 1 to 10 s).  Session expiry from outside, a stopped
+ * holder, a lost connection to one ensemble member and the leader's death
+ * are in test_zookeeper.c.
+ */
+#define THREADED /* the client library's synchronous API */
+
+#include <CUnit/CUnit.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zookeeper/zookeeper.h>
+
+#include "dlock/sys/driver.h"
+#include "faultproxy.h"
+#include "faults.h"
+#include "testsupport.h"
+
+static int zk_port;
+static char zk_hosts[64];
+static unsigned base_counter;
+
+static void new_base(char *out, size_t len)
+{
+	snprintf(out, len, "/dlock-ft-%ld-%u", (long)getpid(), ++base_counter);
+}
+
+static void uri_at(char *out, size_t len, int port, const char *base, const char *query)
+{
+	snprintf(out, len, "zk://127.0.0.1:%d%s?%s", port, base, query);
+}
+
+static faultproxy *proxy_to(int port)
+{
+	faultproxy *px = faultproxy_start("127.0.0.1", port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(px);
+	return px;
+}
+
+/* ------------------------------------------------------------ the server's view */
+
+static void raw_log(const char *msg)
+{
+	(void)msg; /* the test's own handle stays off stderr */
+}
+
+static int raw_connected(void *zh)
+{
+	return zoo_state(zh) == ZOO_CONNECTED_STATE;
+}
+
+static zhandle_t *raw_open(void)
+{
+	zhandle_t *zh = zookeeper_init2(zk_hosts, NULL, 10000, NULL, NULL, 0, raw_log);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(zh);
+	CU_ASSERT_FATAL(dlock_test_await(raw_connected, zh, FT_AWAIT_MS));
+	return zh;
+}
+
+static void parent_of(char *out, size_t len, const char *base, const char *name)
+{
+	char comp[DLOCK_COMPONENT_MAX + 1];
+	dlock_name_component(name, strlen(name), comp);
+	snprintf(out, len, "%s/%s", base, comp);
+}
+
+/* Lock nodes ("...-lock-NNNNNNNNNN") under `parent`; -1 when it does not exist. */
+static int lock_nodes(zhandle_t *zh, const char *parent)
+{
+	struct String_vector v = { 0, NULL };
+	if (zoo_get_children(zh, parent, 0, &v) != ZOK)
+		return -1;
+	int n = 0;
+	for (int32_t i = 0; i < v.count; i++)
+		n += strstr(v.data[i], "-lock-") != NULL;
+	deallocate_String_vector(&v);
+	return n;
+}
+
+struct nodes_cond {
+	zhandle_t *zh;
+	const char *parent;
+	int want;
+};
+
+static int nodes_are(void *arg)
+{
+	struct nodes_cond *nc = arg;
+	return lock_nodes(nc->zh, nc->parent) == nc->want;
+}
+
+/* ------------------------------------------------------------ create and reset */
+
+/*
+ * The create of our sequential node reaches the server, its answer does
+ * not, and the connection is reset: after reconnecting, the client finds
+ * the node it made (by its GUID) instead of making a second one.  Exactly
+ * one node of ours exists while held, none after the release.
+ */
+static void test_reset_during_create(void)
+{
+	char base[64], uri[512], direct[512], parent[512];
+	new_base(base, sizeof base);
+	parent_of(parent, sizeof parent, base, "created");
+	faultproxy *px = proxy_to(zk_port);
+	uri_at(uri, sizeof uri, faultproxy_port(px), base, "session_timeout=6s");
+	uri_at(direct, sizeof direct, zk_port, base, "session_timeout=6s");
+	dlock_client *a = ft_open(uri), *b = ft_open(direct);
+	dlock_lock *la = ft_lock(a, "created"), *lb = ft_lock(b, "created");
+	zhandle_t *zh = raw_open();
+	/* A persistent parent (the base exists since the open): an empty container could be reaped before the create. */
+	CU_ASSERT_EQUAL_FATAL(zoo_create(zh, parent, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0), ZOK);
+	ft_lost lost = { 0 };
+
+	faultproxy_blackhole(px, FP_DOWN);
+	ft_waiter w;
+	ft_waiter_start(&w, la, FT_LONG_WAIT_MS);
+	struct nodes_cond one = { zh, parent, 1 };
+	CU_ASSERT(dlock_test_await(nodes_are, &one, FT_AWAIT_MS)); /* the create went through */
+	faultproxy_reset(px);                                      /* its answer is lost */
+	faultproxy_pass(px);
+	CU_ASSERT_EQUAL(ft_waiter_join(&w, FT_AWAIT_MS), DLOCK_OK);
+	CU_ASSERT_EQUAL(lock_nodes(zh, parent), 1);
+	CU_ASSERT_EQUAL(dlock_check(la), DLOCK_OK);
+	CU_ASSERT_EQUAL(ft_acquire(lb, 0, 0, NULL), DLOCK_EBUSY);
+	faultproxy_stats s;
+	faultproxy_get_stats(px, &s);
+	CU_ASSERT(s.reset >= 1);
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
+	struct nodes_cond none = { zh, parent, 0 };
+	CU_ASSERT(dlock_test_await(nodes_are, &none, FT_AWAIT_MS));
+	CU_ASSERT_EQUAL(ft_acquire(lb, 0, 0, &lost), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
+	CU_ASSERT_EQUAL(atomic_load(&lost.calls), 0);
+	zoo_delete(zh, parent, -1);
+	zoo_delete(zh, base, -1);
+	zookeeper_close(zh);
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	dlock_client_close(a);
+	dlock_client_close(b);
+	faultproxy_stop(px);
+}
+
+static int check_certain(void *lock)
+{
+	return dlock_check(lock) != DLOCK_EUNCERTAIN;
+}
+
+/* A connection reset while held, well within the session: the lock survives, nobody is told it is lost. */
+static void test_reset_while_held(void)
+{
+	char base[64], uri[512], direct[512];
+	new_base(base, sizeof base);
+	faultproxy *px = proxy_to(zk_port);
+	uri_at(uri, sizeof uri, faultproxy_port(px), base, "session_timeout=6s");
+	uri_at(direct, sizeof direct, zk_port, base, "session_timeout=6s");
+	dlock_client *a = ft_open(uri), *b = ft_open(direct);
+	dlock_lock *la = ft_lock(a, "survives"), *lb = ft_lock(b, "survives");
+	ft_lost lost = { 0 };
+	CU_ASSERT_EQUAL_FATAL(ft_acquire(la, 0, 0, &lost), DLOCK_OK);
+	uint64_t t1 = ft_token(la);
+	faultproxy_reset(px);
+	/* Until the client reconnects it cannot tell; then the lock is still its own. */
+	CU_ASSERT(dlock_test_await(check_certain, la, FT_AWAIT_MS));
+	CU_ASSERT_EQUAL(dlock_check(la), DLOCK_OK);
+	CU_ASSERT_EQUAL(ft_acquire(lb, 0, 0, NULL), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(ft_token(la), t1);
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
+	CU_ASSERT_EQUAL(atomic_load(&lost.calls), 0);
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	dlock_client_close(a);
+	dlock_client_close(b);
+	faultproxy_stop(px);
+}
+
+/* ------------------------------------------------------------ blackhole past the session */
+
+#define SESSION_MS 2000
+#define HELD_LOCKS 3
+
+/*
+ * The holder's network goes silent for longer than its session timeout:
+ * every lock is reported lost, once, before the server can have expired
+ * the session and let the next contender in; the old holder's token is
+ * refused by the storage, and its release says not held.
+ */
+static void test_blackhole_past_session(void)
+{
+	char base[64], uri[512], direct[512], query[64];
+	new_base(base, sizeof base);
+	snprintf(query, sizeof query, "session_timeout=%dms", SESSION_MS);
+	faultproxy *px = proxy_to(zk_port);
+	uri_at(uri, sizeof uri, faultproxy_port(px), base, query);
+	uri_at(direct, sizeof direct, zk_port, base, query);
+	dlock_client *a = ft_open(uri), *b = ft_open(direct);
+	dlock_lock *la[HELD_LOCKS], *lb = ft_lock(b, "silent-0");
+	ft_lost lost[HELD_LOCKS] = { 0 };
+	ft_store store;
+	ft_store_init(&store);
+	int64_t from_a = dlock_test_now_ms();
+	for (int i = 0; i < HELD_LOCKS; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "silent-%d", i);
+		la[i] = ft_lock(a, name);
+		CU_ASSERT_EQUAL_FATAL(ft_acquire(la[i], 0, 0, &lost[i]), DLOCK_OK);
+	}
+	uint64_t ta = ft_token(la[0]);
+	CU_ASSERT(ft_store_write(&store, ta));
+
+	ft_waiter w;
+	ft_waiter_start(&w, lb, FT_LONG_WAIT_MS);
+	int64_t cut = dlock_test_now_ms();
+	faultproxy_blackhole(px, FP_BOTH);
+	CU_ASSERT_EQUAL(ft_waiter_join(&w, FT_AWAIT_MS), DLOCK_OK);
+	for (int i = 0; i < HELD_LOCKS; i++)
+		CU_ASSERT(dlock_test_await(ft_lost_called, &lost[i], FT_AWAIT_MS));
+	int64_t told = atomic_load(&lost[0].at_ms);
+	printf("\n    silent from +0: holder told at +%lld ms, next holder in at +%lld ms (session %d ms)",
+	       (long long)(told - cut), (long long)(w.at_ms - cut), SESSION_MS);
+	CU_ASSERT(told - cut <= SESSION_MS + FT_SLACK_MS);
+	CU_ASSERT(w.token > ta);
+	CU_ASSERT(ft_store_write(&store, w.token));
+	CU_ASSERT_FALSE(ft_store_write(&store, ta));
+	ft_interval iv[2] = { { "silent holder", from_a, told, ta }, { "next holder", w.at_ms, dlock_test_now_ms(), w.token } };
+	ft_assert_disjoint(iv, 2);
+
+	faultproxy_pass(px);
+	CU_ASSERT_EQUAL(dlock_check(la[0]), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(dlock_check(lb), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
+	for (int i = 0; i < HELD_LOCKS; i++) {
+		CU_ASSERT_EQUAL(dlock_release(la[i]), DLOCK_ENOTHELD);
+		CU_ASSERT_EQUAL(atomic_load(&lost[i].calls), 1); /* once per lost lock */
+		CU_ASSERT_EQUAL(atomic_load(&lost[i].reason), DLOCK_LOST_SESSION);
+	}
+	/* A new session serves the old holder's next acquire, with a larger token. */
+	CU_ASSERT_EQUAL(ft_acquire(la[0], FT_LONG_WAIT_MS, 0, NULL), DLOCK_OK);
+	CU_ASSERT(ft_token(la[0]) > w.token);
+	CU_ASSERT_EQUAL(dlock_release(la[0]), DLOCK_OK);
+	for (int i = 0; i < HELD_LOCKS; i++)
+		dlock_lock_free(la[i]);
+	dlock_lock_free(lb);
+	dlock_client_close(a);
+	dlock_client_close(b);
+	ft_store_destroy(&store);
+	faultproxy_stop(px);
+}
+
+/* ------------------------------------------------------------ open, close */
+
+static void test_server_down_at_open(void)
+{
+	char uri[512], err[512] = "";
+	faultproxy *px = proxy_to(zk_port);
+	dlock_client *c = NULL;
+	uri_at(uri, sizeof uri, faultproxy_port(px), "/dlock-ft-hung", "open_timeout=1s");
+	faultproxy_blackhole(px, FP_BOTH);
+	int64_t t0 = dlock_test_now_ms();
+	dlock_status st = dlock_client_open(&c, uri, NULL, err, sizeof err);
+	int64_t dt = dlock_test_now_ms() - t0;
+	printf("\n    hung server: %s after %lld ms: %s", dlock_status_name(st), (long long)dt, err);
+	CU_ASSERT_EQUAL(st, DLOCK_ECONNECT);
+	CU_ASSERT_PTR_NULL(c);
+	CU_ASSERT(dt < 1000 + FT_SLACK_MS);
+
+	faultproxy_pass(px);
+	CU_ASSERT_EQUAL(faultproxy_refuse(px, 1), 0);
+	t0 = dlock_test_now_ms();
+	st = dlock_client_open(&c, uri, NULL, err, sizeof err);
+	dt = dlock_test_now_ms() - t0;
+	printf("\n    refused: %s after %lld ms: %s", dlock_status_name(st), (long long)dt, err);
+	CU_ASSERT_EQUAL(st, DLOCK_ECONNECT);
+	CU_ASSERT(dt < 1000 + FT_SLACK_MS);
+	faultproxy_stop(px);
+}
+
+static void test_close_releases(void)
+{
+	char base[64], uri[512], direct[512], name[32];
+	new_base(base, sizeof base);
+	faultproxy *px = proxy_to(zk_port);
+	uri_at(uri, sizeof uri, faultproxy_port(px), base, "session_timeout=6s");
+	uri_at(direct, sizeof direct, zk_port, base, "session_timeout=6s");
+	dlock_client *a = ft_open(uri), *b = ft_open(direct);
+	dlock_lock *la[3], *lb[3];
+	ft_lost lost[3] = { 0 };
+	faultproxy_latency(px, FP_BOTH, 50);
+	for (int i = 0; i < 3; i++) {
+		snprintf(name, sizeof name, "closed-%d", i);
+		la[i] = ft_lock(a, name);
+		lb[i] = ft_lock(b, name);
+		CU_ASSERT_EQUAL(ft_acquire(la[i], 0, 0, &lost[i]), DLOCK_OK);
+	}
+	CU_ASSERT_EQUAL(dlock_client_close(a), DLOCK_OK);
+	for (int i = 0; i < 3; i++) {
+		CU_ASSERT_EQUAL(ft_acquire(lb[i], 0, 0, NULL), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(lb[i]), DLOCK_OK);
+		CU_ASSERT_EQUAL(atomic_load(&lost[i].calls), 0);
+		dlock_lock_free(la[i]);
+		dlock_lock_free(lb[i]);
+	}
+	dlock_client_close(b);
+	faultproxy_stop(px);
+}
+
+static void add_suites(void)
+{
+	CU_pSuite s = CU_add_suite("zookeeper faults", NULL, NULL);
+	CU_add_test(s, "reset during the create: one node of ours, cleaned up", test_reset_during_create);
+	CU_add_test(s, "reset while held: the lock survives", test_reset_while_held);
+	CU_add_test(s, "blackhole past the session: told first, fenced after", test_blackhole_past_session);
+	CU_add_test(s, "server hung or refusing at open: ECONNECT in time", test_server_down_at_open);
+	CU_add_test(s, "closed while holding on a slow path: released", test_close_releases);
+}
+
+int main(void)
+{
+	const char *port = ft_env("DLOCK_TEST_ZK_PORT");
+	if (!ft_env("DLOCK_TEST_ZK_URI") || !port)
+		return ft_skip("no ZooKeeper server (DLOCK_TEST_ZK_URI unset)");
+	zk_port = atoi(port);
+	snprintf(zk_hosts, sizeof zk_hosts, "127.0.0.1:%d", zk_port);
+	zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	return dlock_test_main(add_suites);
+}

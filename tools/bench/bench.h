@@ -1,0 +1,292 @@
+/*
+ * dlock-bench: the same lock workloads against every URI it is given, next
+ * to a minimal hand-written client of the same server ("raw"), with the
+ * results as a table, JSON lines and gnuplot charts.
+ *
+ * Shape of a run: the parent process is the controller (start gate,
+ * progress line, fault injection, results); workers run in child
+ * processes, P processes x (N/P clients) x T threads, so that contention is
+ * real across processes.  Everything the workers measure goes to one
+ * MAP_SHARED region (shared.c) created before fork: counters, latency
+ * histograms, and the critical-section intervals from which overlaps are
+ * found.  All times are CLOCK_MONOTONIC, which is one clock for every
+ * process of the host.
+ */
+#ifndef DLOCK_BENCH_H
+#define DLOCK_BENCH_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include <dlock/dlock.h>
+
+#define BENCH_MAX_URIS 16
+#define BENCH_MAX_SIZES 8
+#define BENCH_MAX_WORKERS 256
+#define BENCH_MAX_FAULTS 4
+#define BENCH_NS_PER_MS 1000000LL
+#define BENCH_NS_PER_S 1000000000LL
+
+enum bench_scenario { BENCH_UNCONTENDED, BENCH_CONTENDED, BENCH_FAULTS, BENCH_SCENARIOS };
+
+/* ------------------------------------------------------------ options */
+
+struct bench_target {
+	const char *uri;          /* as given: may carry a password, never printed */
+	const char *server_stop;  /* --server-stop after this --uri, or NULL */
+	const char *server_start; /* --server-start after this --uri, or NULL */
+};
+
+struct bench_opts {
+	struct bench_target targets[BENCH_MAX_URIS];
+	int ntargets;
+	int scenario[BENCH_SCENARIOS]; /* 1: run it */
+	int clients[BENCH_MAX_SIZES];  /* each value is one run */
+	int size_threads[BENCH_MAX_SIZES]; /* its threads per client; 0: --threads */
+	int nclients;
+	int threads;
+	int processes;       /* at most one per client */
+	int fault_clients;   /* workers (one process each) of the faults scenario */
+	int64_t duration_ms; /* of each measured phase */
+	int64_t lease_ms;    /* lease of the faults scenario's acquisitions */
+	int cs_us;           /* critical section of the contended scenario */
+	int json;
+	const char *table_path; /* --table: the table to this file as well */
+	const char *plot_dir;
+};
+
+int bench_opts_parse(struct bench_opts *o, int argc, char **argv);
+const char *bench_scenario_name(enum bench_scenario sc);
+
+/* ------------------------------------------------------------ clock, histograms */
+
+int64_t bench_now_ns(void);
+void bench_sleep_ns(int64_t ns);
+
+/* Log-linear histogram of nanoseconds: 32 sub-buckets per power of two (3% resolution). */
+#define BENCH_HIST_SUB_BITS 5
+#define BENCH_HIST_BUCKETS (60 * (1 << BENCH_HIST_SUB_BITS))
+
+struct bench_hist {
+	uint64_t count;
+	int64_t max_ns;
+	uint64_t b[BENCH_HIST_BUCKETS];
+};
+
+void bench_hist_add(struct bench_hist *h, int64_t ns);
+void bench_hist_merge(struct bench_hist *into, const struct bench_hist *h);
+/* The pct-th percentile in microseconds; -1 when the histogram is empty. */
+double bench_hist_pct_us(const struct bench_hist *h, double pct);
+
+/* ------------------------------------------------------------ shared region */
+
+struct bench_interval {
+	int64_t start_ns; /* dlock_acquire() returned */
+	int64_t end_ns;   /* dlock_release() is about to be called */
+	int32_t worker;
+	int32_t flags;    /* BENCH_IV_* */
+};
+
+#define BENCH_IV_WRITE_OK 1       /* faults: the fenced write was accepted */
+#define BENCH_IV_WRITE_REJECTED 2 /* faults: the store refused a stale token */
+#define BENCH_IV_RELEASE_NOTHELD 4
+#define BENCH_IV_OVERLAP 256       /* set by bench_sweep() */
+
+/* One worker thread's results; written only by that thread. */
+struct bench_slot {
+	_Atomic uint64_t ops; /* completed cycles inside the measured window (progress line) */
+	uint64_t errors;
+	uint64_t reacquired;  /* contended: acquired right after releasing it ourselves */
+	uint64_t nint;        /* intervals recorded */
+	uint64_t dropped;     /* intervals that did not fit */
+	/* dlock client counters, filled by the client's first thread */
+	uint64_t st_acquired, st_server_acquires, st_server_releases;
+	int has_stats;
+	struct bench_hist acq, rel, handoff;
+	char err[200];
+};
+
+enum bench_fault_req { BENCH_REQ_NONE, BENCH_REQ_PAUSE, BENCH_REQ_HOLD };
+enum bench_fault_state { BENCH_FS_IDLE, BENCH_FS_PARKED, BENCH_FS_RESUME };
+
+struct bench_shared {
+	_Atomic int go, stop, ready, failed;
+	_Atomic int64_t stop_ns; /* ops completing later are not counted */
+	int64_t go_ns;
+	/* The last release of the contended name: who, and when (just before dlock_release). */
+	_Atomic int64_t last_release_ns;
+	_Atomic int last_releaser;
+	/* faults: the controller asks, the next holder that reads the counter answers */
+	_Atomic int fault_request;
+	_Atomic int fault_state;
+	_Atomic int fault_pid;
+	_Atomic uint64_t lost_reported;
+	int nworkers;
+	uint64_t int_cap; /* intervals per worker */
+	size_t size;
+	struct bench_slot slots[];
+};
+
+struct bench_shared *bench_shared_new(int nworkers, int want_intervals);
+void bench_shared_free(struct bench_shared *sh);
+struct bench_interval *bench_intervals(struct bench_shared *sh, int worker);
+void bench_interval_add(struct bench_shared *sh, int worker, int64_t start, int64_t end, int flags);
+
+/* Overlaps found by sorting every recorded interval by its start. */
+struct bench_sweep {
+	struct bench_interval *iv; /* all intervals, sorted by start (caller frees) */
+	size_t n;
+	uint64_t overlaps; /* intervals that began before an earlier one of another worker ended */
+	uint64_t dropped;
+};
+
+int bench_sweep(struct bench_shared *sh, struct bench_sweep *out);
+uint64_t bench_overlaps_between(const struct bench_sweep *s, int64_t from_ns, int64_t to_ns);
+
+/* ------------------------------------------------------------ raw clients */
+
+/*
+ * A minimal hand-written client of one server: the same server work as the
+ * backend, without dlock.  One connection per worker thread.  Each raw
+ * client is one const object; raw_table.c (generated) lists those whose
+ * client library was found.
+ */
+struct bench_raw {
+	const char *name;            /* "redis", "postgres", "zookeeper" */
+	const char *const *schemes;  /* URI schemes it serves, NULL-terminated */
+	const char *what;            /* the server work, for the docs and --help */
+	/* Connect for `uri`; NULL with a message (no password in it) on failure. */
+	void *(*connect)(const char *uri, char *err, size_t errlen);
+	/* 1 acquired, 0 gave up (stop was set), -1 error (message in err). */
+	int (*acquire)(void *conn, const char *name, const _Atomic int *stop, char *err, size_t errlen);
+	/* 0 released, -1 error. */
+	int (*release)(void *conn, const char *name, char *err, size_t errlen);
+	/* One cheap round trip: 0 or -1. */
+	int (*ping)(void *conn);
+	/*
+	 * Cut the lock holders' connections or sessions from the server side;
+	 * 0 done (what it did in msg), -1 error.  NULL: the backend's session
+	 * is ended by a pause past its timeout instead.
+	 */
+	int (*cut)(void *conn, char *msg, size_t msglen);
+	void (*close)(void *conn);
+};
+
+/* The raw client for a URI, or NULL (mem://, file://, RedLock, library not built). */
+const struct bench_raw *bench_raw_find(const char *uri);
+extern const struct bench_raw *const bench_raw_table[];
+
+/* Helpers for raw clients: host and port of the URI's first host, its query. */
+int bench_uri_host(const char *uri, char *host, size_t hostlen, int *port, int default_port);
+int bench_uri_param(const char *uri, const char *key, char *out, size_t outlen);
+
+/* ------------------------------------------------------------ phases */
+
+/* One measured phase: one workload, on dlock or on the raw client. */
+struct bench_phase {
+	const struct bench_opts *o;
+	const char *uri;             /* for connecting: may carry a password */
+	const char *masked;          /* for display */
+	const struct bench_raw *raw; /* NULL: dlock */
+	enum bench_scenario sc;
+	int clients, threads, processes;
+	int64_t duration_ms;
+	char name[96];               /* lock name (contended) or its stem */
+	const char *fence_path;      /* faults: the shared counter file */
+	int64_t lease_ms;            /* 0: the URI's */
+	struct bench_shared *sh;
+};
+
+/* What the controller does between the start gate and stop (progress, faults). */
+typedef void (*bench_control_fn)(struct bench_phase *ph, void *arg);
+
+/* Fork the workers, run `control` (or just wait the duration), collect. -1 on failure (msg in err). */
+int bench_phase_run(struct bench_phase *ph, bench_control_fn control, void *arg, char *err, size_t errlen);
+/* Sleep until `until_ns` while updating the progress line; 0, or -1 when every worker is gone. */
+int bench_progress_until(struct bench_phase *ph, int64_t until_ns, const char *label);
+void bench_progress_end(void);
+
+/* Worker loops, run on each worker thread of a child process. */
+struct bench_worker {
+	struct bench_phase *ph;
+	int id;
+	dlock_client *client;  /* dlock phases: shared by the client's threads */
+	void *raw_conn;        /* raw phases: this thread's connection */
+	int first_of_client;
+	struct bench_slot *slot;
+};
+
+void bench_work_dlock(struct bench_worker *w);
+void bench_work_raw(struct bench_worker *w);
+void bench_work_faults(struct bench_worker *w);
+void bench_slot_error(struct bench_slot *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The contended name's handoff bookkeeping, shared by dlock and raw loops. */
+void bench_note_acquired(struct bench_worker *w, int64_t t_call, int64_t t_acq);
+void bench_note_releasing(struct bench_worker *w, int64_t t_end);
+void bench_critical_section(int cs_us);
+
+/* ------------------------------------------------------------ fenced counter store */
+
+enum bench_write { BENCH_WRITE_OK, BENCH_WRITE_STALE, BENCH_WRITE_ERROR };
+
+struct bench_store_totals {
+	uint64_t accepted, rejected, lost_updates, counter, highest;
+};
+
+int bench_store_create(const char *path);
+int bench_store_read(const char *path, uint64_t *value);
+/* Write `value` under `token` (0 with `fenced` unset: no token to check). */
+enum bench_write bench_store_write(const char *path, uint64_t value, uint64_t token, int fenced);
+int bench_store_totals(const char *path, struct bench_store_totals *t);
+
+/* ------------------------------------------------------------ results */
+
+struct bench_fault_result {
+	char what[48];
+	char note[160];
+	int64_t at_ms, end_ms;  /* from the start gate */
+	int64_t unavailable_ms;
+	uint64_t overlaps;
+};
+
+struct bench_result {
+	char backend[16];
+	char uri[512];          /* masked */
+	enum bench_scenario sc;
+	int clients, threads, processes;
+	int64_t duration_ms;
+	int failed;
+	char error[256];
+	/* dlock */
+	uint64_t ops, errors;
+	double ops_per_s;
+	struct bench_hist acq, rel, handoff;
+	double reacquire_pct, share_spread_pct, server_calls_per_acq, rtt_p50_us;
+	uint64_t overlaps, dropped;
+	/* raw */
+	int has_raw;
+	char raw_note[256];
+	double raw_ops_per_s, raw_reacquire_pct;
+	struct bench_hist raw_acq, raw_handoff;
+	/* faults */
+	uint64_t stale_rejected, lost_reported, accepted, lost_updates, release_notheld;
+	int64_t unavailable_ms;
+	int nfaults;
+	struct bench_fault_result faults[BENCH_MAX_FAULTS];
+	char timeline[512];     /* faults: data file for the chart, when --plot */
+};
+
+int bench_run_perf(const struct bench_opts *o, const struct bench_target *t, const char *masked,
+                   const dlock_capabilities *caps, enum bench_scenario sc, int clients, int threads, int index,
+                   struct bench_result *r);
+int bench_run_faults(const struct bench_opts *o, const struct bench_target *t, const dlock_capabilities *caps,
+                     int index, struct bench_result *r);
+
+void bench_print_table(FILE *out, const struct bench_result *r, int n);
+void bench_print_json(const struct bench_result *r);
+int bench_plot(const char *dir, const struct bench_result *r, int n);
+
+#endif

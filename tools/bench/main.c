@@ -1,0 +1,118 @@
+/*
+ * dlock-bench: for each --uri, each scenario and each client count, one
+ * measurement; results go to stdout as they complete with --json, else as
+ * one table at the end; --plot draws the charts.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "bench.h"
+
+/* What the bench learns from the backend before forking (no client stays open). */
+static int describe(const struct bench_target *t, struct bench_result *proto, dlock_capabilities *caps)
+{
+	dlock_client *c = NULL;
+	char err[256];
+	memset(proto, 0, sizeof *proto);
+	if (dlock_client_open(&c, t->uri, NULL, err, sizeof err) != DLOCK_OK) {
+		/* The library masks the password in its message; the URI itself is not printed. */
+		snprintf(proto->error, sizeof proto->error, "%s", err);
+		snprintf(proto->uri, sizeof proto->uri, "(could not open)");
+		return -1;
+	}
+	dlock_client_capabilities(c, caps);
+	snprintf(proto->uri, sizeof proto->uri, "%s", dlock_client_uri(c));
+	/* The two PostgreSQL modes are different lock mechanisms: tell them apart in tables and charts. */
+	char mode[16];
+	int row = bench_uri_param(t->uri, "mode", mode, sizeof mode) == 0 && strcmp(mode, "row") == 0;
+	snprintf(proto->backend, sizeof proto->backend, "%s%s", caps->backend, row ? "-row" : "");
+	dlock_client_close(c);
+	return 0;
+}
+
+static void emit(const struct bench_opts *o, const struct bench_result *r)
+{
+	if (o->json) {
+		bench_print_json(r);
+		fflush(stdout);
+	} else if (r->failed == 1) {
+		fprintf(stderr, "dlock-bench: %s %s: %s\n", r->uri, bench_scenario_name(r->sc), r->error);
+	}
+}
+
+/* Every run of one target; returns the number of results added, *failures counts failed runs. */
+static int run_target(const struct bench_opts *o, const struct bench_target *t, struct bench_result *out,
+                      int *index, int *failures)
+{
+	struct bench_result proto;
+	dlock_capabilities caps;
+	int n = 0;
+	if (describe(t, &proto, &caps) != 0) {
+		proto.failed = 1;
+		out[n++] = proto;
+		emit(o, &proto);
+		(*failures)++;
+		return n;
+	}
+	for (int sc = BENCH_UNCONTENDED; sc <= BENCH_CONTENDED; sc++) {
+		for (int i = 0; o->scenario[sc] && i < o->nclients; i++) {
+			struct bench_result *r = &out[n++];
+			*r = proto;
+			int threads = o->size_threads[i] ? o->size_threads[i] : o->threads;
+			if (bench_run_perf(o, t, proto.uri, &caps, sc, o->clients[i], threads, (*index)++, r) != 0)
+				(*failures)++;
+			emit(o, r);
+		}
+	}
+	if (o->scenario[BENCH_FAULTS]) {
+		struct bench_result *r = &out[n++];
+		*r = proto;
+		if (bench_run_faults(o, t, &caps, (*index)++, r) != 0)
+			(*failures)++;
+		emit(o, r);
+	}
+	return n;
+}
+
+static int write_table(const char *path, const struct bench_result *r, int n)
+{
+	FILE *f = fopen(path, "we");
+	if (!f) {
+		fprintf(stderr, "dlock-bench: cannot write %s\n", path);
+		return -1;
+	}
+	bench_print_table(f, r, n);
+	return fclose(f) == 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+	struct bench_opts o;
+	int rc = bench_opts_parse(&o, argc, argv);
+	if (rc != 0)
+		return rc > 0 ? 0 : 2;
+	/* A server killed under a worker must not kill the bench with it. */
+	signal(SIGPIPE, SIG_IGN);
+	size_t per_target = (size_t)(2 * o.nclients + 1);
+	struct bench_result *results = calloc((size_t)o.ntargets * per_target, sizeof *results);
+	if (!results) {
+		fprintf(stderr, "dlock-bench: out of memory\n");
+		return 1;
+	}
+	int n = 0, index = 0, failures = 0;
+	if (o.plot_dir)
+		mkdir(o.plot_dir, 0755); /* fault timelines are written there as they are measured */
+	for (int i = 0; i < o.ntargets; i++)
+		n += run_target(&o, &o.targets[i], results + n, &index, &failures);
+	if (!o.json)
+		bench_print_table(stdout, results, n);
+	if (o.table_path && write_table(o.table_path, results, n) != 0)
+		failures++;
+	if (o.plot_dir && bench_plot(o.plot_dir, results, n) != 0)
+		failures++;
+	free(results);
+	return failures ? 1 : 0;
+}

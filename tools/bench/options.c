@@ -1,0 +1,202 @@
+/*
+ * The command line of dlock-bench.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+static const char *const scenario_names[BENCH_SCENARIOS] = {
+	[BENCH_UNCONTENDED] = "uncontended",
+	[BENCH_CONTENDED] = "contended",
+	[BENCH_FAULTS] = "faults",
+};
+
+const char *bench_scenario_name(enum bench_scenario sc)
+{
+	return sc < BENCH_SCENARIOS ? scenario_names[sc] : "?";
+}
+
+static void usage(FILE *f)
+{
+	fputs("usage: dlock-bench --uri URI [--uri URI]... [OPTION]...\n"
+	      "\n"
+	      "Runs the same lock workloads against every URI, and against a hand-written\n"
+	      "client of the same server (raw), and prints one table (or JSON lines).\n"
+	      "\n"
+	      "  --uri URI             a backend to measure (repeatable)\n"
+	      "  --server-stop CMD     shell command that stops the server of the last --uri\n"
+	      "  --server-start CMD    shell command that starts it again (faults: restart)\n"
+	      "  --scenario NAME       uncontended, contended, faults or all (repeatable; default all)\n"
+	      "  --clients N[,N...]    independent dlock clients, one run per value (default 1);\n"
+	      "                      NxT: N clients with T threads each\n"
+	      "  --threads T           threads per client (default 1)\n"
+	      "  --processes P         spread the clients over P processes (default 1; at most one per client)\n"
+	      "  --duration T          length of each measured phase (default 5s; a bare number is seconds)\n"
+	      "  --cs-us N             contended: busy critical section of N microseconds (default 0)\n"
+	      "  --lease T             faults: lease of each acquisition (default 2s)\n"
+	      "  --fault-clients N     faults: worker processes (default 3)\n"
+	      "  --json                one JSON object per line per (backend, scenario, clients)\n"
+	      "  --table FILE          write the table to FILE too (useful with --json)\n"
+	      "  --plot DIR            write PNG charts (gnuplot) and their data to DIR\n"
+	      "  --help\n",
+	      f);
+}
+
+static int bad(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "dlock-bench: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n");
+	usage(stderr);
+	return -1;
+}
+
+static int positive(const char *text, int max, int *out)
+{
+	char *end;
+	long v = strtol(text, &end, 10);
+	if (end == text || *end || v < 1 || v > max)
+		return -1;
+	*out = (int)v;
+	return 0;
+}
+
+static int client_list(struct bench_opts *o, const char *text)
+{
+	char buf[128];
+	snprintf(buf, sizeof buf, "%s", text);
+	o->nclients = 0;
+	for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		char *x = strchr(tok, 'x');
+		int i = o->nclients++;
+		if (i >= BENCH_MAX_SIZES)
+			return -1;
+		o->size_threads[i] = 0;
+		if (x) {
+			*x = '\0';
+			if (positive(x + 1, 64, &o->size_threads[i]) != 0)
+				return -1;
+		}
+		if (positive(tok, BENCH_MAX_WORKERS, &o->clients[i]) != 0)
+			return -1;
+	}
+	return o->nclients ? 0 : -1;
+}
+
+static int scenario_arg(struct bench_opts *o, const char *name, int *any)
+{
+	int all = strcmp(name, "all") == 0, found = all;
+	for (int i = 0; i < BENCH_SCENARIOS; i++) {
+		if (all || strcmp(name, scenario_names[i]) == 0) {
+			o->scenario[i] = 1;
+			found = 1;
+		}
+	}
+	*any = 1;
+	return found ? 0 : -1;
+}
+
+static int target_cmd(struct bench_opts *o, int stop, const char *cmd)
+{
+	if (o->ntargets == 0)
+		return -1;
+	if (stop)
+		o->targets[o->ntargets - 1].server_stop = cmd;
+	else
+		o->targets[o->ntargets - 1].server_start = cmd;
+	return 0;
+}
+
+enum { OPT_URI = 256, OPT_STOP, OPT_START, OPT_SCENARIO, OPT_CLIENTS, OPT_THREADS, OPT_PROCESSES, OPT_DURATION,
+       OPT_CS, OPT_LEASE, OPT_FAULT_CLIENTS, OPT_JSON, OPT_TABLE, OPT_PLOT, OPT_HELP };
+
+static const struct option long_options[] = {
+	{ "uri", required_argument, NULL, OPT_URI },
+	{ "server-stop", required_argument, NULL, OPT_STOP },
+	{ "server-start", required_argument, NULL, OPT_START },
+	{ "scenario", required_argument, NULL, OPT_SCENARIO },
+	{ "clients", required_argument, NULL, OPT_CLIENTS },
+	{ "threads", required_argument, NULL, OPT_THREADS },
+	{ "processes", required_argument, NULL, OPT_PROCESSES },
+	{ "duration", required_argument, NULL, OPT_DURATION },
+	{ "cs-us", required_argument, NULL, OPT_CS },
+	{ "lease", required_argument, NULL, OPT_LEASE },
+	{ "fault-clients", required_argument, NULL, OPT_FAULT_CLIENTS },
+	{ "json", no_argument, NULL, OPT_JSON },
+	{ "table", required_argument, NULL, OPT_TABLE },
+	{ "plot", required_argument, NULL, OPT_PLOT },
+	{ "help", no_argument, NULL, OPT_HELP },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* One option; 0, -1 on a bad value, 1 for --help. */
+static int apply(struct bench_opts *o, int opt, const char *arg, int *any_scenario)
+{
+	switch (opt) {
+	case OPT_URI:
+		if (o->ntargets >= BENCH_MAX_URIS)
+			return bad("at most 16 --uri", "");
+		o->targets[o->ntargets++] = (struct bench_target){ .uri = arg };
+		return 0;
+	case OPT_STOP:
+	case OPT_START:
+		return target_cmd(o, opt == OPT_STOP, arg) == 0 ? 0 : bad("%s must follow a --uri", "--server-stop/--server-start");
+	case OPT_SCENARIO:
+		return scenario_arg(o, arg, any_scenario) == 0 ? 0 : bad("unknown scenario '%s'", arg);
+	case OPT_CLIENTS:
+		return client_list(o, arg) == 0 ? 0 : bad("--clients: '%s' is not a list of counts (1..256)", arg);
+	case OPT_THREADS:
+		return positive(arg, 64, &o->threads) == 0 ? 0 : bad("--threads: '%s' is not 1..64", arg);
+	case OPT_PROCESSES:
+		return positive(arg, BENCH_MAX_WORKERS, &o->processes) == 0 ? 0 : bad("--processes: bad value '%s'", arg);
+	case OPT_FAULT_CLIENTS:
+		return positive(arg, 32, &o->fault_clients) == 0 ? 0 : bad("--fault-clients: '%s' is not 1..32", arg);
+	case OPT_CS:
+		return positive(arg, 1000000, &o->cs_us) == 0 ? 0 : bad("--cs-us: bad value '%s'", arg);
+	case OPT_DURATION:
+		return dlock_duration_parse(arg, 1000, &o->duration_ms) == DLOCK_OK && o->duration_ms >= 100
+		               ? 0 : bad("--duration: '%s' is not a duration of 100ms or more", arg);
+	case OPT_LEASE:
+		return dlock_duration_parse(arg, 1000, &o->lease_ms) == DLOCK_OK && o->lease_ms >= 100
+		               ? 0 : bad("--lease: '%s' is not a duration of 100ms or more", arg);
+	case OPT_JSON:
+		o->json = 1;
+		return 0;
+	case OPT_TABLE:
+		o->table_path = arg;
+		return 0;
+	case OPT_PLOT:
+		o->plot_dir = arg;
+		return 0;
+	case OPT_HELP:
+		usage(stdout);
+		return 1;
+	default:
+		return bad("unknown option%s", "");
+	}
+}
+
+int bench_opts_parse(struct bench_opts *o, int argc, char **argv)
+{
+	int opt, any_scenario = 0;
+	*o = (struct bench_opts){ .clients = { 1 }, .nclients = 1, .threads = 1, .processes = 1, .fault_clients = 3,
+		                  .duration_ms = 5000, .lease_ms = 2000 };
+	while ((opt = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
+		int rc = apply(o, opt, optarg, &any_scenario);
+		if (rc != 0)
+			return rc;
+	}
+	if (optind < argc)
+		return bad("unexpected argument '%s'", argv[optind]);
+	if (o->ntargets == 0)
+		return bad("no --uri given%s", "");
+	for (int i = 0; i < o->nclients; i++)
+		if ((o->size_threads[i] ? o->size_threads[i] : o->threads) * o->clients[i] > BENCH_MAX_WORKERS)
+			return bad("too many workers (clients x threads > 256)%s", "");
+	for (int i = 0; !any_scenario && i < BENCH_SCENARIOS; i++)
+		o->scenario[i] = 1;
+	return 0;
+}

@@ -1,0 +1,215 @@
+/*
+ * The raw ZooKeeper client: the lock recipe written by hand.
+ *   acquire  create PARENT/lock- EPHEMERAL_SEQUENTIAL, get the children;
+ *            lowest wins, else watch the predecessor (exists with a watch)
+ *            and look again when it goes
+ *   release  delete the node
+ * Synchronous API of libzookeeper_mt, one session per worker thread.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zookeeper/zookeeper.h>
+
+#include "bench.h"
+
+#define ROOT "/dlock-bench-raw"
+#define DEFAULT_SESSION_MS 10000
+#define CONNECT_TIMEOUT_NS (10 * BENCH_NS_PER_S)
+#define WAIT_SLICE_NS (100 * BENCH_NS_PER_MS)
+
+struct zconn {
+	zhandle_t *zh;
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+	int connected, events;
+	char node[512];
+};
+
+static void on_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	struct zconn *c = ctx;
+	(void)zh;
+	(void)path;
+	(void)type;
+	pthread_mutex_lock(&c->mu);
+	if (state == ZOO_CONNECTED_STATE)
+		c->connected = 1;
+	c->events++;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* Wait for an event after `seen` events, up to `ns`; the event count now. */
+static int wait_event(struct zconn *c, int seen, int64_t ns)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts); /* the condition variable's default clock */
+	int64_t t = (int64_t)ts.tv_sec * BENCH_NS_PER_S + ts.tv_nsec + ns;
+	ts = (struct timespec){ .tv_sec = t / BENCH_NS_PER_S, .tv_nsec = t % BENCH_NS_PER_S };
+	pthread_mutex_lock(&c->mu);
+	while (c->events == seen && pthread_cond_timedwait(&c->cond, &c->mu, &ts) == 0)
+		;
+	int n = c->events;
+	pthread_mutex_unlock(&c->mu);
+	return n;
+}
+
+static int events_now(struct zconn *c)
+{
+	pthread_mutex_lock(&c->mu);
+	int n = c->events;
+	pthread_mutex_unlock(&c->mu);
+	return n;
+}
+
+static void zconn_close(void *p)
+{
+	struct zconn *c = p;
+	if (c->zh)
+		zookeeper_close(c->zh);
+	pthread_cond_destroy(&c->cond);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
+static int session_ms(const char *uri)
+{
+	char text[32];
+	int64_t ms;
+	if (bench_uri_param(uri, "session_timeout", text, sizeof text) == 0 &&
+	    dlock_duration_parse(text, 1, &ms) == DLOCK_OK && ms > 0 && ms < 3600000)
+		return (int)ms;
+	return DEFAULT_SESSION_MS;
+}
+
+static void *zconn_connect(const char *uri, char *err, size_t errlen)
+{
+	char host[256], hosts[300];
+	int port;
+	struct zconn *c = calloc(1, sizeof *c);
+	if (!c || bench_uri_host(uri, host, sizeof host, &port, 2181) != 0) {
+		snprintf(err, errlen, "zk: cannot read host and port from the URI");
+		free(c);
+		return NULL;
+	}
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cond, NULL);
+	snprintf(hosts, sizeof hosts, "%s:%d", host, port);
+	zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+	c->zh = zookeeper_init(hosts, on_event, session_ms(uri), NULL, c, 0);
+	int64_t deadline = bench_now_ns() + CONNECT_TIMEOUT_NS;
+	int connected = 0;
+	while (c->zh && !connected && bench_now_ns() < deadline) {
+		wait_event(c, events_now(c), WAIT_SLICE_NS);
+		pthread_mutex_lock(&c->mu);
+		connected = c->connected;
+		pthread_mutex_unlock(&c->mu);
+	}
+	if (!c->zh || !connected) {
+		snprintf(err, errlen, "zk %s: no session within 10 s", hosts);
+		zconn_close(c);
+		return NULL;
+	}
+	zoo_create(c->zh, ROOT, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+	return c;
+}
+
+static long long seq_of(const char *child)
+{
+	const char *dash = strrchr(child, '-');
+	return dash ? atoll(dash + 1) : -1;
+}
+
+/* 0: ours is lowest; 1: pred is set; <0: a ZooKeeper error. */
+static int scan(struct zconn *c, const char *parent, char *pred, size_t predlen)
+{
+	struct String_vector kids = { 0, NULL };
+	int rc = zoo_get_children(c->zh, parent, 0, &kids);
+	if (rc != ZOK)
+		return rc < 0 ? rc : -rc;
+	long long mine = seq_of(strrchr(c->node, '/') + 1), best = -1;
+	for (int32_t i = 0; i < kids.count; i++) {
+		long long s = seq_of(kids.data[i]);
+		if (s < mine && s > best) {
+			best = s;
+			snprintf(pred, predlen, "%s/%s", parent, kids.data[i]);
+		}
+	}
+	deallocate_String_vector(&kids);
+	return best >= 0;
+}
+
+static int zfail(char *err, size_t errlen, const char *what, int rc)
+{
+	snprintf(err, errlen, "zk: %s: %s", what, zerror(rc));
+	return -1;
+}
+
+static int zconn_acquire(void *p, const char *name, const _Atomic int *stop, char *err, size_t errlen)
+{
+	struct zconn *c = p;
+	char parent[400], prefix[420], pred[512];
+	snprintf(parent, sizeof parent, ROOT "/%s", name);
+	snprintf(prefix, sizeof prefix, "%s/lock-", parent);
+	int rc = zoo_create(c->zh, prefix, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL | ZOO_SEQUENCE, c->node,
+	                    sizeof c->node);
+	if (rc == ZNONODE) {
+		zoo_create(c->zh, parent, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+		rc = zoo_create(c->zh, prefix, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL | ZOO_SEQUENCE, c->node,
+		                sizeof c->node);
+	}
+	if (rc != ZOK)
+		return zfail(err, errlen, "create", rc);
+	for (;;) {
+		int seen = events_now(c);
+		int s = scan(c, parent, pred, sizeof pred);
+		if (s == 0)
+			return 1;
+		if (s < 0)
+			return zfail(err, errlen, "get_children", -s);
+		struct Stat st;
+		rc = zoo_wexists(c->zh, pred, on_event, c, &st);
+		if (rc == ZNONODE)
+			continue;
+		if (rc != ZOK)
+			return zfail(err, errlen, "exists", rc);
+		while (wait_event(c, seen, WAIT_SLICE_NS) == seen) {
+			if (atomic_load(stop)) {
+				zoo_delete(c->zh, c->node, -1);
+				return 0;
+			}
+		}
+	}
+}
+
+static int zconn_release(void *p, const char *name, char *err, size_t errlen)
+{
+	struct zconn *c = p;
+	(void)name;
+	int rc = zoo_delete(c->zh, c->node, -1);
+	return rc == ZOK ? 0 : zfail(err, errlen, "delete", rc);
+}
+
+static int zconn_ping(void *p)
+{
+	struct zconn *c = p;
+	struct Stat st;
+	return zoo_exists(c->zh, "/", 0, &st) == ZOK ? 0 : -1;
+}
+
+static const char *const schemes[] = { "zk", NULL };
+
+const struct bench_raw bench_raw_zookeeper = {
+	.name = "zookeeper",
+	.schemes = schemes,
+	.what = "create EPHEMERAL_SEQUENTIAL, get_children (+ exists watch on the predecessor), delete",
+	.connect = zconn_connect,
+	.acquire = zconn_acquire,
+	.release = zconn_release,
+	.ping = zconn_ping,
+	.cut = NULL,
+	.close = zconn_close,
+};

@@ -1,0 +1,206 @@
+/*
+ * Results for people (one table) and for programs (one JSON object per
+ * line).  Every JSON line carries every field, null where it does not
+ * apply, so that consumers need no per-scenario schema.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+
+/* ------------------------------------------------------------ JSON */
+
+static const struct bench_hist no_samples;
+
+static void json_str(const char *key, const char *v, int *first)
+{
+	printf("%s\"%s\":\"", *first ? "{" : ",", key);
+	*first = 0;
+	for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			printf("\\%c", *p);
+		else if (*p < 0x20)
+			printf("\\u%04x", *p);
+		else
+			putchar(*p);
+	}
+	putchar('"');
+}
+
+/* A number, or null when `have` is 0. */
+static void json_num(const char *key, double v, int have, int *first)
+{
+	printf("%s\"%s\":", *first ? "{" : ",", key);
+	*first = 0;
+	if (!have)
+		printf("null");
+	else if (v == (double)(long long)v && v < 1e15 && v > -1e15)
+		printf("%lld", (long long)v);
+	else
+		printf("%.2f", v);
+}
+
+static void json_pct(const char *key, const struct bench_hist *h, double p, int *first)
+{
+	double v = bench_hist_pct_us(h, p);
+	json_num(key, v < 0 ? 0 : (double)(long long)(v + 0.5), v >= 0, first);
+}
+
+static void json_faults(const struct bench_result *r)
+{
+	printf(",\"faults\":");
+	if (r->sc != BENCH_FAULTS || r->failed) {
+		printf("null");
+		return;
+	}
+	putchar('[');
+	for (int i = 0; i < r->nfaults; i++) {
+		const struct bench_fault_result *f = &r->faults[i];
+		int first = 1;
+		if (i)
+			putchar(',');
+		json_str("fault", f->what, &first);
+		json_num("at_ms", (double)f->at_ms, 1, &first);
+		json_num("end_ms", (double)f->end_ms, 1, &first);
+		json_num("unavailable_ms", (double)f->unavailable_ms, 1, &first);
+		json_num("overlaps", (double)f->overlaps, 1, &first);
+		json_str("note", f->note, &first);
+		putchar('}');
+	}
+	putchar(']');
+}
+
+void bench_print_json(const struct bench_result *r)
+{
+	int f = 1, ok = !r->failed, perf = ok && r->sc != BENCH_FAULTS, cont = perf && r->sc == BENCH_CONTENDED;
+	int fl = ok && r->sc == BENCH_FAULTS, raw = perf && r->has_raw;
+	double rtt = r->rtt_p50_us;
+	json_str("backend", r->backend, &f);
+	json_str("uri", r->uri, &f);
+	json_str("scenario", bench_scenario_name(r->sc), &f);
+	json_num("clients", r->clients, 1, &f);
+	json_num("threads", r->threads, 1, &f);
+	json_num("processes", r->processes, 1, &f);
+	json_num("duration_s", (double)r->duration_ms / 1000.0, ok, &f);
+	json_num("ops", (double)r->ops, ok, &f);
+	json_num("ops_per_s", r->ops_per_s, perf, &f);
+	json_pct("p50_us", &r->acq, 50, &f);
+	json_pct("p99_us", &r->acq, 99, &f);
+	json_num("max_us", (double)r->acq.max_ns / 1000.0, perf && r->acq.count, &f);
+	json_pct("release_p50_us", &r->rel, 50, &f);
+	json_pct("release_p99_us", &r->rel, 99, &f);
+	json_num("errors", (double)r->errors, ok, &f);
+	json_num("raw_ops_per_s", r->raw_ops_per_s, raw, &f);
+	json_num("ratio_to_raw", raw && r->raw_ops_per_s > 0 ? r->ops_per_s / r->raw_ops_per_s : 0,
+	         raw && r->raw_ops_per_s > 0, &f);
+	json_pct("raw_p50_us", &r->raw_acq, 50, &f);
+	json_pct("raw_p99_us", &r->raw_acq, 99, &f);
+	json_num("rtt_p50_us", rtt, perf && rtt >= 0, &f);
+	json_num("server_calls_per_acq", r->server_calls_per_acq, perf && r->server_calls_per_acq >= 0, &f);
+	json_pct("handoff_p50_us", &r->handoff, 50, &f);
+	json_pct("handoff_p99_us", &r->handoff, 99, &f);
+	json_num("handoff_p50_rtt", bench_hist_pct_us(&r->handoff, 50) / rtt, cont && rtt > 0 && r->handoff.count, &f);
+	json_num("handoff_p99_rtt", bench_hist_pct_us(&r->handoff, 99) / rtt, cont && rtt > 0 && r->handoff.count, &f);
+	json_pct("raw_handoff_p50_us", &r->raw_handoff, 50, &f);
+	json_pct("raw_handoff_p99_us", &r->raw_handoff, 99, &f);
+	json_pct("wait_p99_us", cont ? &r->acq : &no_samples, 99, &f);
+	json_num("reacquire_pct", r->reacquire_pct, cont, &f);
+	json_num("raw_reacquire_pct", r->raw_reacquire_pct, cont && raw, &f);
+	json_num("share_spread_pct", r->share_spread_pct, cont, &f);
+	json_num("overlaps", (double)r->overlaps, cont || fl, &f);
+	json_num("stale_writes_rejected", (double)r->stale_rejected, fl, &f);
+	json_num("lost_reported", (double)r->lost_reported, fl, &f);
+	json_num("unavailable_ms", (double)r->unavailable_ms, fl, &f);
+	json_num("writes_accepted", (double)r->accepted, fl, &f);
+	json_num("lost_updates", (double)r->lost_updates, fl, &f);
+	json_num("release_failed", (double)r->release_notheld, fl, &f);
+	json_faults(r);
+	if (r->raw_note[0])
+		json_str("raw_note", r->raw_note, &f);
+	if (r->failed)
+		json_str(r->failed == 2 ? "skipped" : "error", r->error, &f);
+	printf("}\n");
+}
+
+/* ------------------------------------------------------------ table */
+
+static void cell_us(char *out, size_t len, const struct bench_hist *h, double p)
+{
+	double v = bench_hist_pct_us(h, p);
+	if (v < 0)
+		snprintf(out, len, "-");
+	else
+		snprintf(out, len, "%.0f", v);
+}
+
+static void perf_row(FILE *out, const struct bench_result *r)
+{
+	char p50[16], p99[16], h50[16], h99[16], w99[16], raw[16] = "-", ratio[16] = "-";
+	char reacq[16] = "-", spread[16] = "-", calls[16] = "-", rtt[16] = "-", ovl[16] = "-";
+	int cont = r->sc == BENCH_CONTENDED;
+	cell_us(p50, sizeof p50, &r->acq, 50);
+	cell_us(p99, sizeof p99, &r->acq, 99);
+	cell_us(h50, sizeof h50, &r->handoff, 50);
+	cell_us(h99, sizeof h99, &r->handoff, 99);
+	cell_us(w99, sizeof w99, cont ? &r->acq : &r->handoff, 99);
+	if (r->has_raw) {
+		snprintf(raw, sizeof raw, "%.0f", r->raw_ops_per_s);
+		if (r->raw_ops_per_s > 0)
+			snprintf(ratio, sizeof ratio, "%.2f", r->ops_per_s / r->raw_ops_per_s);
+	}
+	if (r->rtt_p50_us >= 0)
+		snprintf(rtt, sizeof rtt, "%.0f", r->rtt_p50_us);
+	if (r->server_calls_per_acq >= 0)
+		snprintf(calls, sizeof calls, "%.2f", r->server_calls_per_acq);
+	if (cont) {
+		snprintf(reacq, sizeof reacq, "%.1f", r->reacquire_pct);
+		snprintf(spread, sizeof spread, "%.0f", r->share_spread_pct);
+		snprintf(ovl, sizeof ovl, "%llu", (unsigned long long)r->overlaps);
+	}
+	fprintf(out, "%-8s %-11s %3dx%-2d %3d %9.0f %9s %5s %7s %7s %5s %8s %8s %8s %6s %6s %5s %4s\n", r->backend,
+	       bench_scenario_name(r->sc), r->clients, r->threads, r->processes, r->ops_per_s, raw, ratio, p50, p99,
+	       rtt, h50, h99, cont ? w99 : "-", reacq, spread, calls, ovl);
+}
+
+static void fault_row(FILE *out, const struct bench_result *r)
+{
+	char faults[256] = "";
+	size_t o = 0;
+	for (int i = 0; i < r->nfaults && o < sizeof faults; i++)
+		o += (size_t)snprintf(faults + o, sizeof faults - o, "%s%s %lldms/%llu", i ? ", " : "",
+		                      r->faults[i].what, (long long)r->faults[i].unavailable_ms,
+		                      (unsigned long long)r->faults[i].overlaps);
+	fprintf(out, "%-8s %8llu %8llu %8llu %8llu %8llu %10lld  %s\n", r->backend, (unsigned long long)r->ops,
+	       (unsigned long long)r->overlaps, (unsigned long long)r->stale_rejected,
+	       (unsigned long long)r->lost_reported, (unsigned long long)r->lost_updates, (long long)r->unavailable_ms,
+	       faults);
+}
+
+void bench_print_table(FILE *out, const struct bench_result *r, int n)
+{
+	int perf = 0, faults = 0;
+	for (int i = 0; i < n; i++) {
+		if (r[i].failed)
+			continue;
+		if (r[i].sc != BENCH_FAULTS) {
+			if (!perf++)
+				fprintf(out, "%-8s %-11s %6s %3s %9s %9s %5s %7s %7s %5s %8s %8s %8s %6s %6s %5s %4s\n", "backend",
+				       "scenario", "c x t", "prc", "ops/s", "raw ops/s", "ratio", "p50 us", "p99 us", "rtt",
+				       "hand p50", "hand p99", "wait p99", "reacq%", "spread", "calls", "ovl");
+			perf_row(out, &r[i]);
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		if (r[i].failed || r[i].sc != BENCH_FAULTS)
+			continue;
+		if (!faults++)
+			fprintf(out, "\n%-8s %8s %8s %8s %8s %8s %10s  %s\n", "faults", "acquired", "overlaps", "stale", "lost",
+			       "lostupd", "unavail ms", "per fault: unavailable ms / overlaps");
+		fault_row(out, &r[i]);
+	}
+	for (int i = 0; i < n; i++)
+		if (r[i].failed)
+			fprintf(out, "%s %s %s: %s\n", r[i].failed == 2 ? "skipped" : "FAILED", r[i].uri,
+			       bench_scenario_name(r[i].sc), r[i].error);
+	fflush(out);
+}
