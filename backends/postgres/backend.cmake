@@ -1,0 +1,18 @@
+# PostgreSQL backend (postgres://, postgresql://): built when libpq is found.
+pkg_check_modules(LIBPQ IMPORTED_TARGET libpq)
+if(LIBPQ_FOUND)
+  list(APPEND DLOCK_DRIVERS postgres postgresql)
+  list(APPEND DLOCK_BACKEND_SOURCES
+    backends/postgres/pg.c
+    backends/postgres/pg_conn.c
+    backends/postgres/pg_exec.c
+    backends/postgres/pg_pool.c
+    backends/postgres/pg_setup.c
+    backends/postgres/pg_advisory.c
+    backends/postgres/pg_row.c
+    backends/postgres/pg_hash.c)
+  list(APPEND DLOCK_BACKEND_LIBS PkgConfig::LIBPQ)
+  list(APPEND DLOCK_BACKEND_TESTS test_postgres)
+else()
+  message(STATUS "libpq not found: postgres:// left out")
+endif()

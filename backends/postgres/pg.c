@@ -1,0 +1,227 @@
+/*
+ * postgres:// and postgresql:// — locks held by a PostgreSQL server.
+ *
+ *   postgres://[user[:password]@]host[:port][,host[:port]...]/dbname[?params]
+ *
+ * Parameters: dlock's common ones (ttl, wait, renew, prefix, open_timeout,
+ * io_timeout), `mode=advisory` (default: session advisory locks,
+ * pg_advisory.c) or `mode=row` (row locks in a lock table, pg_row.c),
+ * `table=NAME` (row mode's table, default dlock_locks: letters, digits and
+ * '_', not starting with a digit, at most 63 bytes), and every libpq
+ * connection keyword except the five the URI itself carries (host, port,
+ * user, password, dbname) — see pg_conn.c.
+ *
+ * Both schemes are the same driver.  How connections, leases and names
+ * work is in pg_internal.h and the files it lists.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pg_internal.h"
+
+/* ------------------------------------------------------------ open */
+
+static dlock_status read_mode(const dlock_uri *uri, struct dlock_pg_backend *b, const char **table,
+                              dlock_error *err)
+{
+	const char *mode = dlock_uri_get(uri, "mode");
+	*table = dlock_uri_get(uri, "table");
+	if (!mode || strcmp(mode, "advisory") == 0)
+		b->mode = &dlock_pg_advisory_mode;
+	else if (strcmp(mode, "row") == 0)
+		b->mode = &dlock_pg_row_mode;
+	else
+		return dlock_error_set(err, DLOCK_EURI, "bad value for 'mode' in %s: expected advisory or row",
+		                       uri->masked);
+	if (*table && b->mode != &dlock_pg_row_mode)
+		return dlock_error_set(err, DLOCK_EURI, "'table' needs mode=row in %s", uri->masked);
+	if (!*table)
+		*table = b->mode == &dlock_pg_row_mode ? DLOCK_PG_TABLE_DEFAULT : NULL;
+	return DLOCK_OK;
+}
+
+static int identifier_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 63 || (s[0] >= '0' && s[0] <= '9'))
+		return 0;
+	return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") == n;
+}
+
+static void pg_close(void *backend)
+{
+	struct dlock_pg_backend *b = backend;
+	if (!b)
+		return;
+	dlock_pg_pool_destroy(&b->pool);
+	dlock_pg_params_free(&b->params);
+	PQfreemem(b->table);
+	free(b->sql_row_insert);
+	free(b->sql_row_try);
+	free(b->sql_row_wait);
+	free(b);
+}
+
+/* The first connection: proves the URI, quotes the table, sets up. */
+/*
+ * Advisory locks belong to a server session, so advisory mode needs its
+ * connection to be one.  A pooler in between (PgBouncer) answers the
+ * startup with its own backend key, so the PID libpq was told differs from
+ * the server's pg_backend_pid(); behind transaction pooling, a lock would
+ * be taken on one server session and released on another.  Refuse, rather
+ * than hand out locks that exclude nobody.
+ */
+static dlock_status direct_session(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
+{
+	struct dlock_pg_stmt s = { .sql = "SELECT pg_backend_pid()" };
+	PGresult *res;
+	char sqlstate[6];
+	dlock_status st = dlock_pg_exec(b, c, &s, dlock_pg_io_deadline(b), &res, sqlstate, err);
+	if (st != DLOCK_OK)
+		return st;
+	long server_pid = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+	PQclear(res);
+	if (server_pid == (long)PQbackendPID(c->pg))
+		return DLOCK_OK;
+	return dlock_error_set(err, DLOCK_ENOTSUP,
+	                       "postgres: a connection pooler sits between dlock and the server (%s): advisory locks "
+	                       "need a server session of their own; use mode=row, which works behind transaction "
+	                       "pooling, or connect to the server directly",
+	                       b->masked);
+}
+
+static dlock_status first_connection(struct dlock_pg_backend *b, const char *table, dlock_error *err)
+{
+	struct dlock_pg_conn *c = NULL;
+	int reused = 0;
+	dlock_status st = dlock_pg_pool_take(b, &reused, &c, err);
+	if (st != DLOCK_OK)
+		return st;
+	if (table) {
+		b->table = PQescapeIdentifier(c->pg, table, strlen(table));
+		st = b->table ? dlock_pg_row_prepare(b, err) : dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
+	}
+	pthread_mutex_lock(&c->mu);
+	if (st == DLOCK_OK && b->mode == &dlock_pg_advisory_mode)
+		st = direct_session(b, c, err);
+	pthread_mutex_unlock(&c->mu);
+	if (st == DLOCK_OK)
+		st = dlock_pg_setup(b, c, table, err);
+	pthread_mutex_lock(&c->mu);
+	if (st != DLOCK_OK || c->dead)
+		dlock_pg_pool_broken(b, c, "");
+	pthread_mutex_unlock(&c->mu);
+	dlock_pg_pool_put(b, c);
+	return st;
+}
+
+static dlock_status pg_open(const dlock_uri *uri, dlock_host *host, void **out, dlock_error *err)
+{
+	const char *table = NULL;
+	struct dlock_pg_backend *b = calloc(1, sizeof *b);
+	if (!b)
+		return dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
+	*b = (struct dlock_pg_backend){ .host = host, .masked = uri->masked, .prefix = uri->prefix,
+		                        .open_timeout_ms = uri->connect_timeout_ms,
+		                        .io_timeout_ms = uri->io_timeout_ms };
+	dlock_pg_pool_init(&b->pool);
+	dlock_status st = read_mode(uri, b, &table, err);
+	if (st == DLOCK_OK && table && !identifier_ok(table))
+		st = dlock_error_set(err, DLOCK_EURI,
+		                     "bad 'table' in %s: letters, digits and '_' (not first), at most 63", uri->masked);
+	if (st == DLOCK_OK)
+		st = dlock_pg_params_build(uri, &b->params, err);
+	if (st == DLOCK_OK)
+		st = first_connection(b, table, err);
+	if (st != DLOCK_OK)
+		goto fail;
+	*out = b;
+	return DLOCK_OK;
+fail:
+	pg_close(b);
+	return st;
+}
+
+static void pg_capabilities(void *backend, dlock_capabilities *caps)
+{
+	(void)backend;
+	*caps = (dlock_capabilities){
+		.backend = "postgres",
+		.consistency = DLOCK_CONSISTENCY_CP,
+		.fencing = DLOCK_FENCING_STRICT,
+		.fencing_note = "",
+		.fair = 1,
+		.lease = DLOCK_LEASE_SESSION,
+		.wakeup = DLOCK_WAKEUP_SERVER_QUEUE,
+		.scope = DLOCK_SCOPE_NETWORK,
+	};
+}
+
+/* ------------------------------------------------------------ locks */
+
+static dlock_status pg_lock_init(void *backend, void *lkp, const char *name, size_t len, dlock_error *err)
+{
+	struct dlock_pg_backend *b = backend;
+	struct dlock_pg_lock *lk = lkp;
+	size_t n;
+	char *ns = dlock_pg_namespaced(b->prefix, name, len, &n);
+	if (!ns)
+		return dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
+	lk->key = dlock_pg_key(ns, n);
+	if (b->mode == &dlock_pg_row_mode) {
+		lk->row_name = ns;
+		lk->row_len = n;
+	} else {
+		free(ns);
+	}
+	return DLOCK_OK;
+}
+
+static void pg_lock_fini(void *backend, void *lkp)
+{
+	struct dlock_pg_lock *lk = lkp;
+	(void)backend;
+	free(lk->row_name);
+	lk->row_name = NULL;
+}
+
+static dlock_status pg_acquire(void *backend, void *lk, int64_t lease_ms, dlock_wait *w, dlock_acquired *out,
+                               dlock_error *err)
+{
+	return ((struct dlock_pg_backend *)backend)->mode->acquire(backend, lk, lease_ms, w, out, err);
+}
+
+static dlock_status pg_release(void *backend, void *lk, dlock_error *err)
+{
+	return ((struct dlock_pg_backend *)backend)->mode->release(backend, lk, err);
+}
+
+static dlock_status pg_extend(void *backend, void *lk, int64_t lease_ms, dlock_error *err)
+{
+	return ((struct dlock_pg_backend *)backend)->mode->extend(backend, lk, lease_ms, err);
+}
+
+static dlock_status pg_check(void *backend, void *lk, dlock_error *err)
+{
+	return ((struct dlock_pg_backend *)backend)->mode->check(backend, lk, err);
+}
+
+#define PG_DRIVER(SCHEME)                                     \
+	{                                                     \
+		.abi_version = DLOCK_DRIVER_ABI_VERSION,      \
+		.scheme = SCHEME,                             \
+		.lock_size = sizeof(struct dlock_pg_lock),    \
+		.open = pg_open,                              \
+		.close = pg_close,                            \
+		.capabilities = pg_capabilities,              \
+		.knows_param = dlock_pg_knows_param,          \
+		.lock_init = pg_lock_init,                    \
+		.lock_fini = pg_lock_fini,                    \
+		.acquire = pg_acquire,                        \
+		.release = pg_release,                        \
+		.extend = pg_extend,                          \
+		.check = pg_check,                            \
+	}
+
+const dlock_driver dlock_postgres_driver = PG_DRIVER("postgres");
+const dlock_driver dlock_postgresql_driver = PG_DRIVER("postgresql");

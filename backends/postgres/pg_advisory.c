@@ -1,0 +1,251 @@
+/*
+ * mode=advisory (the default): session-level advisory locks on the 64-bit
+ * key of pg_hash.c.  Each acquisition is one statement whose CASE
+ * evaluates its steps in order (PostgreSQL documents that CASE evaluates
+ * only what it needs, in order):
+ *
+ *   try once:  pg_try_advisory_lock(key), then the session's lease
+ *              (idle_session_timeout), then the fencing token
+ *              nextval('dlock_fence') — taken while the lock is held.
+ *   waiting:   lock_timeout for this statement only (set_config(..., true)
+ *              lasts until the end of the statement's implicit
+ *              transaction), pg_advisory_lock(key) — the server queues the
+ *              waiter, no polling — then lock_timeout back to 0 so that
+ *              nextval never times out, the lease, the token.  The wait
+ *              forever has lock_timeout 0 and is cancelled with PQcancel.
+ *
+ * Release is pg_advisory_unlock(key) (false: not held) together with the
+ * session's new idle timeout; the heartbeat sets the idle timeout again.
+ *
+ * A session advisory lock survives the failure of the statement (and the
+ * ROLLBACK of a transaction) that took it.  So when an acquisition fails
+ * after it may have locked — any error but "lock not available" — the key
+ * is unlocked again, or the connection closed, which ends the session.
+ * Applications never share dlock's connections, so no user ROLLBACK can
+ * touch these locks either.
+ *
+ * PgBouncer: session locks need one server session per client connection,
+ * so advisory mode needs session pooling (or none); behind transaction
+ * pooling use mode=row.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "pg_internal.h"
+
+#define SEQ "'" DLOCK_PG_SEQUENCE "'"
+/* Microseconds this statement took on the server (see acquired_at). */
+#define ELAPSED ", (extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000000)::int8"
+
+static const char sql_try[] = "SELECT CASE WHEN NOT pg_try_advisory_lock($1::int8) THEN NULL "
+                              "WHEN set_config('idle_session_timeout', $2, false) IS NULL THEN NULL "
+                              "ELSE nextval(" SEQ ") END" ELAPSED;
+static const char sql_wait[] = "SELECT CASE WHEN set_config('lock_timeout', $3, true) IS NULL THEN NULL "
+                               "WHEN pg_advisory_lock($1::int8) IS NULL THEN NULL "
+                               "WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL "
+                               "WHEN set_config('idle_session_timeout', $2, false) IS NULL THEN NULL "
+                               "ELSE nextval(" SEQ ") END" ELAPSED;
+static const char sql_unlock[] = "SELECT pg_advisory_unlock($1::int8), "
+                                 "set_config('idle_session_timeout', $2, false)";
+static const char sql_undo[] = "SELECT pg_advisory_unlock($1::int8)";
+static const char sql_beat[] = "SELECT set_config('idle_session_timeout', $1, false)";
+static const char sql_check[] = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                                "AND pid = pg_backend_pid() AND granted AND objsubid = 1 "
+                                "AND classid = (($1::int8 >> 32) & 4294967295)::oid "
+                                "AND objid = ($1::int8 & 4294967295)::oid";
+
+/*
+ * When the server's idle timer for the new lock started, on our clock, at
+ * the latest: the statement was sent at `sent`, and spent `elapsed_us` on
+ * the server (its own clock) before the lock, the lease and the token were
+ * in place.  Never later than when the answer arrived.
+ */
+static int64_t acquired_at(int64_t sent, const PGresult *res)
+{
+	int64_t now = dlock_monotonic_ns();
+	const char *v = PQgetisnull(res, 0, 1) ? "0" : PQgetvalue(res, 0, 1);
+	long long us = 0;
+	sscanf(v, "%lld", &us);
+	int64_t at = sent + (us > 0 ? us * 1000 : 0);
+	return at < now ? at : now;
+}
+
+/* Unlock after a failed attempt that may have locked; else drop the session. */
+static void undo(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *key)
+{
+	struct dlock_pg_stmt s = { .sql = sql_undo, .n = 1, .values = { key }, .lengths = { -1 } };
+	dlock_error ignored;
+	char sqlstate[6];
+	if (c->dead || c->nlocks == 0 || dlock_pg_run(b, c, &s, sqlstate, &ignored) != DLOCK_OK)
+		c->dead = 1;
+}
+
+/* The result of one attempt on `c` (c->mu held). */
+static dlock_status settle_attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
+                                   dlock_status st, PGresult *res, int64_t sent, dlock_acquired *out,
+                                   const char *key, dlock_error *err)
+{
+	int isnull = 1;
+	if (st == DLOCK_OK) {
+		int64_t token = dlock_pg_int_value(res, &isnull);
+		if (isnull)
+			return dlock_error_set(err, DLOCK_EBUSY, "held by another session");
+		*out = (dlock_acquired){ .token = (uint64_t)token, .sent_ns = acquired_at(sent, res) };
+		dlock_pg_pool_hold(b, c, lk);
+		return DLOCK_OK;
+	}
+	if (st != DLOCK_EBUSY && !c->dead)
+		undo(b, c, key);
+	if (c->dead)
+		dlock_pg_pool_broken(b, c, err->msg);
+	return st;
+}
+
+/* One try (w NULL) or wait on `c`. */
+static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
+                            dlock_wait *w, dlock_acquired *out, dlock_error *err)
+{
+	char key[24], lease[24], wait[24], sqlstate[6];
+	snprintf(key, sizeof key, "%lld", (long long)lk->key);
+	pthread_mutex_lock(&c->mu);
+	dlock_pg_ms_text(dlock_pg_conn_lease(c, lk->lease_ms), lease);
+	struct dlock_pg_stmt s = { .sql = sql_try, .n = 2, .values = { key, lease }, .lengths = { -1, -1 } };
+	int64_t deadline = dlock_pg_io_deadline(b);
+	if (w) {
+		int64_t left = dlock_wait_remaining_ms(w);
+		dlock_pg_ms_text(left < 0 ? 0 : left, wait);
+		s = (struct dlock_pg_stmt){ .sql = sql_wait, .n = 3, .values = { key, lease, wait },
+			                    .lengths = { -1, -1, -1 } };
+		deadline = dlock_pg_wait_deadline(b, w);
+		dlock_pg_interrupt_arm(c, w);
+	}
+	PGresult *res = NULL;
+	int64_t sent = dlock_monotonic_ns();
+	dlock_status st = dlock_pg_exec(b, c, &s, deadline, &res, sqlstate, err);
+	if (w && dlock_pg_interrupt_disarm(c, w)) {
+		c->dead = 1; /* a cancel request may still be on its way: never reuse */
+		st = dlock_error_set(err, DLOCK_ECANCELED, "acquire cancelled");
+	}
+	st = settle_attempt(b, c, lk, st, res, sent, out, key, err);
+	PQclear(res);
+	pthread_mutex_unlock(&c->mu);
+	return st;
+}
+
+/* On a connection of its own: an idle one, or a new one when that is dead. */
+static dlock_status own_attempt(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, dlock_wait *w,
+                                dlock_acquired *out, dlock_error *err)
+{
+	for (int reused = 1;; reused = 0) {
+		struct dlock_pg_conn *c;
+		dlock_status st = dlock_pg_pool_take(b, &reused, &c, err);
+		if (st != DLOCK_OK)
+			return st;
+		st = attempt(b, c, lk, w, out, err);
+		dlock_pg_pool_put(b, c);
+		if (st != DLOCK_ECONNECT || !reused)
+			return st;
+	}
+}
+
+static dlock_status adv_acquire(void *backend, void *lkp, int64_t lease_ms, dlock_wait *w, dlock_acquired *out,
+                                dlock_error *err)
+{
+	struct dlock_pg_backend *b = backend;
+	struct dlock_pg_lock *lk = lkp;
+	int waits = !dlock_wait_try_once(w) && dlock_wait_remaining_ms(w) != 0;
+	dlock_status st = dlock_pg_lease_ok(lease_ms, err);
+	if (st != DLOCK_OK)
+		return st;
+	lk->lease_ms = lease_ms;
+	struct dlock_pg_conn *c = dlock_pg_pool_share(b, lease_ms);
+	if (c) {
+		st = attempt(b, c, lk, NULL, out, err);
+		dlock_pg_pool_put(b, c);
+		if (st == DLOCK_OK || (st == DLOCK_EBUSY && !waits))
+			return st;
+		if (st != DLOCK_EBUSY && st != DLOCK_ECONNECT)
+			return st;
+	}
+	return own_attempt(b, lk, waits ? w : NULL, out, err);
+}
+
+/* The lock's connection died: every lock on it is lost. */
+static dlock_status conn_gone(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
+{
+	dlock_pg_pool_broken(b, c, err->msg);
+	return DLOCK_ENOTHELD;
+}
+
+static dlock_status adv_release(void *backend, void *lkp, dlock_error *err)
+{
+	struct dlock_pg_backend *b = backend;
+	struct dlock_pg_lock *lk = lkp;
+	struct dlock_pg_conn *c = lk->conn;
+	char key[24], lease[24], sqlstate[6];
+	PGresult *res = NULL;
+	snprintf(key, sizeof key, "%lld", (long long)lk->key);
+	pthread_mutex_lock(&c->mu);
+	dlock_pg_pool_unhold(b, lk);
+	dlock_pg_ms_text(dlock_pg_conn_lease(c, 0), lease);
+	struct dlock_pg_stmt s = { .sql = sql_unlock, .n = 2, .values = { key, lease }, .lengths = { -1, -1 } };
+	dlock_status st = dlock_pg_exec(b, c, &s, dlock_pg_io_deadline(b), &res, sqlstate, err);
+	if (st == DLOCK_OK && strcmp(PQgetvalue(res, 0, 0), "t") != 0)
+		st = dlock_error_set(err, DLOCK_ENOTHELD, "the server says this session does not hold the lock");
+	else if (c->dead)
+		st = conn_gone(b, c, err);
+	else if (st != DLOCK_OK)
+		dlock_pg_pool_broken(b, c, err->msg); /* unsure whether it is unlocked: end the session */
+	PQclear(res);
+	pthread_mutex_unlock(&c->mu);
+	dlock_pg_pool_put(b, c);
+	return st;
+}
+
+static dlock_status adv_extend(void *backend, void *lkp, int64_t lease_ms, dlock_error *err)
+{
+	struct dlock_pg_backend *b = backend;
+	struct dlock_pg_lock *lk = lkp;
+	struct dlock_pg_conn *c = lk->conn;
+	char lease[24], sqlstate[6];
+	if (dlock_pg_lease_ok(lease_ms, err) != DLOCK_OK)
+		return DLOCK_EINVAL;
+	pthread_mutex_lock(&c->mu);
+	lk->lease_ms = lease_ms;
+	dlock_pg_ms_text(dlock_pg_conn_lease(c, 0), lease);
+	struct dlock_pg_stmt s = { .sql = sql_beat, .n = 1, .values = { lease }, .lengths = { -1 } };
+	dlock_status st = dlock_pg_run(b, c, &s, sqlstate, err);
+	if (c->dead)
+		st = conn_gone(b, c, err);
+	pthread_mutex_unlock(&c->mu);
+	return st;
+}
+
+static dlock_status adv_check(void *backend, void *lkp, dlock_error *err)
+{
+	struct dlock_pg_backend *b = backend;
+	struct dlock_pg_lock *lk = lkp;
+	struct dlock_pg_conn *c = lk->conn;
+	char key[24], sqlstate[6];
+	PGresult *res = NULL;
+	int isnull;
+	snprintf(key, sizeof key, "%lld", (long long)lk->key);
+	pthread_mutex_lock(&c->mu);
+	struct dlock_pg_stmt s = { .sql = sql_check, .n = 1, .values = { key }, .lengths = { -1 } };
+	dlock_status st = dlock_pg_exec(b, c, &s, dlock_pg_io_deadline(b), &res, sqlstate, err);
+	if (st == DLOCK_OK && dlock_pg_int_value(res, &isnull) != 1)
+		st = dlock_error_set(err, DLOCK_ENOTHELD, "the server shows no such lock for this session");
+	else if (c->dead)
+		st = conn_gone(b, c, err);
+	PQclear(res);
+	pthread_mutex_unlock(&c->mu);
+	return st;
+}
+
+const struct dlock_pg_mode dlock_pg_advisory_mode = {
+	.name = "advisory",
+	.acquire = adv_acquire,
+	.release = adv_release,
+	.extend = adv_extend,
+	.check = adv_check,
+};

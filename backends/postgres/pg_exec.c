@@ -1,0 +1,222 @@
+/*
+ * One statement on one connection, with a deadline and cancellation.
+ *
+ * Statements go out with PQsendQueryParams (unnamed statements, every
+ * value a parameter: nothing from a name or a URI is ever pasted into
+ * SQL) and the result is awaited with poll(), so that io_timeout bounds
+ * every statement that should answer at once.
+ *
+ * A waiting statement (pg_advisory_lock, SELECT ... FOR UPDATE) is
+ * cancelled through the core's interrupt hook: the hook only sets a flag
+ * and writes to the connection's eventfd; the waiting thread then sends
+ * the server a cancel request (PQcancel) and keeps sending one every
+ * CANCEL_REPEAT_MS until the statement ends, because a request that
+ * arrives before the statement starts is ignored by the server.  A
+ * cancelled connection is never reused (pg_advisory.c, pg_row.c).
+ */
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pg_internal.h"
+
+#define CANCEL_REPEAT_MS 100
+#define NS_PER_MS 1000000LL
+
+dlock_status dlock_pg_sqlstate_status(const char *s)
+{
+	if (strcmp(s, "28P01") == 0 || strcmp(s, "28000") == 0)
+		return DLOCK_EAUTH;
+	if (strcmp(s, "3D000") == 0)
+		return DLOCK_ENOTFOUND;
+	if (strcmp(s, "42501") == 0)
+		return DLOCK_EPERM;
+	if (strcmp(s, "55P03") == 0)
+		return DLOCK_EBUSY; /* lock_not_available: NOWAIT or lock_timeout */
+	if (strcmp(s, "57014") == 0)
+		return DLOCK_ECANCELED; /* query_canceled */
+	if (strncmp(s, "08", 2) == 0 || strcmp(s, "57P01") == 0 || strcmp(s, "57P02") == 0 ||
+	    strcmp(s, "57P03") == 0 || strcmp(s, "53300") == 0)
+		return DLOCK_ECONNECT;
+	return DLOCK_ESERVER;
+}
+
+int64_t dlock_pg_io_deadline(const struct dlock_pg_backend *b)
+{
+	return dlock_monotonic_ns() + b->io_timeout_ms * NS_PER_MS;
+}
+
+int64_t dlock_pg_wait_deadline(const struct dlock_pg_backend *b, const dlock_wait *w)
+{
+	int64_t d = dlock_wait_deadline_ns(w), slack = b->io_timeout_ms * NS_PER_MS;
+	return d > INT64_MAX - slack ? INT64_MAX : d + slack;
+}
+
+dlock_status dlock_pg_lease_ok(int64_t lease_ms, dlock_error *err)
+{
+	if (lease_ms <= INT_MAX)
+		return DLOCK_OK;
+	return dlock_error_set(err, DLOCK_EINVAL,
+	                       "a lease of more than %d ms does not fit PostgreSQL's session timeouts", INT_MAX);
+}
+
+void dlock_pg_ms_text(int64_t ms, char out[24])
+{
+	if (ms > INT_MAX)
+		ms = INT_MAX;
+	if (ms < 0)
+		ms = 1;
+	snprintf(out, 24, "%lld", (long long)ms);
+}
+
+int64_t dlock_pg_int_value(const PGresult *res, int *isnull)
+{
+	*isnull = PQntuples(res) < 1 || PQnfields(res) < 1 || PQgetisnull(res, 0, 0);
+	return *isnull ? 0 : strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+}
+
+/* ------------------------------------------------------------ cancel */
+
+static void interrupt_hook(void *arg)
+{
+	struct dlock_pg_conn *c = arg;
+	uint64_t one = 1;
+	atomic_store(&c->interrupted, 1);
+	if (write(c->wake_fd, &one, sizeof one) < 0) {
+		/* The counter is full: a wake-up is pending anyway. */
+	}
+}
+
+void dlock_pg_interrupt_arm(struct dlock_pg_conn *c, dlock_wait *w)
+{
+	uint64_t drain;
+	while (read(c->wake_fd, &drain, sizeof drain) > 0)
+		;
+	atomic_store(&c->interrupted, 0);
+	dlock_wait_set_interrupt(w, interrupt_hook, c);
+}
+
+int dlock_pg_interrupt_disarm(struct dlock_pg_conn *c, dlock_wait *w)
+{
+	dlock_wait_set_interrupt(w, NULL, NULL);
+	return atomic_load(&c->interrupted);
+}
+
+static void send_cancel(struct dlock_pg_conn *c)
+{
+	char errbuf[256];
+	if (c->cancel)
+		PQcancel(c->cancel, errbuf, sizeof errbuf);
+}
+
+/* ------------------------------------------------------------ results */
+
+static dlock_status lost(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
+{
+	const char *msg = PQerrorMessage(c->pg);
+	size_t n = strcspn(msg, "\n");
+	c->dead = 1;
+	return dlock_error_set(err, DLOCK_ECONNECT, "%s: connection lost: %.*s", b->masked, (int)n,
+	                       n ? msg : "no detail");
+}
+
+/* Wait until libpq has the whole result, or the deadline. */
+static dlock_status await_result(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, int64_t deadline_ns,
+                                 dlock_error *err)
+{
+	int64_t next_cancel = 0;
+	for (;;) {
+		if (!PQconsumeInput(c->pg))
+			return lost(b, c, err);
+		if (!PQisBusy(c->pg))
+			return DLOCK_OK;
+		int64_t now = dlock_monotonic_ns(), until = deadline_ns;
+		if (now >= deadline_ns) {
+			c->dead = 1;
+			return dlock_error_set(err, DLOCK_ECONNECT, "%s: no answer from the server within %lld ms",
+			                       b->masked, (long long)b->io_timeout_ms);
+		}
+		if (atomic_load(&c->interrupted)) {
+			if (now >= next_cancel) {
+				send_cancel(c);
+				next_cancel = now + CANCEL_REPEAT_MS * NS_PER_MS;
+			}
+			until = next_cancel < until ? next_cancel : until;
+		}
+		int64_t left_ms = (until - now) / NS_PER_MS + 1;
+		int ms = until == INT64_MAX ? -1 : left_ms > 60000 ? 60000 : (int)left_ms;
+		struct pollfd pfd[2] = { { .fd = PQsocket(c->pg), .events = POLLIN },
+		                         { .fd = c->wake_fd, .events = POLLIN } };
+		poll(pfd, 2, ms);
+		uint64_t drain;
+		if (pfd[1].revents & POLLIN)
+			while (read(c->wake_fd, &drain, sizeof drain) > 0)
+				;
+	}
+}
+
+/* Collect the statement's result: the error if any, else the last one. */
+static PGresult *collect(PGconn *pg)
+{
+	PGresult *keep = NULL, *r;
+	while ((r = PQgetResult(pg)) != NULL) {
+		if (keep && PQresultStatus(keep) == PGRES_FATAL_ERROR) {
+			PQclear(r);
+			continue;
+		}
+		PQclear(keep);
+		keep = r;
+	}
+	return keep;
+}
+
+static dlock_status server_error(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, PGresult *res,
+                                 char sqlstate[6], dlock_error *err)
+{
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	const char *primary = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+	snprintf(sqlstate, 6, "%s", state ? state : "");
+	if (PQstatus(c->pg) == CONNECTION_BAD)
+		c->dead = 1;
+	dlock_status st = c->dead ? DLOCK_ECONNECT : state ? dlock_pg_sqlstate_status(state) : DLOCK_ESERVER;
+	if (!primary) {
+		const char *msg = PQerrorMessage(c->pg);
+		return dlock_error_set(err, st, "%s: %.*s", b->masked, (int)strcspn(msg, "\n"), msg);
+	}
+	return dlock_error_set(err, st, "%s: server: %s (SQLSTATE %s)", b->masked, primary, sqlstate);
+}
+
+dlock_status dlock_pg_exec(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_stmt *s,
+                           int64_t deadline_ns, PGresult **res, char sqlstate[6], dlock_error *err)
+{
+	*res = NULL;
+	sqlstate[0] = '\0';
+	if (c->dead)
+		return dlock_error_set(err, DLOCK_ECONNECT, "%s: connection lost earlier", b->masked);
+	if (!PQsendQueryParams(c->pg, s->sql, s->n, NULL, s->values, s->lengths, s->formats, 0))
+		return lost(b, c, err);
+	dlock_status st = await_result(b, c, deadline_ns, err);
+	if (st != DLOCK_OK)
+		return st;
+	PGresult *r = collect(c->pg);
+	ExecStatusType rs = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+	if (rs == PGRES_TUPLES_OK || rs == PGRES_COMMAND_OK) {
+		*res = r;
+		return DLOCK_OK;
+	}
+	st = server_error(b, c, r, sqlstate, err);
+	PQclear(r);
+	return st;
+}
+
+dlock_status dlock_pg_run(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_stmt *s,
+                          char sqlstate[6], dlock_error *err)
+{
+	PGresult *res;
+	dlock_status st = dlock_pg_exec(b, c, s, dlock_pg_io_deadline(b), &res, sqlstate, err);
+	PQclear(res);
+	return st;
+}

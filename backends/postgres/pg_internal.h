@@ -1,0 +1,223 @@
+/*
+ * postgres:// and postgresql:// — shared declarations of the PostgreSQL
+ * backend (libpq).  One job per file:
+ *
+ *   pg.c           the driver objects and their methods
+ *   pg_conn.c      URI -> libpq keywords, connecting, connection errors
+ *   pg_exec.c      one statement with a deadline and cancellation
+ *   pg_pool.c      the client's connections: idle, shared, pinned
+ *   pg_setup.c     the fencing sequence and the lock table
+ *   pg_advisory.c  mode=advisory (default): session advisory locks
+ *   pg_row.c       mode=row: SELECT ... FOR UPDATE in an open transaction
+ *   pg_hash.c      the 64-bit advisory key of a name
+ *
+ * Connections and locks.  A lock belongs to the connection (the server
+ * session) that took it, so the client keeps a small pool:
+ *
+ *   - A connection that holds a lock is pinned: it stays with its locks
+ *     until the last of them is released, and only statements about those
+ *     locks run on it (release, heartbeat, check), one at a time.
+ *   - In advisory mode a pinned connection also takes further try-once
+ *     locks of the same lease, so a client holding many locks needs few
+ *     connections.  An acquire that may wait runs on a connection of its
+ *     own (an idle one, or a new one), because a waiting statement blocks
+ *     its connection; once it gets the lock that connection is pinned too.
+ *     Before it waits, a waiting acquire tries once on a pinned connection
+ *     (a free lock then costs no extra connection).
+ *   - In row mode every held lock is an open transaction, and a
+ *     transaction cannot give back one row lock and keep the others: each
+ *     held lock has its connection to itself.
+ *   - A connection that holds nothing goes back to the idle list (a few
+ *     are kept, the rest closed).
+ *   - The core never asks for a name this client already holds or is
+ *     acquiring, so no session ever takes the same advisory key twice and
+ *     PostgreSQL's per-session reentrancy never comes into play.
+ *
+ * Lease.  The server enforces it: a holding session gets
+ * idle_session_timeout (advisory) or idle_in_transaction_session_timeout
+ * (row) equal to the longest lease of its locks, and the core's renewal
+ * (extend) sends a heartbeat statement on that connection at a third of
+ * the lease, which resets the server's idle timer.  A session that stops
+ * talking is ended by the server and its locks freed.  Any connection
+ * failure makes every lock of that connection lost (dlock_report_lost).
+ *
+ * Locking inside the backend: pool->mu guards the lists and the fields
+ * marked below; conn->mu serialises the statements of one connection.
+ * Order: conn->mu before pool->mu; nothing else is taken under pool->mu
+ * except the core's own lock inside dlock_report_lost().
+ */
+#ifndef DLOCK_PG_INTERNAL_H
+#define DLOCK_PG_INTERNAL_H
+
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlock/sys/driver.h"
+
+#define DLOCK_PG_SEQUENCE "dlock_fence"
+#define DLOCK_PG_TABLE_DEFAULT "dlock_locks"
+#define DLOCK_PG_IDLE_MAX 4
+
+struct dlock_pg_lock;
+
+/* One libpq connection of a client. */
+struct dlock_pg_conn {
+	PGconn *pg;
+	PGcancel *cancel;
+	int wake_fd;               /* eventfd: a cancelled wait wakes the statement's poll */
+	atomic_int interrupted;    /* the acquire waiting on this connection was cancelled */
+	pthread_mutex_t mu;        /* one statement at a time */
+	int dead;                  /* (mu) libpq lost the connection or a statement timed out */
+
+	/* Guarded by pool->mu (the lock list: by both mutexes to change it). */
+	struct dlock_pg_conn *next; /* in the idle or shared list */
+	int listed;                 /* which list: see pg_pool.c */
+	unsigned users;             /* threads using it besides its locks */
+	int broken;                 /* its locks were reported lost; never reused */
+	struct dlock_pg_lock *locks;
+	unsigned nlocks;
+	int64_t lease_ms;           /* the lease its idle timeout was set for */
+};
+
+/* Per-lock state (the driver's lock_size bytes). */
+struct dlock_pg_lock {
+	struct dlock_pg_conn *conn;       /* while held */
+	struct dlock_pg_lock *next_on_conn;
+	int64_t lease_ms;                 /* of the current acquisition */
+	int64_t key;                      /* advisory key */
+	char *row_name;                   /* row mode: prefix ":" name (bytes) */
+	size_t row_len;
+	int row_exists;                   /* row mode: the row was seen */
+};
+
+struct dlock_pg_pool {
+	pthread_mutex_t mu;
+	struct dlock_pg_conn *idle;   /* holding nothing */
+	struct dlock_pg_conn *shared; /* advisory: pinned, open to more try-once locks */
+	size_t nidle;
+};
+
+/* libpq keyword/value arrays for PQconnectStartParams (NULL-terminated). */
+struct dlock_pg_params {
+	const char **keys;
+	const char **values;
+	size_t n;
+	char *text; /* storage for the values built here */
+};
+
+struct dlock_pg_backend;
+
+/* What differs between the modes. */
+struct dlock_pg_mode {
+	const char *name;
+	dlock_driver_acquire_fn *acquire;
+	dlock_driver_release_fn *release;
+	dlock_driver_extend_fn *extend;
+	dlock_driver_check_fn *check;
+};
+
+struct dlock_pg_backend {
+	dlock_host *host;
+	const struct dlock_pg_mode *mode;
+	const char *masked;        /* the URI, password masked (the core's string) */
+	const char *prefix;
+	int64_t open_timeout_ms;   /* for one whole connection attempt over every host */
+	int64_t io_timeout_ms;
+	struct dlock_pg_params params;
+	char *table;               /* row mode: quoted identifier */
+	char *sql_row_insert, *sql_row_try, *sql_row_wait;
+	struct dlock_pg_pool pool;
+};
+
+/* pg_hash.c */
+/** prefix ":" name, malloc'd (NUL-terminated, length in *outlen); NULL when out of memory. */
+char *dlock_pg_namespaced(const char *prefix, const char *name, size_t len, size_t *outlen);
+/** The advisory key of a namespaced name: first 8 bytes of its SHA-256, big-endian. */
+int64_t dlock_pg_key(const char *namespaced, size_t len);
+
+/* pg_conn.c */
+int dlock_pg_knows_param(const char *key);
+/** Build the libpq keywords of `uri`; DLOCK_EURI for a bad value. */
+dlock_status dlock_pg_params_build(const dlock_uri *uri, struct dlock_pg_params *p, dlock_error *err);
+void dlock_pg_params_free(struct dlock_pg_params *p);
+/** Connect within open_timeout; maps the failure (EAUTH, ENOTFOUND, ECONNECT ...). */
+dlock_status dlock_pg_connect(const struct dlock_pg_backend *b, PGconn **out, dlock_error *err);
+
+/* pg_exec.c */
+/** A statement: text, then up to 4 parameters (binary when len >= 0, text when -1). */
+struct dlock_pg_stmt {
+	const char *sql;
+	int n;
+	const char *values[4];
+	int lengths[4];
+	int formats[4];
+};
+/**
+ * Run `s` on `c` (c->mu held) and wait for its result until `deadline_ns`
+ * (INT64_MAX: no limit), sending the server a cancel request while
+ * c->interrupted is set.  DLOCK_OK with *res (tuples or command ok; the
+ * caller clears it); DLOCK_ESERVER (or the status of its SQLSTATE) with
+ * `sqlstate` filled; DLOCK_ECONNECT with c->dead set when the connection is
+ * gone or the deadline passed.
+ */
+dlock_status dlock_pg_exec(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_stmt *s,
+                           int64_t deadline_ns, PGresult **res, char sqlstate[6], dlock_error *err);
+/** Same with the deadline io_timeout from now, the result dropped. */
+dlock_status dlock_pg_run(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_stmt *s,
+                          char sqlstate[6], dlock_error *err);
+/** The status of a SQLSTATE (28P01 -> EAUTH, 3D000 -> ENOTFOUND, 55P03 -> EBUSY ...). */
+dlock_status dlock_pg_sqlstate_status(const char *sqlstate);
+/** Deadline io_timeout from now. */
+int64_t dlock_pg_io_deadline(const struct dlock_pg_backend *b);
+/** Deadline of a waiting statement: the wait's, plus io_timeout (INT64_MAX stays). */
+int64_t dlock_pg_wait_deadline(const struct dlock_pg_backend *b, const dlock_wait *w);
+/** DLOCK_EINVAL for a lease the server's timeouts cannot hold (over INT_MAX ms). */
+dlock_status dlock_pg_lease_ok(int64_t lease_ms, dlock_error *err);
+/** Arm cancellation of the statement about to wait on `c` (see dlock_wait_set_interrupt). */
+void dlock_pg_interrupt_arm(struct dlock_pg_conn *c, dlock_wait *w);
+/** Disarm it; returns 1 if the acquire was cancelled meanwhile. */
+int dlock_pg_interrupt_disarm(struct dlock_pg_conn *c, dlock_wait *w);
+/** Milliseconds as a decimal string for a GUC (clamped to 1..INT_MAX, 0 stays 0). */
+void dlock_pg_ms_text(int64_t ms, char out[24]);
+/** The first integer column of the first row (0 if NULL); *isnull set. */
+int64_t dlock_pg_int_value(const PGresult *res, int *isnull);
+
+/* pg_pool.c */
+void dlock_pg_pool_init(struct dlock_pg_pool *p);
+void dlock_pg_pool_destroy(struct dlock_pg_pool *p);
+/** Make a connection (not pooled yet: use dlock_pg_pool_put). */
+dlock_status dlock_pg_conn_open(const struct dlock_pg_backend *b, struct dlock_pg_conn **out, dlock_error *err);
+/**
+ * An idle connection that seems alive (only when *reused is 1 on entry),
+ * or a new one; the caller is its user.  *reused says which it got.
+ */
+dlock_status dlock_pg_pool_take(struct dlock_pg_backend *b, int *reused, struct dlock_pg_conn **out,
+                                dlock_error *err);
+/** A pinned connection to share, preferring one set for `lease_ms`; NULL if none. */
+struct dlock_pg_conn *dlock_pg_pool_share(struct dlock_pg_backend *b, int64_t lease_ms);
+/** Stop using `c`: it goes where it belongs (idle, shared, kept by its locks, or closed). */
+void dlock_pg_pool_put(struct dlock_pg_backend *b, struct dlock_pg_conn *c);
+/** `lk` is now held on `c` (c->mu held). */
+void dlock_pg_pool_hold(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk);
+/** `lk` no longer held (c->mu held); the caller becomes a user of its connection. */
+void dlock_pg_pool_unhold(struct dlock_pg_backend *b, struct dlock_pg_lock *lk);
+/** The connection is unusable: report every lock on it lost, never reuse it. */
+void dlock_pg_pool_broken(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *detail);
+/** The longest lease of the locks on `c`, at least `with_ms` (c->mu held). */
+int64_t dlock_pg_conn_lease(struct dlock_pg_conn *c, int64_t with_ms);
+
+/* pg_setup.c */
+/** Make sure the fencing sequence (and the lock table) exist, on `c`. */
+dlock_status dlock_pg_setup(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *table_raw,
+                            dlock_error *err);
+
+/* pg_advisory.c, pg_row.c */
+extern const struct dlock_pg_mode dlock_pg_advisory_mode;
+extern const struct dlock_pg_mode dlock_pg_row_mode;
+/** Build the row-mode statements for the quoted table b->table. */
+dlock_status dlock_pg_row_prepare(struct dlock_pg_backend *b, dlock_error *err);
+
+#endif

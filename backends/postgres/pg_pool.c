@@ -1,0 +1,240 @@
+/*
+ * The client's connections (the rule is in pg_internal.h).  A connection
+ * is in exactly one place:
+ *
+ *   LIST_IDLE    holds nothing, nobody uses it; kept up to DLOCK_PG_IDLE_MAX
+ *   LIST_SHARED  advisory mode: holds locks, open to more try-once locks
+ *   LIST_NONE    in use by an acquire, or pinned by its locks in row mode,
+ *                or broken and waiting for its last lock to be released
+ *
+ * pool_settle() decides the place after every change, under pool->mu; a
+ * connection is closed once nothing refers to it (no lock, no user) and it
+ * is broken or the idle list is full.  Whoever finds a connection dead
+ * (c->dead, set by pg_exec.c under c->mu) calls dlock_pg_pool_broken()
+ * before letting go of c->mu, so the pool itself only reads `broken`.
+ */
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "pg_internal.h"
+
+enum { LIST_NONE = 0, LIST_IDLE = 1, LIST_SHARED = 2 };
+
+static void conn_close(struct dlock_pg_conn *c)
+{
+	if (!c)
+		return;
+	PQfreeCancel(c->cancel);
+	PQfinish(c->pg);
+	if (c->wake_fd >= 0)
+		close(c->wake_fd);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
+dlock_status dlock_pg_conn_open(const struct dlock_pg_backend *b, struct dlock_pg_conn **out, dlock_error *err)
+{
+	*out = NULL;
+	struct dlock_pg_conn *c = calloc(1, sizeof *c);
+	if (!c)
+		return dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
+	c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	pthread_mutex_init(&c->mu, NULL);
+	dlock_status st = DLOCK_EIO;
+	if (c->wake_fd < 0) {
+		dlock_error_set(err, st, "eventfd: out of descriptors");
+		goto fail;
+	}
+	st = dlock_pg_connect(b, &c->pg, err);
+	if (st != DLOCK_OK)
+		goto fail;
+	c->cancel = PQgetCancel(c->pg);
+	*out = c;
+	return DLOCK_OK;
+fail:
+	conn_close(c);
+	return st;
+}
+
+void dlock_pg_pool_init(struct dlock_pg_pool *p)
+{
+	*p = (struct dlock_pg_pool){ .nidle = 0 };
+	pthread_mutex_init(&p->mu, NULL);
+}
+
+void dlock_pg_pool_destroy(struct dlock_pg_pool *p)
+{
+	for (struct dlock_pg_conn *c = p->idle, *next; c; c = next) {
+		next = c->next;
+		conn_close(c);
+	}
+	for (struct dlock_pg_conn *c = p->shared, *next; c; c = next) {
+		next = c->next;
+		conn_close(c);
+	}
+	pthread_mutex_destroy(&p->mu);
+}
+
+/* ------------------------------------------------------------ lists */
+
+static struct dlock_pg_conn **list_of(struct dlock_pg_pool *p, int which)
+{
+	return which == LIST_IDLE ? &p->idle : &p->shared;
+}
+
+static void unlist(struct dlock_pg_pool *p, struct dlock_pg_conn *c)
+{
+	if (c->listed == LIST_NONE)
+		return;
+	struct dlock_pg_conn **pp = list_of(p, c->listed);
+	while (*pp != c)
+		pp = &(*pp)->next;
+	*pp = c->next;
+	if (c->listed == LIST_IDLE)
+		p->nidle--;
+	c->listed = LIST_NONE;
+	c->next = NULL;
+}
+
+static void enlist(struct dlock_pg_pool *p, struct dlock_pg_conn *c, int which)
+{
+	c->next = *list_of(p, which);
+	*list_of(p, which) = c;
+	c->listed = which;
+	if (which == LIST_IDLE)
+		p->nidle++;
+}
+
+/* Put `c` where it belongs; returns it if it must be closed (outside mu). */
+static struct dlock_pg_conn *pool_settle(struct dlock_pg_backend *b, struct dlock_pg_conn *c)
+{
+	struct dlock_pg_pool *p = &b->pool;
+	unlist(p, c);
+	if (c->nlocks == 0 && c->users == 0) {
+		if (c->broken || p->nidle >= DLOCK_PG_IDLE_MAX)
+			return c;
+		enlist(p, c, LIST_IDLE);
+	} else if (c->nlocks > 0 && c->users == 0 && !c->broken && b->mode == &dlock_pg_advisory_mode) {
+		enlist(p, c, LIST_SHARED);
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------ use */
+
+/* An idle connection the server has closed is readable (an error message
+ * and EOF); anything else unread is consumed by libpq. */
+static int conn_seems_alive(struct dlock_pg_conn *c)
+{
+	struct pollfd pfd = { .fd = PQsocket(c->pg), .events = POLLIN };
+	if (pfd.fd < 0)
+		return 0;
+	if (poll(&pfd, 1, 0) == 0)
+		return 1;
+	return PQconsumeInput(c->pg) && PQstatus(c->pg) == CONNECTION_OK && !PQisBusy(c->pg);
+}
+
+dlock_status dlock_pg_pool_take(struct dlock_pg_backend *b, int *reused, struct dlock_pg_conn **out,
+                                dlock_error *err)
+{
+	struct dlock_pg_pool *p = &b->pool;
+	int fresh = !*reused;
+	*reused = 0;
+	for (;;) {
+		pthread_mutex_lock(&p->mu);
+		struct dlock_pg_conn *c = fresh ? NULL : p->idle;
+		if (c) {
+			unlist(p, c);
+			c->users = 1;
+		}
+		pthread_mutex_unlock(&p->mu);
+		if (!c)
+			break;
+		if (conn_seems_alive(c)) {
+			*out = c;
+			*reused = 1;
+			return DLOCK_OK;
+		}
+		c->users = 0;
+		conn_close(c); /* unlisted and unused: ours alone */
+	}
+	dlock_status st = dlock_pg_conn_open(b, out, err);
+	if (st == DLOCK_OK)
+		(*out)->users = 1;
+	return st;
+}
+
+struct dlock_pg_conn *dlock_pg_pool_share(struct dlock_pg_backend *b, int64_t lease_ms)
+{
+	struct dlock_pg_pool *p = &b->pool;
+	pthread_mutex_lock(&p->mu);
+	struct dlock_pg_conn *c = p->shared;
+	while (c && c->lease_ms != lease_ms)
+		c = c->next;
+	if (c)
+		c->users++; /* stays listed: others may share it too */
+	pthread_mutex_unlock(&p->mu);
+	return c;
+}
+
+void dlock_pg_pool_put(struct dlock_pg_backend *b, struct dlock_pg_conn *c)
+{
+	pthread_mutex_lock(&b->pool.mu);
+	c->users--;
+	struct dlock_pg_conn *doomed = pool_settle(b, c);
+	pthread_mutex_unlock(&b->pool.mu);
+	conn_close(doomed);
+}
+
+void dlock_pg_pool_hold(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk)
+{
+	pthread_mutex_lock(&b->pool.mu);
+	lk->conn = c;
+	lk->next_on_conn = c->locks;
+	c->locks = lk;
+	c->nlocks++;
+	if (lk->lease_ms > c->lease_ms || c->nlocks == 1)
+		c->lease_ms = lk->lease_ms;
+	pthread_mutex_unlock(&b->pool.mu);
+}
+
+void dlock_pg_pool_unhold(struct dlock_pg_backend *b, struct dlock_pg_lock *lk)
+{
+	struct dlock_pg_conn *c = lk->conn;
+	pthread_mutex_lock(&b->pool.mu);
+	struct dlock_pg_lock **pp = &c->locks;
+	while (*pp && *pp != lk)
+		pp = &(*pp)->next_on_conn;
+	if (*pp) {
+		*pp = lk->next_on_conn;
+		c->nlocks--;
+	}
+	lk->next_on_conn = NULL;
+	lk->conn = NULL;
+	c->lease_ms = dlock_pg_conn_lease(c, 0);
+	c->users++;
+	unlist(&b->pool, c); /* settled again by the caller's put */
+	pthread_mutex_unlock(&b->pool.mu);
+}
+
+int64_t dlock_pg_conn_lease(struct dlock_pg_conn *c, int64_t with_ms)
+{
+	int64_t max = with_ms;
+	for (struct dlock_pg_lock *lk = c->locks; lk; lk = lk->next_on_conn)
+		if (lk->lease_ms > max)
+			max = lk->lease_ms;
+	return max;
+}
+
+void dlock_pg_pool_broken(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *detail)
+{
+	pthread_mutex_lock(&b->pool.mu);
+	c->broken = 1;
+	c->dead = 1;
+	for (struct dlock_pg_lock *lk = c->locks; lk; lk = lk->next_on_conn)
+		dlock_report_lost(b->host, lk, DLOCK_LOST_SESSION, detail);
+	unlist(&b->pool, c);
+	pthread_mutex_unlock(&b->pool.mu);
+}

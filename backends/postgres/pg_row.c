@@ -1,0 +1,246 @@
+/*
+ * mode=row: a row of the lock table (pg_setup.c), locked with SELECT ...
+ * FOR UPDATE in a transaction that stays open while the lock is held.
+ *
+ * Acquire, on a connection of its own (pg_internal.h says why):
+ *   1. INSERT ... ON CONFLICT DO NOTHING of the name, in autocommit — inside
+ *      the transaction it would wait on another holder's uncommitted
+ *      insert, which NOWAIT does not cover.  Skipped once this handle has
+ *      seen the row (rows are never deleted by dlock; if one disappears the
+ *      lock statement says so and the insert runs again).
+ *   2. BEGIN, then one statement whose CASE runs in order: lock_timeout for
+ *      a bounded wait (transaction-local), the row lock (FOR UPDATE NOWAIT
+ *      for try-once: SQLSTATE 55P03 is busy; FOR UPDATE under lock_timeout
+ *      otherwise), lock_timeout back to 0, the lease
+ *      (idle_in_transaction_session_timeout, transaction-local) and the
+ *      fencing token nextval('dlock_fence').
+ * Release: COMMIT.  Heartbeat: the idle-in-transaction timeout set again.
+ *
+ * No session state outlives a transaction and every statement is unnamed,
+ * so this mode works behind PgBouncer in transaction pooling: the open
+ * transaction keeps the server connection for as long as the lock is held.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pg_internal.h"
+
+#define ELAPSED ", (extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000000)::int8"
+#define TAIL                                                                                     \
+	"WHEN set_config('idle_in_transaction_session_timeout', $2, true) IS NULL THEN NULL "   \
+	"ELSE nextval('" DLOCK_PG_SEQUENCE "') END" ELAPSED
+
+static const char sql_beat[] = "SELECT set_config('idle_in_transaction_session_timeout', $1, true)";
+
+dlock_status dlock_pg_row_prepare(struct dlock_pg_backend *b, dlock_error *err)
+{
+	const char *t = b->table;
+	if (asprintf(&b->sql_row_insert, "INSERT INTO %s (name) VALUES ($1) ON CONFLICT DO NOTHING", t) < 0)
+		b->sql_row_insert = NULL;
+	if (asprintf(&b->sql_row_try,
+	             "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM %s WHERE name = $1 FOR UPDATE NOWAIT) THEN -1 " TAIL,
+	             t) < 0)
+		b->sql_row_try = NULL;
+	if (asprintf(&b->sql_row_wait,
+	             "SELECT CASE WHEN set_config('lock_timeout', $3, true) IS NULL THEN NULL "
+	             "WHEN NOT EXISTS (SELECT 1 FROM %s WHERE name = $1 FOR UPDATE) THEN -1 "
+	             "WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL " TAIL,
+	             t) < 0)
+		b->sql_row_wait = NULL;
+	if (!b->sql_row_insert || !b->sql_row_try || !b->sql_row_wait)
+		return dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
+	return DLOCK_OK;
+}
+
+static dlock_status simple(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *sql, dlock_error *err)
+{
+	struct dlock_pg_stmt s = { .sql = sql };
+	char sqlstate[6];
+	return dlock_pg_run(b, c, &s, sqlstate, err);
+}
+
+/* End a failed transaction; a connection that cannot is not reused. */
+static void rollback(struct dlock_pg_backend *b, struct dlock_pg_conn *c)
+{
+	dlock_error ignored;
+	if (!c->dead && simple(b, c, "ROLLBACK", &ignored) != DLOCK_OK)
+		c->dead = 1;
+}
+
+static dlock_status insert_row(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
+                               dlock_error *err)
+{
+	struct dlock_pg_stmt s = { .sql = b->sql_row_insert, .n = 1, .values = { lk->row_name },
+		                   .lengths = { (int)lk->row_len }, .formats = { 1 } };
+	char sqlstate[6];
+	dlock_status st = dlock_pg_run(b, c, &s, sqlstate, err);
+	lk->row_exists = st == DLOCK_OK;
+	return st;
+}
+
+/* See pg_advisory.c: when the server's idle timer started, at the latest. */
+static int64_t acquired_at(int64_t sent, const PGresult *res)
+{
+	int64_t now = dlock_monotonic_ns();
+	long long us = 0;
+	if (!PQgetisnull(res, 0, 1))
+		sscanf(PQgetvalue(res, 0, 1), "%lld", &us);
+	int64_t at = sent + (us > 0 ? us * 1000 : 0);
+	return at < now ? at : now;
+}
+
+/* BEGIN and the lock statement; *token -1 when the row is missing. */
+static dlock_status lock_row(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
+                             dlock_wait *w, int64_t *token, int64_t *at, dlock_error *err)
+{
+	char lease[24], wait[24], sqlstate[6];
+	dlock_status st = simple(b, c, "BEGIN", err);
+	if (st != DLOCK_OK)
+		return st;
+	dlock_pg_ms_text(lk->lease_ms, lease);
+	struct dlock_pg_stmt s = { .sql = b->sql_row_try, .n = 2, .values = { lk->row_name, lease },
+		                   .lengths = { (int)lk->row_len, -1 }, .formats = { 1, 0 } };
+	int64_t deadline = dlock_pg_io_deadline(b);
+	if (w) {
+		int64_t left = dlock_wait_remaining_ms(w);
+		dlock_pg_ms_text(left < 0 ? 0 : left, wait);
+		s.sql = b->sql_row_wait;
+		s.n = 3;
+		s.values[2] = wait;
+		s.lengths[2] = -1;
+		deadline = dlock_pg_wait_deadline(b, w);
+		dlock_pg_interrupt_arm(c, w);
+	}
+	PGresult *res = NULL;
+	int isnull = 0;
+	int64_t sent = dlock_monotonic_ns();
+	st = dlock_pg_exec(b, c, &s, deadline, &res, sqlstate, err);
+	if (w && dlock_pg_interrupt_disarm(c, w)) {
+		c->dead = 1; /* a cancel request may still be on its way: never reuse */
+		st = dlock_error_set(err, DLOCK_ECANCELED, "acquire cancelled");
+	}
+	if (st == DLOCK_OK) {
+		*token = dlock_pg_int_value(res, &isnull);
+		*at = acquired_at(sent, res);
+	}
+	PQclear(res);
+	if (st == DLOCK_OK && isnull)
+		st = dlock_error_set(err, DLOCK_ESERVER, "the lock statement returned no token");
+	if (st != DLOCK_OK || *token < 0)
+		rollback(b, c);
+	return st;
+}
+
+/* Insert if needed, lock; c->mu held. */
+static dlock_status row_attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
+                                dlock_wait *w, dlock_acquired *out, dlock_error *err)
+{
+	for (int pass = 0; pass < 2; pass++) {
+		dlock_status st = lk->row_exists ? DLOCK_OK : insert_row(b, c, lk, err);
+		int64_t token = -1, at = 0;
+		if (st == DLOCK_OK)
+			st = lock_row(b, c, lk, w, &token, &at, err);
+		if (st != DLOCK_OK)
+			return st;
+		if (token >= 0) {
+			*out = (dlock_acquired){ .token = (uint64_t)token, .sent_ns = at };
+			dlock_pg_pool_hold(b, c, lk);
+			return DLOCK_OK;
+		}
+		lk->row_exists = 0; /* deleted meanwhile: insert it again */
+	}
+	return dlock_error_set(err, DLOCK_ESERVER, "%s: the lock's row keeps disappearing", b->masked);
+}
+
+static dlock_status row_acquire(void *backend, void *lkp, int64_t lease_ms, dlock_wait *w, dlock_acquired *out,
+                                dlock_error *err)
+{
+	struct dlock_pg_backend *b = backend;
+	struct dlock_pg_lock *lk = lkp;
+	int waits = !dlock_wait_try_once(w) && dlock_wait_remaining_ms(w) != 0;
+	dlock_status st = dlock_pg_lease_ok(lease_ms, err);
+	if (st != DLOCK_OK)
+		return st;
+	lk->lease_ms = lease_ms;
+	/* An idle connection, or a new one when that is dead. */
+	for (int reused = 1;; reused = 0) {
+		struct dlock_pg_conn *c;
+		st = dlock_pg_pool_take(b, &reused, &c, err);
+		if (st != DLOCK_OK)
+			return st;
+		pthread_mutex_lock(&c->mu);
+		st = row_attempt(b, c, lk, waits ? w : NULL, out, err);
+		if (c->dead)
+			dlock_pg_pool_broken(b, c, err->msg);
+		pthread_mutex_unlock(&c->mu);
+		dlock_pg_pool_put(b, c);
+		if (st != DLOCK_ECONNECT || !reused)
+			return st;
+	}
+}
+
+static dlock_status row_release(void *backend, void *lkp, dlock_error *err)
+{
+	struct dlock_pg_backend *b = backend;
+	struct dlock_pg_lock *lk = lkp;
+	struct dlock_pg_conn *c = lk->conn;
+	char sqlstate[6];
+	PGresult *res = NULL;
+	pthread_mutex_lock(&c->mu);
+	dlock_pg_pool_unhold(b, lk);
+	int open = !c->dead && PQtransactionStatus(c->pg) == PQTRANS_INTRANS;
+	struct dlock_pg_stmt s = { .sql = open ? "COMMIT" : "ROLLBACK" };
+	dlock_status st = dlock_pg_exec(b, c, &s, dlock_pg_io_deadline(b), &res, sqlstate, err);
+	if (st == DLOCK_OK && (!open || strcmp(PQcmdStatus(res), "COMMIT") != 0))
+		st = dlock_error_set(err, DLOCK_ENOTHELD, "the lock's transaction had failed (rolled back)");
+	else if (c->dead)
+		st = DLOCK_ENOTHELD;
+	if (c->dead || (st != DLOCK_OK && st != DLOCK_ENOTHELD))
+		dlock_pg_pool_broken(b, c, err->msg);
+	PQclear(res);
+	pthread_mutex_unlock(&c->mu);
+	dlock_pg_pool_put(b, c);
+	return st;
+}
+
+/* Heartbeat; the transaction must still be open and sound. */
+static dlock_status row_beat(void *backend, void *lkp, dlock_error *err)
+{
+	struct dlock_pg_backend *b = backend;
+	struct dlock_pg_lock *lk = lkp;
+	struct dlock_pg_conn *c = lk->conn;
+	char lease[24], sqlstate[6];
+	pthread_mutex_lock(&c->mu);
+	dlock_pg_ms_text(lk->lease_ms, lease);
+	struct dlock_pg_stmt s = { .sql = sql_beat, .n = 1, .values = { lease }, .lengths = { -1 } };
+	dlock_status st = dlock_pg_run(b, c, &s, sqlstate, err);
+	if (c->dead) {
+		dlock_pg_pool_broken(b, c, err->msg);
+		st = DLOCK_ENOTHELD;
+	} else if (PQtransactionStatus(c->pg) != PQTRANS_INTRANS) {
+		st = dlock_error_set(err, DLOCK_ENOTHELD, "the lock's transaction is no longer open");
+	}
+	pthread_mutex_unlock(&c->mu);
+	return st;
+}
+
+static dlock_status row_extend(void *backend, void *lkp, int64_t lease_ms, dlock_error *err)
+{
+	struct dlock_pg_lock *lk = lkp;
+	struct dlock_pg_conn *c = lk->conn;
+	if (dlock_pg_lease_ok(lease_ms, err) != DLOCK_OK)
+		return DLOCK_EINVAL;
+	pthread_mutex_lock(&c->mu);
+	lk->lease_ms = lease_ms;
+	pthread_mutex_unlock(&c->mu);
+	return row_beat(backend, lkp, err);
+}
+
+const struct dlock_pg_mode dlock_pg_row_mode = {
+	.name = "row",
+	.acquire = row_acquire,
+	.release = row_release,
+	.extend = row_extend,
+	.check = row_beat,
+};

@@ -1,0 +1,866 @@
+/*
+ * PostgreSQL backend tests, against the server that ci/servers/postgres.sh
+ * starts.  Environment:
+ *
+ *   DLOCK_TEST_PG_URI       advisory mode; also a plain libpq URI, used for
+ *                           the test's own monitor connection
+ *   DLOCK_TEST_PG_ROW_URI   row mode
+ *   DLOCK_TEST_PG_PW_URI    a role with a password that may create nothing
+ *   DLOCK_TEST_PG_BOUNCER_URI  row mode through PgBouncer in transaction
+ *                           pooling (its suite is skipped without it)
+ *
+ * Without DLOCK_TEST_PG_URI the program says SKIPPED and exits 0 (1 when
+ * DLOCK_TEST_REQUIRE_ALL=1).  The mode-specific suites run once per mode.
+ */
+#include <fcntl.h>
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <netinet/in.h>
+
+#include "dlock/dlock.h"
+#include "testsupport.h"
+#include "../backends/postgres/pg_internal.h"
+
+#define LONG_WAIT_MS 30000
+#define AWAIT_MS 10000
+#define SLACK_MS 1000
+
+static const char *mode_uri; /* the URI of the suite running now */
+static int mode_is_row;
+static int via_bouncer;      /* mode_uri goes through PgBouncer (transaction pooling) */
+static unsigned name_counter;
+
+/* ------------------------------------------------------------ helpers */
+
+/* Assert a status; returns 1 when it is the one wanted. */
+static int expect(dlock_status got, dlock_status want)
+{
+	if (got != want)
+		printf("\n    got %s, expected %s", dlock_status_name(got), dlock_status_name(want));
+	CU_ASSERT(got == want);
+	return got == want;
+}
+
+static const char *env(const char *name)
+{
+	const char *v = getenv(name);
+	return v && *v ? v : NULL;
+}
+
+/* `base` with "key=value" appended as a query parameter. */
+static void uri_with(char *out, size_t outlen, const char *base, const char *param)
+{
+	snprintf(out, outlen, "%s%c%s", base, strchr(base, '?') ? '&' : '?', param);
+}
+
+static void unique_name(char *out, size_t outlen, const char *tag)
+{
+	snprintf(out, outlen, "pgtest-%ld-%ld-%u-%s", (long)getpid(), (long)time(NULL), ++name_counter, tag);
+}
+
+static dlock_client *open_uri(const char *uri)
+{
+	dlock_client *c = NULL;
+	char err[512] = "";
+	dlock_status st = dlock_client_open(&c, uri, NULL, err, sizeof err);
+	if (st != DLOCK_OK)
+		printf("\n    open: %s: %s", dlock_status_name(st), err);
+	CU_ASSERT_EQUAL(st, DLOCK_OK);
+	return c;
+}
+
+/* A client of the suite's mode whose connections carry application_name `app`. */
+static dlock_client *open_app(const char *app)
+{
+	char uri[1024], param[128];
+	snprintf(param, sizeof param, "application_name=%s", app);
+	uri_with(uri, sizeof uri, mode_uri, param);
+	return open_uri(uri);
+}
+
+static dlock_lock *new_lock(dlock_client *c, const char *name)
+{
+	dlock_lock *l = NULL;
+	if (c)
+		CU_ASSERT_EQUAL(dlock_lock_new(c, name, &l), DLOCK_OK);
+	return l;
+}
+
+static dlock_status acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dlock_lost_fn fn, void *ud)
+{
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = wait_ms;
+	o.lease_ms = lease_ms;
+	o.on_lost = fn;
+	o.lost_userdata = ud;
+	return dlock_acquire(l, &o);
+}
+
+static uint64_t token_of(dlock_lock *l)
+{
+	uint64_t t = 0;
+	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &t), DLOCK_OK);
+	return t;
+}
+
+/* Try once with a fresh handle; release at once if that worked. */
+static dlock_status probe(dlock_client *c, const char *name)
+{
+	dlock_lock *l = new_lock(c, name);
+	dlock_status st = l ? acquire(l, 0, 0, NULL, NULL) : DLOCK_EINVAL;
+	if (st == DLOCK_OK)
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_lock_free(l);
+	return st;
+}
+
+/* The test's own libpq connection (advisory URI: plain libpq). */
+static PGconn *monitor(void)
+{
+	PGconn *pg = PQconnectdb(env("DLOCK_TEST_PG_URI"));
+	if (PQstatus(pg) != CONNECTION_OK)
+		printf("\n    monitor: %s", PQerrorMessage(pg));
+	CU_ASSERT_EQUAL(PQstatus(pg), CONNECTION_OK);
+	return pg;
+}
+
+/* One value of a one-parameter query (text), as a number; -1 on error. */
+static long long sql_num(PGconn *pg, const char *sql, const char *param)
+{
+	const char *values[1] = { param };
+	PGresult *r = PQexecParams(pg, sql, param ? 1 : 0, NULL, values, NULL, NULL, 0);
+	long long v = -1;
+	if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+		v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+	else if (PQresultStatus(r) != PGRES_TUPLES_OK)
+		printf("\n    %s: %s", sql, PQresultErrorMessage(r));
+	PQclear(r);
+	return v;
+}
+
+static long long backends_of(PGconn *pg, const char *app)
+{
+	return sql_num(pg, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app);
+}
+
+/* ------------------------------------------------------------ lost callback */
+
+typedef struct lost_rec {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int calls;
+	dlock_lost_reason reason;
+} lost_rec;
+
+static void lost_init(lost_rec *r)
+{
+	memset(r, 0, sizeof *r);
+	pthread_mutexattr_t ma;
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+	pthread_mutex_init(&r->mu, &ma);
+	pthread_mutexattr_destroy(&ma);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
+	pthread_cond_init(&r->cv, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+static void lost_destroy(lost_rec *r)
+{
+	pthread_cond_destroy(&r->cv);
+	pthread_mutex_destroy(&r->mu);
+}
+
+static void on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *ud)
+{
+	lost_rec *r = ud;
+	(void)lock;
+	(void)detail;
+	pthread_mutex_lock(&r->mu);
+	r->calls++;
+	r->reason = reason;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+}
+
+static int lost_await(lost_rec *r, int64_t timeout_ms)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += (time_t)(timeout_ms / 1000);
+	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&r->mu);
+	while (r->calls == 0 && pthread_cond_timedwait(&r->cv, &r->mu, &until) == 0)
+		;
+	int calls = r->calls;
+	pthread_mutex_unlock(&r->mu);
+	return calls;
+}
+
+/* ------------------------------------------------------------ static: hash */
+
+static void test_golden_hash(void)
+{
+	static const struct {
+		const char *bytes;
+		size_t len;
+		int64_t key;
+	} v[] = {
+		{ "dlock:a", 7, INT64_C(8408475929734341367) },
+		{ "dlock:hello", 11, INT64_C(7777324794879810730) },
+		{ "dlock:\xff\xfe", 8, INT64_C(-6975968165028297448) },
+		{ "app:orders/42", 13, INT64_C(-8708382031313011388) },
+		{ "dlock:'; DROP TABLE dlock_locks; --", 35, INT64_C(4865344899640008409) },
+	};
+	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+		CU_ASSERT_EQUAL(dlock_pg_key(v[i].bytes, v[i].len), v[i].key);
+	char *name = malloc(DLOCK_NAME_MAX);
+	memset(name, 'n', DLOCK_NAME_MAX);
+	size_t n = 0;
+	char *ns = dlock_pg_namespaced("dlock", name, DLOCK_NAME_MAX, &n);
+	CU_ASSERT_EQUAL(n, 6 + DLOCK_NAME_MAX);
+	CU_ASSERT(ns && memcmp(ns, "dlock:nnn", 9) == 0);
+	CU_ASSERT_EQUAL(dlock_pg_key(ns, n), INT64_C(6967788139897486411));
+	free(ns);
+	free(name);
+}
+
+/* libpq's own keywords pass; the ones the URI carries and unknown ones do not. */
+static void test_knows_param(void)
+{
+	CU_ASSERT(dlock_pg_knows_param("mode"));
+	CU_ASSERT(dlock_pg_knows_param("table"));
+	CU_ASSERT(dlock_pg_knows_param("sslmode"));
+	CU_ASSERT(dlock_pg_knows_param("application_name"));
+	CU_ASSERT(dlock_pg_knows_param("options"));
+	CU_ASSERT(!dlock_pg_knows_param("host"));
+	CU_ASSERT(!dlock_pg_knows_param("password"));
+	CU_ASSERT(!dlock_pg_knows_param("dbname"));
+	CU_ASSERT(!dlock_pg_knows_param("bogus"));
+}
+
+/* ------------------------------------------------------------ connecting */
+
+static dlock_status open_status(const char *uri, char *err, size_t errlen, int64_t *ms)
+{
+	dlock_client *c = NULL;
+	int64_t t0 = dlock_test_now_ms();
+	dlock_status st = dlock_client_open(&c, uri, NULL, err, errlen);
+	*ms = dlock_test_now_ms() - t0;
+	dlock_client_close(c);
+	return st;
+}
+
+static void test_wrong_password(void)
+{
+	const char *pw_uri = env("DLOCK_TEST_PG_PW_URI");
+	if (!pw_uri) {
+		CU_PASS("no DLOCK_TEST_PG_PW_URI");
+		return;
+	}
+	/* postgres://dlock_pw:PASSWORD@host... -> a wrong password of the same length */
+	char uri[1024], err[512] = "";
+	snprintf(uri, sizeof uri, "%s", pw_uri);
+	char *colon = strchr(uri + strlen("postgres://"), ':'), *at = strchr(uri, '@');
+	CU_ASSERT_FATAL(colon && at && colon < at);
+	char right[128];
+	snprintf(right, sizeof right, "%.*s", (int)(at - colon - 1), colon + 1);
+	for (char *p = colon + 1; p < at; p++)
+		*p = 'W';
+	int64_t ms;
+	CU_ASSERT_EQUAL(open_status(uri, err, sizeof err, &ms), DLOCK_EAUTH);
+	printf("\n    wrong password: %lld ms: %s", (long long)ms, err);
+	CU_ASSERT(ms < 2000);
+	CU_ASSERT(strstr(err, "password authentication failed") != NULL);
+	CU_ASSERT(strstr(err, "WWWW") == NULL && strstr(err, right) == NULL);
+	/* No password at all: libpq cannot answer the server's request. */
+	char *nopw = strdup(pw_uri);
+	char *c2 = strchr(nopw + strlen("postgres://"), ':'), *a2 = strchr(nopw, '@');
+	memmove(c2, a2, strlen(a2) + 1);
+	CU_ASSERT_EQUAL(open_status(nopw, err, sizeof err, &ms), DLOCK_EAUTH);
+	free(nopw);
+}
+
+static void test_missing_database(void)
+{
+	char uri[1024], err[512] = "";
+	const char *base = env("DLOCK_TEST_PG_URI");
+	const char *slash = strrchr(base, '/');
+	snprintf(uri, sizeof uri, "%.*s/no_such_db_%ld", (int)(slash - base), base, (long)getpid());
+	int64_t ms;
+	CU_ASSERT_EQUAL(open_status(uri, err, sizeof err, &ms), DLOCK_ENOTFOUND);
+	printf("\n    missing database: %lld ms: %s", (long long)ms, err);
+	CU_ASSERT(strstr(err, "does not exist") != NULL);
+}
+
+/* A loopback port nothing listens on (bound, then closed). */
+static int closed_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof a;
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+		return 1;
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+static void test_refused(void)
+{
+	char uri[256], err[512] = "";
+	snprintf(uri, sizeof uri, "postgres://dlock:secret@127.0.0.1:%d/dlock_test", closed_port());
+	int64_t ms;
+	CU_ASSERT_EQUAL(open_status(uri, err, sizeof err, &ms), DLOCK_ECONNECT);
+	printf("\n    refused: %lld ms: %s", (long long)ms, err);
+	CU_ASSERT(ms < 2000);
+	CU_ASSERT(strstr(err, "secret") == NULL);
+	/* A host list: the first refuses, the second serves (failover). */
+	const char *base = env("DLOCK_TEST_PG_URI"), *host = strchr(base, '@') + 1;
+	snprintf(uri, sizeof uri, "postgres://dlock@127.0.0.1:%d,%s", closed_port(), host);
+	CU_ASSERT_EQUAL(open_status(uri, err, sizeof err, &ms), DLOCK_OK);
+}
+
+static void test_uri_params(void)
+{
+	const char *base = env("DLOCK_TEST_PG_URI");
+	static const struct {
+		const char *param;
+		dlock_status want;
+	} cases[] = {
+		{ "bogus=1", DLOCK_EURI },
+		{ "host=x", DLOCK_EURI },
+		{ "mode=lease", DLOCK_EURI },
+		{ "table=x", DLOCK_EURI }, /* table needs mode=row */
+		{ "mode=row&table=bad%20name", DLOCK_EURI },
+		{ "mode=row&table=1abc", DLOCK_EURI },
+		{ "mode=row&table=x%22%3B%20DROP", DLOCK_EURI },
+		{ "sslmode=disable&application_name=dlock-uri-test&connect_timeout=3", DLOCK_OK },
+		{ "options=-c%20search_path%3Dpublic", DLOCK_OK },
+		{ "mode=advisory&ttl=10s&prefix=other", DLOCK_OK },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char uri[1024], err[512] = "";
+		int64_t ms;
+		uri_with(uri, sizeof uri, base, cases[i].param);
+		dlock_status st = open_status(uri, err, sizeof err, &ms);
+		if (st != cases[i].want)
+			printf("\n    %s: %s (%s)", cases[i].param, dlock_status_name(st), err);
+		CU_ASSERT_EQUAL(st, cases[i].want);
+	}
+}
+
+/* A role that may create nothing: open says what SQL to run. */
+static void test_missing_privilege(void)
+{
+	const char *pw_uri = env("DLOCK_TEST_PG_PW_URI");
+	if (!pw_uri) {
+		CU_PASS("no DLOCK_TEST_PG_PW_URI");
+		return;
+	}
+	char uri[1024], param[128], err[512] = "";
+	int64_t ms;
+	snprintf(param, sizeof param, "mode=row&table=dlock_pw_t%ld", (long)getpid());
+	uri_with(uri, sizeof uri, pw_uri, param);
+	CU_ASSERT_EQUAL(open_status(uri, err, sizeof err, &ms), DLOCK_EPERM);
+	printf("\n    %s", err);
+	CU_ASSERT(strstr(err, "CREATE TABLE") != NULL);
+	/* The sequence exists (the owner made it) but this role may not use it. */
+	dlock_client_close(open_uri(env("DLOCK_TEST_PG_URI")));
+	CU_ASSERT_EQUAL(open_status(pw_uri, err, sizeof err, &ms), DLOCK_EPERM);
+	CU_ASSERT(strstr(err, "GRANT USAGE ON SEQUENCE") != NULL);
+}
+
+/* Every descriptor dlock opened is close-on-exec (libpq sets FD_CLOEXEC). */
+static void test_cloexec(void)
+{
+	char before[1024] = { 0 };
+	for (int fd = 0; fd < 1024; fd++)
+		before[fd] = fcntl(fd, F_GETFD) >= 0;
+	dlock_client *c = open_uri(env("DLOCK_TEST_PG_URI"));
+	char name[128];
+	unique_name(name, sizeof name, "cloexec");
+	dlock_lock *l = new_lock(c, name);
+	CU_ASSERT_EQUAL(acquire(l, 1000, 0, NULL, NULL), DLOCK_OK);
+	int fresh = 0;
+	for (int fd = 0; fd < 1024; fd++) {
+		int flags = fcntl(fd, F_GETFD);
+		if (flags < 0 || before[fd])
+			continue;
+		fresh++;
+		CU_ASSERT(flags & FD_CLOEXEC);
+	}
+	CU_ASSERT(fresh >= 2); /* a socket and an eventfd at least */
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_lock_free(l);
+	dlock_client_close(c);
+}
+
+/* ------------------------------------------------------------ per mode */
+
+/* pg_terminate_backend of the holder's session: lost, taken, not held, larger token. */
+static void test_terminate_backend(void)
+{
+	char name[128], app[64];
+	unique_name(name, sizeof name, "terminate");
+	snprintf(app, sizeof app, "dlock-term-%ld-%u", (long)getpid(), name_counter);
+	dlock_client *a = open_app(app), *b = open_uri(mode_uri);
+	dlock_lock *la = new_lock(a, name), *lb = new_lock(b, name);
+	PGconn *mon = monitor();
+	lost_rec r;
+	lost_init(&r);
+	if (la && lb && expect(acquire(la, 0, 1500, on_lost, &r), DLOCK_OK)) {
+		uint64_t t1 = token_of(la);
+		CU_ASSERT(sql_num(mon, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+		                       "WHERE application_name = $1", app) >= 1);
+		CU_ASSERT_EQUAL(lost_await(&r, AWAIT_MS), 1);
+		CU_ASSERT_EQUAL(r.reason, DLOCK_LOST_SESSION);
+		CU_ASSERT_EQUAL(acquire(lb, 5000, 0, NULL, NULL), DLOCK_OK);
+		CU_ASSERT(token_of(lb) > t1);
+		CU_ASSERT_EQUAL(dlock_release(la), DLOCK_ENOTHELD);
+		CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
+		/* The client itself recovers: new connections for new locks. */
+		CU_ASSERT_EQUAL(acquire(la, 1000, 0, NULL, NULL), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
+	}
+	PQfinish(mon);
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	dlock_client_close(a);
+	dlock_client_close(b);
+	lost_destroy(&r);
+}
+
+/* Shared with the stopped child. */
+typedef struct stop_shared {
+	lost_rec lost;
+	atomic_int holding;
+	uint64_t token;
+	dlock_status release_st;
+	int calls;
+	dlock_lost_reason reason;
+} stop_shared;
+
+#define STOP_LEASE_MS 1000
+
+static int stopped_child(const char *name, stop_shared *sh)
+{
+	dlock_client *c = NULL;
+	dlock_lock *l = NULL;
+	if (dlock_client_open(&c, mode_uri, NULL, NULL, 0) != DLOCK_OK || dlock_lock_new(c, name, &l) != DLOCK_OK ||
+	    acquire(l, 0, STOP_LEASE_MS, on_lost, &sh->lost) != DLOCK_OK)
+		return 1;
+	dlock_lock_fencing_token(l, &sh->token);
+	atomic_store(&sh->holding, 1);
+	/* The parent stops this process here, and resumes it much later. */
+	sh->calls = lost_await(&sh->lost, AWAIT_MS + 20000);
+	sh->reason = sh->lost.reason;
+	sh->release_st = dlock_release(l);
+	dlock_lock_free(l);
+	dlock_client_close(c);
+	return 0;
+}
+
+static int holding(void *arg)
+{
+	return atomic_load(&((stop_shared *)arg)->holding);
+}
+
+static void test_sigstop_holder(void)
+{
+	char name[128];
+	unique_name(name, sizeof name, "sigstop");
+	stop_shared *sh = dlock_test_shared_alloc(sizeof *sh);
+	lost_init(&sh->lost);
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(stopped_child(name, sh));
+	CU_ASSERT_FATAL(pid > 0);
+	dlock_client *c = NULL;
+	dlock_lock *l = NULL;
+	int held = dlock_test_await(holding, sh, AWAIT_MS);
+	CU_ASSERT(held);
+	if (held) {
+		kill(pid, SIGSTOP);
+		c = open_uri(mode_uri);
+		l = new_lock(c, name);
+		int64_t t0 = dlock_test_now_ms();
+		CU_ASSERT_EQUAL(acquire(l, STOP_LEASE_MS + AWAIT_MS, 0, NULL, NULL), DLOCK_OK);
+		int64_t ms = dlock_test_now_ms() - t0;
+		printf("\n    the server freed the stopped holder's lock after %lld ms (lease %d ms)", (long long)ms,
+		       STOP_LEASE_MS);
+		CU_ASSERT(ms >= STOP_LEASE_MS / 2);
+		CU_ASSERT(token_of(l) > sh->token);
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	}
+	kill(pid, SIGCONT);
+	int status = 0;
+	CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+	CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CU_ASSERT_EQUAL(sh->calls, 1);
+	CU_ASSERT(sh->reason == DLOCK_LOST_EXPIRED || sh->reason == DLOCK_LOST_SESSION);
+	CU_ASSERT_EQUAL(sh->release_st, DLOCK_ENOTHELD);
+	dlock_lock_free(l);
+	dlock_client_close(c);
+	lost_destroy(&sh->lost);
+	dlock_test_shared_free(sh, sizeof *sh);
+}
+
+/* A bounded wait ends within its bound; the same client then works normally. */
+static void test_bounded_wait_then_normal(void)
+{
+	enum { BOUND = 300 };
+	char name[128], other[128], app[64];
+	unique_name(name, sizeof name, "bounded");
+	unique_name(other, sizeof other, "bounded-other");
+	snprintf(app, sizeof app, "dlock-bounded-%ld", (long)getpid());
+	dlock_client *holder = open_uri(mode_uri), *c = open_app(app);
+	dlock_lock *h = new_lock(holder, name), *l = new_lock(c, name);
+	PGconn *mon = monitor();
+	if (h && l && expect(acquire(h, 0, 0, NULL, NULL), DLOCK_OK)) {
+		int64_t t0 = dlock_test_now_ms();
+		CU_ASSERT_EQUAL(acquire(l, BOUND, 0, NULL, NULL), DLOCK_ETIMEDOUT);
+		int64_t ms = dlock_test_now_ms() - t0;
+		printf("\n    a %d ms wait returned after %lld ms", BOUND, (long long)ms);
+		CU_ASSERT(ms >= BOUND - 20 && ms <= BOUND + SLACK_MS);
+		CU_ASSERT_EQUAL(probe(c, other), DLOCK_OK);
+		if (!via_bouncer) /* the timed-out connection was reused */
+			CU_ASSERT_EQUAL(backends_of(mon, app), 1);
+		CU_ASSERT_EQUAL(dlock_release(h), DLOCK_OK);
+		CU_ASSERT_EQUAL(acquire(l, 1000, 0, NULL, NULL), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	}
+	PQfinish(mon);
+	dlock_lock_free(h);
+	dlock_lock_free(l);
+	dlock_client_close(holder);
+	dlock_client_close(c);
+}
+
+/* Odd names are just names: quotes, semicolons, bytes that are not UTF-8. */
+static void test_odd_names(void)
+{
+	static const char *const names[] = {
+		"'; DROP TABLE dlock_locks; --", "\"); SELECT pg_sleep(10); --", "$1 $2 %s %n \\x00",
+		"\xff\xfe\x80 not utf-8", "a\x01\x02\x7f\xc3\x28", "E'\\\\'",
+	};
+	dlock_client *a = open_uri(mode_uri), *b = open_uri(mode_uri);
+	PGconn *mon = monitor();
+	char big[DLOCK_NAME_MAX + 1];
+	memset(big, '\xff', DLOCK_NAME_MAX);
+	big[DLOCK_NAME_MAX] = '\0';
+	for (size_t i = 0; a && b && i <= sizeof names / sizeof names[0]; i++) {
+		const char *name = i < sizeof names / sizeof names[0] ? names[i] : big;
+		dlock_lock *l = new_lock(a, name);
+		if (!l || !expect(acquire(l, 1000, 0, NULL, NULL), DLOCK_OK)) {
+			dlock_lock_free(l);
+			continue;
+		}
+		CU_ASSERT_EQUAL(probe(b, name), DLOCK_EBUSY);
+		size_t n;
+		char *ns = dlock_pg_namespaced("dlock", name, strlen(name), &n);
+		char key[32];
+		snprintf(key, sizeof key, "%lld", (long long)dlock_pg_key(ns, n));
+		if (mode_is_row) { /* the row holds exactly those bytes */
+			const char *values[1] = { ns };
+			int lengths[1] = { (int)n }, formats[1] = { 1 };
+			PGresult *r = PQexecParams(mon, "SELECT count(*) FROM dlock_locks WHERE name = $1", 1, NULL,
+			                           values, lengths, formats, 0);
+			CU_ASSERT(PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "1") == 0);
+			PQclear(r);
+		} else { /* the server shows the documented key as held */
+			CU_ASSERT_EQUAL(sql_num(mon, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+			                             "AND granted AND objsubid = 1 "
+			                             "AND classid = (($1::int8 >> 32) & 4294967295)::oid "
+			                             "AND objid = ($1::int8 & 4294967295)::oid", key),
+			                1);
+		}
+		free(ns);
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+		CU_ASSERT_EQUAL(probe(b, name), DLOCK_OK);
+		dlock_lock_free(l);
+	}
+	if (mode_is_row) /* and the table is still there */
+		CU_ASSERT_EQUAL(sql_num(mon, "SELECT count(*) FROM pg_class WHERE relname = 'dlock_locks'", NULL), 1);
+	PQfinish(mon);
+	dlock_client_close(a);
+	dlock_client_close(b);
+}
+
+/* How many connections a client needs for many held locks. */
+static void test_many_locks_connections(void)
+{
+	enum { N = 50 };
+	char app[64], names[N][128];
+	snprintf(app, sizeof app, "dlock-many-%ld-%d", (long)getpid(), mode_is_row);
+	dlock_client *c = open_app(app), *other = open_uri(mode_uri);
+	dlock_lock *locks[N] = { NULL };
+	PGconn *mon = monitor();
+	int ok = c && other;
+	for (int i = 0; ok && i < N; i++) {
+		unique_name(names[i], sizeof names[i], "many");
+		locks[i] = new_lock(c, names[i]);
+		ok = locks[i] && acquire(locks[i], 0, 0, NULL, NULL) == DLOCK_OK;
+	}
+	CU_ASSERT(ok);
+	long long n = backends_of(mon, app);
+	printf("\n    %d locks held on %lld connections", N, n);
+	CU_ASSERT(mode_is_row ? n >= N : n <= 2);
+	for (int i = 0; ok && i < N; i++)
+		CU_ASSERT_EQUAL(probe(other, names[i]), DLOCK_EBUSY);
+	for (int i = 0; i < N; i++) {
+		if (ok)
+			CU_ASSERT_EQUAL(dlock_release(locks[i]), DLOCK_OK);
+		dlock_lock_free(locks[i]);
+	}
+	for (int i = 0; ok && i < N; i += 5)
+		CU_ASSERT_EQUAL(probe(other, names[i]), DLOCK_OK);
+	PQfinish(mon);
+	dlock_client_close(c);
+	dlock_client_close(other);
+}
+
+/* ------------------------------------------------------------ contended */
+
+#define PROCS 4
+#define THREADS 4
+#define ITERS 25
+
+typedef struct contend_shared {
+	atomic_llong last_release_ns; /* CLOCK_MONOTONIC is system-wide */
+	atomic_llong handoff_sum_ns, handoff_max_ns, handoffs;
+	atomic_int errors, done;
+} contend_shared;
+
+typedef struct contend_arg {
+	dlock_client *client;
+	const char *name;
+	contend_shared *sh;
+	dlock_test_overlap *ov;
+} contend_arg;
+
+static long long mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void record_handoff(contend_shared *sh)
+{
+	long long last = atomic_load(&sh->last_release_ns);
+	if (!last)
+		return;
+	long long d = mono_ns() - last, max = atomic_load(&sh->handoff_max_ns);
+	atomic_fetch_add(&sh->handoff_sum_ns, d);
+	atomic_fetch_add(&sh->handoffs, 1);
+	while (d > max && !atomic_compare_exchange_weak(&sh->handoff_max_ns, &max, d))
+		;
+}
+
+static void *contend_thread(void *p)
+{
+	contend_arg *a = p;
+	dlock_lock *l = NULL;
+	if (dlock_lock_new(a->client, a->name, &l) != DLOCK_OK) {
+		atomic_fetch_add(&a->sh->errors, 1);
+		return NULL;
+	}
+	for (int i = 0; i < ITERS; i++) {
+		if (acquire(l, LONG_WAIT_MS, 0, NULL, NULL) != DLOCK_OK) {
+			atomic_fetch_add(&a->sh->errors, 1);
+			continue;
+		}
+		record_handoff(a->sh);
+		dlock_test_overlap_enter(a->ov);
+		dlock_test_overlap_leave(a->ov);
+		atomic_store(&a->sh->last_release_ns, mono_ns());
+		if (dlock_release(l) != DLOCK_OK)
+			atomic_fetch_add(&a->sh->errors, 1);
+		atomic_fetch_add(&a->sh->done, 1);
+	}
+	dlock_lock_free(l);
+	return NULL;
+}
+
+static int contend_child(const char *name, contend_shared *sh, dlock_test_overlap *ov)
+{
+	dlock_client *c = NULL;
+	if (dlock_client_open(&c, mode_uri, NULL, NULL, 0) != DLOCK_OK)
+		return 1;
+	pthread_t t[THREADS];
+	contend_arg a = { .client = c, .name = name, .sh = sh, .ov = ov };
+	for (int i = 0; i < THREADS; i++)
+		pthread_create(&t[i], NULL, contend_thread, &a);
+	for (int i = 0; i < THREADS; i++)
+		pthread_join(t[i], NULL);
+	return dlock_client_close(c) == DLOCK_OK ? 0 : 1;
+}
+
+static void test_contended(void)
+{
+	char name[128];
+	unique_name(name, sizeof name, "contended");
+	contend_shared *sh = dlock_test_shared_alloc(sizeof *sh);
+	dlock_test_overlap *ov = dlock_test_overlap_new();
+	pid_t pids[PROCS];
+	int64_t t0 = dlock_test_now_ms();
+	fflush(NULL);
+	for (int i = 0; i < PROCS; i++) {
+		pids[i] = fork();
+		if (pids[i] == 0)
+			_exit(contend_child(name, sh, ov));
+	}
+	for (int i = 0; i < PROCS; i++) {
+		int status = 0;
+		CU_ASSERT_EQUAL(waitpid(pids[i], &status, 0), pids[i]);
+		CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	int64_t ms = dlock_test_now_ms() - t0;
+	long long n = atomic_load(&sh->handoffs);
+	printf("\n    %d threads in %d processes, %d acquisitions in %lld ms; handoff avg %.0f us, max %.0f us",
+	       PROCS * THREADS, PROCS, atomic_load(&sh->done), (long long)ms,
+	       n ? (double)atomic_load(&sh->handoff_sum_ns) / (double)n / 1000.0 : 0.0,
+	       (double)atomic_load(&sh->handoff_max_ns) / 1000.0);
+	CU_ASSERT_EQUAL(atomic_load(&sh->errors), 0);
+	CU_ASSERT_EQUAL(atomic_load(&sh->done), PROCS * THREADS * ITERS);
+	CU_ASSERT_EQUAL(dlock_test_overlap_violations(ov), 0);
+	CU_ASSERT_EQUAL(dlock_test_overlap_count(ov), (uint64_t)PROCS * THREADS * ITERS);
+	dlock_test_overlap_free(ov);
+	dlock_test_shared_free(sh, sizeof *sh);
+}
+
+/* ------------------------------------------------------------ advisory only */
+
+/*
+ * ROLLBACK and dlock: an application never shares dlock's connections, so
+ * its transactions cannot release dlock's locks.  On the server, a session
+ * advisory lock taken inside a transaction survives its ROLLBACK — which is
+ * why dlock ends a session whose acquiring statement failed after locking.
+ */
+static void test_rollback(void)
+{
+	if (mode_is_row) {
+		CU_PASS("row locks end with their transaction by design");
+		return;
+	}
+	char name[128];
+	unique_name(name, sizeof name, "rollback");
+	dlock_client *a = open_uri(mode_uri), *b = open_uri(mode_uri);
+	dlock_lock *l = new_lock(a, name);
+	PGconn *mon = monitor();
+	size_t n;
+	char *ns = dlock_pg_namespaced("dlock", name, strlen(name), &n);
+	char key[32];
+	snprintf(key, sizeof key, "%lld", (long long)dlock_pg_key(ns, n));
+	free(ns);
+	if (l && expect(acquire(l, 0, 0, NULL, NULL), DLOCK_OK)) {
+		PQclear(PQexec(mon, "BEGIN"));
+		CU_ASSERT_EQUAL(sql_num(mon, "SELECT pg_try_advisory_lock($1::int8)::int", key), 0);
+		PQclear(PQexec(mon, "ROLLBACK"));
+		CU_ASSERT_EQUAL(probe(b, name), DLOCK_EBUSY);
+		CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	}
+	/* Server semantics: the lock outlives the ROLLBACK of its transaction. */
+	PQclear(PQexec(mon, "BEGIN"));
+	CU_ASSERT_EQUAL(sql_num(mon, "SELECT pg_try_advisory_lock($1::int8)::int", key), 1);
+	PQclear(PQexec(mon, "ROLLBACK"));
+	CU_ASSERT_EQUAL(probe(b, name), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(sql_num(mon, "SELECT pg_advisory_unlock($1::int8)::int", key), 1);
+	CU_ASSERT_EQUAL(probe(b, name), DLOCK_OK);
+	PQfinish(mon);
+	dlock_lock_free(l);
+	dlock_client_close(a);
+	dlock_client_close(b);
+}
+
+/* ------------------------------------------------------------ suites */
+
+static int init_advisory(void)
+{
+	mode_uri = env("DLOCK_TEST_PG_URI");
+	mode_is_row = via_bouncer = 0;
+	return mode_uri ? 0 : 1;
+}
+
+static int init_row(void)
+{
+	mode_uri = env("DLOCK_TEST_PG_ROW_URI");
+	mode_is_row = 1;
+	via_bouncer = 0;
+	return mode_uri ? 0 : 1;
+}
+
+static int init_bouncer(void)
+{
+	mode_uri = env("DLOCK_TEST_PG_BOUNCER_URI");
+	mode_is_row = via_bouncer = 1;
+	return mode_uri ? 0 : 1;
+}
+
+static const struct {
+	const char *name;
+	CU_TestFunc fn;
+} mode_tests[] = {
+	{ "terminate_backend", test_terminate_backend },
+	{ "sigstop_holder", test_sigstop_holder },
+	{ "bounded_wait_then_normal", test_bounded_wait_then_normal },
+	{ "odd_names", test_odd_names },
+	{ "many_locks_connections", test_many_locks_connections },
+	{ "rollback", test_rollback },
+	{ "contended", test_contended },
+};
+
+static void add_mode_suite(const char *name, CU_InitializeFunc init)
+{
+	CU_pSuite s = CU_add_suite(name, init, NULL);
+	for (size_t i = 0; i < sizeof mode_tests / sizeof mode_tests[0]; i++)
+		CU_add_test(s, mode_tests[i].name, mode_tests[i].fn);
+}
+
+static void add_suites(void)
+{
+	CU_pSuite s = CU_add_suite("postgres", NULL, NULL);
+	CU_add_test(s, "golden_hash", test_golden_hash);
+	CU_add_test(s, "knows_param", test_knows_param);
+	CU_add_test(s, "wrong_password", test_wrong_password);
+	CU_add_test(s, "missing_database", test_missing_database);
+	CU_add_test(s, "refused", test_refused);
+	CU_add_test(s, "uri_params", test_uri_params);
+	CU_add_test(s, "missing_privilege", test_missing_privilege);
+	CU_add_test(s, "cloexec", test_cloexec);
+	add_mode_suite("postgres-advisory", init_advisory);
+	add_mode_suite("postgres-row", init_row);
+	if (env("DLOCK_TEST_PG_BOUNCER_URI"))
+		add_mode_suite("postgres-row-pgbouncer", init_bouncer);
+	else
+		printf("SKIPPED: postgres-row-pgbouncer (DLOCK_TEST_PG_BOUNCER_URI unset)\n");
+}
+
+int main(void)
+{
+	if (!env("DLOCK_TEST_PG_URI") || !env("DLOCK_TEST_PG_ROW_URI")) {
+		const char *req = getenv("DLOCK_TEST_REQUIRE_ALL");
+		printf("SKIPPED: no PostgreSQL server (DLOCK_TEST_PG_URI unset)\n");
+		return req && strcmp(req, "1") == 0 ? 1 : 0;
+	}
+	return dlock_test_main(add_suites);
+}
