@@ -157,6 +157,12 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, in
 	if (uri->nhosts > REDIS_REDLOCK_MAX)
 		return dlock_error_set(err, DLOCK_EURI, "redis://: at most %d hosts in one URI: %s", REDIS_REDLOCK_MAX,
 		                       uri->masked);
+	/* The hash tag is built from the name's digest; braces in the prefix
+	 * would make Redis Cluster hash on them instead ("{}" even splits one
+	 * lock's keys over several slots). */
+	if (strpbrk(uri->prefix, "{}"))
+		return dlock_error_set(err, DLOCK_EURI, "redis: 'prefix' must not contain '{' or '}': %s",
+		                       uri->masked);
 	struct redis_client *c = calloc(1, sizeof *c);
 	if (!c || !(c->pools = calloc(uri->nhosts, sizeof *c->pools))) {
 		dlock_error_set(err, st, "redis: out of memory");

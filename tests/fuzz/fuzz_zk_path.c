@@ -1,0 +1,128 @@
+/*
+ * libFuzzer harness for the ZooKeeper backend's URI reading and paths
+ * (backends/zookeeper/zk_config.c, zk_path.c): base path, lock parent,
+ * and the sequence number read back from a child's name.
+ *
+ * Input: URI NUL NAME NUL CHILD.  URI is used as is when it starts with
+ * "zk://", else appended to "zk://127.0.0.1:2181" (so the fuzzer spends its
+ * time on paths and parameters).  Properties:
+ *   - the config is OK or EURI with a message without the password;
+ *   - the base is /name[/name...] of printable ASCII, never "." or "..",
+ *     never under /zookeeper, at most ZK_PATH_MAX / 2 bytes;
+ *   - the lock parent is BASE/COMPONENT, one level below the base, and
+ *     the longest node path under it fits in ZK_PATH_MAX;
+ *   - a child's sequence number is -1 or the ten digits after its last
+ *     "-lock-" when they end the name.
+ */
+#define THREADED /* zookeeper.h declares the synchronous API only then */
+
+#include "fuzz.h"
+
+#include "../../backends/zookeeper/zk_internal.h"
+#include "uri.h"
+
+/* Split off the next NUL-terminated piece of [*p, end). */
+static char *piece(const uint8_t **p, const uint8_t *end)
+{
+	const uint8_t *nul = memchr(*p, '\0', (size_t)(end - *p));
+	const uint8_t *stop = nul ? nul : end;
+	char *s = fuzz_cstr(*p, (size_t)(stop - *p));
+	*p = nul ? nul + 1 : end;
+	return s;
+}
+
+static void check_base(const char *base)
+{
+	size_t n = strlen(base);
+	FUZZ_CHECK(n >= 2 && n <= ZK_PATH_MAX / 2 && base[0] == '/' && base[n - 1] != '/');
+	FUZZ_CHECK(strcmp(base, "/zookeeper") != 0 && strncmp(base, "/zookeeper/", 11) != 0);
+	FUZZ_CHECK(!strstr(base, "//") && !strstr(base, "/./") && !strstr(base, "/../"));
+	FUZZ_CHECK(strcmp(base + n - 2, "/.") != 0 && (n < 3 || strcmp(base + n - 3, "/..") != 0));
+	for (const char *p = base; *p; p++)
+		FUZZ_CHECK((unsigned char)*p > 0x20 && (unsigned char)*p < 0x7f);
+}
+
+static void check_paths(const struct zk_config *cfg, const char *name)
+{
+	size_t len = strlen(name);
+	if (len == 0 || len > DLOCK_NAME_MAX)
+		return;
+	struct zk_lock lk;
+	memset(&lk, 0, sizeof lk);
+	dlock_error err = { "" };
+	FUZZ_CHECK(dlock_zk_lock_paths(cfg, &lk, name, len, &err) == DLOCK_OK);
+	char comp[DLOCK_COMPONENT_MAX + 1], want[ZK_PATH_MAX];
+	dlock_name_component(name, len, comp);
+	snprintf(want, sizeof want, "%s/%s", cfg->base, comp);
+	FUZZ_CHECK(strcmp(lk.parent, want) == 0);
+	FUZZ_CHECK(!strchr(comp, '/') && strcmp(comp, ".") != 0 && strcmp(comp, "..") != 0);
+	size_t node = strlen(lk.parent) + 1 + strlen(ZK_NODE_PREFIX) + ZK_GUID_HEX + strlen(ZK_NODE_MARK) + 10;
+	FUZZ_CHECK(node < ZK_PATH_MAX);
+	free(lk.parent);
+}
+
+static void check_child(const char *child)
+{
+	long long seq = dlock_zk_child_seq(child);
+	size_t n = strlen(child), mark = strlen(ZK_NODE_MARK);
+	int form = n >= mark + 10 && strncmp(child + n - 10 - mark, ZK_NODE_MARK, mark) == 0 &&
+	           strspn(child + n - 10, "0123456789") == 10;
+	FUZZ_CHECK(form ? seq == strtoll(child + n - 10, NULL, 10) : seq == -1);
+}
+
+/*
+ * A decoded password long and odd enough that a message cannot hold it by
+ * chance, written at most once in the text (a copy in the path is not a leak).
+ */
+static int distinctive(const dlock_uri *u, const char *text)
+{
+	const char *pw = u->password;
+	if (!pw || strlen(pw) < 8 || strstr(u->masked, pw))
+		return 0;
+	const char *first = strstr(text, pw);
+	if (first && strstr(first + 1, pw))
+		return 0;
+	return strpbrk(pw, "0123456789") && strpbrk(pw, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ");
+}
+
+static void check_uri(const char *text, const char *name)
+{
+	dlock_uri *u = NULL;
+	dlock_error err = { "" };
+	if (dlock_uri_parse(text, &u, &err) != DLOCK_OK)
+		return;
+	struct zk_config cfg;
+	dlock_status st = dlock_zk_config_parse(u, &cfg, &err);
+	FUZZ_CHECK(st == DLOCK_OK || (st == DLOCK_EURI && err.msg[0] != '\0'));
+	FUZZ_CHECK(!distinctive(u, text) || !strstr(err.msg, u->password));
+	if (st == DLOCK_OK) {
+		FUZZ_CHECK(cfg.hosts && cfg.hosts[0] != '\0' && cfg.session_timeout_ms > 0);
+		FUZZ_CHECK(!distinctive(u, text) || (!strstr(cfg.hosts, u->password) && !strstr(cfg.base, u->password)));
+		FUZZ_CHECK(!cfg.password || (cfg.auth && strcmp(cfg.password, u->password) == 0));
+		check_base(cfg.base);
+		check_paths(&cfg, name);
+		dlock_zk_config_free(&cfg);
+	}
+	dlock_uri_free(u);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const uint8_t *p = data, *end = data + size;
+	char *tail = piece(&p, end), *name = piece(&p, end), *child = piece(&p, end);
+	if (strncmp(tail, "zk://", 5) == 0) {
+		check_uri(tail, name);
+	} else {
+		char *text = malloc(strlen(tail) + 32);
+		if (!text)
+			abort();
+		sprintf(text, "zk://127.0.0.1:2181%s", tail);
+		check_uri(text, name);
+		free(text);
+	}
+	check_child(child);
+	free(tail);
+	free(name);
+	free(child);
+	return 0;
+}
