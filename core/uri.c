@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define URI_MAX 8192
 
@@ -67,6 +68,35 @@ static void append_cut(char *out, size_t outlen, size_t *o, const char *s, size_
 	out[*o] = '\0';
 }
 
+/* A query key that names a secret: "password", "sslpassword", ... */
+static int secret_key(const char *key, size_t n)
+{
+	static const char word[] = "password";
+	for (size_t i = 0; i + sizeof word - 1 <= n; i++)
+		if (strncasecmp(key + i, word, sizeof word - 1) == 0)
+			return 1;
+	return 0;
+}
+
+/* Copy the query part `q` (after '?') into out, with the values of secret
+ * keys (libpq's sslpassword, a mistaken ?password=) replaced by "***". */
+static void append_masked_query(char *out, size_t outlen, size_t *o, const char *q)
+{
+	while (*q) {
+		size_t n = strcspn(q, "&");
+		const char *eq = memchr(q, '=', n);
+		if (eq && secret_key(q, (size_t)(eq - q))) {
+			append_cut(out, outlen, o, q, (size_t)(eq - q) + 1);
+			append_cut(out, outlen, o, "***", 3);
+		} else {
+			append_cut(out, outlen, o, q, n);
+		}
+		q += n;
+		if (*q == '&')
+			append_cut(out, outlen, o, q++, 1);
+	}
+}
+
 void dlock_uri_mask(const char *text, char *out, size_t outlen)
 {
 	if (!out || outlen == 0)
@@ -74,14 +104,17 @@ void dlock_uri_mask(const char *text, char *out, size_t outlen)
 	out[0] = '\0';
 	if (!text)
 		return;
-	size_t o = 0, from, to;
-	if (!find_password(text, &from, &to)) {
-		append_cut(out, outlen, &o, text, strlen(text));
-		return;
+	size_t o = 0, from = 0, to = 0;
+	if (find_password(text, &from, &to)) {
+		append_cut(out, outlen, &o, text, from);
+		append_cut(out, outlen, &o, "***", 3);
 	}
-	append_cut(out, outlen, &o, text, from);
-	append_cut(out, outlen, &o, "***", 3);
-	append_cut(out, outlen, &o, text + to, strlen(text + to));
+	const char *rest = text + to;
+	const char *q = strchr(rest, '?');
+	size_t head = q ? (size_t)(q - rest) + 1 : strlen(rest);
+	append_cut(out, outlen, &o, rest, head);
+	if (q)
+		append_masked_query(out, outlen, &o, q + 1);
 }
 
 /* ----------------------------------------------------------- small parts */
@@ -169,7 +202,9 @@ static dlock_status parse_scheme(struct parser *p, const char *text, const char 
 			                       "invalid URI scheme: it must be a letter followed by letters, "
 			                       "digits, '+', '-' or '.'");
 		char c = text[i];
-		scheme[i] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+		if (c >= 'A' && c <= 'Z')
+			c = (char)(c - 'A' + 'a');
+		scheme[i] = c;
 	}
 	scheme[n] = '\0';
 	p->st->pub.scheme = scheme;
@@ -437,7 +472,7 @@ static struct uri_store *store_new(size_t len)
 	/*
 	 * Decoded parts come from disjoint pieces of the text and each but the
 	 * scheme follows a separator of its own, so together they need at most
-	 * 2*len + 1 bytes with their NULs; the masked copy needs len + 4.
+	 * 2*len + 1 bytes with their NULs; the masked copy needs 2*len + 4.
 	 */
 	st->cap = 4 * len + 64;
 	st->arena = malloc(st->cap);
@@ -499,13 +534,15 @@ static dlock_status parse_rest(struct parser *p, const char *rest)
 	return *query == '?' ? parse_query(p, query + 1) : DLOCK_OK;
 }
 
-/* Masking replaces one password by "***": at most 3 bytes longer than the text. */
+/* Masking replaces the password and each secret query value by "***":
+ * every replacement follows at least "password=" or ":", so the result is
+ * shorter than 2 * len + 4. */
 static dlock_status set_masked(struct parser *p, const char *text, size_t len)
 {
-	char *masked = arena_take(p->st, len + 4);
+	char *masked = arena_take(p->st, 2 * len + 4);
 	if (!masked)
 		return no_memory(p);
-	dlock_uri_mask(text, masked, len + 4);
+	dlock_uri_mask(text, masked, 2 * len + 4);
 	p->st->pub.masked = masked;
 	return DLOCK_OK;
 }

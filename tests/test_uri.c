@@ -573,6 +573,11 @@ static void test_mask(void)
 	check_mask("redis://u:p/w@h:1", "redis://u:***@h:1");
 	check_mask("redis://u:p@w@h:1", "redis://u:***@h:1");
 	check_mask("redis://u:pw@h?next=http://x:y@z", "redis://u:***@h?next=http://x:y@z");
+	/* Query values of secret keys: libpq's sslpassword, a mistaken ?password=. */
+	check_mask("postgres://u@h/db?sslpassword=hunter2&sslmode=require",
+	           "postgres://u@h/db?sslpassword=***&sslmode=require");
+	check_mask("redis://u:pw@h?PASSWORD=x&ttl=1s", "redis://u:***@h?PASSWORD=***&ttl=1s");
+	check_mask("mem://ns?password", "mem://ns?password");
 
 	/* The output is always terminated and cut to size. */
 	char out[12];
