@@ -143,9 +143,9 @@ static int64_t unit_ms(const char *unit, int64_t bare_unit_ms)
 	if (strcmp(unit, "s") == 0)
 		return 1000;
 	if (strcmp(unit, "m") == 0)
-		return 60 * 1000;
+		return INT64_C(60) * 1000;
 	if (strcmp(unit, "h") == 0)
-		return 60 * 60 * 1000;
+		return INT64_C(60) * 60 * 1000;
 	return -1;
 }
 
@@ -169,7 +169,7 @@ dlock_status dlock_duration_parse(const char *text, int64_t bare_unit_ms, int64_
 		n = n * 10 + d;
 	}
 	int64_t mult = unit_ms(p, bare_unit_ms);
-	if (mult < 0 || n > INT64_MAX / mult)
+	if (mult <= 0 || n > INT64_MAX / mult)
 		return DLOCK_EINVAL;
 	*out_ms = n * mult;
 	return DLOCK_OK;

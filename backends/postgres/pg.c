@@ -209,7 +209,7 @@ static dlock_status pg_check(void *backend, void *lk, dlock_error *err)
 #define PG_DRIVER(SCHEME)                                     \
 	{                                                     \
 		.abi_version = DLOCK_DRIVER_ABI_VERSION,      \
-		.scheme = SCHEME,                             \
+		.scheme = (SCHEME),                           \
 		.lock_size = sizeof(struct dlock_pg_lock),    \
 		.open = pg_open,                              \
 		.close = pg_close,                            \

@@ -122,6 +122,10 @@ dlock_status dlock_zk_session_new(struct zk_client *c, struct zk_session **out, 
 	/* Kept by the handle and sent again on every reconnection, before any request. */
 	if (c->cfg.auth) {
 		int rc = zoo_add_auth(s->zh, "digest", c->cfg.auth, (int)strlen(c->cfg.auth), NULL, NULL);
+		if (rc == ZINVALIDSTATE) { /* the handle already gave up connecting */
+			st = dlock_error_set(err, DLOCK_ECONNECT, "zk://: cannot connect to %s", c->cfg.hosts);
+			goto fail;
+		}
 		if (rc != ZOK) {
 			st = dlock_zk_fail(err, rc, "adding the digest credentials");
 			goto fail;
