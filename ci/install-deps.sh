@@ -14,8 +14,9 @@ packages=(
 	libhiredis-dev libzookeeper-mt-dev libpq-dev
 	# servers the tests start on free loopback ports
 	redis-server redis-tools zookeeper postgresql pgbouncer
-	# memory checking
-	valgrind
+	# memory checking, static analysis, and the sanitizer and libFuzzer
+	# runtimes of clang (only recommended by clang, so not pulled in)
+	valgrind cppcheck clang-tidy libclang-rt-dev
 	# ci/install-check.sh: API reference, man page rendering
 	doxygen man-db groff-base
 )

@@ -8,6 +8,9 @@
 #   plain        ci/build.sh plain, then every test
 #   asan         ci/build.sh asan (ASan + UBSan), then every test
 #   tsan         ci/build.sh tsan (clang TSan), then the tests labelled `threads`
+#   static       ci/static.sh: cppcheck + clang-tidy over core/, backends/, tools/
+#   valgrind     ci/valgrind.sh: memcheck on test_uri, test_core, conformance (mem://, file://)
+#   fuzz         ci/fuzz.sh: each libFuzzer harness for 30 s (DLOCK_FUZZ_SECONDS)
 #
 # Tests labelled `server` need DLOCK_TEST_URIS; without it they skip loudly.
 set -euo pipefail
@@ -90,6 +93,7 @@ tsan_probe() {
 }
 
 phase deps bash ci/install-deps.sh
+phase static bash ci/static.sh
 
 # ---- servers ----------------------------------------------------------------
 # Redis, ZooKeeper and PostgreSQL (those whose ci/servers/NAME.sh exists) on
@@ -118,3 +122,5 @@ phase test-asan run_ctest build/asan
 phase build-tsan bash ci/build.sh tsan
 phase tsan-probe tsan_probe
 phase test-tsan run_ctest build/tsan -L threads
+phase valgrind bash ci/valgrind.sh
+phase fuzz bash ci/fuzz.sh
