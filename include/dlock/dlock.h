@@ -24,6 +24,20 @@
  *   - The library writes nothing to stdout or stderr; messages go to the
  *     log callback of dlock_client_options.
  *   - Durations in this API are milliseconds.
+ *
+ * Connections of a shared client, per backend:
+ *   - redis://: a pool of up to 16 connections per server, plus one
+ *     subscriber connection per client that every waiting thread shares.
+ *   - zk://: one ZooKeeper session per client, shared by all its threads;
+ *     every lock of the client is lost together when that session expires.
+ *   - postgres://: session locks belong to a connection.  A connection that
+ *     holds a lock is pinned until its last lock is released; an acquire
+ *     that may wait gets a connection of its own, so waiting never blocks
+ *     the other threads.  In row mode every held lock keeps a transaction,
+ *     hence a connection, open.  The application never shares dlock's
+ *     connections, so its own COMMIT or ROLLBACK cannot touch these locks.
+ *     Local coalescing guarantees that one client never asks the server for
+ *     a name it already holds (advisory locks are reentrant per session).
  */
 #ifndef DLOCK_DLOCK_H
 #define DLOCK_DLOCK_H
@@ -33,6 +47,16 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/**
+ * Marks the functions of the public API: the only symbols the shared
+ * library exports (everything else is built with hidden visibility).
+ */
+#if defined(__GNUC__)
+#define DLOCK_API __attribute__((visibility("default")))
+#else
+#define DLOCK_API
 #endif
 
 /** Major version of this header; the SONAME is libdlock.so.MAJOR, and it changes when the ABI breaks. */
@@ -45,7 +69,7 @@ extern "C" {
 #define DLOCK_VERSION_STRING "0.1.0"
 
 /** Run-time version of the library, as "MAJOR.MINOR.PATCH". Static string. */
-const char *dlock_version(void);
+DLOCK_API const char *dlock_version(void);
 
 /**
  * Status codes.  One X-macro generates the enum, dlock_strerror() and
@@ -86,9 +110,9 @@ typedef enum dlock_status {
 } dlock_status;
 
 /** Static text describing a status; "unknown status" for values out of range. */
-const char *dlock_strerror(int status);
+DLOCK_API const char *dlock_strerror(int status);
 /** Static name of a status without prefix, e.g. "ENOTHELD"; "UNKNOWN" out of range. */
-const char *dlock_status_name(int status);
+DLOCK_API const char *dlock_status_name(int status);
 
 /* ---------------------------------------------------------------- logging */
 
@@ -138,7 +162,7 @@ typedef struct dlock_client_options {
  * DLOCK_ENOBACKEND for an unknown scheme, DLOCK_ECONNECT, DLOCK_EAUTH,
  * DLOCK_ENOTFOUND ... for server failures.  Thread-safe.
  */
-dlock_status dlock_client_open(dlock_client **out, const char *uri,
+DLOCK_API dlock_status dlock_client_open(dlock_client **out, const char *uri,
                                const dlock_client_options *opts, char *errbuf, size_t errlen);
 
 /**
@@ -149,16 +173,16 @@ dlock_status dlock_client_open(dlock_client **out, const char *uri,
  * returns DLOCK_ENOTHELD).  Returns DLOCK_EDEADLK, and does nothing, when
  * called from a lost-lock callback of the same client.  NULL is a no-op.
  */
-dlock_status dlock_client_close(dlock_client *client);
+DLOCK_API dlock_status dlock_client_close(dlock_client *client);
 
 /**
  * Detail of the calling thread's last failed call on `client`, or "" if
  * none.  Valid until that thread's next dlock call on the client.
  */
-const char *dlock_client_errmsg(dlock_client *client);
+DLOCK_API const char *dlock_client_errmsg(dlock_client *client);
 
 /** The client's URI with any password replaced by "***".  Valid until close. */
-const char *dlock_client_uri(const dlock_client *client);
+DLOCK_API const char *dlock_client_uri(const dlock_client *client);
 
 /** Counters of one client, for tests and benchmarks. */
 typedef struct dlock_client_stats {
@@ -172,7 +196,7 @@ typedef struct dlock_client_stats {
 } dlock_client_stats;
 
 /** Copy the client's counters into *stats.  Thread-safe. */
-dlock_status dlock_client_get_stats(dlock_client *client, dlock_client_stats *stats);
+DLOCK_API dlock_status dlock_client_get_stats(dlock_client *client, dlock_client_stats *stats);
 
 /* ---------------------------------------------------------- capabilities */
 
@@ -223,24 +247,24 @@ typedef struct dlock_capabilities {
 } dlock_capabilities;
 
 /** Fill *caps for the client's backend.  Thread-safe. */
-dlock_status dlock_client_capabilities(dlock_client *client, dlock_capabilities *caps);
+DLOCK_API dlock_status dlock_client_capabilities(dlock_client *client, dlock_capabilities *caps);
 
 /** Static name of a consistency class: "CP", "AP", "local". */
-const char *dlock_consistency_name(dlock_consistency c);
+DLOCK_API const char *dlock_consistency_name(dlock_consistency c);
 /** Static name of a fencing class: "strict", "conditional", "none". */
-const char *dlock_fencing_name(dlock_fencing f);
+DLOCK_API const char *dlock_fencing_name(dlock_fencing f);
 /** Static name of a lease kind: "ttl", "session". */
-const char *dlock_lease_kind_name(dlock_lease_kind k);
+DLOCK_API const char *dlock_lease_kind_name(dlock_lease_kind k);
 /** Static name of a wake-up method: "notify", "server-queue", "poll". */
-const char *dlock_wakeup_name(dlock_wakeup w);
+DLOCK_API const char *dlock_wakeup_name(dlock_wakeup w);
 /** Static name of a scope: "process", "host", "network". */
-const char *dlock_scope_name(dlock_scope s);
+DLOCK_API const char *dlock_scope_name(dlock_scope s);
 
 /**
  * Schemes of the registered backends, comma-separated ("file,mem,redis").
  * Static string, valid until the next dlock_register_driver().
  */
-const char *dlock_backends(void);
+DLOCK_API const char *dlock_backends(void);
 
 /* ------------------------------------------------------------------ locks */
 
@@ -255,17 +279,17 @@ const char *dlock_backends(void);
  * number of times, then free it with dlock_lock_free().  The client must
  * outlive its handles' use (close may come before free).  Thread-safe.
  */
-dlock_status dlock_lock_new(dlock_client *client, const char *name, dlock_lock **out);
+DLOCK_API dlock_status dlock_lock_new(dlock_client *client, const char *name, dlock_lock **out);
 
 /**
  * Free a handle.  If it is still held, it is released first (the result
  * is lost: call dlock_release() to see it).  No other thread may be using
  * the handle.  NULL is a no-op.
  */
-void dlock_lock_free(dlock_lock *lock);
+DLOCK_API void dlock_lock_free(dlock_lock *lock);
 
 /** The handle's name (a copy owned by the handle). */
-const char *dlock_lock_name(const dlock_lock *lock);
+DLOCK_API const char *dlock_lock_name(const dlock_lock *lock);
 
 /** Wait bound meaning "wait until acquired, cancelled or the client closes". */
 #define DLOCK_WAIT_FOREVER (-1)
@@ -324,7 +348,7 @@ typedef struct dlock_acquire_options {
  * (bound expired), DLOCK_ECANCELED (dlock_cancel() or client closed), or a
  * connection/server error.  Thread-safe; blocks up to the wait bound.
  */
-dlock_status dlock_acquire(dlock_lock *lock, const dlock_acquire_options *opts);
+DLOCK_API dlock_status dlock_acquire(dlock_lock *lock, const dlock_acquire_options *opts);
 
 /**
  * Release one level of the lock.  Owner-only: when the lock is no longer
@@ -332,28 +356,28 @@ dlock_status dlock_acquire(dlock_lock *lock, const dlock_acquire_options *opts);
  * gone), returns DLOCK_ENOTHELD and never removes another owner's lock.
  * May be called from any thread, including the lost-lock callback.
  */
-dlock_status dlock_release(dlock_lock *lock);
+DLOCK_API dlock_status dlock_release(dlock_lock *lock);
 
 /**
  * Extend the lease of a held lock to `lease_ms` from now (0: the
  * acquisition's lease).  DLOCK_ENOTHELD if it is no longer ours;
  * DLOCK_ENOTSUP on backends without a lease to extend.
  */
-dlock_status dlock_extend(dlock_lock *lock, int64_t lease_ms);
+DLOCK_API dlock_status dlock_extend(dlock_lock *lock, int64_t lease_ms);
 
 /**
  * Ask the backend whether the lock is still ours: DLOCK_OK (held),
  * DLOCK_ENOTHELD (not held or lost), DLOCK_EUNCERTAIN (cannot tell now:
  * the server is unreachable but the session may still live).
  */
-dlock_status dlock_check(dlock_lock *lock);
+DLOCK_API dlock_status dlock_check(dlock_lock *lock);
 
 /**
  * Wake a dlock_acquire() blocked on this handle in another thread; it
  * returns DLOCK_ECANCELED.  Cancels only an acquire in progress (no effect
  * on later ones).  Thread-safe; never blocks for long.
  */
-dlock_status dlock_cancel(dlock_lock *lock);
+DLOCK_API dlock_status dlock_cancel(dlock_lock *lock);
 
 /**
  * Fencing token of the current acquisition: strictly greater for each new
@@ -361,7 +385,7 @@ dlock_status dlock_cancel(dlock_lock *lock);
  * DLOCK_ENOTSUP when the backend has no fencing, DLOCK_ENOTHELD when the
  * handle does not hold the lock.
  */
-dlock_status dlock_lock_fencing_token(dlock_lock *lock, uint64_t *token);
+DLOCK_API dlock_status dlock_lock_fencing_token(dlock_lock *lock, uint64_t *token);
 
 /* --------------------------------------------------------------- helpers */
 
@@ -372,7 +396,7 @@ dlock_status dlock_lock_fencing_token(dlock_lock *lock, uint64_t *token);
  * Stores milliseconds in *out_ms.  DLOCK_EINVAL on anything else, on a
  * negative value or on overflow.  Pure function, thread-safe.
  */
-dlock_status dlock_duration_parse(const char *text, int64_t bare_unit_ms, int64_t *out_ms);
+DLOCK_API dlock_status dlock_duration_parse(const char *text, int64_t bare_unit_ms, int64_t *out_ms);
 
 #ifdef __cplusplus
 }

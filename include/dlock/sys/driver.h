@@ -69,7 +69,7 @@ typedef struct dlock_error {
  * driver can write `return dlock_error_set(err, DLOCK_ECONNECT, "...", ...)`.
  * `err` may be NULL.
  */
-dlock_status dlock_error_set(dlock_error *err, dlock_status status, const char *fmt, ...)
+DLOCK_API dlock_status dlock_error_set(dlock_error *err, dlock_status status, const char *fmt, ...)
 #if defined(__GNUC__)
 	__attribute__((format(printf, 3, 4)))
 #endif
@@ -117,7 +117,7 @@ typedef struct dlock_uri {
 } dlock_uri;
 
 /** Value of backend parameter `key` in `uri`, or NULL when absent. */
-const char *dlock_uri_get(const dlock_uri *uri, const char *key);
+DLOCK_API const char *dlock_uri_get(const dlock_uri *uri, const char *key);
 
 /* --------------------------------------------------------------- waiting */
 
@@ -129,20 +129,20 @@ const char *dlock_uri_get(const dlock_uri *uri, const char *key);
 typedef struct dlock_wait dlock_wait;
 
 /** Monotonic clock in nanoseconds (CLOCK_MONOTONIC). */
-int64_t dlock_monotonic_ns(void);
+DLOCK_API int64_t dlock_monotonic_ns(void);
 
 /** Deadline on dlock_monotonic_ns(); INT64_MAX for "forever". */
-int64_t dlock_wait_deadline_ns(const dlock_wait *w);
+DLOCK_API int64_t dlock_wait_deadline_ns(const dlock_wait *w);
 
 /** 1 when this acquisition must not wait (try once), else 0. */
-int dlock_wait_try_once(const dlock_wait *w);
+DLOCK_API int dlock_wait_try_once(const dlock_wait *w);
 
 /**
  * Milliseconds left before the deadline, at least 1 while time remains,
  * 0 once it has passed, -1 for forever.  For server-side waits
  * (lock_timeout, session timeouts).
  */
-int64_t dlock_wait_remaining_ms(const dlock_wait *w);
+DLOCK_API int64_t dlock_wait_remaining_ms(const dlock_wait *w);
 
 /**
  * Sleep until dlock_wait_wake(), cancellation, the deadline, or `max_ns`
@@ -151,13 +151,13 @@ int64_t dlock_wait_remaining_ms(const dlock_wait *w);
  * lost).  Returns DLOCK_OK (woken or max_ns passed: try again),
  * DLOCK_ETIMEDOUT (deadline passed) or DLOCK_ECANCELED.
  */
-dlock_status dlock_wait_sleep(dlock_wait *w, int64_t max_ns);
+DLOCK_API dlock_status dlock_wait_sleep(dlock_wait *w, int64_t max_ns);
 
 /** Wake the sleeper of `w`.  Any thread; never blocks for long. */
-void dlock_wait_wake(dlock_wait *w);
+DLOCK_API void dlock_wait_wake(dlock_wait *w);
 
 /** DLOCK_ECANCELED once the acquisition was cancelled, else DLOCK_OK. */
-dlock_status dlock_wait_cancelled(const dlock_wait *w);
+DLOCK_API dlock_status dlock_wait_cancelled(const dlock_wait *w);
 
 /**
  * Register `fn(arg)` to be called, from the cancelling thread, when the
@@ -166,7 +166,7 @@ dlock_status dlock_wait_cancelled(const dlock_wait *w);
  * clears it, and after clearing returns, `fn` is no longer running.  Called
  * at once if the wait is already cancelled.
  */
-void dlock_wait_set_interrupt(dlock_wait *w, void (*fn)(void *arg), void *arg);
+DLOCK_API void dlock_wait_set_interrupt(dlock_wait *w, void (*fn)(void *arg), void *arg);
 
 /* ------------------------------------------------------- core services */
 
@@ -174,7 +174,7 @@ void dlock_wait_set_interrupt(dlock_wait *w, void (*fn)(void *arg), void *arg);
 typedef struct dlock_host dlock_host;
 
 /** Log through the client's log callback (message must not contain secrets). */
-void dlock_host_log(dlock_host *host, dlock_log_level level, const char *fmt, ...)
+DLOCK_API void dlock_host_log(dlock_host *host, dlock_log_level level, const char *fmt, ...)
 #if defined(__GNUC__)
 	__attribute__((format(printf, 3, 4)))
 #endif
@@ -189,7 +189,7 @@ void dlock_host_log(dlock_host *host, dlock_log_level level, const char *fmt, ..
  * The core ignores a report for an `lk` that is not held, and reports each
  * acquisition at most once.
  */
-void dlock_report_lost(dlock_host *host, void *lk, dlock_lost_reason reason, const char *detail);
+DLOCK_API void dlock_report_lost(dlock_host *host, void *lk, dlock_lost_reason reason, const char *detail);
 
 /**
  * The driver's process-wide object, kept by the registry so that drivers
@@ -198,18 +198,18 @@ void dlock_report_lost(dlock_host *host, void *lk, dlock_lost_reason reason, con
  * call from any client, never freed.  For backends whose clients in one
  * process share state (mem://).  NULL if create() returned NULL.
  */
-void *dlock_host_shared(dlock_host *host, void *(*create)(void));
+DLOCK_API void *dlock_host_shared(dlock_host *host, void *(*create)(void));
 
 /* ------------------------------------------------------- helpers */
 
 /** Fill `buf` with `len` bytes from the OS random source.  DLOCK_EIO on failure. */
-dlock_status dlock_random_bytes(void *buf, size_t len);
+DLOCK_API dlock_status dlock_random_bytes(void *buf, size_t len);
 
 /** SHA-256 of `data`.  Thread-safe. */
-void dlock_sha256(const void *data, size_t len, unsigned char out[32]);
+DLOCK_API void dlock_sha256(const void *data, size_t len, unsigned char out[32]);
 
 /** Lower-case hex of `len` bytes into `out` (2*len+1 bytes, NUL-terminated). */
-void dlock_hex(const unsigned char *bytes, size_t len, char *out);
+DLOCK_API void dlock_hex(const unsigned char *bytes, size_t len, char *out);
 
 /**
  * @fn void dlock_name_component(const char *name, size_t len, char *out)
@@ -221,14 +221,16 @@ void dlock_hex(const unsigned char *bytes, size_t len, char *out);
  * `out` needs DLOCK_COMPONENT_MAX + 1 bytes.
  */
 #define DLOCK_COMPONENT_MAX 200 /**< Longest result of dlock_name_component(), in bytes without the NUL. */
-void dlock_name_component(const char *name, size_t len, char *out);
+DLOCK_API void dlock_name_component(const char *name, size_t len, char *out);
 
 /* --------------------------------------------------------------- driver */
 
 /** What an acquire() reports on success. */
 typedef struct dlock_acquired {
 	uint64_t token;      /**< fencing token (ignored when the class is NONE) */
-	int64_t sent_ns;     /**< TTL leases: monotonic time the winning request was sent */
+	int64_t sent_ns;     /**< drivers with extend(): monotonic time from which the lease runs (when the
+	                          winning request was sent, at the latest when the server granted it); 0: the
+	                          time acquire() was called */
 } dlock_acquired;
 
 /** Open a client's backend state from `uri`; store it in *backend. MUST. */
@@ -309,7 +311,7 @@ typedef struct dlock_driver {
  * version, DLOCK_EINVAL for a missing MUST method or a bad scheme,
  * DLOCK_EEXIST for a scheme already registered.  Thread-safe.
  */
-dlock_status dlock_register_driver(const dlock_driver *driver);
+DLOCK_API dlock_status dlock_register_driver(const dlock_driver *driver);
 
 #ifdef __cplusplus
 }
