@@ -77,13 +77,9 @@ int conf_assert_status(dlock_status got, dlock_status want, dlock_status or_want
 
 dlock_client *conf_open(void)
 {
-	dlock_client *client = NULL;
-	char err[CONF_TEXT_MAX] = "";
-	dlock_status st = dlock_client_open(&client, conf_uri(), NULL, err, sizeof err);
-	if (st != DLOCK_OK)
-		printf("\n    cannot open %s: %s: %s", current->masked, dlock_status_name(st), err);
-	CONF_ASSERT_ST(st, DLOCK_OK);
-	return st == DLOCK_OK ? client : NULL;
+	dlock_client *client = dlock_test_open(conf_uri(), NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL(client);
+	return client;
 }
 
 void conf_close(dlock_client *client)
@@ -94,14 +90,10 @@ void conf_close(dlock_client *client)
 
 dlock_lock *conf_lock(dlock_client *client, const char *name)
 {
-	dlock_lock *lock = NULL;
-	if (!client)
-		return NULL;
-	dlock_status st = dlock_lock_new(client, name, &lock);
-	if (st != DLOCK_OK)
-		printf("\n    dlock_lock_new: %s", dlock_client_errmsg(client));
-	CONF_ASSERT_ST(st, DLOCK_OK);
-	return st == DLOCK_OK ? lock : NULL;
+	dlock_lock *lock = dlock_test_new_lock(client, name);
+	if (client)
+		CU_ASSERT_PTR_NOT_NULL(lock);
+	return lock;
 }
 
 void conf_name(char *out, size_t outlen, const char *tag)
@@ -109,30 +101,9 @@ void conf_name(char *out, size_t outlen, const char *tag)
 	snprintf(out, outlen, "%s-%u-%s", run_prefix, ++name_counter, tag);
 }
 
-dlock_acquire_options conf_opts(int64_t wait_ms)
-{
-	dlock_acquire_options opts = DLOCK_ACQUIRE_OPTIONS_INIT;
-	opts.wait_ms = wait_ms;
-	return opts;
-}
-
 dlock_status conf_acquire(dlock_lock *lock, int64_t wait_ms)
 {
-	dlock_acquire_options opts = conf_opts(wait_ms);
-	return dlock_acquire(lock, &opts);
-}
-
-dlock_status conf_probe(dlock_client *client, const char *name)
-{
-	dlock_lock *lock = NULL;
-	dlock_status st = dlock_lock_new(client, name, &lock);
-	if (st != DLOCK_OK)
-		return st;
-	st = conf_acquire(lock, 0);
-	if (st == DLOCK_OK)
-		CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
-	dlock_lock_free(lock);
-	return st;
+	return dlock_test_acquire(lock, wait_ms, 0, -1, NULL, NULL);
 }
 
 dlock_client_stats conf_stats(dlock_client *client)
@@ -149,9 +120,8 @@ dlock_client_stats conf_stats(dlock_client *client)
 static void *waiter_run(void *arg)
 {
 	conf_waiter *w = arg;
-	dlock_acquire_options opts = conf_opts(w->wait_ms);
 	atomic_store(&w->started, 1);
-	w->status = dlock_acquire(w->lock, &opts);
+	w->status = conf_acquire(w->lock, w->wait_ms);
 	if (w->status == DLOCK_OK && w->order)
 		w->ticket = atomic_fetch_add(w->order, 1);
 	if (w->status == DLOCK_OK && w->release)

@@ -70,15 +70,8 @@ void conf_close(dlock_client *client);
 dlock_lock *conf_lock(dlock_client *client, const char *name);
 /** A name unique to this run and call: "<run prefix>-<counter>-<tag>". */
 void conf_name(char *out, size_t outlen, const char *tag);
-/** Acquire options with the given wait bound and the defaults otherwise. */
-dlock_acquire_options conf_opts(int64_t wait_ms);
 /** dlock_acquire() with the given wait bound. */
 dlock_status conf_acquire(dlock_lock *lock, int64_t wait_ms);
-/**
- * Try once to take `name` on `client` with a fresh handle; release it at once
- * if that worked.  Returns the acquire status (DLOCK_EBUSY: held elsewhere).
- */
-dlock_status conf_probe(dlock_client *client, const char *name);
 /** The client's counters (zeroed, and a failure, if they cannot be read). */
 dlock_client_stats conf_stats(dlock_client *client);
 

@@ -96,21 +96,13 @@ static int lost_calls(lost_rec *r)
 
 static dlock_status acquire_lease(dlock_lock *lock, int64_t lease_ms, int renew, lost_rec *r)
 {
-	dlock_acquire_options opts = conf_opts(0);
-	opts.lease_ms = lease_ms;
-	opts.renew = renew;
-	opts.on_lost = on_lost;
-	opts.lost_userdata = r;
-	return dlock_acquire(lock, &opts);
+	return dlock_test_acquire(lock, 0, lease_ms, renew, on_lost, r);
 }
 
 
 static uint64_t token_of(dlock_lock *lock)
 {
-	uint64_t token = 0;
-	if (conf_caps()->fencing != DLOCK_FENCING_NONE)
-		CONF_ASSERT_ST(dlock_lock_fencing_token(lock, &token), DLOCK_OK);
-	return token;
+	return conf_caps()->fencing != DLOCK_FENCING_NONE ? dlock_test_token(lock) : 0;
 }
 
 /* ------------------------------------------------------- capabilities */
@@ -188,7 +180,7 @@ static void expire_session(dlock_client *other, dlock_lock *lock, lost_rec *r)
 	if (!CONF_ASSERT_ST(acquire_lease(lock, SHORT_LEASE_MS, 0, r), DLOCK_OK))
 		return;
 	dlock_test_sleep_ms(2 * SHORT_LEASE_MS); /* outlive the lease asked for */
-	dlock_status st = conf_probe(other, dlock_lock_name(lock));
+	dlock_status st = dlock_test_probe(other, dlock_lock_name(lock));
 	CONF_ASSERT_ST2(st, DLOCK_EBUSY, DLOCK_OK);
 	if (st == DLOCK_EBUSY) {
 		CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
@@ -232,7 +224,7 @@ static void test_renewal_keeps_lock(void)
 	lost_init(&r, 0, NULL);
 	if (other && lock && CONF_ASSERT_ST(acquire_lease(lock, SHORT_LEASE_MS, 1, &r), DLOCK_OK)) {
 		dlock_test_sleep_ms(4 * SHORT_LEASE_MS); /* the hold under test, not a synchronisation */
-		CONF_ASSERT_ST(conf_probe(other, name), DLOCK_EBUSY);
+		CONF_ASSERT_ST(dlock_test_probe(other, name), DLOCK_EBUSY);
 		CONF_ASSERT_ST2(dlock_check(lock), DLOCK_OK, DLOCK_ENOTSUP);
 		dlock_client_stats s = conf_stats(client);
 		if (conf_caps()->lease == DLOCK_LEASE_TTL)
@@ -240,7 +232,7 @@ static void test_renewal_keeps_lock(void)
 		CU_ASSERT_EQUAL(s.lost, 0);
 		CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
 		CU_ASSERT_EQUAL(lost_calls(&r), 0);
-		CONF_ASSERT_ST(conf_probe(other, name), DLOCK_OK);
+		CONF_ASSERT_ST(dlock_test_probe(other, name), DLOCK_OK);
 	}
 	dlock_lock_free(lock);
 	conf_close(other);
@@ -256,7 +248,7 @@ static void extend_ttl(dlock_client *client, dlock_client *other, const char *na
 	if (lock && CONF_ASSERT_ST(acquire_lease(lock, SHORT_LEASE_MS, 0, &r), DLOCK_OK)) {
 		CONF_ASSERT_ST(dlock_extend(lock, 10 * SHORT_LEASE_MS), DLOCK_OK);
 		dlock_test_sleep_ms(2 * SHORT_LEASE_MS); /* past the first lease */
-		CONF_ASSERT_ST(conf_probe(other, name), DLOCK_EBUSY);
+		CONF_ASSERT_ST(dlock_test_probe(other, name), DLOCK_EBUSY);
 		CU_ASSERT_EQUAL(lost_calls(&r), 0);
 		CONF_ASSERT_ST(dlock_extend(lock, 0), DLOCK_OK);
 		CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
@@ -315,8 +307,8 @@ static void test_lost_callback_reentry(void)
 		CONF_ASSERT_ST(r.close_st, DLOCK_EDEADLK);
 		CONF_ASSERT_ST(dlock_release(lock), DLOCK_ENOTHELD);
 		CU_ASSERT_EQUAL(lost_calls(&r), 1);
-		CONF_ASSERT_ST(conf_probe(client, spare), DLOCK_OK);
-		CONF_ASSERT_ST(conf_probe(client, name), DLOCK_OK);
+		CONF_ASSERT_ST(dlock_test_probe(client, spare), DLOCK_OK);
+		CONF_ASSERT_ST(dlock_test_probe(client, name), DLOCK_OK);
 	}
 	dlock_lock_free(lock);
 	conf_close(client);

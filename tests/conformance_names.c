@@ -85,9 +85,9 @@ static void test_name_max_length(void)
 	}
 	if (lock && CONF_ASSERT_ST(conf_acquire(lock, 0), DLOCK_OK)) {
 		CU_ASSERT_STRING_EQUAL(dlock_lock_name(lock), name);
-		CONF_ASSERT_ST(conf_probe(other, name), DLOCK_EBUSY);
+		CONF_ASSERT_ST(dlock_test_probe(other, name), DLOCK_EBUSY);
 		CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
-		CONF_ASSERT_ST(conf_probe(other, name), DLOCK_OK);
+		CONF_ASSERT_ST(dlock_test_probe(other, name), DLOCK_OK);
 	}
 	dlock_lock_free(lock);
 	conf_close(other);

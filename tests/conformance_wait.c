@@ -30,6 +30,19 @@ static void held_teardown(held_fixture *f)
 	conf_close(f->holder);
 }
 
+/*
+ * Start `w` on a new handle of f->other for f->name, waiting forever and
+ * releasing once it has the lock; await that it is blocked.  Returns the handle.
+ */
+static dlock_lock *start_blocked_waiter(held_fixture *f, conf_waiter *w)
+{
+	dlock_lock *lock = conf_lock(f->other, f->name);
+	uint64_t base = conf_stats(f->other).server_acquires;
+	conf_waiter_start(w, lock, DLOCK_WAIT_FOREVER, 1, NULL);
+	conf_waiter_await_blocked(w, f->other, base);
+	return lock;
+}
+
 /* ------------------------------------------------------- waiting */
 
 static void test_try_once_busy(void)
@@ -40,7 +53,7 @@ static void test_try_once_busy(void)
 		int64_t t0 = dlock_test_now_ms();
 		CONF_ASSERT_ST(conf_acquire(lock, 0), DLOCK_EBUSY);
 		CU_ASSERT(dlock_test_now_ms() - t0 < CONF_SLACK_MS);
-		CONF_ASSERT_ST(conf_probe(f.other, f.name), DLOCK_EBUSY);
+		CONF_ASSERT_ST(dlock_test_probe(f.other, f.name), DLOCK_EBUSY);
 		CONF_ASSERT_ST(dlock_release(f.held), DLOCK_OK);
 		CONF_ASSERT_ST(conf_acquire(lock, 0), DLOCK_OK);
 		CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
@@ -63,7 +76,7 @@ static void test_bounded_wait_times_out(void)
 		CU_ASSERT(elapsed >= BOUND - 20);
 		CU_ASSERT(elapsed <= BOUND + CONF_SLACK_MS);
 		CONF_ASSERT_ST(dlock_release(lock), DLOCK_ENOTHELD);
-		CONF_ASSERT_ST(conf_probe(f.other, f.name), DLOCK_EBUSY);
+		CONF_ASSERT_ST(dlock_test_probe(f.other, f.name), DLOCK_EBUSY);
 		dlock_lock_free(lock);
 	}
 	held_teardown(&f);
@@ -73,15 +86,12 @@ static void test_wait_forever_gets_released_lock(void)
 {
 	held_fixture f;
 	if (held_setup(&f, "forever")) {
-		dlock_lock *lock = conf_lock(f.other, f.name);
 		conf_waiter w;
-		uint64_t base = conf_stats(f.other).server_acquires;
-		conf_waiter_start(&w, lock, DLOCK_WAIT_FOREVER, 1, NULL);
-		conf_waiter_await_blocked(&w, f.other, base);
+		dlock_lock *lock = start_blocked_waiter(&f, &w);
 		CONF_ASSERT_ST(dlock_release(f.held), DLOCK_OK);
 		CONF_ASSERT_ST(conf_waiter_join(&w, CONF_AWAIT_MS), DLOCK_OK);
 		CONF_ASSERT_ST(w.release_status, DLOCK_OK);
-		CONF_ASSERT_ST(conf_probe(f.holder, f.name), DLOCK_OK);
+		CONF_ASSERT_ST(dlock_test_probe(f.holder, f.name), DLOCK_OK);
 		dlock_lock_free(lock);
 	}
 	held_teardown(&f);
@@ -101,16 +111,16 @@ static void test_release_by_non_owner(void)
 	dlock_lock *sibling = conf_lock(f.holder, f.name);
 	CONF_ASSERT_ST(dlock_release(foreign), DLOCK_ENOTHELD);
 	CONF_ASSERT_ST(dlock_release(sibling), DLOCK_ENOTHELD);
-	CONF_ASSERT_ST(conf_probe(third, f.name), DLOCK_EBUSY);
+	CONF_ASSERT_ST(dlock_test_probe(third, f.name), DLOCK_EBUSY);
 	CONF_ASSERT_ST2(dlock_check(f.held), DLOCK_OK, DLOCK_ENOTSUP);
 
 	CONF_ASSERT_ST(dlock_release(f.held), DLOCK_OK);
 	CONF_ASSERT_ST(dlock_release(f.held), DLOCK_ENOTHELD);
 	CONF_ASSERT_ST(conf_acquire(foreign, 0), DLOCK_OK);
 	CONF_ASSERT_ST(dlock_release(f.held), DLOCK_ENOTHELD);
-	CONF_ASSERT_ST(conf_probe(third, f.name), DLOCK_EBUSY);
+	CONF_ASSERT_ST(dlock_test_probe(third, f.name), DLOCK_EBUSY);
 	CONF_ASSERT_ST(dlock_release(foreign), DLOCK_OK);
-	CONF_ASSERT_ST(conf_probe(third, f.name), DLOCK_OK);
+	CONF_ASSERT_ST(dlock_test_probe(third, f.name), DLOCK_OK);
 
 	dlock_lock_free(sibling);
 	dlock_lock_free(foreign);
@@ -126,7 +136,7 @@ static void test_release_never_acquired(void)
 	dlock_lock *lock = conf_lock(client, name);
 	if (lock) {
 		CONF_ASSERT_ST(dlock_release(lock), DLOCK_ENOTHELD);
-		CONF_ASSERT_ST(conf_probe(client, name), DLOCK_OK);
+		CONF_ASSERT_ST(dlock_test_probe(client, name), DLOCK_OK);
 		CONF_ASSERT_ST2(dlock_check(lock), DLOCK_ENOTHELD, DLOCK_ENOTSUP);
 	}
 	dlock_lock_free(lock);
@@ -184,10 +194,10 @@ static void test_reentrant_same_handle(void)
 
 	CONF_ASSERT_ST(dlock_release(f.held), DLOCK_OK);
 	CONF_ASSERT_ST(dlock_release(f.held), DLOCK_OK);
-	CONF_ASSERT_ST(conf_probe(f.other, f.name), DLOCK_EBUSY);
+	CONF_ASSERT_ST(dlock_test_probe(f.other, f.name), DLOCK_EBUSY);
 	CONF_ASSERT_ST2(dlock_check(f.held), DLOCK_OK, DLOCK_ENOTSUP);
 	CONF_ASSERT_ST(dlock_release(f.held), DLOCK_OK);
-	CONF_ASSERT_ST(conf_probe(f.other, f.name), DLOCK_OK);
+	CONF_ASSERT_ST(dlock_test_probe(f.other, f.name), DLOCK_OK);
 	CONF_ASSERT_ST(dlock_release(f.held), DLOCK_ENOTHELD);
 	held_teardown(&f);
 }
@@ -211,7 +221,7 @@ static void test_reentrant_two_handles_deadlock(void)
 	CU_ASSERT(!conf_watchdog_stop(&dog));
 
 	CONF_ASSERT_ST(dlock_release(second), DLOCK_ENOTHELD);
-	CONF_ASSERT_ST(conf_probe(f.other, f.name), DLOCK_EBUSY);
+	CONF_ASSERT_ST(dlock_test_probe(f.other, f.name), DLOCK_EBUSY);
 	CONF_ASSERT_ST(dlock_release(f.held), DLOCK_OK);
 	CONF_ASSERT_ST(conf_acquire(second, 0), DLOCK_OK);
 	CONF_ASSERT_ST(dlock_release(second), DLOCK_OK);
@@ -239,11 +249,8 @@ static void test_cancel_waiting_acquire(void)
 		held_teardown(&f);
 		return;
 	}
-	dlock_lock *lock = conf_lock(f.other, f.name);
 	conf_waiter w;
-	uint64_t base = conf_stats(f.other).server_acquires;
-	conf_waiter_start(&w, lock, DLOCK_WAIT_FOREVER, 1, NULL);
-	conf_waiter_await_blocked(&w, f.other, base);
+	dlock_lock *lock = start_blocked_waiter(&f, &w);
 	CU_ASSERT(dlock_test_await(cancel_until_done, &w, 5000));
 	CONF_ASSERT_ST(conf_waiter_join(&w, CONF_AWAIT_MS), DLOCK_ECANCELED);
 
@@ -265,11 +272,8 @@ static void test_close_cancels_waiter(void)
 		held_teardown(&f);
 		return;
 	}
-	dlock_lock *lock = conf_lock(f.other, f.name);
 	conf_waiter w;
-	uint64_t base = conf_stats(f.other).server_acquires;
-	conf_waiter_start(&w, lock, DLOCK_WAIT_FOREVER, 1, NULL);
-	conf_waiter_await_blocked(&w, f.other, base);
+	dlock_lock *lock = start_blocked_waiter(&f, &w);
 	CONF_ASSERT_ST(dlock_client_close(f.other), DLOCK_OK);
 	f.other = NULL;
 	CONF_ASSERT_ST(conf_waiter_join(&w, CONF_AWAIT_MS), DLOCK_ECANCELED);
@@ -292,11 +296,11 @@ static void test_close_releases_held(void)
 		CONF_ASSERT_ST(conf_acquire(la, 0), DLOCK_OK);
 		CONF_ASSERT_ST(conf_acquire(lb, 0), DLOCK_OK);
 		CONF_ASSERT_ST(conf_acquire(lb, 0), DLOCK_OK);
-		CONF_ASSERT_ST(conf_probe(other, a), DLOCK_EBUSY);
+		CONF_ASSERT_ST(dlock_test_probe(other, a), DLOCK_EBUSY);
 		CONF_ASSERT_ST(dlock_client_close(client), DLOCK_OK);
 		client = NULL;
-		CONF_ASSERT_ST(conf_probe(other, a), DLOCK_OK);
-		CONF_ASSERT_ST(conf_probe(other, b), DLOCK_OK);
+		CONF_ASSERT_ST(dlock_test_probe(other, a), DLOCK_OK);
+		CONF_ASSERT_ST(dlock_test_probe(other, b), DLOCK_OK);
 		CONF_ASSERT_ST(dlock_release(la), DLOCK_ENOTHELD);
 		CONF_ASSERT_ST(dlock_release(lb), DLOCK_ENOTHELD);
 	}
@@ -323,11 +327,11 @@ static void test_many_names(void)
 		ok = ok && CONF_ASSERT_ST(conf_acquire(locks[i], 0), DLOCK_OK);
 	}
 	for (int i = 0; ok && i < MANY; i += 7)
-		CONF_ASSERT_ST(conf_probe(other, names[i]), DLOCK_EBUSY);
+		CONF_ASSERT_ST(dlock_test_probe(other, names[i]), DLOCK_EBUSY);
 	for (int i = 0; ok && i < MANY; i++)
 		CONF_ASSERT_ST(dlock_release(locks[i]), DLOCK_OK);
 	for (int i = 0; ok && i < MANY; i++)
-		CONF_ASSERT_ST(conf_probe(other, names[i]), DLOCK_OK);
+		CONF_ASSERT_ST(dlock_test_probe(other, names[i]), DLOCK_OK);
 	if (ok) {
 		dlock_client_stats s = conf_stats(client);
 		CU_ASSERT_EQUAL(s.server_acquires, MANY);

@@ -25,20 +25,16 @@ int ft_skip(const char *why)
 
 dlock_client *ft_open(const char *uri)
 {
-	dlock_client *c = NULL;
-	char err[512] = "";
-	dlock_status st = dlock_client_open(&c, uri, NULL, err, sizeof err);
-	if (st != DLOCK_OK)
-		printf("\n    open: %s: %s", dlock_status_name(st), err);
-	CU_ASSERT_EQUAL(st, DLOCK_OK);
+	dlock_client *c = dlock_test_open(uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL(c);
 	return c;
 }
 
 dlock_lock *ft_lock(dlock_client *c, const char *name)
 {
-	dlock_lock *l = NULL;
+	dlock_lock *l = dlock_test_new_lock(c, name);
 	if (c)
-		CU_ASSERT_EQUAL(dlock_lock_new(c, name, &l), DLOCK_OK);
+		CU_ASSERT_PTR_NOT_NULL(l);
 	return l;
 }
 
@@ -88,21 +84,7 @@ int ft_lost_called(void *arg)
 
 dlock_status ft_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, ft_lost *lost)
 {
-	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-	o.wait_ms = wait_ms;
-	o.lease_ms = lease_ms;
-	if (lost) {
-		o.on_lost = ft_on_lost;
-		o.lost_userdata = lost;
-	}
-	return dlock_acquire(l, &o);
-}
-
-uint64_t ft_token(dlock_lock *l)
-{
-	uint64_t t = 0;
-	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &t), DLOCK_OK);
-	return t;
+	return dlock_test_acquire(l, wait_ms, lease_ms, -1, lost ? ft_on_lost : NULL, lost);
 }
 
 /* ------------------------------------------------------------ a waiting acquire */

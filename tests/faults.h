@@ -23,9 +23,9 @@ const char *ft_env(const char *key);
 /** Say SKIPPED (and why); the exit status: 1 under DLOCK_TEST_REQUIRE_ALL=1, else 0. */
 int ft_skip(const char *why);
 
-/** Open a client (NULL, a failure and the message printed when it cannot). */
+/** dlock_test_open() asserting (not fatally) that it worked. */
 dlock_client *ft_open(const char *uri);
-/** New handle (NULL and a failure when it cannot be made). */
+/** dlock_test_new_lock() asserting (not fatally), when `c` is set, that it worked. */
 dlock_lock *ft_lock(dlock_client *c, const char *name);
 /** A name unique to this process and call: "ft-PID-N-tag". */
 void ft_name(char *out, size_t len, const char *tag);
@@ -47,8 +47,6 @@ void ft_on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, 
 int ft_lost_called(void *ft_lost_ptr);
 /** Acquire with a wait bound, a lease (0: the URI's) and, when `lost` is set, ft_on_lost. */
 dlock_status ft_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, ft_lost *lost);
-/** The fencing token, asserting that there is one. */
-uint64_t ft_token(dlock_lock *l);
 
 /* ------------------------------------------------------------ a waiting acquire */
 

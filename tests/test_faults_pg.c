@@ -84,7 +84,7 @@ static void test_terminated_bound(void)
 	ft_lost lost = { 0 };
 	CU_ASSERT_EQUAL_FATAL(ft_acquire(la, 0, TERM_LEASE_MS, &lost), DLOCK_OK);
 	int64_t acquired = dlock_test_now_ms();
-	uint64_t ta = ft_token(la);
+	uint64_t ta = dlock_test_token(la);
 	ft_waiter w;
 	ft_waiter_start(&w, lb, FT_LONG_WAIT_MS);
 	CU_ASSERT(terminate_app(mon, app) >= 1);
@@ -132,7 +132,7 @@ static void test_blackholed_holder(void)
 	ft_store_init(&store);
 	CU_ASSERT_EQUAL_FATAL(ft_acquire(la, 0, HOLE_LEASE_MS, &lost), DLOCK_OK);
 	int64_t from_a = dlock_test_now_ms();
-	uint64_t ta = ft_token(la);
+	uint64_t ta = dlock_test_token(la);
 	CU_ASSERT(ft_store_write(&store, ta));
 	ft_waiter w;
 	ft_waiter_start(&w, lb, FT_LONG_WAIT_MS);

@@ -109,7 +109,7 @@ static void test_paused_holder(void)
 		la[i] = ft_lock(a, name);
 		CU_ASSERT_EQUAL_FATAL(ft_acquire(la[i], 0, PAUSE_LEASE_MS, &lost[i]), DLOCK_OK);
 	}
-	uint64_t ta = ft_token(la[0]);
+	uint64_t ta = dlock_test_token(la[0]);
 	CU_ASSERT(ft_store_write(&store, ta));
 
 	ft_waiter w;

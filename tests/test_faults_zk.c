@@ -164,13 +164,13 @@ static void test_reset_while_held(void)
 	dlock_lock *la = ft_lock(a, "survives"), *lb = ft_lock(b, "survives");
 	ft_lost lost = { 0 };
 	CU_ASSERT_EQUAL_FATAL(ft_acquire(la, 0, 0, &lost), DLOCK_OK);
-	uint64_t t1 = ft_token(la);
+	uint64_t t1 = dlock_test_token(la);
 	faultproxy_reset(px);
 	/* Until the client reconnects it cannot tell; then the lock is still its own. */
 	CU_ASSERT(dlock_test_await(check_certain, la, FT_AWAIT_MS));
 	CU_ASSERT_EQUAL(dlock_check(la), DLOCK_OK);
 	CU_ASSERT_EQUAL(ft_acquire(lb, 0, 0, NULL), DLOCK_EBUSY);
-	CU_ASSERT_EQUAL(ft_token(la), t1);
+	CU_ASSERT_EQUAL(dlock_test_token(la), t1);
 	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
 	CU_ASSERT_EQUAL(atomic_load(&lost.calls), 0);
 	dlock_lock_free(la);
@@ -211,7 +211,7 @@ static void test_blackhole_past_session(void)
 		la[i] = ft_lock(a, name);
 		CU_ASSERT_EQUAL_FATAL(ft_acquire(la[i], 0, 0, &lost[i]), DLOCK_OK);
 	}
-	uint64_t ta = ft_token(la[0]);
+	uint64_t ta = dlock_test_token(la[0]);
 	CU_ASSERT(ft_store_write(&store, ta));
 
 	ft_waiter w;
@@ -242,7 +242,7 @@ static void test_blackhole_past_session(void)
 	}
 	/* A new session serves the old holder's next acquire, with a larger token. */
 	CU_ASSERT_EQUAL(ft_acquire(la[0], FT_LONG_WAIT_MS, 0, NULL), DLOCK_OK);
-	CU_ASSERT(ft_token(la[0]) > w.token);
+	CU_ASSERT(dlock_test_token(la[0]) > w.token);
 	CU_ASSERT_EQUAL(dlock_release(la[0]), DLOCK_OK);
 	for (int i = 0; i < HELD_LOCKS; i++)
 		dlock_lock_free(la[i]);

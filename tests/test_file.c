@@ -31,13 +31,9 @@
 
 static dlock_client *open_dir(const char *dir)
 {
-	char uri[PATH_MAX + 16], errbuf[256] = "";
-	dlock_client *c = NULL;
+	char uri[PATH_MAX + 16];
 	snprintf(uri, sizeof uri, "file://%s", dir);
-	dlock_status st = dlock_client_open(&c, uri, NULL, errbuf, sizeof errbuf);
-	if (st != DLOCK_OK)
-		fprintf(stderr, "open %s: %s: %s\n", uri, dlock_status_name(st), errbuf);
-	return c;
+	return dlock_test_open(uri, NULL, NULL);
 }
 
 static dlock_status open_status(const char *uri, char *errbuf, size_t errlen)
@@ -48,39 +44,9 @@ static dlock_status open_status(const char *uri, char *errbuf, size_t errlen)
 	return st;
 }
 
-static dlock_lock *new_lock(dlock_client *c, const char *name)
-{
-	dlock_lock *l = NULL;
-	if (c && dlock_lock_new(c, name, &l) != DLOCK_OK)
-		return NULL;
-	return l;
-}
-
 static dlock_status acquire(dlock_lock *l, int64_t wait_ms)
 {
-	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-	o.wait_ms = wait_ms;
-	return dlock_acquire(l, &o);
-}
-
-static uint64_t token_of(dlock_lock *l)
-{
-	uint64_t t = 0;
-	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &t), DLOCK_OK);
-	return t;
-}
-
-/* Try once with a fresh handle; release at once if it worked. */
-static dlock_status probe_name(dlock_client *c, const char *name)
-{
-	dlock_lock *l = new_lock(c, name);
-	if (!l)
-		return DLOCK_ENOMEM;
-	dlock_status st = acquire(l, 0);
-	if (st == DLOCK_OK)
-		dlock_release(l);
-	dlock_lock_free(l);
-	return st;
+	return dlock_test_acquire(l, wait_ms, 0, -1, NULL, NULL);
 }
 
 static char *path_join(const char *a, const char *b)
@@ -163,7 +129,7 @@ static void test_capabilities(void)
 	CU_ASSERT_EQUAL(caps.scope, DLOCK_SCOPE_HOST);
 
 	/* No lease: nothing to extend; check asks the OS. */
-	dlock_lock *l = new_lock(c, "n");
+	dlock_lock *l = dlock_test_new_lock(c, "n");
 	CU_ASSERT_FATAL(l != NULL);
 	CU_ASSERT_EQUAL_FATAL(acquire(l, 0), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_extend(l, 1000), DLOCK_ENOTSUP);
@@ -192,7 +158,7 @@ static void test_dir_on_demand(void)
 
 	/* Removed while the client is open: the next acquire makes it again. */
 	dlock_test_rmtree(dir);
-	CU_ASSERT_EQUAL(probe_name(c, "n"), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_probe(c, "n"), DLOCK_OK);
 	CU_ASSERT_EQUAL(stat(dir, &sb), 0);
 	dlock_client_close(c);
 	free(dir);
@@ -255,14 +221,14 @@ static void test_names(void)
 	dlock_client *c = open_dir(dir);
 	CU_ASSERT_FATAL(c != NULL);
 	for (int i = 0; i < NNAMES; i++) {
-		dlock_lock *l = new_lock(c, names[i]);
+		dlock_lock *l = dlock_test_new_lock(c, names[i]);
 		CU_ASSERT_FATAL(l != NULL);
 		CU_ASSERT_EQUAL(acquire(l, 0), DLOCK_OK);
 		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
 		dlock_lock_free(l);
 	}
 	/* The same name again maps to the same file. */
-	CU_ASSERT_EQUAL(probe_name(c, "a/b"), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_probe(c, "a/b"), DLOCK_OK);
 	dlock_client_close(c);
 
 	static char listed[NNAMES + 4][NAME_MAX + 1];
@@ -290,7 +256,7 @@ static void test_never_unlinked(void)
 	char listed[2][NAME_MAX + 1];
 	struct stat s1, s2;
 	CU_ASSERT_FATAL(a && b);
-	dlock_lock *la = new_lock(a, "n"), *lb = new_lock(b, "n");
+	dlock_lock *la = dlock_test_new_lock(a, "n"), *lb = dlock_test_new_lock(b, "n");
 	CU_ASSERT_FATAL(la && lb);
 
 	CU_ASSERT_EQUAL_FATAL(acquire(la, 0), DLOCK_OK);
@@ -347,17 +313,10 @@ static int flag_set(void *arg)
 /* A client whose log counts the driver's "waiting" messages into *waiting. */
 static dlock_client *open_counting(const char *dir, atomic_int *waiting)
 {
-	char uri[PATH_MAX + 16], errbuf[256] = "";
-	dlock_client *c = NULL;
-	dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
-	o.log = count_waiting;
-	o.log_userdata = waiting;
-	o.log_level = DLOCK_LOG_DEBUG;
+	char uri[PATH_MAX + 16];
 	atomic_init(waiting, 0);
 	snprintf(uri, sizeof uri, "file://%s", dir);
-	if (dlock_client_open(&c, uri, &o, errbuf, sizeof errbuf) != DLOCK_OK)
-		fprintf(stderr, "open %s: %s\n", uri, errbuf);
-	return c;
+	return dlock_test_open(uri, count_waiting, waiting);
 }
 
 /* Two clients of one process exclude each other (OFD locks), also while one waits. */
@@ -367,7 +326,7 @@ static void test_two_clients(void)
 	atomic_int waiting;
 	dlock_client *a = open_dir(tmp), *b = open_counting(tmp, &waiting);
 	CU_ASSERT_FATAL(a && b);
-	dlock_lock *la = new_lock(a, "n"), *lb = new_lock(b, "n");
+	dlock_lock *la = dlock_test_new_lock(a, "n"), *lb = dlock_test_new_lock(b, "n");
 	CU_ASSERT_FATAL(la && lb);
 
 	CU_ASSERT_EQUAL_FATAL(acquire(la, 0), DLOCK_OK);
@@ -380,11 +339,11 @@ static void test_two_clients(void)
 	CU_ASSERT_FATAL(pthread_create(&w.thread, NULL, waiter_main, &w) == 0);
 	CU_ASSERT(dlock_test_await(flag_set, &waiting, AWAIT_MS));
 	CU_ASSERT_EQUAL(atomic_load(&w.done), 0);
-	uint64_t ta = token_of(la);
+	uint64_t ta = dlock_test_token(la);
 	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
 	pthread_join(w.thread, NULL);
 	CU_ASSERT_EQUAL_FATAL(w.status, DLOCK_OK);
-	CU_ASSERT(token_of(lb) > ta);
+	CU_ASSERT(dlock_test_token(lb) > ta);
 	CU_ASSERT_EQUAL(acquire(la, 0), DLOCK_EBUSY);
 	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
 
@@ -403,7 +362,7 @@ static void test_cancel_poll(void)
 	atomic_int waiting;
 	dlock_client *a = open_dir(tmp), *b = open_counting(tmp, &waiting);
 	CU_ASSERT_FATAL(a && b);
-	dlock_lock *la = new_lock(a, "n"), *lb = new_lock(b, "n");
+	dlock_lock *la = dlock_test_new_lock(a, "n"), *lb = dlock_test_new_lock(b, "n");
 	CU_ASSERT_FATAL(la && lb);
 	CU_ASSERT_EQUAL_FATAL(acquire(la, 0), DLOCK_OK);
 	struct waiter w = { .lock = lb };
@@ -418,7 +377,7 @@ static void test_cancel_poll(void)
 	pthread_join(w.thread, NULL);
 	CU_ASSERT_EQUAL(w.status, DLOCK_ECANCELED);
 	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
-	CU_ASSERT_EQUAL(probe_name(b, "n"), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_probe(b, "n"), DLOCK_OK);
 	dlock_lock_free(la);
 	dlock_lock_free(lb);
 	dlock_client_close(a);
@@ -439,7 +398,7 @@ struct child_report {
 static void child_lock(const char *dir, struct child_report *r, int hold_forever)
 {
 	dlock_client *c = open_dir(dir);
-	dlock_lock *l = new_lock(c, "n");
+	dlock_lock *l = dlock_test_new_lock(c, "n");
 	if (!l || acquire(l, LONG_WAIT_MS) != DLOCK_OK || dlock_lock_fencing_token(l, &r->token) != DLOCK_OK) {
 		atomic_store(&r->state, -1);
 		_exit(1);
@@ -456,11 +415,11 @@ static void child_lock(const char *dir, struct child_report *r, int hold_forever
 static uint64_t token_once(const char *dir)
 {
 	dlock_client *c = open_dir(dir);
-	dlock_lock *l = new_lock(c, "n");
+	dlock_lock *l = dlock_test_new_lock(c, "n");
 	uint64_t t = 0;
 	CU_ASSERT_FATAL(l != NULL);
 	CU_ASSERT_EQUAL_FATAL(acquire(l, LONG_WAIT_MS), DLOCK_OK);
-	t = token_of(l);
+	t = dlock_test_token(l);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
 	dlock_lock_free(l);
 	dlock_client_close(c);
@@ -532,11 +491,11 @@ static void test_holder_killed(void)
 	dlock_client *c = open_dir(tmp);
 	CU_ASSERT_FATAL(c != NULL);
 	if (held)
-		CU_ASSERT_EQUAL(probe_name(c, "n"), DLOCK_EBUSY);
+		CU_ASSERT_EQUAL(dlock_test_probe(c, "n"), DLOCK_EBUSY);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	/* The child's descriptors are closed once it can be reaped. */
-	CU_ASSERT_EQUAL(probe_name(c, "n"), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_probe(c, "n"), DLOCK_OK);
 	dlock_client_close(c);
 	dlock_test_shared_free(r, sizeof *r);
 	dlock_test_rmtree(tmp);
@@ -553,7 +512,7 @@ static void test_release_with_forked_child(void)
 	char *tmp = dlock_test_mkdtemp();
 	dlock_client *a = open_dir(tmp), *b = open_dir(tmp);
 	CU_ASSERT_FATAL(a && b);
-	dlock_lock *la = new_lock(a, "n");
+	dlock_lock *la = dlock_test_new_lock(a, "n");
 	CU_ASSERT_FATAL(la != NULL);
 	CU_ASSERT_EQUAL_FATAL(acquire(la, 0), DLOCK_OK);
 	pid_t pid = fork();
@@ -563,7 +522,7 @@ static void test_release_with_forked_child(void)
 			pause();
 	}
 	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
-	CU_ASSERT_EQUAL(probe_name(b, "n"), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_probe(b, "n"), DLOCK_OK);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	dlock_lock_free(la);
@@ -615,7 +574,7 @@ static void test_stress(void)
 	for (int i = 0; i < NSTRESS; i++) {
 		c[i] = open_dir(tmp);
 		CU_ASSERT_FATAL(c[i] != NULL);
-		s[i] = (struct stress){ .lock = new_lock(c[i], "n"), .ov = ov };
+		s[i] = (struct stress){ .lock = dlock_test_new_lock(c[i], "n"), .ov = ov };
 		CU_ASSERT_FATAL(s[i].lock != NULL);
 		CU_ASSERT_FATAL(pthread_create(&th[i], NULL, stress_main, &s[i]) == 0);
 	}

@@ -95,10 +95,8 @@ static void *contender_main(void *arg)
 	}
 	pthread_barrier_wait(c->start);
 	for (unsigned i = 0; i < c->rounds; i++) {
-		dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 		uint64_t token = 0;
-		o.wait_ms = FT_LONG_WAIT_MS;
-		if (dlock_acquire(l, &o) != DLOCK_OK) {
+		if (ft_acquire(l, FT_LONG_WAIT_MS, 0, NULL) != DLOCK_OK) {
 			atomic_fetch_add(c->failures, 1);
 			continue;
 		}
@@ -174,10 +172,8 @@ struct cycler {
 static void *cycler_main(void *arg)
 {
 	struct cycler *c = arg;
-	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-	o.wait_ms = FT_LONG_WAIT_MS;
 	for (unsigned i = 0; i < c->cycles; i++) {
-		if (dlock_acquire(c->lock, &o) != DLOCK_OK || dlock_release(c->lock) != DLOCK_OK)
+		if (ft_acquire(c->lock, FT_LONG_WAIT_MS, 0, NULL) != DLOCK_OK || dlock_release(c->lock) != DLOCK_OK)
 			atomic_fetch_add(c->failures, 1);
 		atomic_fetch_add(c->done, 1);
 	}

@@ -56,19 +56,12 @@ static void probe_hold(struct probe *p, int hold)
 
 static int probe_open(struct probe *p, const char *uri)
 {
-	dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
-	char errbuf[256] = "";
-	o.log = probe_log;
-	o.log_userdata = p;
-	o.log_level = DLOCK_LOG_DEBUG;
 	atomic_init(&p->queued, 0);
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cond, NULL);
 	p->hold = 0;
-	dlock_status st = dlock_client_open(&p->client, uri, &o, errbuf, sizeof errbuf);
-	if (st != DLOCK_OK)
-		fprintf(stderr, "open %s: %s: %s\n", uri, dlock_status_name(st), errbuf);
-	return st == DLOCK_OK;
+	p->client = dlock_test_open(uri, probe_log, p);
+	return p->client != NULL;
 }
 
 static void probe_close(struct probe *p)
@@ -83,51 +76,9 @@ static int probe_queued(void *arg)
 	return atomic_load(&((struct probe *)arg)->queued) > 0;
 }
 
-static dlock_client *open_client(const char *uri)
-{
-	dlock_client *c = NULL;
-	char errbuf[256] = "";
-	dlock_status st = dlock_client_open(&c, uri, NULL, errbuf, sizeof errbuf);
-	if (st != DLOCK_OK)
-		fprintf(stderr, "open %s: %s: %s\n", uri, dlock_status_name(st), errbuf);
-	return c;
-}
-
-static dlock_lock *new_lock(dlock_client *c, const char *name)
-{
-	dlock_lock *l = NULL;
-	if (c && dlock_lock_new(c, name, &l) != DLOCK_OK)
-		return NULL;
-	return l;
-}
-
 static dlock_status acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, int renew)
 {
-	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-	o.wait_ms = wait_ms;
-	o.lease_ms = lease_ms;
-	o.renew = renew;
-	return dlock_acquire(l, &o);
-}
-
-static uint64_t token_of(dlock_lock *l)
-{
-	uint64_t t = 0;
-	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &t), DLOCK_OK);
-	return t;
-}
-
-/* Try once with a fresh handle; release at once if it worked. */
-static dlock_status probe_name(dlock_client *c, const char *name)
-{
-	dlock_lock *l = new_lock(c, name);
-	if (!l)
-		return DLOCK_ENOMEM;
-	dlock_status st = acquire(l, 0, 0, -1);
-	if (st == DLOCK_OK)
-		dlock_release(l);
-	dlock_lock_free(l);
-	return st;
+	return dlock_test_acquire(l, wait_ms, lease_ms, renew, NULL, NULL);
 }
 
 /* A thread that acquires a lock and records when it got it. */
@@ -197,7 +148,7 @@ static void test_uri_valid(void)
 {
 	static const char *const good[] = { "mem://", "mem://t_uri", "mem://t_uri?ttl=5s&wait=1s" };
 	for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-		dlock_client *c = open_client(good[i]);
+		dlock_client *c = dlock_test_open(good[i], NULL, NULL);
 		CU_ASSERT_PTR_NOT_NULL(c);
 		dlock_client_close(c);
 	}
@@ -205,7 +156,7 @@ static void test_uri_valid(void)
 
 static void test_capabilities(void)
 {
-	dlock_client *c = open_client("mem://t_caps");
+	dlock_client *c = dlock_test_open("mem://t_caps", NULL, NULL);
 	dlock_capabilities caps;
 	CU_ASSERT_FATAL(c != NULL);
 	CU_ASSERT_EQUAL(dlock_client_capabilities(c, &caps), DLOCK_OK);
@@ -223,25 +174,25 @@ static void test_capabilities(void)
 
 static void test_namespaces(void)
 {
-	dlock_client *a = open_client("mem://t_ns_a");
-	dlock_client *a2 = open_client("mem://t_ns_a");
-	dlock_client *b = open_client("mem://t_ns_b");
-	dlock_client *e = open_client("mem://");
+	dlock_client *a = dlock_test_open("mem://t_ns_a", NULL, NULL);
+	dlock_client *a2 = dlock_test_open("mem://t_ns_a", NULL, NULL);
+	dlock_client *b = dlock_test_open("mem://t_ns_b", NULL, NULL);
+	dlock_client *e = dlock_test_open("mem://", NULL, NULL);
 	CU_ASSERT_FATAL(a && a2 && b && e);
-	dlock_lock *l = new_lock(a, "name");
+	dlock_lock *l = dlock_test_new_lock(a, "name");
 	CU_ASSERT_FATAL(l != NULL);
 	CU_ASSERT_EQUAL_FATAL(acquire(l, 0, 0, -1), DLOCK_OK);
 
 	/* Another namespace, and the empty one, do not see it. */
-	CU_ASSERT_EQUAL(probe_name(b, "name"), DLOCK_OK);
-	CU_ASSERT_EQUAL(probe_name(e, "name"), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_probe(b, "name"), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_probe(e, "name"), DLOCK_OK);
 	/* The same namespace from another client does. */
-	CU_ASSERT_EQUAL(probe_name(a2, "name"), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(dlock_test_probe(a2, "name"), DLOCK_EBUSY);
 	/* Other names of the same namespace are free. */
-	CU_ASSERT_EQUAL(probe_name(a2, "name2"), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_probe(a2, "name2"), DLOCK_OK);
 
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
-	CU_ASSERT_EQUAL(probe_name(a2, "name"), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_probe(a2, "name"), DLOCK_OK);
 	dlock_lock_free(l);
 	dlock_client_close(a);
 	dlock_client_close(a2);
@@ -252,15 +203,15 @@ static void test_namespaces(void)
 /* Closing a client frees what it still held, for the other clients. */
 static void test_close_releases(void)
 {
-	dlock_client *a = open_client("mem://t_close");
-	dlock_client *b = open_client("mem://t_close");
+	dlock_client *a = dlock_test_open("mem://t_close", NULL, NULL);
+	dlock_client *b = dlock_test_open("mem://t_close", NULL, NULL);
 	CU_ASSERT_FATAL(a && b);
-	dlock_lock *l = new_lock(a, "n");
+	dlock_lock *l = dlock_test_new_lock(a, "n");
 	CU_ASSERT_FATAL(l != NULL);
 	CU_ASSERT_EQUAL_FATAL(acquire(l, 0, 0, -1), DLOCK_OK);
-	CU_ASSERT_EQUAL(probe_name(b, "n"), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(dlock_test_probe(b, "n"), DLOCK_EBUSY);
 	dlock_client_close(a);
-	CU_ASSERT_EQUAL(probe_name(b, "n"), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_probe(b, "n"), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_ENOTHELD);
 	dlock_lock_free(l);
 	dlock_client_close(b);
@@ -284,29 +235,23 @@ static int flag_set(void *arg)
 /* An expired lease lets another client in; the first one's release is then ENOTHELD. */
 static void test_ttl_takeover(void)
 {
-	dlock_client *a = open_client("mem://t_ttl");
-	dlock_client *b = open_client("mem://t_ttl");
+	dlock_client *a = dlock_test_open("mem://t_ttl", NULL, NULL);
+	dlock_client *b = dlock_test_open("mem://t_ttl", NULL, NULL);
 	CU_ASSERT_FATAL(a && b);
-	dlock_lock *la = new_lock(a, "n"), *lb = new_lock(b, "n");
+	dlock_lock *la = dlock_test_new_lock(a, "n"), *lb = dlock_test_new_lock(b, "n");
 	CU_ASSERT_FATAL(la && lb);
 	atomic_int lost;
 	atomic_init(&lost, 0);
 
-	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-	o.wait_ms = 0;
-	o.lease_ms = 200;
-	o.renew = 0;
-	o.on_lost = on_lost;
-	o.lost_userdata = &lost;
 	int64_t t0 = dlock_test_now_ms();
-	CU_ASSERT_EQUAL_FATAL(dlock_acquire(la, &o), DLOCK_OK);
-	uint64_t ta = token_of(la);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(la, 0, 200, 0, on_lost, &lost), DLOCK_OK);
+	uint64_t ta = dlock_test_token(la);
 	CU_ASSERT_EQUAL(acquire(lb, 0, 0, -1), DLOCK_EBUSY);
 
 	/* B waits and gets it when A's lease runs out, not before. */
 	CU_ASSERT_EQUAL_FATAL(acquire(lb, LONG_WAIT_MS, 0, -1), DLOCK_OK);
 	CU_ASSERT(dlock_test_now_ms() - t0 >= 200);
-	CU_ASSERT(token_of(lb) > ta);
+	CU_ASSERT(dlock_test_token(lb) > ta);
 
 	/* A is told before it releases (a release would cancel the callback). */
 	CU_ASSERT(dlock_test_await(flag_set, &lost, AWAIT_MS));
@@ -314,7 +259,7 @@ static void test_ttl_takeover(void)
 	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_ENOTHELD);
 	/* A's late release did not remove B's lock. */
 	CU_ASSERT_EQUAL(dlock_check(lb), DLOCK_OK);
-	CU_ASSERT_EQUAL(probe_name(a, "n"), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(dlock_test_probe(a, "n"), DLOCK_EBUSY);
 	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
 
 	dlock_lock_free(la);
@@ -326,18 +271,18 @@ static void test_ttl_takeover(void)
 /* A lease that ran out is not ours even if nobody took the name. */
 static void test_ttl_expired_untaken(void)
 {
-	dlock_client *a = open_client("mem://t_ttl2");
-	dlock_client *b = open_client("mem://t_ttl2");
+	dlock_client *a = dlock_test_open("mem://t_ttl2", NULL, NULL);
+	dlock_client *b = dlock_test_open("mem://t_ttl2", NULL, NULL);
 	CU_ASSERT_FATAL(a && b);
-	dlock_lock *la = new_lock(a, "n"), *lb = new_lock(b, "n");
+	dlock_lock *la = dlock_test_new_lock(a, "n"), *lb = dlock_test_new_lock(b, "n");
 	CU_ASSERT_FATAL(la && lb);
 	CU_ASSERT_EQUAL_FATAL(acquire(la, 0, 50, 0), DLOCK_OK);
-	uint64_t ta = token_of(la);
+	uint64_t ta = dlock_test_token(la);
 	/* What is awaited here is time itself: the lease has to run out. */
 	dlock_test_sleep_ms(100);
 	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_ENOTHELD);
 	CU_ASSERT_EQUAL_FATAL(acquire(lb, 0, 0, -1), DLOCK_OK);
-	CU_ASSERT_EQUAL(token_of(lb), ta + 1);
+	CU_ASSERT_EQUAL(dlock_test_token(lb), ta + 1);
 	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
 	dlock_lock_free(la);
 	dlock_lock_free(lb);
@@ -347,19 +292,19 @@ static void test_ttl_expired_untaken(void)
 
 static void test_extend(void)
 {
-	dlock_client *a = open_client("mem://t_extend");
-	dlock_client *b = open_client("mem://t_extend");
+	dlock_client *a = dlock_test_open("mem://t_extend", NULL, NULL);
+	dlock_client *b = dlock_test_open("mem://t_extend", NULL, NULL);
 	CU_ASSERT_FATAL(a && b);
-	dlock_lock *la = new_lock(a, "n");
+	dlock_lock *la = dlock_test_new_lock(a, "n");
 	CU_ASSERT_FATAL(la != NULL);
 	CU_ASSERT_EQUAL_FATAL(acquire(la, 0, 100, 0), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_extend(la, 10000), DLOCK_OK);
 	/* Well past the first lease: the extension must keep B out. */
 	dlock_test_sleep_ms(250);
-	CU_ASSERT_EQUAL(probe_name(b, "n"), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(dlock_test_probe(b, "n"), DLOCK_EBUSY);
 	CU_ASSERT_EQUAL(dlock_check(la), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
-	CU_ASSERT_EQUAL(probe_name(b, "n"), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_probe(b, "n"), DLOCK_OK);
 	dlock_lock_free(la);
 	dlock_client_close(a);
 	dlock_client_close(b);
@@ -369,16 +314,16 @@ static void test_extend(void)
 
 static void test_fencing(void)
 {
-	dlock_client *a = open_client("mem://t_fence");
-	dlock_client *b = open_client("mem://t_fence");
+	dlock_client *a = dlock_test_open("mem://t_fence", NULL, NULL);
+	dlock_client *b = dlock_test_open("mem://t_fence", NULL, NULL);
 	CU_ASSERT_FATAL(a && b);
-	dlock_lock *la = new_lock(a, "n"), *lb = new_lock(b, "n");
+	dlock_lock *la = dlock_test_new_lock(a, "n"), *lb = dlock_test_new_lock(b, "n");
 	CU_ASSERT_FATAL(la && lb);
 	uint64_t prev = 0;
 	for (int i = 0; i < 10; i++) {
 		dlock_lock *l = i % 2 ? lb : la;
 		CU_ASSERT_EQUAL_FATAL(acquire(l, 0, 0, -1), DLOCK_OK);
-		uint64_t t = token_of(l);
+		uint64_t t = dlock_test_token(l);
 		CU_ASSERT(t > prev);
 		prev = t;
 		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
@@ -389,11 +334,11 @@ static void test_fencing(void)
 	dlock_client_close(b);
 
 	/* The counter outlives every client that used the name. */
-	dlock_client *c = open_client("mem://t_fence");
-	dlock_lock *lc = new_lock(c, "n");
+	dlock_client *c = dlock_test_open("mem://t_fence", NULL, NULL);
+	dlock_lock *lc = dlock_test_new_lock(c, "n");
 	CU_ASSERT_FATAL(lc != NULL);
 	CU_ASSERT_EQUAL_FATAL(acquire(lc, 0, 0, -1), DLOCK_OK);
-	CU_ASSERT(token_of(lc) > prev);
+	CU_ASSERT(dlock_test_token(lc) > prev);
 	CU_ASSERT_EQUAL(dlock_release(lc), DLOCK_OK);
 	dlock_lock_free(lc);
 	dlock_client_close(c);
@@ -407,20 +352,20 @@ static void test_fencing(void)
 static void test_fifo(void)
 {
 	const char *uri = "mem://t_fifo";
-	dlock_client *h = open_client(uri), *n = open_client(uri);
+	dlock_client *h = dlock_test_open(uri, NULL, NULL), *n = dlock_test_open(uri, NULL, NULL);
 	struct probe p[NWAITERS];
 	dlock_lock *l[NWAITERS];
 	struct waiter w[NWAITERS];
 	atomic_int order;
 	atomic_init(&order, 0);
 	CU_ASSERT_FATAL(h && n);
-	dlock_lock *lh = new_lock(h, "n");
+	dlock_lock *lh = dlock_test_new_lock(h, "n");
 	CU_ASSERT_FATAL(lh != NULL);
 	CU_ASSERT_EQUAL_FATAL(acquire(lh, 0, 0, -1), DLOCK_OK);
 
 	for (int i = 0; i < NWAITERS; i++) {
 		CU_ASSERT_FATAL(probe_open(&p[i], uri));
-		l[i] = new_lock(p[i].client, "n");
+		l[i] = dlock_test_new_lock(p[i].client, "n");
 		CU_ASSERT_FATAL(l[i] != NULL);
 		/* The last one keeps the lock, so the queue cannot drain before the probe below. */
 		waiter_start(&w[i], l[i], LONG_WAIT_MS, i < NWAITERS - 1, &order);
@@ -430,14 +375,14 @@ static void test_fifo(void)
 	CU_ASSERT_EQUAL(atomic_load(&order), 0);
 	CU_ASSERT_EQUAL(dlock_release(lh), DLOCK_OK);
 	/* A newcomer never overtakes the queue, even while the name is free. */
-	CU_ASSERT_EQUAL(probe_name(n, "n"), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(dlock_test_probe(n, "n"), DLOCK_EBUSY);
 
 	for (int i = 0; i < NWAITERS; i++) {
 		CU_ASSERT_EQUAL(waiter_join(&w[i]), DLOCK_OK);
 		CU_ASSERT_EQUAL(w[i].ticket, i);
 	}
 	CU_ASSERT_EQUAL(dlock_release(l[NWAITERS - 1]), DLOCK_OK);
-	CU_ASSERT_EQUAL(probe_name(n, "n"), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_probe(n, "n"), DLOCK_OK);
 	for (int i = 0; i < NWAITERS; i++) {
 		dlock_lock_free(l[i]);
 		probe_close(&p[i]);
@@ -451,11 +396,12 @@ static void test_fifo(void)
 static void test_no_barging(void)
 {
 	const char *uri = "mem://t_barging";
-	dlock_client *h = open_client(uri), *n = open_client(uri);
+	dlock_client *h = dlock_test_open(uri, NULL, NULL), *n = dlock_test_open(uri, NULL, NULL);
 	struct probe p;
 	struct waiter w;
 	CU_ASSERT_FATAL(h && n && probe_open(&p, uri));
-	dlock_lock *lh = new_lock(h, "n"), *lw = new_lock(p.client, "n"), *ln = new_lock(n, "n");
+	dlock_lock *lh = dlock_test_new_lock(h, "n"), *lw = dlock_test_new_lock(p.client, "n");
+	dlock_lock *ln = dlock_test_new_lock(n, "n");
 	CU_ASSERT_FATAL(lh && lw && ln);
 	CU_ASSERT_EQUAL_FATAL(acquire(lh, 0, 0, -1), DLOCK_OK);
 
@@ -486,11 +432,12 @@ static void test_no_barging(void)
 static void test_waiter_leaves(void)
 {
 	const char *uri = "mem://t_leave";
-	dlock_client *h = open_client(uri);
+	dlock_client *h = dlock_test_open(uri, NULL, NULL);
 	struct probe p1, p2;
 	struct waiter w1, w2;
 	CU_ASSERT_FATAL(h && probe_open(&p1, uri) && probe_open(&p2, uri));
-	dlock_lock *lh = new_lock(h, "n"), *l1 = new_lock(p1.client, "n"), *l2 = new_lock(p2.client, "n");
+	dlock_lock *lh = dlock_test_new_lock(h, "n");
+	dlock_lock *l1 = dlock_test_new_lock(p1.client, "n"), *l2 = dlock_test_new_lock(p2.client, "n");
 	CU_ASSERT_FATAL(lh && l1 && l2);
 	/* No release: the second waiter must wake by itself when this lease ends. */
 	CU_ASSERT_EQUAL_FATAL(acquire(lh, 0, 1000, 0), DLOCK_OK);
@@ -517,11 +464,11 @@ static void test_waiter_leaves(void)
 static void test_waiter_cleanup(void)
 {
 	const char *uri = "mem://t_cleanup";
-	dlock_client *h = open_client(uri), *n = open_client(uri);
+	dlock_client *h = dlock_test_open(uri, NULL, NULL), *n = dlock_test_open(uri, NULL, NULL);
 	struct probe p;
 	struct waiter w;
 	CU_ASSERT_FATAL(h && n && probe_open(&p, uri));
-	dlock_lock *lh = new_lock(h, "n"), *lw = new_lock(p.client, "n");
+	dlock_lock *lh = dlock_test_new_lock(h, "n"), *lw = dlock_test_new_lock(p.client, "n");
 	CU_ASSERT_FATAL(lh && lw);
 
 	CU_ASSERT_EQUAL_FATAL(acquire(lh, 0, 0, -1), DLOCK_OK);
@@ -534,7 +481,7 @@ static void test_waiter_cleanup(void)
 	CU_ASSERT_EQUAL(dlock_release(lh), DLOCK_OK);
 
 	/* A leftover queue entry would keep every newcomer out. */
-	CU_ASSERT_EQUAL(probe_name(n, "n"), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_probe(n, "n"), DLOCK_OK);
 	dlock_lock_free(lh);
 	dlock_lock_free(lw);
 	dlock_client_close(h);
@@ -580,9 +527,9 @@ static void test_stress(void)
 	pthread_t th[NSTRESS];
 	dlock_test_overlap *ov = dlock_test_overlap_new();
 	for (int i = 0; i < NSTRESS; i++) {
-		c[i] = open_client("mem://t_stress");
+		c[i] = dlock_test_open("mem://t_stress", NULL, NULL);
 		CU_ASSERT_FATAL(c[i] != NULL);
-		s[i] = (struct stress){ .lock = new_lock(c[i], "n"), .ov = ov };
+		s[i] = (struct stress){ .lock = dlock_test_new_lock(c[i], "n"), .ov = ov };
 		CU_ASSERT_FATAL(s[i].lock != NULL);
 		CU_ASSERT_FATAL(pthread_create(&th[i], NULL, stress_main, &s[i]) == 0);
 	}

@@ -69,12 +69,8 @@ static void unique_name(char *out, size_t outlen, const char *tag)
 
 static dlock_client *open_uri(const char *uri)
 {
-	dlock_client *c = NULL;
-	char err[512] = "";
-	dlock_status st = dlock_client_open(&c, uri, NULL, err, sizeof err);
-	if (st != DLOCK_OK)
-		printf("\n    open: %s: %s", dlock_status_name(st), err);
-	CU_ASSERT_EQUAL(st, DLOCK_OK);
+	dlock_client *c = dlock_test_open(uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL(c);
 	return c;
 }
 
@@ -89,38 +85,15 @@ static dlock_client *open_app(const char *app)
 
 static dlock_lock *new_lock(dlock_client *c, const char *name)
 {
-	dlock_lock *l = NULL;
+	dlock_lock *l = dlock_test_new_lock(c, name);
 	if (c)
-		CU_ASSERT_EQUAL(dlock_lock_new(c, name, &l), DLOCK_OK);
+		CU_ASSERT_PTR_NOT_NULL(l);
 	return l;
 }
 
 static dlock_status acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dlock_lost_fn fn, void *ud)
 {
-	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-	o.wait_ms = wait_ms;
-	o.lease_ms = lease_ms;
-	o.on_lost = fn;
-	o.lost_userdata = ud;
-	return dlock_acquire(l, &o);
-}
-
-static uint64_t token_of(dlock_lock *l)
-{
-	uint64_t t = 0;
-	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &t), DLOCK_OK);
-	return t;
-}
-
-/* Try once with a fresh handle; release at once if that worked. */
-static dlock_status probe(dlock_client *c, const char *name)
-{
-	dlock_lock *l = new_lock(c, name);
-	dlock_status st = l ? acquire(l, 0, 0, NULL, NULL) : DLOCK_EINVAL;
-	if (st == DLOCK_OK)
-		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
-	dlock_lock_free(l);
-	return st;
+	return dlock_test_acquire(l, wait_ms, lease_ms, -1, fn, ud);
 }
 
 /* The test's own libpq connection (advisory URI: plain libpq). */
@@ -426,13 +399,13 @@ static void test_terminate_backend(void)
 	lost_rec r;
 	lost_init(&r);
 	if (la && lb && expect(acquire(la, 0, 1500, on_lost, &r), DLOCK_OK)) {
-		uint64_t t1 = token_of(la);
+		uint64_t t1 = dlock_test_token(la);
 		CU_ASSERT(sql_num(mon, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
 		                       "WHERE application_name = $1", app) >= 1);
 		CU_ASSERT_EQUAL(lost_await(&r, AWAIT_MS), 1);
 		CU_ASSERT_EQUAL(r.reason, DLOCK_LOST_SESSION);
 		CU_ASSERT_EQUAL(acquire(lb, 5000, 0, NULL, NULL), DLOCK_OK);
-		CU_ASSERT(token_of(lb) > t1);
+		CU_ASSERT(dlock_test_token(lb) > t1);
 		CU_ASSERT_EQUAL(dlock_release(la), DLOCK_ENOTHELD);
 		CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
 		/* The client itself recovers: new connections for new locks. */
@@ -507,7 +480,7 @@ static void test_sigstop_holder(void)
 		printf("\n    the server freed the stopped holder's lock after %lld ms (lease %d ms)", (long long)ms,
 		       STOP_LEASE_MS);
 		CU_ASSERT(ms >= STOP_LEASE_MS / 2);
-		CU_ASSERT(token_of(l) > sh->token);
+		CU_ASSERT(dlock_test_token(l) > sh->token);
 		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
 	}
 	kill(pid, SIGCONT);
@@ -540,7 +513,7 @@ static void test_bounded_wait_then_normal(void)
 		int64_t ms = dlock_test_now_ms() - t0;
 		printf("\n    a %d ms wait returned after %lld ms", BOUND, (long long)ms);
 		CU_ASSERT(ms >= BOUND - 20 && ms <= BOUND + SLACK_MS);
-		CU_ASSERT_EQUAL(probe(c, other), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_test_probe(c, other), DLOCK_OK);
 		if (!via_bouncer) /* the timed-out connection was reused */
 			CU_ASSERT_EQUAL(backends_of(mon, app), 1);
 		CU_ASSERT_EQUAL(dlock_release(h), DLOCK_OK);
@@ -573,7 +546,7 @@ static void test_odd_names(void)
 			dlock_lock_free(l);
 			continue;
 		}
-		CU_ASSERT_EQUAL(probe(b, name), DLOCK_EBUSY);
+		CU_ASSERT_EQUAL(dlock_test_probe(b, name), DLOCK_EBUSY);
 		size_t n;
 		char *ns = dlock_pg_namespaced("dlock", name, strlen(name), &n);
 		char key[32];
@@ -594,7 +567,7 @@ static void test_odd_names(void)
 		}
 		free(ns);
 		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
-		CU_ASSERT_EQUAL(probe(b, name), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_test_probe(b, name), DLOCK_OK);
 		dlock_lock_free(l);
 	}
 	if (mode_is_row) /* and the table is still there */
@@ -624,14 +597,14 @@ static void test_many_locks_connections(void)
 	printf("\n    %d locks held on %lld connections", N, n);
 	CU_ASSERT(mode_is_row ? n >= N : n <= 2);
 	for (int i = 0; ok && i < N; i++)
-		CU_ASSERT_EQUAL(probe(other, names[i]), DLOCK_EBUSY);
+		CU_ASSERT_EQUAL(dlock_test_probe(other, names[i]), DLOCK_EBUSY);
 	for (int i = 0; i < N; i++) {
 		if (ok)
 			CU_ASSERT_EQUAL(dlock_release(locks[i]), DLOCK_OK);
 		dlock_lock_free(locks[i]);
 	}
 	for (int i = 0; ok && i < N; i += 5)
-		CU_ASSERT_EQUAL(probe(other, names[i]), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_test_probe(other, names[i]), DLOCK_OK);
 	PQfinish(mon);
 	dlock_client_close(c);
 	dlock_client_close(other);
@@ -775,7 +748,7 @@ static void test_rollback(void)
 		PQclear(PQexec(mon, "BEGIN"));
 		CU_ASSERT_EQUAL(sql_num(mon, "SELECT pg_try_advisory_lock($1::int8)::int", key), 0);
 		PQclear(PQexec(mon, "ROLLBACK"));
-		CU_ASSERT_EQUAL(probe(b, name), DLOCK_EBUSY);
+		CU_ASSERT_EQUAL(dlock_test_probe(b, name), DLOCK_EBUSY);
 		CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
 		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
 	}
@@ -783,9 +756,9 @@ static void test_rollback(void)
 	PQclear(PQexec(mon, "BEGIN"));
 	CU_ASSERT_EQUAL(sql_num(mon, "SELECT pg_try_advisory_lock($1::int8)::int", key), 1);
 	PQclear(PQexec(mon, "ROLLBACK"));
-	CU_ASSERT_EQUAL(probe(b, name), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(dlock_test_probe(b, name), DLOCK_EBUSY);
 	CU_ASSERT_EQUAL(sql_num(mon, "SELECT pg_advisory_unlock($1::int8)::int", key), 1);
-	CU_ASSERT_EQUAL(probe(b, name), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_probe(b, name), DLOCK_OK);
 	PQfinish(mon);
 	dlock_lock_free(l);
 	dlock_client_close(a);

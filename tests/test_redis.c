@@ -69,41 +69,23 @@ static void logcap_fn(void *userdata, dlock_log_level level, const char *msg)
 		atomic_fetch_add(&l->evict, 1);
 }
 
-static dlock_status try_open(dlock_client **c, const char *uri, struct logcap *log, char *errbuf, size_t errlen)
-{
-	dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
-	if (log) {
-		o.log = logcap_fn;
-		o.log_userdata = log;
-		o.log_level = DLOCK_LOG_DEBUG;
-	}
-	return dlock_client_open(c, uri, &o, errbuf, errlen);
-}
-
 static dlock_client *open_uri(const char *uri, struct logcap *log)
 {
-	dlock_client *c = NULL;
-	char errbuf[512] = "";
-	dlock_status st = try_open(&c, uri, log, errbuf, sizeof errbuf);
-	if (st != DLOCK_OK)
-		printf("\n    open: %s: %s", dlock_status_name(st), errbuf);
-	CU_ASSERT_EQUAL_FATAL(st, DLOCK_OK);
+	dlock_client *c = dlock_test_open(uri, log ? logcap_fn : NULL, log);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
 	return c;
 }
 
 static dlock_lock *new_lock(dlock_client *c, const char *name)
 {
-	dlock_lock *l = NULL;
-	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, name, &l), DLOCK_OK);
+	dlock_lock *l = dlock_test_new_lock(c, name);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(l);
 	return l;
 }
 
 static dlock_status acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms)
 {
-	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-	o.wait_ms = wait_ms;
-	o.lease_ms = lease_ms;
-	return dlock_acquire(l, &o);
+	return dlock_test_acquire(l, wait_ms, lease_ms, -1, NULL, NULL);
 }
 
 static redisContext *raw(int port)
@@ -216,12 +198,12 @@ static void test_bad_uris(void)
 	const char *bad[] = { "/abc", "/1x", "/-1", "?db=1", "?user=x", "?prefix={}", "?prefix=a%7Bb%7D" };
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		snprintf(uri, sizeof uri, "redis://127.0.0.1:%d%s", redis_port, bad[i]);
-		CU_ASSERT_EQUAL(try_open(&c, uri, NULL, NULL, 0), DLOCK_EURI);
+		CU_ASSERT_EQUAL(dlock_client_open(&c, uri, NULL, NULL, 0), DLOCK_EURI);
 		CU_ASSERT_PTR_NULL(c);
 	}
-	CU_ASSERT_EQUAL(try_open(&c, "redis+unix://host/tmp/x.sock", NULL, NULL, 0), DLOCK_EURI);
-	CU_ASSERT_EQUAL(try_open(&c, "redis+unix:///tmp/x.sock?db=x", NULL, NULL, 0), DLOCK_EURI);
-	CU_ASSERT_EQUAL(try_open(&c, "redis+unix:///", NULL, NULL, 0), DLOCK_EURI);
+	CU_ASSERT_EQUAL(dlock_client_open(&c, "redis+unix://host/tmp/x.sock", NULL, NULL, 0), DLOCK_EURI);
+	CU_ASSERT_EQUAL(dlock_client_open(&c, "redis+unix:///tmp/x.sock?db=x", NULL, NULL, 0), DLOCK_EURI);
+	CU_ASSERT_EQUAL(dlock_client_open(&c, "redis+unix:///", NULL, NULL, 0), DLOCK_EURI);
 }
 
 static void test_dead_port_fast(void)
@@ -230,10 +212,10 @@ static void test_dead_port_fast(void)
 	dlock_client *c = NULL;
 	snprintf(uri, sizeof uri, "redis://127.0.0.1:%d", dead_port());
 	int64_t t0 = dlock_test_now_ms();
-	CU_ASSERT_EQUAL(try_open(&c, uri, NULL, errbuf, sizeof errbuf), DLOCK_ECONNECT);
+	CU_ASSERT_EQUAL(dlock_client_open(&c, uri, NULL, errbuf, sizeof errbuf), DLOCK_ECONNECT);
 	CU_ASSERT(dlock_test_now_ms() - t0 < FAST_MS);
 	CU_ASSERT_PTR_NOT_NULL(strstr(errbuf, "127.0.0.1"));
-	CU_ASSERT_EQUAL(try_open(&c, "redis+unix:///nonexistent/redis.sock", NULL, NULL, 0), DLOCK_ECONNECT);
+	CU_ASSERT_EQUAL(dlock_client_open(&c, "redis+unix:///nonexistent/redis.sock", NULL, NULL, 0), DLOCK_ECONNECT);
 }
 
 /* A server-side ACL user that tests may log in as; removed by drop_user(). */
@@ -262,12 +244,12 @@ static void test_wrong_password_fast(void)
 
 	snprintf(uri, sizeof uri, "redis://%s:wrong-secret@127.0.0.1:%d", user, redis_port);
 	int64_t t0 = dlock_test_now_ms();
-	CU_ASSERT_EQUAL(try_open(&c, uri, NULL, errbuf, sizeof errbuf), DLOCK_EAUTH);
+	CU_ASSERT_EQUAL(dlock_client_open(&c, uri, NULL, errbuf, sizeof errbuf), DLOCK_EAUTH);
 	CU_ASSERT(dlock_test_now_ms() - t0 < FAST_MS);
 	CU_ASSERT_PTR_NULL(strstr(errbuf, "wrong-secret"));
 	/* The default user has no password here: any password is refused. */
 	snprintf(uri, sizeof uri, "redis://:wrong-secret@127.0.0.1:%d", redis_port);
-	CU_ASSERT_EQUAL(try_open(&c, uri, NULL, errbuf, sizeof errbuf), DLOCK_EAUTH);
+	CU_ASSERT_EQUAL(dlock_client_open(&c, uri, NULL, errbuf, sizeof errbuf), DLOCK_EAUTH);
 	CU_ASSERT_PTR_NULL(strstr(errbuf, "wrong-secret"));
 
 	snprintf(uri, sizeof uri, "redis://%s:right-secret@127.0.0.1:%d", user, redis_port);
@@ -281,7 +263,7 @@ static void test_unknown_db(void)
 	char uri[256], errbuf[512] = "";
 	dlock_client *c = NULL;
 	snprintf(uri, sizeof uri, "redis://127.0.0.1:%d/9999", redis_port);
-	CU_ASSERT_EQUAL(try_open(&c, uri, NULL, errbuf, sizeof errbuf), DLOCK_ENOTFOUND);
+	CU_ASSERT_EQUAL(dlock_client_open(&c, uri, NULL, errbuf, sizeof errbuf), DLOCK_ENOTFOUND);
 	snprintf(uri, sizeof uri, "redis://127.0.0.1:%d/3", redis_port);
 	c = open_uri(uri, NULL);
 	dlock_client_close(c);
@@ -335,10 +317,9 @@ static void test_keys_and_tokens(void)
 	make_uri(uri, sizeof uri, redis_uri, prefix, "");
 	dlock_client *c = open_uri(uri, NULL);
 	dlock_lock *l = new_lock(c, "orders");
-	uint64_t t1 = 0, t2 = 0;
 
 	CU_ASSERT_EQUAL_FATAL(acquire(l, 0, 10000), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &t1), DLOCK_OK);
+	uint64_t t1 = dlock_test_token(l);
 	key_of(key, sizeof key, prefix, "orders", "lock");
 	key_of(fence, sizeof fence, prefix, "orders", "fence");
 	redisContext *ctx = raw(redis_port);
@@ -367,8 +348,7 @@ static void test_keys_and_tokens(void)
 	CU_ASSERT_EQUAL(keys_under(redis_port, prefix), 1); /* the fence counter only */
 
 	CU_ASSERT_EQUAL_FATAL(acquire(l, 0, 10000), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &t2), DLOCK_OK);
-	CU_ASSERT(t2 > t1);
+	CU_ASSERT(dlock_test_token(l) > t1);
 	/* Someone else takes over after our key is gone: release must not touch it. */
 	freeReplyObject(redisCommand(ctx, "SET %s intruder", key));
 	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_ENOTHELD);
@@ -758,15 +738,8 @@ static void test_restart_while_held(void)
 	dlock_client *c = open_uri(uri, NULL);
 	dlock_lock *l = new_lock(c, "restarted");
 	struct lost_flag lost = { 0 };
-	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-	o.wait_ms = 0;
-	o.lease_ms = 1500;
-	o.renew = 1;
-	o.on_lost = on_lost;
-	o.lost_userdata = &lost;
-	uint64_t t1 = 0, t2 = 0;
-	CU_ASSERT_EQUAL_FATAL(dlock_acquire(l, &o), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &t1), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 1500, 1, on_lost, &lost), DLOCK_OK);
+	uint64_t t1 = dlock_test_token(l);
 
 	CU_ASSERT_FATAL(ctl_run("restart", redis_port));
 	CU_ASSERT(dlock_test_await(lost_seen, &lost, AWAIT_MS));
@@ -774,10 +747,8 @@ static void test_restart_while_held(void)
 	CU_ASSERT_EQUAL(atomic_load(&lost.reason), DLOCK_LOST_TAKEN);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_ENOTHELD);
 
-	o.wait_ms = 5000;
-	o.on_lost = NULL;
-	CU_ASSERT_EQUAL_FATAL(dlock_acquire(l, &o), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &t2), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 5000, 1500, 1, NULL, NULL), DLOCK_OK);
+	uint64_t t2 = dlock_test_token(l);
 	printf("\n    token before the restart %llu, after %llu", (unsigned long long)t1, (unsigned long long)t2);
 	CU_ASSERT(t2 > t1);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
@@ -800,7 +771,7 @@ static int fence_child(struct fence_shared *sh, const char *uri)
 {
 	dlock_client *c = NULL;
 	dlock_lock *l = NULL;
-	if (try_open(&c, uri, NULL, NULL, 0) != DLOCK_OK || dlock_lock_new(c, "fenced", &l) != DLOCK_OK)
+	if (dlock_client_open(&c, uri, NULL, NULL, 0) != DLOCK_OK || dlock_lock_new(c, "fenced", &l) != DLOCK_OK)
 		return 1;
 	for (int i = 0; i < FENCE_TOTAL / FENCE_PROCS; i++) {
 		uint64_t token = 0;
@@ -908,7 +879,7 @@ static int contend_child(void *arg, const char *uri)
 {
 	struct contend_shared *sh = arg;
 	dlock_client *c = NULL;
-	if (try_open(&c, uri, NULL, NULL, 0) != DLOCK_OK)
+	if (dlock_client_open(&c, uri, NULL, NULL, 0) != DLOCK_OK)
 		return 1;
 	pthread_t th[CONT_THREADS];
 	struct contend_thread ct[CONT_THREADS];

@@ -118,11 +118,8 @@ static int log_holds(const char *needle)
 /* Open with every log line captured; errbuf and the client's URI are checked. */
 static dlock_status open_logged(const char *uri, dlock_client **out, char *err, size_t errlen)
 {
-	dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
-	o.log = log_fn;
-	o.log_level = DLOCK_LOG_DEBUG;
 	err[0] = '\0';
-	dlock_status st = dlock_client_open(out, uri, &o, err, errlen);
+	dlock_status st = dlock_test_try_open(out, uri, log_fn, NULL, err, errlen);
 	CHECK_CLEAN("open's message", err);
 	if (st == DLOCK_OK)
 		CHECK_CLEAN("dlock_client_uri()", dlock_client_uri(*out));
@@ -140,15 +137,6 @@ static dlock_client *open_ok(const char *uri)
 	return c;
 }
 
-static dlock_status acquire(dlock_lock *l, int64_t wait_ms, dlock_lost_fn on_lost, void *arg)
-{
-	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-	o.wait_ms = wait_ms;
-	o.on_lost = on_lost;
-	o.lost_userdata = arg;
-	return dlock_acquire(l, &o);
-}
-
 /* After a call that failed, its detail must be clean too. */
 static void check_errmsg(dlock_client *c, dlock_status st)
 {
@@ -161,7 +149,7 @@ static void exercise(dlock_client *c, const char *name)
 {
 	dlock_lock *l = NULL;
 	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, name, &l), DLOCK_OK);
-	dlock_status st = acquire(l, LONG_WAIT_MS, NULL, NULL);
+	dlock_status st = dlock_test_acquire(l, LONG_WAIT_MS, 0, -1, NULL, NULL);
 	CU_ASSERT_EQUAL(st, DLOCK_OK);
 	check_errmsg(c, st);
 	check_errmsg(c, dlock_extend(l, 0));
@@ -305,7 +293,7 @@ static void test_redis_live(void)
 	dlock_lock *l = NULL;
 	struct lost lo = { 0 };
 	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, "lose-me", &l), DLOCK_OK);
-	CU_ASSERT_EQUAL_FATAL(acquire(l, 0, on_lost, &lo), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 0, -1, on_lost, &lo), DLOCK_OK);
 	snprintf(args, sizeof args, "--scan --pattern '%s:*:lock' | xargs -r redis-cli -p %d DEL", user, redis_port);
 	redis_cli(NULL, NULL, args);
 	CU_ASSERT(dlock_test_await(lost_called, &lo, LONG_WAIT_MS));
@@ -337,8 +325,8 @@ static void test_zk_live(void)
 	dlock_lock *l = NULL, *bl = NULL;
 	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, "guarded", &l), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(b, "guarded", &bl), DLOCK_OK);
-	CU_ASSERT_EQUAL(acquire(l, 0, NULL, NULL), DLOCK_OK);
-	dlock_status st = acquire(bl, 0, NULL, NULL);
+	CU_ASSERT_EQUAL(dlock_test_acquire(l, 0, 0, -1, NULL, NULL), DLOCK_OK);
+	dlock_status st = dlock_test_acquire(bl, 0, 0, -1, NULL, NULL);
 	CU_ASSERT_EQUAL(st, DLOCK_EPERM);
 	check_errmsg(b, st);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
@@ -456,7 +444,7 @@ struct waiter {
 static void *waiter_main(void *arg)
 {
 	struct waiter *w = arg;
-	w->st = acquire(w->lock, LONG_WAIT_MS, NULL, NULL);
+	w->st = dlock_test_acquire(w->lock, LONG_WAIT_MS, 0, -1, NULL, NULL);
 	w->done_ms = dlock_test_now_ms();
 	atomic_store(&w->done, 1);
 	return NULL;
@@ -491,7 +479,7 @@ static void test_redis_acl(void)
 	dlock_lock *la = NULL, *lb = NULL;
 	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(a, "job", &la), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(b, "job", &lb), DLOCK_OK);
-	CU_ASSERT_EQUAL_FATAL(acquire(la, 0, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(la, 0, 0, -1, NULL, NULL), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_extend(la, 20000), DLOCK_OK);
 	struct waiter w = { .lock = lb };
 	CU_ASSERT_FATAL(pthread_create(&w.thread, NULL, waiter_main, &w) == 0);
@@ -516,7 +504,7 @@ static void test_redis_acl(void)
 	dlock_client *c = open_ok(other);
 	dlock_lock *lc = NULL;
 	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, "job", &lc), DLOCK_OK);
-	dlock_status st = acquire(lc, 0, NULL, NULL);
+	dlock_status st = dlock_test_acquire(lc, 0, 0, -1, NULL, NULL);
 	CU_ASSERT_EQUAL(st, DLOCK_EPERM);
 	check_errmsg(c, st);
 

@@ -67,6 +67,16 @@ static void parent_of(char *out, size_t len, const char *base, const char *name)
 	snprintf(out, len, "%s/%s", base, comp);
 }
 
+/* A fresh base path on the standalone server: its URI (with `query`), and the parent node of lock `name`. */
+static void fresh_base(char *uri, size_t urilen, const char *query, char *parent, size_t parentlen,
+                       const char *name)
+{
+	char base[64];
+	new_base(base, sizeof base);
+	make_uri(uri, urilen, NULL, zk_hosts, base, query);
+	parent_of(parent, parentlen, base, name);
+}
+
 /* What a client's log said. */
 struct logcap {
 	atomic_int woke;        /* predecessor watch events that woke a waiter */
@@ -92,47 +102,23 @@ static void logcap_fn(void *userdata, dlock_log_level level, const char *msg)
 		atomic_store(&l->server_port, atoi(colon + 1));
 }
 
-static dlock_status try_open(dlock_client **c, const char *uri, struct logcap *log, char *errbuf, size_t errlen)
-{
-	dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
-	if (log) {
-		o.log = logcap_fn;
-		o.log_userdata = log;
-		o.log_level = DLOCK_LOG_DEBUG;
-	}
-	return dlock_client_open(c, uri, &o, errbuf, errlen);
-}
-
 static dlock_client *open_client(const char *uri, struct logcap *log)
 {
-	dlock_client *c = NULL;
-	char err[512] = "";
-	dlock_status st = try_open(&c, uri, log, err, sizeof err);
-	if (st != DLOCK_OK)
-		printf("\n    cannot open: %s: %s", dlock_status_name(st), err);
-	CU_ASSERT_EQUAL_FATAL(st, DLOCK_OK);
+	dlock_client *c = dlock_test_open(uri, log ? logcap_fn : NULL, log);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
 	return c;
 }
 
 static dlock_lock *new_lock(dlock_client *c, const char *name)
 {
-	dlock_lock *l = NULL;
-	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, name, &l), DLOCK_OK);
+	dlock_lock *l = dlock_test_new_lock(c, name);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(l);
 	return l;
 }
 
 static dlock_status acquire(dlock_lock *l, int64_t wait_ms)
 {
-	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-	o.wait_ms = wait_ms;
-	return dlock_acquire(l, &o);
-}
-
-static uint64_t token_of(dlock_lock *l)
-{
-	uint64_t t = 0;
-	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &t), DLOCK_OK);
-	return t;
+	return dlock_test_acquire(l, wait_ms, 0, -1, NULL, NULL);
 }
 
 /* ------------------------------------------------------------ lost callback */
@@ -155,11 +141,7 @@ static void on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *deta
 
 static dlock_status acquire_watched(dlock_lock *l, int64_t wait_ms, struct lost_rec *r)
 {
-	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-	o.wait_ms = wait_ms;
-	o.on_lost = on_lost;
-	o.lost_userdata = r;
-	return dlock_acquire(l, &o);
+	return dlock_test_acquire(l, wait_ms, 0, -1, on_lost, r);
 }
 
 static int lost_called(void *arg)
@@ -277,15 +259,15 @@ static void test_bad_uris(void)
 	dlock_client *c = NULL;
 	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
 		make_uri(uri, sizeof uri, NULL, zk_hosts, paths[i], "");
-		CU_ASSERT_EQUAL(try_open(&c, uri, NULL, err, sizeof err), DLOCK_EURI);
+		CU_ASSERT_EQUAL(dlock_client_open(&c, uri, NULL, err, sizeof err), DLOCK_EURI);
 	}
 	make_uri(uri, sizeof uri, NULL, zk_hosts, "/ok", "session_timeout=soon");
-	CU_ASSERT_EQUAL(try_open(&c, uri, NULL, err, sizeof err), DLOCK_EURI);
+	CU_ASSERT_EQUAL(dlock_client_open(&c, uri, NULL, err, sizeof err), DLOCK_EURI);
 	make_uri(uri, sizeof uri, NULL, zk_hosts, "/ok", "chroot=/x");
-	CU_ASSERT_EQUAL(try_open(&c, uri, NULL, err, sizeof err), DLOCK_EURI);
-	CU_ASSERT_EQUAL(try_open(&c, "zk:///dlock", NULL, err, sizeof err), DLOCK_EURI);
+	CU_ASSERT_EQUAL(dlock_client_open(&c, uri, NULL, err, sizeof err), DLOCK_EURI);
+	CU_ASSERT_EQUAL(dlock_client_open(&c, "zk:///dlock", NULL, err, sizeof err), DLOCK_EURI);
 	make_uri(uri, sizeof uri, ":secret", zk_hosts, "/ok", "");
-	CU_ASSERT_EQUAL(try_open(&c, uri, NULL, err, sizeof err), DLOCK_EURI);
+	CU_ASSERT_EQUAL(dlock_client_open(&c, uri, NULL, err, sizeof err), DLOCK_EURI);
 	CU_ASSERT_PTR_NULL(strstr(err, "secret"));
 	CU_ASSERT_PTR_NULL(c);
 }
@@ -295,7 +277,8 @@ static void test_dead_port_fast(void)
 	char err[512];
 	dlock_client *c = NULL;
 	int64_t t0 = dlock_test_now_ms();
-	CU_ASSERT_EQUAL(try_open(&c, "zk://127.0.0.1:1/x?open_timeout=300ms", NULL, err, sizeof err), DLOCK_ECONNECT);
+	CU_ASSERT_EQUAL(dlock_client_open(&c, "zk://127.0.0.1:1/x?open_timeout=300ms", NULL, err, sizeof err),
+	                DLOCK_ECONNECT);
 	CU_ASSERT(dlock_test_now_ms() - t0 < 300 + SLACK_MS);
 	CU_ASSERT_PTR_NULL(c);
 }
@@ -340,7 +323,7 @@ static void test_layout_and_token(void)
 	CU_ASSERT_FATAL(raw_only_child(zh, parent, node, sizeof node));
 	struct Stat st;
 	CU_ASSERT_EQUAL(zoo_exists(zh, node, 0, &st), ZOK);
-	CU_ASSERT_EQUAL(token_of(l), (uint64_t)st.czxid);
+	CU_ASSERT_EQUAL(dlock_test_token(l), (uint64_t)st.czxid);
 	CU_ASSERT(st.ephemeralOwner != 0);
 	CU_ASSERT_PTR_NOT_NULL(strstr(node, "/_c_"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(node, "-lock-"));
@@ -405,10 +388,12 @@ static void test_library_quiet(void)
 	struct logcap log = { 0 };
 	dlock_client *c = NULL;
 	char err[512];
-	CU_ASSERT_EQUAL(try_open(&c, "zk://127.0.0.1:1/x?open_timeout=300ms", &log, err, sizeof err), DLOCK_ECONNECT);
+	CU_ASSERT_EQUAL(dlock_test_try_open(&c, "zk://127.0.0.1:1/x?open_timeout=300ms", logcap_fn, &log, err,
+	                                    sizeof err),
+	                DLOCK_ECONNECT);
 	new_base(base, sizeof base);
 	make_uri(uri, sizeof uri, NULL, zk_hosts, base, "");
-	if (try_open(&c, uri, &log, err, sizeof err) == DLOCK_OK) {
+	if (dlock_test_try_open(&c, uri, logcap_fn, &log, err, sizeof err) == DLOCK_OK) {
 		dlock_lock *l = new_lock(c, "quiet");
 		CU_ASSERT_EQUAL(acquire(l, 0), DLOCK_OK);
 		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
@@ -480,15 +465,13 @@ static void finish_queue(struct waiter *ws, int n)
 /* FIFO: contenders of separate clients get the lock in the order they queued. */
 static void test_fifo_many(void)
 {
-	char base[64], uri[1024], parent[512];
-	new_base(base, sizeof base);
-	make_uri(uri, sizeof uri, NULL, zk_hosts, base, "");
-	parent_of(parent, sizeof parent, base, "fifo");
+	char uri[1024], parent[512];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "fifo");
 	dlock_client *c = open_client(uri, NULL);
 	dlock_lock *held = new_lock(c, "fifo");
 	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
 	CU_ASSERT_EQUAL_FATAL(acquire(held, 0), DLOCK_OK);
-	uint64_t last = token_of(held);
+	uint64_t last = dlock_test_token(held);
 	static struct waiter ws[FIFO_CONTENDERS];
 	atomic_uint order = 0;
 	start_queue(ws, FIFO_CONTENDERS, uri, "fifo", zh, parent, &order);
@@ -509,10 +492,8 @@ static void test_fifo_many(void)
 /* No herd: each release wakes exactly one waiter, so each waiter is woken once. */
 static void test_no_herd(void)
 {
-	char base[64], uri[1024], parent[512];
-	new_base(base, sizeof base);
-	make_uri(uri, sizeof uri, NULL, zk_hosts, base, "");
-	parent_of(parent, sizeof parent, base, "herd");
+	char uri[1024], parent[512];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "herd");
 	dlock_client *c = open_client(uri, NULL);
 	dlock_lock *held = new_lock(c, "herd");
 	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
@@ -554,10 +535,8 @@ static void *cancel_when_queued(void *arg)
 /* Giving up (try once, deadline, cancel) removes the contender's node. */
 static void test_give_up_leaves_nothing(void)
 {
-	char base[64], uri[1024], parent[512];
-	new_base(base, sizeof base);
-	make_uri(uri, sizeof uri, NULL, zk_hosts, base, "");
-	parent_of(parent, sizeof parent, base, "giveup");
+	char uri[1024], parent[512];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "giveup");
 	dlock_client *a = open_client(uri, NULL), *b = open_client(uri, NULL);
 	dlock_lock *held = new_lock(a, "giveup"), *other = new_lock(b, "giveup");
 	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
@@ -587,20 +566,18 @@ static void test_give_up_leaves_nothing(void)
 /* An empty parent is a container the server reaps; the next holder's token is still larger. */
 static void test_parent_reaped(void)
 {
-	char base[64], uri[1024], parent[512];
-	new_base(base, sizeof base);
-	make_uri(uri, sizeof uri, NULL, zk_hosts, base, "");
-	parent_of(parent, sizeof parent, base, "reaped");
+	char uri[1024], parent[512];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "reaped");
 	dlock_client *c = open_client(uri, NULL);
 	dlock_lock *l = new_lock(c, "reaped");
 	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
 	CU_ASSERT_EQUAL_FATAL(acquire(l, 0), DLOCK_OK);
-	uint64_t first = token_of(l);
+	uint64_t first = dlock_test_token(l);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
 	/* ci/servers/zookeeper.sh makes the server look for empty containers every 500 ms. */
 	CU_ASSERT_FATAL(await_count(zh, parent, -1));
 	CU_ASSERT_EQUAL(acquire(l, 0), DLOCK_OK);
-	CU_ASSERT(token_of(l) > first);
+	CU_ASSERT(dlock_test_token(l) > first);
 	CU_ASSERT_EQUAL(raw_count(zh, parent), 1);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
 	dlock_lock_free(l);
@@ -679,16 +656,14 @@ static clientid_t session_of_client(dlock_client *client)
 /* Expire the holder's session from outside (a second handle with its id closes it). */
 static void test_session_expiry_steal(void)
 {
-	char base[64], uri[1024], parent[512];
-	new_base(base, sizeof base);
-	make_uri(uri, sizeof uri, NULL, zk_hosts, base, "session_timeout=4s");
-	parent_of(parent, sizeof parent, base, "steal");
+	char uri[1024], parent[512];
+	fresh_base(uri, sizeof uri, "session_timeout=4s", parent, sizeof parent, "steal");
 	dlock_client *h = open_client(uri, NULL);
 	dlock_lock *l = new_lock(h, "steal");
 	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
 	struct lost_rec r = { 0 };
 	CU_ASSERT_EQUAL_FATAL(acquire_watched(l, 0, &r), DLOCK_OK);
-	uint64_t first = token_of(l);
+	uint64_t first = dlock_test_token(l);
 	struct waiter w;
 	atomic_uint order = 0;
 	start_queue(&w, 1, uri, "steal", zh, parent, &order);
@@ -708,7 +683,7 @@ static void test_session_expiry_steal(void)
 	CU_ASSERT_EQUAL(atomic_load(&r.calls), 1);
 	/* A new session serves the next acquire. */
 	CU_ASSERT_EQUAL(acquire(l, LONG_WAIT_MS), DLOCK_OK);
-	CU_ASSERT(token_of(l) > w.token);
+	CU_ASSERT(dlock_test_token(l) > w.token);
 	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
 	dlock_lock_free(l);
@@ -740,12 +715,8 @@ static void child_holder(const char *uri, struct child_view *v)
 {
 	dlock_client *c = NULL;
 	dlock_lock *l = NULL;
-	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-	o.wait_ms = 0;
-	o.on_lost = child_lost;
-	o.lost_userdata = v;
 	if (dlock_client_open(&c, uri, NULL, NULL, 0) != DLOCK_OK || dlock_lock_new(c, "stopped", &l) != DLOCK_OK ||
-	    dlock_acquire(l, &o) != DLOCK_OK)
+	    dlock_test_acquire(l, 0, 0, -1, child_lost, v) != DLOCK_OK)
 		_exit(2);
 	dlock_lock_fencing_token(l, &v->token);
 	atomic_store(&v->held, 1);
@@ -770,10 +741,8 @@ static int child_done(void *arg)
 /* A holder stopped past its session timeout: the next contender gets the lock, the holder is told. */
 static void test_session_expiry_stopped_holder(void)
 {
-	char base[64], uri[1024], parent[512];
-	new_base(base, sizeof base);
-	make_uri(uri, sizeof uri, NULL, zk_hosts, base, "session_timeout=2s");
-	parent_of(parent, sizeof parent, base, "stopped");
+	char uri[1024], parent[512];
+	fresh_base(uri, sizeof uri, "session_timeout=2s", parent, sizeof parent, "stopped");
 	struct child_view *v = dlock_test_shared_alloc(sizeof *v);
 	fflush(stdout);
 	pid_t pid = fork();
@@ -827,7 +796,7 @@ static void test_disconnected_then_lost(void)
 	dlock_lock *l = new_lock(c, "cut"), *ol = new_lock(other, "cut");
 	struct lost_rec r = { 0 };
 	CU_ASSERT_EQUAL_FATAL(acquire_watched(l, 0, &r), DLOCK_OK);
-	uint64_t first = token_of(l);
+	uint64_t first = dlock_test_token(l);
 	int64_t t0 = dlock_test_now_ms();
 	CU_ASSERT_EQUAL_FATAL(run_ctl("stop", 1), 0);
 	int64_t t1 = dlock_test_now_ms();
@@ -840,11 +809,11 @@ static void test_disconnected_then_lost(void)
 	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_ENOTHELD);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_ENOTHELD);
 	CU_ASSERT_EQUAL(acquire(ol, LONG_WAIT_MS), DLOCK_OK);
-	CU_ASSERT(token_of(ol) > first);
+	CU_ASSERT(dlock_test_token(ol) > first);
 	CU_ASSERT_EQUAL(dlock_release(ol), DLOCK_OK);
 	CU_ASSERT_EQUAL(run_ctl("start", 1), 0);
 	CU_ASSERT_EQUAL(acquire(l, LONG_WAIT_MS), DLOCK_OK);
-	CU_ASSERT(token_of(l) > first);
+	CU_ASSERT(dlock_test_token(l) > first);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
 	dlock_lock_free(l);
 	dlock_lock_free(ol);
@@ -869,12 +838,12 @@ static void test_ensemble_leader_down(void)
 	dlock_lock *held = new_lock(a, "held"), *probe = new_lock(b, "held"), *fresh = new_lock(b, "fresh");
 	struct lost_rec r = { 0 };
 	CU_ASSERT_EQUAL_FATAL(acquire_watched(held, 0, &r), DLOCK_OK);
-	uint64_t first = token_of(held);
+	uint64_t first = dlock_test_token(held);
 	int leader = ensemble_leader();
 	CU_ASSERT_FATAL(leader >= 1 && leader <= 3);
 	CU_ASSERT_EQUAL_FATAL(run_ctl("stop", leader), 0);
 	CU_ASSERT_EQUAL(acquire(fresh, LONG_WAIT_MS), DLOCK_OK);
-	CU_ASSERT(token_of(fresh) > first);
+	CU_ASSERT(dlock_test_token(fresh) > first);
 	CU_ASSERT_EQUAL(dlock_release(fresh), DLOCK_OK);
 	CU_ASSERT(dlock_test_await(check_is_ok, held, AWAIT_MS));
 	CU_ASSERT_EQUAL(acquire(probe, 0), DLOCK_EBUSY);

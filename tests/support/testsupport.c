@@ -119,6 +119,75 @@ void dlock_test_mask_uri(const char *uri, char *out, size_t outlen)
 	snprintf(colon, outlen - (size_t)(colon - out), ":***%s", rest);
 }
 
+dlock_status dlock_test_try_open(dlock_client **c, const char *uri, dlock_log_fn log, void *log_userdata,
+                                 char *errbuf, size_t errlen)
+{
+	dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+	if (log) {
+		o.log = log;
+		o.log_userdata = log_userdata;
+		o.log_level = DLOCK_LOG_DEBUG;
+	}
+	return dlock_client_open(c, uri, &o, errbuf, errlen);
+}
+
+dlock_client *dlock_test_open(const char *uri, dlock_log_fn log, void *log_userdata)
+{
+	dlock_client *c = NULL;
+	char err[512] = "";
+	dlock_status st = dlock_test_try_open(&c, uri, log, log_userdata, err, sizeof err);
+	if (st != DLOCK_OK) {
+		char masked[1024];
+		dlock_test_mask_uri(uri, masked, sizeof masked);
+		printf("\n    cannot open %s: %s: %s", masked, dlock_status_name(st), err);
+		fflush(stdout); /* also from a forked child that leaves with _exit() */
+	}
+	return c;
+}
+
+dlock_lock *dlock_test_new_lock(dlock_client *c, const char *name)
+{
+	dlock_lock *l = NULL;
+	if (!c)
+		return NULL;
+	dlock_status st = dlock_lock_new(c, name, &l);
+	if (st != DLOCK_OK)
+		printf("\n    dlock_lock_new: %s: %s", dlock_status_name(st), dlock_client_errmsg(c));
+	return l;
+}
+
+dlock_status dlock_test_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, int renew, dlock_lost_fn fn,
+                                void *ud)
+{
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = wait_ms;
+	o.lease_ms = lease_ms;
+	o.renew = renew;
+	o.on_lost = fn;
+	o.lost_userdata = ud;
+	return dlock_acquire(l, &o);
+}
+
+uint64_t dlock_test_token(dlock_lock *l)
+{
+	uint64_t t = 0;
+	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &t), DLOCK_OK);
+	return t;
+}
+
+dlock_status dlock_test_probe(dlock_client *c, const char *name)
+{
+	dlock_lock *l = NULL;
+	dlock_status st = dlock_lock_new(c, name, &l);
+	if (st != DLOCK_OK)
+		return st;
+	st = dlock_test_acquire(l, 0, 0, -1, NULL, NULL);
+	if (st == DLOCK_OK)
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_lock_free(l);
+	return st;
+}
+
 struct dlock_test_overlap {
 	atomic_int inside;
 	atomic_uint_least64_t violations;

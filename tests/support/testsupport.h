@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dlock/dlock.h"
+
 /**
  * Run every suite that `add_suites` registers (it calls CU_add_suite /
  * CU_add_test) with CUnit's basic runner in verbose mode.  Returns the
@@ -45,6 +47,51 @@ void dlock_test_shared_free(void *mem, size_t size);
  * URI that no client could open.
  */
 void dlock_test_mask_uri(const char *uri, char *out, size_t outlen);
+
+/*
+ * Clients and locks.  These helpers assert nothing about opening a client
+ * or making a handle (each test program adds the assertion it wants, fatal
+ * or not); they print what went wrong instead.
+ */
+
+/**
+ * dlock_client_open() of `uri` with, when `log` is not NULL, `log` and
+ * `log_userdata` as the log callback at DLOCK_LOG_DEBUG (no callback
+ * otherwise).  `errbuf` as for dlock_client_open() (may be NULL).
+ */
+dlock_status dlock_test_try_open(dlock_client **c, const char *uri, dlock_log_fn log, void *log_userdata,
+                                 char *errbuf, size_t errlen);
+
+/**
+ * dlock_test_try_open() that prints the status and message (and the URI,
+ * password masked) on failure and returns NULL then.
+ */
+dlock_client *dlock_test_open(const char *uri, dlock_log_fn log, void *log_userdata);
+
+/**
+ * A new handle for `name` on `c`; NULL when `c` is NULL or dlock_lock_new()
+ * fails (the failure is printed).
+ */
+dlock_lock *dlock_test_new_lock(dlock_client *c, const char *name);
+
+/**
+ * dlock_acquire() with these options: a wait bound (0: try once), a lease
+ * (0: the URI's), renewal (-1: the URI's, 0 off, 1 on) and a lost-lock
+ * callback with its userdata (both may be NULL).
+ */
+dlock_status dlock_test_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, int renew, dlock_lost_fn fn,
+                                void *ud);
+
+/** The fencing token of the current acquisition; asserts (not fatally) that there is one. */
+uint64_t dlock_test_token(dlock_lock *l);
+
+/**
+ * Try `name` once with a fresh handle on `c` and, when that worked,
+ * release it at once (asserting, not fatally, that the release worked).
+ * Returns the acquire's status, or dlock_lock_new()'s when no handle could
+ * be made.
+ */
+dlock_status dlock_test_probe(dlock_client *c, const char *name);
 
 /*
  * Overlap detector for mutual-exclusion tests, in shared memory so forked
