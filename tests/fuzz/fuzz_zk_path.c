@@ -77,7 +77,9 @@ static void check_child(const char *child)
 static int distinctive(const dlock_uri *u, const char *text)
 {
 	const char *pw = u->password;
-	if (!pw || strlen(pw) < 8 || strstr(u->masked, pw))
+	/* A password with a separator can match text the driver builds from
+	 * other parts ("Pw0rd:" in host "xPw0rd" + ":2181"): not distinctive. */
+	if (!pw || strlen(pw) < 8 || strstr(u->masked, pw) || strpbrk(pw, ":/,@?&=[]"))
 		return 0;
 	const char *first = strstr(text, pw);
 	if (first && strstr(first + 1, pw))
