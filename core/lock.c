@@ -301,6 +301,8 @@ static dlock_status resolve_params(struct dlock_client *c, const dlock_acquire_o
 	p->lost_userdata = o ? o->lost_userdata : NULL;
 	if (p->wait_ms < DLOCK_WAIT_FOREVER || p->lease_ms < 0 || p->lease_ms > INT64_MAX / NS_PER_MS / 2)
 		return DLOCK_EINVAL;
+	if (p->wait_ms > INT64_MAX / NS_PER_MS / 2) /* a century and more: forever, not an overflow */
+		p->wait_ms = DLOCK_WAIT_FOREVER;
 	return DLOCK_OK;
 }
 

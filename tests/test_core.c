@@ -449,6 +449,15 @@ static void *acquire_forever(void *p)
 	return NULL;
 }
 
+static void *acquire_huge(void *p)
+{
+	struct acquirer *a = p;
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = INT64_MAX;
+	a->st = dlock_acquire(a->l, &o);
+	return NULL;
+}
+
 static void test_cancel_interrupts_server_call(void)
 {
 	dlock_client *c = open_ctl("ctl://cancel");
@@ -462,6 +471,13 @@ static void test_cancel_interrupts_server_call(void)
 	pthread_join(t, NULL);
 	CU_ASSERT_EQUAL(a.st, DLOCK_ECANCELED);
 	CU_ASSERT_EQUAL(last_ctl->interrupts, 1);
+	/* A wait too long to count in nanoseconds is forever, not an overflow. */
+	struct acquirer h = { a.l, DLOCK_OK };
+	pthread_create(&t, NULL, acquire_huge, &h);
+	CU_ASSERT_EQUAL(await_counter(&last_ctl->in_acquire, 1, 5000), 1);
+	CU_ASSERT_EQUAL(dlock_cancel(a.l), DLOCK_OK);
+	pthread_join(t, NULL);
+	CU_ASSERT_EQUAL(h.st, DLOCK_ECANCELED);
 	/* A cancel affects only the acquire in progress. */
 	last_ctl->block_acquire = 0;
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
