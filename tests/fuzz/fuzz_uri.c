@@ -133,10 +133,10 @@ static void check_parsed(const dlock_uri *u, const char *text)
 	FUZZ_CHECK(u->ttl_ms > 0 && u->connect_timeout_ms > 0 && u->io_timeout_ms > 0);
 	FUZZ_CHECK(u->wait_ms >= 0 || u->wait_ms == DLOCK_WAIT_FOREVER);
 	FUZZ_CHECK((u->renew == 0 || u->renew == 1) && u->prefix[0] != '\0');
-	char *masked = malloc(strlen(text) + 4);
+	char *masked = malloc(2 * strlen(text) + 4); /* as the parser sizes it */
 	if (!masked)
 		abort();
-	dlock_uri_mask(text, masked, strlen(text) + 4);
+	dlock_uri_mask(text, masked, 2 * strlen(text) + 4);
 	FUZZ_CHECK(strcmp(masked, u->masked) == 0);
 	free(masked);
 	FUZZ_CHECK(!u->password || strstr(u->masked, "***"));
