@@ -420,6 +420,53 @@ static void test_terminate_backend(void)
 	lost_destroy(&r);
 }
 
+/*
+ * Advisory mode leaves an idle session the idle timeout of its last lease
+ * (so release does not pay for resetting it): the server ends that session
+ * once it has been idle that long, and the next acquisition must not
+ * notice — it gets a live connection, not an error.
+ */
+typedef struct idle_watch {
+	PGconn *mon;
+	const char *app;
+} idle_watch;
+
+static int app_gone(void *arg)
+{
+	idle_watch *w = arg;
+	return backends_of(w->mon, w->app) == 0;
+}
+
+static void test_idle_session_ends(void)
+{
+	char name[128], app[64], uri[1024], param[96];
+	unique_name(name, sizeof name, "idle");
+	snprintf(app, sizeof app, "dlock-idle-%ld-%u", (long)getpid(), name_counter);
+	snprintf(param, sizeof param, "application_name=%s", app);
+	uri_with(uri, sizeof uri, env("DLOCK_TEST_PG_URI"), param);
+	dlock_client *c = open_uri(uri);
+	dlock_lock *l = new_lock(c, name);
+	idle_watch w = { .mon = monitor(), .app = app };
+	if (l && expect(dlock_test_acquire(l, 0, 300, 0, NULL, NULL), DLOCK_OK)) {
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+		CU_ASSERT_EQUAL(backends_of(w.mon, app), 1); /* kept for the next acquisition */
+		CU_ASSERT(dlock_test_await(app_gone, &w, AWAIT_MS));
+		CU_ASSERT_EQUAL(dlock_test_acquire(l, 0, 300, 0, NULL, NULL), DLOCK_OK);
+		CU_ASSERT_EQUAL(backends_of(w.mon, app), 1);
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+		/* A longer lease on the same session replaces the 300 ms: three
+		 * times that without a statement, the session and lock are there. */
+		CU_ASSERT_EQUAL(dlock_test_acquire(l, 0, 60000, 0, NULL, NULL), DLOCK_OK);
+		dlock_test_sleep_ms(900);
+		CU_ASSERT_EQUAL(backends_of(w.mon, app), 1);
+		CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	}
+	PQfinish(w.mon);
+	dlock_lock_free(l);
+	dlock_client_close(c);
+}
+
 /* Shared with the stopped child. */
 typedef struct stop_shared {
 	lost_rec lost;
@@ -820,6 +867,7 @@ static void add_suites(void)
 	CU_add_test(s, "uri_params", test_uri_params);
 	CU_add_test(s, "missing_privilege", test_missing_privilege);
 	CU_add_test(s, "cloexec", test_cloexec);
+	CU_add_test(s, "idle_session_ends", test_idle_session_ends);
 	add_mode_suite("postgres-advisory", init_advisory);
 	add_mode_suite("postgres-row", init_row);
 	if (env("DLOCK_TEST_PG_BOUNCER_URI"))

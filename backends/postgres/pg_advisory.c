@@ -14,8 +14,14 @@
  *              nextval never times out, the lease, the token.  The wait
  *              forever has lock_timeout 0 and is cancelled with PQcancel.
  *
- * Release is pg_advisory_unlock(key) (false: not held) together with the
- * session's new idle timeout; the heartbeat sets the idle timeout again.
+ * Release is pg_advisory_unlock(key) (false: not held); the heartbeat sets
+ * the idle timeout again.
+ *
+ * The three statements are prepared once per session (no parse and plan
+ * per call), and the idle timeout is sent only when the session's must
+ * change (NULL otherwise): while locks remain, to the longest of their
+ * leases; once the last is released, never — the idle session keeps it,
+ * and pg_pool.c retires it before the server would end it.
  *
  * A session advisory lock survives the failure of the statement (and the
  * ROLLBACK of a transaction) that took it.  So when an acquisition fails
@@ -36,17 +42,21 @@
 #define SEQ "'" DLOCK_PG_SEQUENCE "'"
 /* Microseconds this statement took on the server (see acquired_at). */
 #define ELAPSED ", (extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000000)::int8"
+/* The session's idle timeout, unless $n is NULL (it is already right);
+ * never true, so that the CASE goes on. */
+#define SET_IDLE(n) "CASE WHEN $" n " IS NULL THEN false " \
+	"ELSE set_config('idle_session_timeout', $" n ", false) IS NULL END"
 
-static const char sql_try[] = "SELECT CASE WHEN NOT pg_try_advisory_lock($1::int8) THEN NULL "
-                              "WHEN set_config('idle_session_timeout', $2, false) IS NULL THEN NULL "
-                              "ELSE nextval(" SEQ ") END" ELAPSED;
-static const char sql_wait[] = "SELECT CASE WHEN set_config('lock_timeout', $3, true) IS NULL THEN NULL "
-                               "WHEN pg_advisory_lock($1::int8) IS NULL THEN NULL "
-                               "WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL "
-                               "WHEN set_config('idle_session_timeout', $2, false) IS NULL THEN NULL "
-                               "ELSE nextval(" SEQ ") END" ELAPSED;
-static const char sql_unlock[] = "SELECT pg_advisory_unlock($1::int8), "
-                                 "set_config('idle_session_timeout', $2, false)";
+/* Prepared once per session (pg_exec.c); $1 key, $2 idle timeout or NULL, $3 wait. */
+static const char sql_prepare[] =
+	"PREPARE dlock_try(int8, text) AS SELECT CASE WHEN NOT pg_try_advisory_lock($1) THEN NULL "
+	"WHEN " SET_IDLE("2") " THEN NULL ELSE nextval(" SEQ ") END" ELAPSED ";"
+	"PREPARE dlock_wait(int8, text, text) AS SELECT CASE "
+	"WHEN set_config('lock_timeout', $3, true) IS NULL THEN NULL "
+	"WHEN pg_advisory_lock($1) IS NULL THEN NULL "
+	"WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL "
+	"WHEN " SET_IDLE("2") " THEN NULL ELSE nextval(" SEQ ") END" ELAPSED ";"
+	"PREPARE dlock_unlock(int8, text) AS SELECT pg_advisory_unlock($1), " SET_IDLE("2");
 static const char sql_undo[] = "SELECT pg_advisory_unlock($1::int8)";
 static const char sql_beat[] = "SELECT set_config('idle_session_timeout', $1, false)";
 static const char sql_check[] = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
@@ -70,6 +80,15 @@ static int64_t acquired_at(int64_t sent, const PGresult *res)
 	return at < now ? at : now;
 }
 
+/* The idle timeout to send for `ms` (text in buf), or NULL: the session has it already. */
+static const char *idle_text(const struct dlock_pg_conn *c, int64_t ms, char buf[24])
+{
+	if (ms == c->idle_set_ms)
+		return NULL;
+	dlock_pg_ms_text(ms, buf);
+	return buf;
+}
+
 /* Unlock after a failed attempt that may have locked; else drop the session. */
 static void undo(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *key)
 {
@@ -83,7 +102,7 @@ static void undo(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char
 /* The result of one attempt on `c` (c->mu held). */
 static dlock_status settle_attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
                                    dlock_status st, PGresult *res, int64_t sent, dlock_acquired *out,
-                                   const char *key, dlock_error *err)
+                                   const char *key, int64_t idle_ms, dlock_error *err)
 {
 	int isnull = 1;
 	if (st == DLOCK_OK) {
@@ -91,6 +110,7 @@ static dlock_status settle_attempt(struct dlock_pg_backend *b, struct dlock_pg_c
 		if (isnull)
 			return dlock_error_set(err, DLOCK_EBUSY, "held by another session");
 		*out = (dlock_acquired){ .token = (uint64_t)token, .sent_ns = acquired_at(sent, res) };
+		c->idle_set_ms = idle_ms;
 		dlock_pg_pool_hold(b, c, lk);
 		return DLOCK_OK;
 	}
@@ -108,13 +128,14 @@ static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
 	char key[24], lease[24], wait[24], sqlstate[6];
 	snprintf(key, sizeof key, "%lld", (long long)lk->key);
 	pthread_mutex_lock(&c->mu);
-	dlock_pg_ms_text(dlock_pg_conn_lease(c, lk->lease_ms), lease);
-	struct dlock_pg_stmt s = { .sql = sql_try, .n = 2, .values = { key, lease }, .lengths = { -1, -1 } };
+	int64_t idle_ms = dlock_pg_conn_lease(c, lk->lease_ms);
+	const char *idle = idle_text(c, idle_ms, lease);
+	struct dlock_pg_stmt s = { .prepared = "dlock_try", .n = 2, .values = { key, idle }, .lengths = { -1, -1 } };
 	int64_t deadline = dlock_pg_io_deadline(b);
 	if (w) {
 		int64_t left = dlock_wait_remaining_ms(w);
 		dlock_pg_ms_text(left < 0 ? 0 : left, wait);
-		s = (struct dlock_pg_stmt){ .sql = sql_wait, .n = 3, .values = { key, lease, wait },
+		s = (struct dlock_pg_stmt){ .prepared = "dlock_wait", .n = 3, .values = { key, idle, wait },
 			                    .lengths = { -1, -1, -1 } };
 		deadline = dlock_pg_wait_deadline(b, w);
 		dlock_pg_interrupt_arm(c, w);
@@ -126,7 +147,7 @@ static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
 		c->dead = 1; /* a cancel request may still be on its way: never reuse */
 		st = dlock_error_set(err, DLOCK_ECANCELED, "acquire cancelled");
 	}
-	st = settle_attempt(b, c, lk, st, res, sent, out, key, err);
+	st = settle_attempt(b, c, lk, st, res, sent, out, key, idle_ms, err);
 	PQclear(res);
 	pthread_mutex_unlock(&c->mu);
 	return st;
@@ -187,9 +208,13 @@ static dlock_status adv_release(void *backend, void *lkp, dlock_error *err)
 	snprintf(key, sizeof key, "%lld", (long long)lk->key);
 	pthread_mutex_lock(&c->mu);
 	dlock_pg_pool_unhold(b, lk);
-	dlock_pg_ms_text(dlock_pg_conn_lease(c, 0), lease);
-	struct dlock_pg_stmt s = { .sql = sql_unlock, .n = 2, .values = { key, lease }, .lengths = { -1, -1 } };
+	/* The last lock gone: the session keeps its timeout (pg_pool.c retires it). */
+	int64_t idle_ms = dlock_pg_conn_lease(c, 0);
+	const char *idle = idle_ms == 0 ? NULL : idle_text(c, idle_ms, lease);
+	struct dlock_pg_stmt s = { .prepared = "dlock_unlock", .n = 2, .values = { key, idle }, .lengths = { -1, -1 } };
 	dlock_status st = dlock_pg_exec(b, c, &s, dlock_pg_io_deadline(b), &res, sqlstate, err);
+	if (st == DLOCK_OK && idle)
+		c->idle_set_ms = idle_ms;
 	if (st == DLOCK_OK && strcmp(PQgetvalue(res, 0, 0), "t") != 0)
 		st = dlock_error_set(err, DLOCK_ENOTHELD, "the server says this session does not hold the lock");
 	else if (c->dead)
@@ -212,9 +237,12 @@ static dlock_status adv_extend(void *backend, void *lkp, int64_t lease_ms, dlock
 		return DLOCK_EINVAL;
 	pthread_mutex_lock(&c->mu);
 	lk->lease_ms = lease_ms;
-	dlock_pg_ms_text(dlock_pg_conn_lease(c, 0), lease);
+	int64_t idle_ms = dlock_pg_conn_lease(c, 0);
+	dlock_pg_ms_text(idle_ms, lease);
 	struct dlock_pg_stmt s = { .sql = sql_beat, .n = 1, .values = { lease }, .lengths = { -1 } };
 	dlock_status st = dlock_pg_run(b, c, &s, sqlstate, err);
+	if (st == DLOCK_OK)
+		c->idle_set_ms = idle_ms;
 	if (c->dead)
 		st = conn_gone(b, c, err);
 	pthread_mutex_unlock(&c->mu);
@@ -244,6 +272,7 @@ static dlock_status adv_check(void *backend, void *lkp, dlock_error *err)
 
 const struct dlock_pg_mode dlock_pg_advisory_mode = {
 	.name = "advisory",
+	.prepare_sql = sql_prepare,
 	.acquire = adv_acquire,
 	.release = adv_release,
 	.extend = adv_extend,

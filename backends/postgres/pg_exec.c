@@ -1,10 +1,11 @@
 /*
  * One statement on one connection, with a deadline and cancellation.
  *
- * Statements go out with PQsendQueryParams (unnamed statements, every
- * value a parameter: nothing from a name or a URI is ever pasted into
- * SQL) and the result is awaited with poll(), so that io_timeout bounds
- * every statement that should answer at once.
+ * Statements go out with PQsendQueryParams, or PQsendQueryPrepared for
+ * the mode's prepared ones (every value a parameter: nothing from a name
+ * or a URI is ever pasted into SQL), and the result is awaited with
+ * poll(), so that io_timeout bounds every statement that should answer at
+ * once.
  *
  * A waiting statement (pg_advisory_lock, SELECT ... FOR UPDATE) is
  * cancelled through the core's interrupt hook: the hook only sets a flag
@@ -189,15 +190,10 @@ static dlock_status server_error(const struct dlock_pg_backend *b, struct dlock_
 	return dlock_error_set(err, st, "%s: server: %s (SQLSTATE %s)", b->masked, primary, sqlstate);
 }
 
-dlock_status dlock_pg_exec(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_stmt *s,
-                           int64_t deadline_ns, PGresult **res, char sqlstate[6], dlock_error *err)
+/* Await the result of what was sent on `c` and sort it out (see dlock_pg_exec). */
+static dlock_status finish(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, int64_t deadline_ns,
+                           PGresult **res, char sqlstate[6], dlock_error *err)
 {
-	*res = NULL;
-	sqlstate[0] = '\0';
-	if (c->dead)
-		return dlock_error_set(err, DLOCK_ECONNECT, "%s: connection lost earlier", b->masked);
-	if (!PQsendQueryParams(c->pg, s->sql, s->n, NULL, s->values, s->lengths, s->formats, 0))
-		return lost(b, c, err);
 	dlock_status st = await_result(b, c, deadline_ns, err);
 	if (st != DLOCK_OK)
 		return st;
@@ -210,6 +206,43 @@ dlock_status dlock_pg_exec(const struct dlock_pg_backend *b, struct dlock_pg_con
 	st = server_error(b, c, r, sqlstate, err);
 	PQclear(r);
 	return st;
+}
+
+/*
+ * The mode's statements, once per session, in one round trip.  Named
+ * statements skip the parse and plan that an unnamed one pays each time;
+ * they live as long as the session, which only dlock uses (advisory mode
+ * refuses poolers, so no DISCARD can drop them).
+ */
+static dlock_status prepare(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
+{
+	PGresult *res = NULL;
+	char sqlstate[6];
+	if (!PQsendQuery(c->pg, b->mode->prepare_sql))
+		return lost(b, c, err);
+	dlock_status st = finish(b, c, dlock_pg_io_deadline(b), &res, sqlstate, err);
+	PQclear(res);
+	c->prepared = st == DLOCK_OK;
+	return st;
+}
+
+dlock_status dlock_pg_exec(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_stmt *s,
+                           int64_t deadline_ns, PGresult **res, char sqlstate[6], dlock_error *err)
+{
+	*res = NULL;
+	sqlstate[0] = '\0';
+	if (c->dead)
+		return dlock_error_set(err, DLOCK_ECONNECT, "%s: connection lost earlier", b->masked);
+	if (s->prepared && !c->prepared) {
+		dlock_status st = prepare(b, c, err);
+		if (st != DLOCK_OK)
+			return st;
+	}
+	int sent = s->prepared ? PQsendQueryPrepared(c->pg, s->prepared, s->n, s->values, s->lengths, s->formats, 0)
+	                       : PQsendQueryParams(c->pg, s->sql, s->n, NULL, s->values, s->lengths, s->formats, 0);
+	if (!sent)
+		return lost(b, c, err);
+	return finish(b, c, deadline_ns, res, sqlstate, err);
 }
 
 dlock_status dlock_pg_run(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_stmt *s,

@@ -71,6 +71,8 @@ struct dlock_pg_conn {
 	atomic_int interrupted;    /* the acquire waiting on this connection was cancelled */
 	pthread_mutex_t mu;        /* one statement at a time */
 	int dead;                  /* (mu) libpq lost the connection or a statement timed out */
+	int prepared;              /* (mu) the mode's prepared statements exist in this session */
+	int64_t idle_set_ms;       /* (mu) advisory: the session's idle_session_timeout; -1 unknown */
 
 	/* Guarded by pool->mu (the lock list: by both mutexes to change it). */
 	struct dlock_pg_conn *next; /* in the idle or shared list */
@@ -79,7 +81,8 @@ struct dlock_pg_conn {
 	int broken;                 /* its locks were reported lost; never reused */
 	struct dlock_pg_lock *locks;
 	unsigned nlocks;
-	int64_t lease_ms;           /* the lease its idle timeout was set for */
+	int64_t lease_ms;           /* the longest lease of its locks (shared: of the last) */
+	int64_t idle_since_ns;      /* when it went on the idle list */
 };
 
 /* Per-lock state (the driver's lock_size bytes). */
@@ -113,6 +116,9 @@ struct dlock_pg_backend;
 /* What differs between the modes. */
 struct dlock_pg_mode {
 	const char *name;
+	/* Run once per session before its first prepared statement (simple
+	 * protocol, may hold several statements); NULL: the mode prepares none. */
+	const char *prepare_sql;
 	dlock_driver_acquire_fn *acquire;
 	dlock_driver_release_fn *release;
 	dlock_driver_extend_fn *extend;
@@ -147,9 +153,14 @@ void dlock_pg_params_free(struct dlock_pg_params *p);
 dlock_status dlock_pg_connect(const struct dlock_pg_backend *b, PGconn **out, dlock_error *err);
 
 /* pg_exec.c */
-/** A statement: text, then up to 4 parameters (binary when len >= 0, text when -1). */
+/**
+ * A statement: text, or the name of one of the mode's prepared statements
+ * (then sql is NULL); then up to 4 parameters (binary when len >= 0, text
+ * when -1; NULL values are SQL NULL).
+ */
 struct dlock_pg_stmt {
 	const char *sql;
+	const char *prepared;
 	int n;
 	const char *values[4];
 	int lengths[4];

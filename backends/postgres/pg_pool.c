@@ -41,6 +41,7 @@ dlock_status dlock_pg_conn_open(const struct dlock_pg_backend *b, struct dlock_p
 	if (!c)
 		return dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
 	c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	c->idle_set_ms = -1;
 	pthread_mutex_init(&c->mu, NULL);
 	dlock_status st = DLOCK_EIO;
 	if (c->wake_fd < 0) {
@@ -103,8 +104,22 @@ static void enlist(struct dlock_pg_pool *p, struct dlock_pg_conn *c, int which)
 	c->next = *list_of(p, which);
 	*list_of(p, which) = c;
 	c->listed = which;
-	if (which == LIST_IDLE)
+	if (which == LIST_IDLE) {
 		p->nidle++;
+		c->idle_since_ns = dlock_monotonic_ns();
+	}
+}
+
+/*
+ * An idle advisory session keeps the idle_session_timeout of its last
+ * lease (setting it back to 0 on every release would cost a statement's
+ * worth of server work), so the server ends it after that long without a
+ * statement.  Reuse it only well before then; an older one is closed here,
+ * by us, rather than found dead or killed under a new statement.
+ */
+static int idle_too_long(const struct dlock_pg_conn *c, int64_t now)
+{
+	return c->idle_set_ms > 0 && now - c->idle_since_ns > c->idle_set_ms * 1000000LL / 2;
 }
 
 /* Put `c` where it belongs; returns it if it must be closed (outside mu). */
@@ -152,7 +167,7 @@ dlock_status dlock_pg_pool_take(struct dlock_pg_backend *b, int *reused, struct 
 		pthread_mutex_unlock(&p->mu);
 		if (!c)
 			break;
-		if (conn_seems_alive(c)) {
+		if (!idle_too_long(c, dlock_monotonic_ns()) && conn_seems_alive(c)) {
 			*out = c;
 			*reused = 1;
 			return DLOCK_OK;
