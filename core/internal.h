@@ -20,6 +20,7 @@ struct dlock_wait {
 	pthread_cond_t cond;
 	int64_t deadline_ns;
 	int try_once;
+	int wants_token;
 	int cancelled;
 	int woken;
 	void (*interrupt)(void *arg);
@@ -32,7 +33,7 @@ struct dlock_wait {
 	int cancel_requested;     /* a canceller has taken it */
 };
 
-void dlock_wait_init(struct dlock_wait *w, int64_t deadline_ns, int try_once);
+void dlock_wait_init(struct dlock_wait *w, int64_t deadline_ns, int try_once, int wants_token);
 void dlock_wait_destroy(struct dlock_wait *w);
 /** Mark cancelled, wake the sleeper and run the interrupt hook.  No client->mu held. */
 void dlock_wait_cancel(struct dlock_wait *w);
@@ -75,6 +76,7 @@ struct dlock_lock {
 	pthread_t owner;      /* thread that acquired it */
 	unsigned depth;       /* reentrant hold count */
 	uint64_t token;
+	int has_token;        /* the acquisition asked for a token (fencing on) */
 	uint64_t generation;  /* bumped by every acquisition and release */
 	int64_t lease_ns;
 	int renew;

@@ -284,6 +284,7 @@ void dlock_report_lost(dlock_host *host, void *lk, dlock_lost_reason reason, con
 struct acquire_params {
 	int64_t wait_ms, lease_ms;
 	int renew;
+	int fencing;
 	dlock_lost_fn on_lost;
 	void *lost_userdata;
 };
@@ -292,11 +293,13 @@ static dlock_status resolve_params(struct dlock_client *c, const dlock_acquire_o
                                    struct acquire_params *p)
 {
 	const dlock_uri *u = c->uri;
-	if (o && o->version != DLOCK_ACQUIRE_OPTIONS_VERSION)
+	/* Version 1 is version 2 without `fencing`. */
+	if (o && o->version != DLOCK_ACQUIRE_OPTIONS_VERSION && o->version != 1)
 		return DLOCK_EVERSION;
 	p->wait_ms = (!o || o->wait_ms == DLOCK_WAIT_DEFAULT) ? u->wait_ms : o->wait_ms;
 	p->lease_ms = (!o || o->lease_ms == 0) ? u->ttl_ms : o->lease_ms;
 	p->renew = (!o || o->renew < 0) ? u->renew : o->renew != 0;
+	p->fencing = (!o || o->version < 2 || o->fencing < 0) ? u->fencing : o->fencing != 0;
 	p->on_lost = o ? o->on_lost : NULL;
 	p->lost_userdata = o ? o->lost_userdata : NULL;
 	if (p->wait_ms < DLOCK_WAIT_FOREVER || p->lease_ms < 0 || p->lease_ms > INT64_MAX / NS_PER_MS / 2)
@@ -357,6 +360,7 @@ static void become_holder_locked(struct dlock_lock *l, const struct acquire_para
 	l->owner = pthread_self();
 	l->depth = 1;
 	l->token = acq->token;
+	l->has_token = p->fencing;
 	l->generation++;
 	l->renew = p->renew;
 	l->lost = l->lost_pending = l->lost_delivered = 0;
@@ -463,7 +467,7 @@ dlock_status dlock_acquire(dlock_lock *l, const dlock_acquire_options *opts)
 
 	struct dlock_wait w;
 	struct dlock_queued q;
-	dlock_wait_init(&w, deadline, p.wait_ms == 0);
+	dlock_wait_init(&w, deadline, p.wait_ms == 0, p.fencing);
 	w.next = l->waits;
 	l->waits = &w;
 	c->inflight++;
@@ -689,6 +693,8 @@ dlock_status dlock_lock_fencing_token(dlock_lock *l, uint64_t *token)
 		st = lock_fail(l, DLOCK_ENOTSUP, "this backend gives no fencing token");
 	else if (!l->held || l->lost || c->closing)
 		st = not_held_locked(l);
+	else if (!l->has_token)
+		st = lock_fail(l, DLOCK_ENOTSUP, "this acquisition asked for no fencing token (fencing off)");
 	else
 		*token = l->token;
 	pthread_mutex_unlock(&c->mu);

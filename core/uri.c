@@ -316,12 +316,13 @@ static dlock_status parse_hosts(struct parser *p, const char *s, const char *end
 
 /* ------------------------------------------------------------ parameters */
 
-enum { P_TTL, P_WAIT, P_RENEW, P_PREFIX, P_OPEN_TIMEOUT, P_IO_TIMEOUT, P_COUNT };
+enum { P_TTL, P_WAIT, P_RENEW, P_FENCING, P_PREFIX, P_OPEN_TIMEOUT, P_IO_TIMEOUT, P_COUNT };
 
 static const char *const common_keys[P_COUNT] = {
 	[P_TTL] = "ttl",
 	[P_WAIT] = "wait",
 	[P_RENEW] = "renew",
+	[P_FENCING] = "fencing",
 	[P_PREFIX] = "prefix",
 	[P_OPEN_TIMEOUT] = "open_timeout",
 	[P_IO_TIMEOUT] = "io_timeout",
@@ -386,6 +387,8 @@ static dlock_status apply_common(struct parser *p, int idx, const char *key, con
 		return DLOCK_OK;
 	case P_RENEW:
 		return set_bool(p, key, value, &u->renew);
+	case P_FENCING:
+		return set_bool(p, key, value, &u->fencing);
 	case P_PREFIX:
 		/* An empty namespace is almost always an unset template variable. */
 		if (value[0] == '\0')
@@ -485,6 +488,7 @@ static struct uri_store *store_new(size_t len)
 	u->ttl_ms = 30000;
 	u->wait_ms = DLOCK_WAIT_FOREVER;
 	u->renew = 1;
+	u->fencing = 1;
 	u->prefix = "dlock";
 	u->connect_timeout_ms = 5000;
 	u->io_timeout_ms = 5000;

@@ -29,9 +29,9 @@ int dlock_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t dea
 	return pthread_cond_timedwait(cond, mu, &ts) == ETIMEDOUT ? ETIMEDOUT : 0;
 }
 
-void dlock_wait_init(struct dlock_wait *w, int64_t deadline_ns, int try_once)
+void dlock_wait_init(struct dlock_wait *w, int64_t deadline_ns, int try_once, int wants_token)
 {
-	*w = (struct dlock_wait){ .deadline_ns = deadline_ns, .try_once = try_once };
+	*w = (struct dlock_wait){ .deadline_ns = deadline_ns, .try_once = try_once, .wants_token = wants_token };
 	pthread_mutex_init(&w->mu, NULL);
 	dlock_cond_init_monotonic(&w->cond);
 }
@@ -50,6 +50,11 @@ int64_t dlock_wait_deadline_ns(const dlock_wait *w)
 int dlock_wait_try_once(const dlock_wait *w)
 {
 	return w->try_once;
+}
+
+int dlock_wait_wants_token(const dlock_wait *w)
+{
+	return w->wants_token;
 }
 
 int64_t dlock_wait_remaining_ms(const dlock_wait *w)

@@ -369,6 +369,66 @@ static void fencing_increases(dlock_client *a, dlock_client *b, const char *name
 	}
 }
 
+/* dlock_acquire() with no fencing token (fencing 0) or the URI's (-1). */
+static dlock_status acquire_fencing(dlock_lock *lock, int64_t wait_ms, int fencing)
+{
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = wait_ms;
+	o.fencing = fencing;
+	return dlock_acquire(lock, &o);
+}
+
+/*
+ * An acquisition that asks for no token excludes like any other (also
+ * while another waits for it), has no token to give, and leaves the tokens
+ * of later fenced acquisitions increasing.  The URI's `fencing=off` makes
+ * that the default, and an acquisition can still ask for a token.
+ */
+static void test_fencing_off(void)
+{
+	char name[128], uri[1024];
+	uint64_t token = 0, before = 0, after = 0;
+	int fenced = conf_caps()->fencing != DLOCK_FENCING_NONE;
+	conf_name(name, sizeof name, "fencing-off");
+	snprintf(uri, sizeof uri, "%s%cfencing=off", conf_uri(), strchr(conf_uri(), '?') ? '&' : '?');
+	dlock_client *a = conf_open(), *b = conf_open(), *off = dlock_test_open(uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL(off);
+	dlock_lock *la = a ? conf_lock(a, name) : NULL, *lb = b ? conf_lock(b, name) : NULL;
+	dlock_lock *lo = off ? conf_lock(off, name) : NULL;
+	if (!la || !lb || !lo)
+		goto out;
+	if (fenced)
+		before = fenced_cycle(la);
+	if (CONF_ASSERT_ST(acquire_fencing(la, 0, 0), DLOCK_OK)) {
+		CONF_ASSERT_ST(dlock_lock_fencing_token(la, &token), DLOCK_ENOTSUP);
+		CONF_ASSERT_ST(acquire_fencing(lb, 0, 0), DLOCK_EBUSY);
+		CONF_ASSERT_ST(acquire_fencing(lb, 200, 0), DLOCK_ETIMEDOUT);
+		CONF_ASSERT_ST(dlock_release(la), DLOCK_OK);
+	}
+	if (CONF_ASSERT_ST(acquire_fencing(lb, CONF_LONG_WAIT_MS, 0), DLOCK_OK))
+		CONF_ASSERT_ST(dlock_release(lb), DLOCK_OK);
+	if (CONF_ASSERT_ST(conf_acquire(lo, CONF_LONG_WAIT_MS), DLOCK_OK)) {
+		CONF_ASSERT_ST(dlock_lock_fencing_token(lo, &token), DLOCK_ENOTSUP);
+		CONF_ASSERT_ST(dlock_release(lo), DLOCK_OK);
+	}
+	if (CONF_ASSERT_ST(acquire_fencing(lo, CONF_LONG_WAIT_MS, 1), DLOCK_OK)) {
+		CONF_ASSERT_ST(dlock_lock_fencing_token(lo, &after), fenced ? DLOCK_OK : DLOCK_ENOTSUP);
+		CONF_ASSERT_ST(dlock_release(lo), DLOCK_OK);
+	}
+	if (fenced) {
+		if (after <= before)
+			printf("\n    token %llu after %llu", (unsigned long long)after, (unsigned long long)before);
+		CU_ASSERT(after > before);
+	}
+out:
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	dlock_lock_free(lo);
+	conf_close(a);
+	conf_close(b);
+	conf_close(off);
+}
+
 static void test_fencing(void)
 {
 	char name[128];
@@ -392,5 +452,6 @@ const conf_test conf_lease_tests[] = {
 	{ "extend", test_extend },
 	{ "lost_callback_reentry", test_lost_callback_reentry },
 	{ "fencing", test_fencing },
+	{ "fencing_off", test_fencing_off },
 	{ NULL, NULL },
 };

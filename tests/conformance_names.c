@@ -280,7 +280,7 @@ static void test_uri_malformed(void)
 {
 	static const char *const bad[] = {
 		"", "nothing", "://x", "mem", "mem:/x", "mem://x?ttl=abc", "mem://x?ttl=0",
-		"mem://x?ttl=-5", "mem://x?ttl=1s&ttl=2s", "mem://x?renew=maybe", "mem://x?wait=10parsecs",
+		"mem://x?ttl=-5", "mem://x?ttl=1s&ttl=2s", "mem://x?renew=maybe", "mem://x?fencing=maybe", "mem://x?wait=10parsecs",
 		"file://relative/dir", "file://", "redis://:secret@127.0.0.1:1?ttl=10parsecs",
 		"redis://user:secret@127.0.0.1:1?ttl=abc", "mem://user:secret@x?ttl=abc",
 	};

@@ -324,10 +324,11 @@ static void test_params(void)
 
 	/* Common parameters are resolved and taken out; others stay in order. */
 	u = parse_ok("redis://h/1?a=1&ttl=250ms&wait=0&renew=off&prefix=app&open_timeout=2s"
-	             "&io_timeout=750&b=2");
+	             "&io_timeout=750&fencing=no&b=2");
 	CU_ASSERT_EQUAL(u->ttl_ms, 250);
 	CU_ASSERT_EQUAL(u->wait_ms, 0);
 	CU_ASSERT_EQUAL(u->renew, 0);
+	CU_ASSERT_EQUAL(u->fencing, 0);
 	CU_ASSERT_STRING_EQUAL(u->prefix, "app");
 	CU_ASSERT_EQUAL(u->connect_timeout_ms, 2000);
 	CU_ASSERT_EQUAL(u->io_timeout_ms, 750);
@@ -339,6 +340,7 @@ static void test_params(void)
 	dlock_uri_free(u);
 
 	u = parse_ok("mem://ns?wait=forever&ttl=1h");
+	CU_ASSERT_EQUAL(u->fencing, 1); /* default: tokens on */
 	CU_ASSERT_EQUAL(u->wait_ms, DLOCK_WAIT_FOREVER);
 	CU_ASSERT_EQUAL(u->ttl_ms, 3600000);
 	dlock_uri_free(u);

@@ -6,7 +6,8 @@
  *
  *   try once:  pg_try_advisory_lock(key), then the session's lease
  *              (idle_session_timeout), then the fencing token
- *              nextval('dlock_fence') — taken while the lock is held.
+ *              nextval('dlock_fence') — taken while the lock is held, and
+ *              only when the caller wants one (else 0).
  *   waiting:   lock_timeout for this statement only (set_config(..., true)
  *              lasts until the end of the statement's implicit
  *              transaction), pg_advisory_lock(key) — the server queues the
@@ -47,15 +48,18 @@
 #define SET_IDLE(n) "CASE WHEN $" n " IS NULL THEN false " \
 	"ELSE set_config('idle_session_timeout', $" n ", false) IS NULL END"
 
-/* Prepared once per session (pg_exec.c); $1 key, $2 idle timeout or NULL, $3 wait. */
+/* The fencing token, or 0 when $3 says the caller wants none. */
+#define TOKEN "CASE WHEN $3 THEN nextval(" SEQ ") ELSE 0 END"
+
+/* Prepared once per session (pg_exec.c); $1 key, $2 idle timeout or NULL, $3 token wanted, $4 wait. */
 static const char sql_prepare[] =
-	"PREPARE dlock_try(int8, text) AS SELECT CASE WHEN NOT pg_try_advisory_lock($1) THEN NULL "
-	"WHEN " SET_IDLE("2") " THEN NULL ELSE nextval(" SEQ ") END" ELAPSED ";"
-	"PREPARE dlock_wait(int8, text, text) AS SELECT CASE "
-	"WHEN set_config('lock_timeout', $3, true) IS NULL THEN NULL "
+	"PREPARE dlock_try(int8, text, bool) AS SELECT CASE WHEN NOT pg_try_advisory_lock($1) THEN NULL "
+	"WHEN " SET_IDLE("2") " THEN NULL ELSE " TOKEN " END" ELAPSED ";"
+	"PREPARE dlock_wait(int8, text, bool, text) AS SELECT CASE "
+	"WHEN set_config('lock_timeout', $4, true) IS NULL THEN NULL "
 	"WHEN pg_advisory_lock($1) IS NULL THEN NULL "
 	"WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL "
-	"WHEN " SET_IDLE("2") " THEN NULL ELSE nextval(" SEQ ") END" ELAPSED ";"
+	"WHEN " SET_IDLE("2") " THEN NULL ELSE " TOKEN " END" ELAPSED ";"
 	"PREPARE dlock_unlock(int8, text) AS SELECT pg_advisory_unlock($1), " SET_IDLE("2");
 static const char sql_undo[] = "SELECT pg_advisory_unlock($1::int8)";
 static const char sql_beat[] = "SELECT set_config('idle_session_timeout', $1, false)";
@@ -121,22 +125,24 @@ static dlock_status settle_attempt(struct dlock_pg_backend *b, struct dlock_pg_c
 	return st;
 }
 
-/* One try (w NULL) or wait on `c`. */
+/* One try (w NULL) or wait on `c`; a token only if `fencing`. */
 static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
-                            dlock_wait *w, dlock_acquired *out, dlock_error *err)
+                            dlock_wait *w, int fencing, dlock_acquired *out, dlock_error *err)
 {
 	char key[24], lease[24], wait[24], sqlstate[6];
 	snprintf(key, sizeof key, "%lld", (long long)lk->key);
 	pthread_mutex_lock(&c->mu);
 	int64_t idle_ms = dlock_pg_conn_lease(c, lk->lease_ms);
 	const char *idle = idle_text(c, idle_ms, lease);
-	struct dlock_pg_stmt s = { .prepared = "dlock_try", .n = 2, .values = { key, idle }, .lengths = { -1, -1 } };
+	const char *token = fencing ? "t" : "f";
+	struct dlock_pg_stmt s = { .prepared = "dlock_try", .n = 3, .values = { key, idle, token },
+		                   .lengths = { -1, -1, -1 } };
 	int64_t deadline = dlock_pg_io_deadline(b);
 	if (w) {
 		int64_t left = dlock_wait_remaining_ms(w);
 		dlock_pg_ms_text(left < 0 ? 0 : left, wait);
-		s = (struct dlock_pg_stmt){ .prepared = "dlock_wait", .n = 3, .values = { key, idle, wait },
-			                    .lengths = { -1, -1, -1 } };
+		s = (struct dlock_pg_stmt){ .prepared = "dlock_wait", .n = 4, .values = { key, idle, token, wait },
+			                    .lengths = { -1, -1, -1, -1 } };
 		deadline = dlock_pg_wait_deadline(b, w);
 		dlock_pg_interrupt_arm(c, w);
 	}
@@ -155,14 +161,14 @@ static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
 
 /* On a connection of its own: an idle one, or a new one when that is dead. */
 static dlock_status own_attempt(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, dlock_wait *w,
-                                dlock_acquired *out, dlock_error *err)
+                                int fencing, dlock_acquired *out, dlock_error *err)
 {
 	for (int reused = 1;; reused = 0) {
 		struct dlock_pg_conn *c;
 		dlock_status st = dlock_pg_pool_take(b, &reused, &c, err);
 		if (st != DLOCK_OK)
 			return st;
-		st = attempt(b, c, lk, w, out, err);
+		st = attempt(b, c, lk, w, fencing, out, err);
 		dlock_pg_pool_put(b, c);
 		if (st != DLOCK_ECONNECT || !reused)
 			return st;
@@ -175,20 +181,21 @@ static dlock_status adv_acquire(void *backend, void *lkp, int64_t lease_ms, dloc
 	struct dlock_pg_backend *b = backend;
 	struct dlock_pg_lock *lk = lkp;
 	int waits = !dlock_wait_try_once(w) && dlock_wait_remaining_ms(w) != 0;
+	int fencing = dlock_wait_wants_token(w);
 	dlock_status st = dlock_pg_lease_ok(lease_ms, err);
 	if (st != DLOCK_OK)
 		return st;
 	lk->lease_ms = lease_ms;
 	struct dlock_pg_conn *c = dlock_pg_pool_share(b, lease_ms);
 	if (c) {
-		st = attempt(b, c, lk, NULL, out, err);
+		st = attempt(b, c, lk, NULL, fencing, out, err);
 		dlock_pg_pool_put(b, c);
 		if (st == DLOCK_OK || (st == DLOCK_EBUSY && !waits))
 			return st;
 		if (st != DLOCK_EBUSY && st != DLOCK_ECONNECT)
 			return st;
 	}
-	return own_attempt(b, lk, waits ? w : NULL, out, err);
+	return own_attempt(b, lk, waits ? w : NULL, fencing, out, err);
 }
 
 /* The lock's connection died: every lock on it is lost. */

@@ -90,6 +90,7 @@ struct dlock_pg_lock {
 	struct dlock_pg_conn *conn;       /* while held */
 	struct dlock_pg_lock *next_on_conn;
 	int64_t lease_ms;                 /* of the current acquisition */
+	int fencing;                      /* row mode: the current acquisition wants a token */
 	int64_t key;                      /* advisory key */
 	char *row_name;                   /* row mode: prefix ":" name (bytes) */
 	size_t row_len;

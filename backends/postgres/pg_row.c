@@ -13,7 +13,7 @@
  *      for try-once: SQLSTATE 55P03 is busy; FOR UPDATE under lock_timeout
  *      otherwise), lock_timeout back to 0, the lease
  *      (idle_in_transaction_session_timeout, transaction-local) and the
- *      fencing token nextval('dlock_fence').
+ *      fencing token nextval('dlock_fence') (0 when the caller wants none).
  * Release: COMMIT.  Heartbeat: the idle-in-transaction timeout set again.
  *
  * No session state outlives a transaction and every statement is unnamed,
@@ -27,9 +27,10 @@
 #include "pg_internal.h"
 
 #define ELAPSED ", (extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000000)::int8"
-#define TAIL                                                                                     \
-	"WHEN set_config('idle_in_transaction_session_timeout', $2, true) IS NULL THEN NULL "   \
-	"ELSE nextval('" DLOCK_PG_SEQUENCE "') END" ELAPSED
+/* The lease, then the token when parameter $n says the caller wants one (else 0). */
+#define TAIL(n)                                                                                \
+	"WHEN set_config('idle_in_transaction_session_timeout', $2, true) IS NULL THEN NULL " \
+	"ELSE CASE WHEN $" n " THEN nextval('" DLOCK_PG_SEQUENCE "') ELSE 0 END END" ELAPSED
 
 static const char sql_beat[] = "SELECT set_config('idle_in_transaction_session_timeout', $1, true)";
 
@@ -39,13 +40,14 @@ dlock_status dlock_pg_row_prepare(struct dlock_pg_backend *b, dlock_error *err)
 	if (asprintf(&b->sql_row_insert, "INSERT INTO %s (name) VALUES ($1) ON CONFLICT DO NOTHING", t) < 0)
 		b->sql_row_insert = NULL;
 	if (asprintf(&b->sql_row_try,
-	             "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM %s WHERE name = $1 FOR UPDATE NOWAIT) THEN -1 " TAIL,
+	             "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM %s WHERE name = $1 FOR UPDATE NOWAIT) THEN -1 "
+	             TAIL("3"),
 	             t) < 0)
 		b->sql_row_try = NULL;
 	if (asprintf(&b->sql_row_wait,
 	             "SELECT CASE WHEN set_config('lock_timeout', $3, true) IS NULL THEN NULL "
 	             "WHEN NOT EXISTS (SELECT 1 FROM %s WHERE name = $1 FOR UPDATE) THEN -1 "
-	             "WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL " TAIL,
+	             "WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL " TAIL("4"),
 	             t) < 0)
 		b->sql_row_wait = NULL;
 	if (!b->sql_row_insert || !b->sql_row_try || !b->sql_row_wait)
@@ -99,16 +101,18 @@ static dlock_status lock_row(struct dlock_pg_backend *b, struct dlock_pg_conn *c
 	if (st != DLOCK_OK)
 		return st;
 	dlock_pg_ms_text(lk->lease_ms, lease);
-	struct dlock_pg_stmt s = { .sql = b->sql_row_try, .n = 2, .values = { lk->row_name, lease },
-		                   .lengths = { (int)lk->row_len, -1 }, .formats = { 1, 0 } };
+	struct dlock_pg_stmt s = { .sql = b->sql_row_try, .n = 3,
+		                   .values = { lk->row_name, lease, lk->fencing ? "t" : "f" },
+		                   .lengths = { (int)lk->row_len, -1, -1 }, .formats = { 1, 0, 0 } };
 	int64_t deadline = dlock_pg_io_deadline(b);
 	if (w) {
 		int64_t left = dlock_wait_remaining_ms(w);
 		dlock_pg_ms_text(left < 0 ? 0 : left, wait);
-		s.sql = b->sql_row_wait;
-		s.n = 3;
+		s.sql = b->sql_row_wait; /* $3 the wait, $4 the token wanted */
+		s.n = 4;
+		s.values[3] = s.values[2];
 		s.values[2] = wait;
-		s.lengths[2] = -1;
+		s.lengths[3] = -1;
 		deadline = dlock_pg_wait_deadline(b, w);
 		dlock_pg_interrupt_arm(c, w);
 	}
@@ -163,6 +167,7 @@ static dlock_status row_acquire(void *backend, void *lkp, int64_t lease_ms, dloc
 	if (st != DLOCK_OK)
 		return st;
 	lk->lease_ms = lease_ms;
+	lk->fencing = dlock_wait_wants_token(w);
 	/* An idle connection, or a new one when that is dead. */
 	for (int reused = 1;; reused = 0) {
 		struct dlock_pg_conn *c;

@@ -1,7 +1,8 @@
 /*
  * One Redis instance: acquire (with waiting), release, extend and check.
  *
- * Acquire costs one round trip when the lock is free (the acquire script).
+ * Acquire costs one round trip when the lock is free: the acquire script,
+ * or a plain SET NX PX when the caller wants no fencing token.
  * When it is held, the waiter watches the lock's channel through the
  * client's subscriber and retries: once the SUBSCRIBE is confirmed (a
  * release published before that would otherwise be missed), on every
@@ -24,10 +25,14 @@
 
 /* ------------------------------------------------------------ one call */
 
+/* A plain command instead of a script (see run_script). */
+#define NOT_A_SCRIPT REDIS_SCRIPT_COUNT
+
 /*
- * Run a script on a pooled connection.  *maybe_ran tells whether the
- * request may have reached the server (a failure after that leaves its
- * effect unknown).  Error replies become statuses.
+ * Run a script on a pooled connection, or the command `a` itself when id
+ * is NOT_A_SCRIPT.  *maybe_ran tells whether the request may have reached
+ * the server (a failure after that leaves its effect unknown).  Error
+ * replies become statuses.
  */
 static dlock_status run_script(struct redis_client *c, enum redis_script_id id, int nkeys,
                                const struct redis_args *a, const char *what, redisReply **out, int *maybe_ran,
@@ -40,7 +45,9 @@ static dlock_status run_script(struct redis_client *c, enum redis_script_id id, 
 	if (st != DLOCK_OK)
 		return st;
 	*maybe_ran = 1;
-	redisReply *r = dlock_redis_script_run(ctx, &c->scripts, id, nkeys, a);
+	struct redis_args cmd = *a; /* hiredis 0.14 takes a non-const argv */
+	redisReply *r = id == NOT_A_SCRIPT ? redisCommandArgv(ctx, cmd.argc, cmd.argv, cmd.len)
+	                                   : dlock_redis_script_run(ctx, &c->scripts, id, nkeys, a);
 	if (!r)
 		st = dlock_redis_io_error(ctx, &p->ep, err);
 	dlock_redis_pool_put(p, ctx);
@@ -98,6 +105,57 @@ static int is_int_pair(const redisReply *r)
 {
 	return r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
 	       r->element[1]->type == REDIS_REPLY_INTEGER;
+}
+
+/*
+ * No token wanted: the plain SET NX PX, which costs the server far less
+ * than a script.  A waiter then asks for the holder's TTL separately (a
+ * holder that dies publishes nothing: the TTL bounds the wait for it).
+ */
+static dlock_status try_set(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, int try_once,
+                            dlock_acquired *out, int64_t *pttl_ms, dlock_error *err)
+{
+	struct redis_args a = { 0 };
+	char lease[24];
+	redisReply *r = NULL;
+	int maybe_ran = 0;
+	dlock_status st = dlock_redis_new_owner(lk, err);
+	if (st != DLOCK_OK)
+		return st;
+	dlock_redis_arg(&a, "SET");
+	dlock_redis_argn(&a, lk->key, lk->keylen);
+	dlock_redis_arg(&a, lk->owner);
+	dlock_redis_arg(&a, "NX");
+	dlock_redis_arg(&a, "PX");
+	dlock_redis_argi(&a, lease, lease_ms);
+	int64_t sent = dlock_monotonic_ns();
+	st = run_script(c, NOT_A_SCRIPT, 0, &a, "acquire", &r, &maybe_ran, err);
+	if (st == DLOCK_OK && r->type == REDIS_REPLY_STATUS) {
+		freeReplyObject(r);
+		*out = (dlock_acquired){ .token = 0, .sent_ns = sent };
+		return DLOCK_OK;
+	}
+	if (st == DLOCK_OK && r->type == REDIS_REPLY_NIL) {
+		freeReplyObject(r);
+		lk->owner[0] = '\0';
+		if (!try_once) {
+			struct redis_args q = { 0 };
+			dlock_redis_arg(&q, "PTTL");
+			dlock_redis_argn(&q, lk->key, lk->keylen);
+			if (run_script(c, NOT_A_SCRIPT, 0, &q, "acquire", &r, &maybe_ran, err) == DLOCK_OK &&
+			    r->type == REDIS_REPLY_INTEGER)
+				*pttl_ms = r->integer;
+			freeReplyObject(r);
+		}
+		return DLOCK_EBUSY;
+	}
+	if (st == DLOCK_OK)
+		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to SET", c->pools[0].ep.label);
+	freeReplyObject(r);
+	if (maybe_ran)
+		undo_attempt(c, lk);
+	lk->owner[0] = '\0';
+	return st;
 }
 
 /* One attempt: DLOCK_OK (*out filled), DLOCK_EBUSY (*pttl_ms: the holder's TTL, <0 unknown) or an error. */
@@ -164,7 +222,8 @@ dlock_status dlock_redis_acquire(struct redis_client *c, struct redis_lock *lk, 
 	dlock_status st;
 	for (;;) {
 		int64_t pttl_ms = -1;
-		st = try_acquire(c, lk, lease_ms, out, &pttl_ms, err);
+		st = dlock_wait_wants_token(w) ? try_acquire(c, lk, lease_ms, out, &pttl_ms, err)
+		                               : try_set(c, lk, lease_ms, dlock_wait_try_once(w), out, &pttl_ms, err);
 		if (st != DLOCK_EBUSY || dlock_wait_try_once(w))
 			break;
 		enum redis_watch_state s;

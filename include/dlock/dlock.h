@@ -316,8 +316,8 @@ typedef enum dlock_lost_reason {
 typedef void (*dlock_lost_fn)(dlock_lock *lock, dlock_lost_reason reason, const char *detail,
                               void *userdata);
 
-/** Current value of dlock_acquire_options::version. */
-#define DLOCK_ACQUIRE_OPTIONS_VERSION 1
+/** Current value of dlock_acquire_options::version (1 is still accepted: `fencing` then -1). */
+#define DLOCK_ACQUIRE_OPTIONS_VERSION 2
 
 /** Options of one acquisition.  Initialise with DLOCK_ACQUIRE_OPTIONS_INIT. */
 typedef struct dlock_acquire_options {
@@ -327,10 +327,14 @@ typedef struct dlock_acquire_options {
 	int renew;          /**< -1: the URI's `renew` (default on); 0: off; 1: on */
 	dlock_lost_fn on_lost; /**< may be NULL */
 	void *lost_userdata;   /**< Passed to `on_lost` as is. */
+	/** -1: the URI's `fencing` (default on); 1: take a fencing token; 0: take none, which spares the
+	 *  server work a token costs (Redis: a script instead of a plain SET; PostgreSQL: nextval; file://:
+	 *  a write and fdatasync) — dlock_lock_fencing_token() then returns DLOCK_ENOTSUP.  (Version 2.) */
+	int fencing;
 } dlock_acquire_options;
 
-/** Default acquire options: the URI's wait bound, lease and renewal; no callback. */
-#define DLOCK_ACQUIRE_OPTIONS_INIT { DLOCK_ACQUIRE_OPTIONS_VERSION, DLOCK_WAIT_DEFAULT, 0, -1, NULL, NULL }
+/** Default acquire options: the URI's wait bound, lease, renewal and fencing; no callback. */
+#define DLOCK_ACQUIRE_OPTIONS_INIT { DLOCK_ACQUIRE_OPTIONS_VERSION, DLOCK_WAIT_DEFAULT, 0, -1, NULL, NULL, -1 }
 
 /**
  * Acquire the lock.  `opts` may be NULL for defaults.
@@ -342,7 +346,8 @@ typedef struct dlock_acquire_options {
  *
  * Local coalescing: threads of one client that wait for the same name
  * queue in FIFO order inside the process and only the head asks the server.
- * Every acquisition goes through the server and gets its own fencing token.
+ * Every acquisition goes through the server and gets its own fencing token
+ * (unless it asked for none: dlock_acquire_options::fencing).
  *
  * Returns DLOCK_OK, DLOCK_EBUSY (try once, held elsewhere), DLOCK_ETIMEDOUT
  * (bound expired), DLOCK_ECANCELED (dlock_cancel() or client closed), or a
@@ -382,8 +387,9 @@ DLOCK_API dlock_status dlock_cancel(dlock_lock *lock);
 /**
  * Fencing token of the current acquisition: strictly greater for each new
  * holder of the name (see the fencing class in the capabilities).
- * DLOCK_ENOTSUP when the backend has no fencing, DLOCK_ENOTHELD when the
- * handle does not hold the lock.
+ * DLOCK_ENOTSUP when the backend has no fencing or the acquisition asked
+ * for no token (fencing off), DLOCK_ENOTHELD when the handle does not hold
+ * the lock.
  */
 DLOCK_API dlock_status dlock_lock_fencing_token(dlock_lock *lock, uint64_t *token);
 

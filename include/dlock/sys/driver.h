@@ -114,6 +114,7 @@ typedef struct dlock_uri {
 	const char *prefix;         /**< `prefix`: namespace for server-side names, default "dlock" */
 	int64_t connect_timeout_ms; /**< `open_timeout`: connecting, default 5s */
 	int64_t io_timeout_ms;      /**< `io_timeout`: one server command, default 5s */
+	int fencing;                /**< `fencing`: take fencing tokens, default 1 (see dlock_wait_wants_token) */
 } dlock_uri;
 
 /** Value of backend parameter `key` in `uri`, or NULL when absent. */
@@ -136,6 +137,14 @@ DLOCK_API int64_t dlock_wait_deadline_ns(const dlock_wait *w);
 
 /** 1 when this acquisition must not wait (try once), else 0. */
 DLOCK_API int dlock_wait_try_once(const dlock_wait *w);
+
+/**
+ * 1 when the caller wants a fencing token from this acquisition (the
+ * default), 0 when it asked for none: a driver may then skip the work the
+ * token costs (a counter, a sequence, a sync) and leave
+ * dlock_acquired::token at 0, which the core never hands out.
+ */
+DLOCK_API int dlock_wait_wants_token(const dlock_wait *w);
 
 /**
  * Milliseconds left before the deadline, at least 1 while time remains,
