@@ -53,6 +53,7 @@ struct bench_opts {
 	int64_t duration_ms; /* of each measured phase */
 	int64_t lease_ms;    /* lease of the faults scenario's acquisitions */
 	int cs_us;           /* critical section of the contended scenario */
+	int fencing;         /* uncontended, contended: acquisitions take fencing tokens */
 	int json;
 	const char *table_path; /* --table: the table to this file as well */
 	const char *plot_dir;
@@ -253,10 +254,11 @@ struct bench_fault_result {
 };
 
 struct bench_result {
-	char backend[16];
+	char backend[32];     /* caps.backend, "-row" for PostgreSQL's row mode, "+token" with --fencing on */
 	char uri[512];          /* masked */
 	enum bench_scenario sc;
 	int clients, threads, processes;
+	int fencing;            /* uncontended, contended: with fencing tokens */
 	int64_t duration_ms;
 	int failed;
 	char error[256];

@@ -12,7 +12,8 @@
 #include "bench.h"
 
 /* What the bench learns from the backend before forking (no client stays open). */
-static int describe(const struct bench_target *t, struct bench_result *proto, dlock_capabilities *caps)
+static int describe(const struct bench_opts *o, const struct bench_target *t, struct bench_result *proto,
+                    dlock_capabilities *caps)
 {
 	dlock_client *c = NULL;
 	char err[256];
@@ -28,7 +29,9 @@ static int describe(const struct bench_target *t, struct bench_result *proto, dl
 	/* The two PostgreSQL modes are different lock mechanisms: tell them apart in tables and charts. */
 	char mode[16];
 	int row = bench_uri_param(t->uri, "mode", mode, sizeof mode) == 0 && strcmp(mode, "row") == 0;
-	snprintf(proto->backend, sizeof proto->backend, "%s%s", caps->backend, row ? "-row" : "");
+	snprintf(proto->backend, sizeof proto->backend, "%s%s%s", caps->backend, row ? "-row" : "",
+	         o->fencing ? "+token" : "");
+	proto->fencing = o->fencing;
 	dlock_client_close(c);
 	return 0;
 }
@@ -50,7 +53,7 @@ static int run_target(const struct bench_opts *o, const struct bench_target *t, 
 	struct bench_result proto;
 	dlock_capabilities caps;
 	int n = 0;
-	if (describe(t, &proto, &caps) != 0) {
+	if (describe(o, t, &proto, &caps) != 0) {
 		proto.failed = 1;
 		out[n++] = proto;
 		emit(o, &proto);

@@ -36,6 +36,8 @@ static void usage(FILE *f)
 	      "  --processes P         spread the clients over P processes (default 1; at most one per client)\n"
 	      "  --duration T          length of each measured phase (default 5s; a bare number is seconds)\n"
 	      "  --cs-us N             contended: busy critical section of N microseconds (default 0)\n"
+	      "  --fencing on|off      uncontended, contended: take a fencing token with every acquisition\n"
+	      "                      (default off, as the raw clients take none; faults always do)\n"
 	      "  --lease T             faults: lease of each acquisition (default 2s)\n"
 	      "  --fault-clients N     faults: worker processes (default 3)\n"
 	      "  --json                one JSON object per line per (backend, scenario, clients)\n"
@@ -111,7 +113,7 @@ static int target_cmd(struct bench_opts *o, int stop, const char *cmd)
 }
 
 enum { OPT_URI = 256, OPT_STOP, OPT_START, OPT_SCENARIO, OPT_CLIENTS, OPT_THREADS, OPT_PROCESSES, OPT_DURATION,
-       OPT_CS, OPT_LEASE, OPT_FAULT_CLIENTS, OPT_JSON, OPT_TABLE, OPT_PLOT, OPT_HELP };
+       OPT_CS, OPT_FENCING, OPT_LEASE, OPT_FAULT_CLIENTS, OPT_JSON, OPT_TABLE, OPT_PLOT, OPT_HELP };
 
 static const struct option long_options[] = {
 	{ "uri", required_argument, NULL, OPT_URI },
@@ -123,6 +125,7 @@ static const struct option long_options[] = {
 	{ "processes", required_argument, NULL, OPT_PROCESSES },
 	{ "duration", required_argument, NULL, OPT_DURATION },
 	{ "cs-us", required_argument, NULL, OPT_CS },
+	{ "fencing", required_argument, NULL, OPT_FENCING },
 	{ "lease", required_argument, NULL, OPT_LEASE },
 	{ "fault-clients", required_argument, NULL, OPT_FAULT_CLIENTS },
 	{ "json", no_argument, NULL, OPT_JSON },
@@ -156,6 +159,11 @@ static int apply(struct bench_opts *o, int opt, const char *arg, int *any_scenar
 		return positive(arg, 32, &o->fault_clients) == 0 ? 0 : bad("--fault-clients: '%s' is not 1..32", arg);
 	case OPT_CS:
 		return positive(arg, 1000000, &o->cs_us) == 0 ? 0 : bad("--cs-us: bad value '%s'", arg);
+	case OPT_FENCING:
+		if (strcmp(arg, "on") != 0 && strcmp(arg, "off") != 0)
+			return bad("--fencing: '%s' is not on or off", arg);
+		o->fencing = strcmp(arg, "on") == 0;
+		return 0;
 	case OPT_DURATION:
 		return dlock_duration_parse(arg, 1000, &o->duration_ms) == DLOCK_OK && o->duration_ms >= 100
 		               ? 0 : bad("--duration: '%s' is not a duration of 100ms or more", arg);

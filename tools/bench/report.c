@@ -81,6 +81,7 @@ void bench_print_json(const struct bench_result *r)
 	json_num("clients", r->clients, 1, &f);
 	json_num("threads", r->threads, 1, &f);
 	json_num("processes", r->processes, 1, &f);
+	printf(",\"fencing\":%s", r->sc == BENCH_FAULTS || r->fencing ? "true" : "false");
 	json_num("duration_s", (double)r->duration_ms / 1000.0, ok, &f);
 	json_num("ops", (double)r->ops, ok, &f);
 	json_num("ops_per_s", r->ops_per_s, perf, &f);
