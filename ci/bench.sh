@@ -7,7 +7,8 @@
 # Usage: bash ci/bench.sh [OUTDIR]        (default OUTDIR: build/bench)
 #
 # Writes OUTDIR/results.jsonl (one JSON object per backend, scenario and
-# size), OUTDIR/table.txt, and OUTDIR/*.png with the data and gnuplot
+# size), OUTDIR/table.txt, OUTDIR/table-fencing.txt (the cost of fencing
+# tokens), and OUTDIR/*.png with the data and gnuplot
 # scripts behind them.  Environment:
 #   DLOCK_BENCH_DURATION   length of each measured phase (default 2s)
 #   DLOCK_BENCH_BUILD      build directory to use (default build/plain, built here)
@@ -76,5 +77,13 @@ args=(
 echo "== dlock-bench: sizes 1, 8 (8 processes) and 1x8 threads; $duration per measurement; then faults"
 "$bench" "${args[@]}" --clients 1,8,1x8 --processes 8 --duration "$duration" --lease 2s \
 	--json --table "$out/table.txt" --plot "$out" >"$out/results.jsonl"
-cat "$out/table.txt"
+
+# What a fencing token costs: the same uncontended runs with a token taken by
+# every acquisition (the raw clients take none; ZooKeeper's and mem://'s
+# tokens cost nothing more, so they are left out).
+echo "== dlock-bench: uncontended with fencing tokens"
+"$bench" --uri "file://$work/locks" --uri "$DLOCK_TEST_REDIS_URI" --uri "$DLOCK_TEST_PG_URI" \
+	--uri "$DLOCK_TEST_PG_ROW_URI" --scenario uncontended --clients 1,8 --processes 8 --duration "$duration" \
+	--fencing on --json --table "$out/table-fencing.txt" >>"$out/results.jsonl"
+cat "$out/table.txt" "$out/table-fencing.txt"
 echo "== written: $out/table.txt $out/results.jsonl $out/*.png"
