@@ -30,6 +30,22 @@ dlock_status dlock_redis_new_owner(struct redis_lock *lk, dlock_error *err)
 	return DLOCK_OK;
 }
 
+dlock_status dlock_redis_set_nx(struct redis_lock *lk, int64_t lease_ms, char lease[24], struct redis_args *a,
+                               dlock_error *err)
+{
+	dlock_status st = dlock_redis_new_owner(lk, err);
+	if (st != DLOCK_OK)
+		return st;
+	*a = (struct redis_args){ 0 };
+	dlock_redis_arg(a, "SET");
+	dlock_redis_argn(a, lk->key, lk->keylen);
+	dlock_redis_arg(a, lk->owner);
+	dlock_redis_arg(a, "NX");
+	dlock_redis_arg(a, "PX");
+	dlock_redis_argi(a, lease, lease_ms);
+	return DLOCK_OK;
+}
+
 int64_t dlock_redis_jitter(int64_t lo, int64_t hi)
 {
 	uint32_t r = 0;

@@ -191,6 +191,9 @@ struct redis_lock {
 
 /** A fresh random owner value into lk->owner. */
 dlock_status dlock_redis_new_owner(struct redis_lock *lk, dlock_error *err);
+/** A new owner value, and in `a` the command SET key owner NX PX lease_ms (`lease` keeps the number). */
+dlock_status dlock_redis_set_nx(struct redis_lock *lk, int64_t lease_ms, char lease[24], struct redis_args *a,
+                               dlock_error *err);
 /** Random number in [lo, hi] from a cheap per-call source (jitter only). */
 int64_t dlock_redis_jitter(int64_t lo, int64_t hi);
 

@@ -115,36 +115,31 @@ static int is_int_pair(const redisReply *r)
 static dlock_status try_set(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, int try_once,
                             dlock_acquired *out, int64_t *pttl_ms, dlock_error *err)
 {
-	struct redis_args a = { 0 };
+	struct redis_args a;
 	char lease[24];
 	redisReply *r = NULL;
 	int maybe_ran = 0;
-	dlock_status st = dlock_redis_new_owner(lk, err);
+	dlock_status st = dlock_redis_set_nx(lk, lease_ms, lease, &a, err);
 	if (st != DLOCK_OK)
 		return st;
-	dlock_redis_arg(&a, "SET");
-	dlock_redis_argn(&a, lk->key, lk->keylen);
-	dlock_redis_arg(&a, lk->owner);
-	dlock_redis_arg(&a, "NX");
-	dlock_redis_arg(&a, "PX");
-	dlock_redis_argi(&a, lease, lease_ms);
 	int64_t sent = dlock_monotonic_ns();
 	st = run_script(c, NOT_A_SCRIPT, 0, &a, "acquire", &r, &maybe_ran, err);
-	if (st == DLOCK_OK && r->type == REDIS_REPLY_STATUS) {
+	if (st == DLOCK_OK && r && r->type == REDIS_REPLY_STATUS) {
 		freeReplyObject(r);
 		*out = (dlock_acquired){ .token = 0, .sent_ns = sent };
 		return DLOCK_OK;
 	}
-	if (st == DLOCK_OK && r->type == REDIS_REPLY_NIL) {
+	if (st == DLOCK_OK && r && r->type == REDIS_REPLY_NIL) {
 		freeReplyObject(r);
 		lk->owner[0] = '\0';
 		if (!try_once) {
 			struct redis_args q = { 0 };
 			dlock_redis_arg(&q, "PTTL");
 			dlock_redis_argn(&q, lk->key, lk->keylen);
-			if (run_script(c, NOT_A_SCRIPT, 0, &q, "acquire", &r, &maybe_ran, err) == DLOCK_OK &&
+			/* -2: released meanwhile, try again at once; -1: no expiry (unknown) */
+			if (run_script(c, NOT_A_SCRIPT, 0, &q, "acquire", &r, &maybe_ran, err) == DLOCK_OK && r &&
 			    r->type == REDIS_REPLY_INTEGER)
-				*pttl_ms = r->integer;
+				*pttl_ms = r->integer == -2 ? 0 : r->integer;
 			freeReplyObject(r);
 		}
 		return DLOCK_EBUSY;

@@ -157,18 +157,12 @@ static int64_t drift_ns(int64_t lease_ms)
 static dlock_status try_round(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
                               dlock_acquired *out, dlock_error *err)
 {
-	struct redis_args a = { 0 };
+	struct redis_args a;
 	char lease[24];
 	struct fanout f;
-	dlock_status st = dlock_redis_new_owner(lk, err);
+	dlock_status st = dlock_redis_set_nx(lk, lease_ms, lease, &a, err);
 	if (st != DLOCK_OK)
 		return st;
-	dlock_redis_arg(&a, "SET");
-	dlock_redis_argn(&a, lk->key, lk->keylen);
-	dlock_redis_arg(&a, lk->owner);
-	dlock_redis_arg(&a, "NX");
-	dlock_redis_arg(&a, "PX");
-	dlock_redis_argi(&a, lease, lease_ms);
 	struct request rq = { .id = -1, .nkeys = 1, .a = &a };
 
 	int64_t start = dlock_monotonic_ns();
