@@ -344,6 +344,35 @@ static void test_fencing(void)
 	dlock_client_close(c);
 }
 
+/*
+ * Acquire options of version 1 (before `fencing`) are still accepted and
+ * mean the URI's fencing; an unknown version is refused.
+ */
+static void test_options_versions(void)
+{
+	dlock_client *c = dlock_test_open("mem://t_optver?fencing=off", NULL, NULL);
+	dlock_lock *l = dlock_test_new_lock(c, "n");
+	CU_ASSERT_FATAL(l != NULL);
+	uint64_t token = 0;
+	dlock_acquire_options v1 = DLOCK_ACQUIRE_OPTIONS_INIT;
+	v1.version = 1;
+	v1.wait_ms = 0;
+	v1.fencing = 1; /* not part of version 1: never read */
+	CU_ASSERT_EQUAL(dlock_acquire(l, &v1), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &token), DLOCK_ENOTSUP); /* the URI's fencing=off */
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = 0;
+	o.fencing = 1;
+	CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &token), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	o.version = DLOCK_ACQUIRE_OPTIONS_VERSION + 1;
+	CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_EVERSION);
+	dlock_lock_free(l);
+	dlock_client_close(c);
+}
+
 /* ------------------------------------------------------------- FIFO */
 
 #define NWAITERS 5
@@ -558,6 +587,7 @@ static void add_suites(void)
 	CU_add_test(s, "an expired lease is not held even if untaken", test_ttl_expired_untaken);
 	CU_add_test(s, "extend keeps the lease", test_extend);
 	CU_add_test(s, "fencing increases across clients and closes", test_fencing);
+	CU_add_test(s, "acquire options of version 1 still work", test_options_versions);
 	CU_add_test(s, "waiters of different clients are served FIFO", test_fifo);
 	CU_add_test(s, "a newcomer does not overtake a waiter", test_no_barging);
 	CU_add_test(s, "the next waiter takes over from one that leaves", test_waiter_leaves);
