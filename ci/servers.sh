@@ -3,7 +3,8 @@
 #
 #   dlock_servers_start       # starts every server in ci/servers/*.sh, exports
 #                             # DLOCK_TEST_URIS and each backend's own variables
-#   dlock_servers_stop        # stops them (by PID) and removes the directory
+#   dlock_servers_stop        # stops them (by PID) and removes the directory;
+#                             # from another shell, DLOCK_SERVERS_DIR is enough
 #
 # Each ci/servers/NAME.sh defines `dlock_start_NAME DIR` (start, wait until
 # it serves, export its variables, append its URIs with dlock_add_test_uri)
@@ -55,8 +56,20 @@ dlock_servers_start() {
 }
 
 dlock_servers_stop() {
-	local name
-	for name in $DLOCK_SERVERS_STARTED; do
+	local name here started=$DLOCK_SERVERS_STARTED
+	# From another shell (DLOCK_SERVERS_DIR exported, the list not): every
+	# server's own directory names it.
+	if [ -z "$started" ] && [ -n "$DLOCK_SERVERS_DIR" ] && [ -d "$DLOCK_SERVERS_DIR" ]; then
+		here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+		for name in "$DLOCK_SERVERS_DIR"/*/; do
+			name=$(basename "$name")
+			[ -f "$here/servers/$name.sh" ] || continue
+			# shellcheck source=/dev/null
+			. "$here/servers/$name.sh"
+			started="$started $name"
+		done
+	fi
+	for name in $started; do
 		"dlock_stop_$name" "$DLOCK_SERVERS_DIR/$name" || true
 	done
 	DLOCK_SERVERS_STARTED=""
