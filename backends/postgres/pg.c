@@ -59,19 +59,17 @@ static void pg_close(void *backend)
 	free(b->sql_row_insert);
 	free(b->sql_row_try);
 	free(b->sql_row_wait);
+	free(b->sql_row_prepare);
 	free(b);
 }
 
-/* The first connection: proves the URI, quotes the table, sets up. */
 /*
- * Advisory locks belong to a server session, so advisory mode needs its
- * connection to be one.  A pooler in between (PgBouncer) answers the
- * startup with its own backend key, so the PID libpq was told differs from
- * the server's pg_backend_pid(); behind transaction pooling, a lock would
- * be taken on one server session and released on another.  Refuse, rather
- * than hand out locks that exclude nobody.
+ * Whether `c` is a server session of its own.  A pooler in between
+ * (PgBouncer) answers the startup with its own backend key, so the PID
+ * libpq was told differs from the server's pg_backend_pid().
  */
-static dlock_status direct_session(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
+static dlock_status direct_session(struct dlock_pg_backend *b, struct dlock_pg_conn *c, int *direct,
+                                   dlock_error *err)
 {
 	struct dlock_pg_stmt s = { .sql = "SELECT pg_backend_pid()" };
 	PGresult *res;
@@ -79,9 +77,30 @@ static dlock_status direct_session(struct dlock_pg_backend *b, struct dlock_pg_c
 	dlock_status st = dlock_pg_exec(b, c, &s, dlock_pg_io_deadline(b), &res, sqlstate, err);
 	if (st != DLOCK_OK)
 		return st;
-	long server_pid = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+	*direct = strtol(PQgetvalue(res, 0, 0), NULL, 10) == (long)PQbackendPID(c->pg);
 	PQclear(res);
-	if (server_pid == (long)PQbackendPID(c->pg))
+	return DLOCK_OK;
+}
+
+/*
+ * Advisory locks belong to a server session, so advisory mode needs its
+ * connection to be one: behind transaction pooling, a lock would be taken
+ * on one server session and released on another.  Refuse, rather than
+ * hand out locks that exclude nobody.  Row mode works behind a pooler; it
+ * prepares its statements only without one.
+ */
+static dlock_status session_kind(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
+{
+	int direct = 0;
+	dlock_status st = direct_session(b, c, &direct, err);
+	if (st != DLOCK_OK)
+		return st;
+	if (b->mode == &dlock_pg_row_mode) {
+		b->prepare_sql = direct ? b->sql_row_prepare : NULL;
+		return DLOCK_OK;
+	}
+	b->prepare_sql = b->mode->prepare_sql;
+	if (direct)
 		return DLOCK_OK;
 	return dlock_error_set(err, DLOCK_ENOTSUP,
 	                       "postgres: a connection pooler sits between dlock and the server (%s): advisory locks "
@@ -90,6 +109,7 @@ static dlock_status direct_session(struct dlock_pg_backend *b, struct dlock_pg_c
 	                       b->masked);
 }
 
+/* The first connection: proves the URI, quotes the table, learns the session kind, sets up. */
 static dlock_status first_connection(struct dlock_pg_backend *b, const char *table, dlock_error *err)
 {
 	struct dlock_pg_conn *c = NULL;
@@ -102,8 +122,8 @@ static dlock_status first_connection(struct dlock_pg_backend *b, const char *tab
 		st = b->table ? dlock_pg_row_prepare(b, err) : dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
 	}
 	pthread_mutex_lock(&c->mu);
-	if (st == DLOCK_OK && b->mode == &dlock_pg_advisory_mode)
-		st = direct_session(b, c, err);
+	if (st == DLOCK_OK)
+		st = session_kind(b, c, err);
 	pthread_mutex_unlock(&c->mu);
 	if (st == DLOCK_OK)
 		st = dlock_pg_setup(b, c, table, err);

@@ -1,11 +1,13 @@
 /*
  * One statement on one connection, with a deadline and cancellation.
  *
- * Statements go out with PQsendQueryParams, or PQsendQueryPrepared for
- * the mode's prepared ones (every value a parameter: nothing from a name
+ * Statements go out with PQsendQueryParams, or PQsendQueryPrepared when
+ * the session prepares them (b->prepare_sql) (every value a parameter: nothing from a name
  * or a URI is ever pasted into SQL), and the result is awaited with
  * poll(), so that io_timeout bounds every statement that should answer at
- * once.
+ * once.  A statement that opens a transaction is sent behind its BEGIN in
+ * libpq's pipeline mode: one round trip, where two statements would take
+ * two, with the parameters still parameters.
  *
  * A waiting statement (pg_advisory_lock, SELECT ... FOR UPDATE) is
  * cancelled through the core's interrupt hook: the hook only sets a flag
@@ -211,19 +213,85 @@ static dlock_status finish(const struct dlock_pg_backend *b, struct dlock_pg_con
 /*
  * The mode's statements, once per session, in one round trip.  Named
  * statements skip the parse and plan that an unnamed one pays each time;
- * they live as long as the session, which only dlock uses (advisory mode
- * refuses poolers, so no DISCARD can drop them).
+ * they live as long as the session, which only dlock uses: b->prepare_sql
+ * is set only on a connection straight to the server (pg.c), where no
+ * pooler's DISCARD or change of server session can drop them.
  */
 static dlock_status prepare(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
 {
 	PGresult *res = NULL;
 	char sqlstate[6];
-	if (!PQsendQuery(c->pg, b->mode->prepare_sql))
+	if (!PQsendQuery(c->pg, b->prepare_sql))
 		return lost(b, c, err);
 	dlock_status st = finish(b, c, dlock_pg_io_deadline(b), &res, sqlstate, err);
 	PQclear(res);
 	c->prepared = st == DLOCK_OK;
 	return st;
+}
+
+/*
+ * Await and sort the results of a pipeline of BEGIN and one statement: the
+ * first error, else the statement's result; then the sync point, after
+ * which the connection leaves pipeline mode.
+ */
+static dlock_status finish_pipeline(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, int64_t deadline_ns,
+                                    PGresult **res, char sqlstate[6], dlock_error *err)
+{
+	PGresult *keep = NULL, *r;
+	dlock_status st = DLOCK_OK;
+	for (;;) {
+		st = await_result(b, c, deadline_ns, err);
+		if (st != DLOCK_OK)
+			break;
+		if ((r = PQgetResult(c->pg)) == NULL)
+			continue; /* the end of one statement's results */
+		ExecStatusType rs = PQresultStatus(r);
+		if (rs == PGRES_PIPELINE_SYNC) {
+			PQclear(r);
+			break;
+		}
+		if (rs == PGRES_PIPELINE_ABORTED || (keep && PQresultStatus(keep) == PGRES_FATAL_ERROR)) {
+			PQclear(r);
+			continue;
+		}
+		PQclear(keep);
+		keep = r;
+	}
+	if (st == DLOCK_OK && !PQexitPipelineMode(c->pg))
+		st = lost(b, c, err);
+	if (st != DLOCK_OK) {
+		c->dead = 1; /* results still due: the connection cannot be used again */
+		PQclear(keep);
+		return st;
+	}
+	ExecStatusType ks = keep ? PQresultStatus(keep) : PGRES_FATAL_ERROR;
+	if (ks == PGRES_TUPLES_OK || ks == PGRES_COMMAND_OK) {
+		*res = keep;
+		return DLOCK_OK;
+	}
+	st = server_error(b, c, keep, sqlstate, err);
+	PQclear(keep);
+	return st;
+}
+
+/* Send `s`, by name when the session prepares statements. */
+static int send_stmt(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_stmt *s)
+{
+	if (b->prepare_sql && s->prepared)
+		return PQsendQueryPrepared(c->pg, s->prepared, s->n, s->values, s->lengths, s->formats, 0);
+	return PQsendQueryParams(c->pg, s->sql, s->n, NULL, s->values, s->lengths, s->formats, 0);
+}
+
+static dlock_status exec_after_begin(const struct dlock_pg_backend *b, struct dlock_pg_conn *c,
+                                     const struct dlock_pg_stmt *s, int64_t deadline_ns, PGresult **res,
+                                     char sqlstate[6], dlock_error *err)
+{
+	if (!PQenterPipelineMode(c->pg))
+		return lost(b, c, err);
+	if (!PQsendQueryParams(c->pg, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) || !send_stmt(b, c, s) ||
+	    !PQpipelineSync(c->pg))
+		return lost(b, c, err);
+	return finish_pipeline(b, c, deadline_ns, res, sqlstate, err);
 }
 
 dlock_status dlock_pg_exec(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_stmt *s,
@@ -233,14 +301,14 @@ dlock_status dlock_pg_exec(const struct dlock_pg_backend *b, struct dlock_pg_con
 	sqlstate[0] = '\0';
 	if (c->dead)
 		return dlock_error_set(err, DLOCK_ECONNECT, "%s: connection lost earlier", b->masked);
-	if (s->prepared && !c->prepared) {
+	if (b->prepare_sql && s->prepared && !c->prepared) {
 		dlock_status st = prepare(b, c, err);
 		if (st != DLOCK_OK)
 			return st;
 	}
-	int sent = s->prepared ? PQsendQueryPrepared(c->pg, s->prepared, s->n, s->values, s->lengths, s->formats, 0)
-	                       : PQsendQueryParams(c->pg, s->sql, s->n, NULL, s->values, s->lengths, s->formats, 0);
-	if (!sent)
+	if (s->begin)
+		return exec_after_begin(b, c, s, deadline_ns, res, sqlstate, err);
+	if (!send_stmt(b, c, s))
 		return lost(b, c, err);
 	return finish(b, c, deadline_ns, res, sqlstate, err);
 }

@@ -117,8 +117,8 @@ struct dlock_pg_backend;
 /* What differs between the modes. */
 struct dlock_pg_mode {
 	const char *name;
-	/* Run once per session before its first prepared statement (simple
-	 * protocol, may hold several statements); NULL: the mode prepares none. */
+	/* The mode's statements to prepare in each session (see
+	 * dlock_pg_backend.prepare_sql); NULL: built when the client opens. */
 	const char *prepare_sql;
 	dlock_driver_acquire_fn *acquire;
 	dlock_driver_release_fn *release;
@@ -135,7 +135,11 @@ struct dlock_pg_backend {
 	int64_t io_timeout_ms;
 	struct dlock_pg_params params;
 	char *table;               /* row mode: quoted identifier */
-	char *sql_row_insert, *sql_row_try, *sql_row_wait;
+	char *sql_row_insert, *sql_row_try, *sql_row_wait, *sql_row_prepare;
+	/* What each session runs before its first prepared statement (simple
+	 * protocol, several statements); NULL: statements go unnamed.  Set
+	 * while the client opens, read-only after. */
+	const char *prepare_sql;
 	struct dlock_pg_pool pool;
 };
 
@@ -155,13 +159,16 @@ dlock_status dlock_pg_connect(const struct dlock_pg_backend *b, PGconn **out, dl
 
 /* pg_exec.c */
 /**
- * A statement: text, or the name of one of the mode's prepared statements
- * (then sql is NULL); then up to 4 parameters (binary when len >= 0, text
- * when -1; NULL values are SQL NULL).
+ * A statement: its text, or the name of one of the statements of
+ * b->prepare_sql (used when that is set; sql may then be NULL); then up to 4 parameters (binary when len >= 0, text
+ * when -1; NULL values are SQL NULL).  With `begin`, a BEGIN goes first in
+ * the same round trip (libpq's pipeline mode) and the transaction stays
+ * open after the statement, also when it failed.
  */
 struct dlock_pg_stmt {
 	const char *sql;
 	const char *prepared;
+	int begin;
 	int n;
 	const char *values[4];
 	int lengths[4];
@@ -229,7 +236,7 @@ dlock_status dlock_pg_setup(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
 /* pg_advisory.c, pg_row.c */
 extern const struct dlock_pg_mode dlock_pg_advisory_mode;
 extern const struct dlock_pg_mode dlock_pg_row_mode;
-/** Build the row-mode statements for the quoted table b->table. */
+/** Build the row-mode statements for the quoted table b->table, and their PREPAREs. */
 dlock_status dlock_pg_row_prepare(struct dlock_pg_backend *b, dlock_error *err);
 
 #endif

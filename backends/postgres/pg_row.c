@@ -8,7 +8,8 @@
  *      insert, which NOWAIT does not cover.  Skipped once this handle has
  *      seen the row (rows are never deleted by dlock; if one disappears the
  *      lock statement says so and the insert runs again).
- *   2. BEGIN, then one statement whose CASE runs in order: lock_timeout for
+ *   2. BEGIN and, in the same round trip (pg_exec.c), one statement whose
+ *      CASE runs in order: lock_timeout for
  *      a bounded wait (transaction-local), the row lock (FOR UPDATE NOWAIT
  *      for try-once: SQLSTATE 55P03 is busy; FOR UPDATE under lock_timeout
  *      otherwise), lock_timeout back to 0, the lease
@@ -16,9 +17,11 @@
  *      fencing token nextval('dlock_fence') (0 when the caller wants none).
  * Release: COMMIT.  Heartbeat: the idle-in-transaction timeout set again.
  *
- * No session state outlives a transaction and every statement is unnamed,
- * so this mode works behind PgBouncer in transaction pooling: the open
- * transaction keeps the server connection for as long as the lock is held.
+ * No session state outlives a transaction, so this mode works behind
+ * PgBouncer in transaction pooling: the open transaction keeps the server
+ * connection for as long as the lock is held.  Its statements are prepared
+ * once per session only on a connection straight to the server (pg.c);
+ * behind a pooler they go unnamed, parsed and planned each time.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +55,12 @@ dlock_status dlock_pg_row_prepare(struct dlock_pg_backend *b, dlock_error *err)
 		b->sql_row_wait = NULL;
 	if (!b->sql_row_insert || !b->sql_row_try || !b->sql_row_wait)
 		return dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
+	if (asprintf(&b->sql_row_prepare,
+	             "PREPARE dlock_row_insert AS %s; PREPARE dlock_row_try AS %s; PREPARE dlock_row_wait AS %s",
+	             b->sql_row_insert, b->sql_row_try, b->sql_row_wait) < 0) {
+		b->sql_row_prepare = NULL;
+		return dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
+	}
 	return DLOCK_OK;
 }
 
@@ -73,7 +82,7 @@ static void rollback(struct dlock_pg_backend *b, struct dlock_pg_conn *c)
 static dlock_status insert_row(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
                                dlock_error *err)
 {
-	struct dlock_pg_stmt s = { .sql = b->sql_row_insert, .n = 1, .values = { lk->row_name },
+	struct dlock_pg_stmt s = { .sql = b->sql_row_insert, .prepared = "dlock_row_insert", .n = 1, .values = { lk->row_name },
 		                   .lengths = { (int)lk->row_len }, .formats = { 1 } };
 	char sqlstate[6];
 	dlock_status st = dlock_pg_run(b, c, &s, sqlstate, err);
@@ -97,11 +106,8 @@ static dlock_status lock_row(struct dlock_pg_backend *b, struct dlock_pg_conn *c
                              dlock_wait *w, int64_t *token, int64_t *at, dlock_error *err)
 {
 	char lease[24], wait[24], sqlstate[6];
-	dlock_status st = simple(b, c, "BEGIN", err);
-	if (st != DLOCK_OK)
-		return st;
 	dlock_pg_ms_text(lk->lease_ms, lease);
-	struct dlock_pg_stmt s = { .sql = b->sql_row_try, .n = 3,
+	struct dlock_pg_stmt s = { .sql = b->sql_row_try, .prepared = "dlock_row_try", .begin = 1, .n = 3,
 		                   .values = { lk->row_name, lease, lk->fencing ? "t" : "f" },
 		                   .lengths = { (int)lk->row_len, -1, -1 }, .formats = { 1, 0, 0 } };
 	int64_t deadline = dlock_pg_io_deadline(b);
@@ -109,6 +115,7 @@ static dlock_status lock_row(struct dlock_pg_backend *b, struct dlock_pg_conn *c
 		int64_t left = dlock_wait_remaining_ms(w);
 		dlock_pg_ms_text(left < 0 ? 0 : left, wait);
 		s.sql = b->sql_row_wait; /* $3 the wait, $4 the token wanted */
+		s.prepared = "dlock_row_wait";
 		s.n = 4;
 		s.values[3] = s.values[2];
 		s.values[2] = wait;
@@ -119,7 +126,7 @@ static dlock_status lock_row(struct dlock_pg_backend *b, struct dlock_pg_conn *c
 	PGresult *res = NULL;
 	int isnull = 0;
 	int64_t sent = dlock_monotonic_ns();
-	st = dlock_pg_exec(b, c, &s, deadline, &res, sqlstate, err);
+	dlock_status st = dlock_pg_exec(b, c, &s, deadline, &res, sqlstate, err);
 	if (w && dlock_pg_interrupt_disarm(c, w)) {
 		c->dead = 1; /* a cancel request may still be on its way: never reuse */
 		st = dlock_error_set(err, DLOCK_ECANCELED, "acquire cancelled");
