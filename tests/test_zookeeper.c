@@ -15,6 +15,7 @@
 #define THREADED /* the client library's synchronous API */
 
 #include <CUnit/CUnit.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -924,6 +925,39 @@ static void test_ensemble_client_moves(void)
 	CU_ASSERT_EQUAL(dlock_client_close(b), DLOCK_OK);
 }
 
+/* ------------------------------------------------------------ teardown */
+
+/* Threads of this process; the client library runs two per open handle. */
+static int thread_count(void)
+{
+	int n = 0;
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	if (!d)
+		return -1;
+	while ((e = readdir(d)) != NULL)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static int threads_before_tests;
+
+static int threads_back(void *arg)
+{
+	(void)arg;
+	return thread_count() == threads_before_tests;
+}
+
+/* Every handle closed: no thread of the library (or of dlock) outlives the clients.  ASan's leak
+ * check leaves the library's own allocations alone (tests/lsan.supp), so this is what catches a
+ * handle that is never closed. */
+static void test_every_handle_closed(void)
+{
+	CU_ASSERT_FATAL(threads_before_tests > 0);
+	CU_ASSERT(dlock_test_await(threads_back, NULL, AWAIT_MS));
+}
+
 /* ------------------------------------------------------------ main */
 
 static void add_suites(void)
@@ -946,6 +980,8 @@ static void add_suites(void)
 	CU_add_test(e, "disconnected: uncertain, then lost after the session timeout", test_disconnected_then_lost);
 	CU_add_test(e, "leader stopped: held lock survives, new locks work", test_ensemble_leader_down);
 	CU_add_test(e, "the holder's server stops: it moves, the lock stays", test_ensemble_client_moves);
+	CU_pSuite t = CU_add_suite("zookeeper teardown", NULL, NULL);
+	CU_add_test(t, "every handle closed: no thread outlives its client", test_every_handle_closed);
 }
 
 static const char *env(const char *key)
@@ -970,5 +1006,6 @@ int main(void)
 	snprintf(zk_hosts, sizeof zk_hosts, "%s", zk_uri + 5);
 	snprintf(ens_hosts, sizeof ens_hosts, "%s", ens_uri + 5);
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	threads_before_tests = thread_count();
 	return dlock_test_main(add_suites);
 }
