@@ -2,10 +2,10 @@
  * One statement on one connection, with a deadline and cancellation.
  *
  * Statements go out with PQsendQueryParams, or PQsendQueryPrepared when
- * the session prepares them (b->prepare_sql) (every value a parameter: nothing from a name
- * or a URI is ever pasted into SQL), and the result is awaited with
- * poll(), so that io_timeout bounds every statement that should answer at
- * once.  A statement that opens a transaction is sent behind its BEGIN in
+ * the session prepares them (b->prepare_sql); every value is a parameter:
+ * nothing from a name or a URI is ever pasted into SQL.  The result is
+ * awaited with poll(), so that io_timeout bounds every statement that
+ * should answer at once.  A statement that opens a transaction is sent behind its BEGIN in
  * libpq's pipeline mode: one round trip, where two statements would take
  * two, with the parameters still parameters.
  *
