@@ -192,6 +192,20 @@ static dlock_status server_error(const struct dlock_pg_backend *b, struct dlock_
 	return dlock_error_set(err, st, "%s: server: %s (SQLSTATE %s)", b->masked, primary, sqlstate);
 }
 
+/* A statement's result `r` (owned): *res when it succeeded, else its error. */
+static dlock_status outcome(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, PGresult *r,
+                            PGresult **res, char sqlstate[6], dlock_error *err)
+{
+	ExecStatusType rs = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+	if (rs == PGRES_TUPLES_OK || rs == PGRES_COMMAND_OK) {
+		*res = r;
+		return DLOCK_OK;
+	}
+	dlock_status st = server_error(b, c, r, sqlstate, err);
+	PQclear(r);
+	return st;
+}
+
 /* Await the result of what was sent on `c` and sort it out (see dlock_pg_exec). */
 static dlock_status finish(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, int64_t deadline_ns,
                            PGresult **res, char sqlstate[6], dlock_error *err)
@@ -199,15 +213,7 @@ static dlock_status finish(const struct dlock_pg_backend *b, struct dlock_pg_con
 	dlock_status st = await_result(b, c, deadline_ns, err);
 	if (st != DLOCK_OK)
 		return st;
-	PGresult *r = collect(c->pg);
-	ExecStatusType rs = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
-	if (rs == PGRES_TUPLES_OK || rs == PGRES_COMMAND_OK) {
-		*res = r;
-		return DLOCK_OK;
-	}
-	st = server_error(b, c, r, sqlstate, err);
-	PQclear(r);
-	return st;
+	return outcome(b, c, collect(c->pg), res, sqlstate, err);
 }
 
 /*
@@ -239,12 +245,18 @@ static dlock_status finish_pipeline(const struct dlock_pg_backend *b, struct dlo
 {
 	PGresult *keep = NULL, *r;
 	dlock_status st = DLOCK_OK;
+	int ends = 0; /* NULLs in a row: one ends a statement's results, two mean nothing is due */
 	for (;;) {
 		st = await_result(b, c, deadline_ns, err);
 		if (st != DLOCK_OK)
 			break;
-		if ((r = PQgetResult(c->pg)) == NULL)
-			continue; /* the end of one statement's results */
+		if ((r = PQgetResult(c->pg)) == NULL) {
+			if (++ends < 2)
+				continue;
+			st = lost(b, c, err);
+			break;
+		}
+		ends = 0;
 		ExecStatusType rs = PQresultStatus(r);
 		if (rs == PGRES_PIPELINE_SYNC) {
 			PQclear(r);
@@ -264,14 +276,7 @@ static dlock_status finish_pipeline(const struct dlock_pg_backend *b, struct dlo
 		PQclear(keep);
 		return st;
 	}
-	ExecStatusType ks = keep ? PQresultStatus(keep) : PGRES_FATAL_ERROR;
-	if (ks == PGRES_TUPLES_OK || ks == PGRES_COMMAND_OK) {
-		*res = keep;
-		return DLOCK_OK;
-	}
-	st = server_error(b, c, keep, sqlstate, err);
-	PQclear(keep);
-	return st;
+	return outcome(b, c, keep, res, sqlstate, err);
 }
 
 /* Send `s`, by name when the session prepares statements. */
