@@ -336,10 +336,15 @@ static int common_index(const char *key)
 	return -1;
 }
 
+static dlock_status value_error(dlock_error *err, const char *key, const char *value, const char *expected)
+{
+	return dlock_error_set(err, DLOCK_EURI, "bad value '%.64s' for URI parameter '%s': expected %s", value, key,
+	                       expected);
+}
+
 static dlock_status bad_value(struct parser *p, const char *key, const char *value, const char *expected)
 {
-	return dlock_error_set(p->err, DLOCK_EURI, "bad value '%.64s' for URI parameter '%s': expected %s", value,
-	                       key, expected);
+	return value_error(p->err, key, value, expected);
 }
 
 /* A duration that must be positive: a zero lease or timeout means nothing. */
@@ -354,21 +359,29 @@ static dlock_status set_positive_duration(struct parser *p, const char *key, con
 	return DLOCK_OK;
 }
 
-static dlock_status set_bool(struct parser *p, const char *key, const char *value, int *out)
+/* 1 or 0 for the spellings of a boolean; -1 for anything else. */
+static int parse_bool(const char *value)
 {
 	static const char *const yes[] = { "1", "true", "on", "yes" };
 	static const char *const no[] = { "0", "false", "off", "no" };
 	for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
-		if (strcmp(value, yes[i]) == 0) {
-			*out = 1;
-			return DLOCK_OK;
-		}
-		if (strcmp(value, no[i]) == 0) {
-			*out = 0;
-			return DLOCK_OK;
-		}
+		if (strcmp(value, yes[i]) == 0)
+			return 1;
+		if (strcmp(value, no[i]) == 0)
+			return 0;
 	}
-	return bad_value(p, key, value, "1, 0, true, false, on, off, yes or no");
+	return -1;
+}
+
+#define BOOL_SPELLINGS "1, 0, true, false, on, off, yes or no"
+
+static dlock_status set_bool(struct parser *p, const char *key, const char *value, int *out)
+{
+	int v = parse_bool(value);
+	if (v < 0)
+		return bad_value(p, key, value, BOOL_SPELLINGS);
+	*out = v;
+	return DLOCK_OK;
 }
 
 static dlock_status apply_common(struct parser *p, int idx, const char *key, const char *value)
@@ -602,4 +615,16 @@ const char *dlock_uri_get(const dlock_uri *uri, const char *key)
 		if (strcmp(uri->params[i].key, key) == 0)
 			return uri->params[i].value;
 	return NULL;
+}
+
+dlock_status dlock_uri_get_bool(const dlock_uri *uri, const char *key, int *out, dlock_error *err)
+{
+	const char *value = dlock_uri_get(uri, key);
+	if (!value)
+		return DLOCK_OK;
+	int v = parse_bool(value);
+	if (v < 0)
+		return value_error(err, key, value, BOOL_SPELLINGS);
+	*out = v;
+	return DLOCK_OK;
 }

@@ -120,6 +120,13 @@ typedef struct dlock_uri {
 /** Value of backend parameter `key` in `uri`, or NULL when absent. */
 DLOCK_API const char *dlock_uri_get(const dlock_uri *uri, const char *key);
 
+/**
+ * Boolean backend parameter `key` (1, 0, true, false, on, off, yes, no)
+ * into *out; *out is left alone when the parameter is absent.  Any other
+ * value is DLOCK_EURI with a message naming the parameter.
+ */
+DLOCK_API dlock_status dlock_uri_get_bool(const dlock_uri *uri, const char *key, int *out, dlock_error *err);
+
 /* --------------------------------------------------------------- waiting */
 
 /**
