@@ -87,42 +87,6 @@ dlock_status ft_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, ft_los
 	return dlock_test_acquire(l, wait_ms, lease_ms, -1, lost ? ft_on_lost : NULL, lost);
 }
 
-/* ------------------------------------------------------------ a waiting acquire */
-
-static void *waiter_main(void *arg)
-{
-	ft_waiter *w = arg;
-	w->status = ft_acquire(w->lock, w->wait_ms, 0, NULL);
-	w->at_ms = dlock_test_now_ms();
-	if (w->status == DLOCK_OK)
-		dlock_lock_fencing_token(w->lock, &w->token);
-	atomic_store(&w->done, 1);
-	return NULL;
-}
-
-void ft_waiter_start(ft_waiter *w, dlock_lock *lock, int64_t wait_ms)
-{
-	*w = (ft_waiter){ .lock = lock, .wait_ms = wait_ms, .status = DLOCK_EINVAL };
-	CU_ASSERT_FATAL(pthread_create(&w->thread, NULL, waiter_main, w) == 0);
-}
-
-static int waiter_done(void *arg)
-{
-	return atomic_load(&((ft_waiter *)arg)->done);
-}
-
-dlock_status ft_waiter_join(ft_waiter *w, int64_t timeout_ms)
-{
-	int done = dlock_test_await(waiter_done, w, timeout_ms);
-	CU_ASSERT(done);
-	while (!done) { /* a hang is a failure, not a hung test program */
-		dlock_cancel(w->lock);
-		done = dlock_test_await(waiter_done, w, 100);
-	}
-	pthread_join(w->thread, NULL);
-	return w->status;
-}
-
 /* ------------------------------------------------------------ exclusion */
 
 void ft_assert_disjoint(const ft_interval *v, size_t n)

@@ -50,21 +50,6 @@ dlock_status ft_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, ft_los
 
 /* ------------------------------------------------------------ a waiting acquire */
 
-/* A thread that runs one acquire; records when it returned and the token. */
-typedef struct ft_waiter {
-	dlock_lock *lock;
-	int64_t wait_ms;
-	pthread_t thread;
-	atomic_int done;
-	dlock_status status;
-	int64_t at_ms;
-	uint64_t token;
-} ft_waiter;
-
-void ft_waiter_start(ft_waiter *w, dlock_lock *lock, int64_t wait_ms);
-/** Join it, allowing `timeout_ms`; returns its status. */
-dlock_status ft_waiter_join(ft_waiter *w, int64_t timeout_ms);
-
 /* ------------------------------------------------------------ exclusion */
 
 /*

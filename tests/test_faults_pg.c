@@ -85,12 +85,12 @@ static void test_terminated_bound(void)
 	CU_ASSERT_EQUAL_FATAL(ft_acquire(la, 0, TERM_LEASE_MS, &lost), DLOCK_OK);
 	int64_t acquired = dlock_test_now_ms();
 	uint64_t ta = dlock_test_token(la);
-	ft_waiter w;
-	ft_waiter_start(&w, lb, FT_LONG_WAIT_MS);
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, lb, FT_LONG_WAIT_MS, 0);
 	CU_ASSERT(terminate_app(mon, app) >= 1);
 	int64_t killed = dlock_test_now_ms();
 	CU_ASSERT(dlock_test_await(ft_lost_called, &lost, TERM_LEASE_MS + FT_AWAIT_MS));
-	CU_ASSERT_EQUAL(ft_waiter_join(&w, FT_AWAIT_MS), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, FT_AWAIT_MS), DLOCK_OK);
 	int64_t told = atomic_load(&lost.at_ms);
 	printf("\n    terminated at +%lld ms; holder told at +%lld ms (bound lease/3 = %d ms after the acquire); "
 	       "next holder in at +%lld ms",
@@ -134,10 +134,10 @@ static void test_blackholed_holder(void)
 	int64_t from_a = dlock_test_now_ms();
 	uint64_t ta = dlock_test_token(la);
 	CU_ASSERT(ft_store_write(&store, ta));
-	ft_waiter w;
-	ft_waiter_start(&w, lb, FT_LONG_WAIT_MS);
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, lb, FT_LONG_WAIT_MS, 0);
 	faultproxy_blackhole(px, FP_BOTH);
-	CU_ASSERT_EQUAL(ft_waiter_join(&w, FT_AWAIT_MS), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, FT_AWAIT_MS), DLOCK_OK);
 	CU_ASSERT(dlock_test_await(ft_lost_called, &lost, FT_AWAIT_MS));
 	int64_t told = atomic_load(&lost.at_ms);
 	printf("\n    holder told at +%lld ms, the server freed it for the next holder at +%lld ms (lease %d ms)",

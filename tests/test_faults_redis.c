@@ -112,10 +112,10 @@ static void test_paused_holder(void)
 	uint64_t ta = dlock_test_token(la[0]);
 	CU_ASSERT(ft_store_write(&store, ta));
 
-	ft_waiter w;
-	ft_waiter_start(&w, lb, FT_LONG_WAIT_MS);
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, lb, FT_LONG_WAIT_MS, 0);
 	faultproxy_blackhole(px, FP_BOTH);
-	CU_ASSERT_EQUAL(ft_waiter_join(&w, FT_AWAIT_MS), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, FT_AWAIT_MS), DLOCK_OK);
 	for (int i = 0; i < PAUSE_LOCKS; i++)
 		CU_ASSERT(dlock_test_await(ft_lost_called, &lost[i], FT_AWAIT_MS));
 	int64_t told = atomic_load(&lost[0].at_ms);
@@ -186,11 +186,11 @@ static void test_reply_blackholed(void)
 	dlock_lock *la = ft_lock(a, "silent"), *lb = ft_lock(b, "silent");
 	faultproxy_blackhole(px, FP_DOWN);
 
-	ft_waiter w;
-	ft_waiter_start(&w, la, 0);
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, la, 0, 0);
 	struct key_seen k = { redis_port, prefix, "silent" };
 	CU_ASSERT(dlock_test_await(key_exists, &k, FT_AWAIT_MS)); /* the SET went through */
-	CU_ASSERT_EQUAL(ft_waiter_join(&w, FT_AWAIT_MS), DLOCK_ECONNECT);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, FT_AWAIT_MS), DLOCK_ECONNECT);
 	CU_ASSERT_FALSE(key_exists(&k)); /* removed by its owner, not left for 30 s */
 	CU_ASSERT_EQUAL(ft_acquire(lb, 0, 0, NULL), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);

@@ -118,13 +118,13 @@ static void test_reset_during_create(void)
 	ft_lost lost = { 0 };
 
 	faultproxy_blackhole(px, FP_DOWN);
-	ft_waiter w;
-	ft_waiter_start(&w, la, FT_LONG_WAIT_MS);
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, la, FT_LONG_WAIT_MS, 0);
 	struct nodes_cond one = { zh, parent, 1 };
 	CU_ASSERT(dlock_test_await(nodes_are, &one, FT_AWAIT_MS)); /* the create went through */
 	faultproxy_reset(px);                                      /* its answer is lost */
 	faultproxy_pass(px);
-	CU_ASSERT_EQUAL(ft_waiter_join(&w, FT_AWAIT_MS), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, FT_AWAIT_MS), DLOCK_OK);
 	CU_ASSERT_EQUAL(lock_nodes(zh, parent), 1);
 	CU_ASSERT_EQUAL(dlock_check(la), DLOCK_OK);
 	CU_ASSERT_EQUAL(ft_acquire(lb, 0, 0, NULL), DLOCK_EBUSY);
@@ -214,11 +214,11 @@ static void test_blackhole_past_session(void)
 	uint64_t ta = dlock_test_token(la[0]);
 	CU_ASSERT(ft_store_write(&store, ta));
 
-	ft_waiter w;
-	ft_waiter_start(&w, lb, FT_LONG_WAIT_MS);
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, lb, FT_LONG_WAIT_MS, 0);
 	int64_t cut = dlock_test_now_ms();
 	faultproxy_blackhole(px, FP_BOTH);
-	CU_ASSERT_EQUAL(ft_waiter_join(&w, FT_AWAIT_MS), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, FT_AWAIT_MS), DLOCK_OK);
 	for (int i = 0; i < HELD_LOCKS; i++)
 		CU_ASSERT(dlock_test_await(ft_lost_called, &lost[i], FT_AWAIT_MS));
 	int64_t told = atomic_load(&lost[0].at_ms);

@@ -26,6 +26,7 @@
 
 #include "dlock/dlock.h"
 #include "dlock/sys/driver.h"
+#include "testredis.h"
 #include "testsupport.h"
 
 #define LONG_WAIT_MS 30000 /* an acquire that must succeed: a hang becomes a failure */
@@ -36,22 +37,8 @@
 static const char *redis_uri, *redlock_uri, *unix_uri, *ctl;
 static int redis_port;
 static int redlock_ports[3];
-static unsigned prefix_counter;
 
 /* ------------------------------------------------------------ helpers */
-
-/* A fresh key prefix, so no test sees another's keys. */
-static void new_prefix(char *out, size_t len)
-{
-	snprintf(out, len, "dlt%d-%u", (int)getpid(), ++prefix_counter);
-}
-
-/* `base` with prefix=`prefix` and `extra` ("k=v&..." or "") added to its query. */
-static void make_uri(char *out, size_t len, const char *base, const char *prefix, const char *extra)
-{
-	snprintf(out, len, "%s%sprefix=%s%s%s", base, strchr(base, '?') ? "&" : "?", prefix, *extra ? "&" : "",
-	         extra);
-}
 
 /* What a client's log said. */
 struct logcap {
@@ -88,34 +75,6 @@ static dlock_status acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms)
 	return dlock_test_acquire(l, wait_ms, lease_ms, -1, NULL, NULL);
 }
 
-static redisContext *raw(int port)
-{
-	redisContext *ctx = redisConnect("127.0.0.1", port);
-	CU_ASSERT_FATAL(ctx != NULL && !ctx->err);
-	return ctx;
-}
-
-/* Number of keys under `prefix` on the instance at `port`. */
-static long keys_under(int port, const char *prefix)
-{
-	redisContext *ctx = raw(port);
-	redisReply *r = redisCommand(ctx, "KEYS %s:*", prefix);
-	long n = r && r->type == REDIS_REPLY_ARRAY ? (long)r->elements : -1;
-	freeReplyObject(r);
-	redisFree(ctx);
-	return n;
-}
-
-/* PREFIX:{first 32 hex digits of SHA-256(name)}:SUFFIX, as the backend names its keys. */
-static void key_of(char *out, size_t len, const char *prefix, const char *name, const char *suffix)
-{
-	unsigned char sum[32];
-	char hex[65];
-	dlock_sha256(name, strlen(name), sum);
-	dlock_hex(sum, 16, hex);
-	snprintf(out, len, "%s:{%s}:%s", prefix, hex, suffix);
-}
-
 static int ctl_run(const char *what, int port)
 {
 	char cmd[1024];
@@ -136,31 +95,6 @@ static int dead_port(void)
 	getsockname(fd, (struct sockaddr *)&a, &len);
 	close(fd);
 	return ntohs(a.sin_port);
-}
-
-/* A thread that runs one acquire and notes how long it took. */
-struct waiter {
-	dlock_lock *lock;
-	int64_t wait_ms;
-	pthread_t thread;
-	atomic_int done;
-	dlock_status st;
-	int64_t done_ms;
-};
-
-static void *waiter_main(void *arg)
-{
-	struct waiter *w = arg;
-	w->st = acquire(w->lock, w->wait_ms, 30000);
-	w->done_ms = dlock_test_now_ms();
-	atomic_store(&w->done, 1);
-	return NULL;
-}
-
-static void waiter_start(struct waiter *w, dlock_lock *lock, int64_t wait_ms)
-{
-	*w = (struct waiter){ .lock = lock, .wait_ms = wait_ms };
-	CU_ASSERT_FATAL(pthread_create(&w->thread, NULL, waiter_main, w) == 0);
 }
 
 static int server_acquires_at_least(dlock_client *c, uint64_t n)
@@ -221,7 +155,7 @@ static void test_dead_port_fast(void)
 /* A server-side ACL user that tests may log in as; removed by drop_user(). */
 static void make_user(const char *user, const char *pass, const char *rules)
 {
-	redisContext *ctx = raw(redis_port);
+	redisContext *ctx = dlock_testredis_raw(redis_port);
 	redisReply *r = redisCommand(ctx, "ACL SETUSER %s reset on >%s ~* %s +@all", user, pass, rules);
 	CU_ASSERT_FATAL(r && r->type == REDIS_REPLY_STATUS);
 	freeReplyObject(r);
@@ -230,7 +164,7 @@ static void make_user(const char *user, const char *pass, const char *rules)
 
 static void drop_user(const char *user)
 {
-	redisContext *ctx = raw(redis_port);
+	redisContext *ctx = dlock_testredis_raw(redis_port);
 	freeReplyObject(redisCommand(ctx, "ACL DELUSER %s", user));
 	redisFree(ctx);
 }
@@ -295,7 +229,7 @@ static void test_capabilities(void)
 static void test_eviction_warning(void)
 {
 	struct logcap log = { 0 };
-	redisContext *ctx = raw(redis_port);
+	redisContext *ctx = dlock_testredis_raw(redis_port);
 	freeReplyObject(redisCommand(ctx, "CONFIG SET maxmemory-policy allkeys-lru"));
 	dlock_client *c = open_uri(redis_uri, &log);
 	CU_ASSERT_EQUAL(atomic_load(&log.evict), 1);
@@ -313,16 +247,16 @@ static void test_eviction_warning(void)
 static void test_keys_and_tokens(void)
 {
 	char prefix[64], uri[512], key[256], fence[256];
-	new_prefix(prefix, sizeof prefix);
-	make_uri(uri, sizeof uri, redis_uri, prefix, "");
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_uri(uri, sizeof uri, redis_uri, prefix, "");
 	dlock_client *c = open_uri(uri, NULL);
 	dlock_lock *l = new_lock(c, "orders");
 
 	CU_ASSERT_EQUAL_FATAL(acquire(l, 0, 10000), DLOCK_OK);
 	uint64_t t1 = dlock_test_token(l);
-	key_of(key, sizeof key, prefix, "orders", "lock");
-	key_of(fence, sizeof fence, prefix, "orders", "fence");
-	redisContext *ctx = raw(redis_port);
+	dlock_testredis_key(key, sizeof key, prefix, "orders", "lock");
+	dlock_testredis_key(fence, sizeof fence, prefix, "orders", "fence");
+	redisContext *ctx = dlock_testredis_raw(redis_port);
 	redisReply *r = redisCommand(ctx, "PTTL %s", key);
 	CU_ASSERT(r && r->type == REDIS_REPLY_INTEGER && r->integer > 5000 && r->integer <= 10000);
 	freeReplyObject(r);
@@ -345,7 +279,7 @@ static void test_keys_and_tokens(void)
 	CU_ASSERT(r && r->type == REDIS_REPLY_INTEGER && r->integer > 15000);
 	freeReplyObject(r);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
-	CU_ASSERT_EQUAL(keys_under(redis_port, prefix), 1); /* the fence counter only */
+	CU_ASSERT_EQUAL(dlock_testredis_keys_under(redis_port, prefix), 1); /* the fence counter only */
 
 	CU_ASSERT_EQUAL_FATAL(acquire(l, 0, 10000), DLOCK_OK);
 	CU_ASSERT(dlock_test_token(l) > t1);
@@ -364,8 +298,8 @@ static void test_keys_and_tokens(void)
 static void test_script_flush(void)
 {
 	char prefix[64], uri[512];
-	new_prefix(prefix, sizeof prefix);
-	make_uri(uri, sizeof uri, redis_uri, prefix, "");
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_uri(uri, sizeof uri, redis_uri, prefix, "");
 	dlock_client *c = open_uri(uri, NULL);
 	dlock_lock *l = new_lock(c, "flushed");
 	CU_ASSERT_EQUAL_FATAL(acquire(l, 0, 10000), DLOCK_OK);
@@ -376,7 +310,7 @@ static void test_script_flush(void)
 	CU_ASSERT_FATAL(ctl_run("flush-scripts", redis_port));
 	CU_ASSERT_EQUAL(acquire(l, 0, 10000), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
-	CU_ASSERT_EQUAL(keys_under(redis_port, prefix), 1);
+	CU_ASSERT_EQUAL(dlock_testredis_keys_under(redis_port, prefix), 1);
 	dlock_lock_free(l);
 	dlock_client_close(c);
 }
@@ -388,9 +322,9 @@ static void test_unix_socket(void)
 		return;
 	}
 	char prefix[64], uri[512], tcp[512];
-	new_prefix(prefix, sizeof prefix);
-	make_uri(uri, sizeof uri, unix_uri, prefix, "");
-	make_uri(tcp, sizeof tcp, redis_uri, prefix, "");
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_uri(uri, sizeof uri, unix_uri, prefix, "");
+	dlock_testredis_uri(tcp, sizeof tcp, redis_uri, prefix, "");
 	dlock_client *c = open_uri(uri, NULL), *t = open_uri(tcp, NULL);
 	dlock_lock *l = new_lock(c, "sock"), *lt = new_lock(t, "sock");
 	CU_ASSERT_EQUAL(acquire(l, 0, 10000), DLOCK_OK);
@@ -411,8 +345,8 @@ static void test_odd_names(void)
 		"end\"); redis.call('FLUSHALL') --", "%00%s%n", "new\nline",
 	};
 	char prefix[64], uri[512];
-	new_prefix(prefix, sizeof prefix);
-	make_uri(uri, sizeof uri, redis_uri, prefix, "");
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_uri(uri, sizeof uri, redis_uri, prefix, "");
 	dlock_client *a = open_uri(uri, NULL), *b = open_uri(uri, NULL);
 	size_t n = sizeof names / sizeof names[0];
 	dlock_lock *la[sizeof names / sizeof names[0]];
@@ -430,7 +364,7 @@ static void test_odd_names(void)
 		dlock_lock_free(la[i]);
 	}
 	/* Only fence counters remain, and no key holds a byte of a name. */
-	redisContext *ctx = raw(redis_port);
+	redisContext *ctx = dlock_testredis_raw(redis_port);
 	redisReply *r = redisCommand(ctx, "KEYS %s:*", prefix);
 	CU_ASSERT_FATAL(r && r->type == REDIS_REPLY_ARRAY);
 	CU_ASSERT_EQUAL(r->elements, n);
@@ -449,8 +383,8 @@ static void test_long_name(void)
 	char name[DLOCK_NAME_MAX + 1], prefix[64], uri[512];
 	memset(name, '\xff', DLOCK_NAME_MAX);
 	name[DLOCK_NAME_MAX] = '\0';
-	new_prefix(prefix, sizeof prefix);
-	make_uri(uri, sizeof uri, redis_uri, prefix, "");
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_uri(uri, sizeof uri, redis_uri, prefix, "");
 	dlock_client *c = open_uri(uri, NULL);
 	dlock_lock *l = new_lock(c, name);
 	CU_ASSERT_EQUAL(acquire(l, 0, 10000), DLOCK_OK);
@@ -463,25 +397,25 @@ static void test_long_name(void)
 static void test_release_while_subscribing(void)
 {
 	char prefix[64], uri[512];
-	new_prefix(prefix, sizeof prefix);
-	make_uri(uri, sizeof uri, redis_uri, prefix, "");
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_uri(uri, sizeof uri, redis_uri, prefix, "");
 	dlock_client *a = open_uri(uri, NULL), *b = open_uri(uri, NULL);
 	dlock_lock *la = new_lock(a, "race"), *lb = new_lock(b, "race");
 	int64_t worst = 0;
 	for (int i = 0; i < 200; i++) {
-		struct waiter w;
+		dlock_test_waiter w;
 		CU_ASSERT_EQUAL_FATAL(acquire(la, 0, 30000), DLOCK_OK);
-		waiter_start(&w, lb, 10000);
+		dlock_test_waiter_start(&w, lb, 10000, 30000);
 		/* Deliberately varied timing (not a synchronisation): 0..3 ms into the waiter's start. */
 		if (i % 4)
 			dlock_test_sleep_ms(i % 4 - 1);
 		int64_t released = dlock_test_now_ms();
 		CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
 		pthread_join(w.thread, NULL);
-		CU_ASSERT_EQUAL(w.st, DLOCK_OK);
-		if (w.done_ms - released > worst)
-			worst = w.done_ms - released;
-		if (w.st == DLOCK_OK)
+		CU_ASSERT_EQUAL(w.status, DLOCK_OK);
+		if (w.at_ms - released > worst)
+			worst = w.at_ms - released;
+		if (w.status == DLOCK_OK)
 			CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
 	}
 	printf("\n    slowest wake-up after release: %lld ms", (long long)worst);
@@ -496,22 +430,22 @@ static void test_release_while_subscribing(void)
 static void test_subscriber_reconnect(void)
 {
 	char prefix[64], uri[512];
-	new_prefix(prefix, sizeof prefix);
-	make_uri(uri, sizeof uri, redis_uri, prefix, "");
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_uri(uri, sizeof uri, redis_uri, prefix, "");
 	dlock_client *a = open_uri(uri, NULL), *b = open_uri(uri, NULL);
 	dlock_lock *la = new_lock(a, "resub"), *lb = new_lock(b, "resub");
-	struct waiter w;
+	dlock_test_waiter w;
 	CU_ASSERT_EQUAL_FATAL(acquire(la, 0, 30000), DLOCK_OK);
-	waiter_start(&w, lb, LONG_WAIT_MS);
+	dlock_test_waiter_start(&w, lb, LONG_WAIT_MS, 30000);
 	await_first_attempt(b);
-	redisContext *ctx = raw(redis_port);
+	redisContext *ctx = dlock_testredis_raw(redis_port);
 	freeReplyObject(redisCommand(ctx, "CLIENT KILL TYPE pubsub"));
 	redisFree(ctx);
 	int64_t released = dlock_test_now_ms();
 	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
 	pthread_join(w.thread, NULL);
-	CU_ASSERT_EQUAL(w.st, DLOCK_OK);
-	CU_ASSERT(w.done_ms - released < PROMPT_MS);
+	CU_ASSERT_EQUAL(w.status, DLOCK_OK);
+	CU_ASSERT(w.at_ms - released < PROMPT_MS);
 	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
 	dlock_lock_free(la);
 	dlock_lock_free(lb);
@@ -531,23 +465,23 @@ static void test_subscribe_refused(void)
 	snprintf(user, sizeof user, "dltnochan%d", (int)getpid());
 	make_user(user, "pw", "resetchannels");
 	snprintf(base, sizeof base, "redis://%s:pw@127.0.0.1:%d", user, redis_port);
-	new_prefix(prefix, sizeof prefix);
-	make_uri(uri, sizeof uri, base, prefix, "");
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_uri(uri, sizeof uri, base, prefix, "");
 	struct logcap log = { 0 };
 	dlock_client *a = open_uri(uri, NULL), *b = open_uri(uri, &log);
 	dlock_lock *la = new_lock(a, "nochan"), *lb = new_lock(b, "nochan");
 	for (int i = 0; i < 3; i++) {
-		struct waiter w;
+		dlock_test_waiter w;
 		CU_ASSERT_EQUAL_FATAL(acquire(la, 0, 30000), DLOCK_OK);
-		waiter_start(&w, lb, LONG_WAIT_MS);
+		dlock_test_waiter_start(&w, lb, LONG_WAIT_MS, 30000);
 		await_first_attempt(b);
 		if (i == 0) /* the refusal itself: waiters poll from then on */
 			CU_ASSERT(dlock_test_await(refused_logged, &log, AWAIT_MS));
 		int64_t released = dlock_test_now_ms();
 		CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
 		pthread_join(w.thread, NULL);
-		CU_ASSERT_EQUAL(w.st, DLOCK_OK);
-		CU_ASSERT(w.done_ms - released < PROMPT_MS);
+		CU_ASSERT_EQUAL(w.status, DLOCK_OK);
+		CU_ASSERT(w.at_ms - released < PROMPT_MS);
 		CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
 	}
 	CU_ASSERT_EQUAL(atomic_load(&log.refused), 1);
@@ -659,18 +593,18 @@ static void test_lost_reply_undone(void)
 	struct proxy px;
 	proxy_start(&px, redis_port);
 	snprintf(base, sizeof base, "redis://127.0.0.1:%d", px.port);
-	new_prefix(prefix, sizeof prefix);
-	make_uri(uri, sizeof uri, base, prefix, "");
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_uri(uri, sizeof uri, base, prefix, "");
 	dlock_client *c = open_uri(uri, NULL);
-	make_uri(uri, sizeof uri, redis_uri, prefix, "");
+	dlock_testredis_uri(uri, sizeof uri, redis_uri, prefix, "");
 	dlock_client *other = open_uri(uri, NULL);
 	dlock_lock *l = new_lock(c, "unlucky"), *lo = new_lock(other, "unlucky");
 
 	atomic_store(&px.drop_next_reply, 1);
 	CU_ASSERT_EQUAL(acquire(l, 0, 60000), DLOCK_ECONNECT);
 	CU_ASSERT_EQUAL(atomic_load(&px.drop_next_reply), 0); /* the script ran, its reply was lost */
-	key_of(key, sizeof key, prefix, "unlucky", "lock");
-	redisContext *ctx = raw(redis_port);
+	dlock_testredis_key(key, sizeof key, prefix, "unlucky", "lock");
+	redisContext *ctx = dlock_testredis_raw(redis_port);
 	redisReply *r = redisCommand(ctx, "EXISTS %s", key);
 	CU_ASSERT(r && r->type == REDIS_REPLY_INTEGER && r->integer == 0); /* undone, not left for 60 s */
 	freeReplyObject(r);
@@ -690,11 +624,11 @@ static void test_lost_reply_undone(void)
 static void test_io_timeout(void)
 {
 	char prefix[64], uri[512];
-	new_prefix(prefix, sizeof prefix);
-	make_uri(uri, sizeof uri, redis_uri, prefix, "io_timeout=200ms");
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_uri(uri, sizeof uri, redis_uri, prefix, "io_timeout=200ms");
 	dlock_client *c = open_uri(uri, NULL);
 	dlock_lock *l = new_lock(c, "paused");
-	redisContext *ctx = raw(redis_port);
+	redisContext *ctx = dlock_testredis_raw(redis_port);
 	freeReplyObject(redisCommand(ctx, "CLIENT PAUSE 1500 ALL"));
 	int64_t t0 = dlock_test_now_ms();
 	CU_ASSERT_EQUAL(acquire(l, 0, 10000), DLOCK_ECONNECT);
@@ -733,8 +667,8 @@ static int lost_seen(void *arg)
 static void test_restart_while_held(void)
 {
 	char prefix[64], uri[512];
-	new_prefix(prefix, sizeof prefix);
-	make_uri(uri, sizeof uri, redis_uri, prefix, "");
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_uri(uri, sizeof uri, redis_uri, prefix, "");
 	dlock_client *c = open_uri(uri, NULL);
 	dlock_lock *l = new_lock(c, "restarted");
 	struct lost_flag lost = { 0 };
@@ -818,8 +752,8 @@ static int fence_child_fn(void *arg, const char *uri)
 static void test_fencing_processes(void)
 {
 	char prefix[64], uri[512];
-	new_prefix(prefix, sizeof prefix);
-	make_uri(uri, sizeof uri, redis_uri, prefix, "");
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_uri(uri, sizeof uri, redis_uri, prefix, "");
 	struct fence_shared *sh = dlock_test_shared_alloc(sizeof *sh);
 	sh->ov = dlock_test_overlap_new();
 	int64_t t0 = dlock_test_now_ms();
@@ -920,8 +854,8 @@ static void print_handoffs(const char *what, int64_t *v, size_t n)
 static void contended(const char *base, const char *what)
 {
 	char prefix[64], uri[512];
-	new_prefix(prefix, sizeof prefix);
-	make_uri(uri, sizeof uri, base, prefix, "");
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_uri(uri, sizeof uri, base, prefix, "");
 	struct contend_shared *sh = dlock_test_shared_alloc(sizeof *sh);
 	sh->ov = dlock_test_overlap_new();
 	CU_ASSERT(run_children(CONT_PROCS, contend_child, sh, uri));
@@ -948,22 +882,22 @@ static void test_contended_redlock(void)
 static void test_redlock_basic(void)
 {
 	char prefix[64], uri[512], key[256];
-	new_prefix(prefix, sizeof prefix);
-	make_uri(uri, sizeof uri, redlock_uri, prefix, "");
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_uri(uri, sizeof uri, redlock_uri, prefix, "");
 	dlock_client *a = open_uri(uri, NULL), *b = open_uri(uri, NULL);
 	dlock_lock *la = new_lock(a, "quorum"), *lb = new_lock(b, "quorum");
 	uint64_t token;
 	CU_ASSERT_EQUAL_FATAL(acquire(la, 0, 10000), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_lock_fencing_token(la, &token), DLOCK_ENOTSUP);
-	key_of(key, sizeof key, prefix, "quorum", "lock");
+	dlock_testredis_key(key, sizeof key, prefix, "quorum", "lock");
 	for (int i = 0; i < 3; i++)
-		CU_ASSERT_EQUAL(keys_under(redlock_ports[i], prefix), 1);
+		CU_ASSERT_EQUAL(dlock_testredis_keys_under(redlock_ports[i], prefix), 1);
 	CU_ASSERT_EQUAL(acquire(lb, 0, 10000), DLOCK_EBUSY);
 	CU_ASSERT_EQUAL(dlock_check(la), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_extend(la, 10000), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
 	for (int i = 0; i < 3; i++)
-		CU_ASSERT_EQUAL(keys_under(redlock_ports[i], prefix), 0);
+		CU_ASSERT_EQUAL(dlock_testredis_keys_under(redlock_ports[i], prefix), 0);
 	CU_ASSERT_EQUAL(acquire(lb, 1000, 10000), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
 	dlock_lock_free(la);
@@ -975,8 +909,8 @@ static void test_redlock_basic(void)
 static void test_redlock_instances_down(void)
 {
 	char prefix[64], uri[512];
-	new_prefix(prefix, sizeof prefix);
-	make_uri(uri, sizeof uri, redlock_uri, prefix, "");
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_uri(uri, sizeof uri, redlock_uri, prefix, "");
 	dlock_client *c = open_uri(uri, NULL);
 	dlock_lock *l = new_lock(c, "degraded");
 
@@ -995,7 +929,7 @@ static void test_redlock_instances_down(void)
 	       dlock_client_errmsg(c));
 	CU_ASSERT(st == DLOCK_ECONNECT || st == DLOCK_ETIMEDOUT);
 	CU_ASSERT(dt < 1000 + FAST_MS);
-	CU_ASSERT_EQUAL(keys_under(redlock_ports[2], prefix), 0);
+	CU_ASSERT_EQUAL(dlock_testredis_keys_under(redlock_ports[2], prefix), 0);
 
 	CU_ASSERT(ctl_run("start", redlock_ports[0]));
 	CU_ASSERT(ctl_run("start", redlock_ports[1]));

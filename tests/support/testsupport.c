@@ -231,3 +231,39 @@ uint64_t dlock_test_overlap_violations(const dlock_test_overlap *ov)
 {
 	return atomic_load(&((dlock_test_overlap *)ov)->violations);
 }
+
+/* ------------------------------------------------------------ a waiting acquire */
+
+static void *waiter_main(void *arg)
+{
+	dlock_test_waiter *w = arg;
+	w->status = dlock_test_acquire(w->lock, w->wait_ms, w->lease_ms, -1, NULL, NULL);
+	w->at_ms = dlock_test_now_ms();
+	if (w->status == DLOCK_OK)
+		dlock_lock_fencing_token(w->lock, &w->token);
+	atomic_store(&w->done, 1);
+	return NULL;
+}
+
+void dlock_test_waiter_start(dlock_test_waiter *w, dlock_lock *lock, int64_t wait_ms, int64_t lease_ms)
+{
+	*w = (dlock_test_waiter){ .lock = lock, .wait_ms = wait_ms, .lease_ms = lease_ms, .status = DLOCK_EINVAL };
+	CU_ASSERT_FATAL(pthread_create(&w->thread, NULL, waiter_main, w) == 0);
+}
+
+static int waiter_done(void *arg)
+{
+	return atomic_load(&((dlock_test_waiter *)arg)->done);
+}
+
+dlock_status dlock_test_waiter_join(dlock_test_waiter *w, int64_t timeout_ms)
+{
+	int done = dlock_test_await(waiter_done, w, timeout_ms);
+	CU_ASSERT(done);
+	while (!done) { /* a hang is a failure, not a hung test program */
+		dlock_cancel(w->lock);
+		done = dlock_test_await(waiter_done, w, 100);
+	}
+	pthread_join(w->thread, NULL);
+	return w->status;
+}

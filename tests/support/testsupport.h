@@ -3,6 +3,8 @@
 #define DLOCK_TESTSUPPORT_H
 
 #include <CUnit/CUnit.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -81,6 +83,22 @@ dlock_lock *dlock_test_new_lock(dlock_client *c, const char *name);
  */
 dlock_status dlock_test_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, int renew, dlock_lost_fn fn,
                                 void *ud);
+
+/* A thread that runs one acquire; records when it returned and the token. */
+typedef struct dlock_test_waiter {
+	dlock_lock *lock;
+	int64_t wait_ms, lease_ms; /* lease 0: the URI's */
+	pthread_t thread;
+	atomic_int done;
+	dlock_status status;
+	int64_t at_ms;             /* dlock_test_now_ms() when the acquire returned */
+	uint64_t token;
+} dlock_test_waiter;
+
+/** Start `w`: one acquire of `lock` (renewal as the URI says, no lost callback). */
+void dlock_test_waiter_start(dlock_test_waiter *w, dlock_lock *lock, int64_t wait_ms, int64_t lease_ms);
+/** Join it, allowing `timeout_ms` (a hang is a failure: it is then cancelled); returns its status. */
+dlock_status dlock_test_waiter_join(dlock_test_waiter *w, int64_t timeout_ms);
 
 /** The fencing token of the current acquisition; asserts (not fatally) that there is one. */
 uint64_t dlock_test_token(dlock_lock *l);

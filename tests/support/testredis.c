@@ -1,0 +1,46 @@
+/* Helpers for the Redis test programs; see testredis.h. */
+#include <CUnit/CUnit.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dlock/sys/driver.h"
+#include "testredis.h"
+
+void dlock_testredis_prefix(char *out, size_t len)
+{
+	static unsigned counter; /* test programs run their tests on one thread */
+	snprintf(out, len, "dlt%d-%u", (int)getpid(), ++counter);
+}
+
+void dlock_testredis_uri(char *out, size_t len, const char *base, const char *prefix, const char *extra)
+{
+	snprintf(out, len, "%s%sprefix=%s%s%s", base, strchr(base, '?') ? "&" : "?", prefix, *extra ? "&" : "",
+	         extra);
+}
+
+redisContext *dlock_testredis_raw(int port)
+{
+	redisContext *ctx = redisConnect("127.0.0.1", port);
+	CU_ASSERT_FATAL(ctx != NULL && !ctx->err);
+	return ctx;
+}
+
+long dlock_testredis_keys_under(int port, const char *prefix)
+{
+	redisContext *ctx = dlock_testredis_raw(port);
+	redisReply *r = redisCommand(ctx, "KEYS %s:*", prefix);
+	long n = r && r->type == REDIS_REPLY_ARRAY ? (long)r->elements : -1;
+	freeReplyObject(r);
+	redisFree(ctx);
+	return n;
+}
+
+void dlock_testredis_key(char *out, size_t len, const char *prefix, const char *name, const char *suffix)
+{
+	unsigned char sum[32];
+	char hex[65];
+	dlock_sha256(name, strlen(name), sum);
+	dlock_hex(sum, 16, hex);
+	snprintf(out, len, "%s:{%s}:%s", prefix, hex, suffix);
+}

@@ -1,0 +1,28 @@
+/*
+ * Helpers for the Redis test programs (test_redis, test_redis_fair): key
+ * prefixes of their own, URIs, and a raw hiredis connection to look at what
+ * the backend left on the server.  Failures to reach the server are fatal
+ * CUnit assertions.
+ */
+#ifndef DLOCK_TESTREDIS_H
+#define DLOCK_TESTREDIS_H
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+
+/** A fresh key prefix, so no test sees another's keys. */
+void dlock_testredis_prefix(char *out, size_t len);
+
+/** `base` with prefix=`prefix` and `extra` ("k=v&..." or "") added to its query. */
+void dlock_testredis_uri(char *out, size_t len, const char *base, const char *prefix, const char *extra);
+
+/** A plain hiredis connection to 127.0.0.1:`port`; the caller frees it. */
+redisContext *dlock_testredis_raw(int port);
+
+/** Number of keys under `prefix` on the instance at `port`. */
+long dlock_testredis_keys_under(int port, const char *prefix);
+
+/** PREFIX:{first 32 hex digits of SHA-256(name)}:SUFFIX, as the backend names its keys. */
+void dlock_testredis_key(char *out, size_t len, const char *prefix, const char *name, const char *suffix);
+
+#endif
