@@ -5,12 +5,13 @@ if(HIREDIS_FOUND)
   list(APPEND DLOCK_BACKEND_SOURCES
     backends/redis/redis.c
     backends/redis/redis_lock.c
+    backends/redis/redis_fair.c
     backends/redis/redis_conn.c
     backends/redis/redis_scripts.c
     backends/redis/redis_sub.c
     backends/redis/redlock.c)
   list(APPEND DLOCK_BACKEND_LIBS PkgConfig::HIREDIS)
-  list(APPEND DLOCK_BACKEND_TESTS test_redis)
+  list(APPEND DLOCK_BACKEND_TESTS test_redis test_redis_fair)
 else()
   message(STATUS "hiredis not found: redis:// left out")
 endif()

@@ -8,7 +8,9 @@
  *   redis+unix:///path/to/socket[?db=N&...]
  *
  * The port defaults to 6379 and the database to 0.  The URI's `prefix`
- * (default "dlock") starts every key and channel name.
+ * (default "dlock") starts every key and channel name.  `fair=1` (one
+ * instance only) queues waiters in Redis and has each release grant the
+ * lock to the first of them (redis_fair.c).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -44,6 +46,15 @@ dlock_status dlock_redis_set_nx(struct redis_lock *lk, int64_t lease_ms, char le
 	dlock_redis_arg(a, "PX");
 	dlock_redis_argi(a, lease, lease_ms);
 	return DLOCK_OK;
+}
+
+/* The fencing counter outlives any lease by far, and at least a week. */
+#define FENCE_TTL_MIN_MS (7LL * 24 * 3600 * 1000)
+#define FENCE_TTL_LEASES 100
+
+int64_t dlock_redis_fence_ttl_ms(int64_t lease_ms)
+{
+	return lease_ms > FENCE_TTL_MIN_MS / FENCE_TTL_LEASES ? lease_ms * FENCE_TTL_LEASES : FENCE_TTL_MIN_MS;
 }
 
 int64_t dlock_redis_jitter(int64_t lo, int64_t hi)
@@ -117,6 +128,8 @@ static void client_free(struct redis_client *c)
 	for (size_t i = 0; c->pools && i < c->npools; i++)
 		dlock_redis_pool_destroy(&c->pools[i]);
 	free(c->pools);
+	if (c->fair)
+		dlock_redis_pool_destroy(&c->waits);
 	free(c);
 }
 
@@ -179,6 +192,11 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, in
 	if (strpbrk(uri->prefix, "{}"))
 		return dlock_error_set(err, DLOCK_EURI, "redis: 'prefix' must not contain '{' or '}': %s",
 		                       uri->masked);
+	int fair = 0;
+	if (dlock_uri_get_bool(uri, "fair", &fair, err) != DLOCK_OK)
+		return DLOCK_EURI;
+	if (fair && uri->nhosts > 1)
+		return dlock_error_set(err, DLOCK_EURI, "redis: fair=1 needs one instance, not RedLock: %s", uri->masked);
 	struct redis_client *c = calloc(1, sizeof *c);
 	if (!c || !(c->pools = calloc(uri->nhosts, sizeof *c->pools))) {
 		dlock_error_set(err, st, "redis: out of memory");
@@ -200,6 +218,11 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, in
 	st = is_unix ? unix_endpoint(uri, c, err) : tcp_endpoints(uri, c, err);
 	if (st != DLOCK_OK)
 		goto fail;
+	if (fair) {
+		c->fair = 1;
+		dlock_redis_pool_init(&c->waits, &c->cfg);
+		c->waits.ep = c->pools[0].ep;
+	}
 	st = greet_all(c, err);
 	if (st == DLOCK_OK && c->npools == 1)
 		st = dlock_redis_sub_new(&c->sub, &c->pools[0].ep, &c->cfg, err);
@@ -227,9 +250,14 @@ static void redis_close(void *backend)
 	client_free(backend);
 }
 
+static int redis_knows_param(const char *key)
+{
+	return strcmp(key, "fair") == 0;
+}
+
 static int redis_unix_knows_param(const char *key)
 {
-	return strcmp(key, "db") == 0; /* redis:// has it in the path */
+	return strcmp(key, "db") == 0 /* redis:// has it in the path */ || redis_knows_param(key);
 }
 
 static void redis_capabilities(void *backend, dlock_capabilities *caps)
@@ -245,7 +273,7 @@ static void redis_capabilities(void *backend, dlock_capabilities *caps)
 		                          "microseconds; they go back only if that counter is lost (restart without "
 		                          "persistence, failover to a replica that missed it, eviction) and the "
 		                          "server's clock is then behind the last token",
-		.fair = 0,
+		.fair = c->fair,
 		.lease = DLOCK_LEASE_TTL,
 		.wakeup = redlock ? DLOCK_WAKEUP_POLL : DLOCK_WAKEUP_NOTIFY,
 		.scope = DLOCK_SCOPE_NETWORK,
@@ -272,7 +300,7 @@ static dlock_status redis_lock_init(void *backend, void *lkp, const char *name, 
 	dlock_sha256(name, len, sum);
 	dlock_hex(sum, REDIS_DIGEST_HEX / 2, digest);
 	size_t each = c->prefixlen + REDIS_DIGEST_HEX + 16; /* ":{" "}:" "released" NUL */
-	lk->keys = malloc(3 * each);
+	lk->keys = malloc(6 * each + REDIS_OWNER_HEX); /* the grant key, last, gets the owner value appended */
 	if (!lk->keys)
 		return dlock_error_set(err, DLOCK_ENOMEM, "redis: out of memory");
 	char *p = lk->keys;
@@ -280,8 +308,14 @@ static dlock_status redis_lock_init(void *backend, void *lkp, const char *name, 
 	lk->keylen = key_name(p, c, digest, "lock");
 	lk->fence = p += each;
 	lk->fencelen = key_name(p, c, digest, "fence");
+	lk->queue = p += each;
+	lk->queuelen = key_name(p, c, digest, "queue");
+	lk->waiters = p += each;
+	lk->waiterslen = key_name(p, c, digest, "waiters");
 	lk->chan = p += each;
 	lk->chanlen = key_name(p, c, digest, "released");
+	lk->grant = p += each;
+	lk->grantlen = key_name(p, c, digest, "grant:");
 	return DLOCK_OK;
 }
 
@@ -339,7 +373,7 @@ const dlock_driver dlock_redis_driver = {
 	.open = redis_open,
 	.close = redis_close,
 	.capabilities = redis_capabilities,
-	.knows_param = NULL,
+	.knows_param = redis_knows_param,
 	.lock_init = redis_lock_init,
 	.lock_fini = redis_lock_fini,
 	.acquire = redis_acquire,

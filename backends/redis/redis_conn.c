@@ -297,28 +297,43 @@ static int conn_stale(const redisContext *ctx)
 	return ctx->err || poll(&pfd, 1, 0) != 0;
 }
 
-dlock_status dlock_redis_pool_get(struct redis_pool *p, redisContext **out, dlock_error *err)
+/* An idle connection, or a slot for a new one (*slot); with `block`, wait for one of the two. */
+static redisContext *pool_take(struct redis_pool *p, int block, int *slot)
 {
+	*slot = 0;
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
 		if (p->nidle > 0) {
 			redisContext *ctx = p->idle[--p->nidle];
 			if (!conn_stale(ctx)) {
 				pthread_mutex_unlock(&p->mu);
-				*out = ctx;
-				return DLOCK_OK;
+				return ctx;
 			}
 			redisFree(ctx); /* rare (after a restart), and close() does not block */
 			p->total--;
 			continue;
 		}
-		if (p->total < REDIS_POOL_MAX)
+		if (p->total < REDIS_POOL_MAX) {
+			p->total++;
+			*slot = 1;
+			break;
+		}
+		if (!block)
 			break;
 		pthread_cond_wait(&p->cond, &p->mu);
 	}
-	p->total++;
 	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
 
+static dlock_status pool_get(struct redis_pool *p, int block, redisContext **out, dlock_error *err)
+{
+	int slot;
+	if ((*out = pool_take(p, block, &slot)) != NULL)
+		return DLOCK_OK;
+	if (!slot)
+		return dlock_error_set(err, DLOCK_EBUSY, "redis %s: all %d connections are in use", p->ep.label,
+		                       REDIS_POOL_MAX);
 	dlock_status st = dlock_redis_connect(&p->ep, p->cfg, out, err);
 	if (st != DLOCK_OK) {
 		pthread_mutex_lock(&p->mu);
@@ -327,6 +342,16 @@ dlock_status dlock_redis_pool_get(struct redis_pool *p, redisContext **out, dloc
 		pthread_mutex_unlock(&p->mu);
 	}
 	return st;
+}
+
+dlock_status dlock_redis_pool_get(struct redis_pool *p, redisContext **out, dlock_error *err)
+{
+	return pool_get(p, 1, out, err);
+}
+
+dlock_status dlock_redis_pool_try_get(struct redis_pool *p, redisContext **out, dlock_error *err)
+{
+	return pool_get(p, 0, out, err);
 }
 
 void dlock_redis_pool_discard(struct redis_pool *p, redisContext *ctx)

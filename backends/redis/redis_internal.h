@@ -4,6 +4,7 @@
  *
  *   redis.c          driver objects: URI, open/close, capabilities, lock keys
  *   redis_lock.c     one instance: acquire (with waiting), release, extend, check
+ *   redis_fair.c     one instance with fair=1: waiting in a queue kept in Redis
  *   redis_conn.c     connecting (CLOEXEC sockets, AUTH, SELECT), error mapping, pools
  *   redis_scripts.c  the Lua scripts, SCRIPT LOAD, EVALSHA with EVAL fallback
  *   redis_sub.c      the subscriber thread that turns release messages into wake-ups
@@ -14,19 +15,26 @@
  * created on demand up to REDIS_POOL_MAX, then callers wait for one to be
  * returned); one thread uses a connection at a time, and a connection that
  * saw an I/O error or a timeout is closed, never reused.  Waiting is done by
- * one subscriber thread per client with its own connection.
+ * one subscriber thread per client with its own connection; with fair=1, by
+ * each waiter blocking on a connection of a second pool, the client's
+ * `waits`, so that waiters never take the connections releases need.
  *
  * Keys of a lock: PREFIX:{D}:lock (owner value, TTL = lease), PREFIX:{D}:fence
- * (fencing counter) and the channel PREFIX:{D}:released, where D is the first
- * 32 hex digits of the SHA-256 of the name.  The three differ only after the
- * "}" that closes the digest, so they share a Redis Cluster slot whatever the
- * prefix holds, and braces or any other byte of the name cannot reach a key.
+ * (fencing counter), with fair=1 PREFIX:{D}:queue and PREFIX:{D}:waiters (the
+ * waiter queue, see redis_scripts.c), and the channel PREFIX:{D}:released,
+ * where D is the first 32 hex digits of the SHA-256 of the name.  They differ
+ * only after the "}" that closes the digest, so they share a Redis Cluster
+ * slot whatever the prefix holds, and braces or any other byte of the name
+ * cannot reach a key.  With fair=1, a release grants the lock to a waiter
+ * by pushing onto PREFIX:{D}:grant:OWNER, the waiter's own list, which the
+ * waiter blocks on (BLPOP).
  */
 #ifndef DLOCK_REDIS_INTERNAL_H
 #define DLOCK_REDIS_INTERNAL_H
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,7 +44,7 @@
 #define REDIS_OWNER_BYTES 16 /* 128 random bits per acquisition */
 #define REDIS_OWNER_HEX (2 * REDIS_OWNER_BYTES + 1)
 #define REDIS_DIGEST_HEX 32
-#define REDIS_ARGS_MAX 8
+#define REDIS_ARGS_MAX 12
 #define REDIS_REDLOCK_MAX 15 /* instances in one RedLock URI */
 #define REDIS_NS_PER_MS 1000000LL
 
@@ -108,6 +116,8 @@ void dlock_redis_pool_destroy(struct redis_pool *p);
 dlock_status dlock_redis_pool_get(struct redis_pool *p, redisContext **out, dlock_error *err);
 /** Give a connection back; one with an error is closed instead.  NULL is a no-op. */
 void dlock_redis_pool_put(struct redis_pool *p, redisContext *ctx);
+/** An idle or new connection, or DLOCK_EBUSY at once when all REDIS_POOL_MAX are in use. */
+dlock_status dlock_redis_pool_try_get(struct redis_pool *p, redisContext **out, dlock_error *err);
 /** Close a connection taken from the pool (its state is unknown). */
 void dlock_redis_pool_discard(struct redis_pool *p, redisContext *ctx);
 
@@ -120,6 +130,8 @@ enum redis_script_id {
 	REDIS_SCRIPT_ACQUIRE, /* KEYS lock, fence; ARGV owner, lease ms, fence ttl ms -> {1, token} | {0, pttl} */
 	REDIS_SCRIPT_RELEASE, /* KEYS lock; ARGV owner, channel -> 1 released | 0 not ours */
 	REDIS_SCRIPT_EXTEND,  /* KEYS lock; ARGV owner, lease ms -> 1 extended | 0 not ours */
+	REDIS_SCRIPT_ENQUEUE, /* fair=1, KEYS lock, queue, waiters, fence: wait in the queue (see the script) */
+	REDIS_SCRIPT_HANDOFF, /* fair=1, same KEYS: release to the next waiter, or withdraw from the queue */
 	REDIS_SCRIPT_COUNT
 };
 
@@ -178,15 +190,20 @@ struct redis_client {
 	size_t quorum;            /* npools / 2 + 1 */
 	struct redis_scripts scripts;
 	struct redis_sub *sub;    /* one instance only */
+	int fair;                 /* fair=1: waiters queue in Redis and a release grants the first */
+	struct redis_pool waits;  /* fair=1: connections that block in BLPOP until a release grants the lock */
+	atomic_int blpop_whole_seconds; /* the server wants BLPOP's timeout in whole seconds (Redis < 6) */
 	const char *prefix;
 	size_t prefixlen;
 };
 
 struct redis_lock {
-	char *keys;             /* one block holding the three names below */
-	const char *key, *fence, *chan;
-	size_t keylen, fencelen, chanlen;
+	char *keys;             /* one block holding the six names below */
+	const char *key, *fence, *queue, *waiters, *chan;
+	char *grant;            /* PREFIX:{D}:grant: then, with fair=1, the owner value (redis_fair.c) */
+	size_t keylen, fencelen, queuelen, waiterslen, chanlen, grantlen; /* grantlen: without the owner */
 	char owner[REDIS_OWNER_HEX]; /* this acquisition's owner value, "" when none */
+	int handed_off;         /* fair=1: our last release granted the lock to a queued waiter */
 };
 
 /** A fresh random owner value into lk->owner. */
@@ -194,16 +211,30 @@ dlock_status dlock_redis_new_owner(struct redis_lock *lk, dlock_error *err);
 /** A new owner value, and in `a` the command SET key owner NX PX lease_ms (`lease` keeps the number). */
 dlock_status dlock_redis_set_nx(struct redis_lock *lk, int64_t lease_ms, char lease[24], struct redis_args *a,
                                dlock_error *err);
+/** The fencing counter's expiry for acquisitions of `lease_ms`: far longer than any lease. */
+int64_t dlock_redis_fence_ttl_ms(int64_t lease_ms);
 /** Random number in [lo, hi] from a cheap per-call source (jitter only). */
 int64_t dlock_redis_jitter(int64_t lo, int64_t hi);
 
 /* redis_lock.c: one instance */
+/** Run script `id` (one retry when the connection failed after sending).  Error replies become statuses. */
+dlock_status dlock_redis_run_idempotent(struct redis_client *c, enum redis_script_id id, int nkeys,
+                                        const struct redis_args *a, const char *what, redisReply **out,
+                                        dlock_error *err);
+/** The status and message of a wait that did not end with the lock. */
+dlock_status dlock_redis_wait_failed(struct redis_client *c, dlock_status st, dlock_error *err);
 dlock_status dlock_redis_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
                                  dlock_wait *w, dlock_acquired *out, dlock_error *err);
 dlock_status dlock_redis_release(struct redis_client *c, struct redis_lock *lk, dlock_error *err);
 dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
                                 dlock_error *err);
 dlock_status dlock_redis_check(struct redis_client *c, struct redis_lock *lk, dlock_error *err);
+
+/* redis_fair.c: after a first attempt found the lock held (lk->owner is ""). */
+dlock_status dlock_redis_fair_wait(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
+                                   dlock_wait *w, dlock_acquired *out, dlock_error *err);
+/** The handoff script's arguments for lk->owner into `a` (writes the grant key into lk->grant). */
+void dlock_redis_handoff_args(struct redis_lock *lk, struct redis_args *a);
 
 /* redlock.c: several instances */
 dlock_status dlock_redis_redlock_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,

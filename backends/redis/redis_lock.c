@@ -9,6 +9,8 @@
  * release message, and when the holder's TTL, returned by the failed
  * attempt, runs out.  Without a subscription (refused, or the subscriber
  * cannot reach the server) it polls with a bounded, jittered backoff.
+ * With fair=1 the waiting is redis_fair.c's, and a release is the handoff
+ * script, which grants the lock to the first queued waiter.
  */
 #include <stdio.h>
 #include <string.h>
@@ -19,9 +21,6 @@
 #define POLL_MAX_MS 500
 /* With no TTL to wait for (a key without expiry), look again at least this often. */
 #define NO_TTL_RECHECK_MS 1000
-/* The fencing counter outlives any lease by far, and at least a week. */
-#define FENCE_TTL_MIN_MS (7LL * 24 * 3600 * 1000)
-#define FENCE_TTL_LEASES 100
 
 /* ------------------------------------------------------------ one call */
 
@@ -61,9 +60,9 @@ static dlock_status run_script(struct redis_client *c, enum redis_script_id id, 
 }
 
 /* A script whose effect does not change when it runs twice: one more try after a connection failure. */
-static dlock_status run_idempotent(struct redis_client *c, enum redis_script_id id, int nkeys,
-                                   const struct redis_args *a, const char *what, redisReply **out,
-                                   dlock_error *err)
+dlock_status dlock_redis_run_idempotent(struct redis_client *c, enum redis_script_id id, int nkeys,
+                                        const struct redis_args *a, const char *what, redisReply **out,
+                                        dlock_error *err)
 {
 	int maybe_ran;
 	dlock_status st = run_script(c, id, nkeys, a, what, out, &maybe_ran, err);
@@ -76,10 +75,14 @@ static dlock_status release_args_run(struct redis_client *c, struct redis_lock *
                                      dlock_error *err)
 {
 	struct redis_args a = { 0 };
+	if (c->fair) {
+		dlock_redis_handoff_args(lk, &a);
+		return dlock_redis_run_idempotent(c, REDIS_SCRIPT_HANDOFF, 4, &a, "release", out, err);
+	}
 	dlock_redis_argn(&a, lk->key, lk->keylen);
 	dlock_redis_arg(&a, lk->owner);
 	dlock_redis_argn(&a, lk->chan, lk->chanlen);
-	return run_idempotent(c, REDIS_SCRIPT_RELEASE, 1, &a, "release", out, err);
+	return dlock_redis_run_idempotent(c, REDIS_SCRIPT_RELEASE, 1, &a, "release", out, err);
 }
 
 /* ------------------------------------------------------------ acquire */
@@ -110,9 +113,10 @@ static int is_int_pair(const redisReply *r)
 /*
  * No token wanted: the plain SET NX PX, which costs the server far less
  * than a script.  A waiter then asks for the holder's TTL separately (a
- * holder that dies publishes nothing: the TTL bounds the wait for it).
+ * holder that dies publishes nothing: the TTL bounds the wait for it),
+ * unless `no_pttl`: a single try, or fair=1, whose queue script tells it.
  */
-static dlock_status try_set(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, int try_once,
+static dlock_status try_set(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, int no_pttl,
                             dlock_acquired *out, int64_t *pttl_ms, dlock_error *err)
 {
 	struct redis_args a;
@@ -132,7 +136,7 @@ static dlock_status try_set(struct redis_client *c, struct redis_lock *lk, int64
 	if (st == DLOCK_OK && r && r->type == REDIS_REPLY_NIL) {
 		freeReplyObject(r);
 		lk->owner[0] = '\0';
-		if (!try_once) {
+		if (!no_pttl) {
 			struct redis_args q = { 0 };
 			dlock_redis_arg(&q, "PTTL");
 			dlock_redis_argn(&q, lk->key, lk->keylen);
@@ -161,7 +165,6 @@ static dlock_status try_acquire(struct redis_client *c, struct redis_lock *lk, i
 	char lease[24], fence_ttl[24];
 	redisReply *r = NULL;
 	int maybe_ran = 0;
-	int64_t ttl = lease_ms > FENCE_TTL_MIN_MS / FENCE_TTL_LEASES ? lease_ms * FENCE_TTL_LEASES : FENCE_TTL_MIN_MS;
 	dlock_status st = dlock_redis_new_owner(lk, err);
 	if (st != DLOCK_OK)
 		return st;
@@ -169,7 +172,7 @@ static dlock_status try_acquire(struct redis_client *c, struct redis_lock *lk, i
 	dlock_redis_argn(&a, lk->fence, lk->fencelen);
 	dlock_redis_arg(&a, lk->owner);
 	dlock_redis_argi(&a, lease, lease_ms);
-	dlock_redis_argi(&a, fence_ttl, ttl);
+	dlock_redis_argi(&a, fence_ttl, dlock_redis_fence_ttl_ms(lease_ms));
 
 	int64_t sent = dlock_monotonic_ns();
 	st = run_script(c, REDIS_SCRIPT_ACQUIRE, 2, &a, "acquire", &r, &maybe_ran, err);
@@ -208,6 +211,16 @@ static int64_t sleep_bound(enum redis_watch_state s, int64_t pttl_ms, int64_t *b
 	return poll_ns < holder_ns ? poll_ns : holder_ns;
 }
 
+dlock_status dlock_redis_wait_failed(struct redis_client *c, dlock_status st, dlock_error *err)
+{
+	if (st == DLOCK_ETIMEDOUT || st == DLOCK_EBUSY)
+		return dlock_error_set(err, DLOCK_EBUSY, "redis %s: the lock is held by another owner",
+		                       c->pools[0].ep.label);
+	if (st == DLOCK_ECANCELED)
+		return dlock_error_set(err, st, "redis %s: acquire cancelled", c->pools[0].ep.label);
+	return st;
+}
+
 dlock_status dlock_redis_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
                                  dlock_acquired *out, dlock_error *err)
 {
@@ -215,12 +228,18 @@ dlock_status dlock_redis_acquire(struct redis_client *c, struct redis_lock *lk, 
 	int watching = 0;
 	int64_t backoff_ms = POLL_MIN_MS;
 	dlock_status st;
+	/* fair=1, and our last release granted the lock to a waiter: others are queued, join them at once. */
+	if (c->fair && lk->handed_off && !dlock_wait_try_once(w))
+		return dlock_redis_fair_wait(c, lk, lease_ms, w, out, err);
 	for (;;) {
 		int64_t pttl_ms = -1;
 		st = dlock_wait_wants_token(w) ? try_acquire(c, lk, lease_ms, out, &pttl_ms, err)
-		                               : try_set(c, lk, lease_ms, dlock_wait_try_once(w), out, &pttl_ms, err);
+		                               : try_set(c, lk, lease_ms, dlock_wait_try_once(w) || c->fair, out,
+		                                         &pttl_ms, err);
 		if (st != DLOCK_EBUSY || dlock_wait_try_once(w))
 			break;
+		if (c->fair)
+			return dlock_redis_fair_wait(c, lk, lease_ms, w, out, err);
 		enum redis_watch_state s;
 		if (!watching) {
 			watching = 1;
@@ -236,12 +255,7 @@ dlock_status dlock_redis_acquire(struct redis_client *c, struct redis_lock *lk, 
 	}
 	if (watching)
 		dlock_redis_sub_unwatch(c->sub, &watch);
-	if (st == DLOCK_ETIMEDOUT || st == DLOCK_EBUSY)
-		return dlock_error_set(err, DLOCK_EBUSY, "redis %s: the lock is held by another owner",
-		                       c->pools[0].ep.label);
-	if (st == DLOCK_ECANCELED)
-		return dlock_error_set(err, st, "redis %s: acquire cancelled", c->pools[0].ep.label);
-	return st;
+	return st == DLOCK_OK ? st : dlock_redis_wait_failed(c, st, err);
 }
 
 /* ------------------------------------------------------------ release, extend, check */
@@ -251,7 +265,7 @@ static dlock_status owner_only_result(struct redis_client *c, redisReply *r, con
 	dlock_status st = DLOCK_OK;
 	if (r->type != REDIS_REPLY_INTEGER)
 		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to %s", c->pools[0].ep.label, what);
-	else if (r->integer != 1)
+	else if (r->integer < 1) /* 1, or 2 for a release that granted the lock to a waiter */
 		st = dlock_error_set(err, DLOCK_ENOTHELD, "redis %s: %s: the lock is no longer ours (expired or taken)",
 		                     c->pools[0].ep.label, what);
 	freeReplyObject(r);
@@ -266,6 +280,7 @@ dlock_status dlock_redis_release(struct redis_client *c, struct redis_lock *lk, 
 {
 	redisReply *r = NULL;
 	dlock_status st = release_args_run(c, lk, &r, err);
+	lk->handed_off = st == DLOCK_OK && r->type == REDIS_REPLY_INTEGER && r->integer == 2;
 	if (st == DLOCK_OK)
 		st = owner_only_result(c, r, "release", err);
 	lk->owner[0] = '\0';
@@ -280,7 +295,7 @@ dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, i
 	dlock_redis_argn(&a, lk->key, lk->keylen);
 	dlock_redis_arg(&a, lk->owner);
 	dlock_redis_argi(&a, lease, lease_ms);
-	dlock_status st = run_idempotent(c, REDIS_SCRIPT_EXTEND, 1, &a, "extend", &r, err);
+	dlock_status st = dlock_redis_run_idempotent(c, REDIS_SCRIPT_EXTEND, 1, &a, "extend", &r, err);
 	if (st == DLOCK_OK)
 		st = owner_only_result(c, r, "extend", err);
 	return st;

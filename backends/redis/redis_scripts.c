@@ -17,8 +17,8 @@
 #include "redis_internal.h"
 
 /*
- * Acquire in one round trip.  On success the fencing token is
- * max(last token + 1, the server's clock in microseconds): while the
+ * Shared by the scripts that hand out a fencing token: the token is
+ * max(last token + 1, the server's clock in microseconds).  While the
  * counter key lives it only grows, and when it is lost (restart without
  * persistence, failover to a replica that had not received it, eviction)
  * the next token starts again from the clock, which is ahead of every token
@@ -28,17 +28,28 @@
  * large tokens out of Lua's "1.7e+15" number formatting.
  * redis.replicate_commands() lets Redis < 5 write after TIME (a no-op later).
  */
+#define TOKEN_LUA                                                                 \
+	"if redis.replicate_commands then redis.replicate_commands() end\n"       \
+	"local function next_token(fence, ttl)\n"                                 \
+	"  local t = redis.call('TIME')\n"                                        \
+	"  local token = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"             \
+	"  local last = tonumber(redis.call('GET', fence) or '0') or 0\n"         \
+	"  if last >= token then token = last + 1 end\n"                          \
+	"  redis.call('SET', fence, string.format('%d', token), 'PX', ttl)\n"     \
+	"  return token\n"                                                        \
+	"end\n"                                                                   \
+	"local function now_ms()\n"                                               \
+	"  local t = redis.call('TIME')\n"                                        \
+	"  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"    \
+	"end\n"
+
+/* Acquire in one round trip, with a token. */
 static const char acquire_lua[] =
-	"if redis.replicate_commands then redis.replicate_commands() end\n"
+	TOKEN_LUA
 	"if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
 	"  return {0, redis.call('PTTL', KEYS[1])}\n"
 	"end\n"
-	"local t = redis.call('TIME')\n"
-	"local token = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
-	"local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0\n"
-	"if last >= token then token = last + 1 end\n"
-	"redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3])\n"
-	"return {1, token}\n";
+	"return {1, next_token(KEYS[2], ARGV[3])}\n";
 
 /*
  * Owner-only delete; the message wakes the waiters subscribed to the lock.
@@ -60,10 +71,117 @@ static const char extend_lua[] =
 	"end\n"
 	"return 0\n";
 
+/*
+ * fair=1: the waiter queue.  KEYS[2] lists the waiting owners in arrival
+ * order; KEYS[3] maps each to "deadline lease fence-ttl grant-key"
+ * (deadline in the server's milliseconds, fence-ttl 0 for no token,
+ * grant-key the list the waiter blocks on).  An owner is in both or in
+ * neither.  A waiter whose deadline passed (it stopped refreshing: dead,
+ * paused, or cut off) is dropped when it reaches the head, and is never
+ * granted the lock.  Grant keys are PREFIX:{D}:grant:OWNER: not declared in
+ * KEYS, since only the queue knows them, but in the lock's slot.
+ *
+ * Enqueue, or refresh the deadline of a queued waiter, or take the lock:
+ * ARGV owner, lease ms, fence ttl ms ("0": no token), liveness ms, queue
+ * keys' ttl ms, grant key, "1" when the caller's BLPOP on its grant key
+ * follows in the same pipeline (a success then pushes a "0" for it to pop
+ * at once, instead of blocking).  -> {1, token, 1} taken now; {1, token, 0}
+ * granted by a release since the last call (the grant is consumed here;
+ * the token is the counter's value: nobody can have taken one since, the
+ * lock being ours); {0, pttl, 0} queued, pttl -2 when the lock is free
+ * but an earlier waiter is due to take it.
+ */
+static const char enqueue_lua[] =
+	TOKEN_LUA
+	"local function end_own_blpop()\n"
+	"  if ARGV[7] == '1' then\n"
+	"    redis.call('RPUSH', ARGV[6], '0')\n"
+	"    redis.call('PEXPIRE', ARGV[6], ARGV[2])\n"
+	"  end\n"
+	"end\n"
+	"local holder = redis.call('GET', KEYS[1])\n"
+	"if holder == ARGV[1] then\n"
+	"  redis.call('DEL', ARGV[6])\n"
+	"  end_own_blpop()\n"
+	"  local token = 0\n"
+	"  if ARGV[3] ~= '0' then token = tonumber(redis.call('GET', KEYS[4]) or '0') or 0 end\n"
+	"  return {1, token, 0}\n"
+	"end\n"
+	"local now = now_ms()\n"
+	"while true do\n"
+	"  local head = redis.call('LINDEX', KEYS[2], 0)\n"
+	"  if not head or head == ARGV[1] then break end\n"
+	"  local e = redis.call('HGET', KEYS[3], head)\n"
+	"  if e and tonumber(string.match(e, '^%d+')) >= now then break end\n"
+	"  redis.call('LPOP', KEYS[2])\n"
+	"  redis.call('HDEL', KEYS[3], head)\n"
+	"end\n"
+	"if not holder then\n"
+	"  local head = redis.call('LINDEX', KEYS[2], 0)\n"
+	"  if not head or head == ARGV[1] then\n"
+	"    if head then\n"
+	"      redis.call('LPOP', KEYS[2])\n"
+	"      redis.call('HDEL', KEYS[3], head)\n"
+	"    end\n"
+	"    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
+	"    end_own_blpop()\n"
+	"    local token = 0\n"
+	"    if ARGV[3] ~= '0' then token = next_token(KEYS[4], ARGV[3]) end\n"
+	"    return {1, token, 1}\n"
+	"  end\n"
+	"end\n"
+	"local entry = string.format('%d %s %s %s', now + tonumber(ARGV[4]), ARGV[2], ARGV[3], ARGV[6])\n"
+	"if redis.call('HSET', KEYS[3], ARGV[1], entry) == 1 then redis.call('RPUSH', KEYS[2], ARGV[1]) end\n"
+	"redis.call('PEXPIRE', KEYS[2], ARGV[5])\n"
+	"redis.call('PEXPIRE', KEYS[3], ARGV[5])\n"
+	"if holder then return {0, redis.call('PTTL', KEYS[1]), 0} end\n"
+	"return {0, -2, 0}\n";
+
+/*
+ * fair=1: release the lock to the first live waiter, or withdraw a waiter
+ * that gives up (and hand on the lock if a release granted it meanwhile).
+ * ARGV owner, channel, the owner's own grant key (dropped on withdrawal;
+ * the holder's was consumed, or expires with its lease) -> 2 granted to a
+ * waiter | 1 released | 0 not the holder.  The
+ * grant sets the key to the waiter's owner value with the waiter's lease,
+ * takes its token when it wants one, and pushes the token onto the
+ * waiter's grant key, which wakes that waiter's BLPOP and no one else; the
+ * grant key expires with the lease if nobody pops it.  With nobody to
+ * grant, "1" on the lock's channel wakes the waiters that do not queue.
+ */
+static const char handoff_lua[] =
+	TOKEN_LUA
+	"if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
+	"  redis.call('DEL', ARGV[3])\n"
+	"  if redis.call('HDEL', KEYS[3], ARGV[1]) == 1 then redis.call('LREM', KEYS[2], 1, ARGV[1]) end\n"
+	"  return 0\n"
+	"end\n"
+	"local now = now_ms()\n"
+	"while true do\n"
+	"  local head = redis.call('LPOP', KEYS[2])\n"
+	"  if not head then break end\n"
+	"  local e = redis.call('HGET', KEYS[3], head)\n"
+	"  redis.call('HDEL', KEYS[3], head)\n"
+	"  local deadline, lease, fttl, gk = string.match(e or '', '^(%d+) (%d+) (%d+) (.*)$')\n"
+	"  if deadline and tonumber(deadline) >= now then\n"
+	"    redis.call('SET', KEYS[1], head, 'PX', lease)\n"
+	"    local token = 0\n"
+	"    if fttl ~= '0' then token = next_token(KEYS[4], fttl) end\n"
+	"    redis.call('RPUSH', gk, string.format('%d', token))\n"
+	"    redis.call('PEXPIRE', gk, lease)\n"
+	"    return 2\n"
+	"  end\n"
+	"end\n"
+	"redis.call('DEL', KEYS[1])\n"
+	"redis.pcall('PUBLISH', ARGV[2], '1')\n"
+	"return 1\n";
+
 static const char *const bodies[REDIS_SCRIPT_COUNT] = {
 	[REDIS_SCRIPT_ACQUIRE] = acquire_lua,
 	[REDIS_SCRIPT_RELEASE] = release_lua,
 	[REDIS_SCRIPT_EXTEND] = extend_lua,
+	[REDIS_SCRIPT_ENQUEUE] = enqueue_lua,
+	[REDIS_SCRIPT_HANDOFF] = handoff_lua,
 };
 
 dlock_status dlock_redis_scripts_load(redisContext *ctx, const struct redis_endpoint *ep,

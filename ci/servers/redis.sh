@@ -122,6 +122,7 @@ dlock_start_redis() {
 	export DLOCK_TEST_REDLOCK_URI="redis://$p"
 	export DLOCK_TEST_REDIS_CTL="bash $here/redis.sh ctl $dir"
 	dlock_add_test_uri "$DLOCK_TEST_REDIS_URI"
+	dlock_add_test_uri "$DLOCK_TEST_REDIS_URI?fair=1"
 	dlock_add_test_uri "$DLOCK_TEST_REDLOCK_URI"
 }
 

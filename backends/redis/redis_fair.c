@@ -1,0 +1,342 @@
+/*
+ * fair=1: waiting in a queue kept in Redis, served by the releases.
+ *
+ * Without it, a release deletes the key and publishes a message that wakes
+ * every waiter, and the first SET to reach the server wins: a round trip
+ * and two thread wake-ups between a release and the next grant, and no
+ * order.  With it, a waiter puts itself in the lock's queue (the enqueue
+ * script) and blocks in BLPOP on a list of its own, its grant key; the
+ * release itself (the handoff script) gives the lock to the first live
+ * waiter and pushes onto that waiter's grant key, so the server answers
+ * the waiter's BLPOP at once: a handoff costs half a round trip and wakes
+ * one thread, and waiters are served in the order they queued.
+ *
+ * Connections: a blocked BLPOP holds its connection, so the waiters take
+ * theirs from a pool of their own (the client's `waits`), never from the
+ * one that releases and renewals need.  When all of those are busy, a
+ * waiter sleeps and looks again at each refresh instead.  Cancelling shuts
+ * the socket down under the BLPOP (dlock_wait_set_interrupt).
+ *
+ * Liveness: a queued waiter runs the enqueue script again every
+ * refresh_ms (a quarter of its lease, between FAIR_REFRESH_MIN_MS and
+ * FAIR_REFRESH_MAX_MS), which moves its deadline to 3 * refresh_ms ahead.
+ * A waiter past its deadline is dropped and never granted.  What this
+ * costs: a waiter that dies within its deadline may still be granted the
+ * lock, which then stays unused until its lease runs out.
+ *
+ * A grant missed (a connection lost in BLPOP) is found by the next enqueue
+ * script, which sees the key already holding our owner value.  A waiter
+ * that gives up (deadline, cancel, error) withdraws with the handoff
+ * script, which also passes the lock on if a release granted it meanwhile.
+ *
+ * The lease: a grant starts the lease on the server when the release runs,
+ * which the waiter cannot see; it is after the waiter's last enqueue that
+ * came back "queued" was sent, so that send time is the lease's start
+ * (dlock_acquired.sent_ns): early by at most a refresh.
+ *
+ * A holder whose lease ran out without a release grants nothing: the first
+ * waiter in the queue takes the key when it looks again (the enqueue
+ * script returned the holder's TTL), and a client that does not queue (a
+ * single try, or a first attempt) may take a free key before it.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "redis_internal.h"
+
+#define FAIR_REFRESH_MIN_MS 20
+#define FAIR_REFRESH_MAX_MS 1000
+#define FAIR_DEADLINE_REFRESHES 3
+/* The queue keys expire once every waiter's deadline has surely passed. */
+#define FAIR_QUEUE_TTL_MS (2 * FAIR_DEADLINE_REFRESHES * FAIR_REFRESH_MAX_MS)
+
+/* PREFIX:{D}:grant:OWNER, written into lk->grant; returns its length. */
+static size_t grant_key(struct redis_lock *lk)
+{
+	size_t n = strlen(lk->owner);
+	memcpy(lk->grant + lk->grantlen, lk->owner, n + 1);
+	return lk->grantlen + n;
+}
+
+void dlock_redis_handoff_args(struct redis_lock *lk, struct redis_args *a)
+{
+	*a = (struct redis_args){ 0 };
+	dlock_redis_argn(a, lk->key, lk->keylen);
+	dlock_redis_argn(a, lk->queue, lk->queuelen);
+	dlock_redis_argn(a, lk->waiters, lk->waiterslen);
+	dlock_redis_argn(a, lk->fence, lk->fencelen);
+	dlock_redis_arg(a, lk->owner);
+	dlock_redis_argn(a, lk->chan, lk->chanlen);
+	dlock_redis_argn(a, lk->grant, grant_key(lk));
+}
+
+/* One waiter: its numbers as the enqueue script wants them, and its grant connection. */
+struct fair_waiter {
+	char lease[24], fence_ttl[24], deadline[24], queue_ttl[24];
+	int64_t refresh_ms;
+	redisContext *conn; /* from c->waits, or NULL */
+};
+
+static void fair_waiter_init(struct fair_waiter *fw, int64_t lease_ms, int wants_token)
+{
+	fw->refresh_ms = lease_ms / 4;
+	if (fw->refresh_ms < FAIR_REFRESH_MIN_MS)
+		fw->refresh_ms = FAIR_REFRESH_MIN_MS;
+	if (fw->refresh_ms > FAIR_REFRESH_MAX_MS)
+		fw->refresh_ms = FAIR_REFRESH_MAX_MS;
+	snprintf(fw->lease, sizeof fw->lease, "%" PRId64, lease_ms);
+	snprintf(fw->fence_ttl, sizeof fw->fence_ttl, "%" PRId64,
+	         wants_token ? dlock_redis_fence_ttl_ms(lease_ms) : 0); /* 0: no token */
+	snprintf(fw->deadline, sizeof fw->deadline, "%" PRId64, FAIR_DEADLINE_REFRESHES * fw->refresh_ms);
+	snprintf(fw->queue_ttl, sizeof fw->queue_ttl, "%d", FAIR_QUEUE_TTL_MS);
+	fw->conn = NULL;
+}
+
+/* The enqueue script's arguments; `then_blpop`: our BLPOP follows it in the same pipeline. */
+static void enqueue_args(struct redis_lock *lk, const struct fair_waiter *fw, int then_blpop, struct redis_args *a)
+{
+	*a = (struct redis_args){ 0 };
+	dlock_redis_argn(a, lk->key, lk->keylen);
+	dlock_redis_argn(a, lk->queue, lk->queuelen);
+	dlock_redis_argn(a, lk->waiters, lk->waiterslen);
+	dlock_redis_argn(a, lk->fence, lk->fencelen);
+	dlock_redis_arg(a, lk->owner);
+	dlock_redis_arg(a, fw->lease);
+	dlock_redis_arg(a, fw->fence_ttl);
+	dlock_redis_arg(a, fw->deadline);
+	dlock_redis_arg(a, fw->queue_ttl);
+	dlock_redis_argn(a, lk->grant, grant_key(lk));
+	dlock_redis_arg(a, then_blpop ? "1" : "0");
+}
+
+/*
+ * The enqueue script's reply: DLOCK_OK with *token and *from_send (1:
+ * taken by this call, so the lease started after it was sent; 0: granted
+ * by a release before it), DLOCK_EBUSY with
+ * *pttl_ms (the holder's TTL; -1 none, -2 free but an earlier waiter is
+ * due), or an error.  Frees `r`.
+ */
+static dlock_status enqueue_result(struct redis_client *c, redisReply *r, uint64_t *token, int *from_send,
+                                   int64_t *pttl_ms, dlock_error *err)
+{
+	dlock_status st = DLOCK_EBUSY;
+	if (r->type == REDIS_REPLY_ERROR) {
+		st = dlock_redis_reply_error(r, &c->pools[0].ep, "acquire", err);
+	} else if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+	           r->element[1]->type != REDIS_REPLY_INTEGER || r->element[2]->type != REDIS_REPLY_INTEGER) {
+		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to the enqueue script",
+		                     c->pools[0].ep.label);
+	} else if (r->element[0]->integer == 1) {
+		*token = (uint64_t)r->element[1]->integer;
+		*from_send = r->element[2]->integer == 1;
+		st = DLOCK_OK;
+	} else {
+		*pttl_ms = r->element[1]->integer;
+	}
+	freeReplyObject(r);
+	return st;
+}
+
+/* The enqueue script on a pooled connection, and no waiting. */
+static dlock_status enqueue(struct redis_client *c, struct redis_lock *lk, const struct fair_waiter *fw,
+                            uint64_t *token, int *from_send, int64_t *pttl_ms, dlock_error *err)
+{
+	struct redis_args a;
+	redisReply *r = NULL;
+	enqueue_args(lk, fw, 0, &a);
+	dlock_status st = dlock_redis_run_idempotent(c, REDIS_SCRIPT_ENQUEUE, 4, &a, "acquire", &r, err);
+	return st == DLOCK_OK ? enqueue_result(c, r, token, from_send, pttl_ms, err) : st;
+}
+
+/* Leave the queue, and hand on the lock if a release granted it to us meanwhile. */
+static void withdraw(struct redis_client *c, struct redis_lock *lk)
+{
+	struct redis_args a;
+	dlock_error ignored = { "" };
+	redisReply *r = NULL;
+	dlock_redis_handoff_args(lk, &a);
+	if (dlock_redis_run_idempotent(c, REDIS_SCRIPT_HANDOFF, 4, &a, "withdraw", &r, &ignored) != DLOCK_OK)
+		dlock_host_log(c->cfg.host, DLOCK_LOG_WARN,
+		               "redis %s: a waiter that gave up could not leave the queue (%s); it is dropped at its "
+		               "deadline, and a lock granted to it meanwhile stays until its lease runs out",
+		               c->pools[0].ep.label, ignored.msg);
+	freeReplyObject(r);
+}
+
+/* Cancelled while blocked in BLPOP: end it by shutting the socket down (the waiter then drops it). */
+static void interrupt_blpop(void *arg)
+{
+	const redisContext *ctx = arg;
+	shutdown(ctx->fd, SHUT_RDWR);
+}
+
+/* BLPOP's timeout argument for `ms`. */
+static void blpop_timeout(struct redis_client *c, int64_t ms, char out[32])
+{
+	if (atomic_load(&c->blpop_whole_seconds))
+		snprintf(out, 32, "%" PRId64, (ms + 999) / 1000);
+	else
+		snprintf(out, 32, "%" PRId64 ".%03d", ms / 1000, (int)(ms % 1000));
+}
+
+/* Our own connection failed or was shut down under us: drop it. */
+static dlock_status conn_lost(struct redis_client *c, struct fair_waiter *fw, dlock_wait *w, dlock_error *err)
+{
+	dlock_status st = dlock_wait_cancelled(w) == DLOCK_ECANCELED ? DLOCK_ECANCELED
+	                                                              : dlock_redis_io_error(fw->conn, &c->waits.ep, err);
+	dlock_redis_pool_discard(&c->waits, fw->conn);
+	fw->conn = NULL;
+	return st;
+}
+
+/* BLPOP's reply: DLOCK_OK with *token (granted), DLOCK_EBUSY (timed out, or a decimal timeout refused). */
+static dlock_status blpop_result(struct redis_client *c, redisReply *r, uint64_t *token, dlock_error *err)
+{
+	dlock_status st = DLOCK_EBUSY;
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING) {
+		*token = strtoull(r->element[1]->str, NULL, 10);
+		st = DLOCK_OK;
+	} else if (r->type == REDIS_REPLY_ERROR && strstr(r->str, "timeout")) {
+		atomic_store(&c->blpop_whole_seconds, 1); /* Redis < 6: "timeout is not an integer" */
+	} else if (r->type == REDIS_REPLY_ERROR) {
+		st = dlock_redis_reply_error(r, &c->waits.ep, "BLPOP", err);
+	}
+	freeReplyObject(r);
+	return st;
+}
+
+/*
+ * The enqueue script and, in the same write, BLPOP on our grant key for up
+ * to `ms`, on our own connection: one round trip to queue and be woken by
+ * the grant.  DLOCK_OK (*token, *from_send), DLOCK_EBUSY (*pttl_ms),
+ * ECANCELED, ECONNECT (the connection is then gone), or another error.
+ */
+static dlock_status enqueue_and_block(struct redis_client *c, struct redis_lock *lk, struct fair_waiter *fw,
+                                      int64_t ms, dlock_wait *w, uint64_t *token, int *from_send,
+                                      int64_t *pttl_ms, dlock_error *err)
+{
+	struct redis_args a;
+	char secs[32];
+	enqueue_args(lk, fw, 1, &a);
+	blpop_timeout(c, ms, secs);
+	const char *argv[3] = { "BLPOP", lk->grant, secs };
+	size_t len[3] = { 5, grant_key(lk), strlen(secs) };
+	if (dlock_redis_script_append(fw->conn, &c->scripts, REDIS_SCRIPT_ENQUEUE, 4, &a) != REDIS_OK ||
+	    redisAppendCommandArgv(fw->conn, 3, argv, len) != REDIS_OK)
+		return conn_lost(c, fw, w, err);
+	void *reply = NULL;
+	dlock_wait_set_interrupt(w, interrupt_blpop, fw->conn);
+	if (redisGetReply(fw->conn, &reply) != REDIS_OK) {
+		dlock_wait_set_interrupt(w, NULL, NULL);
+		return conn_lost(c, fw, w, err);
+	}
+	if (dlock_redis_is_error(reply, "NOSCRIPT")) {
+		/* The server lost the script (restart, SCRIPT FLUSH): the pooled path runs it by EVAL,
+		 * which loads it again. */
+		freeReplyObject(reply);
+		dlock_wait_set_interrupt(w, NULL, NULL);
+		dlock_redis_pool_discard(&c->waits, fw->conn);
+		fw->conn = NULL;
+		return enqueue(c, lk, fw, token, from_send, pttl_ms, err);
+	}
+	dlock_status st = enqueue_result(c, reply, token, from_send, pttl_ms, err);
+	if (st != DLOCK_OK && st != DLOCK_EBUSY) { /* the BLPOP would block for nothing */
+		dlock_wait_set_interrupt(w, NULL, NULL);
+		dlock_redis_pool_discard(&c->waits, fw->conn);
+		fw->conn = NULL;
+		return st;
+	}
+	/* Blocks only while we are queued: a script that took the lock fed the BLPOP. */
+	reply = NULL;
+	int read = redisGetReply(fw->conn, &reply);
+	dlock_wait_set_interrupt(w, NULL, NULL);
+	if (read != REDIS_OK) {
+		dlock_status lost = conn_lost(c, fw, w, err);
+		return st == DLOCK_OK ? st : lost;
+	}
+	uint64_t granted = 0;
+	dlock_status got = blpop_result(c, reply, &granted, err);
+	if (st != DLOCK_EBUSY)
+		return st;
+	if (got == DLOCK_OK) {
+		*token = granted;
+		*from_send = 1; /* granted after the script queued us */
+	}
+	return got;
+}
+
+/* How long to wait before looking again: the refresh, the holder's TTL, the caller's deadline. */
+static int64_t wait_ms(const struct redis_client *c, const struct fair_waiter *fw, int64_t pttl_ms,
+                       const dlock_wait *w)
+{
+	int64_t ms = fw->refresh_ms, left = dlock_wait_remaining_ms(w);
+	if (pttl_ms >= 0 && pttl_ms + 1 < ms)
+		ms = pttl_ms + 1;
+	if (left >= 0 && left < ms)
+		ms = left;
+	/* The socket's own timeout must not end a BLPOP that is on time. */
+	if (c->cfg.io_timeout_ms > 0 && ms > c->cfg.io_timeout_ms / 2)
+		ms = c->cfg.io_timeout_ms / 2;
+	return ms > 0 ? ms : 1;
+}
+
+/*
+ * One look: enqueue, and wait up to `ms` for a grant, on our own connection
+ * when one is free, else through the pool and asleep.  As enqueue_and_block.
+ */
+static dlock_status look(struct redis_client *c, struct redis_lock *lk, struct fair_waiter *fw, int64_t ms,
+                         dlock_wait *w, uint64_t *token, int *from_send, int64_t *pttl_ms, dlock_error *err)
+{
+	dlock_error busy = { "" };
+	if (!fw->conn && dlock_redis_pool_try_get(&c->waits, &fw->conn, &busy) != DLOCK_OK)
+		fw->conn = NULL;
+	if (fw->conn)
+		return enqueue_and_block(c, lk, fw, ms, w, token, from_send, pttl_ms, err);
+	dlock_status st = enqueue(c, lk, fw, token, from_send, pttl_ms, err);
+	if (st != DLOCK_EBUSY)
+		return st;
+	st = dlock_wait_sleep(w, wait_ms(c, fw, *pttl_ms, w) * REDIS_NS_PER_MS);
+	return st == DLOCK_OK ? DLOCK_EBUSY : st;
+}
+
+dlock_status dlock_redis_fair_wait(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
+                                   dlock_wait *w, dlock_acquired *out, dlock_error *err)
+{
+	struct fair_waiter fw;
+	fair_waiter_init(&fw, lease_ms, dlock_wait_wants_token(w));
+	dlock_status st = dlock_redis_new_owner(lk, err);
+	if (st != DLOCK_OK)
+		return st;
+	/* The lease of a grant started after the last look that found us queued was sent. */
+	int64_t queued_sent = dlock_monotonic_ns(), holder_until_ns = -1;
+	for (;;) {
+		uint64_t token = 0;
+		int from_send = 0;
+		int64_t sent = dlock_monotonic_ns(), pttl_ms = -1;
+		if (holder_until_ns >= 0)
+			pttl_ms = holder_until_ns > sent ? (holder_until_ns - sent) / REDIS_NS_PER_MS : 0;
+		st = look(c, lk, &fw, wait_ms(c, &fw, pttl_ms, w), w, &token, &from_send, &pttl_ms, err);
+		if (st == DLOCK_OK) {
+			*out = (dlock_acquired){ .token = token, .sent_ns = from_send ? sent : queued_sent };
+			break;
+		}
+		if (st == DLOCK_EBUSY) {
+			queued_sent = sent;
+			holder_until_ns = pttl_ms >= 0 ? sent + pttl_ms * REDIS_NS_PER_MS : -1;
+			st = dlock_wait_remaining_ms(w) == 0 ? DLOCK_ETIMEDOUT : dlock_wait_cancelled(w);
+		} else if (st == DLOCK_ECONNECT && !fw.conn) {
+			st = DLOCK_OK; /* our own connection broke: the next look says whether the server is there */
+		}
+		if (st != DLOCK_OK)
+			break;
+	}
+	dlock_redis_pool_put(&c->waits, fw.conn);
+	if (st == DLOCK_OK)
+		return st;
+	withdraw(c, lk);
+	lk->owner[0] = '\0';
+	return dlock_redis_wait_failed(c, st, err);
+}

@@ -1,0 +1,421 @@
+/*
+ * redis://...?fair=1 against a real redis-server (ci/servers/redis.sh):
+ * the waiter queue kept in Redis, what the release grants and to whom, and
+ * what happens to waiters that die, give up or lose their connection.  The
+ * contract shared with every backend (FIFO order included) is the
+ * conformance suite's, which CI also runs on a fair=1 URI.
+ *
+ *   DLOCK_TEST_REDIS_URI, DLOCK_TEST_REDIS_PORT, DLOCK_TEST_REDLOCK_URI
+ *
+ * A raw hiredis connection looks at the queue and, to reach the states a
+ * race would, writes to it as a release would.
+ */
+#include <CUnit/CUnit.h>
+#include <hiredis/hiredis.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlock/dlock.h"
+#include "testredis.h"
+#include "testsupport.h"
+
+#define LONG_WAIT_MS 30000
+#define AWAIT_MS 10000
+#define PROMPT_MS 2000 /* far below the 30 s lease that a grant gone astray would cost */
+#define LEASE_MS 30000
+
+static const char *redis_uri, *redlock_uri;
+static int redis_port;
+
+/* ------------------------------------------------------------ helpers */
+
+/* One name under a prefix of its own, and its keys on the server. */
+struct fair_name {
+	char prefix[64], uri[512];
+	char lock[256], queue[256], waiters[256];
+};
+
+static void fair_name_init(struct fair_name *n, const char *name)
+{
+	dlock_testredis_prefix(n->prefix, sizeof n->prefix);
+	dlock_testredis_uri(n->uri, sizeof n->uri, redis_uri, n->prefix, "fair=1");
+	dlock_testredis_key(n->lock, sizeof n->lock, n->prefix, name, "lock");
+	dlock_testredis_key(n->queue, sizeof n->queue, n->prefix, name, "queue");
+	dlock_testredis_key(n->waiters, sizeof n->waiters, n->prefix, name, "waiters");
+}
+
+static dlock_client *open_fair(const struct fair_name *n)
+{
+	dlock_client *c = dlock_test_open(n->uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	return c;
+}
+
+static long long raw_int(const char *fmt, const char *key)
+{
+	redisContext *ctx = dlock_testredis_raw(redis_port);
+	redisReply *r = redisCommand(ctx, fmt, key);
+	long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+	freeReplyObject(r);
+	redisFree(ctx);
+	return v;
+}
+
+struct queue_len {
+	const char *queue;
+	long long n;
+};
+
+static int queue_has(void *arg)
+{
+	struct queue_len *q = arg;
+	return raw_int("LLEN %s", q->queue) == q->n;
+}
+
+/* Await `n` owners in the queue. */
+static void await_queued(const struct fair_name *n, long long len)
+{
+	struct queue_len q = { n->queue, len };
+	CU_ASSERT_FATAL(dlock_test_await(queue_has, &q, AWAIT_MS));
+}
+
+/* The owner value at `index` of the queue, into out. */
+static void queued_owner(const struct fair_name *n, int index, char *out, size_t len)
+{
+	redisContext *ctx = dlock_testredis_raw(redis_port);
+	redisReply *r = redisCommand(ctx, "LINDEX %s %d", n->queue, index);
+	CU_ASSERT_FATAL(r && r->type == REDIS_REPLY_STRING);
+	snprintf(out, len, "%s", r->str);
+	freeReplyObject(r);
+	redisFree(ctx);
+}
+
+/* What a release does, minus the push that wakes the waiter: a grant whose message went astray. */
+static void grant_silently(const struct fair_name *n, const char *owner)
+{
+	redisContext *ctx = dlock_testredis_raw(redis_port);
+	redisReply *r = redisCommand(ctx, "SET %s %s PX %d", n->lock, owner, LEASE_MS);
+	CU_ASSERT(r && r->type == REDIS_REPLY_STATUS);
+	freeReplyObject(r);
+	r = redisCommand(ctx, "LREM %s 1 %s", n->queue, owner);
+	CU_ASSERT(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+	freeReplyObject(r);
+	r = redisCommand(ctx, "HDEL %s %s", n->waiters, owner);
+	CU_ASSERT(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+	freeReplyObject(r);
+	redisFree(ctx);
+}
+
+/* The queue and its entries are gone, and no grant key is left behind. */
+static void assert_queue_gone(const struct fair_name *n)
+{
+	char pattern[128];
+	CU_ASSERT_EQUAL(raw_int("EXISTS %s", n->queue), 0);
+	CU_ASSERT_EQUAL(raw_int("EXISTS %s", n->waiters), 0);
+	snprintf(pattern, sizeof pattern, "%s:*grant*", n->prefix);
+	redisContext *ctx = dlock_testredis_raw(redis_port);
+	redisReply *r = redisCommand(ctx, "KEYS %s", pattern);
+	CU_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements == 0);
+	freeReplyObject(r);
+	redisFree(ctx);
+}
+
+/* ------------------------------------------------------------ tests */
+
+static void test_uris(void)
+{
+	char uri[512], msg[512];
+	dlock_client *c = NULL;
+	snprintf(uri, sizeof uri, "%s?fair=maybe", redis_uri);
+	CU_ASSERT_EQUAL(dlock_client_open(&c, uri, NULL, msg, sizeof msg), DLOCK_EURI);
+	CU_ASSERT_PTR_NOT_NULL(strstr(msg, "'fair'"));
+	snprintf(uri, sizeof uri, "%s?fair=1", redlock_uri);
+	CU_ASSERT_EQUAL(dlock_client_open(&c, uri, NULL, msg, sizeof msg), DLOCK_EURI);
+	CU_ASSERT_PTR_NOT_NULL(strstr(msg, "RedLock"));
+	CU_ASSERT_PTR_NULL(c);
+
+	const char *fair[] = { "fair=0", "fair=1" };
+	for (int i = 0; i < 2; i++) {
+		dlock_capabilities caps;
+		snprintf(uri, sizeof uri, "%s?%s", redis_uri, fair[i]);
+		c = dlock_test_open(uri, NULL, NULL);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+		dlock_client_capabilities(c, &caps);
+		CU_ASSERT_EQUAL(caps.fair, i);
+		dlock_client_close(c);
+	}
+}
+
+/* A release hands the key to the queued waiter, who holds it at once; nothing is left after. */
+static void test_release_grants(void)
+{
+	struct fair_name n;
+	fair_name_init(&n, "grant");
+	dlock_client *a = open_fair(&n), *b = open_fair(&n);
+	dlock_lock *la = dlock_test_new_lock(a, "grant"), *lb = dlock_test_new_lock(b, "grant");
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(la, 0, LEASE_MS, -1, NULL, NULL), DLOCK_OK);
+	uint64_t first = dlock_test_token(la);
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, lb, LONG_WAIT_MS, LEASE_MS);
+	await_queued(&n, 1);
+	char owner[64];
+	queued_owner(&n, 0, owner, sizeof owner);
+
+	int64_t released = dlock_test_now_ms();
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, LONG_WAIT_MS), DLOCK_OK);
+	CU_ASSERT(w.at_ms - released < PROMPT_MS);
+	CU_ASSERT(w.token > first); /* the release took the grantee's token */
+	CU_ASSERT_EQUAL(dlock_check(lb), DLOCK_OK);
+	redisContext *ctx = dlock_testredis_raw(redis_port);
+	redisReply *r = redisCommand(ctx, "GET %s", n.lock);
+	CU_ASSERT(r && r->type == REDIS_REPLY_STRING && strcmp(r->str, owner) == 0);
+	freeReplyObject(r);
+	redisFree(ctx);
+	CU_ASSERT(raw_int("PTTL %s", n.lock) > LEASE_MS / 2); /* the waiter's lease */
+	assert_queue_gone(&n);
+
+	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
+	CU_ASSERT_EQUAL(raw_int("EXISTS %s", n.lock), 0);
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	dlock_client_close(a);
+	dlock_client_close(b);
+}
+
+/* A child that, once a byte arrives on *go, queues for `name` and never returns (it is killed). */
+static pid_t queue_in_child(const struct fair_name *n, const char *name, int *go)
+{
+	int fds[2];
+	CU_ASSERT_FATAL(pipe(fds) == 0);
+	pid_t pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		char b;
+		dlock_client *c = NULL;
+		dlock_lock *l = NULL;
+		close(fds[1]);
+		if (read(fds[0], &b, 1) == 1 && dlock_client_open(&c, n->uri, NULL, NULL, 0) == DLOCK_OK &&
+		    dlock_lock_new(c, name, &l) == DLOCK_OK)
+			dlock_test_acquire(l, LONG_WAIT_MS, LEASE_MS, 0, NULL, NULL);
+		_exit(1);
+	}
+	close(fds[0]);
+	*go = fds[1];
+	return pid;
+}
+
+struct deadline_passed {
+	const struct fair_name *n;
+	const char *owner;
+};
+
+/* The server's clock is past the deadline of `owner`'s queue entry. */
+static int entry_expired(void *arg)
+{
+	struct deadline_passed *d = arg;
+	redisContext *ctx = dlock_testredis_raw(redis_port);
+	redisReply *e = redisCommand(ctx, "HGET %s %s", d->n->waiters, d->owner);
+	redisReply *t = redisCommand(ctx, "TIME");
+	int passed = 0;
+	if (e && e->type == REDIS_REPLY_STRING && t && t->type == REDIS_REPLY_ARRAY && t->elements == 2)
+		passed = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000 > atoll(e->str);
+	freeReplyObject(e);
+	freeReplyObject(t);
+	redisFree(ctx);
+	return passed;
+}
+
+/*
+ * A waiter that died is dropped once its deadline (3 refreshes) has passed
+ * and never granted: the live waiter behind it gets the lock at once, not
+ * after the dead one's lease.
+ */
+static void test_dead_waiter_skipped(void)
+{
+	struct fair_name n;
+	fair_name_init(&n, "dead");
+	int go;
+	pid_t child = queue_in_child(&n, "dead", &go); /* before any thread of ours exists */
+	dlock_client *a = open_fair(&n), *b = open_fair(&n);
+	dlock_lock *la = dlock_test_new_lock(a, "dead"), *lb = dlock_test_new_lock(b, "dead");
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(la, 0, LEASE_MS, -1, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_FATAL(write(go, "g", 1) == 1);
+	close(go);
+	await_queued(&n, 1);
+	char dead[64];
+	queued_owner(&n, 0, dead, sizeof dead);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, lb, LONG_WAIT_MS, LEASE_MS);
+	await_queued(&n, 2);
+	struct deadline_passed d = { &n, dead };
+	CU_ASSERT(dlock_test_await(entry_expired, &d, AWAIT_MS));
+
+	int64_t released = dlock_test_now_ms();
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, LONG_WAIT_MS), DLOCK_OK);
+	CU_ASSERT(w.at_ms - released < PROMPT_MS);
+	assert_queue_gone(&n);
+	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	dlock_client_close(a);
+	dlock_client_close(b);
+}
+
+/* A grant that never woke its waiter (its push lost) is found when the waiter looks again. */
+static void test_missed_grant_found(void)
+{
+	struct fair_name n;
+	fair_name_init(&n, "missed");
+	dlock_client *a = open_fair(&n), *b = open_fair(&n);
+	dlock_lock *la = dlock_test_new_lock(a, "missed"), *lb = dlock_test_new_lock(b, "missed");
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(la, 0, LEASE_MS, -1, NULL, NULL), DLOCK_OK);
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, lb, LONG_WAIT_MS, 400); /* looks again every 100 ms */
+	await_queued(&n, 1);
+	char owner[64];
+	queued_owner(&n, 0, owner, sizeof owner);
+	grant_silently(&n, owner);
+
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, LONG_WAIT_MS), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_check(lb), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_ENOTHELD); /* the key went to b */
+	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
+	assert_queue_gone(&n);
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	dlock_client_close(a);
+	dlock_client_close(b);
+}
+
+/*
+ * A waiter whose wait ends leaves the queue; if a release granted it the
+ * lock meanwhile (here silently, as in a race with its cancellation),
+ * leaving hands the lock on to the next waiter instead of keeping it for a
+ * lease.
+ */
+static void test_withdraw_hands_on(void)
+{
+	struct fair_name n;
+	fair_name_init(&n, "withdraw");
+	dlock_client *a = open_fair(&n), *b = open_fair(&n), *c = open_fair(&n);
+	dlock_lock *la = dlock_test_new_lock(a, "withdraw"), *lb = dlock_test_new_lock(b, "withdraw"),
+	           *lc = dlock_test_new_lock(c, "withdraw");
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(la, 0, LEASE_MS, -1, NULL, NULL), DLOCK_OK);
+	dlock_test_waiter patient, impatient;
+	dlock_test_waiter_start(&patient, lc, LONG_WAIT_MS, LEASE_MS);
+	await_queued(&n, 1);
+	dlock_test_waiter_start(&impatient, lb, 200, LEASE_MS);
+	await_queued(&n, 2);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&impatient, LONG_WAIT_MS), DLOCK_ETIMEDOUT);
+	CU_ASSERT_EQUAL(raw_int("LLEN %s", n.queue), 1); /* timed out: gone from the queue */
+
+	dlock_test_waiter_start(&impatient, lb, LONG_WAIT_MS, LEASE_MS);
+	await_queued(&n, 2);
+	char owner[64];
+	queued_owner(&n, 1, owner, sizeof owner);
+	grant_silently(&n, owner);
+	CU_ASSERT_EQUAL(dlock_cancel(lb), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&impatient, LONG_WAIT_MS), DLOCK_ECANCELED);
+	int64_t withdrawn = impatient.at_ms;
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&patient, LONG_WAIT_MS), DLOCK_OK);
+	CU_ASSERT(patient.at_ms - withdrawn < PROMPT_MS);
+	CU_ASSERT_EQUAL(dlock_check(lc), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(dlock_release(lc), DLOCK_OK);
+	assert_queue_gone(&n);
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	dlock_lock_free(lc);
+	dlock_client_close(a);
+	dlock_client_close(b);
+	dlock_client_close(c);
+}
+
+/* Kill every connection blocked in BLPOP on the server; 1 when there was one. */
+static int kill_blocked(void *arg)
+{
+	(void)arg;
+	int killed = 0;
+	redisContext *ctx = dlock_testredis_raw(redis_port);
+	redisReply *list = redisCommand(ctx, "CLIENT LIST TYPE normal");
+	for (char *line = list && list->type != REDIS_REPLY_ERROR ? list->str : NULL; line && *line;) {
+		char *end = strchr(line, '\n'), *id = strstr(line, "id=");
+		if (end)
+			*end = '\0';
+		if (id && strstr(line, " cmd=blpop ")) {
+			redisReply *r = redisCommand(ctx, "CLIENT KILL ID %lld", atoll(id + 3));
+			killed += r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+			freeReplyObject(r);
+		}
+		line = end ? end + 1 : NULL;
+	}
+	freeReplyObject(list);
+	redisFree(ctx);
+	return killed > 0;
+}
+
+/* The connection a waiter blocks on is killed by the server: it queues again and still gets the lock. */
+static void test_blocked_connection_killed(void)
+{
+	struct fair_name n;
+	fair_name_init(&n, "killed");
+	dlock_client *a = open_fair(&n), *b = open_fair(&n);
+	dlock_lock *la = dlock_test_new_lock(a, "killed"), *lb = dlock_test_new_lock(b, "killed");
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(la, 0, LEASE_MS, -1, NULL, NULL), DLOCK_OK);
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, lb, LONG_WAIT_MS, LEASE_MS);
+	await_queued(&n, 1);
+	/* Other programs' fair waiters may be killed too: recovering is what they promise as well. */
+	CU_ASSERT(dlock_test_await(kill_blocked, NULL, AWAIT_MS));
+
+	int64_t released = dlock_test_now_ms();
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, LONG_WAIT_MS), DLOCK_OK);
+	CU_ASSERT(w.at_ms - released < PROMPT_MS);
+	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
+	assert_queue_gone(&n);
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	dlock_client_close(a);
+	dlock_client_close(b);
+}
+
+static void add_suites(void)
+{
+	CU_pSuite s = CU_add_suite("redis fair=1", NULL, NULL);
+	CU_add_test(s, "fair= is a boolean, one instance only; capabilities say fair", test_uris);
+	CU_add_test(s, "a release grants the queued waiter; nothing left behind", test_release_grants);
+	CU_add_test(s, "a dead waiter past its deadline is skipped", test_dead_waiter_skipped);
+	CU_add_test(s, "a grant that did not wake its waiter is found", test_missed_grant_found);
+	CU_add_test(s, "a waiter that gives up hands on a grant it never saw", test_withdraw_hands_on);
+	CU_add_test(s, "a waiter's blocked connection killed: it still gets the lock", test_blocked_connection_killed);
+}
+
+static const char *env(const char *key)
+{
+	const char *v = getenv(key);
+	return v && *v ? v : NULL;
+}
+
+int main(void)
+{
+	redis_uri = env("DLOCK_TEST_REDIS_URI");
+	redlock_uri = env("DLOCK_TEST_REDLOCK_URI");
+	const char *port = env("DLOCK_TEST_REDIS_PORT");
+	if (!redis_uri || !redlock_uri || !port) {
+		const char *req = getenv("DLOCK_TEST_REQUIRE_ALL");
+		printf("SKIPPED: no redis server (DLOCK_TEST_REDIS_URI unset)\n");
+		return req && strcmp(req, "1") == 0 ? 1 : 0;
+	}
+	redis_port = atoi(port);
+	return dlock_test_main(add_suites);
+}
