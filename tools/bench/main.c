@@ -26,11 +26,13 @@ static int describe(const struct bench_opts *o, const struct bench_target *t, st
 	}
 	dlock_client_capabilities(c, caps);
 	snprintf(proto->uri, sizeof proto->uri, "%s", dlock_client_uri(c));
-	/* The two PostgreSQL modes are different lock mechanisms: tell them apart in tables and charts. */
-	char mode[16];
+	/* PostgreSQL's two modes, and Redis with its queue, are different lock mechanisms: tell them
+	 * apart in tables and charts (a fair backend is fair anyway: only an option that makes it so counts). */
+	char mode[16], fair[8];
 	int row = bench_uri_param(t->uri, "mode", mode, sizeof mode) == 0 && strcmp(mode, "row") == 0;
-	snprintf(proto->backend, sizeof proto->backend, "%s%s%s", caps->backend, row ? "-row" : "",
-	         o->fencing ? "+token" : "");
+	int fair_opt = bench_uri_param(t->uri, "fair", fair, sizeof fair) == 0 && caps->fair;
+	snprintf(proto->backend, sizeof proto->backend, "%s%s%s%s", caps->backend, row ? "-row" : "",
+	         fair_opt ? "-fair" : "", o->fencing ? "+token" : "");
 	proto->fencing = o->fencing;
 	dlock_client_close(c);
 	return 0;
