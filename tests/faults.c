@@ -10,19 +10,6 @@
 
 #include "testsupport.h"
 
-const char *ft_env(const char *key)
-{
-	const char *v = getenv(key);
-	return v && *v ? v : NULL;
-}
-
-int ft_skip(const char *why)
-{
-	const char *req = getenv("DLOCK_TEST_REQUIRE_ALL");
-	printf("SKIPPED: %s\n", why);
-	return req && strcmp(req, "1") == 0 ? 1 : 0;
-}
-
 dlock_client *ft_open(const char *uri)
 {
 	dlock_client *c = dlock_test_open(uri, NULL, NULL);

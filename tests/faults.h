@@ -18,11 +18,6 @@
 #define FT_AWAIT_MS 20000
 #define FT_SLACK_MS 1500      /* on every upper timing bound: sanitizers, loaded machines */
 
-/** getenv(), with "" as NULL. */
-const char *ft_env(const char *key);
-/** Say SKIPPED (and why); the exit status: 1 under DLOCK_TEST_REQUIRE_ALL=1, else 0. */
-int ft_skip(const char *why);
-
 /** dlock_test_open() asserting (not fatally) that it worked. */
 dlock_client *ft_open(const char *uri);
 /** dlock_test_new_lock() asserting (not fatally), when `c` is set, that it worked. */

@@ -41,7 +41,7 @@ static void via(char *out, size_t len, const faultproxy *px, const char *params)
 /* The test's own libpq connection, for pg_terminate_backend. */
 static PGconn *monitor(void)
 {
-	PGconn *pg = PQconnectdb(ft_env("DLOCK_TEST_PG_URI"));
+	PGconn *pg = PQconnectdb(dlock_test_env("DLOCK_TEST_PG_URI"));
 	if (PQstatus(pg) != CONNECTION_OK)
 		printf("\n    monitor: %s", PQerrorMessage(pg));
 	CU_ASSERT_EQUAL(PQstatus(pg), CONNECTION_OK);
@@ -243,7 +243,7 @@ static void log_warn(void *userdata, dlock_log_level level, const char *msg)
  */
 static void test_bouncer_advisory(void)
 {
-	const char *row = ft_env("DLOCK_TEST_PG_BOUNCER_URI");
+	const char *row = dlock_test_env("DLOCK_TEST_PG_BOUNCER_URI");
 	char uri[512], err[512] = "";
 	const char *q = row ? strstr(row, "mode=row") : NULL;
 	if (!q) {
@@ -280,13 +280,13 @@ static void test_bouncer_advisory(void)
 
 static int init_advisory(void)
 {
-	mode_uri = ft_env("DLOCK_TEST_PG_URI");
+	mode_uri = dlock_test_env("DLOCK_TEST_PG_URI");
 	return mode_uri ? 0 : 1;
 }
 
 static int init_row(void)
 {
-	mode_uri = ft_env("DLOCK_TEST_PG_ROW_URI");
+	mode_uri = dlock_test_env("DLOCK_TEST_PG_ROW_URI");
 	return mode_uri ? 0 : 1;
 }
 
@@ -309,9 +309,9 @@ static void add_suites(void)
 
 int main(void)
 {
-	const char *port = ft_env("DLOCK_TEST_PG_PORT");
-	if (!ft_env("DLOCK_TEST_PG_URI") || !ft_env("DLOCK_TEST_PG_ROW_URI") || !port)
-		return ft_skip("no PostgreSQL server (DLOCK_TEST_PG_URI unset)");
+	const char *port = dlock_test_env("DLOCK_TEST_PG_PORT");
+	if (!dlock_test_env("DLOCK_TEST_PG_URI") || !dlock_test_env("DLOCK_TEST_PG_ROW_URI") || !port)
+		return dlock_test_skip("no PostgreSQL server (DLOCK_TEST_PG_URI unset)");
 	pg_port = atoi(port);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	return dlock_test_main(add_suites);

@@ -328,11 +328,11 @@ static void add_suites(void)
 
 int main(void)
 {
-	redis_uri = ft_env("DLOCK_TEST_REDIS_URI");
-	const char *port = ft_env("DLOCK_TEST_REDIS_PORT"), *ports = ft_env("DLOCK_TEST_REDLOCK_PORTS");
+	redis_uri = dlock_test_env("DLOCK_TEST_REDIS_URI");
+	const char *port = dlock_test_env("DLOCK_TEST_REDIS_PORT"), *ports = dlock_test_env("DLOCK_TEST_REDLOCK_PORTS");
 	if (!redis_uri || !port || !ports ||
 	    sscanf(ports, "%d %d %d", &redlock_ports[0], &redlock_ports[1], &redlock_ports[2]) != 3)
-		return ft_skip("no redis server (DLOCK_TEST_REDIS_URI unset)");
+		return dlock_test_skip("no redis server (DLOCK_TEST_REDIS_URI unset)");
 	redis_port = atoi(port);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	return dlock_test_main(add_suites);

@@ -322,9 +322,9 @@ static void add_suites(void)
 
 int main(void)
 {
-	const char *port = ft_env("DLOCK_TEST_ZK_PORT");
-	if (!ft_env("DLOCK_TEST_ZK_URI") || !port)
-		return ft_skip("no ZooKeeper server (DLOCK_TEST_ZK_URI unset)");
+	const char *port = dlock_test_env("DLOCK_TEST_ZK_PORT");
+	if (!dlock_test_env("DLOCK_TEST_ZK_URI") || !port)
+		return dlock_test_skip("no ZooKeeper server (DLOCK_TEST_ZK_URI unset)");
 	zk_port = atoi(port);
 	snprintf(zk_hosts, sizeof zk_hosts, "127.0.0.1:%d", zk_port);
 	zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);

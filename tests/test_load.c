@@ -272,8 +272,8 @@ static void add_suites(void)
 int main(void)
 {
 	static char zk_uri[512];
-	const char *redis = ft_env("DLOCK_TEST_REDIS_URI"), *zk = ft_env("DLOCK_TEST_ZK_URI"),
-		   *pg = ft_env("DLOCK_TEST_PG_URI");
+	const char *redis = dlock_test_env("DLOCK_TEST_REDIS_URI"), *zk = dlock_test_env("DLOCK_TEST_ZK_URI"),
+		   *pg = dlock_test_env("DLOCK_TEST_PG_URI");
 	if (redis)
 		backends[nbackends++] = (struct backend){ "redis", redis, 10000, 100000 };
 	if (zk) {
@@ -285,7 +285,7 @@ int main(void)
 		backends[nbackends++] = (struct backend){ "postgres", pg, 10000, 100000 };
 	const char *req = getenv("DLOCK_TEST_REQUIRE_ALL");
 	if (nbackends == 0 || (req && strcmp(req, "1") == 0 && nbackends < 3))
-		return ft_skip("a server backend is missing (DLOCK_TEST_REDIS_URI, DLOCK_TEST_ZK_URI, DLOCK_TEST_PG_URI)");
+		return dlock_test_skip("a server backend is missing (DLOCK_TEST_REDIS_URI, DLOCK_TEST_ZK_URI, DLOCK_TEST_PG_URI)");
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	return dlock_test_main(add_suites);
 }

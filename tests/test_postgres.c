@@ -50,12 +50,6 @@ static int expect(dlock_status got, dlock_status want)
 	return got == want;
 }
 
-static const char *env(const char *name)
-{
-	const char *v = getenv(name);
-	return v && *v ? v : NULL;
-}
-
 /* `base` with "key=value" appended as a query parameter. */
 static void uri_with(char *out, size_t outlen, const char *base, const char *param)
 {
@@ -99,7 +93,7 @@ static dlock_status acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl
 /* The test's own libpq connection (advisory URI: plain libpq). */
 static PGconn *monitor(void)
 {
-	PGconn *pg = PQconnectdb(env("DLOCK_TEST_PG_URI"));
+	PGconn *pg = PQconnectdb(dlock_test_env("DLOCK_TEST_PG_URI"));
 	if (PQstatus(pg) != CONNECTION_OK)
 		printf("\n    monitor: %s", PQerrorMessage(pg));
 	CU_ASSERT_EQUAL(PQstatus(pg), CONNECTION_OK);
@@ -242,7 +236,7 @@ static dlock_status open_status(const char *uri, char *err, size_t errlen, int64
 
 static void test_wrong_password(void)
 {
-	const char *pw_uri = env("DLOCK_TEST_PG_PW_URI");
+	const char *pw_uri = dlock_test_env("DLOCK_TEST_PG_PW_URI");
 	if (!pw_uri) {
 		CU_PASS("no DLOCK_TEST_PG_PW_URI");
 		return;
@@ -273,7 +267,7 @@ static void test_wrong_password(void)
 static void test_missing_database(void)
 {
 	char uri[1024], err[512] = "";
-	const char *base = env("DLOCK_TEST_PG_URI");
+	const char *base = dlock_test_env("DLOCK_TEST_PG_URI");
 	const char *slash = strrchr(base, '/');
 	snprintf(uri, sizeof uri, "%.*s/no_such_db_%ld", (int)(slash - base), base, (long)getpid());
 	int64_t ms;
@@ -305,14 +299,14 @@ static void test_refused(void)
 	CU_ASSERT(ms < 2000);
 	CU_ASSERT(strstr(err, "secret") == NULL);
 	/* A host list: the first refuses, the second serves (failover). */
-	const char *base = env("DLOCK_TEST_PG_URI"), *host = strchr(base, '@') + 1;
+	const char *base = dlock_test_env("DLOCK_TEST_PG_URI"), *host = strchr(base, '@') + 1;
 	snprintf(uri, sizeof uri, "postgres://dlock@127.0.0.1:%d,%s", closed_port(), host);
 	CU_ASSERT_EQUAL(open_status(uri, err, sizeof err, &ms), DLOCK_OK);
 }
 
 static void test_uri_params(void)
 {
-	const char *base = env("DLOCK_TEST_PG_URI");
+	const char *base = dlock_test_env("DLOCK_TEST_PG_URI");
 	static const struct {
 		const char *param;
 		dlock_status want;
@@ -342,7 +336,7 @@ static void test_uri_params(void)
 /* A role that may create nothing: open says what SQL to run. */
 static void test_missing_privilege(void)
 {
-	const char *pw_uri = env("DLOCK_TEST_PG_PW_URI");
+	const char *pw_uri = dlock_test_env("DLOCK_TEST_PG_PW_URI");
 	if (!pw_uri) {
 		CU_PASS("no DLOCK_TEST_PG_PW_URI");
 		return;
@@ -355,7 +349,7 @@ static void test_missing_privilege(void)
 	printf("\n    %s", err);
 	CU_ASSERT(strstr(err, "CREATE TABLE") != NULL);
 	/* The sequence exists (the owner made it) but this role may not use it. */
-	dlock_client_close(open_uri(env("DLOCK_TEST_PG_URI")));
+	dlock_client_close(open_uri(dlock_test_env("DLOCK_TEST_PG_URI")));
 	CU_ASSERT_EQUAL(open_status(pw_uri, err, sizeof err, &ms), DLOCK_EPERM);
 	CU_ASSERT(strstr(err, "GRANT USAGE ON SEQUENCE") != NULL);
 }
@@ -366,7 +360,7 @@ static void test_cloexec(void)
 	char before[1024] = { 0 };
 	for (int fd = 0; fd < 1024; fd++)
 		before[fd] = fcntl(fd, F_GETFD) >= 0;
-	dlock_client *c = open_uri(env("DLOCK_TEST_PG_URI"));
+	dlock_client *c = open_uri(dlock_test_env("DLOCK_TEST_PG_URI"));
 	char name[128];
 	unique_name(name, sizeof name, "cloexec");
 	dlock_lock *l = new_lock(c, name);
@@ -443,7 +437,7 @@ static void test_idle_session_ends(void)
 	unique_name(name, sizeof name, "idle");
 	snprintf(app, sizeof app, "dlock-idle-%ld-%u", (long)getpid(), name_counter);
 	snprintf(param, sizeof param, "application_name=%s", app);
-	uri_with(uri, sizeof uri, env("DLOCK_TEST_PG_URI"), param);
+	uri_with(uri, sizeof uri, dlock_test_env("DLOCK_TEST_PG_URI"), param);
 	dlock_client *c = open_uri(uri);
 	dlock_lock *l = new_lock(c, name);
 	idle_watch w = { .mon = monitor(), .app = app };
@@ -816,14 +810,14 @@ static void test_rollback(void)
 
 static int init_advisory(void)
 {
-	mode_uri = env("DLOCK_TEST_PG_URI");
+	mode_uri = dlock_test_env("DLOCK_TEST_PG_URI");
 	mode_is_row = via_bouncer = 0;
 	return mode_uri ? 0 : 1;
 }
 
 static int init_row(void)
 {
-	mode_uri = env("DLOCK_TEST_PG_ROW_URI");
+	mode_uri = dlock_test_env("DLOCK_TEST_PG_ROW_URI");
 	mode_is_row = 1;
 	via_bouncer = 0;
 	return mode_uri ? 0 : 1;
@@ -831,7 +825,7 @@ static int init_row(void)
 
 static int init_bouncer(void)
 {
-	mode_uri = env("DLOCK_TEST_PG_BOUNCER_URI");
+	mode_uri = dlock_test_env("DLOCK_TEST_PG_BOUNCER_URI");
 	mode_is_row = via_bouncer = 1;
 	return mode_uri ? 0 : 1;
 }
@@ -870,7 +864,7 @@ static void add_suites(void)
 	CU_add_test(s, "idle_session_ends", test_idle_session_ends);
 	add_mode_suite("postgres-advisory", init_advisory);
 	add_mode_suite("postgres-row", init_row);
-	if (env("DLOCK_TEST_PG_BOUNCER_URI"))
+	if (dlock_test_env("DLOCK_TEST_PG_BOUNCER_URI"))
 		add_mode_suite("postgres-row-pgbouncer", init_bouncer);
 	else
 		printf("SKIPPED: postgres-row-pgbouncer (DLOCK_TEST_PG_BOUNCER_URI unset)\n");
@@ -878,10 +872,8 @@ static void add_suites(void)
 
 int main(void)
 {
-	if (!env("DLOCK_TEST_PG_URI") || !env("DLOCK_TEST_PG_ROW_URI")) {
-		const char *req = getenv("DLOCK_TEST_REQUIRE_ALL");
-		printf("SKIPPED: no PostgreSQL server (DLOCK_TEST_PG_URI unset)\n");
-		return req && strcmp(req, "1") == 0 ? 1 : 0;
+	if (!dlock_test_env("DLOCK_TEST_PG_URI") || !dlock_test_env("DLOCK_TEST_PG_ROW_URI")) {
+		return dlock_test_skip("no PostgreSQL server (DLOCK_TEST_PG_URI unset)");
 	}
 	return dlock_test_main(add_suites);
 }

@@ -969,24 +969,16 @@ static void add_suites(void)
 	CU_add_test(r, "contended: 16 threads in 4 processes", test_contended_redlock);
 }
 
-static const char *env(const char *key)
-{
-	const char *v = getenv(key);
-	return v && *v ? v : NULL;
-}
-
 int main(void)
 {
-	redis_uri = env("DLOCK_TEST_REDIS_URI");
-	redlock_uri = env("DLOCK_TEST_REDLOCK_URI");
-	unix_uri = env("DLOCK_TEST_REDIS_UNIX_URI");
-	ctl = env("DLOCK_TEST_REDIS_CTL");
-	const char *port = env("DLOCK_TEST_REDIS_PORT"), *ports = env("DLOCK_TEST_REDLOCK_PORTS");
+	redis_uri = dlock_test_env("DLOCK_TEST_REDIS_URI");
+	redlock_uri = dlock_test_env("DLOCK_TEST_REDLOCK_URI");
+	unix_uri = dlock_test_env("DLOCK_TEST_REDIS_UNIX_URI");
+	ctl = dlock_test_env("DLOCK_TEST_REDIS_CTL");
+	const char *port = dlock_test_env("DLOCK_TEST_REDIS_PORT"), *ports = dlock_test_env("DLOCK_TEST_REDLOCK_PORTS");
 	if (!redis_uri || !redlock_uri || !ctl || !port || !ports ||
 	    sscanf(ports, "%d %d %d", &redlock_ports[0], &redlock_ports[1], &redlock_ports[2]) != 3) {
-		const char *req = getenv("DLOCK_TEST_REQUIRE_ALL");
-		printf("SKIPPED: no redis server (DLOCK_TEST_REDIS_URI unset)\n");
-		return req && strcmp(req, "1") == 0 ? 1 : 0;
+		return dlock_test_skip("no redis server (DLOCK_TEST_REDIS_URI unset)");
 	}
 	redis_port = atoi(port);
 	return dlock_test_main(add_suites);

@@ -48,11 +48,32 @@ static void fair_name_init(struct fair_name *n, const char *name)
 	dlock_testredis_key(n->waiters, sizeof n->waiters, n->prefix, name, "waiters");
 }
 
-static dlock_client *open_fair(const struct fair_name *n)
+/* Clients of one name, each with a handle on it; the first holds the lock. */
+#define PARTY_MAX 3
+struct party {
+	struct fair_name n; /* set by the caller */
+	int size;
+	dlock_client *c[PARTY_MAX];
+	dlock_lock *l[PARTY_MAX];
+};
+
+static void party_open(struct party *p, const char *name, int size)
 {
-	dlock_client *c = dlock_test_open(n->uri, NULL, NULL);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
-	return c;
+	p->size = size;
+	for (int i = 0; i < size; i++) {
+		p->c[i] = dlock_test_open(p->n.uri, NULL, NULL);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(p->c[i]);
+		p->l[i] = dlock_test_new_lock(p->c[i], name);
+	}
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(p->l[0], 0, LEASE_MS, -1, NULL, NULL), DLOCK_OK);
+}
+
+static void party_close(struct party *p)
+{
+	for (int i = 0; i < p->size; i++) {
+		dlock_lock_free(p->l[i]);
+		dlock_client_close(p->c[i]);
+	}
 }
 
 static long long raw_int(const char *fmt, const char *key)
@@ -153,17 +174,16 @@ static void test_uris(void)
 /* A release hands the key to the queued waiter, who holds it at once; nothing is left after. */
 static void test_release_grants(void)
 {
-	struct fair_name n;
-	fair_name_init(&n, "grant");
-	dlock_client *a = open_fair(&n), *b = open_fair(&n);
-	dlock_lock *la = dlock_test_new_lock(a, "grant"), *lb = dlock_test_new_lock(b, "grant");
-	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(la, 0, LEASE_MS, -1, NULL, NULL), DLOCK_OK);
+	struct party p;
+	fair_name_init(&p.n, "grant");
+	party_open(&p, "grant", 2);
+	dlock_lock *la = p.l[0], *lb = p.l[1];
 	uint64_t first = dlock_test_token(la);
 	dlock_test_waiter w;
 	dlock_test_waiter_start(&w, lb, LONG_WAIT_MS, LEASE_MS);
-	await_queued(&n, 1);
+	await_queued(&p.n, 1);
 	char owner[64];
-	queued_owner(&n, 0, owner, sizeof owner);
+	queued_owner(&p.n, 0, owner, sizeof owner);
 
 	int64_t released = dlock_test_now_ms();
 	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
@@ -172,19 +192,16 @@ static void test_release_grants(void)
 	CU_ASSERT(w.token > first); /* the release took the grantee's token */
 	CU_ASSERT_EQUAL(dlock_check(lb), DLOCK_OK);
 	redisContext *ctx = dlock_testredis_raw(redis_port);
-	redisReply *r = redisCommand(ctx, "GET %s", n.lock);
+	redisReply *r = redisCommand(ctx, "GET %s", p.n.lock);
 	CU_ASSERT(r && r->type == REDIS_REPLY_STRING && strcmp(r->str, owner) == 0);
 	freeReplyObject(r);
 	redisFree(ctx);
-	CU_ASSERT(raw_int("PTTL %s", n.lock) > LEASE_MS / 2); /* the waiter's lease */
-	assert_queue_gone(&n);
+	CU_ASSERT(raw_int("PTTL %s", p.n.lock) > LEASE_MS / 2); /* the waiter's lease */
+	assert_queue_gone(&p.n);
 
 	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
-	CU_ASSERT_EQUAL(raw_int("EXISTS %s", n.lock), 0);
-	dlock_lock_free(la);
-	dlock_lock_free(lb);
-	dlock_client_close(a);
-	dlock_client_close(b);
+	CU_ASSERT_EQUAL(raw_int("EXISTS %s", p.n.lock), 0);
+	party_close(&p);
 }
 
 /* A child that, once a byte arrives on *go, queues for `name` and never returns (it is killed). */
@@ -237,63 +254,55 @@ static int entry_expired(void *arg)
  */
 static void test_dead_waiter_skipped(void)
 {
-	struct fair_name n;
-	fair_name_init(&n, "dead");
+	struct party p;
+	fair_name_init(&p.n, "dead");
 	int go;
-	pid_t child = queue_in_child(&n, "dead", &go); /* before any thread of ours exists */
-	dlock_client *a = open_fair(&n), *b = open_fair(&n);
-	dlock_lock *la = dlock_test_new_lock(a, "dead"), *lb = dlock_test_new_lock(b, "dead");
-	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(la, 0, LEASE_MS, -1, NULL, NULL), DLOCK_OK);
+	pid_t child = queue_in_child(&p.n, "dead", &go); /* before any thread of ours exists */
+	party_open(&p, "dead", 2);
+	dlock_lock *la = p.l[0], *lb = p.l[1];
 	CU_ASSERT_FATAL(write(go, "g", 1) == 1);
 	close(go);
-	await_queued(&n, 1);
+	await_queued(&p.n, 1);
 	char dead[64];
-	queued_owner(&n, 0, dead, sizeof dead);
+	queued_owner(&p.n, 0, dead, sizeof dead);
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
 
 	dlock_test_waiter w;
 	dlock_test_waiter_start(&w, lb, LONG_WAIT_MS, LEASE_MS);
-	await_queued(&n, 2);
-	struct deadline_passed d = { &n, dead };
+	await_queued(&p.n, 2);
+	struct deadline_passed d = { &p.n, dead };
 	CU_ASSERT(dlock_test_await(entry_expired, &d, AWAIT_MS));
 
 	int64_t released = dlock_test_now_ms();
 	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, LONG_WAIT_MS), DLOCK_OK);
 	CU_ASSERT(w.at_ms - released < PROMPT_MS);
-	assert_queue_gone(&n);
+	assert_queue_gone(&p.n);
 	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
-	dlock_lock_free(la);
-	dlock_lock_free(lb);
-	dlock_client_close(a);
-	dlock_client_close(b);
+	party_close(&p);
 }
 
 /* A grant that never woke its waiter (its push lost) is found when the waiter looks again. */
 static void test_missed_grant_found(void)
 {
-	struct fair_name n;
-	fair_name_init(&n, "missed");
-	dlock_client *a = open_fair(&n), *b = open_fair(&n);
-	dlock_lock *la = dlock_test_new_lock(a, "missed"), *lb = dlock_test_new_lock(b, "missed");
-	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(la, 0, LEASE_MS, -1, NULL, NULL), DLOCK_OK);
+	struct party p;
+	fair_name_init(&p.n, "missed");
+	party_open(&p, "missed", 2);
+	dlock_lock *la = p.l[0], *lb = p.l[1];
 	dlock_test_waiter w;
 	dlock_test_waiter_start(&w, lb, LONG_WAIT_MS, 400); /* looks again every 100 ms */
-	await_queued(&n, 1);
+	await_queued(&p.n, 1);
 	char owner[64];
-	queued_owner(&n, 0, owner, sizeof owner);
-	grant_silently(&n, owner);
+	queued_owner(&p.n, 0, owner, sizeof owner);
+	grant_silently(&p.n, owner);
 
 	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, LONG_WAIT_MS), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_check(lb), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_ENOTHELD); /* the key went to b */
 	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
-	assert_queue_gone(&n);
-	dlock_lock_free(la);
-	dlock_lock_free(lb);
-	dlock_client_close(a);
-	dlock_client_close(b);
+	assert_queue_gone(&p.n);
+	party_close(&p);
 }
 
 /*
@@ -304,25 +313,23 @@ static void test_missed_grant_found(void)
  */
 static void test_withdraw_hands_on(void)
 {
-	struct fair_name n;
-	fair_name_init(&n, "withdraw");
-	dlock_client *a = open_fair(&n), *b = open_fair(&n), *c = open_fair(&n);
-	dlock_lock *la = dlock_test_new_lock(a, "withdraw"), *lb = dlock_test_new_lock(b, "withdraw"),
-	           *lc = dlock_test_new_lock(c, "withdraw");
-	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(la, 0, LEASE_MS, -1, NULL, NULL), DLOCK_OK);
+	struct party p;
+	fair_name_init(&p.n, "withdraw");
+	party_open(&p, "withdraw", 3);
+	dlock_lock *la = p.l[0], *lb = p.l[1], *lc = p.l[2];
 	dlock_test_waiter patient, impatient;
 	dlock_test_waiter_start(&patient, lc, LONG_WAIT_MS, LEASE_MS);
-	await_queued(&n, 1);
+	await_queued(&p.n, 1);
 	dlock_test_waiter_start(&impatient, lb, 200, LEASE_MS);
-	await_queued(&n, 2);
+	await_queued(&p.n, 2);
 	CU_ASSERT_EQUAL(dlock_test_waiter_join(&impatient, LONG_WAIT_MS), DLOCK_ETIMEDOUT);
-	CU_ASSERT_EQUAL(raw_int("LLEN %s", n.queue), 1); /* timed out: gone from the queue */
+	CU_ASSERT_EQUAL(raw_int("LLEN %s", p.n.queue), 1); /* timed out: gone from the queue */
 
 	dlock_test_waiter_start(&impatient, lb, LONG_WAIT_MS, LEASE_MS);
-	await_queued(&n, 2);
+	await_queued(&p.n, 2);
 	char owner[64];
-	queued_owner(&n, 1, owner, sizeof owner);
-	grant_silently(&n, owner);
+	queued_owner(&p.n, 1, owner, sizeof owner);
+	grant_silently(&p.n, owner);
 	CU_ASSERT_EQUAL(dlock_cancel(lb), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_test_waiter_join(&impatient, LONG_WAIT_MS), DLOCK_ECANCELED);
 	int64_t withdrawn = impatient.at_ms;
@@ -331,13 +338,8 @@ static void test_withdraw_hands_on(void)
 	CU_ASSERT_EQUAL(dlock_check(lc), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_ENOTHELD);
 	CU_ASSERT_EQUAL(dlock_release(lc), DLOCK_OK);
-	assert_queue_gone(&n);
-	dlock_lock_free(la);
-	dlock_lock_free(lb);
-	dlock_lock_free(lc);
-	dlock_client_close(a);
-	dlock_client_close(b);
-	dlock_client_close(c);
+	assert_queue_gone(&p.n);
+	party_close(&p);
 }
 
 /* Kill every connection blocked in BLPOP on the server; 1 when there was one. */
@@ -366,14 +368,13 @@ static int kill_blocked(void *arg)
 /* The connection a waiter blocks on is killed by the server: it queues again and still gets the lock. */
 static void test_blocked_connection_killed(void)
 {
-	struct fair_name n;
-	fair_name_init(&n, "killed");
-	dlock_client *a = open_fair(&n), *b = open_fair(&n);
-	dlock_lock *la = dlock_test_new_lock(a, "killed"), *lb = dlock_test_new_lock(b, "killed");
-	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(la, 0, LEASE_MS, -1, NULL, NULL), DLOCK_OK);
+	struct party p;
+	fair_name_init(&p.n, "killed");
+	party_open(&p, "killed", 2);
+	dlock_lock *la = p.l[0], *lb = p.l[1];
 	dlock_test_waiter w;
 	dlock_test_waiter_start(&w, lb, LONG_WAIT_MS, LEASE_MS);
-	await_queued(&n, 1);
+	await_queued(&p.n, 1);
 	/* Other programs' fair waiters may be killed too: recovering is what they promise as well. */
 	CU_ASSERT(dlock_test_await(kill_blocked, NULL, AWAIT_MS));
 
@@ -382,11 +383,8 @@ static void test_blocked_connection_killed(void)
 	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, LONG_WAIT_MS), DLOCK_OK);
 	CU_ASSERT(w.at_ms - released < PROMPT_MS);
 	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
-	assert_queue_gone(&n);
-	dlock_lock_free(la);
-	dlock_lock_free(lb);
-	dlock_client_close(a);
-	dlock_client_close(b);
+	assert_queue_gone(&p.n);
+	party_close(&p);
 }
 
 static void add_suites(void)
@@ -400,21 +398,13 @@ static void add_suites(void)
 	CU_add_test(s, "a waiter's blocked connection killed: it still gets the lock", test_blocked_connection_killed);
 }
 
-static const char *env(const char *key)
-{
-	const char *v = getenv(key);
-	return v && *v ? v : NULL;
-}
-
 int main(void)
 {
-	redis_uri = env("DLOCK_TEST_REDIS_URI");
-	redlock_uri = env("DLOCK_TEST_REDLOCK_URI");
-	const char *port = env("DLOCK_TEST_REDIS_PORT");
+	redis_uri = dlock_test_env("DLOCK_TEST_REDIS_URI");
+	redlock_uri = dlock_test_env("DLOCK_TEST_REDLOCK_URI");
+	const char *port = dlock_test_env("DLOCK_TEST_REDIS_PORT");
 	if (!redis_uri || !redlock_uri || !port) {
-		const char *req = getenv("DLOCK_TEST_REQUIRE_ALL");
-		printf("SKIPPED: no redis server (DLOCK_TEST_REDIS_URI unset)\n");
-		return req && strcmp(req, "1") == 0 ? 1 : 0;
+		return dlock_test_skip("no redis server (DLOCK_TEST_REDIS_URI unset)");
 	}
 	redis_port = atoi(port);
 	return dlock_test_main(add_suites);

@@ -533,19 +533,13 @@ static void add_suites(void)
 	CU_add_test(r, "a user limited to the lock prefix and its channels", test_redis_acl);
 }
 
-static const char *env(const char *key)
-{
-	const char *v = getenv(key);
-	return v && *v ? v : NULL;
-}
-
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	redis_port = env("DLOCK_TEST_REDIS_PORT") ? atoi(env("DLOCK_TEST_REDIS_PORT")) : 0;
-	zk_port = env("DLOCK_TEST_ZK_PORT") ? atoi(env("DLOCK_TEST_ZK_PORT")) : 0;
-	pg_pw_uri = env("DLOCK_TEST_PG_PW_URI");
-	bench = env("DLOCK_TEST_BENCH");
+	redis_port = dlock_test_env("DLOCK_TEST_REDIS_PORT") ? atoi(dlock_test_env("DLOCK_TEST_REDIS_PORT")) : 0;
+	zk_port = dlock_test_env("DLOCK_TEST_ZK_PORT") ? atoi(dlock_test_env("DLOCK_TEST_ZK_PORT")) : 0;
+	pg_pw_uri = dlock_test_env("DLOCK_TEST_PG_PW_URI");
+	bench = dlock_test_env("DLOCK_TEST_BENCH");
 	/* A backend not compiled in has nothing to test against its server. */
 	char list[256];
 	snprintf(list, sizeof list, ",%s,", dlock_backends());

@@ -984,24 +984,16 @@ static void add_suites(void)
 	CU_add_test(t, "every handle closed: no thread outlives its client", test_every_handle_closed);
 }
 
-static const char *env(const char *key)
-{
-	const char *v = getenv(key);
-	return v && *v ? v : NULL;
-}
-
 int main(void)
 {
-	zk_uri = env("DLOCK_TEST_ZK_URI");
-	ens_uri = env("DLOCK_TEST_ZK_ENSEMBLE_URI");
-	ctl = env("DLOCK_TEST_ZK_CTL");
-	const char *ports = env("DLOCK_TEST_ZK_ENSEMBLE_PORTS");
+	zk_uri = dlock_test_env("DLOCK_TEST_ZK_URI");
+	ens_uri = dlock_test_env("DLOCK_TEST_ZK_ENSEMBLE_URI");
+	ctl = dlock_test_env("DLOCK_TEST_ZK_CTL");
+	const char *ports = dlock_test_env("DLOCK_TEST_ZK_ENSEMBLE_PORTS");
 	if (!zk_uri || !ens_uri || !ctl || !ports || strncmp(zk_uri, "zk://", 5) != 0 ||
 	    strncmp(ens_uri, "zk://", 5) != 0 ||
 	    sscanf(ports, "%d %d %d", &ens_ports[0], &ens_ports[1], &ens_ports[2]) != 3) {
-		const char *req = getenv("DLOCK_TEST_REQUIRE_ALL");
-		printf("SKIPPED: no ZooKeeper server (DLOCK_TEST_ZK_URI unset)\n");
-		return req && strcmp(req, "1") == 0 ? 1 : 0;
+		return dlock_test_skip("no ZooKeeper server (DLOCK_TEST_ZK_URI unset)");
 	}
 	snprintf(zk_hosts, sizeof zk_hosts, "%s", zk_uri + 5);
 	snprintf(ens_hosts, sizeof ens_hosts, "%s", ens_uri + 5);

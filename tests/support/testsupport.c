@@ -267,3 +267,18 @@ dlock_status dlock_test_waiter_join(dlock_test_waiter *w, int64_t timeout_ms)
 	pthread_join(w->thread, NULL);
 	return w->status;
 }
+
+/* ------------------------------------------------------------ environment */
+
+const char *dlock_test_env(const char *key)
+{
+	const char *v = getenv(key);
+	return v && *v ? v : NULL;
+}
+
+int dlock_test_skip(const char *why)
+{
+	const char *req = getenv("DLOCK_TEST_REQUIRE_ALL");
+	printf("SKIPPED: %s\n", why);
+	return req && strcmp(req, "1") == 0 ? 1 : 0;
+}

@@ -26,6 +26,16 @@ void dlock_test_rmtree(const char *path);
 /** Monotonic clock in milliseconds. */
 int64_t dlock_test_now_ms(void);
 
+/** getenv(key) when it is set and not empty, else NULL. */
+const char *dlock_test_env(const char *key);
+
+/**
+ * Say "SKIPPED: why" and return the exit status of a test program whose
+ * servers are missing: 0, or 1 when DLOCK_TEST_REQUIRE_ALL=1 (a skip then
+ * fails CI).
+ */
+int dlock_test_skip(const char *why);
+
 /** Sleep for `ms` milliseconds (not a way to wait for a condition: see dlock_test_await). */
 void dlock_test_sleep_ms(int64_t ms);
 
