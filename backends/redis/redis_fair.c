@@ -182,13 +182,19 @@ static void blpop_timeout(struct redis_client *c, int64_t ms, char out[32])
 		snprintf(out, 32, "%" PRId64 ".%03d", ms / 1000, (int)(ms % 1000));
 }
 
+/* Close our own connection: a request may be pending on it. */
+static void drop_conn(struct redis_client *c, struct fair_waiter *fw)
+{
+	dlock_redis_pool_discard(&c->waits, fw->conn);
+	fw->conn = NULL;
+}
+
 /* Our own connection failed or was shut down under us: drop it. */
 static dlock_status conn_lost(struct redis_client *c, struct fair_waiter *fw, dlock_wait *w, dlock_error *err)
 {
 	dlock_status st = dlock_wait_cancelled(w) == DLOCK_ECANCELED ? DLOCK_ECANCELED
 	                                                              : dlock_redis_io_error(fw->conn, &c->waits.ep, err);
-	dlock_redis_pool_discard(&c->waits, fw->conn);
-	fw->conn = NULL;
+	drop_conn(c, fw);
 	return st;
 }
 
@@ -238,15 +244,13 @@ static dlock_status enqueue_and_block(struct redis_client *c, struct redis_lock 
 		 * which loads it again. */
 		freeReplyObject(reply);
 		dlock_wait_set_interrupt(w, NULL, NULL);
-		dlock_redis_pool_discard(&c->waits, fw->conn);
-		fw->conn = NULL;
+		drop_conn(c, fw);
 		return enqueue(c, lk, fw, token, from_send, pttl_ms, err);
 	}
 	dlock_status st = enqueue_result(c, reply, token, from_send, pttl_ms, err);
 	if (st != DLOCK_OK && st != DLOCK_EBUSY) { /* the BLPOP would block for nothing */
 		dlock_wait_set_interrupt(w, NULL, NULL);
-		dlock_redis_pool_discard(&c->waits, fw->conn);
-		fw->conn = NULL;
+		drop_conn(c, fw);
 		return st;
 	}
 	/* Blocks only while we are queued: a script that took the lock fed the BLPOP. */
