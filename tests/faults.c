@@ -50,6 +50,13 @@ void ft_uri_port(char *out, size_t len, const char *uri, int port, int newport)
 	snprintf(out, len, "%.*s:%d%s", (int)(p - uri), uri, newport, p + n);
 }
 
+faultproxy *ft_proxy_to(int port)
+{
+	faultproxy *px = faultproxy_start("127.0.0.1", port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(px);
+	return px;
+}
+
 /* ------------------------------------------------------------ lost callbacks */
 
 void ft_on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata)
@@ -140,4 +147,73 @@ int ft_fd_count(void)
 		n++;
 	closedir(d);
 	return n - 3; /* ".", ".." and the directory's own descriptor */
+}
+
+/* ------------------------------------------------------------ the same faults on every backend */
+
+/* `uri` moved onto `px`, with `params`. */
+static void through(char *out, size_t len, const char *uri, int port, const faultproxy *px, const char *params)
+{
+	char moved[512];
+	ft_uri_port(moved, sizeof moved, uri, port, faultproxy_port(px));
+	if (*params)
+		ft_uri_with(out, len, moved, params);
+	else
+		snprintf(out, len, "%s", moved);
+}
+
+/* One open that must fail with ECONNECT within `bound_ms`. */
+static void open_fails(const char *what, const char *uri, int64_t bound_ms)
+{
+	char err[512] = "";
+	dlock_client *c = NULL;
+	int64_t t0 = dlock_test_now_ms();
+	dlock_status st = dlock_client_open(&c, uri, NULL, err, sizeof err);
+	int64_t dt = dlock_test_now_ms() - t0;
+	printf("\n    %s: %s after %lld ms: %s", what, dlock_status_name(st), (long long)dt, err);
+	CU_ASSERT_EQUAL(st, DLOCK_ECONNECT);
+	CU_ASSERT_PTR_NULL(c);
+	CU_ASSERT(dt < bound_ms + FT_SLACK_MS);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "127.0.0.1"));
+}
+
+void ft_check_open_server_down(const char *uri, int port, const char *params, int64_t hung_ms, int64_t refused_ms)
+{
+	char via[1024];
+	faultproxy *px = ft_proxy_to(port);
+	through(via, sizeof via, uri, port, px, params);
+	faultproxy_blackhole(px, FP_BOTH);
+	open_fails("hung server", via, hung_ms);
+	faultproxy_pass(px);
+	CU_ASSERT_EQUAL(faultproxy_refuse(px, 1), 0);
+	open_fails("refused", via, refused_ms);
+	faultproxy_stop(px);
+}
+
+void ft_check_close_releases(const char *uri, int port, const char *params, int64_t lease_ms)
+{
+	char via[1024], name[64];
+	faultproxy *px = ft_proxy_to(port);
+	through(via, sizeof via, uri, port, px, params);
+	dlock_client *a = ft_open(via), *b = ft_open(uri);
+	dlock_lock *la[3], *lb[3];
+	ft_lost lost[3] = { 0 };
+	faultproxy_latency(px, FP_BOTH, 50);
+	for (int i = 0; i < 3; i++) {
+		ft_name(name, sizeof name, "closed");
+		la[i] = ft_lock(a, name);
+		lb[i] = ft_lock(b, name);
+		CU_ASSERT_EQUAL(ft_acquire(la[i], 0, lease_ms, &lost[i]), DLOCK_OK);
+	}
+	CU_ASSERT_EQUAL(dlock_client_close(a), DLOCK_OK);
+	for (int i = 0; i < 3; i++) {
+		CU_ASSERT_EQUAL(ft_acquire(lb[i], 0, 0, NULL), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(lb[i]), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(la[i]), DLOCK_ENOTHELD);
+		CU_ASSERT_EQUAL(atomic_load(&lost[i].calls), 0);
+		dlock_lock_free(la[i]);
+		dlock_lock_free(lb[i]);
+	}
+	dlock_client_close(b);
+	faultproxy_stop(px);
 }

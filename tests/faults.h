@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "dlock/dlock.h"
+#include "faultproxy.h"
 
 #define FT_LONG_WAIT_MS 30000 /* an acquire that must succeed: a hang becomes a failure */
 #define FT_AWAIT_MS 20000
@@ -28,6 +29,31 @@ void ft_name(char *out, size_t len, const char *tag);
 void ft_uri_with(char *out, size_t len, const char *uri, const char *params);
 /** `uri` with its first ":PORT" after the authority's '@' (or "//") replaced by ":NEWPORT". */
 void ft_uri_port(char *out, size_t len, const char *uri, int port, int newport);
+/** A fault proxy to 127.0.0.1:`port` (fatal assertion when it cannot start). */
+faultproxy *ft_proxy_to(int port);
+
+/* ------------------------------------------------------------ the same faults on every backend */
+
+/*
+ * The bodies of the fault tests every server backend runs.  `uri` reaches
+ * the server at 127.0.0.1:`port` directly (with the test's namespace); the
+ * faulty client gets the same URI through a proxy, with `params` added.
+ */
+
+/**
+ * Open against a server that accepts and never answers, then one that
+ * refuses: ECONNECT, no client, within `hung_ms` and `refused_ms` (each
+ * plus FT_SLACK_MS), and the message names the host.
+ */
+void ft_check_open_server_down(const char *uri, int port, const char *params, int64_t hung_ms, int64_t refused_ms);
+
+/**
+ * A client holding three locks (lease `lease_ms`, 0: the URI's) through a
+ * slow proxy is closed: a direct client gets each at once, the closed
+ * client's handles say ENOTHELD, and no lost-lock callback ran (released,
+ * not lost).
+ */
+void ft_check_close_releases(const char *uri, int port, const char *params, int64_t lease_ms);
 
 /* ------------------------------------------------------------ lost callbacks */
 
@@ -42,8 +68,6 @@ void ft_on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, 
 int ft_lost_called(void *ft_lost_ptr);
 /** Acquire with a wait bound, a lease (0: the URI's) and, when `lost` is set, ft_on_lost. */
 dlock_status ft_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, ft_lost *lost);
-
-/* ------------------------------------------------------------ a waiting acquire */
 
 /* ------------------------------------------------------------ exclusion */
 

@@ -23,13 +23,6 @@
 static const char *mode_uri; /* the URI of the suite running now */
 static int pg_port;
 
-static faultproxy *proxy_to(int port)
-{
-	faultproxy *px = faultproxy_start("127.0.0.1", port);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(px);
-	return px;
-}
-
 /* The suite's URI through `px`, with `params` added. */
 static void via(char *out, size_t len, const faultproxy *px, const char *params)
 {
@@ -123,7 +116,7 @@ static void test_blackholed_holder(void)
 {
 	char uri[512], name[64];
 	ft_name(name, sizeof name, "blackholed");
-	faultproxy *px = proxy_to(pg_port);
+	faultproxy *px = ft_proxy_to(pg_port);
 	via(uri, sizeof uri, px, "io_timeout=300ms");
 	dlock_client *a = ft_open(uri), *b = ft_open(mode_uri);
 	dlock_lock *la = ft_lock(a, name), *lb = ft_lock(b, name);
@@ -166,55 +159,12 @@ static void test_blackholed_holder(void)
 
 static void test_server_down_at_open(void)
 {
-	char uri[512], err[512] = "";
-	faultproxy *px = proxy_to(pg_port);
-	dlock_client *c = NULL;
-	via(uri, sizeof uri, px, "open_timeout=1s");
-	faultproxy_blackhole(px, FP_BOTH);
-	int64_t t0 = dlock_test_now_ms();
-	dlock_status st = dlock_client_open(&c, uri, NULL, err, sizeof err);
-	int64_t dt = dlock_test_now_ms() - t0;
-	printf("\n    hung server: %s after %lld ms: %s", dlock_status_name(st), (long long)dt, err);
-	CU_ASSERT_EQUAL(st, DLOCK_ECONNECT);
-	CU_ASSERT_PTR_NULL(c);
-	CU_ASSERT(dt < 1000 + FT_SLACK_MS);
-
-	faultproxy_pass(px);
-	CU_ASSERT_EQUAL(faultproxy_refuse(px, 1), 0);
-	t0 = dlock_test_now_ms();
-	st = dlock_client_open(&c, uri, NULL, err, sizeof err);
-	dt = dlock_test_now_ms() - t0;
-	printf("\n    refused: %s after %lld ms: %s", dlock_status_name(st), (long long)dt, err);
-	CU_ASSERT_EQUAL(st, DLOCK_ECONNECT);
-	CU_ASSERT(dt < FT_SLACK_MS);
-	faultproxy_stop(px);
+	ft_check_open_server_down(mode_uri, pg_port, "open_timeout=1s", 1000, 0);
 }
 
 static void test_close_releases(void)
 {
-	char uri[512], name[64];
-	faultproxy *px = proxy_to(pg_port);
-	via(uri, sizeof uri, px, "io_timeout=5s");
-	dlock_client *a = ft_open(uri), *b = ft_open(mode_uri);
-	dlock_lock *la[3], *lb[3];
-	ft_lost lost[3] = { 0 };
-	faultproxy_latency(px, FP_BOTH, 50);
-	for (int i = 0; i < 3; i++) {
-		ft_name(name, sizeof name, "closed");
-		la[i] = ft_lock(a, name);
-		lb[i] = ft_lock(b, name);
-		CU_ASSERT_EQUAL(ft_acquire(la[i], 0, 30000, &lost[i]), DLOCK_OK);
-	}
-	CU_ASSERT_EQUAL(dlock_client_close(a), DLOCK_OK);
-	for (int i = 0; i < 3; i++) {
-		CU_ASSERT_EQUAL(ft_acquire(lb[i], 0, 0, NULL), DLOCK_OK);
-		CU_ASSERT_EQUAL(dlock_release(lb[i]), DLOCK_OK);
-		CU_ASSERT_EQUAL(atomic_load(&lost[i].calls), 0);
-		dlock_lock_free(la[i]);
-		dlock_lock_free(lb[i]);
-	}
-	dlock_client_close(b);
-	faultproxy_stop(px);
+	ft_check_close_releases(mode_uri, pg_port, "io_timeout=5s", 30000);
 }
 
 /* ------------------------------------------------------------ PgBouncer */

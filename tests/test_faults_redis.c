@@ -32,13 +32,6 @@ static void new_prefix(char *out, size_t len)
 	ft_name(out, len, "p");
 }
 
-static faultproxy *proxy_to(int port)
-{
-	faultproxy *px = faultproxy_start("127.0.0.1", port);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(px);
-	return px;
-}
-
 /* ------------------------------------------------------------ the server's view */
 
 static redisContext *raw(int port)
@@ -94,7 +87,7 @@ static void test_paused_holder(void)
 {
 	char prefix[64], uri[512], direct[512], before[64], after[64];
 	new_prefix(prefix, sizeof prefix);
-	faultproxy *px = proxy_to(redis_port);
+	faultproxy *px = ft_proxy_to(redis_port);
 	uri_at(uri, sizeof uri, faultproxy_port(px), prefix, "io_timeout=200ms");
 	uri_at(direct, sizeof direct, redis_port, prefix, "");
 	dlock_client *a = ft_open(uri), *b = ft_open(direct);
@@ -179,7 +172,7 @@ static void test_reply_blackholed(void)
 {
 	char prefix[64], uri[512], direct[512];
 	new_prefix(prefix, sizeof prefix);
-	faultproxy *px = proxy_to(redis_port);
+	faultproxy *px = ft_proxy_to(redis_port);
 	uri_at(uri, sizeof uri, faultproxy_port(px), prefix, "io_timeout=300ms");
 	uri_at(direct, sizeof direct, redis_port, prefix, "");
 	dlock_client *a = ft_open(uri), *b = ft_open(direct);
@@ -221,7 +214,7 @@ static void test_redlock_slow_majority(void)
 	faultproxy *px[3];
 	new_prefix(prefix, sizeof prefix);
 	for (int i = 0; i < 3; i++)
-		px[i] = proxy_to(redlock_ports[i]);
+		px[i] = ft_proxy_to(redlock_ports[i]);
 	snprintf(uri, sizeof uri, "redis://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?prefix=%s", faultproxy_port(px[0]),
 	         faultproxy_port(px[1]), faultproxy_port(px[2]), prefix);
 	snprintf(direct, sizeof direct, "redis://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?prefix=%s", redlock_ports[0],
@@ -260,60 +253,18 @@ static void test_redlock_slow_majority(void)
 /* A server that accepts but never answers, and one that refuses: a clear status, no hang. */
 static void test_server_down_at_open(void)
 {
-	char uri[512], err[512] = "";
-	faultproxy *px = proxy_to(redis_port);
-	dlock_client *c = NULL;
-	uri_at(uri, sizeof uri, faultproxy_port(px), "hung", "open_timeout=500ms&io_timeout=500ms");
-	faultproxy_blackhole(px, FP_BOTH);
-	int64_t t0 = dlock_test_now_ms();
-	dlock_status st = dlock_client_open(&c, uri, NULL, err, sizeof err);
-	int64_t dt = dlock_test_now_ms() - t0;
-	printf("\n    hung server: %s after %lld ms: %s", dlock_status_name(st), (long long)dt, err);
-	CU_ASSERT_EQUAL(st, DLOCK_ECONNECT);
-	CU_ASSERT_PTR_NULL(c);
-	CU_ASSERT(dt < 500 + 500 + FT_SLACK_MS);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, "127.0.0.1"));
-
-	faultproxy_pass(px);
-	CU_ASSERT_EQUAL(faultproxy_refuse(px, 1), 0);
-	t0 = dlock_test_now_ms();
-	st = dlock_client_open(&c, uri, NULL, err, sizeof err);
-	dt = dlock_test_now_ms() - t0;
-	printf("\n    refused: %s after %lld ms: %s", dlock_status_name(st), (long long)dt, err);
-	CU_ASSERT_EQUAL(st, DLOCK_ECONNECT);
-	CU_ASSERT(dt < FT_SLACK_MS);
-	faultproxy_stop(px);
+	char uri[512];
+	uri_at(uri, sizeof uri, redis_port, "hung", "");
+	ft_check_open_server_down(uri, redis_port, "open_timeout=500ms&io_timeout=500ms", 500 + 500, 0);
 }
 
 /* A client closed while it holds locks on a slow path: the next client gets them at once. */
 static void test_close_releases(void)
 {
-	char prefix[64], uri[512], direct[512], name[32];
+	char prefix[64], uri[512];
 	new_prefix(prefix, sizeof prefix);
-	faultproxy *px = proxy_to(redis_port);
-	uri_at(uri, sizeof uri, faultproxy_port(px), prefix, "");
-	uri_at(direct, sizeof direct, redis_port, prefix, "");
-	dlock_client *a = ft_open(uri), *b = ft_open(direct);
-	dlock_lock *la[3], *lb[3];
-	ft_lost lost[3] = { 0 };
-	faultproxy_latency(px, FP_BOTH, 50);
-	for (int i = 0; i < 3; i++) {
-		snprintf(name, sizeof name, "closed-%d", i);
-		la[i] = ft_lock(a, name);
-		lb[i] = ft_lock(b, name);
-		CU_ASSERT_EQUAL(ft_acquire(la[i], 0, 30000, &lost[i]), DLOCK_OK);
-	}
-	CU_ASSERT_EQUAL(dlock_client_close(a), DLOCK_OK);
-	for (int i = 0; i < 3; i++) {
-		CU_ASSERT_EQUAL(ft_acquire(lb[i], 0, 0, NULL), DLOCK_OK);
-		CU_ASSERT_EQUAL(dlock_release(lb[i]), DLOCK_OK);
-		CU_ASSERT_EQUAL(dlock_release(la[i]), DLOCK_ENOTHELD);
-		CU_ASSERT_EQUAL(atomic_load(&lost[i].calls), 0); /* released, not lost */
-		dlock_lock_free(la[i]);
-		dlock_lock_free(lb[i]);
-	}
-	dlock_client_close(b);
-	faultproxy_stop(px);
+	uri_at(uri, sizeof uri, redis_port, prefix, "");
+	ft_check_close_releases(uri, redis_port, "", 30000);
 }
 
 static void add_suites(void)

@@ -35,13 +35,6 @@ static void uri_at(char *out, size_t len, int port, const char *base, const char
 	snprintf(out, len, "zk://127.0.0.1:%d%s?%s", port, base, query);
 }
 
-static faultproxy *proxy_to(int port)
-{
-	faultproxy *px = faultproxy_start("127.0.0.1", port);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(px);
-	return px;
-}
-
 /* ------------------------------------------------------------ the server's view */
 
 static void raw_log(const char *msg)
@@ -107,7 +100,7 @@ static void test_reset_during_create(void)
 	char base[64], uri[512], direct[512], parent[512];
 	new_base(base, sizeof base);
 	parent_of(parent, sizeof parent, base, "created");
-	faultproxy *px = proxy_to(zk_port);
+	faultproxy *px = ft_proxy_to(zk_port);
 	uri_at(uri, sizeof uri, faultproxy_port(px), base, "session_timeout=6s");
 	uri_at(direct, sizeof direct, zk_port, base, "session_timeout=6s");
 	dlock_client *a = ft_open(uri), *b = ft_open(direct);
@@ -157,7 +150,7 @@ static void test_reset_while_held(void)
 {
 	char base[64], uri[512], direct[512];
 	new_base(base, sizeof base);
-	faultproxy *px = proxy_to(zk_port);
+	faultproxy *px = ft_proxy_to(zk_port);
 	uri_at(uri, sizeof uri, faultproxy_port(px), base, "session_timeout=6s");
 	uri_at(direct, sizeof direct, zk_port, base, "session_timeout=6s");
 	dlock_client *a = ft_open(uri), *b = ft_open(direct);
@@ -196,7 +189,7 @@ static void test_blackhole_past_session(void)
 	char base[64], uri[512], direct[512], query[64];
 	new_base(base, sizeof base);
 	snprintf(query, sizeof query, "session_timeout=%dms", SESSION_MS);
-	faultproxy *px = proxy_to(zk_port);
+	faultproxy *px = ft_proxy_to(zk_port);
 	uri_at(uri, sizeof uri, faultproxy_port(px), base, query);
 	uri_at(direct, sizeof direct, zk_port, base, query);
 	dlock_client *a = ft_open(uri), *b = ft_open(direct);
@@ -257,57 +250,17 @@ static void test_blackhole_past_session(void)
 
 static void test_server_down_at_open(void)
 {
-	char uri[512], err[512] = "";
-	faultproxy *px = proxy_to(zk_port);
-	dlock_client *c = NULL;
-	uri_at(uri, sizeof uri, faultproxy_port(px), "/dlock-ft-hung", "open_timeout=1s");
-	faultproxy_blackhole(px, FP_BOTH);
-	int64_t t0 = dlock_test_now_ms();
-	dlock_status st = dlock_client_open(&c, uri, NULL, err, sizeof err);
-	int64_t dt = dlock_test_now_ms() - t0;
-	printf("\n    hung server: %s after %lld ms: %s", dlock_status_name(st), (long long)dt, err);
-	CU_ASSERT_EQUAL(st, DLOCK_ECONNECT);
-	CU_ASSERT_PTR_NULL(c);
-	CU_ASSERT(dt < 1000 + FT_SLACK_MS);
-
-	faultproxy_pass(px);
-	CU_ASSERT_EQUAL(faultproxy_refuse(px, 1), 0);
-	t0 = dlock_test_now_ms();
-	st = dlock_client_open(&c, uri, NULL, err, sizeof err);
-	dt = dlock_test_now_ms() - t0;
-	printf("\n    refused: %s after %lld ms: %s", dlock_status_name(st), (long long)dt, err);
-	CU_ASSERT_EQUAL(st, DLOCK_ECONNECT);
-	CU_ASSERT(dt < 1000 + FT_SLACK_MS);
-	faultproxy_stop(px);
+	char uri[512];
+	uri_at(uri, sizeof uri, zk_port, "/dlock-ft-hung", "session_timeout=6s");
+	ft_check_open_server_down(uri, zk_port, "open_timeout=1s", 1000, 1000);
 }
 
 static void test_close_releases(void)
 {
-	char base[64], uri[512], direct[512], name[32];
+	char base[64], uri[512];
 	new_base(base, sizeof base);
-	faultproxy *px = proxy_to(zk_port);
-	uri_at(uri, sizeof uri, faultproxy_port(px), base, "session_timeout=6s");
-	uri_at(direct, sizeof direct, zk_port, base, "session_timeout=6s");
-	dlock_client *a = ft_open(uri), *b = ft_open(direct);
-	dlock_lock *la[3], *lb[3];
-	ft_lost lost[3] = { 0 };
-	faultproxy_latency(px, FP_BOTH, 50);
-	for (int i = 0; i < 3; i++) {
-		snprintf(name, sizeof name, "closed-%d", i);
-		la[i] = ft_lock(a, name);
-		lb[i] = ft_lock(b, name);
-		CU_ASSERT_EQUAL(ft_acquire(la[i], 0, 0, &lost[i]), DLOCK_OK);
-	}
-	CU_ASSERT_EQUAL(dlock_client_close(a), DLOCK_OK);
-	for (int i = 0; i < 3; i++) {
-		CU_ASSERT_EQUAL(ft_acquire(lb[i], 0, 0, NULL), DLOCK_OK);
-		CU_ASSERT_EQUAL(dlock_release(lb[i]), DLOCK_OK);
-		CU_ASSERT_EQUAL(atomic_load(&lost[i].calls), 0);
-		dlock_lock_free(la[i]);
-		dlock_lock_free(lb[i]);
-	}
-	dlock_client_close(b);
-	faultproxy_stop(px);
+	uri_at(uri, sizeof uri, zk_port, base, "session_timeout=6s");
+	ft_check_close_releases(uri, zk_port, "", 0);
 }
 
 static void add_suites(void)
