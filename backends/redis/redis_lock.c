@@ -280,7 +280,7 @@ dlock_status dlock_redis_release(struct redis_client *c, struct redis_lock *lk, 
 {
 	redisReply *r = NULL;
 	dlock_status st = release_args_run(c, lk, &r, err);
-	lk->handed_off = st == DLOCK_OK && r->type == REDIS_REPLY_INTEGER && r->integer == 2;
+	lk->handed_off = st == DLOCK_OK && r && r->type == REDIS_REPLY_INTEGER && r->integer == 2;
 	if (st == DLOCK_OK)
 		st = owner_only_result(c, r, "release", err);
 	lk->owner[0] = '\0';
