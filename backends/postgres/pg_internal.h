@@ -215,7 +215,7 @@ dlock_status dlock_pg_conn_open(const struct dlock_pg_backend *b, struct dlock_p
  */
 dlock_status dlock_pg_pool_take(struct dlock_pg_backend *b, int *reused, struct dlock_pg_conn **out,
                                 dlock_error *err);
-/** A pinned connection to share, preferring one set for `lease_ms`; NULL if none. */
+/** A pinned connection set for `lease_ms` that no thread is using now, to share; NULL if none. */
 struct dlock_pg_conn *dlock_pg_pool_share(struct dlock_pg_backend *b, int64_t lease_ms);
 /** Stop using `c`: it goes where it belongs (idle, shared, kept by its locks, or closed). */
 void dlock_pg_pool_put(struct dlock_pg_backend *b, struct dlock_pg_conn *c);

@@ -185,8 +185,12 @@ struct dlock_pg_conn *dlock_pg_pool_share(struct dlock_pg_backend *b, int64_t le
 {
 	struct dlock_pg_pool *p = &b->pool;
 	pthread_mutex_lock(&p->mu);
-	struct dlock_pg_conn *c = p->shared;
-	while (c && c->lease_ms != lease_ms)
+	/* Share only when no idle connection is left, and never one that another
+	 * thread is using: we would wait for its statement.  Threads that acquire
+	 * at once then each get a session, and the sessions are still bounded by
+	 * those threads, not by the locks held. */
+	struct dlock_pg_conn *c = p->idle ? NULL : p->shared;
+	while (c && (c->lease_ms != lease_ms || c->users > 0))
 		c = c->next;
 	if (c)
 		c->users++; /* stays listed: others may share it too */
