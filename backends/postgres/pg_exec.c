@@ -96,9 +96,10 @@ static void interrupt_hook(void *arg)
 void dlock_pg_interrupt_arm(struct dlock_pg_conn *c, dlock_wait *w)
 {
 	uint64_t drain;
-	while (read(c->wake_fd, &drain, sizeof drain) > 0)
-		;
-	atomic_store(&c->interrupted, 0);
+	/* The hook raises the flag before it writes, and has returned once disarmed. */
+	if (atomic_exchange(&c->interrupted, 0))
+		while (read(c->wake_fd, &drain, sizeof drain) > 0)
+			;
 	dlock_wait_set_interrupt(w, interrupt_hook, c);
 }
 
@@ -126,16 +127,20 @@ static dlock_status lost(const struct dlock_pg_backend *b, struct dlock_pg_conn 
 	                       n ? msg : "no detail");
 }
 
-/* Wait until libpq has the whole result, or the deadline. */
+/*
+ * Wait until libpq has the whole result, or the deadline.  Reads only after
+ * poll() says there is something: just after a send, a read would find
+ * nothing and cost a system call per statement.
+ */
 static dlock_status await_result(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, int64_t deadline_ns,
                                  dlock_error *err)
 {
 	int64_t next_cancel = 0;
 	for (;;) {
-		if (!PQconsumeInput(c->pg))
-			return lost(b, c, err);
 		if (!PQisBusy(c->pg))
 			return DLOCK_OK;
+		if (PQsocket(c->pg) < 0)
+			return lost(b, c, err);
 		int64_t now = dlock_monotonic_ns(), until = deadline_ns;
 		if (now >= deadline_ns) {
 			c->dead = 1;
@@ -158,6 +163,8 @@ static dlock_status await_result(const struct dlock_pg_backend *b, struct dlock_
 		if (pfd[1].revents & POLLIN)
 			while (read(c->wake_fd, &drain, sizeof drain) > 0)
 				;
+		if (pfd[0].revents && !PQconsumeInput(c->pg))
+			return lost(b, c, err);
 	}
 }
 
