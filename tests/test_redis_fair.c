@@ -131,6 +131,52 @@ static void grant_silently(const struct fair_name *n, const char *owner)
 	redisFree(ctx);
 }
 
+/* The lock's key holds `owner`. */
+static int holder_is(const struct fair_name *n, const char *owner)
+{
+	redisContext *ctx = dlock_testredis_raw(redis_port);
+	redisReply *r = redisCommand(ctx, "GET %s", n->lock);
+	int is = r && r->type == REDIS_REPLY_STRING && strcmp(r->str, owner) == 0;
+	freeReplyObject(r);
+	redisFree(ctx);
+	return is;
+}
+
+struct holder {
+	const struct fair_name *n;
+	const char *owner;
+};
+
+static int holder_is_now(void *arg)
+{
+	const struct holder *h = arg;
+	return holder_is(h->n, h->owner);
+}
+
+/*
+ * A waiter at the back of the queue as a live client would leave one, but
+ * that never looks again: `owner`, deadline a minute ahead on the server's
+ * clock, no token; its grant key into gk.
+ */
+static void queue_raw_waiter(const struct fair_name *n, const char *name, const char *owner, char *gk, size_t len)
+{
+	char suffix[96], entry[384];
+	snprintf(suffix, sizeof suffix, "grant:%s", owner);
+	dlock_testredis_key(gk, len, n->prefix, name, suffix);
+	redisContext *ctx = dlock_testredis_raw(redis_port);
+	redisReply *t = redisCommand(ctx, "TIME");
+	CU_ASSERT_FATAL(t && t->type == REDIS_REPLY_ARRAY && t->elements == 2);
+	snprintf(entry, sizeof entry, "%lld %d 0 %s", atoll(t->element[0]->str) * 1000 + 60000, LEASE_MS, gk);
+	freeReplyObject(t);
+	redisReply *r = redisCommand(ctx, "HSET %s %s %s", n->waiters, owner, entry);
+	CU_ASSERT(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+	freeReplyObject(r);
+	r = redisCommand(ctx, "RPUSH %s %s", n->queue, owner);
+	CU_ASSERT(r && r->type == REDIS_REPLY_INTEGER);
+	freeReplyObject(r);
+	redisFree(ctx);
+}
+
 /* The queue and its entries are gone, and no grant key is left behind. */
 static void assert_queue_gone(const struct fair_name *n)
 {
@@ -191,11 +237,7 @@ static void test_release_grants(void)
 	CU_ASSERT(w.at_ms - released < PROMPT_MS);
 	CU_ASSERT(w.token > first); /* the release took the grantee's token */
 	CU_ASSERT_EQUAL(dlock_check(lb), DLOCK_OK);
-	redisContext *ctx = dlock_testredis_raw(redis_port);
-	redisReply *r = redisCommand(ctx, "GET %s", p.n.lock);
-	CU_ASSERT(r && r->type == REDIS_REPLY_STRING && strcmp(r->str, owner) == 0);
-	freeReplyObject(r);
-	redisFree(ctx);
+	CU_ASSERT(holder_is(&p.n, owner));
 	CU_ASSERT(raw_int("PTTL %s", p.n.lock) > LEASE_MS / 2); /* the waiter's lease */
 	assert_queue_gone(&p.n);
 
@@ -342,6 +384,69 @@ static void test_withdraw_hands_on(void)
 	party_close(&p);
 }
 
+/*
+ * A holder whose lease ran out released nothing, so no release granted the
+ * lock: the next look of any waiter gives it to the live waiter at the head
+ * of the queue.  (Before, only the head's own look took it, a refresh later
+ * or never: a head whose wait ended first queued again at the back.)  Here
+ * the head never looks, so only the other waiter's look can serve it.
+ */
+static void test_expired_holder_head_served(void)
+{
+	struct party p;
+	fair_name_init(&p.n, "expired");
+	party_open(&p, "expired", 2);
+	dlock_lock *la = p.l[0], *lb = p.l[1];
+	const char *head = "head-that-never-looks";
+	char gk[256];
+	queue_raw_waiter(&p.n, "expired", head, gk, sizeof gk);
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, lb, LONG_WAIT_MS, LEASE_MS);
+	await_queued(&p.n, 2);
+	CU_ASSERT_EQUAL(raw_int("DEL %s", p.n.lock), 1); /* a's lease ran out */
+
+	struct holder h = { &p.n, head };
+	CU_ASSERT(dlock_test_await(holder_is_now, &h, AWAIT_MS));
+	CU_ASSERT_EQUAL(raw_int("LLEN %s", gk), 1); /* the grant that wakes it */
+	CU_ASSERT(raw_int("PTTL %s", p.n.lock) > LEASE_MS / 2); /* its lease */
+	CU_ASSERT_EQUAL(dlock_cancel(lb), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, LONG_WAIT_MS), DLOCK_ECANCELED);
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(raw_int("DEL %s", gk), 1);
+	CU_ASSERT_EQUAL(raw_int("DEL %s", p.n.lock), 1);
+	assert_queue_gone(&p.n);
+	party_close(&p);
+}
+
+/*
+ * A waiter that gives up while the lock is free (its holder's lease ran
+ * out) grants it to the next live waiter on its way out, instead of leaving
+ * it free until that waiter's own next look, up to a refresh later.
+ */
+static void test_withdraw_while_free_grants(void)
+{
+	struct party p;
+	fair_name_init(&p.n, "freed");
+	party_open(&p, "freed", 3);
+	dlock_lock *la = p.l[0], *lb = p.l[1], *lc = p.l[2];
+	dlock_test_waiter patient, impatient;
+	dlock_test_waiter_start(&patient, lb, LONG_WAIT_MS, LEASE_MS); /* looks again every second */
+	await_queued(&p.n, 1);
+	char owner[64];
+	queued_owner(&p.n, 0, owner, sizeof owner);
+	dlock_test_waiter_start(&impatient, lc, 300, LEASE_MS);
+	await_queued(&p.n, 2);
+	CU_ASSERT_EQUAL(raw_int("DEL %s", p.n.lock), 1); /* a's lease ran out */
+
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&impatient, LONG_WAIT_MS), DLOCK_ETIMEDOUT);
+	CU_ASSERT(holder_is(&p.n, owner)); /* granted by the withdrawal, before it returned */
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&patient, LONG_WAIT_MS), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_ENOTHELD);
+	assert_queue_gone(&p.n);
+	party_close(&p);
+}
+
 /* Kill every connection blocked in BLPOP on the server; 1 when there was one. */
 static int kill_blocked(void *arg)
 {
@@ -396,6 +501,8 @@ static void add_suites(void)
 	CU_add_test(s, "a grant that did not wake its waiter is found", test_missed_grant_found);
 	CU_add_test(s, "a waiter that gives up hands on a grant it never saw", test_withdraw_hands_on);
 	CU_add_test(s, "a waiter's blocked connection killed: it still gets the lock", test_blocked_connection_killed);
+	CU_add_test(s, "holder expired: any waiter's look serves the head", test_expired_holder_head_served);
+	CU_add_test(s, "holder expired: a waiter giving up grants the next", test_withdraw_while_free_grants);
 }
 
 int main(void)

@@ -34,10 +34,12 @@
  * came back "queued" was sent, so that send time is the lease's start
  * (dlock_acquired.sent_ns): early by at most a refresh.
  *
- * A holder whose lease ran out without a release grants nothing: the first
- * waiter in the queue takes the key when it looks again (the enqueue
- * script returned the holder's TTL), and a client that does not queue (a
- * single try, or a first attempt) may take a free key before it.
+ * A holder whose lease ran out without a release grants nothing.  The
+ * waiters each look again when the holder's TTL (which the enqueue script
+ * returns) has run out, and the first look to find the key free gives it
+ * to the live waiter at the head of the queue, whoever makes it; so does a
+ * waiter that withdraws while the key is free.  A client that does not
+ * queue (a single try, or a first attempt) may take a free key before them.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -116,8 +118,8 @@ static void enqueue_args(struct redis_lock *lk, const struct fair_waiter *fw, in
  * The enqueue script's reply: DLOCK_OK with *token and *from_send (1:
  * taken by this call, so the lease started after it was sent; 0: granted
  * by a release before it), DLOCK_EBUSY with
- * *pttl_ms (the holder's TTL; -1 none, -2 free but an earlier waiter is
- * due), or an error.  Frees `r`.
+ * *pttl_ms (the holder's TTL; -1 none, -2 free, the earlier waiter due to
+ * take it not granted), or an error.  Frees `r`.
  */
 static dlock_status enqueue_result(struct redis_client *c, redisReply *r, uint64_t *token, int *from_send,
                                    int64_t *pttl_ms, dlock_error *err)

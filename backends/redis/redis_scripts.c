@@ -72,6 +72,34 @@ static const char extend_lua[] =
 	"return 0\n";
 
 /*
+ * fair=1: give the free lock to the first live waiter in the queue (KEYS[2],
+ * KEYS[3], below), dropping the dead ones before it: the key gets the
+ * waiter's owner value and lease, the token (when it wants one) is pushed
+ * onto its grant key, which wakes that waiter's BLPOP and no one else; the
+ * grant key expires with the lease if nobody pops it.  false: nobody live.
+ */
+#define GRANT_LUA                                                                                 \
+	"local function grant_first_live()\n"                                                      \
+	"  local now = nil\n"                                                                      \
+	"  while true do\n"                                                                        \
+	"    local head = redis.call('LPOP', KEYS[2])\n"                                           \
+	"    if not head then return false end\n"                                                  \
+	"    now = now or now_ms()\n"                                                              \
+	"    local e = redis.call('HGET', KEYS[3], head)\n"                                        \
+	"    redis.call('HDEL', KEYS[3], head)\n"                                                  \
+	"    local deadline, lease, fttl, gk = string.match(e or '', '^(%d+) (%d+) (%d+) (.*)$')\n" \
+	"    if deadline and tonumber(deadline) >= now then\n"                                     \
+	"      redis.call('SET', KEYS[1], head, 'PX', lease)\n"                                    \
+	"      local token = 0\n"                                                                  \
+	"      if fttl ~= '0' then token = next_token(KEYS[4], fttl) end\n"                        \
+	"      redis.call('RPUSH', gk, string.format('%d', token))\n"                              \
+	"      redis.call('PEXPIRE', gk, lease)\n"                                                 \
+	"      return true\n"                                                                      \
+	"    end\n"                                                                                \
+	"  end\n"                                                                                  \
+	"end\n"
+
+/*
  * fair=1: the waiter queue.  KEYS[2] lists the waiting owners in arrival
  * order; KEYS[3] maps each to "deadline lease fence-ttl grant-key"
  * (deadline in the server's milliseconds, fence-ttl 0 for no token,
@@ -88,11 +116,14 @@ static const char extend_lua[] =
  * at once, instead of blocking).  -> {1, token, 1} taken now; {1, token, 0}
  * granted by a release since the last call (the grant is consumed here;
  * the token is the counter's value: nobody can have taken one since, the
- * lock being ours); {0, pttl, 0} queued, pttl -2 when the lock is free
- * but an earlier waiter is due to take it.
+ * lock being ours); {0, pttl, 0} queued.  A lock found free (its holder's
+ * lease ran out: no release granted it) with a live waiter ahead of the
+ * caller goes to that waiter here, so that any waiter's look serves the
+ * queue; pttl -2 only if that grant could not be made.
  */
 static const char enqueue_lua[] =
 	TOKEN_LUA
+	GRANT_LUA
 	"local function end_own_blpop()\n"
 	"  if ARGV[7] == '1' then\n"
 	"    redis.call('RPUSH', ARGV[6], '0')\n"
@@ -129,6 +160,7 @@ static const char enqueue_lua[] =
 	"    if ARGV[3] ~= '0' then token = next_token(KEYS[4], ARGV[3]) end\n"
 	"    return {1, token, 1}\n"
 	"  end\n"
+	"  if grant_first_live() then holder = head end\n"
 	"end\n"
 	"local entry = string.format('%d %s %s %s', now + tonumber(ARGV[4]), ARGV[2], ARGV[3], ARGV[6])\n"
 	"if redis.call('HSET', KEYS[3], ARGV[1], entry) == 1 then redis.call('RPUSH', KEYS[2], ARGV[1]) end\n"
@@ -142,37 +174,22 @@ static const char enqueue_lua[] =
  * that gives up (and hand on the lock if a release granted it meanwhile).
  * ARGV owner, channel, the owner's own grant key (dropped on withdrawal;
  * the holder's was consumed, or expires with its lease) -> 2 granted to a
- * waiter | 1 released | 0 not the holder.  The
- * grant sets the key to the waiter's owner value with the waiter's lease,
- * takes its token when it wants one, and pushes the token onto the
- * waiter's grant key, which wakes that waiter's BLPOP and no one else; the
- * grant key expires with the lease if nobody pops it.  With nobody to
+ * waiter | 1 released | 0 not the holder.  A waiter that withdraws while
+ * the lock is free (its holder's lease ran out) grants it to the next live
+ * waiter, who would otherwise wait for its own next look.  With nobody to
  * grant, "1" on the lock's channel wakes the waiters that do not queue.
  */
 static const char handoff_lua[] =
 	TOKEN_LUA
-	"if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
+	GRANT_LUA
+	"local holder = redis.call('GET', KEYS[1])\n"
+	"if holder ~= ARGV[1] then\n"
 	"  redis.call('DEL', ARGV[3])\n"
 	"  if redis.call('HDEL', KEYS[3], ARGV[1]) == 1 then redis.call('LREM', KEYS[2], 1, ARGV[1]) end\n"
+	"  if not holder then grant_first_live() end\n"
 	"  return 0\n"
 	"end\n"
-	"local now = nil\n"
-	"while true do\n"
-	"  local head = redis.call('LPOP', KEYS[2])\n"
-	"  if not head then break end\n"
-	"  now = now or now_ms()\n"
-	"  local e = redis.call('HGET', KEYS[3], head)\n"
-	"  redis.call('HDEL', KEYS[3], head)\n"
-	"  local deadline, lease, fttl, gk = string.match(e or '', '^(%d+) (%d+) (%d+) (.*)$')\n"
-	"  if deadline and tonumber(deadline) >= now then\n"
-	"    redis.call('SET', KEYS[1], head, 'PX', lease)\n"
-	"    local token = 0\n"
-	"    if fttl ~= '0' then token = next_token(KEYS[4], fttl) end\n"
-	"    redis.call('RPUSH', gk, string.format('%d', token))\n"
-	"    redis.call('PEXPIRE', gk, lease)\n"
-	"    return 2\n"
-	"  end\n"
-	"end\n"
+	"if grant_first_live() then return 2 end\n"
 	"redis.call('DEL', KEYS[1])\n"
 	"redis.pcall('PUBLISH', ARGV[2], '1')\n"
 	"return 1\n";
