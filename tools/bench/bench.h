@@ -284,6 +284,9 @@ struct bench_result {
 int bench_run_perf(const struct bench_opts *o, const struct bench_target *t, const char *masked,
                    const dlock_capabilities *caps, enum bench_scenario sc, int clients, int threads, int index,
                    struct bench_result *r);
+/** One short unmeasured run of both sides, so that no measured phase meets a cold server. */
+void bench_warm_up(const struct bench_opts *o, const struct bench_target *t, const char *masked,
+                   const dlock_capabilities *caps, int index);
 int bench_run_faults(const struct bench_opts *o, const struct bench_target *t, const dlock_capabilities *caps,
                      int index, struct bench_result *r);
 

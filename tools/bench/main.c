@@ -62,6 +62,8 @@ static int run_target(const struct bench_opts *o, const struct bench_target *t, 
 		(*failures)++;
 		return n;
 	}
+	if (o->scenario[BENCH_UNCONTENDED] || o->scenario[BENCH_CONTENDED])
+		bench_warm_up(o, t, proto.uri, &caps, (*index)++);
 	for (int sc = BENCH_UNCONTENDED; sc <= BENCH_CONTENDED; sc++) {
 		for (int i = 0; o->scenario[sc] && i < o->nclients; i++) {
 			struct bench_result *r = &out[n++];
