@@ -9,6 +9,13 @@
  * unresponsive server (up to the I/O timeout) never delays a loss being
  * declared on time: the holder must hear of it before the server can give
  * the lock to someone else.
+ *
+ * The renewal thread also cleans up after a declared loss (see
+ * cleanup_due() for when): it has the driver release what may be left of
+ * the acquisition on the server (the release is owner-only), and only then
+ * lets the next local contender for the name go to the server, so that the
+ * other handles of the client move on without waiting for the application
+ * to release the lost one.
  */
 #include "internal.h"
 
@@ -117,12 +124,56 @@ static void renew_locked(struct dlock_client *c, struct dlock_lock *l, int64_t n
 	}
 }
 
-/* Do one due renewal; returns 1 if it did, else 0 and the next due time. */
+/* Release a lost acquisition on the server and hand the name on; c->mu
+ * held, dropped inside.  Whatever the release answers, nothing of ours is
+ * left that could keep the next contender out for longer than the server
+ * keeps it anyway: a lease runs out, and a backend that is unsure whether
+ * it released ends the session that held it. */
+static void clean_lost_locked(struct dlock_client *c, struct dlock_lock *l)
+{
+	dlock_error err = { "" };
+	l->busy = 1;
+	pthread_mutex_unlock(&c->mu);
+
+	dlock_status st = c->driver->release(c->backend, l->lk, &err);
+
+	pthread_mutex_lock(&c->mu);
+	c->stats.server_releases++;
+	if (st != DLOCK_OK && st != DLOCK_ENOTHELD)
+		dlock_client_logf(c, DLOCK_LOG_DEBUG, "releasing a lost lock on the server (%s): %s",
+		                  dlock_status_name(st), err.msg);
+	dlock_lock_loss_cleaned(l);
+	l->busy = 0;
+	pthread_cond_broadcast(&c->cond);
+}
+
+/* When to clean up after a loss.  A lease that the client saw run out is
+ * still the server's until its end: the margin before it is the holder's
+ * time to act on the news before anyone else can have the lock, locally
+ * too.  Any other loss means the server has already let go. */
+static int64_t cleanup_due(const struct dlock_lock *l, int64_t now)
+{
+	return l->lost_reason == DLOCK_LOST_EXPIRED && l->tracked ? l->lease_end : now;
+}
+
+/* Do one due cleanup or renewal; returns 1 if it did, else 0 and the next
+ * due time. */
 static int renew_due_locked(struct dlock_client *c, int64_t *next_due)
 {
 	int64_t now = dlock_monotonic_ns();
 	*next_due = INT64_MAX;
 	for (struct dlock_lock *l = c->locks; l; l = l->next) {
+		if (l->held && l->lost && !l->loss_cleaned) {
+			int64_t due = cleanup_due(l, now);
+			if (l->busy || c->closing)
+				continue; /* end_call() wakes us; closing releases it */
+			if (now >= due) {
+				clean_lost_locked(c, l);
+				return 1;
+			}
+			*next_due = min64(*next_due, due);
+			continue;
+		}
 		if (!l->held || !l->tracked || !l->renew || l->lost || l->busy)
 			continue;
 		if (now >= l->next_renew) {
@@ -190,6 +241,7 @@ void dlock_background_stop(struct dlock_client *c)
 void dlock_background_kick(struct dlock_client *c)
 {
 	pthread_cond_signal(&c->bg_cond);
+	pthread_cond_signal(&c->renew_cond);
 }
 
 /* Acquire and release happen far more often than renewals: signal a
@@ -197,6 +249,8 @@ void dlock_background_kick(struct dlock_client *c)
  * awake, each rescans every lock after each piece of work anyway. */
 void dlock_background_due(struct dlock_client *c, const struct dlock_lock *l)
 {
+	if (l->held && l->lost && !l->loss_cleaned) /* a cleanup skipped while the handle was busy */
+		pthread_cond_signal(&c->renew_cond);
 	if (!l->held || !l->tracked || l->lost)
 		return;
 	if (l->valid_until < c->bg_sleep_until)

@@ -48,6 +48,7 @@ int dlock_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t dea
 /* A local contender waiting for its turn to ask the server. */
 struct dlock_queued {
 	struct dlock_queued *next;
+	struct dlock_lock *lock; /* the handle it acquires */
 };
 
 /* One per distinct name per client, shared by its handles (coalescing). */
@@ -82,12 +83,16 @@ struct dlock_lock {
 	int renew;
 	int tracked;          /* validity counted: the driver has extend() */
 	int64_t valid_until;  /* monotonic ns; loss is declared after it */
+	int64_t lease_end;    /* monotonic ns; when the server lets the lease go */
 	int64_t next_renew;   /* monotonic ns */
 	int lost;             /* loss declared (or reported) for this acquisition */
 	int lost_pending;     /* a report waits for the background thread */
 	dlock_lost_reason lost_reason;
 	char lost_detail[256];
 	int lost_delivered;   /* the callback was called (or there was none) */
+	int loss_cleaned;     /* after a loss: the driver released what was left on the
+	                         server and the name went to the next local contender;
+	                         dlock_release() then makes no server call */
 	int contending;       /* inside the driver's acquire() */
 	int lost_early;       /* a loss reported while acquire() was returning */
 	dlock_lost_fn on_lost;
@@ -171,13 +176,15 @@ void dlock_lock_begin_call(struct dlock_lock *l);
 void dlock_lock_end_call(struct dlock_lock *l);
 /** Declare the current acquisition lost and queue its callback.  c->mu held. */
 void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, const char *detail);
+/** After the driver released a lost acquisition: let the next local contender go.  c->mu held. */
+void dlock_lock_loss_cleaned(struct dlock_lock *l);
 /** Lease accounting after a request sent at `sent_ns` succeeded.  c->mu held. */
 void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lease_ns);
 
 /* background.c */
 dlock_status dlock_background_start(struct dlock_client *c);
 void dlock_background_stop(struct dlock_client *c);
-/** Wake the background thread to look at the locks again.  c->mu held. */
+/** Wake both background threads to look at the locks again.  c->mu held. */
 void dlock_background_kick(struct dlock_client *c);
 /** Wake the threads only if `l` falls due before they would wake by themselves.  c->mu held. */
 void dlock_background_due(struct dlock_client *c, const struct dlock_lock *l);

@@ -242,6 +242,7 @@ void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lea
 {
 	int64_t act = lease_ns / 20 < 50 * NS_PER_MS ? lease_ns / 20 : 50 * NS_PER_MS;
 	l->lease_ns = lease_ns;
+	l->lease_end = sent_ns + lease_ns;
 	l->valid_until = sent_ns + lease_ns - lease_ns / 100 - 2 * NS_PER_MS - act;
 	l->next_renew = sent_ns + lease_ns / 3;
 	dlock_background_due(l->client, l);
@@ -269,6 +270,14 @@ void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, con
 	printable_name(l->entry, name, sizeof name);
 	dlock_client_logf(l->client, DLOCK_LOG_WARN, "lock '%s' lost: %s", name, l->lost_detail);
 	dlock_background_kick(l->client);
+}
+
+void dlock_lock_loss_cleaned(struct dlock_lock *l)
+{
+	l->loss_cleaned = 1;
+	if (l->entry->holder == l)
+		l->entry->holder = NULL;
+	pthread_cond_broadcast(&l->entry->cond);
 }
 
 void dlock_report_lost(dlock_host *host, void *lk, dlock_lost_reason reason, const char *detail)
@@ -334,6 +343,19 @@ static void queue_remove(struct dlock_entry *e, struct dlock_queued *q)
 	pthread_cond_broadcast(&e->cond);
 }
 
+/* The contender whose turn it is: the first in the queue whose handle is
+ * free.  A handle can still count as held with nobody holding the name:
+ * its loss was cleaned up and its owner has not released it yet.  The
+ * threads that acquire through that handle wait for that release; the
+ * other handles of the name go past them. */
+static struct dlock_queued *queue_turn(const struct dlock_entry *e)
+{
+	struct dlock_queued *q = e->queue_head;
+	while (q && q->lock->held)
+		q = q->next;
+	return q;
+}
+
 /* Wait for this contender's turn to ask the server: first in the local
  * queue, nobody of this client holding or contending for the name. */
 static dlock_status wait_turn_locked(struct dlock_client *c, struct dlock_entry *e, struct dlock_queued *q,
@@ -342,7 +364,7 @@ static dlock_status wait_turn_locked(struct dlock_client *c, struct dlock_entry 
 	for (;;) {
 		if (c->closing || dlock_wait_cancelled(w) != DLOCK_OK)
 			return DLOCK_ECANCELED;
-		if (e->queue_head == q && !e->holder && !e->contending)
+		if (!e->holder && !e->contending && queue_turn(e) == q)
 			return DLOCK_OK;
 		if (w->try_once)
 			return DLOCK_EBUSY;
@@ -363,7 +385,7 @@ static void become_holder_locked(struct dlock_lock *l, const struct acquire_para
 	l->has_token = p->fencing;
 	l->generation++;
 	l->renew = p->renew;
-	l->lost = l->lost_pending = l->lost_delivered = 0;
+	l->lost = l->lost_pending = l->lost_delivered = l->loss_cleaned = 0;
 	l->on_lost = p->on_lost;
 	l->lost_userdata = p->lost_userdata;
 	/* A driver with extend() has a lease to keep; others hold by session. */
@@ -471,6 +493,7 @@ dlock_status dlock_acquire(dlock_lock *l, const dlock_acquire_options *opts)
 	w.next = l->waits;
 	l->waits = &w;
 	c->inflight++;
+	q.lock = l;
 	queue_push(l->entry, &q);
 
 	st = wait_turn_locked(c, l->entry, &q, &w);
@@ -576,6 +599,13 @@ dlock_status dlock_release(dlock_lock *l)
 		return st;
 	}
 	int was_lost = l->lost;
+	if (l->loss_cleaned) { /* the background thread released it on the server */
+		drop_hold_locked(l);
+		dlock_lock_end_call(l);
+		dlock_status st = lock_fail(l, DLOCK_ENOTHELD, l->lost_detail[0] ? l->lost_detail : "lock was lost");
+		pthread_mutex_unlock(&c->mu);
+		return st;
+	}
 	pthread_mutex_unlock(&c->mu);
 
 	/* Even a lock declared lost is released on the server: the driver's
@@ -722,9 +752,9 @@ void dlock_locks_shutdown(struct dlock_client *c)
 	pthread_mutex_lock(&c->mu);
 	struct dlock_lock *l;
 	while ((l = next_unshut_locked(c)) != NULL) {
-		int held = l->held, ready = l->driver_ready;
+		int held = l->held, ready = l->driver_ready, on_server = held && !l->loss_cleaned;
 		pthread_mutex_unlock(&c->mu);
-		if (held && c->driver->release(c->backend, l->lk, &err) != DLOCK_OK)
+		if (on_server && c->driver->release(c->backend, l->lk, &err) != DLOCK_OK)
 			dlock_client_logf(c, DLOCK_LOG_WARN, "closing: a held lock could not be released: %s", err.msg);
 		if (ready && c->driver->lock_fini)
 			c->driver->lock_fini(c->backend, l->lk);

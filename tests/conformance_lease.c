@@ -315,6 +315,55 @@ static void test_lost_callback_reentry(void)
 	lost_destroy(&r);
 }
 
+/*
+ * A lost holder does not keep the other handles of its own client waiting
+ * (Curator's testKilledSession: the second mutex of the same client gets
+ * the lock).  The loss frees the name on the server and locally without
+ * the application's release; that release then says ENOTHELD and makes no
+ * server call.
+ */
+static void test_lost_frees_local_waiter(void)
+{
+	if (conf_caps()->lease != DLOCK_LEASE_TTL) {
+		CU_PASS("session lease: each backend's own tests end the session");
+		return;
+	}
+	char name[128];
+	conf_name(name, sizeof name, "lost-local");
+	dlock_client *client = conf_open();
+	dlock_client *other = conf_open();
+	dlock_lock *m1 = client ? conf_lock(client, name) : NULL;
+	dlock_lock *m2 = client ? conf_lock(client, name) : NULL;
+	lost_rec r;
+	lost_init(&r, 0, NULL);
+	if (!other || !m1 || !m2 || !CONF_ASSERT_ST(acquire_lease(m1, 3 * SHORT_LEASE_MS, 0, &r), DLOCK_OK))
+		goto out;
+	conf_waiter w;
+	conf_waiter_start(&w, m2, CONF_LONG_WAIT_MS, 0, NULL);
+	conf_waiter_await_blocked(&w, NULL, 0); /* queued in the client, not on the server */
+	CU_ASSERT_EQUAL(lost_await(&r, 3 * SHORT_LEASE_MS + CONF_AWAIT_MS), 1);
+	/* The waiter gets the lock although m1 was never released. */
+	if (CONF_ASSERT_ST(conf_waiter_join(&w, CONF_AWAIT_MS), DLOCK_OK)) {
+		CONF_ASSERT_ST(dlock_test_probe(other, name), DLOCK_EBUSY);
+		uint64_t releases = conf_stats(client).server_releases;
+		CONF_ASSERT_ST(dlock_release(m1), DLOCK_ENOTHELD);
+		CU_ASSERT_EQUAL(conf_stats(client).server_releases, releases);
+		CONF_ASSERT_ST(dlock_release(m1), DLOCK_ENOTHELD);
+		CONF_ASSERT_ST(dlock_test_probe(other, name), DLOCK_EBUSY); /* m2 still holds it */
+		CONF_ASSERT_ST(dlock_release(m2), DLOCK_OK);
+		CU_ASSERT_EQUAL(lost_calls(&r), 1);
+		/* m1 is an ordinary handle again. */
+		if (CONF_ASSERT_ST(conf_acquire(m1, 0), DLOCK_OK))
+			CONF_ASSERT_ST(dlock_release(m1), DLOCK_OK);
+	}
+out:
+	dlock_lock_free(m1);
+	dlock_lock_free(m2);
+	conf_close(other);
+	conf_close(client);
+	lost_destroy(&r);
+}
+
 /* ------------------------------------------------------- fencing */
 
 static void fencing_none(dlock_client *client, const char *name)
@@ -451,6 +500,7 @@ const conf_test conf_lease_tests[] = {
 	{ "renewal_keeps_lock", test_renewal_keeps_lock },
 	{ "extend", test_extend },
 	{ "lost_callback_reentry", test_lost_callback_reentry },
+	{ "lost_frees_local_waiter", test_lost_frees_local_waiter },
 	{ "fencing", test_fencing },
 	{ "fencing_off", test_fencing_off },
 	{ NULL, NULL },

@@ -268,6 +268,47 @@ static void test_ttl_takeover(void)
 	dlock_client_close(b);
 }
 
+static int waiter_done(void *arg)
+{
+	return atomic_load(&((struct waiter *)arg)->done);
+}
+
+/*
+ * A lost handle lets the client's other handles of its name in at once;
+ * another thread acquiring through the lost handle itself waits until the
+ * handle's owner releases it, and does not hold up the others meanwhile.
+ */
+static void test_lost_handle_frees_name(void)
+{
+	dlock_client *a = dlock_test_open("mem://t_lost_local", NULL, NULL);
+	CU_ASSERT_FATAL(a != NULL);
+	dlock_lock *l1 = dlock_test_new_lock(a, "n"), *l2 = dlock_test_new_lock(a, "n");
+	CU_ASSERT_FATAL(l1 && l2);
+	atomic_int lost;
+	atomic_init(&lost, 0);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l1, 0, 300, 0, on_lost, &lost), DLOCK_OK);
+
+	struct waiter same, other;
+	waiter_start(&same, l1, LONG_WAIT_MS, 0, NULL);
+	dlock_test_sleep_ms(100); /* let it queue first: it must not hold up the next one */
+	waiter_start(&other, l2, LONG_WAIT_MS, 0, NULL);
+	CU_ASSERT(dlock_test_await(flag_set, &lost, AWAIT_MS));
+	CU_ASSERT(dlock_test_await(waiter_done, &other, AWAIT_MS));
+	CU_ASSERT_EQUAL(waiter_join(&other), DLOCK_OK);
+	CU_ASSERT_EQUAL(atomic_load(&same.done), 0);
+
+	CU_ASSERT_EQUAL(dlock_release(l1), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(dlock_release(l2), DLOCK_OK);
+	CU_ASSERT(dlock_test_await(waiter_done, &same, AWAIT_MS));
+	CU_ASSERT_EQUAL(waiter_join(&same), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_check(l1), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(l1), DLOCK_OK);
+
+	dlock_lock_free(l1);
+	dlock_lock_free(l2);
+	dlock_client_close(a);
+}
+
 /* A lease that ran out is not ours even if nobody took the name. */
 static void test_ttl_expired_untaken(void)
 {
@@ -585,6 +626,7 @@ static void add_suites(void)
 	CU_add_test(s, "close releases held locks", test_close_releases);
 	CU_add_test(s, "TTL expiry lets another client in", test_ttl_takeover);
 	CU_add_test(s, "an expired lease is not held even if untaken", test_ttl_expired_untaken);
+	CU_add_test(s, "a lost handle lets the client's other handles in", test_lost_handle_frees_name);
 	CU_add_test(s, "extend keeps the lease", test_extend);
 	CU_add_test(s, "fencing increases across clients and closes", test_fencing);
 	CU_add_test(s, "acquire options of version 1 still work", test_options_versions);

@@ -415,6 +415,42 @@ static void test_terminate_backend(void)
 }
 
 /*
+ * The same, with a second handle of the holder's own client waiting for
+ * the name: the loss lets it in without the holder's release (Curator's
+ * testKilledSession).
+ */
+static void test_terminate_local_waiter(void)
+{
+	char name[128], app[64];
+	unique_name(name, sizeof name, "terminate-local");
+	snprintf(app, sizeof app, "dlock-terml-%ld-%u", (long)getpid(), name_counter);
+	dlock_client *a = open_app(app);
+	dlock_lock *l1 = new_lock(a, name), *l2 = new_lock(a, name);
+	PGconn *mon = monitor();
+	lost_rec r;
+	lost_init(&r);
+	if (l1 && l2 && expect(acquire(l1, 0, 1500, on_lost, &r), DLOCK_OK)) {
+		uint64_t t1 = dlock_test_token(l1);
+		dlock_test_waiter w;
+		dlock_test_waiter_start(&w, l2, 2 * AWAIT_MS, 0);
+		CU_ASSERT(sql_num(mon, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+		                       "WHERE application_name = $1", app) >= 1);
+		CU_ASSERT_EQUAL(lost_await(&r, AWAIT_MS), 1);
+		if (expect(dlock_test_waiter_join(&w, AWAIT_MS), DLOCK_OK)) {
+			CU_ASSERT(w.token > t1);
+			CU_ASSERT_EQUAL(dlock_release(l1), DLOCK_ENOTHELD);
+			CU_ASSERT_EQUAL(dlock_check(l2), DLOCK_OK);
+			CU_ASSERT_EQUAL(dlock_release(l2), DLOCK_OK);
+		}
+	}
+	PQfinish(mon);
+	dlock_lock_free(l1);
+	dlock_lock_free(l2);
+	dlock_client_close(a);
+	lost_destroy(&r);
+}
+
+/*
  * Advisory mode leaves an idle session the idle timeout of its last lease
  * (so release does not pay for resetting it): the server ends that session
  * once it has been idle that long, and the next acquisition must not
@@ -835,6 +871,7 @@ static const struct {
 	CU_TestFunc fn;
 } mode_tests[] = {
 	{ "terminate_backend", test_terminate_backend },
+	{ "terminate_local_waiter", test_terminate_local_waiter },
 	{ "sigstop_holder", test_sigstop_holder },
 	{ "bounded_wait_then_normal", test_bounded_wait_then_normal },
 	{ "odd_names", test_odd_names },

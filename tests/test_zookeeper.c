@@ -692,6 +692,38 @@ static void test_session_expiry_steal(void)
 	zookeeper_close(zh);
 }
 
+/* The same with a second handle of the holder's client waiting: the loss lets it in (Curator's testKilledSession). */
+static void test_session_expiry_local_waiter(void)
+{
+	char uri[1024], parent[512];
+	fresh_base(uri, sizeof uri, "session_timeout=4s", parent, sizeof parent, "killed");
+	dlock_client *h = open_client(uri, NULL);
+	dlock_lock *l1 = new_lock(h, "killed"), *l2 = new_lock(h, "killed");
+	struct lost_rec r = { 0 };
+	CU_ASSERT_EQUAL_FATAL(acquire_watched(l1, 0, &r), DLOCK_OK);
+	uint64_t first = dlock_test_token(l1);
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, l2, 2 * AWAIT_MS, 0);
+	clientid_t id = session_of_client(h);
+	for (int i = 0; i < 10 && !lost_called(&r); i++) {
+		zookeeper_close(raw_open(zk_hosts, NULL, &id));
+		dlock_test_await(lost_called, &r, 3000);
+	}
+	CU_ASSERT_FATAL(lost_called(&r));
+	dlock_status st = dlock_test_waiter_join(&w, AWAIT_MS);
+	CU_ASSERT_EQUAL(st, DLOCK_OK);
+	if (st == DLOCK_OK) {
+		CU_ASSERT(w.token > first);
+		CU_ASSERT_EQUAL(dlock_release(l1), DLOCK_ENOTHELD);
+		CU_ASSERT_EQUAL(dlock_check(l2), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(l2), DLOCK_OK);
+	}
+	CU_ASSERT_EQUAL(atomic_load(&r.calls), 1);
+	dlock_lock_free(l1);
+	dlock_lock_free(l2);
+	CU_ASSERT_EQUAL(dlock_client_close(h), DLOCK_OK);
+}
+
 /* What a holder in a child process saw. */
 struct child_view {
 	atomic_int held, lost, reason, done;
@@ -975,6 +1007,7 @@ static void add_suites(void)
 	CU_add_test(s, "a reaped parent is made again; the token still grows", test_parent_reaped);
 	CU_add_test(s, "ACL: another identity deletes neither node nor parent", test_acl);
 	CU_add_test(s, "session closed from outside: lost, next holder, larger token", test_session_expiry_steal);
+	CU_add_test(s, "session closed from outside: the client's next handle gets the lock", test_session_expiry_local_waiter);
 	CU_add_test(s, "holder stopped past its session: lost, next holder", test_session_expiry_stopped_holder);
 	CU_pSuite e = CU_add_suite("zookeeper ensemble", NULL, NULL);
 	CU_add_test(e, "disconnected: uncertain, then lost after the session timeout", test_disconnected_then_lost);

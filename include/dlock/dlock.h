@@ -360,6 +360,14 @@ DLOCK_API dlock_status dlock_acquire(dlock_lock *lock, const dlock_acquire_optio
  * ours (never acquired, already released, expired, taken over, session
  * gone), returns DLOCK_ENOTHELD and never removes another owner's lock.
  * May be called from any thread, including the lost-lock callback.
+ *
+ * A lost lock: once the loss is declared (a lease that ran out: once it
+ * has also ended on the server), the client's background thread releases
+ * what may be left of it on the server and lets the client's other
+ * handles of the name acquire it, without waiting for this call.
+ * The handle itself stays lost until this call, which then returns
+ * DLOCK_ENOTHELD (with the loss in the client's error text) and undoes
+ * every level at once; after that cleanup it makes no server call.
  */
 DLOCK_API dlock_status dlock_release(dlock_lock *lock);
 

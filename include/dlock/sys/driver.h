@@ -21,7 +21,18 @@
  *   - acquire() is never called for a name that another handle of the same
  *     client holds or is acquiring (coalescing happens in the core), and
  *     release()/extend()/check() only on an `lk` whose acquire() succeeded
- *     and that was not released since.
+ *     and that was not released since.  One exception to the first: a
+ *     handle whose loss the core declared (a report, an expired lease, an
+ *     ENOTHELD from extend() or check()).  The core then calls release()
+ *     on it from its background thread, whatever the server still has
+ *     (for a lease that ran out: once the lease has ended on the server
+ *     too), and only after that release() returned lets another handle of
+ *     the client acquire the name; that acquisition of the lost handle
+ *     gets no further call.  So release() must remove only what is still this
+ *     `lk`'s own, and, when it cannot tell whether it did (an I/O error
+ *     on a session that other handles share), leave nothing of it that
+ *     would let another `lk` of the client be granted the lock on the
+ *     strength of this one (for example end that session).
  *   - Names reaching lock_init() are 1..DLOCK_NAME_MAX bytes without NUL;
  *     their content is untrusted (escape or hash it, pass it as a parameter).
  *
