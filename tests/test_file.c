@@ -113,6 +113,30 @@ static void test_uri_invalid(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(errbuf, "file:///"));
 }
 
+/* `prefix` would rename lock files: refused, not ignored; the directory then stays unmade. */
+static void test_uri_prefix(void)
+{
+	char *tmp = dlock_test_mkdtemp();
+	char *dir = path_join(tmp, "x");
+	char uri[PATH_MAX + 32], errbuf[512] = "";
+	struct stat sb;
+	snprintf(uri, sizeof uri, "file://%s?prefix=a", dir);
+	CU_ASSERT_EQUAL(open_status(uri, errbuf, sizeof errbuf), DLOCK_EURI);
+	CU_ASSERT_PTR_NOT_NULL(strstr(errbuf, "prefix"));
+	CU_ASSERT_EQUAL(stat(dir, &sb), -1);
+	/* Even the default's own value: file:// has no prefix at all. */
+	snprintf(uri, sizeof uri, "file://%s?ttl=5s&prefix=dlock", dir);
+	CU_ASSERT_EQUAL(open_status(uri, errbuf, sizeof errbuf), DLOCK_EURI);
+	CU_ASSERT_PTR_NOT_NULL(strstr(errbuf, "prefix"));
+
+	snprintf(uri, sizeof uri, "file://%s?ttl=5s", dir);
+	CU_ASSERT_EQUAL(open_status(uri, errbuf, sizeof errbuf), DLOCK_OK);
+	CU_ASSERT_EQUAL(stat(dir, &sb), 0);
+	free(dir);
+	dlock_test_rmtree(tmp);
+	free(tmp);
+}
+
 static void test_capabilities(void)
 {
 	char *tmp = dlock_test_mkdtemp();
@@ -598,6 +622,7 @@ static void add_suites(void)
 {
 	CU_pSuite s = CU_add_suite("file", NULL, NULL);
 	CU_add_test(s, "invalid URIs are EURI", test_uri_invalid);
+	CU_add_test(s, "prefix is refused", test_uri_prefix);
 	CU_add_test(s, "capabilities, check and extend", test_capabilities);
 	CU_add_test(s, "the directory is created on demand", test_dir_on_demand);
 	CU_add_test(s, "directory errors", test_dir_errors);
