@@ -269,6 +269,13 @@ static dlock_status file_check_uri(const dlock_uri *uri, dlock_error *err)
 	if (uri->nparams != 0)
 		return dlock_error_set(err, DLOCK_EURI, "file:// has no parameter '%s': %s", uri->params[0].key,
 		                       uri->masked);
+	/* Honouring it would rename the lock files, and two dlock versions on one
+	 * host would then lock different files for the same name. */
+	if (uri->prefix_given)
+		return dlock_error_set(err, DLOCK_EURI,
+		                       "file:// takes no 'prefix': lock files are named after the lock name "
+		                       "alone (use another directory to separate applications): %s",
+		                       uri->masked);
 	if (strlen(uri->path) + 1 + DLOCK_COMPONENT_MAX + sizeof FILE_SUFFIX > PATH_MAX)
 		return dlock_error_set(err, DLOCK_EURI, "file://: the directory path is too long: %s",
 		                       uri->masked);

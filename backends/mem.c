@@ -256,6 +256,11 @@ static dlock_status mem_check_uri(const dlock_uri *uri, dlock_error *err)
 	if (uri->nparams != 0)
 		return dlock_error_set(err, DLOCK_EURI, "mem:// has no parameter '%s': %s", uri->params[0].key,
 		                       uri->masked);
+	if (uri->prefix_given)
+		return dlock_error_set(err, DLOCK_EURI,
+		                       "mem:// takes no 'prefix' (use another namespace, mem://NAMESPACE, to "
+		                       "separate applications): %s",
+		                       uri->masked);
 	return DLOCK_OK;
 }
 

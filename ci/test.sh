@@ -13,6 +13,8 @@
 #   fuzz         ci/fuzz.sh: each libFuzzer harness for 30 s (DLOCK_FUZZ_SECONDS)
 #
 # Tests labelled `server` need DLOCK_TEST_URIS; without it they skip loudly.
+# After each ctest run the skipped tests are listed (whole programs, which
+# ctest also counts as "Not Run", and parts of one), and again in the summary.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -29,6 +31,7 @@ export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/t
 ctest_jobs=${DLOCK_CTEST_JOBS:-1}
 
 summary=()
+notes=() # lines for the summary under the running phase's line
 current=""
 now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 fmt_ms() { printf '%d.%d' $(($1 / 1000)) $(($1 % 1000 / 100)); }
@@ -41,7 +44,7 @@ on_exit() {
 	echo
 	echo "==== summary (seconds)"
 	local line
-	for line in "${summary[@]}"; do echo "  $line"; done
+	for line in "${summary[@]}" "${notes[@]}"; do echo "  $line"; done
 	if [ "$rc" -ne 0 ]; then
 		echo "  FAILED in phase: ${current:-?} (exit $rc)"
 	else
@@ -63,13 +66,43 @@ phase() {
 	"$@"
 	local dt=$(($(now_ms) - t0))
 	echo "==== [$current] passed in $(fmt_ms "$dt") s"
-	summary+=("$(printf '%-12s %8s' "$current" "$(fmt_ms "$dt")")")
+	summary+=("$(printf '%-12s %8s' "$current" "$(fmt_ms "$dt")")" "${notes[@]}")
+	notes=()
+}
+
+# list_skips DIR: "PROGRAM: what" for every skip in the output of the last
+# ctest run in DIR: the lines that say SKIPPED (dlock_test_skip(),
+# dlock_test_skip_part() and the conformance suite's backends) or "skip - "
+# (test_cli.sh).  Printed, and kept for the summary.
+list_skips() {
+	local log=$1/Testing/Temporary/LastTest.log skips=()
+	[ -f "$log" ] || return 0
+	mapfile -t skips < <(awk '
+		/^[0-9]+\/[0-9]+ Test: / { prog = $3; next }
+		/SKIPPED/ || /^skip - / {
+			line = $0
+			sub(/^.*SKIPPED:? */, "", line)
+			sub(/^skip - /, "", line)
+			sub(/ *\*\*\*$/, "", line)
+			sub(/(\.\.\.)?(passed|FAILED)$/, "", line)
+			print prog ": " line
+		}' "$log")
+	if [ ${#skips[@]} -eq 0 ]; then
+		echo "==== skipped in $1: none"
+		return 0
+	fi
+	echo "==== skipped in $1 (${#skips[@]}):"
+	printf '  %s\n' "${skips[@]}"
+	local s
+	for s in "${skips[@]}"; do notes+=("  skipped $s"); done
 }
 
 run_ctest() {
-	local dir=$1
+	local dir=$1 rc=0
 	shift
-	(cd "$dir" && "${tsan_prefix[@]}" ctest --output-on-failure --no-tests=error -j"$ctest_jobs" "$@")
+	(cd "$dir" && "${tsan_prefix[@]}" ctest --output-on-failure --no-tests=error -j"$ctest_jobs" "$@") || rc=$?
+	list_skips "$dir"
+	return "$rc"
 }
 
 # TSan cannot start when the kernel places mappings where it expects its

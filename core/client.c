@@ -14,48 +14,23 @@
 
 /* ------------------------------------------------------------ errors */
 
-static struct dlock_err_slot *err_slot_locked(struct dlock_client *c)
-{
-	pthread_t self = pthread_self();
-	struct dlock_err_slot *oldest = &c->errs[0];
-	for (size_t i = 0; i < DLOCK_ERR_SLOTS; i++) {
-		struct dlock_err_slot *s = &c->errs[i];
-		if (s->used && pthread_equal(s->thread, self))
-			return s;
-		if (s->used < oldest->used)
-			oldest = s;
-	}
-	/* A new thread takes a free slot, or the least recently used one. */
-	oldest->thread = self;
-	oldest->used = ++c->err_clock;
-	oldest->msg[0] = '\0';
-	return oldest;
-}
-
+/* The text lives in errmsg.c, one record per thread and client. */
 dlock_status dlock_client_fail_locked(struct dlock_client *c, dlock_status status, const char *msg)
 {
-	struct dlock_err_slot *s = err_slot_locked(c);
-	s->used = ++c->err_clock;
-	snprintf(s->msg, sizeof s->msg, "%s", msg && *msg ? msg : dlock_strerror(status));
+	dlock_errs_set(c->errs, msg && *msg ? msg : dlock_strerror(status));
 	return status;
 }
 
 dlock_status dlock_client_fail(struct dlock_client *c, dlock_status status, const char *msg)
 {
-	pthread_mutex_lock(&c->mu);
-	dlock_client_fail_locked(c, status, msg);
-	pthread_mutex_unlock(&c->mu);
-	return status;
+	return dlock_client_fail_locked(c, status, msg);
 }
 
 const char *dlock_client_errmsg(dlock_client *c)
 {
 	if (!c)
 		return "client is NULL";
-	pthread_mutex_lock(&c->mu);
-	const char *msg = err_slot_locked(c)->msg;
-	pthread_mutex_unlock(&c->mu);
-	return msg;
+	return dlock_errs_get(c->errs);
 }
 
 /* ------------------------------------------------------------ logging */
@@ -118,7 +93,8 @@ static struct dlock_client *client_new(const dlock_client_options *opts)
 		return NULL;
 	c->nbuckets = 64;
 	c->buckets = calloc(c->nbuckets, sizeof *c->buckets);
-	if (!c->buckets) {
+	if (!c->buckets || dlock_errs_open(&c->errs) != DLOCK_OK) {
+		free(c->buckets);
 		free(c);
 		return NULL;
 	}
@@ -139,6 +115,7 @@ static struct dlock_client *client_new(const dlock_client_options *opts)
 
 static void client_free(struct dlock_client *c)
 {
+	dlock_errs_close(c->errs);
 	dlock_uri_free(c->uri);
 	free(c->buckets);
 	pthread_cond_destroy(&c->bg_cond);

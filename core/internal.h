@@ -108,13 +108,8 @@ struct dlock_lock {
 
 /* ----------------------------------------------------------------- client */
 
-#define DLOCK_ERR_SLOTS 64
-
-struct dlock_err_slot {
-	pthread_t thread;
-	uint64_t used;            /* for reuse of the oldest slot */
-	char msg[DLOCK_ERROR_MAX];
-};
+/* Per-thread error text of one client (errmsg.c). */
+struct dlock_errs;
 
 struct dlock_host {
 	struct dlock_client *client;
@@ -132,8 +127,7 @@ struct dlock_client {
 
 	pthread_mutex_t mu;
 	pthread_cond_t cond;       /* busy handles, pins, acquires in progress */
-	struct dlock_err_slot errs[DLOCK_ERR_SLOTS];
-	uint64_t err_clock;
+	struct dlock_errs *errs;   /* per-thread error text; has its own locks (not mu) */
 
 	struct dlock_entry **buckets;
 	size_t nbuckets, nentries;
@@ -156,7 +150,7 @@ struct dlock_client {
 /* client.c */
 /** Record `msg` as the calling thread's last error on `c`; returns `status`.  c->mu held. */
 dlock_status dlock_client_fail_locked(struct dlock_client *c, dlock_status status, const char *msg);
-/** Same, taking c->mu. */
+/** Same, c->mu not held. */
 dlock_status dlock_client_fail(struct dlock_client *c, dlock_status status, const char *msg);
 void dlock_client_logf(struct dlock_client *c, dlock_log_level level, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -165,6 +159,18 @@ void dlock_client_logf(struct dlock_client *c, dlock_log_level level, const char
 	;
 /** Free the client's memory once it is closed and its last handle is gone.  c->mu held; unlocks it. */
 void dlock_client_maybe_free_locked(struct dlock_client *c);
+
+/* errmsg.c: thread-safe without c->mu (which may be held or not). */
+/** A client's empty set of per-thread messages; DLOCK_ENOMEM when out of memory or thread keys. */
+dlock_status dlock_errs_open(struct dlock_errs **out);
+/** Free every thread's message of the client (accepts NULL).  No thread may use the client any more. */
+void dlock_errs_close(struct dlock_errs *errs);
+/** Make `msg` the calling thread's message; kept until its next set, the close, or the thread's exit. */
+void dlock_errs_set(struct dlock_errs *errs, const char *msg);
+/** The calling thread's message, or "". */
+const char *dlock_errs_get(struct dlock_errs *errs);
+/** Number of threads with a message (for tests): a thread's goes when it exits. */
+size_t dlock_errs_count(struct dlock_errs *errs);
 
 /* lock.c */
 /** Driver-release every held handle of a closing client and finalise their driver state. */

@@ -1,6 +1,8 @@
-/* Driver registry: scheme -> driver, plus each driver's process-wide object. */
+/* Driver registry: scheme -> driver, plus each driver's process-wide object and the core's thread key. */
 #ifndef DLOCK_CORE_REGISTRY_H
 #define DLOCK_CORE_REGISTRY_H
+
+#include <pthread.h>
 
 #include "dlock/sys/driver.h"
 
@@ -12,5 +14,12 @@ const dlock_driver *dlock_registry_find(const char *scheme);
 
 /** The registry's per-driver shared object (see dlock_host_shared()). */
 void *dlock_registry_shared(const dlock_driver *driver, void *(*create)(void));
+
+/**
+ * The core's one thread-specific key, made on first call with `destructor`
+ * (every caller passes the same one) and never deleted.  DLOCK_ENOMEM when
+ * the system has no key left.
+ */
+dlock_status dlock_registry_thread_key(void (*destructor)(void *), pthread_key_t *out);
 
 #endif

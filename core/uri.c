@@ -407,6 +407,7 @@ static dlock_status apply_common(struct parser *p, int idx, const char *key, con
 		if (value[0] == '\0')
 			return bad_value(p, key, value, "a non-empty name");
 		u->prefix = value;
+		u->prefix_given = 1;
 		return DLOCK_OK;
 	case P_OPEN_TIMEOUT:
 		return set_positive_duration(p, key, value, &u->connect_timeout_ms);

@@ -15,8 +15,9 @@
  *   path      "/" ... (percent-decoded, may contain any byte but NUL)
  *   query     key[=value] *("&" key[=value]) (percent-decoded, '+' is a literal '+')
  *
- * Common parameters (ttl, wait, renew, prefix, open_timeout, io_timeout) are
- * removed from params and resolved into the struct with their defaults;
+ * Common parameters (ttl, wait, renew, fencing, prefix, open_timeout,
+ * io_timeout) are removed from params and resolved into the struct with their
+ * defaults (prefix_given records whether prefix was written);
  * durations are number+unit, a bare number is milliseconds; renew takes
  * 1/0/true/false/on/off/yes/no.  A repeated parameter, a bad value, a
  * percent-encoded NUL or any other syntax error is DLOCK_EURI with a message

@@ -10,7 +10,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
+#include <pwd.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -113,6 +115,30 @@ static void test_uri_invalid(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(errbuf, "file:///"));
 }
 
+/* `prefix` would rename lock files: refused, not ignored; the directory then stays unmade. */
+static void test_uri_prefix(void)
+{
+	char *tmp = dlock_test_mkdtemp();
+	char *dir = path_join(tmp, "x");
+	char uri[PATH_MAX + 32], errbuf[512] = "";
+	struct stat sb;
+	snprintf(uri, sizeof uri, "file://%s?prefix=a", dir);
+	CU_ASSERT_EQUAL(open_status(uri, errbuf, sizeof errbuf), DLOCK_EURI);
+	CU_ASSERT_PTR_NOT_NULL(strstr(errbuf, "prefix"));
+	CU_ASSERT_EQUAL(stat(dir, &sb), -1);
+	/* Even the default's own value: file:// has no prefix at all. */
+	snprintf(uri, sizeof uri, "file://%s?ttl=5s&prefix=dlock", dir);
+	CU_ASSERT_EQUAL(open_status(uri, errbuf, sizeof errbuf), DLOCK_EURI);
+	CU_ASSERT_PTR_NOT_NULL(strstr(errbuf, "prefix"));
+
+	snprintf(uri, sizeof uri, "file://%s?ttl=5s", dir);
+	CU_ASSERT_EQUAL(open_status(uri, errbuf, sizeof errbuf), DLOCK_OK);
+	CU_ASSERT_EQUAL(stat(dir, &sb), 0);
+	free(dir);
+	dlock_test_rmtree(tmp);
+	free(tmp);
+}
+
 static void test_capabilities(void)
 {
 	char *tmp = dlock_test_mkdtemp();
@@ -166,6 +192,49 @@ static void test_dir_on_demand(void)
 	free(tmp);
 }
 
+/* What a child that meets an unwritable parent reports (shared memory). */
+struct eacces_report {
+	int ran;               /* 1: it tried the URI; 0: it could not become an ordinary user */
+	dlock_status status;
+	char why[256];         /* when it did not run */
+	char errbuf[512];
+};
+
+/* Become `uid`/`gid` for good (groups, then gid, then uid); -1 with the reason in `why`. */
+static int drop_root(uid_t uid, gid_t gid, char *why, size_t len)
+{
+	if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0) {
+		snprintf(why, len, "cannot become uid %u: %s", (unsigned)uid, strerror(errno));
+		return -1;
+	}
+	if (geteuid() == 0 || setuid(0) == 0) {
+		snprintf(why, len, "still root after setuid(%u)", (unsigned)uid);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * In a child: as an ordinary user (root drops to `uid`, since permission
+ * bits do not bind root), make BASE/ro mode 0500 and open file://BASE/ro/sub.
+ * Never returns; never calls CUnit.
+ */
+static void child_eacces(const char *base, uid_t uid, gid_t gid, struct eacces_report *r)
+{
+	char ro[PATH_MAX], uri[PATH_MAX + 16];
+	if (geteuid() == 0 && drop_root(uid, gid, r->why, sizeof r->why) != 0)
+		_exit(0);
+	snprintf(ro, sizeof ro, "%s/ro", base);
+	if (mkdir(ro, 0500) != 0) {
+		snprintf(r->why, sizeof r->why, "mkdir DIR/ro: %s", strerror(errno));
+		_exit(1);
+	}
+	snprintf(uri, sizeof uri, "file://%s/sub", ro);
+	r->status = open_status(uri, r->errbuf, sizeof r->errbuf);
+	r->ran = 1;
+	_exit(0);
+}
+
 static void test_dir_errors(void)
 {
 	char *tmp = dlock_test_mkdtemp();
@@ -176,25 +245,48 @@ static void test_dir_errors(void)
 	CU_ASSERT_FATAL(fd >= 0);
 	close(fd);
 
+	/* A regular file where a directory belongs: root or not. */
 	snprintf(uri, sizeof uri, "file://%s", under);
 	CU_ASSERT_EQUAL(open_status(uri, errbuf, sizeof errbuf), DLOCK_EIO);
 	CU_ASSERT_PTR_NOT_NULL(strstr(errbuf, strerror(ENOTDIR)));
 	snprintf(uri, sizeof uri, "file://%s", file);
 	CU_ASSERT_EQUAL(open_status(uri, errbuf, sizeof errbuf), DLOCK_EIO);
 
+	/*
+	 * An unwritable parent is EPERM, tried in a child that is an ordinary
+	 * user: this one, or nobody when the suite runs as root (as in CI).
+	 * BASE belongs to that user; root lets it through TMP.
+	 */
+	struct passwd *pw = getpwnam("nobody");
+	uid_t uid = pw ? pw->pw_uid : 65534;
+	gid_t gid = pw ? pw->pw_gid : 65534;
+	char *base = path_join(tmp, "user");
+	CU_ASSERT_FATAL(mkdir(base, 0700) == 0);
 	if (geteuid() == 0) {
-		fprintf(stderr, "\n    SKIPPED: EPERM for an unwritable parent (running as root)\n    ");
-	} else {
-		char *ro = path_join(tmp, "ro");
-		char *sub = path_join(ro, "sub");
-		CU_ASSERT_FATAL(mkdir(ro, 0500) == 0);
-		snprintf(uri, sizeof uri, "file://%s", sub);
-		CU_ASSERT_EQUAL(open_status(uri, errbuf, sizeof errbuf), DLOCK_EPERM);
-		CU_ASSERT_PTR_NOT_NULL(strstr(errbuf, strerror(EACCES)));
-		chmod(ro, 0700);
-		free(sub);
-		free(ro);
+		CU_ASSERT_FATAL(chown(base, uid, gid) == 0);
+		CU_ASSERT_FATAL(chmod(tmp, 0711) == 0);
 	}
+	struct eacces_report *r = dlock_test_shared_alloc(sizeof *r);
+	pid_t pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0)
+		child_eacces(base, uid, gid, r);
+	int ok = exited_ok(pid);
+	if (!ok)
+		printf("\n    the child failed: %s", r->why);
+	CU_ASSERT(ok);
+	if (ok && !r->ran) {
+		char why[300];
+		snprintf(why, sizeof why, "EPERM for an unwritable parent: %s", r->why);
+		dlock_test_skip_part(why);
+	} else if (ok) {
+		if (r->status != DLOCK_EPERM)
+			printf("\n    unwritable parent: %s: %s", dlock_status_name(r->status), r->errbuf);
+		CU_ASSERT_EQUAL(r->status, DLOCK_EPERM);
+		CU_ASSERT_PTR_NOT_NULL(strstr(r->errbuf, strerror(EACCES)));
+	}
+	dlock_test_shared_free(r, sizeof *r);
+	free(base);
 	free(under);
 	free(file);
 	dlock_test_rmtree(tmp);
@@ -598,6 +690,7 @@ static void add_suites(void)
 {
 	CU_pSuite s = CU_add_suite("file", NULL, NULL);
 	CU_add_test(s, "invalid URIs are EURI", test_uri_invalid);
+	CU_add_test(s, "prefix is refused", test_uri_prefix);
 	CU_add_test(s, "capabilities, check and extend", test_capabilities);
 	CU_add_test(s, "the directory is created on demand", test_dir_on_demand);
 	CU_add_test(s, "directory errors", test_dir_errors);

@@ -144,6 +144,25 @@ static void test_uri_invalid(void)
 	}
 }
 
+/* mem:// separates by namespace; `prefix` would be ignored, so it is refused. */
+static void test_uri_prefix(void)
+{
+	static const char *const bad[] = {
+		"mem://t_prefix?prefix=a", "mem://?prefix=dlock", "mem://t_prefix?ttl=5s&prefix=b",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		dlock_client *c = NULL;
+		char errbuf[512] = "";
+		CU_ASSERT_EQUAL(dlock_client_open(&c, bad[i], NULL, errbuf, sizeof errbuf), DLOCK_EURI);
+		CU_ASSERT_PTR_NULL(c);
+		CU_ASSERT_PTR_NOT_NULL(strstr(errbuf, "prefix"));
+		dlock_client_close(c);
+	}
+	dlock_client *c = dlock_test_open("mem://t_prefix?ttl=5s", NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL(c);
+	dlock_client_close(c);
+}
+
 static void test_uri_valid(void)
 {
 	static const char *const good[] = { "mem://", "mem://t_uri", "mem://t_uri?ttl=5s&wait=1s" };
@@ -620,6 +639,7 @@ static void add_suites(void)
 {
 	CU_pSuite s = CU_add_suite("mem", NULL, NULL);
 	CU_add_test(s, "invalid URIs are EURI", test_uri_invalid);
+	CU_add_test(s, "prefix is refused", test_uri_prefix);
 	CU_add_test(s, "valid URIs open", test_uri_valid);
 	CU_add_test(s, "capabilities", test_capabilities);
 	CU_add_test(s, "namespaces contend only with themselves", test_namespaces);

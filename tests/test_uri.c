@@ -35,6 +35,7 @@ static void check_defaults(const dlock_uri *u)
 	CU_ASSERT_EQUAL(u->wait_ms, DLOCK_WAIT_FOREVER);
 	CU_ASSERT_EQUAL(u->renew, 1);
 	CU_ASSERT_STRING_EQUAL(u->prefix, "dlock");
+	CU_ASSERT_EQUAL(u->prefix_given, 0);
 	CU_ASSERT_EQUAL(u->connect_timeout_ms, 5000);
 	CU_ASSERT_EQUAL(u->io_timeout_ms, 5000);
 }
@@ -302,6 +303,7 @@ static void test_percent_decoding(void)
 	u = parse_ok("mem://ns?%74tl=1%30s&prefix=a%2Fb");
 	CU_ASSERT_EQUAL(u->ttl_ms, 10000);
 	CU_ASSERT_STRING_EQUAL(u->prefix, "a/b");
+	CU_ASSERT_EQUAL(u->prefix_given, 1);
 	CU_ASSERT_EQUAL(u->nparams, 0);
 	dlock_uri_free(u);
 

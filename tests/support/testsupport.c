@@ -280,5 +280,14 @@ int dlock_test_skip(const char *why)
 {
 	const char *req = getenv("DLOCK_TEST_REQUIRE_ALL");
 	printf("SKIPPED: %s\n", why);
-	return req && strcmp(req, "1") == 0 ? 1 : 0;
+	return req && strcmp(req, "1") == 0 ? 1 : DLOCK_TEST_SKIP_STATUS;
+}
+
+void dlock_test_skip_part(const char *why)
+{
+	CU_pSuite suite = CU_get_current_suite();
+	CU_pTest test = CU_get_current_test();
+	printf("\n    SKIPPED: %s / %s: %s\n    ", suite && suite->pName ? suite->pName : "?",
+	       test && test->pName ? test->pName : "?", why);
+	fflush(stdout);
 }

@@ -126,6 +126,11 @@ typedef struct dlock_uri {
 	int64_t connect_timeout_ms; /**< `open_timeout`: connecting, default 5s */
 	int64_t io_timeout_ms;      /**< `io_timeout`: one server command, default 5s */
 	int fencing;                /**< `fencing`: take fencing tokens, default 1 (see dlock_wait_wants_token) */
+
+	/* Appended fields: the core allocates every dlock_uri, so a new field
+	 * at the end never changes what an older driver reads. */
+	int prefix_given;           /**< 1 when the URI gave `prefix`, 0 when `prefix` is the default: a backend
+	                                 whose names never take a prefix (file://, mem://) refuses it (DLOCK_EURI) */
 } dlock_uri;
 
 /** Value of backend parameter `key` in `uri`, or NULL when absent. */
