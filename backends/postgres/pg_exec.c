@@ -120,11 +120,11 @@ static void send_cancel(struct dlock_pg_conn *c)
 
 static dlock_status lost(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
 {
-	const char *msg = PQerrorMessage(c->pg);
-	size_t n = strcspn(msg, "\n");
+	char text[384];
+	dlock_pg_one_line(PQerrorMessage(c->pg), text, sizeof text);
 	c->dead = 1;
-	return dlock_error_set(err, DLOCK_ECONNECT, "%s: connection lost: %.*s", b->masked, (int)n,
-	                       n ? msg : "no detail");
+	return dlock_error_set(err, DLOCK_ECONNECT, "%s: connection lost: %s", b->masked,
+	                       text[0] ? text : "no detail");
 }
 
 /*
@@ -193,8 +193,9 @@ static dlock_status server_error(const struct dlock_pg_backend *b, struct dlock_
 		c->dead = 1;
 	dlock_status st = c->dead ? DLOCK_ECONNECT : state ? dlock_pg_sqlstate_status(state) : DLOCK_ESERVER;
 	if (!primary) {
-		const char *msg = PQerrorMessage(c->pg);
-		return dlock_error_set(err, st, "%s: %.*s", b->masked, (int)strcspn(msg, "\n"), msg);
+		char text[384];
+		dlock_pg_one_line(PQerrorMessage(c->pg), text, sizeof text);
+		return dlock_error_set(err, st, "%s: %s", b->masked, text);
 	}
 	return dlock_error_set(err, st, "%s: server: %s (SQLSTATE %s)", b->masked, primary, sqlstate);
 }

@@ -228,6 +228,10 @@ void dlock_pg_pool_broken(struct dlock_pg_backend *b, struct dlock_pg_conn *c, c
 /** The longest lease of the locks on `c`, at least `with_ms` (c->mu held). */
 int64_t dlock_pg_conn_lease(struct dlock_pg_conn *c, int64_t with_ms);
 
+/** libpq's text (several lines, tab-indented) on one line into `out`: lines joined by "; ", every
+ *  run of blanks one space, LOCATION lines dropped. */
+void dlock_pg_one_line(const char *msg, char *out, size_t outlen);
+
 /* pg_setup.c */
 /** Make sure the fencing sequence (and the lock table) exist, on `c`. */
 dlock_status dlock_pg_setup(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *table_raw,
