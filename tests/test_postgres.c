@@ -298,6 +298,9 @@ static void test_refused(void)
 	printf("\n    refused: %lld ms: %s", (long long)ms, err);
 	CU_ASSERT(ms < 2000);
 	CU_ASSERT(strstr(err, "secret") == NULL);
+	/* libpq's "Connection refused\n\tIs the server running ..." reads as one line. */
+	CU_ASSERT(strstr(err, "Connection refused; Is the server running") != NULL);
+	CU_ASSERT(strchr(err, '\t') == NULL && strchr(err, '\n') == NULL);
 	/* A host list: the first refuses, the second serves (failover). */
 	const char *base = dlock_test_env("DLOCK_TEST_PG_URI"), *host = strchr(base, '@') + 1;
 	snprintf(uri, sizeof uri, "postgres://dlock@127.0.0.1:%d,%s", closed_port(), host);

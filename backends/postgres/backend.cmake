@@ -12,7 +12,7 @@ if(LIBPQ_FOUND)
     backends/postgres/pg_row.c
     backends/postgres/pg_hash.c)
   list(APPEND DLOCK_BACKEND_LIBS PkgConfig::LIBPQ)
-  list(APPEND DLOCK_BACKEND_TESTS test_postgres)
+  list(APPEND DLOCK_BACKEND_TESTS test_postgres test_pg_privileges)
 else()
   message(STATUS "libpq not found: postgres:// left out")
 endif()

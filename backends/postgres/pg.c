@@ -4,8 +4,9 @@
  *   postgres://[user[:password]@]host[:port][,host[:port]...]/dbname[?params]
  *
  * Parameters: dlock's common ones (ttl, wait, renew, prefix, open_timeout,
- * io_timeout), `mode=advisory` (default: session advisory locks,
- * pg_advisory.c) or `mode=row` (row locks in a lock table, pg_row.c),
+ * io_timeout; fencing off needs no fencing sequence: pg_setup.c),
+ * `mode=advisory` (default: session advisory locks, pg_advisory.c) or
+ * `mode=row` (row locks in a lock table, pg_row.c),
  * `table=NAME` (row mode's table, default dlock_locks: letters, digits and
  * '_', not starting with a digit, at most 63 bytes), and every libpq
  * connection keyword except the five the URI itself carries (host, port,
@@ -59,7 +60,10 @@ static void pg_close(void *backend)
 	free(b->sql_row_insert);
 	free(b->sql_row_try);
 	free(b->sql_row_wait);
-	free(b->sql_row_prepare);
+	free(b->sql_row_try_token);
+	free(b->sql_row_wait_token);
+	for (int i = 0; i < 4; i++)
+		free(b->sql_row_prepare[i]);
 	free(b);
 }
 
@@ -96,10 +100,12 @@ static dlock_status session_kind(struct dlock_pg_backend *b, struct dlock_pg_con
 	if (st != DLOCK_OK)
 		return st;
 	if (b->mode == &dlock_pg_row_mode) {
-		b->prepare_sql = direct ? b->sql_row_prepare : NULL;
+		for (int i = 0; i < 4 && direct; i++)
+			b->prepare[i] = b->sql_row_prepare[i];
 		return DLOCK_OK;
 	}
-	b->prepare_sql = b->mode->prepare_sql;
+	for (int i = 0; i < 4; i++)
+		b->prepare[i] = b->mode->prepare[i];
 	if (direct)
 		return DLOCK_OK;
 	return dlock_error_set(err, DLOCK_ENOTSUP,
@@ -143,7 +149,7 @@ static dlock_status pg_open(const dlock_uri *uri, dlock_host *host, void **out, 
 		return dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
 	*b = (struct dlock_pg_backend){ .host = host, .masked = uri->masked, .prefix = uri->prefix,
 		                        .open_timeout_ms = uri->connect_timeout_ms,
-		                        .io_timeout_ms = uri->io_timeout_ms };
+		                        .io_timeout_ms = uri->io_timeout_ms, .fencing = uri->fencing };
 	dlock_pg_pool_init(&b->pool);
 	dlock_status st = read_mode(uri, b, &table, err);
 	if (st == DLOCK_OK && table && !identifier_ok(table))

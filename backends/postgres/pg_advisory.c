@@ -6,8 +6,8 @@
  *
  *   try once:  pg_try_advisory_lock(key), then the session's lease
  *              (idle_session_timeout), then the fencing token
- *              nextval('dlock_fence') — taken while the lock is held, and
- *              only when the caller wants one (else 0).
+ *              nextval('dlock_fence') — taken while the lock is held — or,
+ *              in the statement for a caller that wants no token, 0.
  *   waiting:   lock_timeout for this statement only (set_config(..., true)
  *              lasts until the end of the statement's implicit
  *              transaction), pg_advisory_lock(key) — the server queues the
@@ -18,8 +18,12 @@
  * Release is pg_advisory_unlock(key) (false: not held); the heartbeat sets
  * the idle timeout again.
  *
- * The three statements are prepared once per session (no parse and plan
- * per call), and the idle timeout is sent only when the session's must
+ * The statements are prepared once per session (no parse and plan per
+ * call): those without a token when the session first runs one, the two
+ * with a token only when one is first wanted (pg_internal.h), so that with
+ * fencing off neither the sequence nor a privilege on it is needed.
+ * Before the first token of a client, pg_setup.c checks the sequence.  The
+ * idle timeout is sent only when the session's must
  * change (NULL otherwise): while locks remain, to the longest of their
  * leases; once the last is released, never — the idle session keeps it,
  * and pg_pool.c retires it before the server would end it.
@@ -48,19 +52,25 @@
 #define SET_IDLE(n) "CASE WHEN $" n " IS NULL THEN false " \
 	"ELSE set_config('idle_session_timeout', $" n ", false) IS NULL END"
 
-/* The fencing token, or 0 when $3 says the caller wants none. */
-#define TOKEN "CASE WHEN $3 THEN nextval(" SEQ ") ELSE 0 END"
+/* The lock and the lease, then: the token (TOKEN set) or 0 (PLAIN set). */
+#define TRY(tail) "SELECT CASE WHEN NOT pg_try_advisory_lock($1) THEN NULL " \
+	"WHEN " SET_IDLE("2") " THEN NULL ELSE " tail " END" ELAPSED
+#define WAIT(tail) "SELECT CASE " \
+	"WHEN set_config('lock_timeout', $3, true) IS NULL THEN NULL " \
+	"WHEN pg_advisory_lock($1) IS NULL THEN NULL " \
+	"WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL " \
+	"WHEN " SET_IDLE("2") " THEN NULL ELSE " tail " END" ELAPSED
 
-/* Prepared once per session (pg_exec.c); $1 key, $2 idle timeout or NULL, $3 token wanted, $4 wait. */
-static const char sql_prepare[] =
-	"PREPARE dlock_try(int8, text, bool) AS SELECT CASE WHEN NOT pg_try_advisory_lock($1) THEN NULL "
-	"WHEN " SET_IDLE("2") " THEN NULL ELSE " TOKEN " END" ELAPSED ";"
-	"PREPARE dlock_wait(int8, text, bool, text) AS SELECT CASE "
-	"WHEN set_config('lock_timeout', $4, true) IS NULL THEN NULL "
-	"WHEN pg_advisory_lock($1) IS NULL THEN NULL "
-	"WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL "
-	"WHEN " SET_IDLE("2") " THEN NULL ELSE " TOKEN " END" ELAPSED ";"
-	"PREPARE dlock_unlock(int8, text) AS SELECT pg_advisory_unlock($1), " SET_IDLE("2");
+/* Prepared once per session (pg_exec.c); $1 key, $2 idle timeout or NULL, $3 wait. */
+#define PREPARE_PLAIN "PREPARE dlock_try(int8, text) AS " TRY("0") ";" \
+	"PREPARE dlock_wait(int8, text, text) AS " WAIT("0") ";" \
+	"PREPARE dlock_unlock(int8, text) AS SELECT pg_advisory_unlock($1), " SET_IDLE("2") ";"
+#define PREPARE_TOKEN "PREPARE dlock_try_token(int8, text) AS " TRY("nextval(" SEQ ")") ";" \
+	"PREPARE dlock_wait_token(int8, text, text) AS " WAIT("nextval(" SEQ ")") ";"
+/* The TOKEN set first: when it fails, nothing after it runs. */
+static const char sql_prepare_plain[] = PREPARE_PLAIN;
+static const char sql_prepare_token[] = PREPARE_TOKEN;
+static const char sql_prepare_both[] = PREPARE_TOKEN PREPARE_PLAIN;
 static const char sql_undo[] = "SELECT pg_advisory_unlock($1::int8)";
 static const char sql_beat[] = "SELECT set_config('idle_session_timeout', $1, false)";
 static const char sql_check[] = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
@@ -125,6 +135,15 @@ static dlock_status settle_attempt(struct dlock_pg_backend *b, struct dlock_pg_c
 	return st;
 }
 
+/* The sequence is not known to be usable yet: check it on `c` (c->mu held). */
+static dlock_status fence(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
+{
+	dlock_status st = dlock_pg_fence(b, c, err);
+	if (st != DLOCK_OK && c->dead)
+		dlock_pg_pool_broken(b, c, err->msg);
+	return st;
+}
+
 /* One try (w NULL) or wait on `c`; a token only if `fencing`. */
 static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
                             dlock_wait *w, int fencing, dlock_acquired *out, dlock_error *err)
@@ -132,17 +151,25 @@ static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
 	char key[24], lease[24], wait[24], sqlstate[6];
 	snprintf(key, sizeof key, "%lld", (long long)lk->key);
 	pthread_mutex_lock(&c->mu);
+	if (fencing) {
+		dlock_status st = fence(b, c, err);
+		if (st != DLOCK_OK) {
+			pthread_mutex_unlock(&c->mu);
+			return st;
+		}
+	}
 	int64_t idle_ms = dlock_pg_conn_lease(c, lk->lease_ms);
 	const char *idle = idle_text(c, idle_ms, lease);
-	const char *token = fencing ? "t" : "f";
-	struct dlock_pg_stmt s = { .prepared = "dlock_try", .n = 3, .values = { key, idle, token },
-		                   .lengths = { -1, -1, -1 } };
+	struct dlock_pg_stmt s = { .prepared = fencing ? "dlock_try_token" : "dlock_try", .token = fencing, .n = 2,
+		                   .values = { key, idle }, .lengths = { -1, -1 } };
 	int64_t deadline = dlock_pg_io_deadline(b);
 	if (w) {
 		int64_t left = dlock_wait_remaining_ms(w);
 		dlock_pg_ms_text(left < 0 ? 0 : left, wait);
-		s = (struct dlock_pg_stmt){ .prepared = "dlock_wait", .n = 4, .values = { key, idle, token, wait },
-			                    .lengths = { -1, -1, -1, -1 } };
+		s.prepared = fencing ? "dlock_wait_token" : "dlock_wait";
+		s.n = 3;
+		s.values[2] = wait;
+		s.lengths[2] = -1;
 		deadline = dlock_pg_wait_deadline(b, w);
 		dlock_pg_interrupt_arm(c, w);
 	}
@@ -153,6 +180,8 @@ static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
 		c->dead = 1; /* a cancel request may still be on its way: never reuse */
 		st = dlock_error_set(err, DLOCK_ECANCELED, "acquire cancelled");
 	}
+	if (st != DLOCK_OK && fencing) /* before settle_attempt, which may end the session */
+		st = dlock_pg_fence_failed(b, c, st, sqlstate, err);
 	st = settle_attempt(b, c, lk, st, res, sent, out, key, idle_ms, err);
 	PQclear(res);
 	pthread_mutex_unlock(&c->mu);
@@ -279,7 +308,7 @@ static dlock_status adv_check(void *backend, void *lkp, dlock_error *err)
 
 const struct dlock_pg_mode dlock_pg_advisory_mode = {
 	.name = "advisory",
-	.prepare_sql = sql_prepare,
+	.prepare = { NULL, sql_prepare_plain, sql_prepare_token, sql_prepare_both },
 	.acquire = adv_acquire,
 	.release = adv_release,
 	.extend = adv_extend,

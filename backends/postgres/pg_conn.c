@@ -182,18 +182,40 @@ static int find_sqlstate(const char *msg, char out[6])
 	return 0;
 }
 
-/* libpq's message on one line, without the LOCATION lines of verbose mode. */
-static void one_line(const char *msg, char *out, size_t outlen)
+/*
+ * libpq's message on one line, without the LOCATION lines of verbose mode.
+ * Its lines go on with a tab ("Connection refused\n\tIs the server
+ * running ..."): every run of blanks, newlines included, becomes one space,
+ * and the lines are joined by "; ".
+ */
+void dlock_pg_one_line(const char *msg, char *out, size_t outlen)
 {
 	size_t o = 0;
-	for (const char *line = msg; *line && o + 1 < outlen;) {
+	if (outlen == 0)
+		return;
+	for (const char *line = msg; *line;) {
 		size_t n = strcspn(line, "\n");
-		if (n && strncmp(line, "LOCATION:", 9) != 0) {
-			o += (size_t)snprintf(out + o, outlen - o, "%s%.*s", o ? "; " : "", (int)n, line);
-			if (o >= outlen)
-				o = outlen - 1;
+		const char *end = line + n;
+		while (line < end && isspace((unsigned char)*line))
+			line++;
+		if (line < end && strncmp(line, "LOCATION:", 9) != 0) {
+			if (o && o + 2 < outlen) {
+				out[o++] = ';';
+				out[o++] = ' ';
+			}
+			for (int blank = 0; line < end && o + 1 < outlen; line++) {
+				if (isspace((unsigned char)*line)) {
+					blank = 1;
+					continue;
+				}
+				if (blank)
+					out[o++] = ' ';
+				blank = 0;
+				if (o + 1 < outlen)
+					out[o++] = *line;
+			}
 		}
-		line += n + (line[n] == '\n');
+		line = *end ? end + 1 : end;
 	}
 	out[o] = '\0';
 }
@@ -209,7 +231,7 @@ static dlock_status connect_failed(const struct dlock_pg_backend *b, PGconn *pg,
 		st = DLOCK_EAUTH; /* the server wants a password and the URI has none */
 	if (st == DLOCK_EBUSY || st == DLOCK_ECANCELED || st == DLOCK_ESERVER)
 		st = DLOCK_ECONNECT;
-	one_line(msg, text, sizeof text);
+	dlock_pg_one_line(msg, text, sizeof text);
 	PQfinish(pg);
 	return dlock_error_set(err, st, "%s: %s", b->masked, text);
 }

@@ -2,7 +2,7 @@
  * One statement on one connection, with a deadline and cancellation.
  *
  * Statements go out with PQsendQueryParams, or PQsendQueryPrepared when
- * the session prepares them (b->prepare_sql); every value is a parameter:
+ * the session prepares them (b->prepare); every value is a parameter:
  * nothing from a name or a URI is ever pasted into SQL.  The result is
  * awaited with poll(), so that io_timeout bounds every statement that
  * should answer at once.  A statement that opens a transaction is sent behind its BEGIN in
@@ -120,11 +120,11 @@ static void send_cancel(struct dlock_pg_conn *c)
 
 static dlock_status lost(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
 {
-	const char *msg = PQerrorMessage(c->pg);
-	size_t n = strcspn(msg, "\n");
+	char text[384];
+	dlock_pg_one_line(PQerrorMessage(c->pg), text, sizeof text);
 	c->dead = 1;
-	return dlock_error_set(err, DLOCK_ECONNECT, "%s: connection lost: %.*s", b->masked, (int)n,
-	                       n ? msg : "no detail");
+	return dlock_error_set(err, DLOCK_ECONNECT, "%s: connection lost: %s", b->masked,
+	                       text[0] ? text : "no detail");
 }
 
 /*
@@ -193,8 +193,9 @@ static dlock_status server_error(const struct dlock_pg_backend *b, struct dlock_
 		c->dead = 1;
 	dlock_status st = c->dead ? DLOCK_ECONNECT : state ? dlock_pg_sqlstate_status(state) : DLOCK_ESERVER;
 	if (!primary) {
-		const char *msg = PQerrorMessage(c->pg);
-		return dlock_error_set(err, st, "%s: %.*s", b->masked, (int)strcspn(msg, "\n"), msg);
+		char text[384];
+		dlock_pg_one_line(PQerrorMessage(c->pg), text, sizeof text);
+		return dlock_error_set(err, st, "%s: %s", b->masked, text);
 	}
 	return dlock_error_set(err, st, "%s: server: %s (SQLSTATE %s)", b->masked, primary, sqlstate);
 }
@@ -224,21 +225,39 @@ static dlock_status finish(const struct dlock_pg_backend *b, struct dlock_pg_con
 }
 
 /*
- * The mode's statements, once per session, in one round trip.  Named
- * statements skip the parse and plan that an unnamed one pays each time;
- * they live as long as the session, which only dlock uses: b->prepare_sql
- * is set only on a connection straight to the server (pg.c), where no
- * pooler's DISCARD or change of server session can drop them.
+ * The sets of statements `s` needs that this session lacks, in one round
+ * trip.  Named statements skip the parse and plan that an unnamed one pays
+ * each time; they live as long as the session, which only dlock uses:
+ * b->prepare is set only on a connection straight to the server (pg.c),
+ * where no pooler's DISCARD or change of server session can drop them.
+ * PREPARE is not transactional: when one of several fails, those before it
+ * stay, so a failure deallocates them all and the session starts afresh.
  */
-static dlock_status prepare(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
+static dlock_status prepare(const struct dlock_pg_backend *b, struct dlock_pg_conn *c,
+                            const struct dlock_pg_stmt *s, char sqlstate[6], dlock_error *err)
 {
+	unsigned want = s->token ? DLOCK_PG_SET_PLAIN | DLOCK_PG_SET_TOKEN : DLOCK_PG_SET_PLAIN;
+	unsigned missing = want & ~c->prepared;
 	PGresult *res = NULL;
-	char sqlstate[6];
-	if (!PQsendQuery(c->pg, b->prepare_sql))
+	if (!missing)
+		return DLOCK_OK;
+	if (!PQsendQuery(c->pg, b->prepare[missing]))
 		return lost(b, c, err);
 	dlock_status st = finish(b, c, dlock_pg_io_deadline(b), &res, sqlstate, err);
 	PQclear(res);
-	c->prepared = st == DLOCK_OK;
+	if (st == DLOCK_OK) {
+		c->prepared |= missing;
+		return DLOCK_OK;
+	}
+	if (!c->dead) {
+		dlock_error ignored;
+		char state2[6];
+		if (!PQsendQuery(c->pg, "DEALLOCATE ALL") ||
+		    finish(b, c, dlock_pg_io_deadline(b), &res, state2, &ignored) != DLOCK_OK)
+			c->dead = 1;
+		PQclear(res);
+		c->prepared = 0;
+	}
 	return st;
 }
 
@@ -289,7 +308,7 @@ static dlock_status finish_pipeline(const struct dlock_pg_backend *b, struct dlo
 /* Send `s`, by name when the session prepares statements. */
 static int send_stmt(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_stmt *s)
 {
-	if (b->prepare_sql && s->prepared)
+	if (b->prepare[DLOCK_PG_SET_PLAIN] && s->prepared)
 		return PQsendQueryPrepared(c->pg, s->prepared, s->n, s->values, s->lengths, s->formats, 0);
 	return PQsendQueryParams(c->pg, s->sql, s->n, NULL, s->values, s->lengths, s->formats, 0);
 }
@@ -313,8 +332,8 @@ dlock_status dlock_pg_exec(const struct dlock_pg_backend *b, struct dlock_pg_con
 	sqlstate[0] = '\0';
 	if (c->dead)
 		return dlock_error_set(err, DLOCK_ECONNECT, "%s: connection lost earlier", b->masked);
-	if (b->prepare_sql && s->prepared && !c->prepared) {
-		dlock_status st = prepare(b, c, err);
+	if (b->prepare[DLOCK_PG_SET_PLAIN] && s->prepared) {
+		dlock_status st = prepare(b, c, s, sqlstate, err);
 		if (st != DLOCK_OK)
 			return st;
 	}

@@ -6,7 +6,7 @@
  *   pg_conn.c      URI -> libpq keywords, connecting, connection errors
  *   pg_exec.c      one statement with a deadline and cancellation
  *   pg_pool.c      the client's connections: idle, shared, pinned
- *   pg_setup.c     the fencing sequence and the lock table
+ *   pg_setup.c     the fencing sequence and the lock table, and who may use them
  *   pg_advisory.c  mode=advisory (default): session advisory locks
  *   pg_row.c       mode=row: SELECT ... FOR UPDATE in an open transaction
  *   pg_hash.c      the 64-bit advisory key of a name
@@ -61,6 +61,17 @@
 #define DLOCK_PG_TABLE_DEFAULT "dlock_locks"
 #define DLOCK_PG_IDLE_MAX 4
 
+/*
+ * Prepared statements come in two sets, so that a session never prepares
+ * a statement naming the fencing sequence unless a token is wanted (a role
+ * that may not use the sequence, or a database without it, then never
+ * meets it): PLAIN, the statements without a token; TOKEN, those that
+ * call nextval.  A statement of the TOKEN set prepares the PLAIN set along
+ * in the same round trip (release needs it anyway).
+ */
+#define DLOCK_PG_SET_PLAIN 1u
+#define DLOCK_PG_SET_TOKEN 2u
+
 struct dlock_pg_lock;
 
 /* One libpq connection of a client. */
@@ -71,7 +82,7 @@ struct dlock_pg_conn {
 	atomic_int interrupted;    /* the acquire waiting on this connection was cancelled */
 	pthread_mutex_t mu;        /* one statement at a time */
 	int dead;                  /* (mu) libpq lost the connection or a statement timed out */
-	int prepared;              /* (mu) the mode's prepared statements exist in this session */
+	unsigned prepared;         /* (mu) DLOCK_PG_SET_* bits: the sets prepared in this session */
 	int64_t idle_set_ms;       /* (mu) advisory: the session's idle_session_timeout; -1 unknown */
 
 	/* Guarded by pool->mu (the lock list: by both mutexes to change it). */
@@ -117,9 +128,9 @@ struct dlock_pg_backend;
 /* What differs between the modes. */
 struct dlock_pg_mode {
 	const char *name;
-	/* The mode's statements to prepare in each session (see
-	 * dlock_pg_backend.prepare_sql); NULL: built when the client opens. */
-	const char *prepare_sql;
+	/* The mode's PREPAREs, indexed by DLOCK_PG_SET_* bits (see
+	 * dlock_pg_backend.prepare); NULLs: built when the client opens. */
+	const char *prepare[4];
 	dlock_driver_acquire_fn *acquire;
 	dlock_driver_release_fn *release;
 	dlock_driver_extend_fn *extend;
@@ -134,12 +145,16 @@ struct dlock_pg_backend {
 	int64_t open_timeout_ms;   /* for one whole connection attempt over every host */
 	int64_t io_timeout_ms;
 	struct dlock_pg_params params;
+	int fencing;               /* the URI's `fencing`: open sets the sequence up */
+	atomic_int fence_ready;    /* the sequence exists and this role may use it (seen once) */
 	char *table;               /* row mode: quoted identifier */
-	char *sql_row_insert, *sql_row_try, *sql_row_wait, *sql_row_prepare;
-	/* What each session runs before its first prepared statement (simple
-	 * protocol, several statements); NULL: statements go unnamed.  Set
-	 * while the client opens, read-only after. */
-	const char *prepare_sql;
+	char *sql_row_insert, *sql_row_try, *sql_row_wait, *sql_row_try_token, *sql_row_wait_token;
+	char *sql_row_prepare[4];  /* row mode: its PREPAREs by DLOCK_PG_SET_* bits */
+	/* What a session runs before its first prepared statement of a set
+	 * (simple protocol, several statements), indexed by the DLOCK_PG_SET_*
+	 * bits of the sets it lacks; prepare[1] NULL: statements go unnamed.
+	 * Set while the client opens, read-only after. */
+	const char *prepare[4];
 	struct dlock_pg_pool pool;
 };
 
@@ -160,7 +175,8 @@ dlock_status dlock_pg_connect(const struct dlock_pg_backend *b, PGconn **out, dl
 /* pg_exec.c */
 /**
  * A statement: its text, or the name of one of the statements of
- * b->prepare_sql (used when that is set; sql may then be NULL); then up to 4 parameters (binary when len >= 0, text
+ * b->prepare (used when that is set; sql may then be NULL), of the TOKEN
+ * set when `token`; then up to 4 parameters (binary when len >= 0, text
  * when -1; NULL values are SQL NULL).  With `begin`, a BEGIN goes first in
  * the same round trip (libpq's pipeline mode) and the transaction stays
  * open after the statement, also when it failed.
@@ -168,6 +184,7 @@ dlock_status dlock_pg_connect(const struct dlock_pg_backend *b, PGconn **out, dl
 struct dlock_pg_stmt {
 	const char *sql;
 	const char *prepared;
+	int token;
 	int begin;
 	int n;
 	const char *values[4];
@@ -228,15 +245,28 @@ void dlock_pg_pool_broken(struct dlock_pg_backend *b, struct dlock_pg_conn *c, c
 /** The longest lease of the locks on `c`, at least `with_ms` (c->mu held). */
 int64_t dlock_pg_conn_lease(struct dlock_pg_conn *c, int64_t with_ms);
 
+/** libpq's text (several lines, tab-indented) on one line into `out`: lines joined by "; ", every
+ *  run of blanks one space, LOCATION lines dropped. */
+void dlock_pg_one_line(const char *msg, char *out, size_t outlen);
+
 /* pg_setup.c */
-/** Make sure the fencing sequence (and the lock table) exist, on `c`. */
+/** At open, on `c`: the lock table (row mode) and, when the URI's fencing is on, the sequence. */
 dlock_status dlock_pg_setup(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *table_raw,
                             dlock_error *err);
+/** Before a statement that takes a token, on `c` (c->mu held): the sequence, once per client. */
+dlock_status dlock_pg_fence(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err);
+/**
+ * After a statement that took a token failed with `sqlstate`: when the
+ * role may not use (or create) the sequence, `err` gets the GRANT to run
+ * and the result is DLOCK_EPERM; otherwise `st` and `err` are kept.
+ */
+dlock_status dlock_pg_fence_failed(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_status st,
+                                   const char *sqlstate, dlock_error *err);
 
 /* pg_advisory.c, pg_row.c */
 extern const struct dlock_pg_mode dlock_pg_advisory_mode;
 extern const struct dlock_pg_mode dlock_pg_row_mode;
-/** Build the row-mode statements for the quoted table b->table, and their PREPAREs. */
+/** Build the row-mode statements for the quoted table b->table, and their PREPAREs by set. */
 dlock_status dlock_pg_row_prepare(struct dlock_pg_backend *b, dlock_error *err);
 
 #endif

@@ -14,7 +14,10 @@
  *      for try-once: SQLSTATE 55P03 is busy; FOR UPDATE under lock_timeout
  *      otherwise), lock_timeout back to 0, the lease
  *      (idle_in_transaction_session_timeout, transaction-local) and the
- *      fencing token nextval('dlock_fence') (0 when the caller wants none).
+ *      fencing token nextval('dlock_fence') — or 0, in the statement for a
+ *      caller that wants no token, which never names the sequence (with
+ *      fencing off the role needs no privilege on it; pg_setup.c checks it
+ *      before the first token).
  * Release: COMMIT.  Heartbeat: the idle-in-transaction timeout set again.
  *
  * No session state outlives a transaction, so this mode works behind
@@ -30,35 +33,49 @@
 #include "pg_internal.h"
 
 #define ELAPSED ", (extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000000)::int8"
-/* The lease, then the token when parameter $n says the caller wants one (else 0). */
-#define TAIL(n)                                                                                \
+/* The lease, then the token (`tail`: nextval, or 0 when none is wanted). */
+#define TAIL(tail)                                                                             \
 	"WHEN set_config('idle_in_transaction_session_timeout', $2, true) IS NULL THEN NULL " \
-	"ELSE CASE WHEN $" n " THEN nextval('" DLOCK_PG_SEQUENCE "') ELSE 0 END END" ELAPSED
+	"ELSE " tail " END" ELAPSED
+#define NEXTVAL "nextval('" DLOCK_PG_SEQUENCE "')"
 
 static const char sql_beat[] = "SELECT set_config('idle_in_transaction_session_timeout', $1, true)";
+
+static int build(char **out, const char *fmt, const char *table)
+{
+	if (asprintf(out, fmt, table) < 0)
+		*out = NULL;
+	return *out != NULL;
+}
+
+/* $1 name, $2 lease; the waiting one $3 wait. */
+#define TRY_SQL "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM %s WHERE name = $1 FOR UPDATE NOWAIT) THEN -1 "
+#define WAIT_SQL                                                                  \
+	"SELECT CASE WHEN set_config('lock_timeout', $3, true) IS NULL THEN NULL " \
+	"WHEN NOT EXISTS (SELECT 1 FROM %s WHERE name = $1 FOR UPDATE) THEN -1 "   \
+	"WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL "
 
 dlock_status dlock_pg_row_prepare(struct dlock_pg_backend *b, dlock_error *err)
 {
 	const char *t = b->table;
-	if (asprintf(&b->sql_row_insert, "INSERT INTO %s (name) VALUES ($1) ON CONFLICT DO NOTHING", t) < 0)
-		b->sql_row_insert = NULL;
-	if (asprintf(&b->sql_row_try,
-	             "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM %s WHERE name = $1 FOR UPDATE NOWAIT) THEN -1 "
-	             TAIL("3"),
-	             t) < 0)
-		b->sql_row_try = NULL;
-	if (asprintf(&b->sql_row_wait,
-	             "SELECT CASE WHEN set_config('lock_timeout', $3, true) IS NULL THEN NULL "
-	             "WHEN NOT EXISTS (SELECT 1 FROM %s WHERE name = $1 FOR UPDATE) THEN -1 "
-	             "WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL " TAIL("4"),
-	             t) < 0)
-		b->sql_row_wait = NULL;
-	if (!b->sql_row_insert || !b->sql_row_try || !b->sql_row_wait)
+	char **p = b->sql_row_prepare;
+	if (!build(&b->sql_row_insert, "INSERT INTO %s (name) VALUES ($1) ON CONFLICT DO NOTHING", t) ||
+	    !build(&b->sql_row_try, TRY_SQL TAIL("0"), t) || !build(&b->sql_row_wait, WAIT_SQL TAIL("0"), t) ||
+	    !build(&b->sql_row_try_token, TRY_SQL TAIL(NEXTVAL), t) ||
+	    !build(&b->sql_row_wait_token, WAIT_SQL TAIL(NEXTVAL), t))
 		return dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
-	if (asprintf(&b->sql_row_prepare,
+	if (asprintf(&p[DLOCK_PG_SET_PLAIN],
 	             "PREPARE dlock_row_insert AS %s; PREPARE dlock_row_try AS %s; PREPARE dlock_row_wait AS %s",
-	             b->sql_row_insert, b->sql_row_try, b->sql_row_wait) < 0) {
-		b->sql_row_prepare = NULL;
+	             b->sql_row_insert, b->sql_row_try, b->sql_row_wait) < 0)
+		p[DLOCK_PG_SET_PLAIN] = NULL;
+	if (asprintf(&p[DLOCK_PG_SET_TOKEN], "PREPARE dlock_row_try_token AS %s; PREPARE dlock_row_wait_token AS %s",
+	             b->sql_row_try_token, b->sql_row_wait_token) < 0)
+		p[DLOCK_PG_SET_TOKEN] = NULL;
+	/* Both: the TOKEN set first, so that when it fails nothing after it runs. */
+	if (!p[DLOCK_PG_SET_PLAIN] || !p[DLOCK_PG_SET_TOKEN] ||
+	    asprintf(&p[DLOCK_PG_SET_PLAIN | DLOCK_PG_SET_TOKEN], "%s; %s", p[DLOCK_PG_SET_TOKEN],
+	             p[DLOCK_PG_SET_PLAIN]) < 0) {
+		p[DLOCK_PG_SET_PLAIN | DLOCK_PG_SET_TOKEN] = NULL;
 		return dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
 	}
 	return DLOCK_OK;
@@ -106,20 +123,21 @@ static dlock_status lock_row(struct dlock_pg_backend *b, struct dlock_pg_conn *c
                              dlock_wait *w, int64_t *token, int64_t *at, dlock_error *err)
 {
 	char lease[24], wait[24], sqlstate[6];
+	int fencing = lk->fencing;
 	dlock_pg_ms_text(lk->lease_ms, lease);
-	struct dlock_pg_stmt s = { .sql = b->sql_row_try, .prepared = "dlock_row_try", .begin = 1, .n = 3,
-		                   .values = { lk->row_name, lease, lk->fencing ? "t" : "f" },
-		                   .lengths = { (int)lk->row_len, -1, -1 }, .formats = { 1, 0, 0 } };
+	struct dlock_pg_stmt s = { .sql = fencing ? b->sql_row_try_token : b->sql_row_try,
+		                   .prepared = fencing ? "dlock_row_try_token" : "dlock_row_try", .token = fencing,
+		                   .begin = 1, .n = 2, .values = { lk->row_name, lease },
+		                   .lengths = { (int)lk->row_len, -1 }, .formats = { 1, 0 } };
 	int64_t deadline = dlock_pg_io_deadline(b);
 	if (w) {
 		int64_t left = dlock_wait_remaining_ms(w);
 		dlock_pg_ms_text(left < 0 ? 0 : left, wait);
-		s.sql = b->sql_row_wait; /* $3 the wait, $4 the token wanted */
-		s.prepared = "dlock_row_wait";
-		s.n = 4;
-		s.values[3] = s.values[2];
+		s.sql = fencing ? b->sql_row_wait_token : b->sql_row_wait; /* $3 the wait */
+		s.prepared = fencing ? "dlock_row_wait_token" : "dlock_row_wait";
+		s.n = 3;
 		s.values[2] = wait;
-		s.lengths[3] = -1;
+		s.lengths[2] = -1;
 		deadline = dlock_pg_wait_deadline(b, w);
 		dlock_pg_interrupt_arm(c, w);
 	}
@@ -140,6 +158,8 @@ static dlock_status lock_row(struct dlock_pg_backend *b, struct dlock_pg_conn *c
 		st = dlock_error_set(err, DLOCK_ESERVER, "the lock statement returned no token");
 	if (st != DLOCK_OK || *token < 0)
 		rollback(b, c);
+	if (st != DLOCK_OK && fencing)
+		st = dlock_pg_fence_failed(b, c, st, sqlstate, err);
 	return st;
 }
 
@@ -147,8 +167,11 @@ static dlock_status lock_row(struct dlock_pg_backend *b, struct dlock_pg_conn *c
 static dlock_status row_attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
                                 dlock_wait *w, dlock_acquired *out, dlock_error *err)
 {
+	dlock_status st = lk->fencing ? dlock_pg_fence(b, c, err) : DLOCK_OK;
+	if (st != DLOCK_OK)
+		return st;
 	for (int pass = 0; pass < 2; pass++) {
-		dlock_status st = lk->row_exists ? DLOCK_OK : insert_row(b, c, lk, err);
+		st = lk->row_exists ? DLOCK_OK : insert_row(b, c, lk, err);
 		int64_t token = -1, at = 0;
 		if (st == DLOCK_OK)
 			st = lock_row(b, c, lk, w, &token, &at, err);

@@ -1,21 +1,31 @@
 /*
  * What the backend needs in the database, created on first use when the
- * role may (checked once per client, at open):
+ * role may:
  *
  *   CREATE SEQUENCE dlock_fence;                   -- fencing tokens, both modes
  *   CREATE TABLE dlock_locks (                     -- row mode; name: `table=`
  *       name    bytea PRIMARY KEY,                 -- prefix ":" lock name
  *       created timestamptz NOT NULL DEFAULT now());
  *
+ * The lock table is checked when the client opens (row mode).  The
+ * sequence only when a token may be wanted: at open when the URI's
+ * `fencing` is on (the default), else before the first acquisition that
+ * asks for a token (dlock_pg_fence), so that with fencing off a role needs
+ * no privilege on it and the database no sequence at all.
+ *
  * Both names are unqualified, so they live in the first schema of the
  * role's search_path.  PostgreSQL 15 took CREATE on schema public away
- * from ordinary roles: when the objects are missing and the role may not
- * create them, open fails with DLOCK_EPERM and a message giving the SQL
- * for the schema's owner to run; when they exist but the role may not use
- * them, it fails the same way with the GRANT to run.  Two clients creating them at once are
- * serialised by a transaction advisory lock in the two-key space
- * (classid 'dloc', objid 1), which never meets the one-key locks of
- * advisory mode.
+ * from ordinary roles: when an object is missing and the role may not
+ * create it, the status is DLOCK_EPERM with a message giving the SQL for
+ * the schema's owner to run; when it exists but the role may not use it,
+ * DLOCK_EPERM with the GRANT to run.  What a role needs:
+ *
+ *   sequence:    USAGE (nextval)
+ *   lock table:  INSERT (a name's first row), SELECT and UPDATE (FOR UPDATE)
+ *
+ * Two clients creating them at once are serialised by a transaction
+ * advisory lock in the two-key space (classid 'dloc', objid 1), which
+ * never meets the one-key locks of advisory mode.
  */
 #include <stdio.h>
 #include <string.h>
@@ -23,38 +33,56 @@
 #include "pg_internal.h"
 
 #define SETUP_LOCK "SELECT pg_advisory_xact_lock(1684828003, 1)"
+#define TABLE_GRANT "GRANT SELECT, INSERT, UPDATE ON %s TO %s;"
+#define SEQ_GRANT "GRANT USAGE ON SEQUENCE " DLOCK_PG_SEQUENCE " TO %s;"
 
-/* What is missing, and whether the role may use what exists. */
+/* What to look at (NULL: not this one), what is missing, what the role may not use. */
 struct state {
+	const char *seq, *table, *table_raw;
 	int seq_missing, table_missing, seq_denied, table_denied;
 };
 
-static dlock_status inspect(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *table,
-                            struct state *out, dlock_error *err)
+static int is_true(const PGresult *res, int col)
 {
-	struct dlock_pg_stmt s = {
-		.sql = "SELECT to_regclass($1) IS NULL, $2::text IS NOT NULL AND to_regclass($2) IS NULL, "
+	return strcmp(PQgetvalue(res, 0, col), "t") == 0;
+}
+
+static dlock_status inspect(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct state *s,
+                            dlock_error *err)
+{
+	/* has_table_privilege with a list means any of them: each is asked on its own. */
+	struct dlock_pg_stmt q = {
+		.sql = "SELECT $1::text IS NOT NULL AND to_regclass($1) IS NULL, "
+		       "$2::text IS NOT NULL AND to_regclass($2) IS NULL, "
 		       "CASE WHEN to_regclass($1) IS NULL THEN false "
 		       "ELSE NOT has_sequence_privilege($1, 'USAGE') END, "
 		       "CASE WHEN to_regclass($2) IS NULL THEN false "
-		       "ELSE NOT has_table_privilege($2, 'SELECT, INSERT, UPDATE') END",
+		       "ELSE NOT (has_table_privilege($2, 'SELECT') AND has_table_privilege($2, 'INSERT') "
+		       "AND has_table_privilege($2, 'UPDATE')) END",
 		.n = 2,
-		.values = { DLOCK_PG_SEQUENCE, table },
+		.values = { s->seq, s->table },
 		.lengths = { -1, -1 },
 	};
 	PGresult *res;
 	char sqlstate[6];
-	dlock_status st = dlock_pg_exec(b, c, &s, dlock_pg_io_deadline(b), &res, sqlstate, err);
+	dlock_status st = dlock_pg_exec(b, c, &q, dlock_pg_io_deadline(b), &res, sqlstate, err);
 	if (st != DLOCK_OK)
 		return st;
-	*out = (struct state){
-		.seq_missing = strcmp(PQgetvalue(res, 0, 0), "t") == 0,
-		.table_missing = strcmp(PQgetvalue(res, 0, 1), "t") == 0,
-		.seq_denied = strcmp(PQgetvalue(res, 0, 2), "t") == 0,
-		.table_denied = strcmp(PQgetvalue(res, 0, 3), "t") == 0,
-	};
+	s->seq_missing = is_true(res, 0);
+	s->table_missing = is_true(res, 1);
+	s->seq_denied = is_true(res, 2);
+	s->table_denied = is_true(res, 3);
 	PQclear(res);
 	return DLOCK_OK;
+}
+
+/* The connection's role as an SQL identifier ("name", quotes doubled). */
+static void role_ident(struct dlock_pg_conn *c, char *out, size_t len)
+{
+	const char *role = PQuser(c->pg);
+	char *q = PQescapeIdentifier(c->pg, role, strlen(role));
+	snprintf(out, len, "%s", q ? q : "the_role");
+	PQfreemem(q);
 }
 
 static dlock_status run(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *sql, char sqlstate[6],
@@ -64,39 +92,43 @@ static dlock_status run(struct dlock_pg_backend *b, struct dlock_pg_conn *c, con
 	return dlock_pg_run(b, c, &s, sqlstate, err);
 }
 
-static dlock_status no_privilege(struct dlock_pg_conn *c, const char *table, const char *table_raw,
-                                 dlock_error *err)
+/* The role may not create what is missing: the SQL for the schema's owner. */
+static dlock_status no_privilege(struct dlock_pg_conn *c, const struct state *s, dlock_error *err)
 {
-	const char *role = PQuser(c->pg);
-	if (!table)
+	char role[160], table_sql[512] = "", seq_sql[320] = "";
+	role_ident(c, role, sizeof role);
+	if (s->seq)
+		snprintf(seq_sql, sizeof seq_sql, "CREATE SEQUENCE IF NOT EXISTS " DLOCK_PG_SEQUENCE "; " SEQ_GRANT,
+		         role);
+	if (!s->table_missing)
 		return dlock_error_set(err, DLOCK_EPERM,
-		                       "the fencing sequence " DLOCK_PG_SEQUENCE " is missing and role \"%s\" may not "
-		                       "create it; have the schema's owner run: CREATE SEQUENCE " DLOCK_PG_SEQUENCE
-		                       "; GRANT USAGE ON SEQUENCE " DLOCK_PG_SEQUENCE " TO \"%s\";",
-		                       role, role);
+		                       "the fencing sequence " DLOCK_PG_SEQUENCE " is missing and role %s may not "
+		                       "create it; have the schema's owner run: %s",
+		                       role, seq_sql);
+	snprintf(table_sql, sizeof table_sql,
+	         "CREATE TABLE IF NOT EXISTS %s (name bytea PRIMARY KEY, created timestamptz NOT NULL "
+	         "DEFAULT now()); " TABLE_GRANT,
+	         s->table, s->table, role);
 	return dlock_error_set(err, DLOCK_EPERM,
-	                       "the lock table \"%s\" is missing and role \"%s\" may not create it; have the "
-	                       "schema's owner run: CREATE SEQUENCE IF NOT EXISTS " DLOCK_PG_SEQUENCE
-	                       "; CREATE TABLE %s (name bytea PRIMARY KEY, created timestamptz NOT NULL "
-	                       "DEFAULT now()); GRANT USAGE ON SEQUENCE " DLOCK_PG_SEQUENCE
-	                       " TO \"%s\"; GRANT SELECT, INSERT, UPDATE ON %s TO \"%s\";",
-	                       table_raw, role, table, role, table, role);
+	                       "the lock table \"%s\" is missing and role %s may not create it; have the "
+	                       "schema's owner run: %s%s%s",
+	                       s->table_raw, role, table_sql, seq_sql[0] ? " " : "", seq_sql);
 }
 
-static dlock_status create(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *table,
-                           const char *table_raw, dlock_error *err)
+static dlock_status create(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct state *s,
+                           dlock_error *err)
 {
 	char sqlstate[6], sql[256];
 	dlock_status st = run(b, c, "BEGIN", sqlstate, err);
 	if (st == DLOCK_OK)
 		st = run(b, c, SETUP_LOCK, sqlstate, err);
-	if (st == DLOCK_OK)
+	if (st == DLOCK_OK && s->seq_missing)
 		st = run(b, c, "CREATE SEQUENCE IF NOT EXISTS " DLOCK_PG_SEQUENCE, sqlstate, err);
-	if (st == DLOCK_OK && table) {
+	if (st == DLOCK_OK && s->table_missing) {
 		snprintf(sql, sizeof sql,
 		         "CREATE TABLE IF NOT EXISTS %s (name bytea PRIMARY KEY, "
 		         "created timestamptz NOT NULL DEFAULT now())",
-		         table);
+		         s->table);
 		st = run(b, c, sql, sqlstate, err);
 	}
 	if (st == DLOCK_OK)
@@ -107,34 +139,68 @@ static dlock_status create(struct dlock_pg_backend *b, struct dlock_pg_conn *c, 
 		run(b, c, "ROLLBACK", state2, &ignored);
 	}
 	if (st == DLOCK_EPERM)
-		return no_privilege(c, table, table_raw, err);
+		return no_privilege(c, s, err);
 	return st;
 }
 
-static dlock_status denied(struct dlock_pg_conn *c, const struct state *st, const char *table, dlock_error *err)
+/* The objects exist but the role may not use them: the GRANTs for their owner. */
+static dlock_status denied(struct dlock_pg_conn *c, const struct state *s, dlock_error *err)
 {
-	const char *role = PQuser(c->pg);
-	if (st->seq_denied)
+	char role[160], seq_sql[320] = "";
+	role_ident(c, role, sizeof role);
+	if (s->seq_denied)
+		snprintf(seq_sql, sizeof seq_sql, SEQ_GRANT, role);
+	if (!s->table_denied)
 		return dlock_error_set(err, DLOCK_EPERM,
-		                       "role \"%s\" may not use the fencing sequence " DLOCK_PG_SEQUENCE
-		                       "; have its owner run: GRANT USAGE ON SEQUENCE " DLOCK_PG_SEQUENCE " TO \"%s\";",
-		                       role, role);
+		                       "role %s may not use the fencing sequence " DLOCK_PG_SEQUENCE
+		                       ", which fencing tokens need (fencing=off takes none); have its owner run: %s",
+		                       role, seq_sql);
 	return dlock_error_set(err, DLOCK_EPERM,
-	                       "role \"%s\" may not lock rows of the lock table %s; have its owner run: "
-	                       "GRANT SELECT, INSERT, UPDATE ON %s TO \"%s\";",
-	                       role, table, table, role);
+	                       "role %s may not lock rows of the lock table %s; have its owner run: " TABLE_GRANT
+	                       "%s%s",
+	                       role, s->table, s->table, role, seq_sql[0] ? " " : "", seq_sql);
+}
+
+static dlock_status ensure(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct state *s, dlock_error *err)
+{
+	dlock_status st = inspect(b, c, s, err);
+	if (st != DLOCK_OK)
+		return st;
+	if (s->seq_missing || s->table_missing)
+		st = create(b, c, s, err);
+	if (st == DLOCK_OK && (s->seq_denied || s->table_denied))
+		st = denied(c, s, err);
+	if (st == DLOCK_OK && s->seq)
+		atomic_store(&b->fence_ready, 1);
+	return st;
 }
 
 dlock_status dlock_pg_setup(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *table_raw,
                             dlock_error *err)
 {
-	struct state s;
-	dlock_status st = inspect(b, c, b->table, &s, err);
-	if (st != DLOCK_OK)
+	struct state s = { .seq = b->fencing ? DLOCK_PG_SEQUENCE : NULL, .table = b->table, .table_raw = table_raw };
+	if (!s.seq && !s.table)
+		return DLOCK_OK; /* advisory mode without fencing needs nothing */
+	return ensure(b, c, &s, err);
+}
+
+dlock_status dlock_pg_fence(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
+{
+	if (atomic_load(&b->fence_ready))
+		return DLOCK_OK;
+	struct state s = { .seq = DLOCK_PG_SEQUENCE };
+	return ensure(b, c, &s, err);
+}
+
+dlock_status dlock_pg_fence_failed(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_status st,
+                                   const char *sqlstate, dlock_error *err)
+{
+	/* 42501 insufficient_privilege, 42P01 undefined_table: revoked or dropped since it was seen. */
+	if (c->dead || (strcmp(sqlstate, "42501") != 0 && strcmp(sqlstate, "42P01") != 0))
 		return st;
-	if (s.seq_missing || s.table_missing)
-		st = create(b, c, b->table, table_raw, err);
-	if (st == DLOCK_OK && (s.seq_denied || s.table_denied))
-		st = denied(c, &s, b->table, err);
-	return st;
+	atomic_store(&b->fence_ready, 0);
+	dlock_error why;
+	if (dlock_pg_fence(b, c, &why) != DLOCK_EPERM)
+		return st;
+	return dlock_error_set(err, DLOCK_EPERM, "%s", why.msg);
 }

@@ -12,6 +12,8 @@
 #   dlock      owns the database dlock_test (creates the lock table and the
 #              fencing sequence on first use)
 #   dlock_pw   has a password and may not create anything in dlock_test
+# test_pg_privileges makes (and drops) least-privileged roles of its own
+# through the ctl command below (`sql`, as the superuser).
 #
 # When pgbouncer is installed, it runs in front of the cluster in
 # transaction pooling mode (the mode in which only row locks work).
