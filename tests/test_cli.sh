@@ -2,7 +2,13 @@
 # shellcheck disable=SC2016 # single quotes hold code for inner shells
 # Tests of the dlock command.
 #
-#   test_cli.sh /path/to/dlock
+#   test_cli.sh /path/to/dlock [/path/to/dlock_refused_cli]
+#
+# The second program is the dlock command built with a built-in driver that
+# the library refuses (tests/support/refused_builtins.c); without it, those
+# checks are skipped.  The lists of schemes and common URI parameters in
+# --help, man/dlock.1, man/dlock.3 and README.md are checked against the
+# library: the backends of this build and core/uri.c's table.
 #
 # Prints one line per check and ends with "N passed, M failed"; exits 1 when
 # a check failed.  Everything lives in a temporary directory (removed at
@@ -17,11 +23,13 @@
 # tested with the network backends.
 set -u
 
-if [ $# -ne 1 ] || [ ! -x "$1" ]; then
-	echo "usage: test_cli.sh /path/to/dlock" >&2
+if [ $# -lt 1 ] || [ $# -gt 2 ] || [ ! -x "$1" ]; then
+	echo "usage: test_cli.sh /path/to/dlock [/path/to/dlock_refused_cli]" >&2
 	exit 2
 fi
 DLOCK=$1
+REFUSED_CLI=${2:-}
+src=$(cd "$(dirname "$0")/.." && pwd)
 # A lock name unique to this run, for the checks in a shared directory.
 run_id="test-cli-$$-$RANDOM"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli.XXXXXX") || exit 2
@@ -172,6 +180,22 @@ check "--version exits 0" [ "$rc" -eq 0 ]
 check "--version prints 'dlock VERSION' on stdout" contains "$out" '^dlock [0-9][0-9.]*'
 check "--version lists the backends" contains "$out" 'file'
 check "--version writes nothing on stderr" empty "$err"
+check "--version shows no refused backend when none was" eval '! grep -q "^refused:" "$out"'
+
+# A built-in driver that the library refuses is named with the reason.
+if [ -n "$REFUSED_CLI" ]; then
+	"$REFUSED_CLI" --version >"$out" 2>"$err"
+	check "--version names a refused built-in driver and why" \
+		contains "$out" "^refused: future (ABI version 9, this library accepts 1)$"
+	check "... and still lists the others" contains "$out" "^backends: mem,file$"
+	"$REFUSED_CLI" --uri future://x name -- true >"$out" 2>"$err"
+	rc=$?
+	check "a URI of a refused driver's scheme exits 78 (got $rc)" [ "$rc" -eq 78 ]
+	check "... saying why the driver was refused" contains "$err" \
+		"^dlock: cannot open the lock service: driver 'future' refused at registration: ABI version 9, this library accepts 1"
+else
+	echo "skip - refused built-in driver (no dlock_refused_cli given)"
+fi
 
 # ----------------------------------------------------------- usage errors
 
@@ -192,6 +216,9 @@ check "usage errors write nothing on stdout" empty "$out"
 
 expect_rc "unknown URI scheme exits 78" 78 --uri "nosuchscheme://host/x" name -- true
 check "bad URI is explained on stderr" contains "$err" "^dlock: "
+check "an unknown scheme is told in one sentence" \
+	contains "$err" "^dlock: cannot open the lock service: no backend for scheme 'nosuchscheme' (built in: "
+check "... once" eval '[ "$(grep -c -i "no backend" "$err")" -eq 1 ] && ! grep -q "registered for this" "$err"'
 expect_rc "malformed URI exits 78" 78 --uri "not a uri" name -- true
 DLOCK_URI="nosuchscheme://x" dl name -- true
 check "DLOCK_URI is used without --uri" [ "$rc" -eq 78 ]

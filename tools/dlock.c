@@ -169,7 +169,12 @@ static int print_help(void)
 
 static int print_version(void)
 {
+	const char *scheme, *reason;
+
 	printf("dlock %s\nbackends: %s\n", dlock_version(), dlock_backends());
+	/* A built-in driver that the library refused (built for another ABI). */
+	for (size_t i = 0; dlock_backend_refused(i, &scheme, &reason) == DLOCK_OK; i++)
+		printf("refused: %s (%s)\n", scheme, reason);
 	return flush_stdout();
 }
 
@@ -464,7 +469,9 @@ static int acquire(struct session *s, struct cli_watch *watch)
 	st = dlock_client_open(&s->client, uri, &copts, err, sizeof err);
 	free(uri);
 	if (st != DLOCK_OK) {
-		cli_say("cannot open the lock service: %s%s%s", dlock_strerror(st), err[0] ? ": " : "", err);
+		/* The library's message says what failed and where; the status
+		 * text would only say it again in general terms. */
+		cli_say("cannot open the lock service: %s", err[0] ? err : dlock_strerror(st));
 		return status_exit(st, EX_CONFIG);
 	}
 	st = dlock_lock_new(s->client, cli->name, &s->lock);

@@ -266,6 +266,17 @@ DLOCK_API const char *dlock_scope_name(dlock_scope s);
  */
 DLOCK_API const char *dlock_backends(void);
 
+/**
+ * Built-in backends that registration refused (a driver built for another
+ * ABI version, a duplicate scheme, a missing method): for index 0, 1, ...
+ * stores the driver's scheme and why it was refused ("ABI version 9, this
+ * library accepts 1") and returns DLOCK_OK; DLOCK_ENOTFOUND past the last
+ * one (at index 0 in a sound build), DLOCK_EINVAL for a NULL pointer.  The
+ * strings are static.  Opening a URI of a refused scheme fails with
+ * DLOCK_ENOBACKEND and the same reason.  Thread-safe.
+ */
+DLOCK_API dlock_status dlock_backend_refused(size_t index, const char **scheme, const char **reason);
+
 /* ------------------------------------------------------------------ locks */
 
 /** Maximum length of a lock name in bytes. */
