@@ -209,6 +209,20 @@ expect_rc "unknown option is a usage error" 64 --bogus name -- true
 expect_rc "option without its value is a usage error" 64 --wait
 expect_rc "bad duration is a usage error" 64 --wait 5x name -- true
 expect_rc "--ttl 0 is a usage error" 64 --ttl 0 name -- true
+expect_rc "--ttl 0.0 is a usage error" 64 --ttl 0.0 name -- true
+expect_rc "--ttl 0.0s is a usage error" 64 --ttl 0.0s name -- true
+for d in 1.2.3 . 1e3 -0.5 nan 1. .5 0.5x 99999999999999999999 9223372036854775.808s; do
+	expect_rc "--wait '$d' is a usage error" 64 --wait "$d" name -- true
+	check "... explained as an invalid duration" contains "$err" "^dlock: --wait: invalid duration '$d'"
+done
+expect_rc "--wait 0.5s is accepted" 0 --wait 0.5s name -- true
+expect_rc "-w 1.5 (seconds) is accepted" 0 -w 1.5 name -- true
+expect_rc "--ttl 1.5 and --grace 0.25s are accepted" 0 --ttl 1.5 --grace 0.25s name -- true
+# A 1 ms lease may run out before COMMAND ends (exit 76): only the usage matters.
+dl --uri mem://x --ttl 0.0001s name -- true
+check "--ttl 0.0001s rounds up to 1 ms, not to 0 (exit $rc)" eval '[ "$rc" -ne 64 ] && ! grep -q "more than 0" "$err"'
+expect_rc "fractions in URI durations are accepted" 0 \
+	--uri "mem://x?ttl=1.5s&wait=0.5s&open_timeout=2.5s&io_timeout=0.75s" name -- true
 expect_rc "--conflict-exit-code 256 is a usage error" 64 --conflict-exit-code 256 name -- true
 check "usage errors write nothing on stdout" empty "$out"
 
@@ -279,6 +293,8 @@ check "--quiet conflict prints nothing" empty "$err"
 expect_rc "--wait 300ms on a held lock exits 75" 75 --wait 300ms busy -- touch "$tmp/ran"
 check "--wait 300ms gives up after about 300 ms (${ms} ms)" eval '[ "$ms" -ge 250 ] && [ "$ms" -lt 2000 ]'
 check "an expired wait says so" contains "$err" "^dlock: timed out after 300ms waiting for lock busy"
+expect_rc "--wait 0.3 (seconds) on a held lock exits 75" 75 --wait 0.3 busy -- true
+check "... after 300 ms" contains "$err" "^dlock: timed out after 300ms waiting for lock busy$"
 check "the timed-out command did not run" [ ! -e "$tmp/ran" ]
 expect_rc "another lock name is not blocked" 0 --no-wait other -- true
 

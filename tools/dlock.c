@@ -98,8 +98,9 @@ static const char help_text[] =
 	"  -h, --help             show this help and exit\n"
 	"  -V, --version          show the version and the backends, and exit\n"
 	"\n"
-	"Durations T are a number with a unit ms, s, m or h: 250ms, 10s, 2m.  A bare\n"
-	"number is seconds, as in flock(1); in URI parameters it is milliseconds.\n"
+	"Durations T are a number with a unit ms, s, m or h: 250ms, 1.5s, 10s, 2m.  A\n"
+	"bare number is seconds, as in flock(1); in URI parameters it is milliseconds.\n"
+	"Fractions are rounded up to a whole millisecond.\n"
 	"\n"
 	"URIs:\n"
 	"  mem://NAMESPACE         in-process locks: every dlock process has its own,\n"
@@ -217,7 +218,7 @@ static int usage_error(const char *fmt, ...)
 static int duration_arg(const char *opt, const char *text, int64_t min_ms, int64_t *out)
 {
 	if (dlock_duration_parse(text, 1000, out) != DLOCK_OK)
-		return usage_error("%s: invalid duration '%s' (examples: 30, 250ms, 10s, 2m)", opt, text);
+		return usage_error("%s: invalid duration '%s' (examples: 30, 1.5, 250ms, 10s, 2m)", opt, text);
 	if (*out < min_ms)
 		return usage_error("%s: must be more than 0", opt);
 	return -1;

@@ -408,10 +408,13 @@ DLOCK_API dlock_status dlock_lock_fencing_token(dlock_lock *lock, uint64_t *toke
 
 /**
  * Parse a duration: a decimal number with an optional unit "ms", "s", "m"
- * or "h" ("250ms", "10s", "2m").  A bare number is multiplied by
+ * or "h" ("250ms", "10s", "2m", "1.5s").  The number is digits, optionally
+ * followed by "." and more digits; a fraction is rounded up to a whole
+ * millisecond ("0.0001s" is 1).  A bare number is multiplied by
  * `bare_unit_ms` (1 in URIs and the C API; 1000 in the dlock CLI).
- * Stores milliseconds in *out_ms.  DLOCK_EINVAL on anything else, on a
- * negative value or on overflow.  Pure function, thread-safe.
+ * Stores milliseconds in *out_ms.  DLOCK_EINVAL on anything else (".5",
+ * "1.", "1e3", a sign), on a negative value or on overflow.  Pure
+ * function, thread-safe.
  */
 DLOCK_API dlock_status dlock_duration_parse(const char *text, int64_t bare_unit_ms, int64_t *out_ms);
 
