@@ -234,6 +234,11 @@ check "an unknown scheme is told in one sentence" \
 	contains "$err" "^dlock: cannot open the lock service: no backend for scheme 'nosuchscheme' (built in: "
 check "... once" eval '[ "$(grep -c -i "no backend" "$err")" -eq 1 ] && ! grep -q "registered for this" "$err"'
 expect_rc "malformed URI exits 78" 78 --uri "not a uri" name -- true
+expect_rc "a text that is no URI exits 78" 78 --uri notauri name -- true
+check "... and is shown" contains "$err" "^dlock: cannot open the lock service: URI has no \"://\" after the scheme: 'notauri'$"
+expect_rc "a text that is no URI, with a password, exits 78" 78 --uri "alice:s3cr3tpw@host/x" name -- true
+check "... and is shown masked" contains "$err" "'\*\*\*@host/x'"
+check "... never with the password" eval '! grep -q s3cr3tpw "$err"'
 DLOCK_URI="nosuchscheme://x" dl name -- true
 check "DLOCK_URI is used without --uri" [ "$rc" -eq 78 ]
 DLOCK_URI="nosuchscheme://x" dl --uri "file://$tmp/locks" name -- true

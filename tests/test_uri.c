@@ -450,6 +450,32 @@ static void test_invalid_args(void)
 	dlock_uri_free(NULL);
 }
 
+/* A text that is no URI is shown in the message, masked. */
+static void test_not_a_uri_shown(void)
+{
+	static const struct {
+		const char *text, *shown;
+	} cases[] = {
+		{ "notauri", "URI has no \"://\" after the scheme: 'notauri'" },
+		{ "/var/lock/x", "'/var/lock/x'" },
+		{ "://x", "empty scheme before \"://\": '://x'" },
+		{ "re_dis://h/x", "invalid URI scheme: " },
+		{ "re_dis://h/x", ": 're_dis://h/x'" },
+		{ "u:" SECRET "@h/x", "'***@h/x'" },
+		{ "a?b://u:" SECRET "@h?x=1&password=" SECRET, "'***@h?x=1&password=***'" },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		dlock_uri *u = NULL;
+		dlock_error err = { "" };
+		CU_ASSERT_EQUAL(dlock_uri_parse(cases[i].text, &u, &err), DLOCK_EURI);
+		if (!strstr(err.msg, cases[i].shown))
+			fprintf(stderr, "\n  %s: message \"%s\" lacks \"%s\"\n", cases[i].text, err.msg,
+			        cases[i].shown);
+		CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, cases[i].shown));
+		CU_ASSERT_PTR_NULL(strstr(err.msg, SECRET));
+	}
+}
+
 static void test_malformed(void)
 {
 	static const char *const bad[] = {
@@ -463,6 +489,8 @@ static void test_malformed(void)
 		"re_dis://u:" SECRET "@h",
 		"+redis://u:" SECRET "@h",
 		"red:is://u:" SECRET "@h",
+		"u:" SECRET "@h",
+		"u:" SECRET "@h?sslpassword=" SECRET,
 		/* ports */
 		"redis://u:" SECRET "@h:0",
 		"redis://u:" SECRET "@h:65536",
@@ -1019,6 +1047,7 @@ static void add_suites(void)
 	s = CU_add_suite("uri_reject", NULL, NULL);
 	CU_add_test(s, "invalid_args", test_invalid_args);
 	CU_add_test(s, "malformed", test_malformed);
+	CU_add_test(s, "a text that is no URI is shown, masked", test_not_a_uri_shown);
 
 	s = CU_add_suite("uri_mask", NULL, NULL);
 	CU_add_test(s, "mask", test_mask);
