@@ -239,6 +239,11 @@ check "... and is shown" contains "$err" "^dlock: cannot open the lock service: 
 expect_rc "a text that is no URI, with a password, exits 78" 78 --uri "alice:s3cr3tpw@host/x" name -- true
 check "... and is shown masked" contains "$err" "'\*\*\*@host/x'"
 check "... never with the password" eval '! grep -q s3cr3tpw "$err"'
+expect_rc "a lock directory that cannot be created exits 78" 78 --uri "file:///proc/dlock-no-such-dir" name -- true
+check "... saying why" contains "$err" "^dlock: cannot open the lock service: file://: cannot create directory /proc/dlock-no-such-dir: "
+: >"$tmp/plain-file"
+expect_rc "a lock directory that is a file exits 78" 78 --uri "file://$tmp/plain-file" name -- true
+expect_rc "a lock directory under a file exits 78" 78 --uri "file://$tmp/plain-file/sub" name -- true
 DLOCK_URI="nosuchscheme://x" dl name -- true
 check "DLOCK_URI is used without --uri" [ "$rc" -eq 78 ]
 DLOCK_URI="nosuchscheme://x" dl --uri "file://$tmp/locks" name -- true

@@ -148,7 +148,8 @@ static const char help_text[] =
 	"  76     the lock was lost while COMMAND ran; COMMAND was stopped\n"
 	"         (EX_PROTOCOL)\n"
 	"  77     permission denied by the lock service (EX_NOPERM)\n"
-	"  78     bad URI, unknown backend, missing database or path (EX_CONFIG)\n"
+	"  78     bad URI, unknown or refused backend, missing database, lock\n"
+	"         directory missing and not creatable or not a directory (EX_CONFIG)\n"
 	"  126    COMMAND cannot be executed\n"
 	"  127    COMMAND not found\n";
 
