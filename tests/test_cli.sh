@@ -203,6 +203,12 @@ expect_rc "no arguments is a usage error" 64
 check "usage error hints at --help" contains "$err" "dlock --help"
 check "usage error messages start with 'dlock: '" contains "$err" "^dlock: "
 expect_rc "NAME without '--' is a usage error" 64 name true
+check "... saying the '--' is expected" contains "$err" "^dlock: expected '--' between NAME and COMMAND"
+expect_rc "a missing NAME is a usage error" 64 --uri "file://$tmp/locks" -- true
+check "... saying that NAME is missing" contains "$err" "^dlock: missing lock NAME before '--'"
+expect_rc "'dlock -- COMMAND' is a missing NAME" 64 -- true
+check "... saying so" contains "$err" "^dlock: missing lock NAME"
+expect_rc "'--' may end the options before NAME -- COMMAND" 0 -q -- name -- true
 expect_rc "missing COMMAND is a usage error" 64 name --
 expect_rc "empty NAME is a usage error" 64 "" -- true
 expect_rc "unknown option is a usage error" 64 --bogus name -- true
@@ -223,6 +229,9 @@ dl --uri mem://x --ttl 0.0001s name -- true
 check "--ttl 0.0001s rounds up to 1 ms, not to 0 (exit $rc)" eval '[ "$rc" -ne 64 ] && ! grep -q "more than 0" "$err"'
 expect_rc "fractions in URI durations are accepted" 0 \
 	--uri "mem://x?ttl=1.5s&wait=0.5s&open_timeout=2.5s&io_timeout=0.75s" name -- true
+expect_rc "-n with -w is a usage error" 64 -n -w 5 name -- true
+check "... saying they do not go together" contains "$err" "^dlock: --no-wait and --wait cannot be used together"
+expect_rc "-w with --no-wait is a usage error" 64 -w 5 --no-wait name -- true
 expect_rc "--conflict-exit-code 256 is a usage error" 64 --conflict-exit-code 256 name -- true
 check "usage errors write nothing on stdout" empty "$out"
 
@@ -292,7 +301,7 @@ check "first dlock runs its command" [ -e "$tmp/h1.started" ]
 rm -f "$tmp/ran"
 expect_rc "--no-wait on a held lock exits 75" 75 --no-wait busy -- touch "$tmp/ran"
 check "--no-wait on a held lock returns at once (${ms} ms)" [ "$ms" -lt 2000 ]
-check "--no-wait on a held lock says so" contains "$err" "^dlock: lock busy is held elsewhere"
+check "--no-wait on a held lock says so, NAME quoted" contains "$err" "^dlock: lock 'busy' is held elsewhere$"
 check "the conflicting command did not run" [ ! -e "$tmp/ran" ]
 check "nothing on stdout on conflict" empty "$out"
 expect_rc "-n is --no-wait" 75 -n busy -- true
@@ -302,9 +311,9 @@ expect_rc "--quiet conflict exits 75" 75 --quiet --no-wait busy -- true
 check "--quiet conflict prints nothing" empty "$err"
 expect_rc "--wait 300ms on a held lock exits 75" 75 --wait 300ms busy -- touch "$tmp/ran"
 check "--wait 300ms gives up after about 300 ms (${ms} ms)" eval '[ "$ms" -ge 250 ] && [ "$ms" -lt 2000 ]'
-check "an expired wait says so" contains "$err" "^dlock: timed out after 300ms waiting for lock busy"
+check "an expired wait says so, NAME quoted" contains "$err" "^dlock: timed out after 300ms waiting for lock 'busy'$"
 expect_rc "--wait 0.3 (seconds) on a held lock exits 75" 75 --wait 0.3 busy -- true
-check "... after 300 ms" contains "$err" "^dlock: timed out after 300ms waiting for lock busy$"
+check "... after 300 ms" contains "$err" "^dlock: timed out after 300ms waiting for lock 'busy'$"
 check "the timed-out command did not run" [ ! -e "$tmp/ran" ]
 expect_rc "another lock name is not blocked" 0 --no-wait other -- true
 
@@ -398,8 +407,9 @@ lose_lock() {
 lose_lock lost1 'trap "touch \"$1.termed\"; exit 0" TERM; : >"$1.started"; while :; do sleep 0.05; done'
 check "lost lock exits 76 although COMMAND exited 0 (got $rc)" [ "$rc" -eq 76 ]
 check "lost lock sends SIGTERM to COMMAND" [ -e "$tmp/lost1.termed" ]
-check "lost lock is reported with its reason" \
-	contains "$err" "^dlock: lock lease lost ([a-z ]*).*; stopping the command$"
+check "lost lock is reported with its reason, NAME quoted" \
+	contains "$err" "^dlock: lock 'lease' lost ([a-z ]*).*; stopping the command$"
+check "lost lock is reported on one line of dlock's" [ "$(grep -c "^dlock: .*lost" "$err")" -eq 1 ]
 check "lost lock writes nothing on stdout" empty "$out"
 
 lose_lock lost2 'echo $$ >"$1.pid"; trap "" TERM; : >"$1.started"; while :; do sleep 0.05; done' \

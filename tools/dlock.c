@@ -34,6 +34,9 @@ struct cli {
 	int64_t grace_ms;
 	int conflict_code;
 	int quiet;
+	int wait_given;     /* --wait seen */
+	int no_wait;        /* --no-wait seen */
+	int dashdash_taken; /* getopt took a "--" as the end of the options */
 	const char *name;
 	char **command;    /* NULL-terminated, from argv */
 };
@@ -84,7 +87,7 @@ static const char help_text[] =
 	"  -w, --wait T           give up when the lock is not acquired within T\n"
 	"                         (default: the URI's wait parameter, else forever)\n"
 	"  -n, --no-wait          give up at once when the lock is held elsewhere\n"
-	"                         (same as --wait 0)\n"
+	"                         (same as --wait 0; not with --wait)\n"
 	"      --ttl T            lease of the lock, renewed while COMMAND runs; if\n"
 	"                         dlock vanishes, others get the lock after at most T\n"
 	"                         (default: the URI's ttl parameter, else 30s)\n"
@@ -256,8 +259,10 @@ static int apply_option(struct cli *cli, int opt, char **argv)
 		cli->uri = optarg;
 		return *optarg ? -1 : usage_error("--uri: empty URI");
 	case 'w':
+		cli->wait_given = 1;
 		return duration_arg("--wait", optarg, 0, &cli->wait_ms);
 	case 'n':
+		cli->no_wait = 1;
 		cli->wait_ms = 0;
 		return -1;
 	case OPT_TTL:
@@ -284,13 +289,20 @@ static int apply_option(struct cli *cli, int opt, char **argv)
  * after NAME can never be taken for COMMAND. */
 static int parse_operands(struct cli *cli, int argc, char **argv)
 {
+	if (cli->wait_given && cli->no_wait)
+		return usage_error("--no-wait and --wait cannot be used together");
 	if (optind >= argc)
 		return usage_error("missing lock NAME");
 	cli->name = argv[optind];
 	if (cli->name[0] == '\0')
 		return usage_error("empty lock NAME");
-	if (optind + 1 >= argc || strcmp(argv[optind + 1], "--") != 0)
+	if (optind + 1 >= argc || strcmp(argv[optind + 1], "--") != 0) {
+		/* "dlock [OPTION]... -- COMMAND": the "--" ended the options, so
+		 * COMMAND would be taken for NAME. */
+		if (cli->dashdash_taken)
+			return usage_error("missing lock NAME before '--' (usage: dlock [OPTION]... NAME -- COMMAND)");
 		return usage_error("expected '--' between NAME and COMMAND");
+	}
 	if (optind + 2 >= argc)
 		return usage_error("missing COMMAND after '--'");
 	cli->command = &argv[optind + 2];
@@ -311,7 +323,10 @@ static int parse_args(struct cli *cli, int argc, char **argv)
 		rc = apply_option(cli, opt, argv);
 		if (rc >= 0)
 			return rc;
+		last_value = optarg;
 	}
+	/* The argument before the operands is "--" and not an option's value. */
+	cli->dashdash_taken = optind > 1 && strcmp(argv[optind - 1], "--") == 0 && argv[optind - 1] != last_value;
 	return parse_operands(cli, argc, argv);
 }
 
@@ -434,19 +449,19 @@ static int acquire_failed(struct session *s, dlock_status st)
 	char wait[32];
 
 	if (st != DLOCK_EBUSY && st != DLOCK_ETIMEDOUT) {
-		cli_say("cannot acquire lock %s on %s: %s", cli->name, dlock_client_uri(s->client),
+		cli_say("cannot acquire lock '%s' on %s: %s", cli->name, dlock_client_uri(s->client),
 		        detail(s, st));
 		return status_exit(st, EX_USAGE);
 	}
 	if (cli->quiet) {
 		/* asked for silence */
 	} else if (st == DLOCK_EBUSY) {
-		cli_say("lock %s is held elsewhere", cli->name);
+		cli_say("lock '%s' is held elsewhere", cli->name);
 	} else if (cli->wait_ms > 0) {
 		format_ms(cli->wait_ms, wait, sizeof wait);
-		cli_say("timed out after %s waiting for lock %s", wait, cli->name);
+		cli_say("timed out after %s waiting for lock '%s'", wait, cli->name);
 	} else {
-		cli_say("timed out waiting for lock %s (wait parameter of %s)", cli->name,
+		cli_say("timed out waiting for lock '%s' (wait parameter of %s)", cli->name,
 		        dlock_client_uri(s->client));
 	}
 	return cli->conflict_code;
@@ -500,7 +515,7 @@ static void report_lost(void *ctx)
 	const char *d = s->lost.detail;
 
 	s->lost_reported = 1;
-	cli_say("lock %s lost (%s)%s%s; stopping the command", s->cli->name,
+	cli_say("lock '%s' lost (%s)%s%s; stopping the command", s->cli->name,
 	        cli_lost_reason_name(s->lost.reason), d[0] ? ": " : "", d);
 }
 
@@ -518,12 +533,12 @@ static char **command_env(struct session *s, int *rc)
 	dlock_status st = dlock_lock_fencing_token(s->lock, &token);
 
 	if (st == DLOCK_ENOTHELD) {
-		cli_say("lock %s was lost before the command started: %s", s->cli->name, detail(s, st));
+		cli_say("lock '%s' was lost before the command started: %s", s->cli->name, detail(s, st));
 		*rc = CLI_EXIT_LOST;
 		return NULL;
 	}
 	if (st != DLOCK_OK && st != DLOCK_ENOTSUP) {
-		cli_say("cannot read the fencing token of lock %s: %s", s->cli->name, detail(s, st));
+		cli_say("cannot read the fencing token of lock '%s': %s", s->cli->name, detail(s, st));
 		*rc = status_exit(st, EX_OSERR);
 		return NULL;
 	}
@@ -555,16 +570,16 @@ static int finish(struct session *s, int wait_status)
 
 	if (cli_lost_seen(&s->lost)) {
 		if (!s->lost_reported)
-			cli_say("lock %s was lost while the command ran (%s)%s%s", s->cli->name,
+			cli_say("lock '%s' was lost while the command ran (%s)%s%s", s->cli->name,
 			        cli_lost_reason_name(s->lost.reason), d[0] ? ": " : "", d);
 		return CLI_EXIT_LOST;
 	}
 	if (st == DLOCK_ENOTHELD) {
-		cli_say("lock %s was lost while the command ran: %s", s->cli->name, detail(s, st));
+		cli_say("lock '%s' was lost while the command ran: %s", s->cli->name, detail(s, st));
 		return CLI_EXIT_LOST;
 	}
 	if (st != DLOCK_OK)
-		cli_say("warning: cannot release lock %s on %s: %s", s->cli->name,
+		cli_say("warning: cannot release lock '%s' on %s: %s", s->cli->name,
 		        dlock_client_uri(s->client), detail(s, st));
 	return cli_wait_status_exit(wait_status);
 }

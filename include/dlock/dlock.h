@@ -336,7 +336,7 @@ typedef struct dlock_acquire_options {
 	int64_t wait_ms;    /**< 0: try once; >0: bound; DLOCK_WAIT_FOREVER; DLOCK_WAIT_DEFAULT */
 	int64_t lease_ms;   /**< 0: the URI's `ttl`, else 30000.  TTL backends: the key's TTL; session backends: see caps */
 	int renew;          /**< -1: the URI's `renew` (default on); 0: off; 1: on */
-	dlock_lost_fn on_lost; /**< may be NULL */
+	dlock_lost_fn on_lost; /**< may be NULL; when set, a loss is logged at INFO, not WARN */
 	void *lost_userdata;   /**< Passed to `on_lost` as is. */
 	/** -1: the URI's `fencing` (default on); 1: take a fencing token; 0: take none, which spares the
 	 *  server work a token costs (Redis: a script instead of a plain SET; PostgreSQL: nextval; file://:
