@@ -197,6 +197,33 @@ else
 	echo "skip - refused built-in driver (no dlock_refused_cli given)"
 fi
 
+# ---------------------------------------------- lists kept in agreement
+
+# section FILE START END: the lines of FILE from the one matching START to
+# the one matching END.
+section() { sed -n "/$2/,/$3/p" "$1"; }
+"$DLOCK" --help | section /dev/stdin '^URIs:' '^Default URI:' >"$tmp/doc.help"
+section "$src/man/dlock.1" '^\.SH URIS' '^\.SH DEFAULT URI' >"$tmp/doc.man1"
+section "$src/man/dlock.3" '^\.SH DESCRIPTION' '^\.SS Clients' >"$tmp/doc.man3"
+sed -n '1,/^## What each backend promises/p' "$src/README.md" >"$tmp/doc.readme"
+# The truth: the schemes of this build, and the common parameters that the
+# URI parser takes (core/uri.c, common_keys).
+"$DLOCK" --version >"$out"
+schemes=$(sed -n 's/^backends: //p' "$out" | tr ',' ' ')
+params=$(sed -n '/common_keys\[P_COUNT\] = {/,/};/p' "$src/core/uri.c" | sed -n 's/.*= "\([a-z_]*\)",.*/\1/p')
+check "the common URI parameters are found in core/uri.c" eval '[[ " $(echo $params) " == *" ttl "* ]]'
+for doc in help man1 man3 readme; do
+	missing=""
+	for s in $schemes; do
+		grep -q -F -e "$s://" "$tmp/doc.$doc" || missing="$missing $s://"
+	done
+	for p in $params; do
+		grep -q -w -e "$p" "$tmp/doc.$doc" || missing="$missing $p"
+	done
+	check "the $doc lists every scheme and common URI parameter" [ -z "$missing" ]
+	[ -n "$missing" ] && echo "   missing from the $doc:$missing"
+done
+
 # ----------------------------------------------------------- usage errors
 
 expect_rc "no arguments is a usage error" 64

@@ -112,13 +112,15 @@ static const char help_text[] =
 	"                          processes of one host\n"
 	"  redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]\n"
 	"                          Redis; several comma-separated hosts: RedLock\n"
+	"  redis+unix:///PATH/TO/SOCKET\n"
+	"                          Redis over a Unix socket\n"
 	"  zk://[USER:PASSWORD@]HOST:PORT[,HOST:PORT]...[/PATH]\n"
 	"                          ZooKeeper ensemble\n"
 	"  postgres://[USER[:PASSWORD]@]HOST[:PORT][,HOST[:PORT]].../DATABASE\n"
-	"                          PostgreSQL\n"
+	"                          PostgreSQL (postgresql:// is the same)\n"
 	"  Parameters go after '?', e.g. ?ttl=10s&wait=1m; those of every backend are\n"
-	"  ttl, wait, renew, prefix, open_timeout and io_timeout.  Messages show\n"
-	"  passwords as ***.  Backends in this build: %s\n"
+	"  ttl, wait, renew, fencing, prefix, open_timeout and io_timeout.  Messages\n"
+	"  show passwords as ***.  Backends in this build: %s\n"
 	"\n"
 	"Default URI: $DLOCK_URI when set and not empty, else\n"
 	"file://$XDG_RUNTIME_DIR/dlock, else (XDG_RUNTIME_DIR unset, empty or not\n"
@@ -311,6 +313,7 @@ static int parse_operands(struct cli *cli, int argc, char **argv)
 
 static int parse_args(struct cli *cli, int argc, char **argv)
 {
+	const char *last_value = NULL; /* optarg of the last option */
 	int opt, rc;
 
 	*cli = (struct cli){
