@@ -77,6 +77,28 @@ static dlock_status fail_errno(dlock_error *err, int e, const char *what, const 
 
 /* ------------------------------------------------------------ directory */
 
+/*
+ * The status for a lock directory that cannot be set up: missing and not
+ * creatable, no directory, or refused by the file system (read-only,
+ * "operation not permitted") is the URI's problem, DLOCK_ENOTFOUND; a
+ * permission denied stays DLOCK_EPERM and a real I/O error DLOCK_EIO.
+ */
+static dlock_status dir_fail(dlock_error *err, int e, const char *what, const char *path)
+{
+	dlock_status st = fail_errno(err, e, what, path);
+	switch (e) {
+	case ENOENT:
+	case ENOTDIR:
+	case ELOOP:
+	case ENAMETOOLONG:
+	case EROFS:
+	case EPERM:
+		return DLOCK_ENOTFOUND;
+	default:
+		return st;
+	}
+}
+
 /* Make a new directory entry durable: fsync the directory that holds it. */
 static int sync_dir(const char *dir)
 {
@@ -106,7 +128,7 @@ static dlock_status make_path(char *buf, dlock_error *err)
 			if (rc != 0)
 				return fail_errno(err, errno, "cannot sync the directory above", buf);
 		} else if (errno != EEXIST) {
-			return fail_errno(err, errno, "cannot create directory", buf);
+			return dir_fail(err, errno, "cannot create directory", buf);
 		}
 		*p = c;
 		if (c == '\0')
@@ -131,9 +153,9 @@ static dlock_status make_dirs(const char *dir, dlock_error *err)
 	if (st != DLOCK_OK)
 		return st;
 	if (stat(dir, &sb) != 0)
-		return fail_errno(err, errno, "cannot use directory", dir);
+		return dir_fail(err, errno, "cannot use directory", dir);
 	if (!S_ISDIR(sb.st_mode))
-		return fail_errno(err, ENOTDIR, "cannot use directory", dir);
+		return dir_fail(err, ENOTDIR, "cannot use directory", dir);
 	return DLOCK_OK;
 }
 

@@ -147,8 +147,13 @@ dlock_status dlock_client_open(dlock_client **out, const char *text, const dlock
 		goto fail;
 	c->driver = dlock_registry_find(c->uri->scheme);
 	if (!c->driver) {
-		st = dlock_error_set(&err, DLOCK_ENOBACKEND, "no backend for scheme '%s' (built in: %s) in %s",
-		                     c->uri->scheme, dlock_backends(), c->uri->masked);
+		const char *refused = dlock_registry_refused_reason(c->uri->scheme);
+		if (refused)
+			st = dlock_error_set(&err, DLOCK_ENOBACKEND, "driver '%s' refused at registration: %s (URI %s)",
+			                     c->uri->scheme, refused, c->uri->masked);
+		else
+			st = dlock_error_set(&err, DLOCK_ENOBACKEND, "no backend for scheme '%s' (built in: %s) in %s",
+			                     c->uri->scheme, dlock_backends(), c->uri->masked);
 		goto fail;
 	}
 	st = check_params(c->driver, c->uri, &err);

@@ -268,7 +268,8 @@ void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, con
 	l->client->stats.lost++;
 	char name[96];
 	printable_name(l->entry, name, sizeof name);
-	dlock_client_logf(l->client, DLOCK_LOG_WARN, "lock '%s' lost: %s", name, l->lost_detail);
+	dlock_client_logf(l->client, l->on_lost ? DLOCK_LOG_INFO : DLOCK_LOG_WARN, "lock '%s' lost: %s", name,
+	                  l->lost_detail); /* with a callback, the application is told there */
 	dlock_background_kick(l->client);
 }
 

@@ -5,6 +5,15 @@
  * The registry also keeps each driver's process-wide object, so drivers
  * themselves stay const, and the one thread-specific key of the core
  * (per-thread error text, errmsg.c).
+ *
+ * A built-in driver that registration refuses (built for another ABI
+ * version, a duplicate scheme, a missing method) is not dropped silently:
+ * its scheme and the reason are kept, so that opening a URI of that scheme
+ * says why there is no backend, and dlock_backend_refused() lists it.  An
+ * application's own driver gets the reason as the status it is returned.
+ *
+ * Threads: every field is guarded by `mu`.  Refused entries are written
+ * once and never changed, so the strings handed out stay valid.
  */
 #include "registry.h"
 
@@ -13,6 +22,8 @@
 #include <string.h>
 
 #define DLOCK_MAX_DRIVERS 32
+#define SCHEME_MAX 16
+#define REASON_MAX 160
 
 struct registry_slot {
 	const dlock_driver *driver;
@@ -20,11 +31,20 @@ struct registry_slot {
 	int shared_made;
 };
 
+/* A built-in driver registration refused, and why. */
+struct refused_slot {
+	char scheme[SCHEME_MAX + 1]; /* printable, cut at SCHEME_MAX */
+	int exact;                   /* scheme[] is the driver's whole scheme */
+	char reason[REASON_MAX];
+};
+
 static struct {
 	pthread_mutex_t mu;
 	pthread_once_t once;
 	struct registry_slot slots[DLOCK_MAX_DRIVERS];
 	size_t count;
+	struct refused_slot refused[DLOCK_MAX_DRIVERS];
+	size_t nrefused;
 	char schemes[DLOCK_MAX_DRIVERS * 24];
 	pthread_key_t thread_key;
 	int thread_key_made;
@@ -32,7 +52,7 @@ static struct {
 
 static int scheme_valid(const char *s)
 {
-	if (!s || !*s || strlen(s) > 16)
+	if (!s || !*s || strlen(s) > SCHEME_MAX)
 		return 0;
 	for (const char *p = s; *p; p++) {
 		int ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '+' || *p == '-' ||
@@ -56,38 +76,116 @@ static void rebuild_scheme_list(void)
 	}
 }
 
-static dlock_status register_locked(const dlock_driver *d)
+/* The first MUST method that `d` leaves NULL, or NULL when it has them all. */
+static const char *missing_method(const dlock_driver *d)
 {
-	if (!d)
+	if (!d->open)
+		return "open";
+	if (!d->close)
+		return "close";
+	if (!d->capabilities)
+		return "capabilities";
+	if (!d->lock_init)
+		return "lock_init";
+	if (!d->acquire)
+		return "acquire";
+	if (!d->release)
+		return "release";
+	return NULL;
+}
+
+/* Register `d`, or write in why[] (size REASON_MAX) why not. */
+static dlock_status register_locked(const dlock_driver *d, char *why)
+{
+	const char *missing;
+
+	if (!d) {
+		snprintf(why, REASON_MAX, "the driver pointer is NULL");
 		return DLOCK_EINVAL;
-	if (d->abi_version != DLOCK_DRIVER_ABI_VERSION)
+	}
+	if (d->abi_version != DLOCK_DRIVER_ABI_VERSION) {
+		snprintf(why, REASON_MAX, "ABI version %u, this library accepts %u", d->abi_version,
+		         (unsigned)DLOCK_DRIVER_ABI_VERSION);
 		return DLOCK_EVERSION;
-	if (!scheme_valid(d->scheme) || !d->open || !d->close || !d->capabilities || !d->lock_init ||
-	    !d->acquire || !d->release)
+	}
+	if (!scheme_valid(d->scheme)) {
+		snprintf(why, REASON_MAX,
+		         "invalid scheme (1 to %d characters: a lower case letter, then letters, digits, '+', '-' "
+		         "or '.')",
+		         SCHEME_MAX);
 		return DLOCK_EINVAL;
-	for (size_t i = 0; i < registry.count; i++)
-		if (strcmp(registry.slots[i].driver->scheme, d->scheme) == 0)
+	}
+	missing = missing_method(d);
+	if (missing) {
+		snprintf(why, REASON_MAX, "the required method '%s' is missing", missing);
+		return DLOCK_EINVAL;
+	}
+	for (size_t i = 0; i < registry.count; i++) {
+		if (strcmp(registry.slots[i].driver->scheme, d->scheme) == 0) {
+			snprintf(why, REASON_MAX, "another driver has the scheme '%s' already", d->scheme);
 			return DLOCK_EEXIST;
-	if (registry.count == DLOCK_MAX_DRIVERS)
+		}
+	}
+	if (registry.count == DLOCK_MAX_DRIVERS) {
+		snprintf(why, REASON_MAX, "the registry is full (%d drivers)", DLOCK_MAX_DRIVERS);
 		return DLOCK_ENOMEM;
+	}
 	registry.slots[registry.count++] = (struct registry_slot){ .driver = d };
 	rebuild_scheme_list();
 	return DLOCK_OK;
 }
 
+/* The scheme of a refused driver as far as it can be shown: printable
+ * ASCII only, cut at SCHEME_MAX, "?" when there is none.  Returns 1 when
+ * that is the whole scheme unchanged. */
+static int printable_scheme(const dlock_driver *d, char out[SCHEME_MAX + 1])
+{
+	const char *s = d && d->scheme && d->scheme[0] ? d->scheme : "?";
+	int exact = d && d->scheme && d->scheme[0];
+	size_t i = 0;
+	for (; s[i] && i < SCHEME_MAX; i++) {
+		int shown = s[i] > ' ' && s[i] < 0x7f && s[i] != '\'';
+		out[i] = shown ? s[i] : '?';
+		exact &= shown;
+	}
+	out[i] = '\0';
+	return exact && s[i] == '\0';
+}
+
+static void remember_refused_locked(const dlock_driver *d, const char *why)
+{
+	struct refused_slot *r;
+
+	if (registry.nrefused == DLOCK_MAX_DRIVERS)
+		return;
+	r = &registry.refused[registry.nrefused++];
+	r->exact = printable_scheme(d, r->scheme);
+	snprintf(r->reason, sizeof r->reason, "%s", why);
+}
+
+void dlock_registry_add_builtins(const dlock_driver *const *table)
+{
+	char why[REASON_MAX];
+
+	pthread_mutex_lock(&registry.mu);
+	for (const dlock_driver *const *d = table; *d; d++)
+		if (register_locked(*d, why) != DLOCK_OK)
+			remember_refused_locked(*d, why);
+	pthread_mutex_unlock(&registry.mu);
+}
+
 static void register_builtins(void)
 {
-	pthread_mutex_lock(&registry.mu);
-	for (const dlock_driver *const *d = dlock_builtin_drivers; *d; d++)
-		register_locked(*d);
-	pthread_mutex_unlock(&registry.mu);
+	dlock_registry_add_builtins(dlock_builtin_drivers);
 }
 
 dlock_status dlock_register_driver(const dlock_driver *driver)
 {
+	char why[REASON_MAX];
+
 	pthread_once(&registry.once, register_builtins);
 	pthread_mutex_lock(&registry.mu);
-	dlock_status st = register_locked(driver);
+	dlock_status st = register_locked(driver, why);
 	pthread_mutex_unlock(&registry.mu);
 	return st;
 }
@@ -102,6 +200,35 @@ const dlock_driver *dlock_registry_find(const char *scheme)
 			found = registry.slots[i].driver;
 	pthread_mutex_unlock(&registry.mu);
 	return found;
+}
+
+const char *dlock_registry_refused_reason(const char *scheme)
+{
+	const char *reason = NULL;
+	pthread_once(&registry.once, register_builtins);
+	pthread_mutex_lock(&registry.mu);
+	for (size_t i = 0; i < registry.nrefused && !reason; i++)
+		if (registry.refused[i].exact && strcmp(registry.refused[i].scheme, scheme) == 0)
+			reason = registry.refused[i].reason;
+	pthread_mutex_unlock(&registry.mu);
+	return reason;
+}
+
+dlock_status dlock_backend_refused(size_t index, const char **scheme, const char **reason)
+{
+	dlock_status st = DLOCK_ENOTFOUND;
+
+	if (!scheme || !reason)
+		return DLOCK_EINVAL;
+	pthread_once(&registry.once, register_builtins);
+	pthread_mutex_lock(&registry.mu);
+	if (index < registry.nrefused) {
+		*scheme = registry.refused[index].scheme;
+		*reason = registry.refused[index].reason;
+		st = DLOCK_OK;
+	}
+	pthread_mutex_unlock(&registry.mu);
+	return st;
 }
 
 void *dlock_registry_shared(const dlock_driver *driver, void *(*create)(void))

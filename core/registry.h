@@ -12,6 +12,20 @@ extern const dlock_driver *const dlock_builtin_drivers[];
 /** Driver for `scheme` (case-sensitive, already lower case), or NULL. */
 const dlock_driver *dlock_registry_find(const char *scheme);
 
+/**
+ * Why the built-in driver for `scheme` was refused at registration ("ABI
+ * version 9, this library accepts 1"), or NULL when none was.  The string
+ * is static: it never changes once written.
+ */
+const char *dlock_registry_refused_reason(const char *scheme);
+
+/**
+ * Register the drivers of the NULL-terminated `table` as built-ins: those
+ * refused are remembered with the reason.  The registry runs it once on
+ * dlock_builtin_drivers; tests hand it a table of their own.
+ */
+void dlock_registry_add_builtins(const dlock_driver *const *table);
+
 /** The registry's per-driver shared object (see dlock_host_shared()). */
 void *dlock_registry_shared(const dlock_driver *driver, void *(*create)(void));
 

@@ -149,6 +149,24 @@ static int64_t unit_ms(const char *unit, int64_t bare_unit_ms)
 	return -1;
 }
 
+/*
+ * ceil(0.F * mult) for the fraction digits [f, end): the digits times mult,
+ * done by hand from the last digit up, so that no digit is lost to a
+ * binary fraction.  The carry stays below mult, so nothing overflows when
+ * mult <= INT64_MAX / 10.
+ */
+static int64_t fraction_ms(const char *f, const char *end, int64_t mult)
+{
+	int64_t carry = 0;
+	int below = 0; /* a digit below a millisecond is not 0 */
+	for (const char *p = end; p > f; p--) {
+		carry += (p[-1] - '0') * mult;
+		below |= carry % 10 != 0;
+		carry /= 10;
+	}
+	return carry + below;
+}
+
 dlock_status dlock_duration_parse(const char *text, int64_t bare_unit_ms, int64_t *out_ms)
 {
 	if (!text || !out_ms || bare_unit_ms <= 0)
@@ -168,9 +186,29 @@ dlock_status dlock_duration_parse(const char *text, int64_t bare_unit_ms, int64_
 			return DLOCK_EINVAL;
 		n = n * 10 + d;
 	}
+	/* A fraction: "." and at least one digit ("1.5s"; not "1." nor "1.2.3"). */
+	const char *frac = NULL, *frac_end = NULL;
+	if (*p == '.') {
+		frac = frac_end = p + 1;
+		while (*frac_end >= '0' && *frac_end <= '9')
+			frac_end++;
+		if (frac_end == frac)
+			return DLOCK_EINVAL;
+		p = frac_end;
+	}
 	int64_t mult = unit_ms(p, bare_unit_ms);
 	if (mult <= 0 || n > INT64_MAX / mult)
 		return DLOCK_EINVAL;
-	*out_ms = n * mult;
+	int64_t ms = n * mult;
+	if (frac) {
+		/* Rounded up to a whole millisecond: "0.0001s" is 1 ms, not 0. */
+		if (mult > INT64_MAX / 10)
+			return DLOCK_EINVAL;
+		int64_t extra = fraction_ms(frac, frac_end, mult);
+		if (ms > INT64_MAX - extra)
+			return DLOCK_EINVAL;
+		ms += extra;
+	}
+	*out_ms = ms;
 	return DLOCK_OK;
 }

@@ -5,7 +5,8 @@
  * dlock_uri_free() has four blocks to free whatever the URI held.  No
  * message written here quotes the authority (user, password, hosts, ports):
  * a password with an unescaped '/' or '?' spills into the host list, and a
- * message about "the port" would then print part of it.
+ * message about "the port" would then print part of it.  Only a text with
+ * a wrong scheme is shown, everything before its last '@' hidden.
  */
 #include "uri.h"
 
@@ -184,23 +185,48 @@ static int scheme_char(char c, int first)
 	return alpha || (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.';
 }
 
+/*
+ * The text of a URI whose scheme is wrong, for the message: it may be no
+ * URI at all (an unset variable, a path), and the reader needs to see it.
+ * The parser has not found the userinfo then, so whatever stands before
+ * the last '@' is hidden, and the rest is masked (secret query values).
+ */
+static void shown_text(const char *text, char *out, size_t outlen)
+{
+	const char *at = strrchr(text, '@');
+	if (!at) {
+		dlock_uri_mask(text, out, outlen);
+		return;
+	}
+	snprintf(out, outlen, "***");
+	dlock_uri_mask(at, out + 3, outlen - 3);
+}
+
+/* Fail with `what` and the text shown as above. */
+static dlock_status scheme_error(struct parser *p, const char *text, const char *what)
+{
+	char shown[200];
+	shown_text(text, shown, sizeof shown);
+	return dlock_error_set(p->err, DLOCK_EURI, "%s: '%s'", what, shown);
+}
+
 /* Parse and lower-case the scheme; *rest points after "://". */
 static dlock_status parse_scheme(struct parser *p, const char *text, const char **rest)
 {
 	const char *sep = strstr(text, "://");
 	if (!sep)
-		return dlock_error_set(p->err, DLOCK_EURI, "URI has no \"://\" after the scheme");
+		return scheme_error(p, text, "URI has no \"://\" after the scheme");
 	if (sep == text)
-		return dlock_error_set(p->err, DLOCK_EURI, "URI has an empty scheme before \"://\"");
+		return scheme_error(p, text, "URI has an empty scheme before \"://\"");
 	size_t n = (size_t)(sep - text);
 	char *scheme = arena_take(p->st, n + 1);
 	if (!scheme)
 		return no_memory(p);
 	for (size_t i = 0; i < n; i++) {
 		if (!scheme_char(text[i], i == 0))
-			return dlock_error_set(p->err, DLOCK_EURI,
-			                       "invalid URI scheme: it must be a letter followed by letters, "
-			                       "digits, '+', '-' or '.'");
+			return scheme_error(p, text,
+			                    "invalid URI scheme: it must be a letter followed by letters, digits, "
+			                    "'+', '-' or '.'");
 		char c = text[i];
 		if (c >= 'A' && c <= 'Z')
 			c = (char)(c - 'A' + 'a');

@@ -2,7 +2,13 @@
 # shellcheck disable=SC2016 # single quotes hold code for inner shells
 # Tests of the dlock command.
 #
-#   test_cli.sh /path/to/dlock
+#   test_cli.sh /path/to/dlock [/path/to/dlock_refused_cli]
+#
+# The second program is the dlock command built with a built-in driver that
+# the library refuses (tests/support/refused_builtins.c); without it, those
+# checks are skipped.  The lists of schemes and common URI parameters in
+# --help, man/dlock.1, man/dlock.3 and README.md are checked against the
+# library: the backends of this build and core/uri.c's table.
 #
 # Prints one line per check and ends with "N passed, M failed"; exits 1 when
 # a check failed.  Everything lives in a temporary directory (removed at
@@ -17,11 +23,13 @@
 # tested with the network backends.
 set -u
 
-if [ $# -ne 1 ] || [ ! -x "$1" ]; then
-	echo "usage: test_cli.sh /path/to/dlock" >&2
+if [ $# -lt 1 ] || [ $# -gt 2 ] || [ ! -x "$1" ]; then
+	echo "usage: test_cli.sh /path/to/dlock [/path/to/dlock_refused_cli]" >&2
 	exit 2
 fi
 DLOCK=$1
+REFUSED_CLI=${2:-}
+src=$(cd "$(dirname "$0")/.." && pwd)
 # A lock name unique to this run, for the checks in a shared directory.
 run_id="test-cli-$$-$RANDOM"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli.XXXXXX") || exit 2
@@ -172,6 +180,49 @@ check "--version exits 0" [ "$rc" -eq 0 ]
 check "--version prints 'dlock VERSION' on stdout" contains "$out" '^dlock [0-9][0-9.]*'
 check "--version lists the backends" contains "$out" 'file'
 check "--version writes nothing on stderr" empty "$err"
+check "--version shows no refused backend when none was" eval '! grep -q "^refused:" "$out"'
+
+# A built-in driver that the library refuses is named with the reason.
+if [ -n "$REFUSED_CLI" ]; then
+	"$REFUSED_CLI" --version >"$out" 2>"$err"
+	check "--version names a refused built-in driver and why" \
+		contains "$out" "^refused: future (ABI version 9, this library accepts 1)$"
+	check "... and still lists the others" contains "$out" "^backends: mem,file$"
+	"$REFUSED_CLI" --uri future://x name -- true >"$out" 2>"$err"
+	rc=$?
+	check "a URI of a refused driver's scheme exits 78 (got $rc)" [ "$rc" -eq 78 ]
+	check "... saying why the driver was refused" contains "$err" \
+		"^dlock: cannot open the lock service: driver 'future' refused at registration: ABI version 9, this library accepts 1"
+else
+	echo "skip - refused built-in driver (no dlock_refused_cli given)"
+fi
+
+# ---------------------------------------------- lists kept in agreement
+
+# section FILE START END: the lines of FILE from the one matching START to
+# the one matching END.
+section() { sed -n "/$2/,/$3/p" "$1"; }
+"$DLOCK" --help | section /dev/stdin '^URIs:' '^Default URI:' >"$tmp/doc.help"
+section "$src/man/dlock.1" '^\.SH URIS' '^\.SH DEFAULT URI' >"$tmp/doc.man1"
+section "$src/man/dlock.3" '^\.SH DESCRIPTION' '^\.SS Clients' >"$tmp/doc.man3"
+sed -n '1,/^## What each backend promises/p' "$src/README.md" >"$tmp/doc.readme"
+# The truth: the schemes of this build, and the common parameters that the
+# URI parser takes (core/uri.c, common_keys).
+"$DLOCK" --version >"$out"
+schemes=$(sed -n 's/^backends: //p' "$out" | tr ',' ' ')
+params=$(sed -n '/common_keys\[P_COUNT\] = {/,/};/p' "$src/core/uri.c" | sed -n 's/.*= "\([a-z_]*\)",.*/\1/p')
+check "the common URI parameters are found in core/uri.c" eval '[[ " $(echo $params) " == *" ttl "* ]]'
+for doc in help man1 man3 readme; do
+	missing=""
+	for s in $schemes; do
+		grep -q -F -e "$s://" "$tmp/doc.$doc" || missing="$missing $s://"
+	done
+	for p in $params; do
+		grep -q -w -e "$p" "$tmp/doc.$doc" || missing="$missing $p"
+	done
+	check "the $doc lists every scheme and common URI parameter" [ -z "$missing" ]
+	[ -n "$missing" ] && echo "   missing from the $doc:$missing"
+done
 
 # ----------------------------------------------------------- usage errors
 
@@ -179,12 +230,35 @@ expect_rc "no arguments is a usage error" 64
 check "usage error hints at --help" contains "$err" "dlock --help"
 check "usage error messages start with 'dlock: '" contains "$err" "^dlock: "
 expect_rc "NAME without '--' is a usage error" 64 name true
+check "... saying the '--' is expected" contains "$err" "^dlock: expected '--' between NAME and COMMAND"
+expect_rc "a missing NAME is a usage error" 64 --uri "file://$tmp/locks" -- true
+check "... saying that NAME is missing" contains "$err" "^dlock: missing lock NAME before '--'"
+expect_rc "'dlock -- COMMAND' is a missing NAME" 64 -- true
+check "... saying so" contains "$err" "^dlock: missing lock NAME"
+expect_rc "'--' may end the options before NAME -- COMMAND" 0 -q -- name -- true
 expect_rc "missing COMMAND is a usage error" 64 name --
 expect_rc "empty NAME is a usage error" 64 "" -- true
 expect_rc "unknown option is a usage error" 64 --bogus name -- true
 expect_rc "option without its value is a usage error" 64 --wait
 expect_rc "bad duration is a usage error" 64 --wait 5x name -- true
 expect_rc "--ttl 0 is a usage error" 64 --ttl 0 name -- true
+expect_rc "--ttl 0.0 is a usage error" 64 --ttl 0.0 name -- true
+expect_rc "--ttl 0.0s is a usage error" 64 --ttl 0.0s name -- true
+for d in 1.2.3 . 1e3 -0.5 nan 1. .5 0.5x 99999999999999999999 9223372036854775.808s; do
+	expect_rc "--wait '$d' is a usage error" 64 --wait "$d" name -- true
+	check "... explained as an invalid duration" contains "$err" "^dlock: --wait: invalid duration '$d'"
+done
+expect_rc "--wait 0.5s is accepted" 0 --wait 0.5s name -- true
+expect_rc "-w 1.5 (seconds) is accepted" 0 -w 1.5 name -- true
+expect_rc "--ttl 1.5 and --grace 0.25s are accepted" 0 --ttl 1.5 --grace 0.25s name -- true
+# A 1 ms lease may run out before COMMAND ends (exit 76): only the usage matters.
+dl --uri mem://x --ttl 0.0001s name -- true
+check "--ttl 0.0001s rounds up to 1 ms, not to 0 (exit $rc)" eval '[ "$rc" -ne 64 ] && ! grep -q "more than 0" "$err"'
+expect_rc "fractions in URI durations are accepted" 0 \
+	--uri "mem://x?ttl=1.5s&wait=0.5s&open_timeout=2.5s&io_timeout=0.75s" name -- true
+expect_rc "-n with -w is a usage error" 64 -n -w 5 name -- true
+check "... saying they do not go together" contains "$err" "^dlock: --no-wait and --wait cannot be used together"
+expect_rc "-w with --no-wait is a usage error" 64 -w 5 --no-wait name -- true
 expect_rc "--conflict-exit-code 256 is a usage error" 64 --conflict-exit-code 256 name -- true
 check "usage errors write nothing on stdout" empty "$out"
 
@@ -192,7 +266,20 @@ check "usage errors write nothing on stdout" empty "$out"
 
 expect_rc "unknown URI scheme exits 78" 78 --uri "nosuchscheme://host/x" name -- true
 check "bad URI is explained on stderr" contains "$err" "^dlock: "
+check "an unknown scheme is told in one sentence" \
+	contains "$err" "^dlock: cannot open the lock service: no backend for scheme 'nosuchscheme' (built in: "
+check "... once" eval '[ "$(grep -c -i "no backend" "$err")" -eq 1 ] && ! grep -q "registered for this" "$err"'
 expect_rc "malformed URI exits 78" 78 --uri "not a uri" name -- true
+expect_rc "a text that is no URI exits 78" 78 --uri notauri name -- true
+check "... and is shown" contains "$err" "^dlock: cannot open the lock service: URI has no \"://\" after the scheme: 'notauri'$"
+expect_rc "a text that is no URI, with a password, exits 78" 78 --uri "alice:s3cr3tpw@host/x" name -- true
+check "... and is shown masked" contains "$err" "'\*\*\*@host/x'"
+check "... never with the password" eval '! grep -q s3cr3tpw "$err"'
+expect_rc "a lock directory that cannot be created exits 78" 78 --uri "file:///proc/dlock-no-such-dir" name -- true
+check "... saying why" contains "$err" "^dlock: cannot open the lock service: file://: cannot create directory /proc/dlock-no-such-dir: "
+: >"$tmp/plain-file"
+expect_rc "a lock directory that is a file exits 78" 78 --uri "file://$tmp/plain-file" name -- true
+expect_rc "a lock directory under a file exits 78" 78 --uri "file://$tmp/plain-file/sub" name -- true
 DLOCK_URI="nosuchscheme://x" dl name -- true
 check "DLOCK_URI is used without --uri" [ "$rc" -eq 78 ]
 DLOCK_URI="nosuchscheme://x" dl --uri "file://$tmp/locks" name -- true
@@ -241,7 +328,7 @@ check "first dlock runs its command" [ -e "$tmp/h1.started" ]
 rm -f "$tmp/ran"
 expect_rc "--no-wait on a held lock exits 75" 75 --no-wait busy -- touch "$tmp/ran"
 check "--no-wait on a held lock returns at once (${ms} ms)" [ "$ms" -lt 2000 ]
-check "--no-wait on a held lock says so" contains "$err" "^dlock: lock busy is held elsewhere"
+check "--no-wait on a held lock says so, NAME quoted" contains "$err" "^dlock: lock 'busy' is held elsewhere$"
 check "the conflicting command did not run" [ ! -e "$tmp/ran" ]
 check "nothing on stdout on conflict" empty "$out"
 expect_rc "-n is --no-wait" 75 -n busy -- true
@@ -251,7 +338,9 @@ expect_rc "--quiet conflict exits 75" 75 --quiet --no-wait busy -- true
 check "--quiet conflict prints nothing" empty "$err"
 expect_rc "--wait 300ms on a held lock exits 75" 75 --wait 300ms busy -- touch "$tmp/ran"
 check "--wait 300ms gives up after about 300 ms (${ms} ms)" eval '[ "$ms" -ge 250 ] && [ "$ms" -lt 2000 ]'
-check "an expired wait says so" contains "$err" "^dlock: timed out after 300ms waiting for lock busy"
+check "an expired wait says so, NAME quoted" contains "$err" "^dlock: timed out after 300ms waiting for lock 'busy'$"
+expect_rc "--wait 0.3 (seconds) on a held lock exits 75" 75 --wait 0.3 busy -- true
+check "... after 300 ms" contains "$err" "^dlock: timed out after 300ms waiting for lock 'busy'$"
 check "the timed-out command did not run" [ ! -e "$tmp/ran" ]
 expect_rc "another lock name is not blocked" 0 --no-wait other -- true
 
@@ -345,8 +434,9 @@ lose_lock() {
 lose_lock lost1 'trap "touch \"$1.termed\"; exit 0" TERM; : >"$1.started"; while :; do sleep 0.05; done'
 check "lost lock exits 76 although COMMAND exited 0 (got $rc)" [ "$rc" -eq 76 ]
 check "lost lock sends SIGTERM to COMMAND" [ -e "$tmp/lost1.termed" ]
-check "lost lock is reported with its reason" \
-	contains "$err" "^dlock: lock lease lost ([a-z ]*).*; stopping the command$"
+check "lost lock is reported with its reason, NAME quoted" \
+	contains "$err" "^dlock: lock 'lease' lost ([a-z ]*).*; stopping the command$"
+check "lost lock is reported on one line of dlock's" [ "$(grep -c "^dlock: .*lost" "$err")" -eq 1 ]
 check "lost lock writes nothing on stdout" empty "$out"
 
 lose_lock lost2 'echo $$ >"$1.pid"; trap "" TERM; : >"$1.started"; while :; do sleep 0.05; done' \

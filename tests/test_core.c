@@ -5,6 +5,7 @@
  */
 #include "dlock/dlock.h"
 #include "dlock/sys/driver.h"
+#include "registry.h"
 #include "testsupport.h"
 
 #include <pthread.h>
@@ -157,6 +158,39 @@ static const dlock_driver ctl_driver = {
 	.extend = ctl_extend,
 };
 
+/* Built-ins that registration must refuse: a driver built for another ABI
+ * version, one without a required method, one with a scheme taken. */
+#define CTL_MOST_METHODS                                                       \
+	.lock_size = sizeof(struct ctl_lock), .open = ctl_open, .close = ctl_close, \
+	.capabilities = ctl_caps, .lock_init = ctl_init, .acquire = ctl_acquire
+
+static const dlock_driver bad_abi_driver = {
+	.abi_version = 9,
+	.scheme = "badabi",
+	CTL_MOST_METHODS,
+	.release = ctl_release,
+};
+
+static const dlock_driver no_release_driver = {
+	.abi_version = DLOCK_DRIVER_ABI_VERSION,
+	.scheme = "norelease",
+	CTL_MOST_METHODS,
+};
+
+static const dlock_driver second_mem_driver = {
+	.abi_version = DLOCK_DRIVER_ABI_VERSION,
+	.scheme = "mem",
+	CTL_MOST_METHODS,
+	.release = ctl_release,
+};
+
+static const dlock_driver good_builtin_driver = {
+	.abi_version = DLOCK_DRIVER_ABI_VERSION,
+	.scheme = "ctlbuiltin",
+	CTL_MOST_METHODS,
+	.release = ctl_release,
+};
+
 /* ------------------------------------------------------------ helpers */
 
 struct lost_log {
@@ -255,6 +289,52 @@ static void test_registry_rules(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_backends(), "mem"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_backends(), "file"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_backends(), "ctl"));
+}
+
+/* The refusal of a built-in driver is kept: open says why, and it is listed. */
+static void test_refused_builtins(void)
+{
+	static const dlock_driver *const table[] = { &bad_abi_driver, &no_release_driver, &second_mem_driver,
+		                                     &good_builtin_driver, NULL };
+	const char *scheme = NULL, *reason = NULL;
+	dlock_client *c = NULL;
+	char err[512] = "";
+	size_t n = 0;
+
+	/* A sound build refuses none of its own. */
+	CU_ASSERT_EQUAL(dlock_backend_refused(0, &scheme, &reason), DLOCK_ENOTFOUND);
+	CU_ASSERT_EQUAL(dlock_backend_refused(0, NULL, &reason), DLOCK_EINVAL);
+
+	dlock_registry_add_builtins(table);
+	CU_ASSERT_EQUAL(dlock_client_open(&c, "badabi://x?ttl=1s", NULL, err, sizeof err), DLOCK_ENOBACKEND);
+	CU_ASSERT_PTR_NULL(c);
+	CU_ASSERT_PTR_NOT_NULL(
+	        strstr(err, "driver 'badabi' refused at registration: ABI version 9, this library accepts 1"));
+	CU_ASSERT_EQUAL(dlock_client_open(&c, "norelease://x", NULL, err, sizeof err), DLOCK_ENOBACKEND);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "driver 'norelease' refused at registration: "));
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "'release'"));
+	/* An unknown scheme still says there is no such backend. */
+	CU_ASSERT_EQUAL(dlock_client_open(&c, "nosuch://x", NULL, err, sizeof err), DLOCK_ENOBACKEND);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "no backend for scheme 'nosuch'"));
+	/* The duplicate is refused, the first "mem" still serves, the good one is added. */
+	CU_ASSERT_EQUAL(dlock_client_open(&c, "mem://x", NULL, err, sizeof err), DLOCK_OK);
+	dlock_client_close(c);
+	CU_ASSERT_EQUAL(dlock_client_open(&c, "ctlbuiltin://x", NULL, err, sizeof err), DLOCK_OK);
+	dlock_client_close(c);
+	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_backends(), "ctlbuiltin"));
+	CU_ASSERT_PTR_NULL(strstr(dlock_backends(), "badabi"));
+
+	while (dlock_backend_refused(n, &scheme, &reason) == DLOCK_OK) {
+		if (n == 0) {
+			CU_ASSERT_STRING_EQUAL(scheme, "badabi");
+			CU_ASSERT_STRING_EQUAL(reason, "ABI version 9, this library accepts 1");
+		} else if (n == 2) {
+			CU_ASSERT_STRING_EQUAL(scheme, "mem");
+			CU_ASSERT_PTR_NOT_NULL(strstr(reason, "'mem'"));
+		}
+		n++;
+	}
+	CU_ASSERT_EQUAL(n, 3);
 }
 
 static void test_params_checked(void)
@@ -510,6 +590,7 @@ static void add_suites(void)
 	CU_pSuite s = CU_add_suite("core", NULL, NULL);
 	CU_add_test(s, "registry rules", test_registry_rules);
 	CU_add_test(s, "backend parameters checked", test_params_checked);
+	CU_add_test(s, "a refused built-in driver says why", test_refused_builtins);
 	CU_add_test(s, "renewal keeps the lock", test_renewal_keeps_lock);
 	CU_add_test(s, "expiry without renewal is reported once", test_expiry_without_renewal);
 	CU_add_test(s, "failing renewal declares the loss at validity end", test_renewal_failing_declares_loss);

@@ -245,12 +245,14 @@ static void test_dir_errors(void)
 	CU_ASSERT_FATAL(fd >= 0);
 	close(fd);
 
-	/* A regular file where a directory belongs: root or not. */
+	/* A regular file where a directory belongs, root or not: the URI's
+	 * fault, ENOTFOUND, not EIO. */
 	snprintf(uri, sizeof uri, "file://%s", under);
-	CU_ASSERT_EQUAL(open_status(uri, errbuf, sizeof errbuf), DLOCK_EIO);
+	CU_ASSERT_EQUAL(open_status(uri, errbuf, sizeof errbuf), DLOCK_ENOTFOUND);
 	CU_ASSERT_PTR_NOT_NULL(strstr(errbuf, strerror(ENOTDIR)));
 	snprintf(uri, sizeof uri, "file://%s", file);
-	CU_ASSERT_EQUAL(open_status(uri, errbuf, sizeof errbuf), DLOCK_EIO);
+	CU_ASSERT_EQUAL(open_status(uri, errbuf, sizeof errbuf), DLOCK_ENOTFOUND);
+	CU_ASSERT_EQUAL(open_status("file:///proc/dlock-no-such-dir/x", errbuf, sizeof errbuf), DLOCK_ENOTFOUND);
 
 	/*
 	 * An unwritable parent is EPERM, tried in a child that is an ordinary

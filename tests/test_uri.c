@@ -352,6 +352,17 @@ static void test_params(void)
 	CU_ASSERT_EQUAL(u->ttl_ms, 1500);
 	dlock_uri_free(u);
 
+	/* Every duration parameter takes fractions, rounded up to a millisecond. */
+	u = parse_ok("mem://ns?wait=0.5s&ttl=1.5&open_timeout=0.0001s&io_timeout=0.25m");
+	CU_ASSERT_EQUAL(u->wait_ms, 500);
+	CU_ASSERT_EQUAL(u->ttl_ms, 2);
+	CU_ASSERT_EQUAL(u->connect_timeout_ms, 1);
+	CU_ASSERT_EQUAL(u->io_timeout_ms, 15000);
+	dlock_uri_free(u);
+	u = parse_ok("mem://ns?wait=0.0s");
+	CU_ASSERT_EQUAL(u->wait_ms, 0);
+	dlock_uri_free(u);
+
 	static const struct {
 		const char *value;
 		int want;
@@ -441,6 +452,32 @@ static void test_invalid_args(void)
 	dlock_uri_free(NULL);
 }
 
+/* A text that is no URI is shown in the message, masked. */
+static void test_not_a_uri_shown(void)
+{
+	static const struct {
+		const char *text, *shown;
+	} cases[] = {
+		{ "notauri", "URI has no \"://\" after the scheme: 'notauri'" },
+		{ "/var/lock/x", "'/var/lock/x'" },
+		{ "://x", "empty scheme before \"://\": '://x'" },
+		{ "re_dis://h/x", "invalid URI scheme: " },
+		{ "re_dis://h/x", ": 're_dis://h/x'" },
+		{ "u:" SECRET "@h/x", "'***@h/x'" },
+		{ "a?b://u:" SECRET "@h?x=1&password=" SECRET, "'***@h?x=1&password=***'" },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		dlock_uri *u = NULL;
+		dlock_error err = { "" };
+		CU_ASSERT_EQUAL(dlock_uri_parse(cases[i].text, &u, &err), DLOCK_EURI);
+		if (!strstr(err.msg, cases[i].shown))
+			fprintf(stderr, "\n  %s: message \"%s\" lacks \"%s\"\n", cases[i].text, err.msg,
+			        cases[i].shown);
+		CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, cases[i].shown));
+		CU_ASSERT_PTR_NULL(strstr(err.msg, SECRET));
+	}
+}
+
 static void test_malformed(void)
 {
 	static const char *const bad[] = {
@@ -454,6 +491,8 @@ static void test_malformed(void)
 		"re_dis://u:" SECRET "@h",
 		"+redis://u:" SECRET "@h",
 		"red:is://u:" SECRET "@h",
+		"u:" SECRET "@h",
+		"u:" SECRET "@h?sslpassword=" SECRET,
 		/* ports */
 		"redis://u:" SECRET "@h:0",
 		"redis://u:" SECRET "@h:65536",
@@ -515,7 +554,14 @@ static void test_malformed(void)
 		"redis://u:" SECRET "@h?ttl=",
 		"redis://u:" SECRET "@h?ttl",
 		"redis://u:" SECRET "@h?ttl=-1s",
-		"redis://u:" SECRET "@h?ttl=1.5s",
+		"redis://u:" SECRET "@h?ttl=1.5.5s",
+		"redis://u:" SECRET "@h?ttl=0.0s",
+		"redis://u:" SECRET "@h?ttl=.5s",
+		"redis://u:" SECRET "@h?ttl=1e3",
+		"redis://u:" SECRET "@h?wait=-0.5s",
+		"redis://u:" SECRET "@h?wait=nan",
+		"redis://u:" SECRET "@h?wait=.",
+		"redis://u:" SECRET "@h?io_timeout=0.0",
 		"redis://u:" SECRET "@h?ttl=10x",
 		"redis://u:" SECRET "@h?ttl=99999999999999999999",
 		"redis://u:" SECRET "@h?ttl=9223372036854775807s",
@@ -643,8 +689,30 @@ static void test_durations(void)
 	check_duration("2562047788015h", 1, INT64_C(2562047788015) * 3600000);
 	check_duration("153722867280912m", 1, INT64_C(153722867280912) * 60000);
 
+	/* Fractions, rounded up to a whole millisecond. */
+	check_duration("1.5s", 1, 1500);
+	check_duration("0.5s", 1, 500);
+	check_duration("1.5", 1000, 1500);
+	check_duration("0.5", 1000, 500);
+	check_duration("1.5", 1, 2);
+	check_duration("0.0001s", 1, 1);
+	check_duration("0.001s", 1, 1);
+	check_duration("0.0011s", 1, 2);
+	check_duration("0.000000000000000000000000000001h", 1, 1);
+	check_duration("0.25m", 1, 15000);
+	check_duration("0.1h", 1, 360000);
+	check_duration("1.0000000000000000000000000s", 1, 1000);
+	check_duration("2.50ms", 1, 3);
+	check_duration("0.0", 1000, 0);
+	check_duration("0.000", 1, 0);
+	check_duration("9223372036854775806.5ms", 1, INT64_MAX);
+	check_duration("9223372036854775.807s", 1, INT64_MAX);
+
 	static const char *const bad[] = { "",     "ms",   "s",     "-1",   "+1",   "-0",    " 1",
-		                           "1 ",   "1 s",  "1.5s",  "1.",   ".5",   "1e3",   "10sec",
+		                           "1 ",   "1 s",  "1.",    "1.s",  ".5",   ".",     "1.2.3",
+		                           "1.5.s", "-0.5", "+0.5", "nan",   "inf",  "1,5",   "1e3",
+		                           "1.5e3", "0x1.8p1", "1. 5", "1 .5", "9223372036854775807.5ms",
+		                           "9223372036854775.808s", "10sec",
 		                           "10S",  "10MS", "1d",    "0x10", "s10",  "1ms1",  "1sm",
 		                           "1\n",  "\t1",  "\xef\xbc\x91", "9223372036854775808",
 		                           "9223372036854775807s", "99999999999999999999999",
@@ -981,6 +1049,7 @@ static void add_suites(void)
 	s = CU_add_suite("uri_reject", NULL, NULL);
 	CU_add_test(s, "invalid_args", test_invalid_args);
 	CU_add_test(s, "malformed", test_malformed);
+	CU_add_test(s, "a text that is no URI is shown, masked", test_not_a_uri_shown);
 
 	s = CU_add_suite("uri_mask", NULL, NULL);
 	CU_add_test(s, "mask", test_mask);

@@ -34,6 +34,9 @@ struct cli {
 	int64_t grace_ms;
 	int conflict_code;
 	int quiet;
+	int wait_given;     /* --wait seen */
+	int no_wait;        /* --no-wait seen */
+	int dashdash_taken; /* getopt took a "--" as the end of the options */
 	const char *name;
 	char **command;    /* NULL-terminated, from argv */
 };
@@ -84,7 +87,7 @@ static const char help_text[] =
 	"  -w, --wait T           give up when the lock is not acquired within T\n"
 	"                         (default: the URI's wait parameter, else forever)\n"
 	"  -n, --no-wait          give up at once when the lock is held elsewhere\n"
-	"                         (same as --wait 0)\n"
+	"                         (same as --wait 0; not with --wait)\n"
 	"      --ttl T            lease of the lock, renewed while COMMAND runs; if\n"
 	"                         dlock vanishes, others get the lock after at most T\n"
 	"                         (default: the URI's ttl parameter, else 30s)\n"
@@ -98,8 +101,9 @@ static const char help_text[] =
 	"  -h, --help             show this help and exit\n"
 	"  -V, --version          show the version and the backends, and exit\n"
 	"\n"
-	"Durations T are a number with a unit ms, s, m or h: 250ms, 10s, 2m.  A bare\n"
-	"number is seconds, as in flock(1); in URI parameters it is milliseconds.\n"
+	"Durations T are a number with a unit ms, s, m or h: 250ms, 1.5s, 10s, 2m.  A\n"
+	"bare number is seconds, as in flock(1); in URI parameters it is milliseconds.\n"
+	"Fractions are rounded up to a whole millisecond.\n"
 	"\n"
 	"URIs:\n"
 	"  mem://NAMESPACE         in-process locks: every dlock process has its own,\n"
@@ -108,13 +112,15 @@ static const char help_text[] =
 	"                          processes of one host\n"
 	"  redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]\n"
 	"                          Redis; several comma-separated hosts: RedLock\n"
+	"  redis+unix:///PATH/TO/SOCKET\n"
+	"                          Redis over a Unix socket\n"
 	"  zk://[USER:PASSWORD@]HOST:PORT[,HOST:PORT]...[/PATH]\n"
 	"                          ZooKeeper ensemble\n"
 	"  postgres://[USER[:PASSWORD]@]HOST[:PORT][,HOST[:PORT]].../DATABASE\n"
-	"                          PostgreSQL\n"
+	"                          PostgreSQL (postgresql:// is the same)\n"
 	"  Parameters go after '?', e.g. ?ttl=10s&wait=1m; those of every backend are\n"
-	"  ttl, wait, renew, prefix, open_timeout and io_timeout.  Messages show\n"
-	"  passwords as ***.  Backends in this build: %s\n"
+	"  ttl, wait, renew, fencing, prefix, open_timeout and io_timeout.  Messages\n"
+	"  show passwords as ***.  Backends in this build: %s\n"
 	"\n"
 	"Default URI: $DLOCK_URI when set and not empty, else\n"
 	"file://$XDG_RUNTIME_DIR/dlock, else (XDG_RUNTIME_DIR unset, empty or not\n"
@@ -147,7 +153,8 @@ static const char help_text[] =
 	"  76     the lock was lost while COMMAND ran; COMMAND was stopped\n"
 	"         (EX_PROTOCOL)\n"
 	"  77     permission denied by the lock service (EX_NOPERM)\n"
-	"  78     bad URI, unknown backend, missing database or path (EX_CONFIG)\n"
+	"  78     bad URI, unknown or refused backend, missing database, lock\n"
+	"         directory missing and not creatable or not a directory (EX_CONFIG)\n"
 	"  126    COMMAND cannot be executed\n"
 	"  127    COMMAND not found\n";
 
@@ -169,7 +176,12 @@ static int print_help(void)
 
 static int print_version(void)
 {
+	const char *scheme, *reason;
+
 	printf("dlock %s\nbackends: %s\n", dlock_version(), dlock_backends());
+	/* A built-in driver that the library refused (built for another ABI). */
+	for (size_t i = 0; dlock_backend_refused(i, &scheme, &reason) == DLOCK_OK; i++)
+		printf("refused: %s (%s)\n", scheme, reason);
 	return flush_stdout();
 }
 
@@ -212,7 +224,7 @@ static int usage_error(const char *fmt, ...)
 static int duration_arg(const char *opt, const char *text, int64_t min_ms, int64_t *out)
 {
 	if (dlock_duration_parse(text, 1000, out) != DLOCK_OK)
-		return usage_error("%s: invalid duration '%s' (examples: 30, 250ms, 10s, 2m)", opt, text);
+		return usage_error("%s: invalid duration '%s' (examples: 30, 1.5, 250ms, 10s, 2m)", opt, text);
 	if (*out < min_ms)
 		return usage_error("%s: must be more than 0", opt);
 	return -1;
@@ -249,8 +261,10 @@ static int apply_option(struct cli *cli, int opt, char **argv)
 		cli->uri = optarg;
 		return *optarg ? -1 : usage_error("--uri: empty URI");
 	case 'w':
+		cli->wait_given = 1;
 		return duration_arg("--wait", optarg, 0, &cli->wait_ms);
 	case 'n':
+		cli->no_wait = 1;
 		cli->wait_ms = 0;
 		return -1;
 	case OPT_TTL:
@@ -277,13 +291,20 @@ static int apply_option(struct cli *cli, int opt, char **argv)
  * after NAME can never be taken for COMMAND. */
 static int parse_operands(struct cli *cli, int argc, char **argv)
 {
+	if (cli->wait_given && cli->no_wait)
+		return usage_error("--no-wait and --wait cannot be used together");
 	if (optind >= argc)
 		return usage_error("missing lock NAME");
 	cli->name = argv[optind];
 	if (cli->name[0] == '\0')
 		return usage_error("empty lock NAME");
-	if (optind + 1 >= argc || strcmp(argv[optind + 1], "--") != 0)
+	if (optind + 1 >= argc || strcmp(argv[optind + 1], "--") != 0) {
+		/* "dlock [OPTION]... -- COMMAND": the "--" ended the options, so
+		 * COMMAND would be taken for NAME. */
+		if (cli->dashdash_taken)
+			return usage_error("missing lock NAME before '--' (usage: dlock [OPTION]... NAME -- COMMAND)");
 		return usage_error("expected '--' between NAME and COMMAND");
+	}
 	if (optind + 2 >= argc)
 		return usage_error("missing COMMAND after '--'");
 	cli->command = &argv[optind + 2];
@@ -292,6 +313,7 @@ static int parse_operands(struct cli *cli, int argc, char **argv)
 
 static int parse_args(struct cli *cli, int argc, char **argv)
 {
+	const char *last_value = NULL; /* optarg of the last option */
 	int opt, rc;
 
 	*cli = (struct cli){
@@ -304,7 +326,10 @@ static int parse_args(struct cli *cli, int argc, char **argv)
 		rc = apply_option(cli, opt, argv);
 		if (rc >= 0)
 			return rc;
+		last_value = optarg;
 	}
+	/* The argument before the operands is "--" and not an option's value. */
+	cli->dashdash_taken = optind > 1 && strcmp(argv[optind - 1], "--") == 0 && argv[optind - 1] != last_value;
 	return parse_operands(cli, argc, argv);
 }
 
@@ -427,19 +452,19 @@ static int acquire_failed(struct session *s, dlock_status st)
 	char wait[32];
 
 	if (st != DLOCK_EBUSY && st != DLOCK_ETIMEDOUT) {
-		cli_say("cannot acquire lock %s on %s: %s", cli->name, dlock_client_uri(s->client),
+		cli_say("cannot acquire lock '%s' on %s: %s", cli->name, dlock_client_uri(s->client),
 		        detail(s, st));
 		return status_exit(st, EX_USAGE);
 	}
 	if (cli->quiet) {
 		/* asked for silence */
 	} else if (st == DLOCK_EBUSY) {
-		cli_say("lock %s is held elsewhere", cli->name);
+		cli_say("lock '%s' is held elsewhere", cli->name);
 	} else if (cli->wait_ms > 0) {
 		format_ms(cli->wait_ms, wait, sizeof wait);
-		cli_say("timed out after %s waiting for lock %s", wait, cli->name);
+		cli_say("timed out after %s waiting for lock '%s'", wait, cli->name);
 	} else {
-		cli_say("timed out waiting for lock %s (wait parameter of %s)", cli->name,
+		cli_say("timed out waiting for lock '%s' (wait parameter of %s)", cli->name,
 		        dlock_client_uri(s->client));
 	}
 	return cli->conflict_code;
@@ -464,7 +489,9 @@ static int acquire(struct session *s, struct cli_watch *watch)
 	st = dlock_client_open(&s->client, uri, &copts, err, sizeof err);
 	free(uri);
 	if (st != DLOCK_OK) {
-		cli_say("cannot open the lock service: %s%s%s", dlock_strerror(st), err[0] ? ": " : "", err);
+		/* The library's message says what failed and where; the status
+		 * text would only say it again in general terms. */
+		cli_say("cannot open the lock service: %s", err[0] ? err : dlock_strerror(st));
 		return status_exit(st, EX_CONFIG);
 	}
 	st = dlock_lock_new(s->client, cli->name, &s->lock);
@@ -491,7 +518,7 @@ static void report_lost(void *ctx)
 	const char *d = s->lost.detail;
 
 	s->lost_reported = 1;
-	cli_say("lock %s lost (%s)%s%s; stopping the command", s->cli->name,
+	cli_say("lock '%s' lost (%s)%s%s; stopping the command", s->cli->name,
 	        cli_lost_reason_name(s->lost.reason), d[0] ? ": " : "", d);
 }
 
@@ -509,12 +536,12 @@ static char **command_env(struct session *s, int *rc)
 	dlock_status st = dlock_lock_fencing_token(s->lock, &token);
 
 	if (st == DLOCK_ENOTHELD) {
-		cli_say("lock %s was lost before the command started: %s", s->cli->name, detail(s, st));
+		cli_say("lock '%s' was lost before the command started: %s", s->cli->name, detail(s, st));
 		*rc = CLI_EXIT_LOST;
 		return NULL;
 	}
 	if (st != DLOCK_OK && st != DLOCK_ENOTSUP) {
-		cli_say("cannot read the fencing token of lock %s: %s", s->cli->name, detail(s, st));
+		cli_say("cannot read the fencing token of lock '%s': %s", s->cli->name, detail(s, st));
 		*rc = status_exit(st, EX_OSERR);
 		return NULL;
 	}
@@ -546,16 +573,16 @@ static int finish(struct session *s, int wait_status)
 
 	if (cli_lost_seen(&s->lost)) {
 		if (!s->lost_reported)
-			cli_say("lock %s was lost while the command ran (%s)%s%s", s->cli->name,
+			cli_say("lock '%s' was lost while the command ran (%s)%s%s", s->cli->name,
 			        cli_lost_reason_name(s->lost.reason), d[0] ? ": " : "", d);
 		return CLI_EXIT_LOST;
 	}
 	if (st == DLOCK_ENOTHELD) {
-		cli_say("lock %s was lost while the command ran: %s", s->cli->name, detail(s, st));
+		cli_say("lock '%s' was lost while the command ran: %s", s->cli->name, detail(s, st));
 		return CLI_EXIT_LOST;
 	}
 	if (st != DLOCK_OK)
-		cli_say("warning: cannot release lock %s on %s: %s", s->cli->name,
+		cli_say("warning: cannot release lock '%s' on %s: %s", s->cli->name,
 		        dlock_client_uri(s->client), detail(s, st));
 	return cli_wait_status_exit(wait_status);
 }

@@ -266,6 +266,17 @@ DLOCK_API const char *dlock_scope_name(dlock_scope s);
  */
 DLOCK_API const char *dlock_backends(void);
 
+/**
+ * Built-in backends that registration refused (a driver built for another
+ * ABI version, a duplicate scheme, a missing method): for index 0, 1, ...
+ * stores the driver's scheme and why it was refused ("ABI version 9, this
+ * library accepts 1") and returns DLOCK_OK; DLOCK_ENOTFOUND past the last
+ * one (at index 0 in a sound build), DLOCK_EINVAL for a NULL pointer.  The
+ * strings are static.  Opening a URI of a refused scheme fails with
+ * DLOCK_ENOBACKEND and the same reason.  Thread-safe.
+ */
+DLOCK_API dlock_status dlock_backend_refused(size_t index, const char **scheme, const char **reason);
+
 /* ------------------------------------------------------------------ locks */
 
 /** Maximum length of a lock name in bytes. */
@@ -325,7 +336,7 @@ typedef struct dlock_acquire_options {
 	int64_t wait_ms;    /**< 0: try once; >0: bound; DLOCK_WAIT_FOREVER; DLOCK_WAIT_DEFAULT */
 	int64_t lease_ms;   /**< 0: the URI's `ttl`, else 30000.  TTL backends: the key's TTL; session backends: see caps */
 	int renew;          /**< -1: the URI's `renew` (default on); 0: off; 1: on */
-	dlock_lost_fn on_lost; /**< may be NULL */
+	dlock_lost_fn on_lost; /**< may be NULL; when set, a loss is logged at INFO, not WARN */
 	void *lost_userdata;   /**< Passed to `on_lost` as is. */
 	/** -1: the URI's `fencing` (default on); 1: take a fencing token; 0: take none, which spares the
 	 *  server work a token costs (Redis: a script instead of a plain SET; PostgreSQL: nextval; file://:
@@ -405,10 +416,13 @@ DLOCK_API dlock_status dlock_lock_fencing_token(dlock_lock *lock, uint64_t *toke
 
 /**
  * Parse a duration: a decimal number with an optional unit "ms", "s", "m"
- * or "h" ("250ms", "10s", "2m").  A bare number is multiplied by
+ * or "h" ("250ms", "10s", "2m", "1.5s").  The number is digits, optionally
+ * followed by "." and more digits; a fraction is rounded up to a whole
+ * millisecond ("0.0001s" is 1).  A bare number is multiplied by
  * `bare_unit_ms` (1 in URIs and the C API; 1000 in the dlock CLI).
- * Stores milliseconds in *out_ms.  DLOCK_EINVAL on anything else, on a
- * negative value or on overflow.  Pure function, thread-safe.
+ * Stores milliseconds in *out_ms.  DLOCK_EINVAL on anything else (".5",
+ * "1.", "1e3", a sign), on a negative value or on overflow.  Pure
+ * function, thread-safe.
  */
 DLOCK_API dlock_status dlock_duration_parse(const char *text, int64_t bare_unit_ms, int64_t *out_ms);
 
