@@ -114,7 +114,7 @@ static void renew_locked(struct dlock_client *c, struct dlock_lock *l, int64_t n
 		dlock_lock_lease_renewed(l, sent, lease_ns);
 		c->stats.renewals++;
 	} else if (st == DLOCK_ENOTHELD) {
-		dlock_lock_declare_lost(l, DLOCK_LOST_TAKEN, err.msg[0] ? err.msg : "renewal found the lock gone");
+		dlock_lock_declare_lost(l, dlock_lock_gone_reason(l, sent), err.msg[0] ? err.msg : "renewal found the lock gone");
 	} else {
 		/* Transient: try again soon; the watch thread declares the loss
 		 * if no renewal succeeds in time. */

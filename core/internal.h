@@ -180,6 +180,9 @@ void dlock_lock_cancel_locked(struct dlock_lock *l);
 /** Wait until no driver call runs on `l`, then mark one running.  c->mu held. */
 void dlock_lock_begin_call(struct dlock_lock *l);
 void dlock_lock_end_call(struct dlock_lock *l);
+/** Why the server no longer has `l` when a request sent at `sent_ns` says so:
+ *  EXPIRED if the lease had ended by then, else TAKEN.  c->mu held. */
+dlock_lost_reason dlock_lock_gone_reason(const struct dlock_lock *l, int64_t sent_ns);
 /** Declare the current acquisition lost and queue its callback.  c->mu held. */
 void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, const char *detail);
 /** After the driver released a lost acquisition: let the next local contender go.  c->mu held. */

@@ -248,6 +248,11 @@ void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lea
 	dlock_background_due(l->client, l);
 }
 
+dlock_lost_reason dlock_lock_gone_reason(const struct dlock_lock *l, int64_t sent_ns)
+{
+	return l->tracked && sent_ns >= l->lease_end ? DLOCK_LOST_EXPIRED : DLOCK_LOST_TAKEN;
+}
+
 void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, const char *detail)
 {
 	if (!l->held && l->contending && !l->lost_early) {
@@ -673,7 +678,7 @@ dlock_status dlock_extend(dlock_lock *l, int64_t lease_ms)
 	if (st == DLOCK_OK)
 		dlock_lock_lease_renewed(l, sent, lease_ns);
 	else if (st == DLOCK_ENOTHELD)
-		dlock_lock_declare_lost(l, DLOCK_LOST_TAKEN, err.msg[0] ? err.msg : "extend found the lock gone");
+		dlock_lock_declare_lost(l, dlock_lock_gone_reason(l, sent), err.msg[0] ? err.msg : "extend found the lock gone");
 	dlock_lock_end_call(l);
 	if (st != DLOCK_OK)
 		lock_fail(l, st, err.msg[0] ? err.msg : dlock_strerror(st));
@@ -701,11 +706,13 @@ dlock_status dlock_check(dlock_lock *l)
 	}
 	pthread_mutex_unlock(&c->mu);
 
+	int64_t sent = dlock_monotonic_ns();
 	st = c->driver->check(c->backend, l->lk, &err);
 
 	pthread_mutex_lock(&c->mu);
 	if (st == DLOCK_ENOTHELD)
-		dlock_lock_declare_lost(l, DLOCK_LOST_TAKEN, err.msg[0] ? err.msg : "the server no longer has it");
+		dlock_lock_declare_lost(l, dlock_lock_gone_reason(l, sent),
+		                        err.msg[0] ? err.msg : "the server no longer has it");
 	dlock_lock_end_call(l);
 	if (st != DLOCK_OK)
 		lock_fail(l, st, err.msg[0] ? err.msg : dlock_strerror(st));
