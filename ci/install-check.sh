@@ -10,7 +10,9 @@
 #               dlock --version, the Doxyfile and the man pages agree
 #   3. build    examples/ against the prefix: CMake find_package(dlock)
 #               (shared and COMPONENTS static) and pkg-config (make, shared
-#               and STATIC=1)
+#               and STATIC=1); the README's link commands: a shared link
+#               runs only with the libdir in the RPATH or LD_LIBRARY_PATH,
+#               and `pkg-config --static` links libdlock.a
 #   4. run      each example against file:// and mem://, and against every
 #               URI in DLOCK_TEST_URIS when set (ci/servers.sh sets it)
 #   5. man      `man -l` renders every page with no groff warning; the
@@ -43,7 +45,7 @@ bad() {
 }
 
 step "dependencies"
-bash ci/install-deps.sh
+bash ci/install-deps.sh build docs
 
 # ---------------------------------------------------------------- build
 step "build and install into a temporary prefix"
@@ -165,6 +167,35 @@ for d in "${!bin_dirs[@]}"; do
 		;;
 	esac
 done
+
+# The README's commands, word for word but for the file names.
+# shellcheck disable=SC2046  # pkg-config output is a list of flags
+if cc "$work/version.c" -o "$work/version-plain" $(pkg-config --cflags --libs dlock) 2>"$work/plain.log" &&
+	! "$work/version-plain" >/dev/null 2>&1 && LD_LIBRARY_PATH=$libdir "$work/version-plain" >/dev/null; then
+	ok "shared, no RPATH: libdlock.so.$major not found until LD_LIBRARY_PATH names the libdir"
+else
+	bad "shared link without RPATH: expected a program that runs only with LD_LIBRARY_PATH:"
+	sed 's/^/        /' "$work/plain.log"
+fi
+# shellcheck disable=SC2046
+if cc "$work/version.c" -o "$work/version-rpath" $(pkg-config --cflags --libs dlock) \
+	-Wl,-rpath,$(pkg-config --variable=libdir dlock) 2>"$work/rpath.log" && "$work/version-rpath" >/dev/null; then
+	ok "shared, -Wl,-rpath,\$(pkg-config --variable=libdir dlock): runs"
+else
+	bad "shared link with the libdir as RPATH does not run:"
+	sed 's/^/        /' "$work/rpath.log"
+fi
+# pkg-config --static: libdlock.a and the shared client libraries.  This
+# used to fail on Debian (libpq's static flags: -lpgport, -lgssapi_krb5).
+# shellcheck disable=SC2046
+if cc "$work/version.c" -o "$work/version-static" \
+	$(pkg-config --static --cflags --libs dlock | sed 's/-ldlock\b/-l:libdlock.a/') 2>"$work/static.log" &&
+	"$work/version-static" >/dev/null && ! ldd "$work/version-static" | grep -q libdlock; then
+	ok "static: pkg-config --static --cflags --libs dlock, with -l:libdlock.a: links and runs"
+else
+	bad "static link from pkg-config --static (flags: $(pkg-config --static --libs dlock)):"
+	sed 's/^/        /' "$work/static.log"
+fi
 
 # -------------------------------------------------------- run examples
 step "run the examples"

@@ -1,25 +1,45 @@
 #!/usr/bin/env bash
 # Install the Debian packages needed to build and test dlock.
 #
-# Usage: bash ci/install-deps.sh
-# Returns at once when every package is already installed, so it is safe to
-# rerun.  Runs apt-get as root, through sudo otherwise; without either it
-# prints the install command and fails.
+# Usage: bash ci/install-deps.sh [GROUP]...
+#
+#   build    compiler, CMake, pkg-config and the -dev packages of the
+#            client libraries (hiredis, libzookeeper_mt, libpq, libcrypto),
+#            so that every backend is built: enough for `cmake --build`,
+#            ci/main.sh and an install
+#   tests    CUnit (the test programs), clang with its sanitizer and
+#            libFuzzer runtimes
+#   servers  Redis, ZooKeeper (with a JRE), PostgreSQL and PgBouncer, which
+#            ci/servers.sh starts on free loopback ports
+#   checks   valgrind, cppcheck, clang-tidy
+#   docs     Doxygen and man-db/groff (ci/install-check.sh)
+#
+# No GROUP: all of them (ci/test.sh).  Returns at once when every package is
+# already installed, so it is safe to rerun.  Runs apt-get as root, through
+# sudo otherwise; without either it prints the install command and fails.
 set -euo pipefail
 
-packages=(
-	# build
-	cmake gcc clang pkg-config make libssl-dev libcunit1-dev
-	# client libraries of the server backends
-	libhiredis-dev libzookeeper-mt-dev libpq-dev
-	# servers the tests start on free loopback ports
-	redis-server redis-tools zookeeper postgresql pgbouncer
-	# memory checking, static analysis, and the sanitizer and libFuzzer
-	# runtimes of clang (only recommended by clang, so not pulled in)
-	valgrind cppcheck clang-tidy libclang-rt-dev
-	# ci/install-check.sh: API reference, man page rendering
-	doxygen man-db groff-base
+declare -A groups=(
+	[build]="cmake gcc libc6-dev make pkg-config libssl-dev libhiredis-dev libzookeeper-mt-dev libpq-dev"
+	# libclang-rt-dev: the sanitizer and libFuzzer runtimes, only
+	# recommended by clang, so not pulled in
+	[tests]="libcunit1-dev clang libclang-rt-dev"
+	[servers]="redis-server redis-tools zookeeper postgresql pgbouncer"
+	[checks]="valgrind cppcheck clang-tidy"
+	[docs]="doxygen man-db groff-base"
 )
+order=(build tests servers checks docs)
+
+[ $# -gt 0 ] || set -- "${order[@]}"
+packages=()
+for g in "$@"; do
+	if [ -z "${groups[$g]:-}" ]; then
+		echo "install-deps: unknown group '$g' (groups: ${order[*]}; none: all)" >&2
+		exit 2
+	fi
+	read -r -a more <<<"${groups[$g]}"
+	packages+=("${more[@]}")
+done
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
 	echo "install-deps: this script needs Debian or Ubuntu (dpkg and apt-get)." >&2
@@ -35,7 +55,7 @@ for p in "${packages[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-	echo "install-deps: all ${#packages[@]} packages already installed"
+	echo "install-deps: all ${#packages[@]} packages ($*) already installed"
 	exit 0
 fi
 echo "install-deps: installing ${missing[*]}"

@@ -46,6 +46,16 @@ target_include_directories(dlock_archive INTERFACE $<BUILD_INTERFACE:${PROJECT_S
 # libraries of the backends compiled in.  Each is named twice, for pkg-config
 # (dlock.pc) and for CMake (the static targets file), by name rather than by
 # a path of the build machine, so that the installed tree can move.
+#
+# `pkg-config --static --libs dlock` must give flags that link, with the
+# client libraries the system ships.  libpq's own .pc lists in Libs.private
+# what a static libpq.a needs (-lpgcommon -lpgport -lgssapi_krb5 -lldap),
+# and Debian's libpq-dev ships neither those archives nor the -dev links of
+# the shared ones: with libpq in Requires.private, every --static link
+# failed ("cannot find -lpgport").  libdlock.a needs
+# libpq itself only, linked shared, so dlock.pc names it by its -l flag.
+# hiredis and libcrypto stay modules: their static flags link everywhere.
+set(_dlock_pc_shared_modules libpq)
 set(DLOCK_PC_REQUIRES_PRIVATE libcrypto)
 set(DLOCK_PC_LIBS_PRIVATE "")
 set(DLOCK_STATIC_MODULES libcrypto)
@@ -53,10 +63,24 @@ set(_dlock_static_install_libs Threads::Threads PkgConfig::dlock_libcrypto)
 foreach(lib IN LISTS DLOCK_BACKEND_LIBS)
   set(_module "")
   if(lib MATCHES "^PkgConfig::(.+)$")
-    set(_module "${${CMAKE_MATCH_1}_MODULE_NAME}")
+    set(_prefix "${CMAKE_MATCH_1}")
+    set(_module "${${_prefix}_MODULE_NAME}")
   endif()
-  if(_module)
-    # hiredis, libpq: they ship a .pc file, so depend on it by name.
+  if(_module AND _module IN_LIST _dlock_pc_shared_modules)
+    # libpq: named by its -l flag in dlock.pc, not required as a module
+    # (see above); CMake still finds it through its .pc file.
+    foreach(_dir IN LISTS ${_prefix}_LIBRARY_DIRS)
+      if(NOT _dir IN_LIST CMAKE_C_IMPLICIT_LINK_DIRECTORIES)
+        string(APPEND DLOCK_PC_LIBS_PRIVATE " -L${_dir}")
+      endif()
+    endforeach()
+    foreach(_name IN LISTS ${_prefix}_LIBRARIES)
+      string(APPEND DLOCK_PC_LIBS_PRIVATE " -l${_name}")
+    endforeach()
+    list(APPEND DLOCK_STATIC_MODULES ${_module})
+    list(APPEND _dlock_static_install_libs PkgConfig::dlock_${_module})
+  elseif(_module)
+    # hiredis: it ships a .pc file, so depend on it by name.
     list(APPEND DLOCK_PC_REQUIRES_PRIVATE ${_module})
     list(APPEND DLOCK_STATIC_MODULES ${_module})
     list(APPEND _dlock_static_install_libs PkgConfig::dlock_${_module})
