@@ -586,6 +586,113 @@ static void test_parent_reaped(void)
 	zookeeper_close(zh);
 }
 
+/* ------------------------------------------------------------ sequence numbers */
+
+static int waiter_done(void *arg);
+
+/* "_c_" + 32 x `g` + "-lock-" + seq, as the server names a node. */
+static void node_name(char *out, size_t len, char g, const char *seq)
+{
+	char guid[ZK_GUID_HEX + 1];
+	memset(guid, g, ZK_GUID_HEX);
+	guid[ZK_GUID_HEX] = '\0';
+	snprintf(out, len, ZK_NODE_PREFIX "%s" ZK_NODE_MARK "%s", guid, seq);
+}
+
+static int seq_of(const char *suffix, int32_t *seq)
+{
+	char name[128];
+	node_name(name, sizeof name, 'a', suffix);
+	return dlock_zk_child_seq(name, seq);
+}
+
+/* The parent's counter wraps after 2^31 creates: "%010d" of negative numbers, in serial order. */
+static void test_seq_wrap(void)
+{
+	static const struct {
+		const char *text;
+		int32_t seq;
+	} good[] = { { "0000000000", 0 },           { "0000000042", 42 },           { "2147483647", INT32_MAX },
+		     { "-2147483648", INT32_MIN }, { "-000000002", -2 },           { "-000000001", -1 },
+		     { "-999999999", -999999999 }, { "-1000000000", -1000000000 } };
+	static const char *bad[] = { "2147483648", "-2147483649", "-000000000", "-2", "-0000000002", "42",
+		                     "00000000042", "+000000042", " 000000042", "-", "", "--00000002",
+		                     "-0999999999", "9999999999", "000000004x" };
+	for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+		int32_t seq = 7;
+		CU_ASSERT(seq_of(good[i].text, &seq));
+		CU_ASSERT_EQUAL(seq, good[i].seq);
+	}
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		int32_t seq = 7;
+		if (seq_of(bad[i], &seq))
+			printf("\n    accepted \"%s\"", bad[i]);
+		CU_ASSERT(!seq_of(bad[i], &seq));
+	}
+	CU_ASSERT(dlock_zk_seq_before(INT32_MAX, INT32_MIN));
+	CU_ASSERT(!dlock_zk_seq_before(INT32_MIN, INT32_MAX));
+	CU_ASSERT(dlock_zk_seq_before(-1, 0));
+	CU_ASSERT(dlock_zk_seq_before(INT32_MAX - 5, INT32_MIN + 5));
+	CU_ASSERT(!dlock_zk_seq_before(3, 3));
+	/* The queue across the wrap: holder at 2147483647, then -2147483648, then -2147483647. */
+	char a[128], b[128], c[128], junk[] = "not-a-lock-node";
+	node_name(a, sizeof a, 'a', "2147483647");
+	node_name(b, sizeof b, 'b', "-2147483648");
+	node_name(c, sizeof c, 'c', "-2147483647");
+	char guid_a[ZK_GUID_HEX + 1], guid_b[ZK_GUID_HEX + 1], guid_c[ZK_GUID_HEX + 1];
+	memset(guid_a, 'a', ZK_GUID_HEX), guid_a[ZK_GUID_HEX] = '\0';
+	memset(guid_b, 'b', ZK_GUID_HEX), guid_b[ZK_GUID_HEX] = '\0';
+	memset(guid_c, 'c', ZK_GUID_HEX), guid_c[ZK_GUID_HEX] = '\0';
+	char *kids[] = { c, junk, b, a };
+	int32_t pred = 99;
+	CU_ASSERT(dlock_zk_queue_place(kids, 4, a, guid_a, &pred));
+	CU_ASSERT_EQUAL(pred, -1);
+	CU_ASSERT(dlock_zk_queue_place(kids, 4, b, guid_b, &pred));
+	CU_ASSERT_EQUAL(pred, 3);
+	CU_ASSERT(dlock_zk_queue_place(kids, 4, c, guid_c, &pred));
+	CU_ASSERT_EQUAL(pred, 2);
+	CU_ASSERT(!dlock_zk_queue_place(kids + 1, 3, c, guid_c, &pred));
+}
+
+/*
+ * End to end, with a node named as the server names it after the wrap: a
+ * contender at "-000000002" (created by hand, ephemeral) comes before our
+ * node (the server's next number, small and positive): we wait for it,
+ * then get the lock when it goes.  (A real wrap needs 2^31 creates under
+ * one parent; test_seq_wrap covers 2147483647 -> -2147483648.)
+ */
+static void test_seq_negative_queued(void)
+{
+	char uri[1024], parent[512], base[64], node[1024], name[128];
+	new_base(base, sizeof base);
+	make_uri(uri, sizeof uri, NULL, zk_hosts, base, "");
+	parent_of(parent, sizeof parent, base, "wrapped");
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	CU_ASSERT_EQUAL_FATAL(zoo_create(zh, base, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0), ZOK);
+	CU_ASSERT_EQUAL_FATAL(zoo_create(zh, parent, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0), ZOK);
+	node_name(name, sizeof name, 'e', "-000000002");
+	snprintf(node, sizeof node, "%s/%s", parent, name);
+	CU_ASSERT_EQUAL_FATAL(zoo_create(zh, node, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, NULL, 0), ZOK);
+	dlock_client *c = open_client(uri, NULL);
+	dlock_lock *l = new_lock(c, "wrapped");
+	CU_ASSERT_EQUAL(acquire(l, 0), DLOCK_EBUSY);
+	struct waiter w;
+	atomic_uint order = 0;
+	start_queue(&w, 1, uri, "wrapped", zh, parent, &order);
+	CU_ASSERT_EQUAL(atomic_load(&w.done), 0);
+	CU_ASSERT_EQUAL(zoo_delete(zh, node, -1), ZOK);
+	CU_ASSERT(dlock_test_await(waiter_done, &w, AWAIT_MS));
+	finish_queue(&w, 1);
+	CU_ASSERT_EQUAL(w.status, DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(l, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_lock_free(l);
+	CU_ASSERT_EQUAL(dlock_client_close(c), DLOCK_OK);
+	zoo_delete(zh, parent, -1);
+	zoo_delete(zh, base, -1);
+	zookeeper_close(zh);
+}
+
 /* ------------------------------------------------------------ ACL */
 
 /* With digest credentials, another identity (or none) can delete neither our node nor its parent. */
@@ -973,6 +1080,8 @@ static void add_suites(void)
 	CU_add_test(s, "no herd: each waiter is woken once", test_no_herd);
 	CU_add_test(s, "try once, timeout and cancel leave no node", test_give_up_leaves_nothing);
 	CU_add_test(s, "a reaped parent is made again; the token still grows", test_parent_reaped);
+	CU_add_test(s, "sequence numbers past 2^31: negative forms, serial order", test_seq_wrap);
+	CU_add_test(s, "a node numbered after the wrap queues before ours", test_seq_negative_queued);
 	CU_add_test(s, "ACL: another identity deletes neither node nor parent", test_acl);
 	CU_add_test(s, "session closed from outside: lost, next holder, larger token", test_session_expiry_steal);
 	CU_add_test(s, "holder stopped past its session: lost, next holder", test_session_expiry_stopped_holder);

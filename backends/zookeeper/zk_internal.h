@@ -183,8 +183,21 @@ struct ACL_vector *dlock_zk_acl(const struct zk_client *c);
 int dlock_zk_ensure_base(struct zk_session *s);
 /* Create the lock's parent (a container), and the base if needed.  Returns a ZooKeeper code. */
 int dlock_zk_ensure_parent(struct zk_session *s, const char *parent);
-/* Sequence number of a child "..-lock-NNNNNNNNNN"; -1 for a name that is not a lock node. */
-long long dlock_zk_child_seq(const char *child);
+/*
+ * Sequence number of a child "..-lock-" + the server's "%010d" of a signed
+ * 32-bit counter ("0000000042", "-000000002", "-2147483648"): 1 and *seq,
+ * or 0 for a name that is not a lock node.
+ */
+int dlock_zk_child_seq(const char *child, int32_t *seq);
+/* 1 if sequence number `a` was given before `b`, across the counter's wrap. */
+int dlock_zk_seq_before(int32_t a, int32_t b);
+/*
+ * Where our node `own` stands among the children `kids` of its parent: 1 if
+ * it is one of them, with *pred the index of the lock node just before it
+ * (-1: it is first); 0 if it is gone.  Names that are not lock nodes, and
+ * other nodes with our GUID (duplicates), are not in the queue.
+ */
+int dlock_zk_queue_place(char *const *kids, int32_t n, const char *own, const char *guid, int32_t *pred);
 /* 1 if `child` carries the GUID `guid` (ZK_GUID_HEX hex digits). */
 int dlock_zk_child_has_guid(const char *child, const char *guid);
 

@@ -92,7 +92,8 @@ static int find_by_guid(struct attempt *a, int *found)
 	if (rc == ZNONODE)
 		return ZOK;
 	for (int32_t i = 0; rc == ZOK && i < kids.count && !*found; i++) {
-		if (dlock_zk_child_has_guid(kids.data[i], a->guid) && dlock_zk_child_seq(kids.data[i]) >= 0) {
+		int32_t seq;
+		if (dlock_zk_child_has_guid(kids.data[i], a->guid) && dlock_zk_child_seq(kids.data[i], &seq)) {
 			rc = adopt(a, kids.data[i]);
 			*found = rc == ZOK;
 			if (rc == ZNONODE)
@@ -156,22 +157,16 @@ static int scan(struct attempt *a, char *pred, size_t predlen)
 	int rc = answered(a, zoo_get_children(a->s->zh, a->lk->parent, 0, &kids), sent);
 	if (rc != ZOK)
 		return rc;
-	long long mine = dlock_zk_child_seq(a->own), best = -1;
-	int found = 0;
+	int32_t at;
+	int found = dlock_zk_queue_place(kids.data, kids.count, a->own, a->guid, &at);
 	pred[0] = '\0';
+	if (found && at >= 0)
+		snprintf(pred, predlen, "%s", kids.data[at]);
 	for (int32_t i = 0; i < kids.count; i++) {
-		const char *kid = kids.data[i];
-		long long seq = dlock_zk_child_seq(kid);
-		if (seq < 0)
-			continue; /* not a lock node: not in the queue */
-		if (strcmp(kid, a->own) == 0)
-			found = 1;
-		else if (dlock_zk_child_has_guid(kid, a->guid))
-			delete_duplicate(a, kid);
-		else if (seq < mine && seq > best) {
-			best = seq;
-			snprintf(pred, predlen, "%s", kid);
-		}
+		int32_t seq;
+		if (strcmp(kids.data[i], a->own) != 0 && dlock_zk_child_has_guid(kids.data[i], a->guid) &&
+		    dlock_zk_child_seq(kids.data[i], &seq))
+			delete_duplicate(a, kids.data[i]);
 	}
 	deallocate_String_vector(&kids);
 	return found ? ZOK : ZNONODE;
