@@ -282,6 +282,15 @@ static void test_dead_port_fast(void)
 	                DLOCK_ECONNECT);
 	CU_ASSERT(dlock_test_now_ms() - t0 < 300 + SLACK_MS);
 	CU_ASSERT_PTR_NULL(c);
+	/* The message names the servers it tried (never the password). */
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "zk://127.0.0.1:1: cannot connect"));
+	CU_ASSERT_EQUAL(dlock_client_open(&c, "zk://u:Pw0rdXy9@127.0.0.1:1,127.0.0.1:2/x?open_timeout=300ms", NULL,
+	                                  err, sizeof err),
+	                DLOCK_ECONNECT);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "zk://127.0.0.1:1,127.0.0.1:2: cannot connect"));
+	CU_ASSERT_PTR_NULL(strstr(err, "Pw0rdXy9"));
+	if (!strstr(err, "zk://127.0.0.1:1,127.0.0.1:2: cannot connect"))
+		printf("\n    message: %s", err);
 }
 
 static void test_capabilities(void)
