@@ -595,9 +595,145 @@ static void test_parent_reaped(void)
 	zookeeper_close(zh);
 }
 
-/* ------------------------------------------------------------ sequence numbers */
+/* ------------------------------------------------------------ own node deleted */
 
 static int waiter_done(void *arg);
+
+/* The child of `parent` other than `not` (full path into out); 0 if there is not exactly one such. */
+static int raw_other_child(zhandle_t *zh, const char *parent, const char *not, char *out, size_t len)
+{
+	struct String_vector v = { 0, NULL };
+	if (zoo_get_children(zh, parent, 0, &v) != ZOK)
+		return 0;
+	int n = 0;
+	for (int32_t i = 0; i < v.count; i++) {
+		char path[1024];
+		snprintf(path, sizeof path, "%s/%s", parent, v.data[i]);
+		if (!not || strcmp(path, not) != 0) {
+			snprintf(out, len, "%s", path);
+			n++;
+		}
+	}
+	deallocate_String_vector(&v);
+	return n == 1;
+}
+
+/*
+ * Without credentials anyone may delete a holder's node, and the next
+ * contender then holds the lock: the holder is told at once (its own node
+ * is watched), not at its next check().
+ */
+static void test_deleted_node_lost(void)
+{
+	char uri[1024], parent[512], node[1024];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "deleted");
+	dlock_client *h = open_client(uri, NULL), *o = open_client(uri, NULL);
+	dlock_lock *l = new_lock(h, "deleted"), *ol = new_lock(o, "deleted");
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	struct lost_rec r = { 0 };
+	CU_ASSERT_EQUAL_FATAL(acquire_watched(l, 0, &r), DLOCK_OK);
+	uint64_t first = dlock_test_token(l);
+	CU_ASSERT_FATAL(raw_only_child(zh, parent, node, sizeof node));
+	CU_ASSERT_EQUAL(acquire(ol, 0), DLOCK_EBUSY);
+	int64_t t0 = dlock_test_now_ms();
+	CU_ASSERT_EQUAL_FATAL(zoo_delete(zh, node, -1), ZOK);
+	CU_ASSERT(dlock_test_await(lost_called, &r, 2000));
+	if (lost_called(&r))
+		printf("\n    lost callback %lld ms after the delete", (long long)(atomic_load(&r.at_ms) - t0));
+	CU_ASSERT_EQUAL(atomic_load(&r.reason), DLOCK_LOST_TAKEN);
+	CU_ASSERT_EQUAL(acquire(ol, 0), DLOCK_OK);
+	CU_ASSERT(dlock_test_token(ol) > first);
+	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(dlock_release(ol), DLOCK_OK);
+	/* The next acquisition of the same handle is watched afresh, and its release is no loss. */
+	struct lost_rec r2 = { 0 };
+	CU_ASSERT_EQUAL(acquire_watched(l, 0, &r2), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire_watched(l, 0, &r2), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	CU_ASSERT_EQUAL(atomic_load(&r2.calls), 0);
+	CU_ASSERT_EQUAL(atomic_load(&r.calls), 1);
+	dlock_lock_free(l);
+	dlock_lock_free(ol);
+	CU_ASSERT_EQUAL(dlock_client_close(h), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_client_close(o), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
+/* Releasing (and giving up) deletes our own node: that is never reported as a loss. */
+static void test_release_is_no_loss(void)
+{
+	char uri[1024], parent[512];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "noloss");
+	dlock_client *h = open_client(uri, NULL), *o = open_client(uri, NULL);
+	dlock_lock *l = new_lock(h, "noloss"), *ol = new_lock(o, "noloss");
+	struct lost_rec r = { 0 };
+	for (int i = 0; i < 20; i++) {
+		CU_ASSERT_EQUAL(acquire_watched(l, 0, &r), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	}
+	CU_ASSERT_EQUAL(acquire_watched(ol, 0, &r), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire_watched(l, 0, &r), DLOCK_EBUSY); /* its node is deleted again */
+	CU_ASSERT_EQUAL(acquire_watched(l, 100, &r), DLOCK_ETIMEDOUT);
+	CU_ASSERT_EQUAL(dlock_release(ol), DLOCK_OK);
+	/* Each acquire below waits for the answer that set its watch, which comes after the
+	 * events of every node deleted before it: a late report would be seen by now. */
+	CU_ASSERT_EQUAL(acquire_watched(l, 0, &r), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire_watched(ol, 0, &r), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_check(ol), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(ol), DLOCK_OK);
+	CU_ASSERT_EQUAL(atomic_load(&r.calls), 0);
+	dlock_lock_free(l);
+	dlock_lock_free(ol);
+	CU_ASSERT_EQUAL(dlock_client_close(h), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_client_close(o), DLOCK_OK);
+}
+
+struct requeued {
+	zhandle_t *zh;
+	const char *parent, *holder, *old;
+	char now[1024];
+};
+
+static int waiter_requeued(void *arg)
+{
+	struct requeued *q = arg;
+	return raw_count(q->zh, q->parent) == 2 && raw_other_child(q->zh, q->parent, q->holder, q->now, sizeof q->now) &&
+	       strcmp(q->now, q->old) != 0;
+}
+
+/* A waiter whose node is deleted queues again at once (it watches its own node too), then gets the lock. */
+static void test_deleted_waiter_requeues(void)
+{
+	char uri[1024], parent[512], holder[1024], old[1024];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "requeue");
+	dlock_client *h = open_client(uri, NULL);
+	dlock_lock *l = new_lock(h, "requeue");
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	CU_ASSERT_EQUAL_FATAL(acquire(l, 0), DLOCK_OK);
+	CU_ASSERT_FATAL(raw_only_child(zh, parent, holder, sizeof holder));
+	struct waiter w;
+	atomic_uint order = 0;
+	start_queue(&w, 1, uri, "requeue", zh, parent, &order);
+	CU_ASSERT_FATAL(raw_other_child(zh, parent, holder, old, sizeof old));
+	CU_ASSERT_EQUAL(zoo_delete(zh, old, -1), ZOK);
+	struct requeued q = { zh, parent, holder, old, "" };
+	CU_ASSERT(dlock_test_await(waiter_requeued, &q, AWAIT_MS));
+	CU_ASSERT_EQUAL(atomic_load(&w.done), 0);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	CU_ASSERT(dlock_test_await(waiter_done, &w, AWAIT_MS));
+	finish_queue(&w, 1);
+	CU_ASSERT_EQUAL(w.status, DLOCK_OK);
+	dlock_lock_free(l);
+	CU_ASSERT_EQUAL(dlock_client_close(h), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
+/* ------------------------------------------------------------ sequence numbers */
 
 /* "_c_" + 32 x `g` + "-lock-" + seq, as the server names a node. */
 static void node_name(char *out, size_t len, char g, const char *seq)
@@ -1089,6 +1225,9 @@ static void add_suites(void)
 	CU_add_test(s, "no herd: each waiter is woken once", test_no_herd);
 	CU_add_test(s, "try once, timeout and cancel leave no node", test_give_up_leaves_nothing);
 	CU_add_test(s, "a reaped parent is made again; the token still grows", test_parent_reaped);
+	CU_add_test(s, "holder's node deleted by another client: lost at once, TAKEN", test_deleted_node_lost);
+	CU_add_test(s, "release and giving up report no loss", test_release_is_no_loss);
+	CU_add_test(s, "a waiter's node deleted: it queues again at once", test_deleted_waiter_requeues);
 	CU_add_test(s, "sequence numbers past 2^31: negative forms, serial order", test_seq_wrap);
 	CU_add_test(s, "a node numbered after the wrap queues before ours", test_seq_negative_queued);
 	CU_add_test(s, "ACL: another identity deletes neither node nor parent", test_acl);

@@ -95,7 +95,7 @@ static dlock_status zk_lock_init(void *backend, void *lkp, const char *name, siz
 	dlock_status st = dlock_zk_lock_paths(&c->cfg, lk, name, len, err);
 	if (st != DLOCK_OK)
 		return st;
-	lk->slot = dlock_zk_slot_take(c);
+	lk->slot = dlock_zk_slot_take(c, lk);
 	if (!lk->slot) {
 		free(lk->parent);
 		lk->parent = NULL;

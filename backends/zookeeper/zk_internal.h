@@ -10,6 +10,7 @@
  *   zk_log.c      the client library's log, routed to the dlock client's log
  *   zk_error.c    ZooKeeper result codes -> dlock statuses
  *   zk_slot.c     watch contexts that wake a waiting acquire
+ *   zk_own.c      the watch on our own node: a deleted node is a lost lock
  *   zk_recipe.c   the lock recipe: protected create, queue, predecessor watch
  *   zk_hold.c     held locks: release, check, loss reports
  *
@@ -82,9 +83,16 @@ struct zk_session {
 /* A watch context: lives as long as the client, so a watch that fires late finds it. */
 struct zk_slot {
 	struct zk_client *c;
-	struct zk_slot *next; /* every slot of the client (mu) */
-	int in_use;           /* taken by a lock handle (mu) */
-	dlock_wait *w;        /* the acquire to wake, or NULL (mu) */
+	struct zk_slot *next;   /* every slot of the client (mu) */
+	int in_use;             /* taken by a lock handle (mu) */
+	struct zk_lock *lk;     /* that lock handle (mu) */
+	dlock_wait *w;          /* the acquire to wake, or NULL (mu) */
+	/* The watch on our own node (zk_own.c), all mu: */
+	char own[ZK_PATH_MAX];  /* the node of the current acquisition, or "" */
+	int own_gone;           /* its deletion was seen */
+	int own_resetting;      /* its watch is being set again after a data change */
+	int64_t own_czxid;      /* largest czxid an answer to setting the watch carried */
+	unsigned own_failed;    /* answers to setting the watch that did not confirm it */
 };
 
 struct zk_lock;
@@ -149,7 +157,7 @@ void dlock_zk_log_line(const char *message);
 
 /* ------------------------------------------------------------ slots */
 
-struct zk_slot *dlock_zk_slot_take(struct zk_client *c);
+struct zk_slot *dlock_zk_slot_take(struct zk_client *c, struct zk_lock *lk);
 void dlock_zk_slot_give(struct zk_slot *slot);
 /* Attach or detach (w NULL) the acquire that a slot wakes. */
 void dlock_zk_slot_attach(struct zk_slot *slot, dlock_wait *w);
@@ -201,6 +209,28 @@ int dlock_zk_queue_place(char *const *kids, int32_t n, const char *own, const ch
 /* 1 if `child` carries the GUID `guid` (ZK_GUID_HEX hex digits). */
 int dlock_zk_child_has_guid(const char *child, const char *guid);
 
+/* ------------------------------------------------------------ own node */
+
+/* What dlock_zk_own_arm() sent, for dlock_zk_own_confirm(). */
+struct zk_own_mark {
+	int sent;        /* the exists request was queued */
+	unsigned failed; /* slot->own_failed when it was */
+};
+
+/* Watch lk->node (just created) for deletion: an asynchronous exists, answered with the next request. */
+int dlock_zk_own_arm(struct zk_session *s, struct zk_lock *lk, struct zk_own_mark *mark);
+/*
+ * Before the lock is held: ZOK once the server confirmed the watch on our
+ * node (set again synchronously if the armed request did not); ZNONODE if
+ * the node is gone; another ZooKeeper code if setting it again failed.
+ */
+int dlock_zk_own_confirm(struct zk_session *s, struct zk_lock *lk, struct zk_own_mark *mark);
+/* Stop treating lk's node as ours (before deleting it ourselves, or when done). */
+void dlock_zk_own_forget_locked(struct zk_lock *lk);
+void dlock_zk_own_forget(struct zk_client *c, struct zk_lock *lk);
+/* 1 if the deletion of lk's current node was seen (mu held). */
+int dlock_zk_own_gone_locked(const struct zk_lock *lk);
+
 /* ------------------------------------------------------------ errors */
 
 /* 1 for codes after which the request may or may not have been applied. */
@@ -216,7 +246,7 @@ dlock_status dlock_zk_fail(dlock_error *err, int rc, const char *what);
 
 dlock_status dlock_zk_acquire(struct zk_client *c, struct zk_lock *lk, dlock_wait *w, dlock_acquired *out,
                               dlock_error *err);
-/* Record `lk` as held in session `s`; 0 if `s` died meanwhile. */
+/* Record `lk` as held in session `s`; 0 if `s` died or our node was deleted meanwhile. */
 int dlock_zk_hold(struct zk_client *c, struct zk_session *s, struct zk_lock *lk);
 void dlock_zk_unhold(struct zk_client *c, struct zk_lock *lk);
 /* Report every lock held in session `gen` lost (mu held). */

@@ -16,6 +16,10 @@
  *   3. Give up (deadline, cancel, try-once) by deleting our node with the
  *      version it was created with.
  *
+ * From the create on, our own node is watched (zk_own.c): a holder whose
+ * node another client deletes is told the lock is lost; a contender whose
+ * node goes looks again and starts over.
+ *
  * The fencing token is the node's czxid: zxids order every change of the
  * ensemble, so successive holders get strictly larger tokens even when the
  * parent was deleted and created again in between (sequence numbers would
@@ -39,6 +43,7 @@ struct attempt {
 	char guid[ZK_GUID_HEX + 1];
 	const char *own; /* our node's name: the last component of lk->node */
 	int again;       /* the session died or our node vanished: start over */
+	struct zk_own_mark mark; /* the watch on our node (zk_own.c) */
 };
 
 static int answered(struct attempt *a, int rc, int64_t sent)
@@ -193,8 +198,11 @@ static dlock_status queue_wait(struct attempt *a)
 	char pred[ZK_PATH_MAX];
 	for (;;) {
 		int rc = scan(a, pred, sizeof pred);
-		if (rc == ZOK && !pred[0])
-			return DLOCK_OK;
+		if (rc == ZOK && !pred[0]) {
+			rc = dlock_zk_own_confirm(a->s, a->lk, &a->mark);
+			if (rc == ZOK)
+				return DLOCK_OK;
+		}
 		if (rc == ZOK && dlock_wait_try_once(a->w))
 			return dlock_error_set(a->err, DLOCK_EBUSY, "zk://: the lock is held by another owner");
 		if (rc == ZOK && watch_pred(a, pred, &rc)) {
@@ -222,6 +230,7 @@ static dlock_status queue_wait(struct attempt *a)
 
 static dlock_status give_up(struct attempt *a, dlock_status st)
 {
+	dlock_zk_own_forget(a->c, a->lk); /* our own delete is no loss */
 	int rc = dlock_zk_delete_own(a->s, a->lk->node, a->lk->version);
 	if (rc != ZOK && rc != ZNONODE && !dlock_zk_rc_session_gone(rc))
 		dlock_host_log(a->c->host, DLOCK_LOG_WARN,
@@ -245,13 +254,15 @@ static dlock_status attempt(struct attempt *a, dlock_acquired *out)
 	if (st != DLOCK_OK || a->again)
 		return st;
 	a->own = strrchr(a->lk->node, '/') + 1;
+	/* Sent now, it travels with the first look at the queue: no round trip of its own. */
+	dlock_zk_own_arm(a->s, a->lk, &a->mark);
 	st = queue_wait(a);
 	if (a->again)
 		return st;
 	if (st != DLOCK_OK)
 		return give_up(a, st);
 	if (!dlock_zk_hold(a->c, a->s, a->lk)) {
-		a->again = 1; /* the session died just now, and the node with it */
+		a->again = 1; /* the session died just now, and the node with it, or the node was deleted */
 		return DLOCK_OK;
 	}
 	*out = (dlock_acquired){ .token = (uint64_t)a->lk->czxid, .sent_ns = 0 };
@@ -290,5 +301,7 @@ dlock_status dlock_zk_acquire(struct zk_client *c, struct zk_lock *lk, dlock_wai
 			break;
 	}
 	dlock_zk_slot_attach(lk->slot, NULL);
+	if (st != DLOCK_OK)
+		dlock_zk_own_forget(c, lk);
 	return st;
 }
