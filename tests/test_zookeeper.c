@@ -662,6 +662,30 @@ static void test_deleted_node_lost(void)
 	zookeeper_close(zh);
 }
 
+/* Setting data on the holder's node uses its watch up: it is set again, and a later delete is still seen. */
+static void test_changed_then_deleted(void)
+{
+	char uri[1024], parent[512], node[1024];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "changed");
+	dlock_client *h = open_client(uri, NULL);
+	dlock_lock *l = new_lock(h, "changed");
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	struct lost_rec r = { 0 };
+	CU_ASSERT_EQUAL_FATAL(acquire_watched(l, 0, &r), DLOCK_OK);
+	CU_ASSERT_FATAL(raw_only_child(zh, parent, node, sizeof node));
+	for (int i = 0; i < 3; i++)
+		CU_ASSERT_EQUAL(zoo_set(zh, node, "x", 1, -1), ZOK);
+	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
+	CU_ASSERT_EQUAL(atomic_load(&r.calls), 0);
+	CU_ASSERT_EQUAL(zoo_delete(zh, node, -1), ZOK);
+	CU_ASSERT(dlock_test_await(lost_called, &r, 2000));
+	CU_ASSERT_EQUAL(atomic_load(&r.reason), DLOCK_LOST_TAKEN);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_ENOTHELD);
+	dlock_lock_free(l);
+	CU_ASSERT_EQUAL(dlock_client_close(h), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
 /* Releasing (and giving up) deletes our own node: that is never reported as a loss. */
 static void test_release_is_no_loss(void)
 {
@@ -1226,6 +1250,7 @@ static void add_suites(void)
 	CU_add_test(s, "try once, timeout and cancel leave no node", test_give_up_leaves_nothing);
 	CU_add_test(s, "a reaped parent is made again; the token still grows", test_parent_reaped);
 	CU_add_test(s, "holder's node deleted by another client: lost at once, TAKEN", test_deleted_node_lost);
+	CU_add_test(s, "holder's node changed, then deleted: still lost at once", test_changed_then_deleted);
 	CU_add_test(s, "release and giving up report no loss", test_release_is_no_loss);
 	CU_add_test(s, "a waiter's node deleted: it queues again at once", test_deleted_waiter_requeues);
 	CU_add_test(s, "sequence numbers past 2^31: negative forms, serial order", test_seq_wrap);
