@@ -662,17 +662,23 @@ static void test_deleted_node_lost(void)
 	zookeeper_close(zh);
 }
 
-/* Setting data on the holder's node uses its watch up: it is set again, and a later delete is still seen. */
+/*
+ * Once another contender came and went, the holder watches its node itself;
+ * setting data on the node uses that watch up: it is set again, and a later
+ * delete is still seen.
+ */
 static void test_changed_then_deleted(void)
 {
 	char uri[1024], parent[512], node[1024];
 	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "changed");
-	dlock_client *h = open_client(uri, NULL);
-	dlock_lock *l = new_lock(h, "changed");
+	dlock_client *h = open_client(uri, NULL), *o = open_client(uri, NULL);
+	dlock_lock *l = new_lock(h, "changed"), *ol = new_lock(o, "changed");
 	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
 	struct lost_rec r = { 0 };
 	CU_ASSERT_EQUAL_FATAL(acquire_watched(l, 0, &r), DLOCK_OK);
 	CU_ASSERT_FATAL(raw_only_child(zh, parent, node, sizeof node));
+	CU_ASSERT_EQUAL(acquire(ol, 0), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
 	for (int i = 0; i < 3; i++)
 		CU_ASSERT_EQUAL(zoo_set(zh, node, "x", 1, -1), ZOK);
 	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
@@ -682,7 +688,9 @@ static void test_changed_then_deleted(void)
 	CU_ASSERT_EQUAL(atomic_load(&r.reason), DLOCK_LOST_TAKEN);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_ENOTHELD);
 	dlock_lock_free(l);
+	dlock_lock_free(ol);
 	CU_ASSERT_EQUAL(dlock_client_close(h), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_client_close(o), DLOCK_OK);
 	zookeeper_close(zh);
 }
 
@@ -702,8 +710,8 @@ static void test_release_is_no_loss(void)
 	CU_ASSERT_EQUAL(acquire_watched(l, 0, &r), DLOCK_EBUSY); /* its node is deleted again */
 	CU_ASSERT_EQUAL(acquire_watched(l, 100, &r), DLOCK_ETIMEDOUT);
 	CU_ASSERT_EQUAL(dlock_release(ol), DLOCK_OK);
-	/* Each acquire below waits for the answer that set its watch, which comes after the
-	 * events of every node deleted before it: a late report would be seen by now. */
+	/* Events come in order: those of every node deleted before the acquires below
+	 * arrive before the answers of their looks at the queue. */
 	CU_ASSERT_EQUAL(acquire_watched(l, 0, &r), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);

@@ -90,9 +90,9 @@ struct zk_slot {
 	/* The watch on our own node (zk_own.c), all mu: */
 	char own[ZK_PATH_MAX];  /* the node of the current acquisition, or "" */
 	int own_gone;           /* its deletion was seen */
-	int own_resetting;      /* its watch is being set again after a data change */
-	int64_t own_czxid;      /* largest czxid an answer to setting the watch carried */
-	unsigned own_failed;    /* answers to setting the watch that did not confirm it */
+	int own_watched;        /* an exists-watch is set on it */
+	int own_checking;       /* an exists (with a watch) is on its way */
+	int own_recheck;        /* that exists failed for a lost connection: send it again once connected */
 };
 
 struct zk_lock;
@@ -211,25 +211,17 @@ int dlock_zk_child_has_guid(const char *child, const char *guid);
 
 /* ------------------------------------------------------------ own node */
 
-/* What dlock_zk_own_arm() sent, for dlock_zk_own_confirm(). */
-struct zk_own_mark {
-	int sent;        /* the exists request was queued */
-	unsigned failed; /* slot->own_failed when it was */
-};
-
-/* Watch lk->node (just created) for deletion: an asynchronous exists, answered with the next request. */
-int dlock_zk_own_arm(struct zk_session *s, struct zk_lock *lk, struct zk_own_mark *mark);
-/*
- * Before the lock is held: ZOK once the server confirmed the watch on our
- * node (set again synchronously if the armed request did not); ZNONODE if
- * the node is gone; another ZooKeeper code if setting it again failed.
- */
-int dlock_zk_own_confirm(struct zk_session *s, struct zk_lock *lk, struct zk_own_mark *mark);
+/* watcher_fn of every look at the queue (child watch) and of the watch on our node; the context is the slot. */
+void dlock_zk_own_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
+/* lk->node was just created: from now on its deletion is a loss (held) or a reason to look again. */
+void dlock_zk_own_start(struct zk_client *c, struct zk_lock *lk);
 /* Stop treating lk's node as ours (before deleting it ourselves, or when done). */
 void dlock_zk_own_forget_locked(struct zk_lock *lk);
 void dlock_zk_own_forget(struct zk_client *c, struct zk_lock *lk);
 /* 1 if the deletion of lk's current node was seen (mu held). */
 int dlock_zk_own_gone_locked(const struct zk_lock *lk);
+/* Session `s` is connected again: send the checks of our nodes that a lost connection failed. */
+void dlock_zk_own_reconnected(struct zk_session *s);
 
 /* ------------------------------------------------------------ errors */
 

@@ -43,7 +43,6 @@ struct attempt {
 	char guid[ZK_GUID_HEX + 1];
 	const char *own; /* our node's name: the last component of lk->node */
 	int again;       /* the session died or our node vanished: start over */
-	struct zk_own_mark mark; /* the watch on our node (zk_own.c) */
 };
 
 static int answered(struct attempt *a, int rc, int64_t sent)
@@ -159,7 +158,9 @@ static int scan(struct attempt *a, char *pred, size_t predlen)
 {
 	struct String_vector kids = { 0, NULL };
 	int64_t sent = dlock_monotonic_ns();
-	int rc = answered(a, zoo_get_children(a->s->zh, a->lk->parent, 0, &kids), sent);
+	/* The child watch tells of our node's deletion (zk_own.c): set by the look that finds us first. */
+	int rc = answered(a, zoo_wget_children(a->s->zh, a->lk->parent, dlock_zk_own_watcher, a->lk->slot, &kids),
+	                  sent);
 	if (rc != ZOK)
 		return rc;
 	int32_t at;
@@ -198,11 +199,8 @@ static dlock_status queue_wait(struct attempt *a)
 	char pred[ZK_PATH_MAX];
 	for (;;) {
 		int rc = scan(a, pred, sizeof pred);
-		if (rc == ZOK && !pred[0]) {
-			rc = dlock_zk_own_confirm(a->s, a->lk, &a->mark);
-			if (rc == ZOK)
-				return DLOCK_OK;
-		}
+		if (rc == ZOK && !pred[0])
+			return DLOCK_OK;
 		if (rc == ZOK && dlock_wait_try_once(a->w))
 			return dlock_error_set(a->err, DLOCK_EBUSY, "zk://: the lock is held by another owner");
 		if (rc == ZOK && watch_pred(a, pred, &rc)) {
@@ -254,8 +252,7 @@ static dlock_status attempt(struct attempt *a, dlock_acquired *out)
 	if (st != DLOCK_OK || a->again)
 		return st;
 	a->own = strrchr(a->lk->node, '/') + 1;
-	/* Sent now, it travels with the first look at the queue: no round trip of its own. */
-	dlock_zk_own_arm(a->s, a->lk, &a->mark);
+	dlock_zk_own_start(a->c, a->lk);
 	st = queue_wait(a);
 	if (a->again)
 		return st;

@@ -83,7 +83,10 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
 		dlock_zk_slots_wake_locked(c);
 		pthread_cond_broadcast(&c->cond);
 	}
+	int now_connected = s->state == ZK_CONNECTED && state == ZOO_CONNECTED_STATE;
 	pthread_mutex_unlock(&c->mu);
+	if (now_connected)
+		dlock_zk_own_reconnected(s);
 	if (msg[0])
 		dlock_host_log(c->host, level, "%s", msg);
 }
