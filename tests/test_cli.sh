@@ -447,6 +447,37 @@ check "... COMMAND gets SIGKILL after --grace 400ms (${ms} ms)" \
 	eval '[ "$ms" -ge 350 ] && [ "$ms" -lt 3000 ]'
 check "... and is gone" await_gone "$lost_child"
 
+# A ZooKeeper lock node deleted by another client (anyone may, without
+# credentials): the holder sees it at once and stops COMMAND.  Needs the
+# server of DLOCK_TEST_ZK_URI and the Java ZooKeeper shell to delete it.
+zk_jar=/usr/share/java/zookeeper.jar
+if [ -n "${DLOCK_TEST_ZK_URI:-}" ] && command -v java >/dev/null 2>&1 && [ -r "$zk_jar" ]; then
+	zk_hosts=${DLOCK_TEST_ZK_URI#zk://}
+	zk_hosts=${zk_hosts%%[/?]*}
+	zk_hosts=${zk_hosts#*@}
+	zk_base=/dlock-cli-$$-$RANDOM
+	zkcli() {
+		java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -cp "$zk_jar" org.apache.zookeeper.ZooKeeperMain \
+			-server "$zk_hosts" "$@" >/dev/null 2>&1
+	}
+	rm -f "$tmp/zkdel".*
+	"$DLOCK" --uri "zk://$zk_hosts$zk_base" zkdel -- sh -c ': >"$1.started"; exec sleep 25' sh "$tmp/zkdel" \
+		>"$out" 2>"$err" &
+	pid=$!
+	await_file "$tmp/zkdel.started"
+	t0=$(now_ms)
+	zkcli deleteall "$zk_base/zkdel" # the lock's parent and the holder's node in it
+	wait "$pid"
+	rc=$?
+	ms=$(($(now_ms) - t0))
+	check "zk: lock node deleted by another client: dlock exits 76 (got $rc)" [ "$rc" -eq 76 ]
+	check "... COMMAND is stopped long before it would end (${ms} ms)" [ "$ms" -lt 15000 ]
+	check "... the loss is reported" contains "$err" "lost.*deleted"
+	zkcli deleteall "$zk_base"
+else
+	echo "skip - zk:// lock node deleted (DLOCK_TEST_ZK_URI unset, or no java and $zk_jar)"
+fi
+
 # -------------------------------------------------------- process group
 
 rm -f "$tmp/pg"

@@ -173,6 +173,60 @@ static void test_reset_while_held(void)
 	faultproxy_stop(px);
 }
 
+static int check_uncertain(void *lock)
+{
+	return dlock_check(lock) == DLOCK_EUNCERTAIN;
+}
+
+/* The one child of `parent` (its full path); 0 if not exactly one. */
+static int only_child(zhandle_t *zh, const char *parent, char *out, size_t len)
+{
+	struct String_vector v = { 0, NULL };
+	if (zoo_get_children(zh, parent, 0, &v) != ZOK)
+		return 0;
+	int ok = v.count == 1;
+	if (ok)
+		snprintf(out, len, "%s/%s", parent, v.data[0]);
+	deallocate_String_vector(&v);
+	return ok;
+}
+
+/*
+ * Another client deletes the holder's node while the holder is cut off,
+ * within its session: the watch on its own node, set again by the client
+ * library when it reconnects, reports the lock taken (not a session loss).
+ */
+static void test_deleted_while_disconnected(void)
+{
+	char base[64], uri[512], parent[512], node[1024];
+	new_base(base, sizeof base);
+	parent_of(parent, sizeof parent, base, "gone");
+	faultproxy *px = ft_proxy_to(zk_port);
+	uri_at(uri, sizeof uri, faultproxy_port(px), base, "session_timeout=6s");
+	dlock_client *a = ft_open(uri);
+	dlock_lock *la = ft_lock(a, "gone");
+	zhandle_t *zh = raw_open();
+	ft_lost lost = { 0 };
+	CU_ASSERT_EQUAL_FATAL(ft_acquire(la, 0, 0, &lost), DLOCK_OK);
+	CU_ASSERT_FATAL(only_child(zh, parent, node, sizeof node));
+	CU_ASSERT_EQUAL_FATAL(faultproxy_refuse(px, 1), 0);
+	faultproxy_reset(px);
+	CU_ASSERT(dlock_test_await(check_uncertain, la, FT_AWAIT_MS));
+	CU_ASSERT_EQUAL(zoo_delete(zh, node, -1), ZOK);
+	CU_ASSERT_EQUAL(faultproxy_refuse(px, 0), 0);
+	CU_ASSERT(dlock_test_await(ft_lost_called, &lost, FT_AWAIT_MS));
+	CU_ASSERT_EQUAL(atomic_load(&lost.reason), DLOCK_LOST_TAKEN);
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(atomic_load(&lost.calls), 1);
+	/* The session lived on: the next acquire needs no new one. */
+	CU_ASSERT_EQUAL(ft_acquire(la, FT_LONG_WAIT_MS, 0, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
+	zookeeper_close(zh);
+	dlock_lock_free(la);
+	dlock_client_close(a);
+	faultproxy_stop(px);
+}
+
 /* ------------------------------------------------------------ blackhole past the session */
 
 #define SESSION_MS 2000
@@ -268,6 +322,7 @@ static void add_suites(void)
 	CU_pSuite s = CU_add_suite("zookeeper faults", NULL, NULL);
 	CU_add_test(s, "reset during the create: one node of ours, cleaned up", test_reset_during_create);
 	CU_add_test(s, "reset while held: the lock survives", test_reset_while_held);
+	CU_add_test(s, "node deleted while cut off: taken, told on reconnection", test_deleted_while_disconnected);
 	CU_add_test(s, "blackhole past the session: told first, fenced after", test_blackhole_past_session);
 	CU_add_test(s, "server hung or refusing at open: ECONNECT in time", test_server_down_at_open);
 	CU_add_test(s, "closed while holding on a slow path: released", test_close_releases);

@@ -13,6 +13,7 @@ if(ZOOKEEPER_INCLUDE_DIR AND ZOOKEEPER_MT_LIBRARY)
     ${_zk_dir}/zk_hold.c
     ${_zk_dir}/zk_log.c
     ${_zk_dir}/zk_monitor.c
+    ${_zk_dir}/zk_own.c
     ${_zk_dir}/zk_path.c
     ${_zk_dir}/zk_recipe.c
     ${_zk_dir}/zk_session.c

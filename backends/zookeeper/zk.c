@@ -7,7 +7,8 @@
  * Capabilities: CP (the ensemble's consensus), fair (FIFO by sequence
  * number), fencing strict (the node's czxid), lease "session": a lock is
  * held while the client's session lives, which the client library keeps
- * alive by itself, so there is no extend(); check() asks the server.
+ * alive by itself, so there is no extend(); check() asks the server.  A
+ * node deleted by another client is reported lost at once (zk_own.c).
  *
  * Descriptors: libzookeeper_mt 3.8 as built by Debian opens its socket and
  * its wake-up pipe without close-on-exec, and gives no way to reach them;
@@ -95,7 +96,7 @@ static dlock_status zk_lock_init(void *backend, void *lkp, const char *name, siz
 	dlock_status st = dlock_zk_lock_paths(&c->cfg, lk, name, len, err);
 	if (st != DLOCK_OK)
 		return st;
-	lk->slot = dlock_zk_slot_take(c);
+	lk->slot = dlock_zk_slot_take(c, lk);
 	if (!lk->slot) {
 		free(lk->parent);
 		lk->parent = NULL;

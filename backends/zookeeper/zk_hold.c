@@ -10,7 +10,7 @@
 int dlock_zk_hold(struct zk_client *c, struct zk_session *s, struct zk_lock *lk)
 {
 	pthread_mutex_lock(&c->mu);
-	int alive = s->state != ZK_DEAD;
+	int alive = s->state != ZK_DEAD && !dlock_zk_own_gone_locked(lk);
 	if (alive) {
 		lk->held = 1;
 		lk->prev = NULL;
@@ -36,6 +36,7 @@ void dlock_zk_unhold(struct zk_client *c, struct zk_lock *lk)
 		lk->held = 0;
 		lk->prev = lk->next = NULL;
 	}
+	dlock_zk_own_forget_locked(lk); /* its deletion, ours or not, is no loss now */
 	pthread_mutex_unlock(&c->mu);
 }
 

@@ -10,6 +10,7 @@
  *   zk_log.c      the client library's log, routed to the dlock client's log
  *   zk_error.c    ZooKeeper result codes -> dlock statuses
  *   zk_slot.c     watch contexts that wake a waiting acquire
+ *   zk_own.c      the watch on our own node: a deleted node is a lost lock
  *   zk_recipe.c   the lock recipe: protected create, queue, predecessor watch
  *   zk_hold.c     held locks: release, check, loss reports
  *
@@ -82,9 +83,16 @@ struct zk_session {
 /* A watch context: lives as long as the client, so a watch that fires late finds it. */
 struct zk_slot {
 	struct zk_client *c;
-	struct zk_slot *next; /* every slot of the client (mu) */
-	int in_use;           /* taken by a lock handle (mu) */
-	dlock_wait *w;        /* the acquire to wake, or NULL (mu) */
+	struct zk_slot *next;   /* every slot of the client (mu) */
+	int in_use;             /* taken by a lock handle (mu) */
+	struct zk_lock *lk;     /* that lock handle (mu) */
+	dlock_wait *w;          /* the acquire to wake, or NULL (mu) */
+	/* The watch on our own node (zk_own.c), all mu: */
+	char own[ZK_PATH_MAX];  /* the node of the current acquisition, or "" */
+	int own_gone;           /* its deletion was seen */
+	int own_watched;        /* an exists-watch is set on it */
+	int own_checking;       /* an exists (with a watch) is on its way */
+	int own_recheck;        /* that exists failed for a lost connection: send it again once connected */
 };
 
 struct zk_lock;
@@ -149,7 +157,7 @@ void dlock_zk_log_line(const char *message);
 
 /* ------------------------------------------------------------ slots */
 
-struct zk_slot *dlock_zk_slot_take(struct zk_client *c);
+struct zk_slot *dlock_zk_slot_take(struct zk_client *c, struct zk_lock *lk);
 void dlock_zk_slot_give(struct zk_slot *slot);
 /* Attach or detach (w NULL) the acquire that a slot wakes. */
 void dlock_zk_slot_attach(struct zk_slot *slot, dlock_wait *w);
@@ -183,10 +191,37 @@ struct ACL_vector *dlock_zk_acl(const struct zk_client *c);
 int dlock_zk_ensure_base(struct zk_session *s);
 /* Create the lock's parent (a container), and the base if needed.  Returns a ZooKeeper code. */
 int dlock_zk_ensure_parent(struct zk_session *s, const char *parent);
-/* Sequence number of a child "..-lock-NNNNNNNNNN"; -1 for a name that is not a lock node. */
-long long dlock_zk_child_seq(const char *child);
+/*
+ * Sequence number of a child "..-lock-" + the server's "%010d" of a signed
+ * 32-bit counter ("0000000042", "-000000002", "-2147483648"): 1 and *seq,
+ * or 0 for a name that is not a lock node.
+ */
+int dlock_zk_child_seq(const char *child, int32_t *seq);
+/* 1 if sequence number `a` was given before `b`, across the counter's wrap. */
+int dlock_zk_seq_before(int32_t a, int32_t b);
+/*
+ * Where our node `own` stands among the children `kids` of its parent: 1 if
+ * it is one of them, with *pred the index of the lock node just before it
+ * (-1: it is first); 0 if it is gone.  Names that are not lock nodes, and
+ * other nodes with our GUID (duplicates), are not in the queue.
+ */
+int dlock_zk_queue_place(char *const *kids, int32_t n, const char *own, const char *guid, int32_t *pred);
 /* 1 if `child` carries the GUID `guid` (ZK_GUID_HEX hex digits). */
 int dlock_zk_child_has_guid(const char *child, const char *guid);
+
+/* ------------------------------------------------------------ own node */
+
+/* watcher_fn of every look at the queue (child watch) and of the watch on our node; the context is the slot. */
+void dlock_zk_own_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
+/* lk->node was just created: from now on its deletion is a loss (held) or a reason to look again. */
+void dlock_zk_own_start(struct zk_client *c, struct zk_lock *lk);
+/* Stop treating lk's node as ours (before deleting it ourselves, or when done). */
+void dlock_zk_own_forget_locked(struct zk_lock *lk);
+void dlock_zk_own_forget(struct zk_client *c, struct zk_lock *lk);
+/* 1 if the deletion of lk's current node was seen (mu held). */
+int dlock_zk_own_gone_locked(const struct zk_lock *lk);
+/* Session `s` is connected again: send the checks of our nodes that a lost connection failed. */
+void dlock_zk_own_reconnected(struct zk_session *s);
 
 /* ------------------------------------------------------------ errors */
 
@@ -203,7 +238,7 @@ dlock_status dlock_zk_fail(dlock_error *err, int rc, const char *what);
 
 dlock_status dlock_zk_acquire(struct zk_client *c, struct zk_lock *lk, dlock_wait *w, dlock_acquired *out,
                               dlock_error *err);
-/* Record `lk` as held in session `s`; 0 if `s` died meanwhile. */
+/* Record `lk` as held in session `s`; 0 if `s` died or our node was deleted meanwhile. */
 int dlock_zk_hold(struct zk_client *c, struct zk_session *s, struct zk_lock *lk);
 void dlock_zk_unhold(struct zk_client *c, struct zk_lock *lk);
 /* Report every lock held in session `gen` lost (mu held). */

@@ -86,23 +86,71 @@ int dlock_zk_ensure_parent(struct zk_session *s, const char *parent)
 	return rc;
 }
 
-long long dlock_zk_child_seq(const char *child)
+/*
+ * The server names a sequential node PREFIX + String.format("%010d", n),
+ * n the parent's 32-bit child version, which wraps from 2147483647 to
+ * -2147483648 after 2^31 creates: "0000000042", "-000000002",
+ * "-2147483648".  Exactly those forms are accepted (parsed, then written
+ * again and compared), so no other spelling of a number is a lock node.
+ */
+int dlock_zk_child_seq(const char *child, int32_t *seq)
 {
 	const char *mark = NULL;
 	for (const char *p = strstr(child, ZK_NODE_MARK); p; p = strstr(p + 1, ZK_NODE_MARK))
 		mark = p;
 	if (!mark)
-		return -1;
-	const char *digits = mark + strlen(ZK_NODE_MARK);
-	if (strlen(digits) != 10)
-		return -1;
-	long long seq = 0;
-	for (const char *p = digits; *p; p++) {
+		return 0;
+	const char *text = mark + strlen(ZK_NODE_MARK), *p = text;
+	int neg = *p == '-';
+	p += neg;
+	if (*p == '\0' || strlen(p) > 10)
+		return 0;
+	long long v = 0;
+	for (; *p; p++) {
 		if (*p < '0' || *p > '9')
-			return -1;
-		seq = seq * 10 + (*p - '0');
+			return 0;
+		v = v * 10 + (*p - '0');
 	}
-	return seq;
+	v = neg ? -v : v;
+	if (v < INT32_MIN || v > INT32_MAX)
+		return 0;
+	char again[16];
+	snprintf(again, sizeof again, "%010d", (int)v);
+	if (strcmp(again, text) != 0)
+		return 0;
+	*seq = (int32_t)v;
+	return 1;
+}
+
+/* Serial-number order (RFC 1982) on 32 bits: right across the wrap while
+ * the live nodes of a parent span less than 2^31 creates, which they do. */
+int dlock_zk_seq_before(int32_t a, int32_t b)
+{
+	uint32_t d = (uint32_t)b - (uint32_t)a;
+	return d != 0 && d < UINT32_C(0x80000000);
+}
+
+int dlock_zk_queue_place(char *const *kids, int32_t n, const char *own, const char *guid, int32_t *pred)
+{
+	int32_t mine, best = 0;
+	int found = 0;
+	*pred = -1;
+	if (!dlock_zk_child_seq(own, &mine))
+		return 0;
+	for (int32_t i = 0; i < n; i++) {
+		int32_t seq;
+		if (!dlock_zk_child_seq(kids[i], &seq))
+			continue; /* not a lock node: not in the queue */
+		if (strcmp(kids[i], own) == 0)
+			found = 1;
+		else if (dlock_zk_child_has_guid(kids[i], guid))
+			continue; /* a duplicate of ours: the recipe deletes it */
+		else if (dlock_zk_seq_before(seq, mine) && (*pred < 0 || dlock_zk_seq_before(best, seq))) {
+			best = seq;
+			*pred = i;
+		}
+	}
+	return found;
 }
 
 int dlock_zk_child_has_guid(const char *child, const char *guid)

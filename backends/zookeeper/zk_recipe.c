@@ -16,6 +16,10 @@
  *   3. Give up (deadline, cancel, try-once) by deleting our node with the
  *      version it was created with.
  *
+ * From the create on, our own node is watched (zk_own.c): a holder whose
+ * node another client deletes is told the lock is lost; a contender whose
+ * node goes looks again and starts over.
+ *
  * The fencing token is the node's czxid: zxids order every change of the
  * ensemble, so successive holders get strictly larger tokens even when the
  * parent was deleted and created again in between (sequence numbers would
@@ -92,7 +96,8 @@ static int find_by_guid(struct attempt *a, int *found)
 	if (rc == ZNONODE)
 		return ZOK;
 	for (int32_t i = 0; rc == ZOK && i < kids.count && !*found; i++) {
-		if (dlock_zk_child_has_guid(kids.data[i], a->guid) && dlock_zk_child_seq(kids.data[i]) >= 0) {
+		int32_t seq;
+		if (dlock_zk_child_has_guid(kids.data[i], a->guid) && dlock_zk_child_seq(kids.data[i], &seq)) {
 			rc = adopt(a, kids.data[i]);
 			*found = rc == ZOK;
 			if (rc == ZNONODE)
@@ -153,25 +158,21 @@ static int scan(struct attempt *a, char *pred, size_t predlen)
 {
 	struct String_vector kids = { 0, NULL };
 	int64_t sent = dlock_monotonic_ns();
-	int rc = answered(a, zoo_get_children(a->s->zh, a->lk->parent, 0, &kids), sent);
+	/* The child watch tells of our node's deletion (zk_own.c): set by the look that finds us first. */
+	int rc = answered(a, zoo_wget_children(a->s->zh, a->lk->parent, dlock_zk_own_watcher, a->lk->slot, &kids),
+	                  sent);
 	if (rc != ZOK)
 		return rc;
-	long long mine = dlock_zk_child_seq(a->own), best = -1;
-	int found = 0;
+	int32_t at;
+	int found = dlock_zk_queue_place(kids.data, kids.count, a->own, a->guid, &at);
 	pred[0] = '\0';
+	if (found && at >= 0)
+		snprintf(pred, predlen, "%s", kids.data[at]);
 	for (int32_t i = 0; i < kids.count; i++) {
-		const char *kid = kids.data[i];
-		long long seq = dlock_zk_child_seq(kid);
-		if (seq < 0)
-			continue; /* not a lock node: not in the queue */
-		if (strcmp(kid, a->own) == 0)
-			found = 1;
-		else if (dlock_zk_child_has_guid(kid, a->guid))
-			delete_duplicate(a, kid);
-		else if (seq < mine && seq > best) {
-			best = seq;
-			snprintf(pred, predlen, "%s", kid);
-		}
+		int32_t seq;
+		if (strcmp(kids.data[i], a->own) != 0 && dlock_zk_child_has_guid(kids.data[i], a->guid) &&
+		    dlock_zk_child_seq(kids.data[i], &seq))
+			delete_duplicate(a, kids.data[i]);
 	}
 	deallocate_String_vector(&kids);
 	return found ? ZOK : ZNONODE;
@@ -227,6 +228,7 @@ static dlock_status queue_wait(struct attempt *a)
 
 static dlock_status give_up(struct attempt *a, dlock_status st)
 {
+	dlock_zk_own_forget(a->c, a->lk); /* our own delete is no loss */
 	int rc = dlock_zk_delete_own(a->s, a->lk->node, a->lk->version);
 	if (rc != ZOK && rc != ZNONODE && !dlock_zk_rc_session_gone(rc))
 		dlock_host_log(a->c->host, DLOCK_LOG_WARN,
@@ -250,13 +252,14 @@ static dlock_status attempt(struct attempt *a, dlock_acquired *out)
 	if (st != DLOCK_OK || a->again)
 		return st;
 	a->own = strrchr(a->lk->node, '/') + 1;
+	dlock_zk_own_start(a->c, a->lk);
 	st = queue_wait(a);
 	if (a->again)
 		return st;
 	if (st != DLOCK_OK)
 		return give_up(a, st);
 	if (!dlock_zk_hold(a->c, a->s, a->lk)) {
-		a->again = 1; /* the session died just now, and the node with it */
+		a->again = 1; /* the session died just now, and the node with it, or the node was deleted */
 		return DLOCK_OK;
 	}
 	*out = (dlock_acquired){ .token = (uint64_t)a->lk->czxid, .sent_ns = 0 };
@@ -295,5 +298,7 @@ dlock_status dlock_zk_acquire(struct zk_client *c, struct zk_lock *lk, dlock_wai
 			break;
 	}
 	dlock_zk_slot_attach(lk->slot, NULL);
+	if (st != DLOCK_OK)
+		dlock_zk_own_forget(c, lk);
 	return st;
 }

@@ -83,7 +83,10 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
 		dlock_zk_slots_wake_locked(c);
 		pthread_cond_broadcast(&c->cond);
 	}
+	int now_connected = s->state == ZK_CONNECTED && state == ZOO_CONNECTED_STATE;
 	pthread_mutex_unlock(&c->mu);
+	if (now_connected)
+		dlock_zk_own_reconnected(s);
 	if (msg[0])
 		dlock_host_log(c->host, level, "%s", msg);
 }
@@ -115,7 +118,7 @@ dlock_status dlock_zk_session_new(struct zk_client *c, struct zk_session **out, 
 	s->zh = zookeeper_init2(c->cfg.hosts, session_watcher, c->cfg.session_timeout_ms, NULL, s, 0,
 	                        dlock_zk_log_line);
 	if (!s->zh) {
-		st = dlock_error_set(err, DLOCK_ECONNECT, "zk://: cannot start a session with %s: %s", c->cfg.hosts,
+		st = dlock_error_set(err, DLOCK_ECONNECT, "zk://%s: cannot start a session: %s", c->cfg.hosts,
 		                     strerror(errno));
 		goto fail;
 	}
@@ -123,7 +126,7 @@ dlock_status dlock_zk_session_new(struct zk_client *c, struct zk_session **out, 
 	if (c->cfg.auth) {
 		int rc = zoo_add_auth(s->zh, "digest", c->cfg.auth, (int)strlen(c->cfg.auth), NULL, NULL);
 		if (rc == ZINVALIDSTATE) { /* the handle already gave up connecting */
-			st = dlock_error_set(err, DLOCK_ECONNECT, "zk://: cannot connect to %s", c->cfg.hosts);
+			st = dlock_error_set(err, DLOCK_ECONNECT, "zk://%s: cannot connect", c->cfg.hosts);
 			goto fail;
 		}
 		if (rc != ZOK) {
@@ -249,9 +252,9 @@ static dlock_status await_first_connection(struct zk_client *c, struct zk_sessio
 	if (state == ZK_CONNECTED)
 		return DLOCK_OK;
 	if (state == ZK_DEAD)
-		return dlock_error_set(err, DLOCK_EAUTH, "zk://: ZooKeeper at %s refused the session or its credentials",
+		return dlock_error_set(err, DLOCK_EAUTH, "zk://%s: ZooKeeper refused the session or its credentials",
 		                       c->cfg.hosts);
-	return dlock_error_set(err, DLOCK_ECONNECT, "zk://: cannot connect to ZooKeeper at %s within %lld ms",
+	return dlock_error_set(err, DLOCK_ECONNECT, "zk://%s: cannot connect to ZooKeeper within %lld ms",
 	                       c->cfg.hosts, (long long)c->cfg.connect_timeout_ms);
 }
 

@@ -17,7 +17,7 @@
 
 #include "zk_internal.h"
 
-struct zk_slot *dlock_zk_slot_take(struct zk_client *c)
+struct zk_slot *dlock_zk_slot_take(struct zk_client *c, struct zk_lock *lk)
 {
 	pthread_mutex_lock(&c->mu);
 	struct zk_slot *slot = c->slots;
@@ -28,8 +28,10 @@ struct zk_slot *dlock_zk_slot_take(struct zk_client *c)
 		slot->next = c->slots;
 		c->slots = slot;
 	}
-	if (slot)
+	if (slot) {
 		slot->in_use = 1;
+		slot->lk = lk;
+	}
 	pthread_mutex_unlock(&c->mu);
 	return slot;
 }
@@ -39,6 +41,8 @@ void dlock_zk_slot_give(struct zk_slot *slot)
 	struct zk_client *c = slot->c;
 	pthread_mutex_lock(&c->mu);
 	slot->w = NULL;
+	slot->lk = NULL;
+	slot->own[0] = '\0';
 	slot->in_use = 0;
 	pthread_mutex_unlock(&c->mu);
 }

@@ -11,8 +11,9 @@
  *     never under /zookeeper, at most ZK_PATH_MAX / 2 bytes;
  *   - the lock parent is BASE/COMPONENT, one level below the base, and
  *     the longest node path under it fits in ZK_PATH_MAX;
- *   - a child's sequence number is -1 or the ten digits after its last
- *     "-lock-" when they end the name.
+ *   - a child is a lock node exactly when what follows its last "-lock-"
+ *     is the server's "%010d" of a signed 32-bit value (it wraps to
+ *     negative numbers), and its sequence number is that value.
  */
 #define THREADED /* zookeeper.h declares the synchronous API only then */
 
@@ -61,13 +62,38 @@ static void check_paths(const struct zk_config *cfg, const char *name)
 	free(lk.parent);
 }
 
+/* The suffix is what the server's "%010d" writes for some 32-bit value. */
+static int server_form(const char *t)
+{
+	size_t n = strlen(t);
+	if (n == 10 && strspn(t, "0123456789") == 10)
+		return strcmp(t, "2147483647") <= 0;
+	if (t[0] != '-' || strspn(t + 1, "0123456789") != n - 1)
+		return 0;
+	if (n == 10) /* "-" and nine digits, zero-padded: -1 .. -999999999 */
+		return strcmp(t, "-000000000") != 0;
+	return n == 11 && t[1] != '0' && strcmp(t + 1, "2147483648") <= 0;
+}
+
 static void check_child(const char *child)
 {
-	long long seq = dlock_zk_child_seq(child);
-	size_t n = strlen(child), mark = strlen(ZK_NODE_MARK);
-	int form = n >= mark + 10 && strncmp(child + n - 10 - mark, ZK_NODE_MARK, mark) == 0 &&
-	           strspn(child + n - 10, "0123456789") == 10;
-	FUZZ_CHECK(form ? seq == strtoll(child + n - 10, NULL, 10) : seq == -1);
+	int32_t seq = 12345;
+	int ok = dlock_zk_child_seq(child, &seq);
+	const char *mark = NULL;
+	for (const char *p = strstr(child, ZK_NODE_MARK); p; p = strstr(p + 1, ZK_NODE_MARK))
+		mark = p;
+	const char *tail = mark ? mark + strlen(ZK_NODE_MARK) : NULL;
+	int form = tail && server_form(tail);
+	FUZZ_CHECK(ok == form);
+	if (ok) {
+		FUZZ_CHECK(seq == strtoll(tail, NULL, 10));
+		/* Serial order: antisymmetric, and a value is never before itself. */
+		FUZZ_CHECK(!dlock_zk_seq_before(seq, seq));
+		FUZZ_CHECK(dlock_zk_seq_before(seq, (int32_t)((uint32_t)seq + 1)));
+		FUZZ_CHECK(!dlock_zk_seq_before((int32_t)((uint32_t)seq + 1), seq));
+	} else {
+		FUZZ_CHECK(seq == 12345);
+	}
 }
 
 /*
