@@ -143,9 +143,12 @@ static int printable_scheme(const dlock_driver *d, char out[SCHEME_MAX + 1])
 	const char *s = d && d->scheme && d->scheme[0] ? d->scheme : "?";
 	int exact = d && d->scheme && d->scheme[0];
 	size_t i = 0;
-	for (; s[i] && i < SCHEME_MAX; i++) {
-		int shown = s[i] > ' ' && s[i] < 0x7f && s[i] != '\'';
-		out[i] = shown ? s[i] : '?';
+	for (; i < SCHEME_MAX && s[i]; i++) {
+		char ch = s[i];
+		int shown = ch > ' ' && ch < 0x7f && ch != '\'';
+		out[i] = ch;
+		if (!shown)
+			out[i] = '?';
 		exact &= shown;
 	}
 	out[i] = '\0';

@@ -384,6 +384,13 @@ static void test_cloexec(void)
 
 /* ------------------------------------------------------------ per mode */
 
+/* End every session of application `app`; returns how many. */
+static long long terminate_app(PGconn *mon, const char *app)
+{
+	return sql_num(mon, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+	               app);
+}
+
 /* pg_terminate_backend of the holder's session: lost, taken, not held, larger token. */
 static void test_terminate_backend(void)
 {
@@ -397,8 +404,7 @@ static void test_terminate_backend(void)
 	lost_init(&r);
 	if (la && lb && expect(acquire(la, 0, 1500, on_lost, &r), DLOCK_OK)) {
 		uint64_t t1 = dlock_test_token(la);
-		CU_ASSERT(sql_num(mon, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-		                       "WHERE application_name = $1", app) >= 1);
+		CU_ASSERT(terminate_app(mon, app) >= 1);
 		CU_ASSERT_EQUAL(lost_await(&r, AWAIT_MS), 1);
 		CU_ASSERT_EQUAL(r.reason, DLOCK_LOST_SESSION);
 		CU_ASSERT_EQUAL(acquire(lb, 5000, 0, NULL, NULL), DLOCK_OK);
@@ -436,8 +442,7 @@ static void test_terminate_local_waiter(void)
 		uint64_t t1 = dlock_test_token(l1);
 		dlock_test_waiter w;
 		dlock_test_waiter_start(&w, l2, 2 * AWAIT_MS, 0);
-		CU_ASSERT(sql_num(mon, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-		                       "WHERE application_name = $1", app) >= 1);
+		CU_ASSERT(terminate_app(mon, app) >= 1);
 		CU_ASSERT_EQUAL(lost_await(&r, AWAIT_MS), 1);
 		if (expect(dlock_test_waiter_join(&w, AWAIT_MS), DLOCK_OK)) {
 			CU_ASSERT(w.token > t1);
