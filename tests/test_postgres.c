@@ -382,6 +382,40 @@ static void test_cloexec(void)
 	dlock_client_close(c);
 }
 
+/*
+ * The first token of a client whose URI says fencing=off may have to set
+ * the sequence up: that happens on a session of its own, never on the
+ * session another held lock shares (its heartbeat would wait behind it).
+ */
+static void test_first_token_own_session(void)
+{
+	char name1[128], name2[128], app[64], param[128], uri[1024];
+	unique_name(name1, sizeof name1, "token-first-a");
+	unique_name(name2, sizeof name2, "token-first-b");
+	snprintf(app, sizeof app, "dlock-tok1-%ld-%u", (long)getpid(), name_counter);
+	snprintf(param, sizeof param, "application_name=%s&fencing=off", app);
+	uri_with(uri, sizeof uri, dlock_test_env("DLOCK_TEST_PG_URI"), param);
+	dlock_client *c = open_uri(uri);
+	dlock_lock *a = new_lock(c, name1), *b = new_lock(c, name2);
+	PGconn *mon = monitor();
+	if (a && b && expect(acquire(a, 0, 0, NULL, NULL), DLOCK_OK)) {
+		CU_ASSERT_EQUAL(backends_of(mon, app), 1);
+		dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+		o.wait_ms = 0;
+		o.fencing = 1;
+		if (expect(dlock_acquire(b, &o), DLOCK_OK)) {
+			CU_ASSERT(dlock_test_token(b) > 0);
+			CU_ASSERT_EQUAL(backends_of(mon, app), 2);
+			CU_ASSERT_EQUAL(dlock_release(b), DLOCK_OK);
+		}
+		CU_ASSERT_EQUAL(dlock_release(a), DLOCK_OK);
+	}
+	PQfinish(mon);
+	dlock_lock_free(a);
+	dlock_lock_free(b);
+	dlock_client_close(c);
+}
+
 /* ------------------------------------------------------------ per mode */
 
 /* End every session of application `app`; returns how many. */
@@ -907,6 +941,7 @@ static void add_suites(void)
 	CU_add_test(s, "missing_privilege", test_missing_privilege);
 	CU_add_test(s, "cloexec", test_cloexec);
 	CU_add_test(s, "idle_session_ends", test_idle_session_ends);
+	CU_add_test(s, "first_token_own_session", test_first_token_own_session);
 	add_mode_suite("postgres-advisory", init_advisory);
 	add_mode_suite("postgres-row", init_row);
 	if (dlock_test_env("DLOCK_TEST_PG_BOUNCER_URI"))

@@ -215,7 +215,11 @@ static dlock_status adv_acquire(void *backend, void *lkp, int64_t lease_ms, dloc
 	if (st != DLOCK_OK)
 		return st;
 	lk->lease_ms = lease_ms;
-	struct dlock_pg_conn *c = dlock_pg_pool_share(b, lease_ms);
+	/* The first token of a client may have to set the sequence up (a
+	 * transaction, perhaps waiting for another client's setup): never on a
+	 * session that other locks hold, whose heartbeats would wait for it. */
+	int setup = fencing && !atomic_load(&b->fence_ready);
+	struct dlock_pg_conn *c = setup ? NULL : dlock_pg_pool_share(b, lease_ms);
 	if (c) {
 		st = attempt(b, c, lk, NULL, fencing, out, err);
 		dlock_pg_pool_put(b, c);

@@ -195,9 +195,16 @@ dlock_status dlock_pg_fence(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
 dlock_status dlock_pg_fence_failed(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_status st,
                                    const char *sqlstate, dlock_error *err)
 {
-	/* 42501 insufficient_privilege, 42P01 undefined_table: revoked or dropped since it was seen. */
+	/* 42501 insufficient_privilege, 42P01 undefined_table: revoked or dropped
+	 * since it was seen.  Looked at again only on a session no other lock
+	 * holds (setting the sequence up again is a transaction); the next
+	 * token taken on a session of its own does it. */
 	if (c->dead || (strcmp(sqlstate, "42501") != 0 && strcmp(sqlstate, "42P01") != 0))
 		return st;
+	if (c->nlocks > 0) {
+		atomic_store(&b->fence_ready, 0);
+		return st;
+	}
 	atomic_store(&b->fence_ready, 0);
 	dlock_error why;
 	if (dlock_pg_fence(b, c, &why) != DLOCK_EPERM)
