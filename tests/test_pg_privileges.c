@@ -223,6 +223,15 @@ static void test_advisory(void)
 		token_refused(c, "adv-revoked");
 		dlock_client_close(c);
 	}
+	/* nextval needs USAGE or UPDATE: UPDATE alone will do. */
+	grant_to("UPDATE ON SEQUENCE dlock_fence");
+	uri_as(uri, sizeof uri, role, "");
+	c = open_ok(uri);
+	if (c) {
+		locks_work(c, "adv-update", 1);
+		dlock_client_close(c);
+	}
+	revoke_from("UPDATE ON SEQUENCE dlock_fence");
 	drop_role();
 }
 

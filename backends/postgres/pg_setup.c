@@ -50,12 +50,14 @@ static int is_true(const PGresult *res, int col)
 static dlock_status inspect(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct state *s,
                             dlock_error *err)
 {
-	/* has_table_privilege with a list means any of them: each is asked on its own. */
+	/* A privilege list means any of them: right for the sequence (nextval
+	 * needs USAGE or UPDATE), wrong for the table, whose three are each
+	 * asked on their own. */
 	struct dlock_pg_stmt q = {
 		.sql = "SELECT $1::text IS NOT NULL AND to_regclass($1) IS NULL, "
 		       "$2::text IS NOT NULL AND to_regclass($2) IS NULL, "
 		       "CASE WHEN to_regclass($1) IS NULL THEN false "
-		       "ELSE NOT has_sequence_privilege($1, 'USAGE') END, "
+		       "ELSE NOT has_sequence_privilege($1, 'USAGE, UPDATE') END, "
 		       "CASE WHEN to_regclass($2) IS NULL THEN false "
 		       "ELSE NOT (has_table_privilege($2, 'SELECT') AND has_table_privilege($2, 'INSERT') "
 		       "AND has_table_privilege($2, 'UPDATE')) END",
