@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the libFuzzer harnesses of tests/fuzz with clang, AddressSanitizer
+# Build the libFuzzer harnesses (tests/fuzz, and those of a backend's own
+# functions beside it in backends/NAME/) with clang, AddressSanitizer
 # and UBSan, then run each for DLOCK_FUZZ_SECONDS (default 30) on its seed
 # corpus.  Exits non-zero when a harness finds a crash, a leak or a broken
 # property; the input that did it is saved in BUILD/crashes/.
@@ -7,7 +8,7 @@
 # Usage: bash ci/fuzz.sh [HARNESS...]     (default: every harness built)
 #
 # BUILD is build/fuzz (DLOCK_FUZZ_BUILD).  The seeds in
-# tests/fuzz/corpus/HARNESS/ are only read; what the fuzzer learns goes to
+# tests/fuzz/corpus/HARNESS/ (backends/NAME/corpus/HARNESS/) are only read; what the fuzzer learns goes to
 # BUILD/corpus/HARNESS/ and is kept between runs.  A crash input becomes a
 # regression case by being copied into the seed directory: every later run
 # (and `ctest -L fuzz` in BUILD) replays it first.
@@ -42,6 +43,9 @@ mkdir -p "$out/crashes"
 failed=()
 for h in "${harnesses[@]}"; do
 	seeds=tests/fuzz/corpus/$h
+	for d in backends/*/corpus/"$h"; do
+		[ -d "$d" ] && seeds=$d
+	done
 	learned=$out/corpus/$h
 	mkdir -p "$learned"
 	echo "== fuzz $h: ${seconds}s"

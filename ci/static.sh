@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Static analysis of core/, backends/ and tools/ with cppcheck and
 # clang-tidy, over the compile commands of a configure-only build in
-# build/static (DLOCK_STATIC_BUILD).  Exit 0 when both are clean.
+# build/static (DLOCK_STATIC_BUILD), after a check that no file includes
+# a private header (the core's internal.h, a backend's *_internal.h)
+# outside its owner's folder.  Exit 0 when all are clean.
 #
 # Usage: bash ci/static.sh
 #
@@ -38,6 +40,33 @@ EOF
 echo "static: ${#files[@]} files"
 
 rc=0
+
+# ---- private headers: the core's internal.h is included only in core/, a
+# backend's *_internal.h only in its own folder backends/NAME/ (tests and
+# fuzz harnesses of a backend's internals live there too); everything else
+# goes through the public headers and the control door.
+echo "== private headers"
+leaks=()
+while IFS= read -r hit; do
+	file=${hit%%:*}
+	header=$(sed -E 's/^[^:]*:[0-9]+:.*#[[:space:]]*include[[:space:]]*[<"]([^">]*)[">].*/\1/' <<<"$hit")
+	base=${header##*/}
+	if [ "$base" = internal.h ]; then
+		[[ $file == core/* ]] || leaks+=("$hit")
+		continue
+	fi
+	for owner in backends/*/"$base"; do
+		[ -f "$owner" ] || continue
+		[[ $file == "${owner%/*}"/* ]] || leaks+=("$hit")
+	done
+done < <(grep -rnE --include='*.c' --include='*.h' \
+	'^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]([^">]*/)?([A-Za-z0-9]+_)?internal\.h[">]' \
+	tests tools examples backends core 2>/dev/null || true)
+if [ ${#leaks[@]} -gt 0 ]; then
+	echo "static: private headers included outside their owner's folder:" >&2
+	printf '  %s\n' "${leaks[@]}" >&2
+	rc=1
+fi
 
 # ---- cppcheck: warnings, performance and portability (style is left to review)
 echo "== cppcheck"
@@ -87,5 +116,5 @@ if [ ${#left[@]} -gt 0 ]; then
 	rc=1
 fi
 
-[ "$rc" -eq 0 ] && echo "static: cppcheck and clang-tidy clean"
+[ "$rc" -eq 0 ] && echo "static: private headers, cppcheck and clang-tidy clean"
 exit "$rc"

@@ -94,6 +94,13 @@ static const char *missing_method(const dlock_driver *d)
 	return NULL;
 }
 
+/* Slots of a version-N driver are read only when N is at least the
+ * version that brought them: an older driver's struct ends before. */
+dlock_driver_control_fn *dlock_driver_control_of(const dlock_driver *d)
+{
+	return d && d->abi_version >= 2 ? d->control : NULL;
+}
+
 /* Register `d`, or write in why[] (size REASON_MAX) why not. */
 static dlock_status register_locked(const dlock_driver *d, char *why)
 {
@@ -103,8 +110,8 @@ static dlock_status register_locked(const dlock_driver *d, char *why)
 		snprintf(why, REASON_MAX, "the driver pointer is NULL");
 		return DLOCK_EINVAL;
 	}
-	if (d->abi_version != DLOCK_DRIVER_ABI_VERSION) {
-		snprintf(why, REASON_MAX, "ABI version %u, this library accepts %u", d->abi_version,
+	if (d->abi_version < 1 || d->abi_version > DLOCK_DRIVER_ABI_VERSION) {
+		snprintf(why, REASON_MAX, "ABI version %u, this library accepts 1 to %u", d->abi_version,
 		         (unsigned)DLOCK_DRIVER_ABI_VERSION);
 		return DLOCK_EVERSION;
 	}

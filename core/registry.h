@@ -26,6 +26,13 @@ const char *dlock_registry_refused_reason(const char *scheme);
  */
 void dlock_registry_add_builtins(const dlock_driver *const *table);
 
+/**
+ * The control() slot of a registered driver, or NULL when it has none or
+ * declares an ABI version before 2 (its struct ends before the slot: never
+ * read it).  Every read of the slot goes through here.
+ */
+dlock_driver_control_fn *dlock_driver_control_of(const dlock_driver *d);
+
 /** The registry's per-driver shared object (see dlock_host_shared()). */
 void *dlock_registry_shared(const dlock_driver *driver, void *(*create)(void));
 

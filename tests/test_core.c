@@ -1,15 +1,18 @@
 /*
  * Tests of the core through a controllable driver ("ctl://"): registry
  * rules, lease renewal and expiry, lost-lock delivery, cancellation of a
- * driver blocked in a server call, per-thread error text, parameters.
+ * driver blocked in a server call, per-thread error text, parameters,
+ * the control door and drivers of an older ABI version.
  */
 #include "dlock/dlock.h"
+#include "dlock/sys/control.h"
 #include "dlock/sys/driver.h"
 #include "registry.h"
 #include "testsupport.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <time.h>
 #include <string.h>
@@ -28,7 +31,15 @@ struct ctl {
 	atomic_int lose_in_acquire; /* acquire() reports the loss before returning */
 	int interrupted;
 	void *last_lk; /* state of the lock acquired last, for reports */
+	/* The last control() call: its arguments. */
+	int controls;
+	void *control_lk;
+	int control_op;
+	void *control_arg;
 };
+
+/* The one control operation ctl:// knows: *(int *)arg += 1. */
+#define CTL_OP_BUMP 0x7f01
 
 struct ctl_lock {
 	int held;
@@ -144,6 +155,23 @@ static dlock_status ctl_extend(void *backend, void *lk, int64_t lease_ms, dlock_
 	return st == DLOCK_OK ? DLOCK_OK : dlock_error_set(err, st, "ctl: extend answers %s", dlock_status_name(st));
 }
 
+static dlock_status ctl_control(void *backend, void *lk, int op, void *arg, dlock_error *err)
+{
+	struct ctl *b = backend;
+	pthread_mutex_lock(&b->mu);
+	b->controls++;
+	b->control_lk = lk;
+	b->control_op = op;
+	b->control_arg = arg;
+	pthread_mutex_unlock(&b->mu);
+	if (op != CTL_OP_BUMP)
+		return DLOCK_ENOTSUP;
+	if (lk && !((struct ctl_lock *)lk)->held)
+		return dlock_error_set(err, DLOCK_ENOTHELD, "ctl: bump on a lock not held");
+	++*(int *)arg;
+	return DLOCK_OK;
+}
+
 static const dlock_driver ctl_driver = {
 	.abi_version = DLOCK_DRIVER_ABI_VERSION,
 	.scheme = "ctl",
@@ -156,7 +184,30 @@ static const dlock_driver ctl_driver = {
 	.acquire = ctl_acquire,
 	.release = ctl_release,
 	.extend = ctl_extend,
+	.control = ctl_control,
 };
+
+/* A driver built against version 1 of the contract: its struct ends right
+ * after check(), so the core must never read a control slot from it (an
+ * object of this prefix type has no such slot; AddressSanitizer catches
+ * a read past it). */
+struct driver_v1 {
+	unsigned abi_version;
+	const char *scheme;
+	size_t lock_size;
+	dlock_driver_open_fn *open;
+	dlock_driver_close_fn *close;
+	dlock_driver_capabilities_fn *capabilities;
+	dlock_driver_knows_param_fn *knows_param;
+	dlock_driver_lock_init_fn *lock_init;
+	dlock_driver_lock_fini_fn *lock_fini;
+	dlock_driver_acquire_fn *acquire;
+	dlock_driver_release_fn *release;
+	dlock_driver_extend_fn *extend;
+	dlock_driver_check_fn *check;
+};
+_Static_assert(sizeof(struct driver_v1) == offsetof(dlock_driver, control),
+               "struct driver_v1 is the version-1 prefix of dlock_driver");
 
 /* Built-ins that registration must refuse: a driver built for another ABI
  * version, one without a required method, one with a scheme taken. */
@@ -272,6 +323,115 @@ static dlock_acquire_options opts_lease(int64_t lease_ms, int renew, struct lost
 
 /* ------------------------------------------------------------ tests */
 
+/* Versions 1 through the current one register; later ones do not. */
+static void test_registry_versions(void)
+{
+	dlock_driver d = ctl_driver;
+	d.scheme = "ctlv3";
+	d.abi_version = 3;
+	CU_ASSERT_EQUAL(dlock_register_driver(&d), DLOCK_EVERSION);
+	d.abi_version = 0;
+	CU_ASSERT_EQUAL(dlock_register_driver(&d), DLOCK_EVERSION);
+	CU_ASSERT_PTR_NULL(strstr(dlock_backends(), "ctlv3"));
+}
+
+/* A version-1 driver works, and its door is closed without reading past it. */
+static void test_driver_v1(void)
+{
+	struct driver_v1 *v1 = malloc(sizeof *v1); /* kept by the registry for good */
+	CU_ASSERT_PTR_NOT_NULL_FATAL(v1);
+	*v1 = (struct driver_v1){
+		.abi_version = 1,
+		.scheme = "ctlv1",
+		.lock_size = sizeof(struct ctl_lock),
+		.open = ctl_open,
+		.close = ctl_close,
+		.capabilities = ctl_caps,
+		.lock_init = ctl_init,
+		.acquire = ctl_acquire,
+		.release = ctl_release,
+		.extend = ctl_extend,
+	};
+	CU_ASSERT_EQUAL_FATAL(dlock_register_driver((const dlock_driver *)(const void *)v1), DLOCK_OK);
+
+	dlock_client *c = open_ctl("ctlv1://x");
+	dlock_lock *l = NULL;
+	dlock_acquire_options o = opts_lease(10000, 0, NULL);
+	int x = 0;
+	size_t records = 99;
+	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, "v1", &l), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_extend(l, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_client_control(c, CTL_OP_BUMP, &x), DLOCK_ENOTSUP);
+	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(c), "not supported by ctlv1://"));
+	CU_ASSERT_EQUAL(dlock_lock_control(l, CTL_OP_BUMP, &x), DLOCK_ENOTSUP);
+	CU_ASSERT_EQUAL(x, 0);
+	/* The core's own operations do not depend on the driver's version. */
+	CU_ASSERT_EQUAL(dlock_client_control(c, DLOCK_CTL_ERRMSG_RECORDS, &records), DLOCK_OK);
+	CU_ASSERT_EQUAL(records, 1);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_lock_free(l);
+	dlock_client_close(c);
+}
+
+/* The door passes the client, the handle's state, op and arg to control(). */
+static void test_control_door(void)
+{
+	dlock_client *c = open_ctl("ctl://door");
+	struct ctl *b = last_ctl;
+	dlock_lock *l = NULL;
+	dlock_acquire_options o = opts_lease(10000, 0, NULL);
+	int x = 0;
+	size_t records = 99;
+
+	CU_ASSERT_EQUAL(dlock_client_control(c, CTL_OP_BUMP, &x), DLOCK_OK);
+	CU_ASSERT_EQUAL(x, 1);
+	CU_ASSERT_EQUAL(b->controls, 1);
+	CU_ASSERT_PTR_NULL(b->control_lk);
+	CU_ASSERT_EQUAL(b->control_op, CTL_OP_BUMP);
+	CU_ASSERT_PTR_EQUAL(b->control_arg, &x);
+
+	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, "door", &l), DLOCK_OK);
+	/* The driver's failure and its text. */
+	CU_ASSERT_EQUAL(dlock_lock_control(l, CTL_OP_BUMP, &x), DLOCK_ENOTHELD);
+	CU_ASSERT_STRING_EQUAL(dlock_client_errmsg(c), "ctl: bump on a lock not held");
+	CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_lock_control(l, CTL_OP_BUMP, &x), DLOCK_OK);
+	CU_ASSERT_EQUAL(x, 2);
+	CU_ASSERT_PTR_EQUAL(b->control_lk, b->last_lk);
+	CU_ASSERT_PTR_NOT_NULL(b->control_lk);
+
+	/* An operation the driver does not know; another backend's code. */
+	CU_ASSERT_EQUAL(dlock_client_control(c, 0x5a01, &x), DLOCK_ENOTSUP);
+	CU_ASSERT_EQUAL(b->control_op, 0x5a01);
+	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(c), "0x5a01 is not supported by ctl://"));
+	CU_ASSERT_EQUAL(dlock_lock_control(l, 0x5001, &x), DLOCK_ENOTSUP);
+	CU_ASSERT_EQUAL(x, 2);
+
+	/* Core operations are answered by the core, never passed on. */
+	int before = b->controls;
+	CU_ASSERT_EQUAL(dlock_client_control(c, DLOCK_CTL_ERRMSG_RECORDS, &records), DLOCK_OK);
+	CU_ASSERT_EQUAL(records, 1);
+	CU_ASSERT_EQUAL(dlock_client_control(c, DLOCK_CTL_CORE_LAST, &records), DLOCK_ENOTSUP);
+	CU_ASSERT_EQUAL(dlock_lock_control(l, DLOCK_CTL_ERRMSG_RECORDS, &records), DLOCK_ENOTSUP);
+	CU_ASSERT_EQUAL(b->controls, before);
+
+	/* NULL arguments. */
+	CU_ASSERT_EQUAL(dlock_client_control(NULL, CTL_OP_BUMP, &x), DLOCK_EINVAL);
+	CU_ASSERT_EQUAL(dlock_client_control(c, CTL_OP_BUMP, NULL), DLOCK_EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(c), "arg must not be NULL"));
+	CU_ASSERT_EQUAL(dlock_lock_control(NULL, CTL_OP_BUMP, &x), DLOCK_EINVAL);
+	CU_ASSERT_EQUAL(dlock_lock_control(l, CTL_OP_BUMP, NULL), DLOCK_EINVAL);
+	CU_ASSERT_EQUAL(b->controls, before);
+	CU_ASSERT_EQUAL(x, 2);
+
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_client_close(c);
+	/* After close: refused, the driver is not called (it is gone). */
+	CU_ASSERT_EQUAL(dlock_lock_control(l, CTL_OP_BUMP, &x), DLOCK_ECLOSED);
+	dlock_lock_free(l);
+}
+
 static void test_registry_rules(void)
 {
 	dlock_driver d = ctl_driver;
@@ -309,7 +469,7 @@ static void test_refused_builtins(void)
 	CU_ASSERT_EQUAL(dlock_client_open(&c, "badabi://x?ttl=1s", NULL, err, sizeof err), DLOCK_ENOBACKEND);
 	CU_ASSERT_PTR_NULL(c);
 	CU_ASSERT_PTR_NOT_NULL(
-	        strstr(err, "driver 'badabi' refused at registration: ABI version 9, this library accepts 1"));
+	        strstr(err, "driver 'badabi' refused at registration: ABI version 9, this library accepts 1 to 2"));
 	CU_ASSERT_EQUAL(dlock_client_open(&c, "norelease://x", NULL, err, sizeof err), DLOCK_ENOBACKEND);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "driver 'norelease' refused at registration: "));
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "'release'"));
@@ -327,7 +487,7 @@ static void test_refused_builtins(void)
 	while (dlock_backend_refused(n, &scheme, &reason) == DLOCK_OK) {
 		if (n == 0) {
 			CU_ASSERT_STRING_EQUAL(scheme, "badabi");
-			CU_ASSERT_STRING_EQUAL(reason, "ABI version 9, this library accepts 1");
+			CU_ASSERT_STRING_EQUAL(reason, "ABI version 9, this library accepts 1 to 2");
 		} else if (n == 2) {
 			CU_ASSERT_STRING_EQUAL(scheme, "mem");
 			CU_ASSERT_PTR_NOT_NULL(strstr(reason, "'mem'"));
@@ -589,6 +749,9 @@ static void add_suites(void)
 	dlock_register_driver(&ctl_driver);
 	CU_pSuite s = CU_add_suite("core", NULL, NULL);
 	CU_add_test(s, "registry rules", test_registry_rules);
+	CU_add_test(s, "registry accepts versions 1 to current", test_registry_versions);
+	CU_add_test(s, "a version-1 driver works, its door is closed", test_driver_v1);
+	CU_add_test(s, "the control door reaches the driver", test_control_door);
 	CU_add_test(s, "backend parameters checked", test_params_checked);
 	CU_add_test(s, "a refused built-in driver says why", test_refused_builtins);
 	CU_add_test(s, "renewal keeps the lock", test_renewal_keeps_lock);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dlock/sys/postgres.h"
 #include "pg_internal.h"
 
 /* ------------------------------------------------------------ open */
@@ -232,6 +233,17 @@ static dlock_status pg_check(void *backend, void *lk, dlock_error *err)
 	return ((struct dlock_pg_backend *)backend)->mode->check(backend, lk, err);
 }
 
+/* Operations of dlock/sys/postgres.h. */
+static dlock_status pg_control(void *backend, void *lkp, int op, void *arg, dlock_error *err)
+{
+	(void)backend;
+	(void)err;
+	if (op != DLOCK_PG_CTL_ADVISORY_KEY || !lkp)
+		return DLOCK_ENOTSUP;
+	*(int64_t *)arg = ((struct dlock_pg_lock *)lkp)->key;
+	return DLOCK_OK;
+}
+
 #define PG_DRIVER(SCHEME)                                     \
 	{                                                     \
 		.abi_version = DLOCK_DRIVER_ABI_VERSION,      \
@@ -247,6 +259,7 @@ static dlock_status pg_check(void *backend, void *lk, dlock_error *err)
 		.release = pg_release,                        \
 		.extend = pg_extend,                          \
 		.check = pg_check,                            \
+		.control = pg_control,                        \
 	}
 
 const dlock_driver dlock_postgres_driver = PG_DRIVER("postgres");

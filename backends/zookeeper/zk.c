@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dlock/sys/zookeeper.h"
 #include "zk_internal.h"
 
 static dlock_status zk_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
@@ -144,6 +145,23 @@ static dlock_status zk_check(void *backend, void *lkp, dlock_error *err)
 	return st;
 }
 
+/* Operations of dlock/sys/zookeeper.h. */
+static dlock_status zk_control(void *backend, void *lkp, int op, void *arg, dlock_error *err)
+{
+	struct zk_client *c = backend;
+	dlock_status st = DLOCK_OK;
+	(void)lkp; /* the session is the client's, whichever handle asks */
+	if (op != DLOCK_ZK_CTL_SESSION_ID)
+		return DLOCK_ENOTSUP;
+	pthread_mutex_lock(&c->mu);
+	if (c->cur && c->cur->zh)
+		*(clientid_t *)arg = *zoo_client_id(c->cur->zh);
+	else
+		st = dlock_error_set(err, DLOCK_ECONNECT, "zk://: the client has no session at the moment");
+	pthread_mutex_unlock(&c->mu);
+	return st;
+}
+
 const dlock_driver dlock_zk_driver = {
 	.abi_version = DLOCK_DRIVER_ABI_VERSION,
 	.scheme = "zk",
@@ -158,4 +176,5 @@ const dlock_driver dlock_zk_driver = {
 	.release = zk_release,
 	.extend = NULL,
 	.check = zk_check,
+	.control = zk_control,
 };

@@ -412,6 +412,31 @@ DLOCK_API dlock_status dlock_cancel(dlock_lock *lock);
  */
 DLOCK_API dlock_status dlock_lock_fencing_token(dlock_lock *lock, uint64_t *token);
 
+/* --------------------------------------------------------------- control */
+
+/**
+ * Backend-specific operation `op` on the client, with the argument `arg`
+ * whose type the operation sets (after SQLite's file control).  Codes are
+ * in ranges: the core's own in dlock/sys/control.h, answered by the core
+ * whatever the backend; each backend's in its header (dlock/sys/zookeeper.h,
+ * dlock/sys/postgres.h, ...), so a code sent to another backend is
+ * DLOCK_ENOTSUP.  DLOCK_ENOTSUP also when the backend has no such door or
+ * does not know `op`; DLOCK_EINVAL for a NULL client or `arg` (every
+ * operation takes one); DLOCK_ECLOSED after dlock_client_close().  Failure
+ * text through dlock_client_errmsg().  Thread-safe, as the backend's other
+ * client calls are.
+ */
+DLOCK_API dlock_status dlock_client_control(dlock_client *client, int op, void *arg);
+
+/**
+ * The same on one lock handle, held or not.  Like every other call on a
+ * handle it never overlaps another driver call on the same handle (it
+ * waits for one in progress: an acquire, a release, a renewal), so it may
+ * be called from any thread.  Same status and error text rules as
+ * dlock_client_control(); core operations are not available here.
+ */
+DLOCK_API dlock_status dlock_lock_control(dlock_lock *lock, int op, void *arg);
+
 /* --------------------------------------------------------------- helpers */
 
 /**

@@ -45,9 +45,20 @@
  *   - Every descriptor it opens is close-on-exec.
  *
  * Versioning: methods are only ever appended; each appended block raises
- * DLOCK_DRIVER_ABI_VERSION.  Registration refuses other versions, a missing
- * MUST method, and a scheme that is already registered.  A missing MAY
- * method makes the matching API call return DLOCK_ENOTSUP.
+ * DLOCK_DRIVER_ABI_VERSION and is marked in struct dlock_driver with the
+ * version that brought it:
+ *   - version 1: open ... check;
+ *   - version 2: control (the door for backend-specific operations).
+ * Registration accepts every version from 1 through DLOCK_DRIVER_ABI_VERSION
+ * (DLOCK_EVERSION otherwise: a driver built for a newer library), and the
+ * core never reads a slot past the version a driver declares, so a driver
+ * built against an older header keeps working, its later slots counting as
+ * absent.  The same rule holds for every struct that crosses this boundary
+ * (dlock_uri, dlock_acquired, ...): fields are only appended, and the side
+ * that did not allocate a struct reads only the fields of the version it
+ * knows.  Registration also refuses a missing MUST method and a scheme that
+ * is already registered.  A missing MAY method (or one past the driver's
+ * version) makes the matching API call return DLOCK_ENOTSUP.
  */
 #ifndef DLOCK_SYS_DRIVER_H
 #define DLOCK_SYS_DRIVER_H
@@ -63,7 +74,7 @@ extern "C" {
 #endif
 
 /** Version of struct dlock_driver; raised with each appended block of methods. */
-#define DLOCK_DRIVER_ABI_VERSION 1
+#define DLOCK_DRIVER_ABI_VERSION 2
 
 /* ------------------------------------------------------------ error text */
 
@@ -314,6 +325,23 @@ typedef dlock_status dlock_driver_extend_fn(void *backend, void *lk, int64_t lea
 typedef dlock_status dlock_driver_check_fn(void *backend, void *lk, dlock_error *err);
 
 /**
+ * The control door (ABI version 2), after SQLite's xFileControl: a
+ * backend-specific operation `op` on the client (`lk` NULL, from
+ * dlock_client_control()) or on one lock handle (`lk` its state, from
+ * dlock_lock_control()).  `arg` is the operation's argument, its type set
+ * by the operation.  Codes are per backend, each backend in a range of its
+ * own declared in a public header (include/dlock/sys/NAME.h, see
+ * include/dlock/sys/control.h), so a code sent to another backend is
+ * unknown there.  Returns DLOCK_ENOTSUP for an `op` the driver does not
+ * know (writing no message is fine), else the operation's status with a
+ * message on failure.  Calls with `lk` obey the per-lock rule above (never
+ * overlapping another call on that `lk`, and only between lock_init() and
+ * lock_fini()); calls with `lk` NULL may run concurrently with anything
+ * but open() and close().  MAY.
+ */
+typedef dlock_status dlock_driver_control_fn(void *backend, void *lk, int op, void *arg, dlock_error *err);
+
+/**
  * A backend: one const object per URI scheme, written with designated
  * initializers and passed to dlock_register_driver().  Each method is
  * marked MUST (registration refuses NULL) or MAY (NULL: the matching API
@@ -335,12 +363,15 @@ typedef struct dlock_driver {
 	dlock_driver_release_fn *release;           /**< MUST */
 	dlock_driver_extend_fn *extend;             /**< MAY */
 	dlock_driver_check_fn *check;               /**< MAY */
+
+	/* ABI version 2 */
+	dlock_driver_control_fn *control;           /**< MAY */
 } dlock_driver;
 
 /**
  * Register a driver (not copied: it must outlive the process's use of
- * dlock, typically a static const object).  DLOCK_EVERSION for another ABI
- * version, DLOCK_EINVAL for a missing MUST method or a bad scheme,
+ * dlock, typically a static const object).  DLOCK_EVERSION for an ABI
+ * version outside 1..DLOCK_DRIVER_ABI_VERSION, DLOCK_EINVAL for a missing MUST method or a bad scheme,
  * DLOCK_EEXIST for a scheme already registered.  Thread-safe.
  */
 DLOCK_API dlock_status dlock_register_driver(const dlock_driver *driver);

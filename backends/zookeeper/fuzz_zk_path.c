@@ -19,7 +19,7 @@
 
 #include "fuzz.h"
 
-#include "../../backends/zookeeper/zk_internal.h"
+#include "zk_internal.h"
 #include "uri.h"
 
 /* Split off the next NUL-terminated piece of [*p, end). */
