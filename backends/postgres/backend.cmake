@@ -1,6 +1,6 @@
-# PostgreSQL backend (postgres://, postgresql://): built when libpq is found.
-pkg_check_modules(LIBPQ IMPORTED_TARGET libpq)
-if(LIBPQ_FOUND)
+# PostgreSQL backend (postgres://, postgresql://): built when libpq is found
+# (dlock::pq, from cmake/DlockBackends.cmake).
+if(DLOCK_BACKEND_POSTGRES)
   list(APPEND DLOCK_DRIVERS postgres postgresql)
   list(APPEND DLOCK_BACKEND_SOURCES
     backends/postgres/pg.c
@@ -11,9 +11,6 @@ if(LIBPQ_FOUND)
     backends/postgres/pg_advisory.c
     backends/postgres/pg_row.c
     backends/postgres/pg_hash.c)
-  list(APPEND DLOCK_BACKEND_LIBS PkgConfig::LIBPQ)
   list(APPEND DLOCK_BACKEND_TESTS test_postgres test_pg_privileges)
   list(APPEND DLOCK_BACKEND_UNIT_TESTS ${CMAKE_CURRENT_LIST_DIR}/test_pg_key.c)
-else()
-  message(STATUS "libpq not found: postgres:// left out")
 endif()

@@ -1,6 +1,6 @@
-# redis:// and redis+unix:// (single instance and RedLock), with hiredis.
-pkg_check_modules(HIREDIS IMPORTED_TARGET hiredis)
-if(HIREDIS_FOUND)
+# redis:// and redis+unix:// (single instance and RedLock), with hiredis
+# (dlock::hiredis, from cmake/DlockBackends.cmake).
+if(DLOCK_BACKEND_REDIS)
   list(APPEND DLOCK_DRIVERS redis redis_unix)
   list(APPEND DLOCK_BACKEND_SOURCES
     backends/redis/redis.c
@@ -10,8 +10,5 @@ if(HIREDIS_FOUND)
     backends/redis/redis_scripts.c
     backends/redis/redis_sub.c
     backends/redis/redlock.c)
-  list(APPEND DLOCK_BACKEND_LIBS PkgConfig::HIREDIS)
   list(APPEND DLOCK_BACKEND_TESTS test_redis test_redis_fair)
-else()
-  message(STATUS "hiredis not found: redis:// left out")
 endif()

@@ -1,10 +1,6 @@
-# zk:// — ZooKeeper through libzookeeper_mt (the multi-threaded C client,
-# Debian: libzookeeper-mt-dev).  It ships no pkg-config file and no CMake
-# package, so look for the header and the library directly.
-find_path(ZOOKEEPER_INCLUDE_DIR zookeeper/zookeeper.h)
-find_library(ZOOKEEPER_MT_LIBRARY zookeeper_mt)
-
-if(ZOOKEEPER_INCLUDE_DIR AND ZOOKEEPER_MT_LIBRARY)
+# zk:// — ZooKeeper through libzookeeper_mt, the multi-threaded C client
+# (dlock::zookeeper, from cmake/DlockBackends.cmake).
+if(DLOCK_BACKEND_ZOOKEEPER)
   set(_zk_dir ${CMAKE_CURRENT_LIST_DIR})
   set(_zk_sources
     ${_zk_dir}/zk.c
@@ -21,12 +17,8 @@ if(ZOOKEEPER_INCLUDE_DIR AND ZOOKEEPER_MT_LIBRARY)
   # The header declares the synchronous API only for the threaded library
   # (tests/test_zookeeper.c defines THREADED itself: this is directory-scoped).
   set_source_files_properties(${_zk_sources} PROPERTIES COMPILE_DEFINITIONS THREADED)
-  include_directories(${ZOOKEEPER_INCLUDE_DIR})
   list(APPEND DLOCK_DRIVERS zk)
   list(APPEND DLOCK_BACKEND_SOURCES ${_zk_sources})
-  list(APPEND DLOCK_BACKEND_LIBS ${ZOOKEEPER_MT_LIBRARY})
   list(APPEND DLOCK_BACKEND_TESTS test_zookeeper)
   list(APPEND DLOCK_BACKEND_UNIT_TESTS ${_zk_dir}/test_zk_seq.c)
-else()
-  message(STATUS "libzookeeper_mt not found: zk:// left out")
 endif()
