@@ -48,7 +48,8 @@
  * DLOCK_DRIVER_ABI_VERSION and is marked in struct dlock_driver with the
  * version that brought it:
  *   - version 1: open ... check;
- *   - version 2: control (the door for backend-specific operations).
+ *   - version 2: control (the door for backend-specific operations),
+ *     try_acquire and disarm (one attempt; the core owns the waiting).
  * Registration accepts every version from 1 through DLOCK_DRIVER_ABI_VERSION
  * (DLOCK_EVERSION otherwise: a driver built for a newer library), and the
  * core never reads a slot past the version a driver declares, so a driver
@@ -158,8 +159,10 @@ DLOCK_API dlock_status dlock_uri_get_bool(const dlock_uri *uri, const char *key,
 
 /**
  * A waiting acquisition: its deadline and its cancellation.  Owned by the
- * core; valid during the acquire() call that receives it.  A driver that
- * waits for a notification keeps the pointer only while acquire() runs.
+ * core; valid during the acquire() call that receives it, or from the
+ * first try_acquire() of an acquisition until its disarm() returns (or,
+ * when nothing was armed, until its last try_acquire() returns).  A driver
+ * that waits for a notification keeps the pointer only that long.
  */
 typedef struct dlock_wait dlock_wait;
 
@@ -301,7 +304,10 @@ typedef dlock_status dlock_driver_lock_init_fn(void *backend, void *lk, const ch
 typedef void dlock_driver_lock_fini_fn(void *backend, void *lk);
 
 /**
- * Acquire `lk` within `w`'s deadline with a lease of `lease_ms`.  MUST.
+ * Acquire `lk` within `w`'s deadline with a lease of `lease_ms`, waiting
+ * itself: for a server that queues the waiters (a lock queue, a
+ * predecessor watch).  MUST in version 1; from version 2 a driver has this
+ * or try_acquire() (below), whose waiting the core does.
  * Returns DLOCK_OK (fill *out), DLOCK_EBUSY when it gave up because the
  * lock stayed held until the deadline (the core turns it into ETIMEDOUT
  * for bounded waits), DLOCK_ECANCELED when dlock_wait_sleep() or
@@ -323,6 +329,66 @@ typedef dlock_status dlock_driver_extend_fn(void *backend, void *lk, int64_t lea
 
 /** Ask the server: DLOCK_OK, DLOCK_ENOTHELD or DLOCK_EUNCERTAIN.  MAY. */
 typedef dlock_status dlock_driver_check_fn(void *backend, void *lk, dlock_error *err);
+
+/**
+ * What a try_acquire() that did not acquire tells the core's waiting loop
+ * (ABI version 2).  The core sets `after_ms` to -1 and the rest to 0
+ * before each attempt.
+ */
+typedef struct dlock_retry {
+	int64_t after_ms; /**< -1: when the core's backoff says; 0: at once; > 0: at the latest after this
+	                       many ms (for example when the holder's lease ends), earlier if woken */
+	int armed;        /**< 1: a wake-up is armed for this acquisition: the driver will call
+	                       dlock_wait_wake() when the lock may have come free, so the core sleeps until
+	                       then (or `after_ms`) instead of backing off; it stays armed until disarm() */
+	int transient;    /**< with a failure other than DLOCK_EBUSY: 1 when trying again may succeed (a
+	                       server unreachable for now); the core then tries again within the deadline
+	                       and, once the deadline passes, returns this failure and its message */
+} dlock_retry;
+
+/**
+ * One attempt to acquire `lk` with a lease of `lease_ms` (ABI version 2;
+ * MAY, but a driver needs this or acquire()).  The core owns the wait: it
+ * calls this again after a backoff or a wake-up until the lock is acquired,
+ * the deadline passes (DLOCK_ETIMEDOUT, or DLOCK_EBUSY for a try-once
+ * acquisition), the acquisition is cancelled or the client closes.  Returns
+ * at once, after at most one exchange with the server, without sleeping:
+ *   - DLOCK_OK: acquired; fill *out.
+ *   - DLOCK_EBUSY: someone else holds it; say in *retry when to try again,
+ *     and write why in `err` (kept as the message if the wait ends here).
+ *   - any other failure: the acquisition ends with it, unless
+ *     retry->transient says that trying again may help.
+ * On every failure the driver leaves nothing of this attempt on the server.
+ *
+ * Wake-ups: to be woken by a release instead of polling, the driver arms a
+ * notification for `w` (a subscription, a watch, a place in a queue) and
+ * sets retry->armed.  It arms *before* sending the attempt whose EBUSY it
+ * reports, so that a release between that answer and the core's sleep is
+ * not missed (dlock_wait remembers a wake that arrives early); a driver
+ * that arms only after a first EBUSY (so that an uncontended acquire costs
+ * nothing) answers that EBUSY with after_ms 0, and the core tries again at
+ * once.  An armed wake-up stays armed across the attempts of one
+ * acquisition; `w` stays valid until disarm() returns.  `w` is the same
+ * for all attempts of one acquisition; dlock_wait_wants_token() and
+ * dlock_wait_try_once() may be read, dlock_wait_sleep() must not be called.
+ *
+ * Which method the core calls: acquire() when the driver has no
+ * try_acquire(), or when it has both and the client's capabilities say
+ * DLOCK_WAKEUP_SERVER_QUEUE (the server queues the waiters itself, as a
+ * fair queue does); try_acquire() otherwise.
+ */
+typedef dlock_status dlock_driver_try_acquire_fn(void *backend, void *lk, int64_t lease_ms, dlock_wait *w,
+                                                 dlock_retry *retry, dlock_acquired *out, dlock_error *err);
+
+/**
+ * Undo what try_acquire() armed for `w` (ABI version 2; MAY, and needed by
+ * a driver that ever sets retry->armed).  Called once per acquisition in
+ * which an attempt set retry->armed, on every way out of the core's loop
+ * (acquired, failed, timed out, cancelled, client closing), after the last
+ * attempt, on the acquiring thread.  After it returns the driver no longer
+ * uses `w`.
+ */
+typedef void dlock_driver_disarm_fn(void *backend, void *lk, dlock_wait *w);
 
 /**
  * The control door (ABI version 2), after SQLite's xFileControl: a
@@ -359,13 +425,15 @@ typedef struct dlock_driver {
 	dlock_driver_knows_param_fn *knows_param;   /**< MAY */
 	dlock_driver_lock_init_fn *lock_init;       /**< MUST */
 	dlock_driver_lock_fini_fn *lock_fini;       /**< MAY */
-	dlock_driver_acquire_fn *acquire;           /**< MUST */
+	dlock_driver_acquire_fn *acquire;           /**< MUST in version 1; from version 2 this or try_acquire */
 	dlock_driver_release_fn *release;           /**< MUST */
 	dlock_driver_extend_fn *extend;             /**< MAY */
 	dlock_driver_check_fn *check;               /**< MAY */
 
 	/* ABI version 2 */
 	dlock_driver_control_fn *control;           /**< MAY */
+	dlock_driver_try_acquire_fn *try_acquire;   /**< MAY; a driver needs this or acquire() */
+	dlock_driver_disarm_fn *disarm;             /**< MAY; needed by a driver that arms wake-ups */
 } dlock_driver;
 
 /**
