@@ -17,9 +17,8 @@
 #ifndef DLOCK_SYS_CONTROL_H
 #define DLOCK_SYS_CONTROL_H
 
-/** First and last code of the core's range. */
-#define DLOCK_CTL_CORE_FIRST 0x0100
-#define DLOCK_CTL_CORE_LAST 0x01ff
+#define DLOCK_CTL_CORE_FIRST 0x0100 /**< first code of the core's range */
+#define DLOCK_CTL_CORE_LAST 0x01ff  /**< last code of the core's range */
 
 /**
  * Client only.  `arg` is a size_t *: the number of threads that have an
