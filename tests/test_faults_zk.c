@@ -195,8 +195,11 @@ static int only_child(zhandle_t *zh, const char *parent, char *out, size_t len)
  * Another client deletes the holder's node while the holder is cut off,
  * within its session: the watch on its own node, set again by the client
  * library when it reconnects, reports the lock taken (not a session loss).
+ * With `parent_too` the parent goes as well, as when the server reaps the
+ * emptied container meanwhile: the reconnection then reports the parent's
+ * deletion rather than a change of its children.
  */
-static void test_deleted_while_disconnected(void)
+static void deleted_while_disconnected(int parent_too)
 {
 	char base[64], uri[512], parent[512], node[1024];
 	new_base(base, sizeof base);
@@ -213,6 +216,8 @@ static void test_deleted_while_disconnected(void)
 	faultproxy_reset(px);
 	CU_ASSERT(dlock_test_await(check_uncertain, la, FT_AWAIT_MS));
 	CU_ASSERT_EQUAL(zoo_delete(zh, node, -1), ZOK);
+	if (parent_too)
+		CU_ASSERT_EQUAL(zoo_delete(zh, parent, -1), ZOK);
 	CU_ASSERT_EQUAL(faultproxy_refuse(px, 0), 0);
 	CU_ASSERT(dlock_test_await(ft_lost_called, &lost, FT_AWAIT_MS));
 	CU_ASSERT_EQUAL(atomic_load(&lost.reason), DLOCK_LOST_TAKEN);
@@ -225,6 +230,16 @@ static void test_deleted_while_disconnected(void)
 	dlock_lock_free(la);
 	dlock_client_close(a);
 	faultproxy_stop(px);
+}
+
+static void test_deleted_while_disconnected(void)
+{
+	deleted_while_disconnected(0);
+}
+
+static void test_deleted_with_parent_while_disconnected(void)
+{
+	deleted_while_disconnected(1);
 }
 
 /* ------------------------------------------------------------ blackhole past the session */
@@ -323,6 +338,7 @@ static void add_suites(void)
 	CU_add_test(s, "reset during the create: one node of ours, cleaned up", test_reset_during_create);
 	CU_add_test(s, "reset while held: the lock survives", test_reset_while_held);
 	CU_add_test(s, "node deleted while cut off: taken, told on reconnection", test_deleted_while_disconnected);
+	CU_add_test(s, "node and its container deleted while cut off: taken, told", test_deleted_with_parent_while_disconnected);
 	CU_add_test(s, "blackhole past the session: told first, fenced after", test_blackhole_past_session);
 	CU_add_test(s, "server hung or refusing at open: ECONNECT in time", test_server_down_at_open);
 	CU_add_test(s, "closed while holding on a slow path: released", test_close_releases);

@@ -11,7 +11,10 @@
  * will tell of our node's deletion.  When the children change (a contender
  * queues, or our node goes), we send one exists with a watch on our node
  * itself: ZNONODE means it is gone; otherwise that watch now reports its
- * deletion, and the parent's later changes need no answer.  So a lock that
+ * deletion, and the parent's later changes need no answer.  The parent is
+ * a container: once our node is gone the server may reap it, and a client
+ * that was cut off meanwhile then hears of the parent's deletion instead
+ * of its children's change; that is answered the same way.  So a lock that
  * is contended costs at most one exists per acquisition.  A data change
  * on our node uses its watch up: it is set again.  The client library sets
  * every watch again when it reconnects within the session, and the server
@@ -102,8 +105,11 @@ void dlock_zk_own_watcher(zhandle_t *zh, int type, int state, const char *path, 
 		if (mine && type == ZOO_DELETED_EVENT) {
 			gone_locked(slot);
 		} else if ((mine && type == ZOO_CHANGED_EVENT) ||
-		           (type == ZOO_CHILD_EVENT && is_parent_of(path, slot->own) && !slot->own_watched)) {
-			/* A data change used the node's watch up; a change of the children may be its deletion. */
+		           ((type == ZOO_CHILD_EVENT || type == ZOO_DELETED_EVENT) && is_parent_of(path, slot->own) &&
+		            !slot->own_watched)) {
+			/* A data change used the node's watch up; a change of the children may be its deletion;
+			 * the parent's own deletion (a container the server reaped once our node had gone,
+			 * reported in place of the child change when we reconnect) means our node is gone. */
 			if (mine)
 				slot->own_watched = 0;
 			if (!slot->own_checking) {
