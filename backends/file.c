@@ -30,8 +30,9 @@
  * an acquisition that asks for no token skips the bump and the sync.
  *
  * Lease: the lock lives as long as the descriptor (SESSION); lease_ms does
- * not apply and is ignored, and there is no extend().  Waiting polls with
- * a jittered exponential backoff, since OFD locks have no timed wait.
+ * not apply and is ignored, and there is no extend().  OFD locks have no
+ * timed wait, so each try_acquire() makes one attempt and the core's
+ * waiting loop polls with its backoff.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -46,8 +47,6 @@
 #include "dlock/sys/driver.h"
 
 #define FILE_SUFFIX ".lock"
-#define BACKOFF_FIRST_NS 1000000  /* 1 ms */
-#define BACKOFF_MAX_NS 50000000   /* 50 ms */
 
 struct file_client {
 	char *dir; /* absolute, without trailing '/' (except "/" itself) */
@@ -217,58 +216,15 @@ static dlock_status bump_token(struct file_client *c, int fd, const char *path, 
 	return DLOCK_OK;
 }
 
-/* Jittered exponential backoff; the PRNG state lives in the acquire call. */
-struct backoff {
-	uint64_t rng;
-	int64_t ns;
-};
-
-static void backoff_init(struct backoff *b)
+/* One try at the OFD lock on `fd`: DLOCK_OK, DLOCK_EBUSY, or an error. */
+static dlock_status lock_fd(struct file_lock *lk, int fd, int64_t *sent_ns, dlock_error *err)
 {
-	if (dlock_random_bytes(&b->rng, sizeof b->rng) != DLOCK_OK)
-		b->rng = (uint64_t)dlock_monotonic_ns() ^ (uint64_t)(uintptr_t)b;
-	b->rng |= 1; /* xorshift needs a non-zero state */
-	b->ns = BACKOFF_FIRST_NS;
-}
-
-/* Next sleep: the current step +-25% (so pollers drift apart), then double the step. */
-static int64_t backoff_next(struct backoff *b)
-{
-	b->rng ^= b->rng << 13;
-	b->rng ^= b->rng >> 7;
-	b->rng ^= b->rng << 17;
-	int64_t sleep_ns = b->ns * 3 / 4 + (int64_t)(b->rng % (uint64_t)(b->ns / 2));
-	b->ns = b->ns * 2 > BACKOFF_MAX_NS ? BACKOFF_MAX_NS : b->ns * 2;
-	return sleep_ns;
-}
-
-/* Take the OFD lock on `fd`, polling until `w` says stop. */
-static dlock_status lock_fd(struct file_client *c, struct file_lock *lk, int fd, dlock_wait *w,
-                            int64_t *sent_ns, dlock_error *err)
-{
-	struct backoff b = { 0 };
-	for (;;) {
-		*sent_ns = dlock_monotonic_ns();
-		if (ofd_lock(fd, F_WRLCK) == 0)
-			return DLOCK_OK;
-		if (errno != EAGAIN && errno != EACCES)
-			return fail_errno(err, errno, "cannot lock", lk->path);
-		if (dlock_wait_try_once(w))
-			return dlock_error_set(err, DLOCK_EBUSY, "file://: %s is locked by another owner", lk->path);
-		if (b.ns == 0) {
-			backoff_init(&b);
-			dlock_host_log(c->host, DLOCK_LOG_DEBUG, "file://: waiting, %s is locked by another owner",
-			               lk->path);
-		}
-		dlock_status st = dlock_wait_sleep(w, backoff_next(&b));
-		if (st == DLOCK_ETIMEDOUT)
-			return dlock_error_set(err, DLOCK_EBUSY, "file://: %s stayed locked by another owner",
-			                       lk->path);
-		if (st == DLOCK_ECANCELED)
-			return dlock_error_set(err, st, "file://: acquire of %s cancelled", lk->path);
-		if (st != DLOCK_OK)
-			return dlock_error_set(err, st, "file://: waiting for %s failed", lk->path);
-	}
+	*sent_ns = dlock_monotonic_ns();
+	if (ofd_lock(fd, F_WRLCK) == 0)
+		return DLOCK_OK;
+	if (errno != EAGAIN && errno != EACCES)
+		return fail_errno(err, errno, "cannot lock", lk->path);
+	return dlock_error_set(err, DLOCK_EBUSY, "file://: %s is locked by another owner", lk->path);
 }
 
 /* ------------------------------------------------------------ the driver */
@@ -381,8 +337,9 @@ static void file_lock_fini(void *backend, void *lkp)
 	lk->path = NULL;
 }
 
-static dlock_status file_acquire(void *backend, void *lkp, int64_t lease_ms, dlock_wait *w,
-                                 dlock_acquired *out, dlock_error *err)
+/* One attempt: OFD locks have no timed wait, so the core's loop polls (retry left as is: its backoff). */
+static dlock_status file_try_acquire(void *backend, void *lkp, int64_t lease_ms, dlock_wait *w, dlock_retry *retry,
+                                     dlock_acquired *out, dlock_error *err)
 {
 	struct file_client *c = backend;
 	struct file_lock *lk = lkp;
@@ -391,10 +348,11 @@ static dlock_status file_acquire(void *backend, void *lkp, int64_t lease_ms, dlo
 	uint64_t token = 0;
 
 	(void)lease_ms; /* the lock lives with the descriptor: there is no lease */
+	(void)retry;
 	int fd = open_lock_file(c, lk, &st, err);
 	if (fd < 0)
 		goto fail;
-	st = lock_fd(c, lk, fd, w, &sent_ns, err);
+	st = lock_fd(lk, fd, &sent_ns, err);
 	if (st != DLOCK_OK)
 		goto fail;
 	if (dlock_wait_wants_token(w))
@@ -462,7 +420,7 @@ const dlock_driver dlock_file_driver = {
 	.knows_param = NULL,
 	.lock_init = file_lock_init,
 	.lock_fini = file_lock_fini,
-	.acquire = file_acquire,
+	.try_acquire = file_try_acquire,
 	.release = file_release,
 	.extend = NULL,
 	.check = file_check,

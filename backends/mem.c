@@ -16,9 +16,10 @@
  * of its lease on the monotonic clock, the fencing counter and a FIFO of
  * waiting acquisitions.  Only the oldest waiter may take a free name, so
  * waiters of different clients acquire in arrival order and a newcomer
- * never overtakes them.  The oldest waiter sleeps until it is woken or the
- * holder's lease runs out; the others sleep until they are woken, because
- * they could not take the name anyway.  Whoever changes the holder or the
+ * never overtakes them.  A waiter's place in the FIFO is the wake-up its
+ * try_acquire() arms, and the core's loop sleeps for it: the oldest waiter
+ * until it is woken or the holder's lease runs out, the others until they
+ * are woken, because they could not take the name anyway.  Whoever changes the holder or the
  * oldest waiter wakes the (new) oldest waiter.
  *
  * Locking: one mutex per namespace guards all of it.  Under it the driver
@@ -35,7 +36,7 @@
 
 #define MEM_BUCKETS_MIN 64
 
-/* One acquire() waiting for a name; lives on that call's stack. */
+/* One acquisition waiting for a name; lives in its lock state (mem_lock) until disarmed. */
 struct mem_waiter {
 	struct mem_waiter *prev, *next;
 	dlock_wait *w;
@@ -80,7 +81,9 @@ struct mem_client {
 
 struct mem_lock {
 	struct mem_name *name;
-	uint64_t owner; /* our acquisition id while held, else 0 */
+	uint64_t owner;           /* our acquisition id while held, else 0 */
+	struct mem_waiter waiter; /* our place in the name's FIFO while `queued` (the armed wake-up) */
+	int queued;
 };
 
 /* ------------------------------------------------------------ namespaces */
@@ -355,60 +358,62 @@ static void grant(struct mem_client *c, struct mem_lock *lk, int64_t now, int64_
 	*out = (dlock_acquired){ .token = n->fence, .sent_ns = now };
 }
 
-static dlock_status mem_acquire(void *backend, void *lkp, int64_t lease_ms, dlock_wait *w,
-                                dlock_acquired *out, dlock_error *err)
+/*
+ * One attempt.  Busy, the acquisition keeps (or takes) its place in the
+ * name's FIFO: that place is its armed wake-up, and only the oldest waiter
+ * may take the name.  The oldest also sleeps no longer than the holder's
+ * lease; the others sleep until woken.
+ */
+static dlock_status mem_try_acquire(void *backend, void *lkp, int64_t lease_ms, dlock_wait *w, dlock_retry *retry,
+                                    dlock_acquired *out, dlock_error *err)
 {
 	struct mem_client *c = backend;
 	struct mem_lock *lk = lkp;
 	struct mem_name *n = lk->name;
-	struct mem_waiter me = { .w = w };
-	int queued = 0;
-	dlock_status st = DLOCK_OK;
-	int64_t now;
 
 	if (lease_ms <= 0)
 		return dlock_error_set(err, DLOCK_EINVAL, "mem://: the lease must be positive, not %" PRId64 " ms",
 		                       lease_ms);
 	pthread_mutex_lock(&c->ns->mu);
-	for (;;) {
-		now = dlock_monotonic_ns();
-		if (name_free(n, now) && (n->head == NULL || n->head == &me))
-			break;
-		if (dlock_wait_try_once(w)) {
-			st = DLOCK_EBUSY;
-			goto fail;
-		}
-		size_t ahead = n->nwaiters;
-		if (!queued)
-			waiter_push(n, &me);
-		/* Not free and we are the oldest: the holder's lease is still running. */
-		int64_t max_ns = n->head == &me ? n->expiry_ns - now : -1;
+	int64_t now = dlock_monotonic_ns();
+	if (name_free(n, now) && (n->head == NULL || n->head == &lk->waiter)) {
+		if (lk->queued)
+			waiter_remove(n, &lk->waiter);
+		lk->queued = 0;
+		grant(c, lk, now, lease_ms, out);
 		pthread_mutex_unlock(&c->ns->mu);
-		/* Logged after queueing and without the mutex (the callback may use another client). */
-		if (!queued++)
-			dlock_host_log(c->host, DLOCK_LOG_DEBUG, "mem://%s: waiting, queued behind %zu earlier waiter(s)",
-			               c->ns->id, ahead);
-		st = dlock_wait_sleep(w, max_ns);
-		pthread_mutex_lock(&c->ns->mu);
-		if (st != DLOCK_OK)
-			goto fail;
+		return DLOCK_OK;
 	}
-	if (queued)
-		waiter_remove(n, &me);
-	grant(c, lk, now, lease_ms, out);
+	size_t ahead = lk->queued ? 0 : n->nwaiters;
+	if (!dlock_wait_try_once(w)) {
+		if (!lk->queued) {
+			lk->waiter.w = w;
+			waiter_push(n, &lk->waiter);
+			lk->queued = 1;
+		}
+		retry->armed = 1;
+		/* Not free and we are the oldest: the holder's lease is still running. */
+		if (n->head == &lk->waiter && !name_free(n, now))
+			retry->after_ms = (n->expiry_ns - now + 999999) / 1000000;
+	}
 	pthread_mutex_unlock(&c->ns->mu);
-	return DLOCK_OK;
-fail:
-	if (queued)
-		waiter_remove(n, &me);
+	return dlock_error_set(err, DLOCK_EBUSY,
+	                       "mem://%s: the lock is held by another client or promised to an earlier waiter "
+	                       "(queued behind %zu)",
+	                       c->ns->id, ahead);
+}
+
+/* Leave the FIFO (the acquisition ended, acquired or not). */
+static void mem_disarm(void *backend, void *lkp, dlock_wait *w)
+{
+	struct mem_client *c = backend;
+	struct mem_lock *lk = lkp;
+	(void)w;
+	pthread_mutex_lock(&c->ns->mu);
+	if (lk->queued)
+		waiter_remove(lk->name, &lk->waiter);
+	lk->queued = 0;
 	pthread_mutex_unlock(&c->ns->mu);
-	if (st == DLOCK_ECANCELED)
-		return dlock_error_set(err, st, "mem://%s: acquire cancelled", c->ns->id);
-	if (st == DLOCK_EBUSY || st == DLOCK_ETIMEDOUT)
-		return dlock_error_set(err, DLOCK_EBUSY,
-		                       "mem://%s: the lock is held by another client or promised to an earlier waiter",
-		                       c->ns->id);
-	return dlock_error_set(err, st, "mem://%s: waiting failed: %s", c->ns->id, dlock_strerror(st));
 }
 
 /*
@@ -479,7 +484,8 @@ const dlock_driver dlock_mem_driver = {
 	.knows_param = NULL,
 	.lock_init = mem_lock_init,
 	.lock_fini = mem_lock_fini,
-	.acquire = mem_acquire,
+	.try_acquire = mem_try_acquire,
+	.disarm = mem_disarm,
 	.release = mem_release,
 	.extend = mem_extend,
 	.check = mem_check,

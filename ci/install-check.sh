@@ -308,6 +308,13 @@ if [ -n "${bin_dirs[cmake-shared]:-}" ]; then
 		examples_on "${bin_dirs[cmake-shared]}" "$uri"
 	done
 fi
+# A backend of the application's own (kv_driver.c) on the test Redis.
+if [ -n "${DLOCK_TEST_REDIS_URI:-}" ]; then
+	for d in "${!bin_dirs[@]}"; do
+		expect "$d: custom_backend registers kv:// and locks on Redis" 0 "held install-check with token" \
+			"${bin_dirs[$d]}/custom_backend" "kv://${DLOCK_TEST_REDIS_URI#redis://}" install-check || true
+	done
+fi
 # The other builds: the same programs, linked differently; one run each.
 for d in cmake-static make-shared make-static; do
 	[ -n "${bin_dirs[$d]:-}" ] || continue

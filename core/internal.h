@@ -34,6 +34,14 @@ struct dlock_wait {
 };
 
 void dlock_wait_init(struct dlock_wait *w, int64_t deadline_ns, int try_once, int wants_token);
+/**
+ * Acquire `lk` through the driver's try_acquire() (retry.c): the one
+ * waiting loop, with the deadline and cancellation of `w`.  DLOCK_OK,
+ * DLOCK_EBUSY (try once), DLOCK_ETIMEDOUT, DLOCK_ECANCELED or the driver's
+ * failure, its message in *err.  Called without client->mu.
+ */
+dlock_status dlock_retry_loop(struct dlock_client *c, void *lk, int64_t lease_ms, struct dlock_wait *w,
+                              dlock_acquired *out, dlock_error *err);
 void dlock_wait_destroy(struct dlock_wait *w);
 /** Mark cancelled, wake the sleeper and run the interrupt hook.  No client->mu held. */
 void dlock_wait_cancel(struct dlock_wait *w);
@@ -121,6 +129,7 @@ struct dlock_client {
 	dlock_uri *uri;
 	struct dlock_host host;
 	dlock_capabilities caps;
+	int retry_loop;            /* 1: acquisitions go through dlock_retry_loop(), else the driver's acquire() */
 	dlock_log_fn log;
 	void *log_userdata;
 	dlock_log_level log_level;

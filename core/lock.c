@@ -419,7 +419,8 @@ static dlock_status contend_locked(struct dlock_lock *l, const struct acquire_pa
 	pthread_mutex_unlock(&c->mu);
 
 	int64_t started = dlock_monotonic_ns();
-	dlock_status st = c->driver->acquire(c->backend, l->lk, p->lease_ms, w, &acq, err);
+	dlock_status st = c->retry_loop ? dlock_retry_loop(c, l->lk, p->lease_ms, w, &acq, err)
+	                                : c->driver->acquire(c->backend, l->lk, p->lease_ms, w, &acq, err);
 
 	pthread_mutex_lock(&c->mu);
 	l->entry->contending = 0;

@@ -87,8 +87,8 @@ static const char *missing_method(const dlock_driver *d)
 		return "capabilities";
 	if (!d->lock_init)
 		return "lock_init";
-	if (!d->acquire)
-		return "acquire";
+	if (!d->acquire && !dlock_driver_try_acquire_of(d))
+		return d->abi_version >= 2 ? "acquire or try_acquire" : "acquire";
 	if (!d->release)
 		return "release";
 	return NULL;
@@ -99,6 +99,16 @@ static const char *missing_method(const dlock_driver *d)
 dlock_driver_control_fn *dlock_driver_control_of(const dlock_driver *d)
 {
 	return d && d->abi_version >= 2 ? d->control : NULL;
+}
+
+dlock_driver_try_acquire_fn *dlock_driver_try_acquire_of(const dlock_driver *d)
+{
+	return d && d->abi_version >= 2 ? d->try_acquire : NULL;
+}
+
+dlock_driver_disarm_fn *dlock_driver_disarm_of(const dlock_driver *d)
+{
+	return d && d->abi_version >= 2 ? d->disarm : NULL;
 }
 
 /* Register `d`, or write in why[] (size REASON_MAX) why not. */

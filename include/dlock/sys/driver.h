@@ -7,8 +7,10 @@
  * listed in core/builtin_drivers.c; others call dlock_register_driver()).
  * Applications never call a driver: the core checks arguments, handles
  * reentrancy, in-process queueing (coalescing), deadlines, cancellation,
- * renewal scheduling, lost-lock callbacks and error text, and then calls
- * the driver for what is particular to its server.
+ * the waiting loop (backoff and wake-ups, for drivers that answer single
+ * attempts through try_acquire()), renewal scheduling, lost-lock callbacks
+ * and error text, and then calls the driver for what is particular to its
+ * server.  examples/kv_driver.c is a small network driver to start from.
  *
  * Guarantees the core gives a driver:
  *   - open() is called once per client, close() once after every other
@@ -279,27 +281,67 @@ typedef struct dlock_acquired {
 	                          time acquire() was called */
 } dlock_acquired;
 
-/** Open a client's backend state from `uri`; store it in *backend. MUST. */
+/*
+ * The methods.  Every one that returns a dlock_status writes, on failure,
+ * a message into `err` with dlock_error_set() (no password, no key); the
+ * core adds nothing to it but the status.  "Threads" says from where the
+ * core may call a method; per-lock calls never overlap on one `lk`.
+ */
+
+/**
+ * Open one client: parse what the core left in `uri` (the backend
+ * parameters the driver accepted, hosts, path), connect or check what it
+ * needs, and store its state in *backend.  `host` is the core's side of
+ * the client, for dlock_host_log(), dlock_report_lost() and
+ * dlock_host_shared(); keep it for the client's life.  `uri` stays valid
+ * until close().  Returns DLOCK_OK, DLOCK_EURI (a URI this backend cannot
+ * use: say which part), DLOCK_ECONNECT (unreachable within
+ * uri->connect_timeout_ms), DLOCK_EAUTH, DLOCK_ENOTFOUND, DLOCK_ENOMEM...;
+ * on failure nothing is left open and close() is not called.
+ * Threads: the thread of dlock_client_open().  MUST.
+ */
 typedef dlock_status dlock_driver_open_fn(const dlock_uri *uri, dlock_host *host, void **backend,
                                           dlock_error *err);
 
-/** Free the backend state; locks still held are released by the server or the OS. MUST. */
+/**
+ * Free the client's state: close connections (ending sessions, so that
+ * the server frees what they held) and descriptors.  Called once, after
+ * every other call on the client has returned and every lock_fini().
+ * Must not block for longer than an I/O timeout.  Threads: the thread of
+ * dlock_client_close().  MUST.
+ */
 typedef void dlock_driver_close_fn(void *backend);
 
-/** Fill *caps (static strings). MUST. */
+/**
+ * Fill *caps with what the backend promises for this client (the URI may
+ * change it: RedLock is AP, fair=1 queues).  Strings static.  Called once,
+ * right after open(); the core keeps the answer.  MUST.
+ */
 typedef void dlock_driver_capabilities_fn(void *backend, dlock_capabilities *caps);
 
-/** 1 if `key` is a backend parameter this driver accepts in a URI. MAY (absent: none). */
+/**
+ * 1 if `key` is a backend parameter this driver accepts in a URI, else 0:
+ * the core refuses a URI with a parameter no one knows (DLOCK_EURI), so
+ * open() sees only known ones.  Pure; any thread.  MAY (absent: none).
+ */
 typedef int dlock_driver_knows_param_fn(const char *key);
 
-/** Map `name` into the zeroed state `lk`; may allocate.  MUST. */
+/**
+ * Prepare the zeroed `lock_size` bytes at `lk` for the lock `name` (1 to
+ * DLOCK_NAME_MAX bytes, no NUL, untrusted: hash or escape it, never splice
+ * it into a command, script or path).  May allocate (freed in lock_fini())
+ * but should not talk to the server.  DLOCK_OK, DLOCK_ENOMEM, or
+ * DLOCK_EINVAL for a name the backend cannot map.  Threads: the thread of
+ * dlock_lock_new().  MUST.
+ */
 typedef dlock_status dlock_driver_lock_init_fn(void *backend, void *lk, const char *name, size_t len,
                                                dlock_error *err);
 
 /**
  * Free what lock_init() allocated.  Called when the core no longer counts
- * the lock as held; if the driver still holds it on the server (a lease the
- * core declared lost), it drops that hold here.  MAY.
+ * the lock as held; if the driver still holds it on the server (a lease
+ * the core declared lost), it drops that hold here.  Threads: the thread
+ * of dlock_lock_free() or dlock_client_close().  MAY.
  */
 typedef void dlock_driver_lock_fini_fn(void *backend, void *lk);
 
@@ -311,23 +353,41 @@ typedef void dlock_driver_lock_fini_fn(void *backend, void *lk);
  * Returns DLOCK_OK (fill *out), DLOCK_EBUSY when it gave up because the
  * lock stayed held until the deadline (the core turns it into ETIMEDOUT
  * for bounded waits), DLOCK_ECANCELED when dlock_wait_sleep() or
- * dlock_wait_cancelled() said so, or an error.  On any failure the driver
- * leaves nothing of this attempt on the server.
+ * dlock_wait_cancelled() said so (register dlock_wait_set_interrupt() to
+ * cut a blocking server call short), or an error.  On any failure the
+ * driver leaves nothing of this attempt on the server.  A loss noticed
+ * before it returns may be reported at once (dlock_report_lost()); the
+ * core delivers it after the acquisition.  Threads: the acquiring thread.
  */
 typedef dlock_status dlock_driver_acquire_fn(void *backend, void *lk, int64_t lease_ms, dlock_wait *w,
                                              dlock_acquired *out, dlock_error *err);
 
-/** Release `lk`: DLOCK_OK, or DLOCK_ENOTHELD if it was no longer ours. MUST. */
+/**
+ * Release `lk`, owner-only: remove the lock on the server only if it is
+ * still this acquisition's.  DLOCK_OK, DLOCK_ENOTHELD when it was no longer
+ * ours (expired, taken, session gone), or an error (DLOCK_ECONNECT...:
+ * the lock then ends with its lease or session).  Threads: any thread
+ * (the application's, or the core's background thread after a loss).
+ * MUST.
+ */
 typedef dlock_status dlock_driver_release_fn(void *backend, void *lk, dlock_error *err);
 
 /**
  * Extend the lease of held `lk` to `lease_ms` from now (TTL backends) or
- * send the session's heartbeat (session backends).  DLOCK_ENOTHELD if no
- * longer ours.  MAY: without it there is nothing to renew.
+ * send the session's heartbeat (session backends).  DLOCK_OK,
+ * DLOCK_ENOTHELD if no longer ours (the core then declares the loss), or
+ * an error such as DLOCK_ECONNECT (the core tries again until the lease
+ * runs out).  Threads: the core's renewal thread, or the application's
+ * in dlock_extend().  MAY: without it there is nothing to renew.
  */
 typedef dlock_status dlock_driver_extend_fn(void *backend, void *lk, int64_t lease_ms, dlock_error *err);
 
-/** Ask the server: DLOCK_OK, DLOCK_ENOTHELD or DLOCK_EUNCERTAIN.  MAY. */
+/**
+ * Ask the server whether held `lk` is still ours: DLOCK_OK, DLOCK_ENOTHELD
+ * (the core then declares the loss), or DLOCK_EUNCERTAIN when it cannot
+ * tell now (unreachable, session may live) — never another status.
+ * Threads: the application's, in dlock_check().  MAY.
+ */
 typedef dlock_status dlock_driver_check_fn(void *backend, void *lk, dlock_error *err);
 
 /**
