@@ -65,20 +65,14 @@ dlock_status dlock_retry_loop(struct dlock_client *c, void *lk, int64_t lease_ms
 	dlock_status st;
 	for (;;) {
 		dlock_retry r = { .after_ms = -1, .armed = 0, .transient = 0 };
-		dlock_error last = { "" };
-		st = try_acquire(c->backend, lk, lease_ms, w, &r, out, &last);
+		/* Each attempt writes its reason into *err: the last one stays as the message at the deadline. */
+		st = try_acquire(c->backend, lk, lease_ms, w, &r, out, err);
 		/* A wake-up is honoured only from a driver that can disarm it. */
 		armed |= r.armed && disarm;
-		if (st == DLOCK_OK || (st != DLOCK_EBUSY && !r.transient)) {
-			*err = last;
+		if (st == DLOCK_OK || (st != DLOCK_EBUSY && !r.transient) || w->try_once)
 			break;
-		}
-		if (w->try_once) {
-			*err = last;
-			break;
-		}
 		if (!waiting++)
-			dlock_host_log(&c->host, DLOCK_LOG_DEBUG, "waiting: %s", last.msg[0] ? last.msg : "busy");
+			dlock_host_log(&c->host, DLOCK_LOG_DEBUG, "waiting: %s", err->msg[0] ? err->msg : "busy");
 		dlock_status ws = dlock_wait_sleep(w, sleep_ns_after(&r, r.armed && disarm, &b));
 		if (ws == DLOCK_OK)
 			continue;
@@ -86,7 +80,6 @@ dlock_status dlock_retry_loop(struct dlock_client *c, void *lk, int64_t lease_ms
 			st = dlock_error_set(err, ws, "%s://: acquire cancelled", c->driver->scheme);
 		} else {
 			/* The deadline: a busy lock times out; a transient failure keeps its own status. */
-			*err = last;
 			st = st == DLOCK_EBUSY ? DLOCK_ETIMEDOUT : st;
 		}
 		break;

@@ -213,6 +213,8 @@ static void test_uris(void)
 		CU_ASSERT_PTR_NOT_NULL_FATAL(c);
 		dlock_client_capabilities(c, &caps);
 		CU_ASSERT_EQUAL(caps.fair, i);
+		/* The server queues fair waiters: the core then lets the driver's blocking acquire wait. */
+		CU_ASSERT_EQUAL(caps.wakeup, i ? DLOCK_WAKEUP_SERVER_QUEUE : DLOCK_WAKEUP_NOTIFY);
 		dlock_client_close(c);
 	}
 }

@@ -275,7 +275,7 @@ static void redis_capabilities(void *backend, dlock_capabilities *caps)
 		                          "server's clock is then behind the last token",
 		.fair = c->fair,
 		.lease = DLOCK_LEASE_TTL,
-		.wakeup = redlock ? DLOCK_WAKEUP_POLL : DLOCK_WAKEUP_NOTIFY,
+		.wakeup = redlock ? DLOCK_WAKEUP_POLL : c->fair ? DLOCK_WAKEUP_SERVER_QUEUE : DLOCK_WAKEUP_NOTIFY,
 		.scope = DLOCK_SCOPE_NETWORK,
 	};
 }
@@ -327,16 +327,39 @@ static void redis_lock_fini(void *backend, void *lkp)
 	lk->keys = NULL;
 }
 
-static dlock_status redis_acquire(void *backend, void *lk, int64_t lease_ms, dlock_wait *w, dlock_acquired *out,
-                                  dlock_error *err)
+static dlock_status check_lease(int64_t lease_ms, dlock_error *err)
 {
-	struct redis_client *c = backend;
 	if (lease_ms <= 0)
 		return dlock_error_set(err, DLOCK_EINVAL, "redis: the lease must be positive, not %" PRId64 " ms",
 		                       lease_ms);
+	return DLOCK_OK;
+}
+
+/* fair=1 only: the server queues the waiters (capabilities say SERVER_QUEUE, so the core calls this). */
+static dlock_status redis_acquire(void *backend, void *lk, int64_t lease_ms, dlock_wait *w, dlock_acquired *out,
+                                  dlock_error *err)
+{
+	dlock_status st = check_lease(lease_ms, err);
+	return st != DLOCK_OK ? st : dlock_redis_acquire(backend, lk, lease_ms, w, out, err);
+}
+
+/* Every other client: one attempt, the waiting is the core's. */
+static dlock_status redis_try_acquire(void *backend, void *lk, int64_t lease_ms, dlock_wait *w, dlock_retry *retry,
+                                      dlock_acquired *out, dlock_error *err)
+{
+	struct redis_client *c = backend;
+	dlock_status st = check_lease(lease_ms, err);
+	if (st != DLOCK_OK)
+		return st;
 	if (c->npools > 1)
-		return dlock_redis_redlock_acquire(c, lk, lease_ms, w, out, err);
-	return dlock_redis_acquire(c, lk, lease_ms, w, out, err);
+		return dlock_redis_redlock_try_acquire(c, lk, lease_ms, retry, out, err);
+	return dlock_redis_try_acquire(c, lk, lease_ms, w, retry, out, err);
+}
+
+static void redis_disarm(void *backend, void *lk, dlock_wait *w)
+{
+	(void)w;
+	dlock_redis_disarm(backend, lk);
 }
 
 static dlock_status redis_release(void *backend, void *lk, dlock_error *err)
@@ -350,9 +373,9 @@ static dlock_status redis_release(void *backend, void *lk, dlock_error *err)
 static dlock_status redis_extend(void *backend, void *lk, int64_t lease_ms, dlock_error *err)
 {
 	struct redis_client *c = backend;
-	if (lease_ms <= 0)
-		return dlock_error_set(err, DLOCK_EINVAL, "redis: the lease must be positive, not %" PRId64 " ms",
-		                       lease_ms);
+	dlock_status st = check_lease(lease_ms, err);
+	if (st != DLOCK_OK)
+		return st;
 	if (c->npools > 1)
 		return dlock_redis_redlock_extend(c, lk, lease_ms, err);
 	return dlock_redis_extend(c, lk, lease_ms, err);
@@ -377,6 +400,8 @@ const dlock_driver dlock_redis_driver = {
 	.lock_init = redis_lock_init,
 	.lock_fini = redis_lock_fini,
 	.acquire = redis_acquire,
+	.try_acquire = redis_try_acquire,
+	.disarm = redis_disarm,
 	.release = redis_release,
 	.extend = redis_extend,
 	.check = redis_check,
@@ -393,6 +418,8 @@ const dlock_driver dlock_redis_unix_driver = {
 	.lock_init = redis_lock_init,
 	.lock_fini = redis_lock_fini,
 	.acquire = redis_acquire,
+	.try_acquire = redis_try_acquire,
+	.disarm = redis_disarm,
 	.release = redis_release,
 	.extend = redis_extend,
 	.check = redis_check,

@@ -204,6 +204,8 @@ struct redis_lock {
 	size_t keylen, fencelen, queuelen, waiterslen, chanlen, grantlen; /* grantlen: without the owner */
 	char owner[REDIS_OWNER_HEX]; /* this acquisition's owner value, "" when none */
 	int handed_off;         /* fair=1: our last release granted the lock to a queued waiter */
+	struct redis_watch watch; /* the channel's watch while `watching`: an acquisition's armed wake-up */
+	int watching;
 };
 
 /** A fresh random owner value into lk->owner. */
@@ -223,8 +225,13 @@ dlock_status dlock_redis_run_idempotent(struct redis_client *c, enum redis_scrip
                                         dlock_error *err);
 /** The status and message of a wait that did not end with the lock. */
 dlock_status dlock_redis_wait_failed(struct redis_client *c, dlock_status st, dlock_error *err);
+/** fair=1: the blocking acquire (the server queues the waiters). */
 dlock_status dlock_redis_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
                                  dlock_wait *w, dlock_acquired *out, dlock_error *err);
+/** Without fair=1: one attempt for the core's loop; its wake-up (the channel's watch) goes in dlock_redis_disarm(). */
+dlock_status dlock_redis_try_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
+                                     dlock_retry *retry, dlock_acquired *out, dlock_error *err);
+void dlock_redis_disarm(struct redis_client *c, struct redis_lock *lk);
 dlock_status dlock_redis_release(struct redis_client *c, struct redis_lock *lk, dlock_error *err);
 dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
                                 dlock_error *err);
@@ -237,8 +244,8 @@ dlock_status dlock_redis_fair_wait(struct redis_client *c, struct redis_lock *lk
 void dlock_redis_handoff_args(struct redis_lock *lk, struct redis_args *a);
 
 /* redlock.c: several instances */
-dlock_status dlock_redis_redlock_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
-                                         dlock_wait *w, dlock_acquired *out, dlock_error *err);
+dlock_status dlock_redis_redlock_try_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
+                                             dlock_retry *retry, dlock_acquired *out, dlock_error *err);
 dlock_status dlock_redis_redlock_release(struct redis_client *c, struct redis_lock *lk, dlock_error *err);
 dlock_status dlock_redis_redlock_extend(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
                                         dlock_error *err);

@@ -1,24 +1,24 @@
 /*
- * One Redis instance: acquire (with waiting), release, extend and check.
+ * One Redis instance: one attempt at a time (the core's loop waits),
+ * release, extend and check.
  *
  * Acquire costs one round trip when the lock is free: the acquire script,
  * or a plain SET NX PX when the caller wants no fencing token.
  * When it is held, the waiter watches the lock's channel through the
- * client's subscriber and retries: once the SUBSCRIBE is confirmed (a
- * release published before that would otherwise be missed), on every
- * release message, and when the holder's TTL, returned by the failed
- * attempt, runs out.  Without a subscription (refused, or the subscriber
- * cannot reach the server) it polls with a bounded, jittered backoff.
- * With fair=1 the waiting is redis_fair.c's, and a release is the handoff
- * script, which grants the lock to the first queued waiter.
+ * client's subscriber, and the core tries again: once the SUBSCRIBE is
+ * confirmed (a release published before that would otherwise be missed),
+ * on every release message, and when the holder's TTL, returned by the
+ * failed attempt, runs out.  Without a subscription (refused, or the
+ * subscriber cannot reach the server) the core polls with its backoff.
+ * With fair=1 the server queues the waiters: a blocking acquire waits in
+ * redis_fair.c's queue, and a release is the handoff script, which grants
+ * the lock to the first queued waiter.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "redis_internal.h"
 
-#define POLL_MIN_MS 10
-#define POLL_MAX_MS 500
 /* With no TTL to wait for (a key without expiry), look again at least this often. */
 #define NO_TTL_RECHECK_MS 1000
 
@@ -200,17 +200,6 @@ fail:
 	return st;
 }
 
-/* How long to sleep before the next attempt; -1: until woken. */
-static int64_t sleep_bound(enum redis_watch_state s, int64_t pttl_ms, int64_t *backoff_ms)
-{
-	int64_t holder_ns = pttl_ms >= 0 ? (pttl_ms + 1) * REDIS_NS_PER_MS : NO_TTL_RECHECK_MS * REDIS_NS_PER_MS;
-	if (s != REDIS_WATCH_POLL)
-		return holder_ns;
-	int64_t poll_ns = dlock_redis_jitter(*backoff_ms / 2, *backoff_ms) * REDIS_NS_PER_MS;
-	*backoff_ms = *backoff_ms * 2 > POLL_MAX_MS ? POLL_MAX_MS : *backoff_ms * 2;
-	return poll_ns < holder_ns ? poll_ns : holder_ns;
-}
-
 dlock_status dlock_redis_wait_failed(struct redis_client *c, dlock_status st, dlock_error *err)
 {
 	if (st == DLOCK_ETIMEDOUT || st == DLOCK_EBUSY)
@@ -221,41 +210,72 @@ dlock_status dlock_redis_wait_failed(struct redis_client *c, dlock_status st, dl
 	return st;
 }
 
+/* One attempt: the acquire script, or a plain SET NX PX when no token is wanted. */
+static dlock_status attempt(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
+                            dlock_acquired *out, int64_t *pttl_ms, dlock_error *err)
+{
+	return dlock_wait_wants_token(w)
+	               ? try_acquire(c, lk, lease_ms, out, pttl_ms, err)
+	               : try_set(c, lk, lease_ms, dlock_wait_try_once(w) || c->fair, out, pttl_ms, err);
+}
+
+/*
+ * fair=1: the server queues the waiters (capabilities say so), and the
+ * core calls this blocking acquire.  One attempt, then redis_fair.c's
+ * queue; at once to the queue when our last release granted the lock to
+ * a waiter (others are queued: join them).
+ */
 dlock_status dlock_redis_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
                                  dlock_acquired *out, dlock_error *err)
 {
-	struct redis_watch watch = { 0 };
-	int watching = 0;
-	int64_t backoff_ms = POLL_MIN_MS;
-	dlock_status st;
-	/* fair=1, and our last release granted the lock to a waiter: others are queued, join them at once. */
-	if (c->fair && lk->handed_off && !dlock_wait_try_once(w))
+	int64_t pttl_ms = -1;
+	if (lk->handed_off && !dlock_wait_try_once(w))
 		return dlock_redis_fair_wait(c, lk, lease_ms, w, out, err);
-	for (;;) {
-		int64_t pttl_ms = -1;
-		st = dlock_wait_wants_token(w) ? try_acquire(c, lk, lease_ms, out, &pttl_ms, err)
-		                               : try_set(c, lk, lease_ms, dlock_wait_try_once(w) || c->fair, out,
-		                                         &pttl_ms, err);
-		if (st != DLOCK_EBUSY || dlock_wait_try_once(w))
-			break;
-		if (c->fair)
-			return dlock_redis_fair_wait(c, lk, lease_ms, w, out, err);
-		enum redis_watch_state s;
-		if (!watching) {
-			watching = 1;
-			s = dlock_redis_sub_watch(c->sub, &watch, lk->chan, lk->chanlen, w);
-			if (s == REDIS_WATCH_ACTIVE) /* subscribed already: a release since the try was not seen by us */
-				continue;
-		} else {
-			s = dlock_redis_sub_state(c->sub, &watch);
+	dlock_status st = attempt(c, lk, lease_ms, w, out, &pttl_ms, err);
+	if (st != DLOCK_EBUSY || dlock_wait_try_once(w))
+		return st == DLOCK_EBUSY ? dlock_redis_wait_failed(c, st, err) : st;
+	return dlock_redis_fair_wait(c, lk, lease_ms, w, out, err);
+}
+
+/*
+ * Without fair=1: one attempt for the core's waiting loop.  Busy, the
+ * first answer subscribes to the lock's channel (the wake-up, given up in
+ * dlock_redis_disarm()) and asks for another attempt at once if the
+ * subscription is confirmed already (a release before it would have been
+ * missed); while subscribed the core sleeps until a release message or the
+ * holder's TTL runs out.  Without a subscription (refused, or the
+ * subscriber cannot reach the server) the core polls, no longer than the
+ * holder's TTL.
+ */
+dlock_status dlock_redis_try_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
+                                     dlock_retry *retry, dlock_acquired *out, dlock_error *err)
+{
+	int64_t pttl_ms = -1;
+	dlock_status st = attempt(c, lk, lease_ms, w, out, &pttl_ms, err);
+	if (st != DLOCK_EBUSY || dlock_wait_try_once(w))
+		return st == DLOCK_EBUSY ? dlock_redis_wait_failed(c, st, err) : st;
+	enum redis_watch_state s;
+	if (!lk->watching) {
+		lk->watching = 1;
+		s = dlock_redis_sub_watch(c->sub, &lk->watch, lk->chan, lk->chanlen, w);
+		retry->armed = 1; /* from now on disarm() unwatches */
+		if (s == REDIS_WATCH_ACTIVE) { /* subscribed already: a release since the try was not seen by us */
+			retry->after_ms = 0;
+			return dlock_redis_wait_failed(c, st, err);
 		}
-		st = dlock_wait_sleep(w, sleep_bound(s, pttl_ms, &backoff_ms));
-		if (st != DLOCK_OK)
-			break;
+	} else {
+		s = dlock_redis_sub_state(c->sub, &lk->watch);
 	}
-	if (watching)
-		dlock_redis_sub_unwatch(c->sub, &watch);
-	return st == DLOCK_OK ? st : dlock_redis_wait_failed(c, st, err);
+	retry->armed = s != REDIS_WATCH_POLL;
+	retry->after_ms = pttl_ms >= 0 ? pttl_ms + 1 : NO_TTL_RECHECK_MS;
+	return dlock_redis_wait_failed(c, st, err);
+}
+
+void dlock_redis_disarm(struct redis_client *c, struct redis_lock *lk)
+{
+	if (lk->watching)
+		dlock_redis_sub_unwatch(c->sub, &lk->watch);
+	lk->watching = 0;
 }
 
 /* ------------------------------------------------------------ release, extend, check */

@@ -18,8 +18,6 @@
 
 #include "redis_internal.h"
 
-#define RETRY_MIN_MS 20
-#define RETRY_MAX_MS 400
 
 /* One request sent to every instance and its replies. */
 struct fanout {
@@ -186,25 +184,17 @@ static dlock_status try_round(struct redis_client *c, struct redis_lock *lk, int
 	return st;
 }
 
-dlock_status dlock_redis_redlock_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
-                                         dlock_wait *w, dlock_acquired *out, dlock_error *err)
+/*
+ * One round for the core's waiting loop: busy when another owner holds a
+ * majority; no majority reachable is transient (the core tries again
+ * within the deadline, and that failure is the answer if it passes).
+ */
+dlock_status dlock_redis_redlock_try_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
+                                             dlock_retry *retry, dlock_acquired *out, dlock_error *err)
 {
-	int64_t backoff_ms = RETRY_MIN_MS;
-	for (;;) {
-		dlock_status st = try_round(c, lk, lease_ms, out, err);
-		if (st == DLOCK_OK || (st != DLOCK_EBUSY && st != DLOCK_ECONNECT) || dlock_wait_try_once(w))
-			return st;
-		/* The reason of the last round is kept in *err for when the wait ends. */
-		dlock_error last = *err;
-		dlock_status wst = dlock_wait_sleep(w, dlock_redis_jitter(backoff_ms / 2, backoff_ms) * REDIS_NS_PER_MS);
-		backoff_ms = backoff_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : backoff_ms * 2;
-		if (wst == DLOCK_ECANCELED)
-			return dlock_error_set(err, wst, "RedLock: acquire cancelled");
-		if (wst != DLOCK_OK) {
-			*err = last;
-			return st;
-		}
-	}
+	dlock_status st = try_round(c, lk, lease_ms, out, err);
+	retry->transient = st == DLOCK_ECONNECT;
+	return st;
 }
 
 /* ------------------------------------------------------------ extend, check */
