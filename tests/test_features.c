@@ -6,6 +6,8 @@
  * a closed client fail cleanly.  The frozen struct's layout is pinned.
  */
 #include "dlock/dlock.h"
+#include "dlock/sys/control.h"
+#include "dlock/sys/driver.h"
 #include "testsupport.h"
 
 #include <stddef.h>
@@ -96,11 +98,100 @@ static void test_bad_input(void)
 	dlock_client_close(c);
 }
 
+/* ------------------------------------------------------------ a fact only the driver knows */
+
+/* "feat://": a driver that answers feature 1000 (a code newer than the core's) through its door. */
+#define NEWER_FEATURE 1000
+
+static dlock_status feat_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
+{
+	(void)uri, (void)host, (void)err;
+	*backend = NULL;
+	return DLOCK_OK;
+}
+
+static void feat_close(void *backend)
+{
+	(void)backend;
+}
+
+static void feat_caps(void *backend, dlock_capabilities *caps)
+{
+	(void)backend;
+	*caps = (dlock_capabilities){ .backend = "feat", .fencing_note = "" };
+}
+
+static dlock_status feat_init(void *backend, void *lk, const char *name, size_t len, dlock_error *err)
+{
+	(void)backend, (void)lk, (void)name, (void)len, (void)err;
+	return DLOCK_OK;
+}
+
+static dlock_status feat_try(void *backend, void *lk, int64_t lease_ms, dlock_wait *w, dlock_retry *retry,
+                             dlock_acquired *out, dlock_error *err)
+{
+	(void)backend, (void)lk, (void)lease_ms, (void)w, (void)retry, (void)err;
+	*out = (dlock_acquired){ .token = 1, .sent_ns = 0 };
+	return DLOCK_OK;
+}
+
+static dlock_status feat_release(void *backend, void *lk, dlock_error *err)
+{
+	(void)backend, (void)lk, (void)err;
+	return DLOCK_OK;
+}
+
+static dlock_status feat_control(void *backend, void *lk, int op, void *arg, dlock_error *err)
+{
+	(void)backend, (void)lk;
+	struct dlock_feature_query *q = arg;
+	if (op != DLOCK_CTL_FEATURE || q->feature != NEWER_FEATURE)
+		return DLOCK_ENOTSUP;
+	if (q->value != 0)
+		return dlock_error_set(err, DLOCK_EINVAL, "feat: the query's value was not cleared");
+	q->value = 7;
+	return DLOCK_OK;
+}
+
+static const dlock_driver feat_driver = {
+	.abi_version = 2,
+	.scheme = "feat",
+	.open = feat_open,
+	.close = feat_close,
+	.capabilities = feat_caps,
+	.lock_init = feat_init,
+	.release = feat_release,
+	.control = feat_control,
+	.try_acquire = feat_try,
+};
+
+/* A code the core does not know goes to the driver's door; the application cannot send the core's own code. */
+static void test_driver_answers_newer_codes(void)
+{
+	dlock_client *c = dlock_test_open("feat://", NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	int64_t v = 0;
+	CU_ASSERT_EQUAL(dlock_client_feature(c, (dlock_feature)NEWER_FEATURE, &v), DLOCK_OK);
+	CU_ASSERT_EQUAL(v, 7);
+	CU_ASSERT_EQUAL(dlock_client_feature(c, (dlock_feature)(NEWER_FEATURE + 1), &v), DLOCK_ENOTSUP);
+	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(c), "not known to this library or to feat://"));
+	CU_ASSERT_EQUAL(feature(c, DLOCK_FEATURE_CONTROL), 1);
+	CU_ASSERT_EQUAL(feature(c, DLOCK_FEATURE_EXTEND), 0);
+	struct dlock_feature_query q = { .feature = NEWER_FEATURE, .value = 0 };
+	CU_ASSERT_EQUAL(dlock_client_control(c, DLOCK_CTL_FEATURE, &q), DLOCK_ENOTSUP);
+	dlock_client_close(c);
+}
+
 static void add_suites(void)
 {
+	if (dlock_register_driver(&feat_driver) != DLOCK_OK) {
+		fprintf(stderr, "test_features: cannot register feat://\n");
+		exit(1);
+	}
 	CU_pSuite s = CU_add_suite("features", NULL, NULL);
 	CU_add_test(s, "answers agree with the capabilities and the calls, on every backend", test_agrees_everywhere);
 	CU_add_test(s, "unknown codes and NULL arguments", test_bad_input);
+	CU_add_test(s, "a code newer than the core's is the driver's to answer", test_driver_answers_newer_codes);
 }
 
 int main(void)
