@@ -234,7 +234,11 @@ typedef enum dlock_scope {
 	DLOCK_SCOPE_NETWORK = 2  /**< processes on any host that reach the server */
 } dlock_scope;
 
-/** What a backend promises.  Strings are static. */
+/**
+ * What a backend promises.  Strings are static.  Frozen: this struct never
+ * grows (an application's copy of it would be too small for a newer
+ * library's); facts added later come through dlock_client_feature().
+ */
 typedef struct dlock_capabilities {
 	const char *backend;           /**< "mem", "file", "redis", ... */
 	dlock_consistency consistency; /**< LOCAL, CP or AP */
@@ -248,6 +252,36 @@ typedef struct dlock_capabilities {
 
 /** Fill *caps for the client's backend.  Thread-safe. */
 DLOCK_API dlock_status dlock_client_capabilities(dlock_client *client, dlock_capabilities *caps);
+
+/**
+ * Facts about a client's backend, asked one at a time, so that the list can
+ * grow without changing any struct: codes are only ever appended, and a
+ * library older than the code answers DLOCK_ENOTSUP.  Each code says what
+ * its value means.
+ */
+typedef enum dlock_feature {
+	DLOCK_FEATURE_CONSISTENCY = 1, /**< a dlock_consistency */
+	DLOCK_FEATURE_FENCING = 2,     /**< a dlock_fencing */
+	DLOCK_FEATURE_FAIR = 3,        /**< 1: waiters acquire in FIFO order */
+	DLOCK_FEATURE_LEASE = 4,       /**< a dlock_lease_kind */
+	DLOCK_FEATURE_WAKEUP = 5,      /**< a dlock_wakeup */
+	DLOCK_FEATURE_SCOPE = 6,       /**< a dlock_scope */
+	DLOCK_FEATURE_EXTEND = 7,      /**< 1: dlock_extend() and automatic renewal do something (a lease or a heartbeat) */
+	DLOCK_FEATURE_CHECK = 8,       /**< 1: dlock_check() asks the server */
+	DLOCK_FEATURE_CONTROL = 9      /**< 1: the backend has operations of its own (dlock_client_control()) */
+} dlock_feature;
+
+/**
+ * Store in *value what the client's backend says of `feature`.  DLOCK_OK;
+ * DLOCK_ENOTSUP for a code this library (or this backend, for a fact only
+ * the backend knows) does not know, with a message saying so;
+ * DLOCK_EINVAL for a NULL argument; DLOCK_ECLOSED after
+ * dlock_client_close().  Thread-safe.
+ */
+DLOCK_API dlock_status dlock_client_feature(dlock_client *client, dlock_feature feature, int64_t *value);
+
+/** Static name of a feature code ("consistency", "extend", ...); "unknown" for a code this library does not know. */
+DLOCK_API const char *dlock_feature_name(dlock_feature feature);
 
 /** Static name of a consistency class: "CP", "AP", "local". */
 DLOCK_API const char *dlock_consistency_name(dlock_consistency c);

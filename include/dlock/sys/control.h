@@ -17,6 +17,8 @@
 #ifndef DLOCK_SYS_CONTROL_H
 #define DLOCK_SYS_CONTROL_H
 
+#include <stdint.h>
+
 #define DLOCK_CTL_CORE_FIRST 0x0100 /**< first code of the core's range */
 #define DLOCK_CTL_CORE_LAST 0x01ff  /**< last code of the core's range */
 
@@ -26,5 +28,21 @@
  * thread exits or the client closes).  For tests of the per-thread error text.
  */
 #define DLOCK_CTL_ERRMSG_RECORDS 0x0101
+
+/**
+ * Sent by the core to a driver's control() (never answered by the core
+ * itself when an application sends it), for a dlock_client_feature() code
+ * the core cannot answer from the frozen dlock_capabilities or the
+ * driver's methods: features added after a driver was written reach it
+ * here.  `arg` is a struct dlock_feature_query *; the driver sets `value`
+ * and returns DLOCK_OK, or DLOCK_ENOTSUP for a code it does not know.
+ */
+#define DLOCK_CTL_FEATURE 0x0102
+
+/** The argument of DLOCK_CTL_FEATURE. */
+struct dlock_feature_query {
+	int feature;   /**< a dlock_feature code */
+	int64_t value; /**< the answer */
+};
 
 #endif /* DLOCK_SYS_CONTROL_H */
