@@ -9,6 +9,10 @@
  * DLOCK_TEST_SCALE multiplies the iteration counts (default 1).
  */
 #include "conformance.h"
+#ifdef DLOCK_CONFORMANCE_V1PROXY
+#include "dlock/sys/driver.h"
+#include "driver_v1/v1proxy.h"
+#endif
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -349,11 +353,22 @@ static char *file_dir;
 
 static void add_suites(void)
 {
+	char uri[4200];
+#ifdef DLOCK_CONFORMANCE_V1PROXY
+	/* conformance_v1: the suite on a driver built against the version-1 contract, alone. */
+	dlock_status st = dlock_register_driver((const dlock_driver *)(const void *)&v1proxy_driver);
+	if (st != DLOCK_OK) {
+		printf("cannot register v1proxy://: %s\n", dlock_strerror(st));
+		exit(1);
+	}
+	snprintf(uri, sizeof uri, "v1proxy://conformance-%ld", (long)getpid());
+	add_backend(uri);
+	return;
+#endif
 	CU_pSuite uri_suite = CU_add_suite("uri", NULL, NULL);
 	if (uri_suite)
 		add_table(uri_suite, conf_uri_tests);
 
-	char uri[4200];
 	snprintf(uri, sizeof uri, "mem://conformance-%ld", (long)getpid());
 	add_backend(uri);
 	snprintf(uri, sizeof uri, "file://%s/", file_dir);
