@@ -305,12 +305,13 @@ static dlock_status probe_backend(conf_backend *b)
 
 static void add_backend(const char *uri)
 {
-	if (nbackends == CONF_MAX_BACKENDS || strlen(uri) >= sizeof backends[0].uri) {
+	size_t len = strlen(uri);
+	if (nbackends == CONF_MAX_BACKENDS || len >= sizeof backends[0].uri) {
 		printf("SKIPPED backend (too many or too long a URI)\n");
 		return;
 	}
 	conf_backend *b = &backends[nbackends];
-	snprintf(b->uri, sizeof b->uri, "%s", uri);
+	memcpy(b->uri, uri, len + 1); /* fits: checked above */
 	dlock_status st = probe_backend(b);
 	int unreachable = st == DLOCK_ECONNECT || st == DLOCK_ENOBACKEND;
 	if (unreachable) {
