@@ -8,7 +8,7 @@
 # Usage: bash ci/fuzz.sh [HARNESS...]     (default: every harness built)
 #
 # BUILD is build/fuzz (DLOCK_FUZZ_BUILD).  The seeds in
-# tests/fuzz/corpus/HARNESS/ (backends/NAME/corpus/HARNESS/) are only read; what the fuzzer learns goes to
+# tests/fuzz/corpus/HARNESS/ (core/corpus/HARNESS/, backends/NAME/corpus/HARNESS/) are only read; what the fuzzer learns goes to
 # BUILD/corpus/HARNESS/ and is kept between runs.  A crash input becomes a
 # regression case by being copied into the seed directory: every later run
 # (and `ctest -L fuzz` in BUILD) replays it first.
@@ -43,7 +43,7 @@ mkdir -p "$out/crashes"
 failed=()
 for h in "${harnesses[@]}"; do
 	seeds=tests/fuzz/corpus/$h
-	for d in backends/*/corpus/"$h"; do
+	for d in core/corpus/"$h" backends/*/corpus/"$h"; do
 		[ -d "$d" ] && seeds=$d
 	done
 	learned=$out/corpus/$h

@@ -4,8 +4,9 @@
 
 #include "dlock/sys/driver.h"
 
-/**
- * Parse `text` into a new dlock_uri (free with dlock_uri_free()).
+/*
+ * dlock_uri_parse() and dlock_uri_free() are declared in driver.h (public:
+ * backends' tests and fuzz harnesses parse URIs too).  What the parser takes:
  *
  * Grammar: scheme "://" [userinfo "@"] hostlist [path] ["?" query]
  *   scheme    [a-zA-Z][a-zA-Z0-9+.-]*, lower-cased ("redis+unix" allowed)
@@ -25,9 +26,6 @@
  * DLOCK_EINVAL.  Unknown backend parameters are left in params for the
  * caller to check.
  */
-dlock_status dlock_uri_parse(const char *text, dlock_uri **out, dlock_error *err);
-
-void dlock_uri_free(dlock_uri *uri);
 
 /**
  * Copy `text` into `out` (size `outlen`, always NUL-terminated, truncated)

@@ -9,6 +9,10 @@
  * DLOCK_TEST_SCALE multiplies the iteration counts (default 1).
  */
 #include "conformance.h"
+#ifdef DLOCK_CONFORMANCE_V1PROXY
+#include "dlock/sys/driver.h"
+#include "driver_v1/v1proxy.h"
+#endif
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -301,12 +305,13 @@ static dlock_status probe_backend(conf_backend *b)
 
 static void add_backend(const char *uri)
 {
-	if (nbackends == CONF_MAX_BACKENDS || strlen(uri) >= sizeof backends[0].uri) {
+	size_t len = strlen(uri);
+	if (nbackends == CONF_MAX_BACKENDS || len >= sizeof backends[0].uri) {
 		printf("SKIPPED backend (too many or too long a URI)\n");
 		return;
 	}
 	conf_backend *b = &backends[nbackends];
-	snprintf(b->uri, sizeof b->uri, "%s", uri);
+	memcpy(b->uri, uri, len + 1); /* fits: checked above */
 	dlock_status st = probe_backend(b);
 	int unreachable = st == DLOCK_ECONNECT || st == DLOCK_ENOBACKEND;
 	if (unreachable) {
@@ -349,11 +354,22 @@ static char *file_dir;
 
 static void add_suites(void)
 {
+	char uri[4200];
+#ifdef DLOCK_CONFORMANCE_V1PROXY
+	/* conformance_v1: the suite on a driver built against the version-1 contract, alone. */
+	dlock_status st = dlock_register_driver((const dlock_driver *)(const void *)&v1proxy_driver);
+	if (st != DLOCK_OK) {
+		printf("cannot register v1proxy://: %s\n", dlock_strerror(st));
+		exit(1);
+	}
+	snprintf(uri, sizeof uri, "v1proxy://conformance-%ld", (long)getpid());
+	add_backend(uri);
+	return;
+#endif
 	CU_pSuite uri_suite = CU_add_suite("uri", NULL, NULL);
 	if (uri_suite)
 		add_table(uri_suite, conf_uri_tests);
 
-	char uri[4200];
 	snprintf(uri, sizeof uri, "mem://conformance-%ld", (long)getpid());
 	add_backend(uri);
 	snprintf(uri, sizeof uri, "file://%s/", file_dir);

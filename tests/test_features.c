@@ -94,6 +94,9 @@ static void test_bad_input(void)
 	CU_ASSERT_EQUAL(dlock_client_feature(c, DLOCK_FEATURE_FAIR, NULL), DLOCK_EINVAL);
 	CU_ASSERT_EQUAL(dlock_client_feature(NULL, DLOCK_FEATURE_FAIR, &v), DLOCK_EINVAL);
 	CU_ASSERT_STRING_EQUAL(dlock_feature_name(DLOCK_FEATURE_EXTEND), "extend");
+	/* A sound build refuses none of its own drivers. */
+	const char *scheme = NULL, *reason = NULL;
+	CU_ASSERT_EQUAL(dlock_backend_refused(0, &scheme, &reason), DLOCK_ENOTFOUND);
 	CU_ASSERT_STRING_EQUAL(dlock_feature_name((dlock_feature)9999), "unknown");
 	dlock_client_close(c);
 }

@@ -20,7 +20,6 @@
 #include "fuzz.h"
 
 #include "zk_internal.h"
-#include "uri.h"
 
 /* Split off the next NUL-terminated piece of [*p, end). */
 static char *piece(const uint8_t **p, const uint8_t *end)

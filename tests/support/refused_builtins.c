@@ -5,7 +5,7 @@
  * defines the table first) and adds a driver built for a later ABI
  * version, which registration must refuse and report.
  */
-#include "registry.h"
+#include "dlock/sys/driver.h"
 
 extern const dlock_driver dlock_mem_driver;
 extern const dlock_driver dlock_file_driver;

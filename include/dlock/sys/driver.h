@@ -157,6 +157,19 @@ DLOCK_API const char *dlock_uri_get(const dlock_uri *uri, const char *key);
  */
 DLOCK_API dlock_status dlock_uri_get_bool(const dlock_uri *uri, const char *key, int *out, dlock_error *err);
 
+/**
+ * Parse `text` into a new dlock_uri, exactly as the core does before it
+ * calls open(): for a backend's own tests and fuzz harnesses (a driver is
+ * always handed its URI parsed).  Common parameters are resolved into the
+ * struct, backend parameters left in `params` unchecked.  DLOCK_EURI with a
+ * message (password masked) for a malformed URI, DLOCK_EINVAL for NULL or
+ * "", DLOCK_ENOMEM.  Free with dlock_uri_free().  Thread-safe.
+ */
+DLOCK_API dlock_status dlock_uri_parse(const char *text, dlock_uri **out, dlock_error *err);
+
+/** Free a dlock_uri from dlock_uri_parse() (NULL is fine). */
+DLOCK_API void dlock_uri_free(dlock_uri *uri);
+
 /* --------------------------------------------------------------- waiting */
 
 /**
