@@ -7,6 +7,7 @@ if(DLOCK_BACKEND_REDIS)
     backends/redis/redis_lock.c
     backends/redis/redis_fair.c
     backends/redis/redis_conn.c
+    backends/redis/redis_transport.c
     backends/redis/redis_scripts.c
     backends/redis/redis_sub.c
     backends/redis/redlock.c)

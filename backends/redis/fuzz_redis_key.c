@@ -13,7 +13,7 @@
  */
 #include "fuzz.h"
 
-#include "redis_internal.h"
+#include "redis_lock.h"
 
 extern const dlock_driver dlock_redis_driver;
 

@@ -1,7 +1,10 @@
 /*
- * redis:// and redis+unix:// — the driver objects: URI, open and close,
- * capabilities and the keys of a lock.  The lock operations are in
- * redis_lock.c (one instance) and redlock.c (several instances).
+ * redis:// and redis+unix:// — the driver objects: open and close,
+ * capabilities and the keys of a lock.  Open chooses the client's two
+ * modes (redis_lock.h): the transport from the scheme (redis_transport.c)
+ * and the lock algorithm from the URI — several hosts: RedLock (redlock.c);
+ * fair=1: the fair queue (redis_fair.c); else one instance (redis_lock.c).
+ * Every lock method then goes through the algorithm's table.
  *
  *   redis://[[user]:password@]host[:port][/db][?common parameters]
  *   redis://h1:p1,h2:p2,h3:p3[/db][?...]      RedLock over independent instances
@@ -17,106 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis_internal.h"
-
-#define REDIS_DEFAULT_PORT 6379
-
-/* ------------------------------------------------------------ helpers */
-
-dlock_status dlock_redis_new_owner(struct redis_lock *lk, dlock_error *err)
-{
-	unsigned char raw[REDIS_OWNER_BYTES];
-	if (dlock_random_bytes(raw, sizeof raw) != DLOCK_OK)
-		return dlock_error_set(err, DLOCK_EIO, "redis: cannot read random bytes for the owner value");
-	dlock_hex(raw, sizeof raw, lk->owner);
-	return DLOCK_OK;
-}
-
-dlock_status dlock_redis_set_nx(struct redis_lock *lk, int64_t lease_ms, char lease[24], struct redis_args *a,
-                               dlock_error *err)
-{
-	dlock_status st = dlock_redis_new_owner(lk, err);
-	if (st != DLOCK_OK)
-		return st;
-	*a = (struct redis_args){ 0 };
-	dlock_redis_arg(a, "SET");
-	dlock_redis_argn(a, lk->key, lk->keylen);
-	dlock_redis_arg(a, lk->owner);
-	dlock_redis_arg(a, "NX");
-	dlock_redis_arg(a, "PX");
-	dlock_redis_argi(a, lease, lease_ms);
-	return DLOCK_OK;
-}
-
-/* The fencing counter outlives any lease by far, and at least a week. */
-#define FENCE_TTL_MIN_MS (7LL * 24 * 3600 * 1000)
-#define FENCE_TTL_LEASES 100
-
-int64_t dlock_redis_fence_ttl_ms(int64_t lease_ms)
-{
-	return lease_ms > FENCE_TTL_MIN_MS / FENCE_TTL_LEASES ? lease_ms * FENCE_TTL_LEASES : FENCE_TTL_MIN_MS;
-}
-
-int64_t dlock_redis_jitter(int64_t lo, int64_t hi)
-{
-	uint32_t r = 0;
-	if (hi <= lo || dlock_random_bytes(&r, sizeof r) != DLOCK_OK)
-		return lo;
-	return lo + (int64_t)(r % (uint64_t)(hi - lo + 1));
-}
-
-/* ------------------------------------------------------------ URI */
-
-/* A database number: decimal digits only, 0..INT32_MAX. */
-static int parse_db(const char *text, long *db)
-{
-	if (!*text || strlen(text) > 10 || strspn(text, "0123456789") != strlen(text))
-		return -1;
-	long long v = strtoll(text, NULL, 10);
-	if (v > INT32_MAX)
-		return -1;
-	*db = (long)v;
-	return 0;
-}
-
-static dlock_status tcp_endpoints(const dlock_uri *uri, struct redis_client *c, dlock_error *err)
-{
-	const char *path = uri->path;
-	if (path[0] == '/')
-		path++;
-	if (*path && parse_db(path, &c->cfg.db) != 0)
-		return dlock_error_set(err, DLOCK_EURI, "redis://: the path must be a database number (/0, /1 ...): %s",
-		                       uri->masked);
-	for (size_t i = 0; i < uri->nhosts; i++) {
-		struct redis_endpoint *ep = &c->pools[i].ep;
-		const dlock_uri_host *h = &uri->hosts[i];
-		if (!h->host[0])
-			return dlock_error_set(err, DLOCK_EURI, "redis://: host %zu is empty: %s", i + 1, uri->masked);
-		ep->host = h->host;
-		ep->port = h->port ? h->port : REDIS_DEFAULT_PORT;
-		if (strchr(h->host, ':')) /* IPv6 */
-			snprintf(ep->label, sizeof ep->label, "[%s]:%d", h->host, ep->port);
-		else
-			snprintf(ep->label, sizeof ep->label, "%s:%d", h->host, ep->port);
-	}
-	return DLOCK_OK;
-}
-
-static dlock_status unix_endpoint(const dlock_uri *uri, struct redis_client *c, dlock_error *err)
-{
-	struct redis_endpoint *ep = &c->pools[0].ep;
-	const char *db = dlock_uri_get(uri, "db");
-	if (uri->nhosts != 1 || uri->hosts[0].host[0] || uri->hosts[0].port)
-		return dlock_error_set(err, DLOCK_EURI, "redis+unix:// takes no host (redis+unix:///path/to/socket): %s",
-		                       uri->masked);
-	if (!uri->path[0] || strcmp(uri->path, "/") == 0)
-		return dlock_error_set(err, DLOCK_EURI, "redis+unix:// needs the socket's path: %s", uri->masked);
-	if (db && parse_db(db, &c->cfg.db) != 0)
-		return dlock_error_set(err, DLOCK_EURI, "redis+unix://: db must be a database number: %s", uri->masked);
-	ep->path = uri->path;
-	snprintf(ep->label, sizeof ep->label, "%s", uri->path);
-	return DLOCK_OK;
-}
+#include "redis_lock.h"
 
 /* ------------------------------------------------------------ open, close */
 
@@ -179,8 +83,8 @@ static dlock_status greet_all(struct redis_client *c, dlock_error *err)
 	return DLOCK_OK;
 }
 
-static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, int is_unix, void **backend,
-                                      dlock_error *err)
+static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, const struct redis_transport *via,
+                                      void **backend, dlock_error *err)
 {
 	dlock_status st = DLOCK_ENOMEM;
 	if (uri->nhosts > REDIS_REDLOCK_MAX)
@@ -215,9 +119,14 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, in
 	c->quorum = uri->nhosts / 2 + 1;
 	for (size_t i = 0; i < c->npools; i++)
 		dlock_redis_pool_init(&c->pools[i], &c->cfg);
-	st = is_unix ? unix_endpoint(uri, c, err) : tcp_endpoints(uri, c, err);
+	c->algo = fair ? &dlock_redis_fair : c->npools > 1 ? &dlock_redis_redlock : &dlock_redis_single;
+	struct redis_endpoint eps[REDIS_REDLOCK_MAX];
+	memset(eps, 0, sizeof eps);
+	st = via->endpoints(uri, eps, &c->cfg.db, err);
 	if (st != DLOCK_OK)
 		goto fail;
+	for (size_t i = 0; i < c->npools; i++)
+		c->pools[i].ep = eps[i];
 	if (fair) {
 		c->fair = 1;
 		dlock_redis_pool_init(&c->waits, &c->cfg);
@@ -237,12 +146,12 @@ fail:
 
 static dlock_status redis_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
 {
-	return redis_open_common(uri, host, 0, backend, err);
+	return redis_open_common(uri, host, &dlock_redis_tcp, backend, err);
 }
 
 static dlock_status redis_unix_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
 {
-	return redis_open_common(uri, host, 1, backend, err);
+	return redis_open_common(uri, host, &dlock_redis_unix, backend, err);
 }
 
 static void redis_close(void *backend)
@@ -250,32 +159,33 @@ static void redis_close(void *backend)
 	client_free(backend);
 }
 
+/* The algorithms' parameter, and the transport's own. */
 static int redis_knows_param(const char *key)
 {
-	return strcmp(key, "fair") == 0;
+	return strcmp(key, "fair") == 0 || dlock_redis_tcp.knows_param(key);
 }
 
 static int redis_unix_knows_param(const char *key)
 {
-	return strcmp(key, "db") == 0 /* redis:// has it in the path */ || redis_knows_param(key);
+	return strcmp(key, "fair") == 0 || dlock_redis_unix.knows_param(key);
 }
 
 static void redis_capabilities(void *backend, dlock_capabilities *caps)
 {
 	struct redis_client *c = backend;
-	int redlock = c->npools > 1;
 	*caps = (dlock_capabilities){
 		.backend = "redis",
 		.consistency = DLOCK_CONSISTENCY_AP,
-		.fencing = redlock ? DLOCK_FENCING_NONE : DLOCK_FENCING_CONDITIONAL,
-		.fencing_note = redlock ? ""
+		.fencing = c->algo->fencing,
+		.fencing_note = c->algo->fencing == DLOCK_FENCING_NONE
+		                        ? ""
 		                        : "tokens come from a per-name counter kept at least at the server's clock in "
 		                          "microseconds; they go back only if that counter is lost (restart without "
 		                          "persistence, failover to a replica that missed it, eviction) and the "
 		                          "server's clock is then behind the last token",
 		.fair = c->fair,
 		.lease = DLOCK_LEASE_TTL,
-		.wakeup = redlock ? DLOCK_WAKEUP_POLL : c->fair ? DLOCK_WAKEUP_SERVER_QUEUE : DLOCK_WAKEUP_NOTIFY,
+		.wakeup = c->algo->wakeup,
 		.scope = DLOCK_SCOPE_NETWORK,
 	};
 }
@@ -335,15 +245,19 @@ static dlock_status check_lease(int64_t lease_ms, dlock_error *err)
 	return DLOCK_OK;
 }
 
-/* fair=1 only: the server queues the waiters (capabilities say SERVER_QUEUE, so the core calls this). */
+/* The algorithm's blocking acquire: only fair=1 has one (its capabilities say SERVER_QUEUE). */
 static dlock_status redis_acquire(void *backend, void *lk, int64_t lease_ms, dlock_wait *w, dlock_acquired *out,
                                   dlock_error *err)
 {
+	struct redis_client *c = backend;
 	dlock_status st = check_lease(lease_ms, err);
-	return st != DLOCK_OK ? st : dlock_redis_acquire(backend, lk, lease_ms, w, out, err);
+	if (st == DLOCK_OK && !c->algo->acquire)
+		st = dlock_error_set(err, DLOCK_ENOTSUP, "redis: the %s algorithm waits in the core's loop",
+		                     c->algo->name);
+	return st != DLOCK_OK ? st : c->algo->acquire(c, lk, lease_ms, w, out, err);
 }
 
-/* Every other client: one attempt, the waiting is the core's. */
+/* One attempt, the waiting being the core's; an algorithm whose server queues waits in it instead. */
 static dlock_status redis_try_acquire(void *backend, void *lk, int64_t lease_ms, dlock_wait *w, dlock_retry *retry,
                                       dlock_acquired *out, dlock_error *err)
 {
@@ -351,42 +265,36 @@ static dlock_status redis_try_acquire(void *backend, void *lk, int64_t lease_ms,
 	dlock_status st = check_lease(lease_ms, err);
 	if (st != DLOCK_OK)
 		return st;
-	if (c->npools > 1)
-		return dlock_redis_redlock_try_acquire(c, lk, lease_ms, retry, out, err);
-	return dlock_redis_try_acquire(c, lk, lease_ms, w, retry, out, err);
+	if (!c->algo->try_acquire)
+		return c->algo->acquire(c, lk, lease_ms, w, out, err);
+	return c->algo->try_acquire(c, lk, lease_ms, w, retry, out, err);
 }
 
 static void redis_disarm(void *backend, void *lk, dlock_wait *w)
 {
+	struct redis_client *c = backend;
 	(void)w;
-	dlock_redis_disarm(backend, lk);
+	if (c->algo->disarm)
+		c->algo->disarm(c, lk);
 }
 
 static dlock_status redis_release(void *backend, void *lk, dlock_error *err)
 {
 	struct redis_client *c = backend;
-	if (c->npools > 1)
-		return dlock_redis_redlock_release(c, lk, err);
-	return dlock_redis_release(c, lk, err);
+	return c->algo->release(c, lk, err);
 }
 
 static dlock_status redis_extend(void *backend, void *lk, int64_t lease_ms, dlock_error *err)
 {
 	struct redis_client *c = backend;
 	dlock_status st = check_lease(lease_ms, err);
-	if (st != DLOCK_OK)
-		return st;
-	if (c->npools > 1)
-		return dlock_redis_redlock_extend(c, lk, lease_ms, err);
-	return dlock_redis_extend(c, lk, lease_ms, err);
+	return st != DLOCK_OK ? st : c->algo->extend(c, lk, lease_ms, err);
 }
 
 static dlock_status redis_check(void *backend, void *lk, dlock_error *err)
 {
 	struct redis_client *c = backend;
-	if (c->npools > 1)
-		return dlock_redis_redlock_check(c, lk, err);
-	return dlock_redis_check(c, lk, err);
+	return c->algo->check(c, lk, err);
 }
 
 const dlock_driver dlock_redis_driver = {

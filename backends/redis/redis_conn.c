@@ -1,27 +1,19 @@
 /*
- * Connections to one Redis server: connecting, the meaning of failures, and
- * the pool that lets many threads share a client.
+ * Connections to one Redis server: the handshake on a socket that the
+ * endpoint's transport opened (redis_transport.c), the meaning of failures,
+ * and the pool that lets many threads share a client.
  *
- * The socket is made here, not by hiredis: hiredis 0.14 opens it without
- * close-on-exec, and setting the flag afterwards leaves a window in which
- * another thread's fork+exec inherits it.  socket(SOCK_CLOEXEC), a connect
- * bounded by open_timeout, then redisConnectFd() hands the descriptor to a
- * blocking hiredis context whose reads and writes are bounded by io_timeout.
+ * redisConnectFd() hands the transport's descriptor to a blocking hiredis
+ * context whose reads and writes are bounded by io_timeout.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include "redis_internal.h"
+#include "redis_conn.h"
 
 /* ------------------------------------------------------------ arguments */
 
@@ -75,93 +67,6 @@ dlock_status dlock_redis_reply_error(const redisReply *r, const struct redis_end
 		st = DLOCK_EPERM;
 	/* The server's text never holds the password: it is safe to show. */
 	return dlock_error_set(err, st, "redis %s: %s: %s", ep->label, what, text);
-}
-
-/* ------------------------------------------------------------ sockets */
-
-static int wait_connected(int fd, int64_t deadline_ns)
-{
-	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
-	for (;;) {
-		int64_t left = deadline_ns - dlock_monotonic_ns();
-		if (left <= 0) {
-			errno = ETIMEDOUT;
-			return -1;
-		}
-		int rc = poll(&pfd, 1, (int)((left + REDIS_NS_PER_MS - 1) / REDIS_NS_PER_MS));
-		if (rc > 0)
-			break;
-		if (rc < 0 && errno != EINTR)
-			return -1;
-	}
-	int soerr = 0;
-	socklen_t len = sizeof soerr;
-	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0)
-		return -1;
-	errno = soerr;
-	return soerr ? -1 : 0;
-}
-
-/* A connected blocking socket, close-on-exec, or -1 with errno. */
-static int socket_connect(int family, const struct sockaddr *addr, socklen_t addrlen, int64_t deadline_ns)
-{
-	int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return -1;
-	if (connect(fd, addr, addrlen) != 0) {
-		/* A unix socket with a full backlog says EAGAIN: it is not in progress. */
-		if (errno != EINPROGRESS || wait_connected(fd, deadline_ns) != 0)
-			goto fail;
-	}
-	int flags = fcntl(fd, F_GETFL);
-	if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
-		goto fail;
-	return fd;
-fail:;
-	int saved = errno;
-	close(fd);
-	errno = saved;
-	return -1;
-}
-
-static dlock_status tcp_connect(const struct redis_endpoint *ep, int64_t deadline_ns, int *out, dlock_error *err)
-{
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res = NULL;
-	char port[16];
-	snprintf(port, sizeof port, "%d", ep->port);
-	int rc = getaddrinfo(ep->host, port, &hints, &res);
-	if (rc != 0)
-		return dlock_error_set(err, DLOCK_ECONNECT, "redis %s: cannot resolve the host: %s", ep->label,
-		                       gai_strerror(rc));
-	int fd = -1, saved = 0;
-	for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
-		fd = socket_connect(ai->ai_family, ai->ai_addr, ai->ai_addrlen, deadline_ns);
-		saved = errno;
-	}
-	freeaddrinfo(res);
-	if (fd < 0)
-		return dlock_error_set(err, DLOCK_ECONNECT, "redis %s: cannot connect: %s", ep->label,
-		                       saved == ETIMEDOUT ? "no answer within open_timeout" : strerror(saved));
-	/* Requests are small and answered one by one: never wait for Nagle. */
-	int one = 1;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-	*out = fd;
-	return DLOCK_OK;
-}
-
-static dlock_status unix_connect(const struct redis_endpoint *ep, int64_t deadline_ns, int *out, dlock_error *err)
-{
-	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-	if (strlen(ep->path) >= sizeof sun.sun_path)
-		return dlock_error_set(err, DLOCK_EURI, "redis+unix: socket path is longer than %zu bytes",
-		                       sizeof sun.sun_path - 1);
-	memcpy(sun.sun_path, ep->path, strlen(ep->path) + 1);
-	int fd = socket_connect(AF_UNIX, (const struct sockaddr *)&sun, sizeof sun, deadline_ns);
-	if (fd < 0)
-		return dlock_error_set(err, DLOCK_ECONNECT, "redis %s: cannot connect: %s", ep->label, strerror(errno));
-	*out = fd;
-	return DLOCK_OK;
 }
 
 /* ------------------------------------------------------------ handshake */
@@ -222,7 +127,7 @@ dlock_status dlock_redis_connect(const struct redis_endpoint *ep, const struct r
 	int64_t deadline = dlock_monotonic_ns() + cfg->connect_timeout_ms * REDIS_NS_PER_MS;
 	int fd = -1;
 	redisContext *ctx = NULL;
-	dlock_status st = ep->path ? unix_connect(ep, deadline, &fd, err) : tcp_connect(ep, deadline, &fd, err);
+	dlock_status st = ep->via->connect(ep, deadline, &fd, err);
 	if (st != DLOCK_OK)
 		return st;
 	ctx = redisConnectFd(fd);

@@ -1,5 +1,7 @@
 /*
- * fair=1: waiting in a queue kept in Redis, served by the releases.
+ * Algorithm "fair" (fair=1): waiting in a queue kept in Redis, served by
+ * the releases.  Its attempts, extend and check are the single
+ * instance's (redis_lock.c); its release is the handoff script.
  *
  * Without it, a release deletes the key and publishes a message that wakes
  * every waiter, and the first SET to reach the server wins: a round trip
@@ -47,7 +49,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "redis_internal.h"
+#include "redis_lock.h"
 
 #define FAIR_REFRESH_MIN_MS 20
 #define FAIR_REFRESH_MAX_MS 1000
@@ -63,7 +65,8 @@ static size_t grant_key(struct redis_lock *lk)
 	return lk->grantlen + n;
 }
 
-void dlock_redis_handoff_args(struct redis_lock *lk, struct redis_args *a)
+/* The handoff script: release to the next waiter (or withdraw from the queue). */
+static enum redis_script_id handoff_script(struct redis_lock *lk, struct redis_args *a, int *nkeys)
 {
 	*a = (struct redis_args){ 0 };
 	dlock_redis_argn(a, lk->key, lk->keylen);
@@ -73,6 +76,8 @@ void dlock_redis_handoff_args(struct redis_lock *lk, struct redis_args *a)
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_argn(a, lk->chan, lk->chanlen);
 	dlock_redis_argn(a, lk->grant, grant_key(lk));
+	*nkeys = 4;
+	return REDIS_SCRIPT_HANDOFF;
 }
 
 /* One waiter: its numbers as the enqueue script wants them, and its grant connection. */
@@ -159,8 +164,9 @@ static void withdraw(struct redis_client *c, struct redis_lock *lk)
 	struct redis_args a;
 	dlock_error ignored = { "" };
 	redisReply *r = NULL;
-	dlock_redis_handoff_args(lk, &a);
-	if (dlock_redis_run_idempotent(c, REDIS_SCRIPT_HANDOFF, 4, &a, "withdraw", &r, &ignored) != DLOCK_OK)
+	int nkeys;
+	enum redis_script_id id = handoff_script(lk, &a, &nkeys);
+	if (dlock_redis_run_idempotent(c, id, nkeys, &a, "withdraw", &r, &ignored) != DLOCK_OK)
 		dlock_host_log(c->cfg.host, DLOCK_LOG_WARN,
 		               "redis %s: a waiter that gave up could not leave the queue (%s); it is dropped at its "
 		               "deadline, and a lock granted to it meanwhile stays until its lease runs out",
@@ -308,7 +314,7 @@ static dlock_status look(struct redis_client *c, struct redis_lock *lk, struct f
 	return st == DLOCK_OK ? DLOCK_EBUSY : st;
 }
 
-dlock_status dlock_redis_fair_wait(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
+static dlock_status fair_wait(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
                                    dlock_wait *w, dlock_acquired *out, dlock_error *err)
 {
 	struct fair_waiter fw;
@@ -346,3 +352,32 @@ dlock_status dlock_redis_fair_wait(struct redis_client *c, struct redis_lock *lk
 	lk->owner[0] = '\0';
 	return dlock_redis_wait_failed(c, st, err);
 }
+
+/*
+ * The server queues the waiters (capabilities say so), and the core calls
+ * this blocking acquire.  One attempt, then redis_fair.c's
+ * queue; at once to the queue when our last release granted the lock to
+ * a waiter (others are queued: join them).
+ */
+static dlock_status fair_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
+                                 dlock_acquired *out, dlock_error *err)
+{
+	int64_t pttl_ms = -1;
+	if (lk->handed_off && !dlock_wait_try_once(w))
+		return fair_wait(c, lk, lease_ms, w, out, err);
+	dlock_status st = dlock_redis_attempt(c, lk, lease_ms, w, 1, out, &pttl_ms, err); /* the queue tells the TTL */
+	if (st != DLOCK_EBUSY || dlock_wait_try_once(w))
+		return st == DLOCK_EBUSY ? dlock_redis_wait_failed(c, st, err) : st;
+	return fair_wait(c, lk, lease_ms, w, out, err);
+}
+
+const struct redis_algorithm dlock_redis_fair = {
+	.name = "fair",
+	.fencing = DLOCK_FENCING_CONDITIONAL,
+	.wakeup = DLOCK_WAKEUP_SERVER_QUEUE,
+	.acquire = fair_acquire,
+	.release = dlock_redis_release, /* with the handoff script below */
+	.extend = dlock_redis_extend,
+	.check = dlock_redis_check,
+	.release_script = handoff_script,
+};

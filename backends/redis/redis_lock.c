@@ -1,6 +1,7 @@
 /*
- * One Redis instance: one attempt at a time (the core's loop waits),
- * release, extend and check.
+ * Algorithm "single", one Redis instance: one attempt at a time (the
+ * core's loop waits), release, extend and check; and the lock values and
+ * attempts that the fair algorithm (redis_fair.c) builds on.
  *
  * Acquire costs one round trip when the lock is free: the acquire script,
  * or a plain SET NX PX when the caller wants no fencing token.
@@ -10,17 +11,52 @@
  * on every release message, and when the holder's TTL, returned by the
  * failed attempt, runs out.  Without a subscription (refused, or the
  * subscriber cannot reach the server) the core polls with its backoff.
- * With fair=1 the server queues the waiters: a blocking acquire waits in
- * redis_fair.c's queue, and a release is the handoff script, which grants
- * the lock to the first queued waiter.
+ * Releases run the algorithm's release script (c->algo): for fair=1 the
+ * handoff, which grants the lock to the first queued waiter.
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "redis_internal.h"
+#include "redis_lock.h"
 
 /* With no TTL to wait for (a key without expiry), look again at least this often. */
 #define NO_TTL_RECHECK_MS 1000
+
+/* ------------------------------------------------------------ lock values */
+
+dlock_status dlock_redis_new_owner(struct redis_lock *lk, dlock_error *err)
+{
+	unsigned char raw[REDIS_OWNER_BYTES];
+	if (dlock_random_bytes(raw, sizeof raw) != DLOCK_OK)
+		return dlock_error_set(err, DLOCK_EIO, "redis: cannot read random bytes for the owner value");
+	dlock_hex(raw, sizeof raw, lk->owner);
+	return DLOCK_OK;
+}
+
+dlock_status dlock_redis_set_nx(struct redis_lock *lk, int64_t lease_ms, char lease[24], struct redis_args *a,
+                               dlock_error *err)
+{
+	dlock_status st = dlock_redis_new_owner(lk, err);
+	if (st != DLOCK_OK)
+		return st;
+	*a = (struct redis_args){ 0 };
+	dlock_redis_arg(a, "SET");
+	dlock_redis_argn(a, lk->key, lk->keylen);
+	dlock_redis_arg(a, lk->owner);
+	dlock_redis_arg(a, "NX");
+	dlock_redis_arg(a, "PX");
+	dlock_redis_argi(a, lease, lease_ms);
+	return DLOCK_OK;
+}
+
+/* The fencing counter outlives any lease by far, and at least a week. */
+#define FENCE_TTL_MIN_MS (7LL * 24 * 3600 * 1000)
+#define FENCE_TTL_LEASES 100
+
+int64_t dlock_redis_fence_ttl_ms(int64_t lease_ms)
+{
+	return lease_ms > FENCE_TTL_MIN_MS / FENCE_TTL_LEASES ? lease_ms * FENCE_TTL_LEASES : FENCE_TTL_MIN_MS;
+}
 
 /* ------------------------------------------------------------ one call */
 
@@ -71,18 +107,24 @@ dlock_status dlock_redis_run_idempotent(struct redis_client *c, enum redis_scrip
 	return st;
 }
 
+/* The algorithm's owner-only release script for lk->owner. */
 static dlock_status release_args_run(struct redis_client *c, struct redis_lock *lk, redisReply **out,
                                      dlock_error *err)
 {
 	struct redis_args a = { 0 };
-	if (c->fair) {
-		dlock_redis_handoff_args(lk, &a);
-		return dlock_redis_run_idempotent(c, REDIS_SCRIPT_HANDOFF, 4, &a, "release", out, err);
-	}
-	dlock_redis_argn(&a, lk->key, lk->keylen);
-	dlock_redis_arg(&a, lk->owner);
-	dlock_redis_argn(&a, lk->chan, lk->chanlen);
-	return dlock_redis_run_idempotent(c, REDIS_SCRIPT_RELEASE, 1, &a, "release", out, err);
+	int nkeys = 0;
+	enum redis_script_id id = c->algo->release_script(lk, &a, &nkeys);
+	return dlock_redis_run_idempotent(c, id, nkeys, &a, "release", out, err);
+}
+
+/* The single instance's release: delete the key if ours and publish on the lock's channel. */
+static enum redis_script_id single_release_script(struct redis_lock *lk, struct redis_args *a, int *nkeys)
+{
+	dlock_redis_argn(a, lk->key, lk->keylen);
+	dlock_redis_arg(a, lk->owner);
+	dlock_redis_argn(a, lk->chan, lk->chanlen);
+	*nkeys = 1;
+	return REDIS_SCRIPT_RELEASE;
 }
 
 /* ------------------------------------------------------------ acquire */
@@ -210,31 +252,13 @@ dlock_status dlock_redis_wait_failed(struct redis_client *c, dlock_status st, dl
 	return st;
 }
 
-/* One attempt: the acquire script, or a plain SET NX PX when no token is wanted. */
-static dlock_status attempt(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
-                            dlock_acquired *out, int64_t *pttl_ms, dlock_error *err)
+/* The acquire script, or a plain SET NX PX when no token is wanted. */
+dlock_status dlock_redis_attempt(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
+                                 int no_pttl, dlock_acquired *out, int64_t *pttl_ms, dlock_error *err)
 {
 	return dlock_wait_wants_token(w)
 	               ? try_acquire(c, lk, lease_ms, out, pttl_ms, err)
-	               : try_set(c, lk, lease_ms, dlock_wait_try_once(w) || c->fair, out, pttl_ms, err);
-}
-
-/*
- * fair=1: the server queues the waiters (capabilities say so), and the
- * core calls this blocking acquire.  One attempt, then redis_fair.c's
- * queue; at once to the queue when our last release granted the lock to
- * a waiter (others are queued: join them).
- */
-dlock_status dlock_redis_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
-                                 dlock_acquired *out, dlock_error *err)
-{
-	int64_t pttl_ms = -1;
-	if (lk->handed_off && !dlock_wait_try_once(w))
-		return dlock_redis_fair_wait(c, lk, lease_ms, w, out, err);
-	dlock_status st = attempt(c, lk, lease_ms, w, out, &pttl_ms, err);
-	if (st != DLOCK_EBUSY || dlock_wait_try_once(w))
-		return st == DLOCK_EBUSY ? dlock_redis_wait_failed(c, st, err) : st;
-	return dlock_redis_fair_wait(c, lk, lease_ms, w, out, err);
+	               : try_set(c, lk, lease_ms, dlock_wait_try_once(w) || no_pttl, out, pttl_ms, err);
 }
 
 /*
@@ -247,11 +271,11 @@ dlock_status dlock_redis_acquire(struct redis_client *c, struct redis_lock *lk, 
  * subscriber cannot reach the server) the core polls, no longer than the
  * holder's TTL.
  */
-dlock_status dlock_redis_try_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
-                                     dlock_retry *retry, dlock_acquired *out, dlock_error *err)
+static dlock_status single_try_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
+                                       dlock_retry *retry, dlock_acquired *out, dlock_error *err)
 {
 	int64_t pttl_ms = -1;
-	dlock_status st = attempt(c, lk, lease_ms, w, out, &pttl_ms, err);
+	dlock_status st = dlock_redis_attempt(c, lk, lease_ms, w, 0, out, &pttl_ms, err);
 	if (st != DLOCK_EBUSY || dlock_wait_try_once(w))
 		return st == DLOCK_EBUSY ? dlock_redis_wait_failed(c, st, err) : st;
 	enum redis_watch_state s;
@@ -271,7 +295,7 @@ dlock_status dlock_redis_try_acquire(struct redis_client *c, struct redis_lock *
 	return dlock_redis_wait_failed(c, st, err);
 }
 
-void dlock_redis_disarm(struct redis_client *c, struct redis_lock *lk)
+static void single_disarm(struct redis_client *c, struct redis_lock *lk)
 {
 	if (lk->watching)
 		dlock_redis_sub_unwatch(c->sub, &lk->watch);
@@ -350,3 +374,15 @@ dlock_status dlock_redis_check(struct redis_client *c, struct redis_lock *lk, dl
 	freeReplyObject(r);
 	return st == DLOCK_OK || st == DLOCK_ENOTHELD ? st : uncertain(err);
 }
+
+const struct redis_algorithm dlock_redis_single = {
+	.name = "single",
+	.fencing = DLOCK_FENCING_CONDITIONAL,
+	.wakeup = DLOCK_WAKEUP_NOTIFY,
+	.try_acquire = single_try_acquire,
+	.disarm = single_disarm,
+	.release = dlock_redis_release,
+	.extend = dlock_redis_extend,
+	.check = dlock_redis_check,
+	.release_script = single_release_script,
+};

@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "redis_internal.h"
+#include "redis_scripts.h"
 
 /*
  * Shared by the scripts that hand out a fencing token: the token is

@@ -34,7 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "redis_internal.h"
+#include "redis_sub.h"
 
 #define LINGER_MS 2000
 #define RECONNECT_MIN_MS 50
@@ -152,6 +152,15 @@ static int wanted_locked(const struct redis_sub *s)
 	return 0;
 }
 
+/* Random number in [lo, hi] from a cheap per-call source (jitter only). */
+static int64_t jitter(int64_t lo, int64_t hi)
+{
+	uint32_t r = 0;
+	if (hi <= lo || dlock_random_bytes(&r, sizeof r) != DLOCK_OK)
+		return lo;
+	return lo + (int64_t)(r % (uint64_t)(hi - lo + 1));
+}
+
 /* Connect when a watcher needs it and no backoff is running; *timeout_ms: when to look again. */
 static void connect_locked(struct redis_sub *s, int *timeout_ms)
 {
@@ -177,7 +186,7 @@ static void connect_locked(struct redis_sub *s, int *timeout_ms)
 	s->degraded = 1;
 	wake_all_locked(s); /* those waiting for a confirmation poll instead */
 	log_down_once(s, err.msg);
-	s->retry_at_ns = now + dlock_redis_jitter(s->backoff_ms / 2, s->backoff_ms) * REDIS_NS_PER_MS;
+	s->retry_at_ns = now + jitter(s->backoff_ms / 2, s->backoff_ms) * REDIS_NS_PER_MS;
 	s->backoff_ms = s->backoff_ms * 2 > RECONNECT_MAX_MS ? RECONNECT_MAX_MS : s->backoff_ms * 2;
 	*timeout_ms = (int)(s->retry_at_ns > now ? (s->retry_at_ns - now) / REDIS_NS_PER_MS + 1 : 1);
 }

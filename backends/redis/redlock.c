@@ -16,7 +16,7 @@
  */
 #include <string.h>
 
-#include "redis_internal.h"
+#include "redis_lock.h"
 
 
 /* One request sent to every instance and its replies. */
@@ -127,7 +127,7 @@ static void release_all(struct redis_client *c, struct redis_lock *lk, struct fa
 	fanout_run(c, f, &rq);
 }
 
-dlock_status dlock_redis_redlock_release(struct redis_client *c, struct redis_lock *lk, dlock_error *err)
+static dlock_status redlock_release(struct redis_client *c, struct redis_lock *lk, dlock_error *err)
 {
 	struct fanout f;
 	release_all(c, lk, &f);
@@ -189,9 +189,10 @@ static dlock_status try_round(struct redis_client *c, struct redis_lock *lk, int
  * majority; no majority reachable is transient (the core tries again
  * within the deadline, and that failure is the answer if it passes).
  */
-dlock_status dlock_redis_redlock_try_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
-                                             dlock_retry *retry, dlock_acquired *out, dlock_error *err)
+static dlock_status redlock_try_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
+                                        dlock_wait *w, dlock_retry *retry, dlock_acquired *out, dlock_error *err)
 {
+	(void)w; /* no wake-up: waiters poll with the core's backoff */
 	dlock_status st = try_round(c, lk, lease_ms, out, err);
 	retry->transient = st == DLOCK_ECONNECT;
 	return st;
@@ -199,7 +200,7 @@ dlock_status dlock_redis_redlock_try_acquire(struct redis_client *c, struct redi
 
 /* ------------------------------------------------------------ extend, check */
 
-dlock_status dlock_redis_redlock_extend(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
+static dlock_status redlock_extend(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
                                         dlock_error *err)
 {
 	struct redis_args a = { 0 };
@@ -224,7 +225,7 @@ dlock_status dlock_redis_redlock_extend(struct redis_client *c, struct redis_loc
 	return st;
 }
 
-dlock_status dlock_redis_redlock_check(struct redis_client *c, struct redis_lock *lk, dlock_error *err)
+static dlock_status redlock_check(struct redis_client *c, struct redis_lock *lk, dlock_error *err)
 {
 	struct redis_args a = { 0 };
 	struct fanout f;
@@ -246,3 +247,13 @@ dlock_status dlock_redis_redlock_check(struct redis_client *c, struct redis_lock
 	fanout_free(c, &f);
 	return st;
 }
+
+const struct redis_algorithm dlock_redis_redlock = {
+	.name = "redlock",
+	.fencing = DLOCK_FENCING_NONE, /* independent servers give no order */
+	.wakeup = DLOCK_WAKEUP_POLL,
+	.try_acquire = redlock_try_acquire,
+	.release = redlock_release,
+	.extend = redlock_extend,
+	.check = redlock_check,
+};

@@ -1,0 +1,140 @@
+/*
+ * redis:// and redis+unix:// — the client, the lock and the lock
+ * algorithms (the second axis of the mode table), shared by the files of
+ * the Redis backend (never included outside backends/redis/).
+ *
+ * Files, from the top (each calls only those below it):
+ *   redis.c            driver objects: URI, open/close, capabilities, lock keys;
+ *                      every lock method goes through the client's mode table
+ *   redis_fair.c       algorithm "fair" (fair=1): waiting in a queue kept in Redis
+ *   redlock.c          algorithm "redlock": several independent instances, majority
+ *   redis_lock.c       algorithm "single": one instance; also the lock values and
+ *                      attempts that fair builds on
+ *   redis_sub.c        the subscriber thread that turns release messages into wake-ups
+ *   redis_scripts.c    the Lua scripts, SCRIPT LOAD, EVALSHA with EVAL fallback
+ *   redis_conn.c       connections (AUTH, SELECT), error mapping, pools, arguments
+ *   redis_transport.c  how a server is reached (tcp, unix): URI hosts, sockets
+ *
+ * The mode table has two axes that do not multiply: the transport
+ * (redis_conn.h: how a server is reached) and the algorithm (below: which
+ * lock runs on the servers), each chosen once at open.
+ *
+ * Threads: a client is shared by any number of threads.  Each server has a
+ * small pool of blocking hiredis connections (a free list under a mutex,
+ * created on demand up to REDIS_POOL_MAX, then callers wait for one to be
+ * returned); one thread uses a connection at a time, and a connection that
+ * saw an I/O error or a timeout is closed, never reused.  Waiting is done by
+ * one subscriber thread per client with its own connection; with fair=1, by
+ * each waiter blocking on a connection of a second pool, the client's
+ * `waits`, so that waiters never take the connections releases need.
+ *
+ * Keys of a lock: PREFIX:{D}:lock (owner value, TTL = lease), PREFIX:{D}:fence
+ * (fencing counter), with fair=1 PREFIX:{D}:queue and PREFIX:{D}:waiters (the
+ * waiter queue, see redis_scripts.c), and the channel PREFIX:{D}:released,
+ * where D is the first 32 hex digits of the SHA-256 of the name.  They differ
+ * only after the "}" that closes the digest, so they share a Redis Cluster
+ * slot whatever the prefix holds, and braces or any other byte of the name
+ * cannot reach a key.  With fair=1, a release grants the lock to a waiter
+ * by pushing onto PREFIX:{D}:grant:OWNER, the waiter's own list, which the
+ * waiter blocks on (BLPOP).
+ */
+#ifndef DLOCK_REDIS_LOCK_H
+#define DLOCK_REDIS_LOCK_H
+
+#include <stdatomic.h>
+
+#include "redis_conn.h"
+#include "redis_scripts.h"
+#include "redis_sub.h"
+
+#define REDIS_OWNER_BYTES 16 /* 128 random bits per acquisition */
+#define REDIS_OWNER_HEX (2 * REDIS_OWNER_BYTES + 1)
+#define REDIS_DIGEST_HEX 32
+
+/* ------------------------------------------------------------ client, lock */
+
+struct redis_algorithm;
+
+struct redis_client {
+	struct redis_cfg cfg;
+	const struct redis_algorithm *algo; /* the lock algorithm, chosen at open */
+	size_t npools;            /* 1: one instance; more: RedLock over independent instances */
+	struct redis_pool *pools;
+	size_t quorum;            /* npools / 2 + 1 */
+	struct redis_scripts scripts;
+	struct redis_sub *sub;    /* one instance only */
+	int fair;                 /* fair=1: waiters queue in Redis and a release grants the first */
+	struct redis_pool waits;  /* fair=1: connections that block in BLPOP until a release grants the lock */
+	atomic_int blpop_whole_seconds; /* the server wants BLPOP's timeout in whole seconds (Redis < 6) */
+	const char *prefix;
+	size_t prefixlen;
+};
+
+struct redis_lock {
+	char *keys;             /* one block holding the six names below */
+	const char *key, *fence, *queue, *waiters, *chan;
+	char *grant;            /* PREFIX:{D}:grant: then, with fair=1, the owner value (redis_fair.c) */
+	size_t keylen, fencelen, queuelen, waiterslen, chanlen, grantlen; /* grantlen: without the owner */
+	char owner[REDIS_OWNER_HEX]; /* this acquisition's owner value, "" when none */
+	int handed_off;         /* fair=1: our last release granted the lock to a queued waiter */
+	struct redis_watch watch; /* the channel's watch while `watching`: an acquisition's armed wake-up */
+	int watching;
+};
+
+/*
+ * A lock algorithm: the second axis of the mode table.  The driver's
+ * methods (redis.c) call through the client's entry and never test which
+ * one it is.  Each method has the meaning of the driver method of that
+ * name (dlock/sys/driver.h); `acquire` is set only where the server queues
+ * the waiters, `try_acquire` where the core's loop waits.
+ */
+struct redis_algorithm {
+	const char *name;          /* "single", "redlock", "fair" */
+	dlock_fencing fencing;     /* what its tokens guarantee */
+	dlock_wakeup wakeup;       /* how its waiters learn of a release */
+	dlock_status (*try_acquire)(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
+	                            dlock_retry *retry, dlock_acquired *out, dlock_error *err);
+	void (*disarm)(struct redis_client *c, struct redis_lock *lk); /* NULL: arms nothing */
+	dlock_status (*acquire)(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
+	                        dlock_acquired *out, dlock_error *err);
+	dlock_status (*release)(struct redis_client *c, struct redis_lock *lk, dlock_error *err);
+	dlock_status (*extend)(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_error *err);
+	dlock_status (*check)(struct redis_client *c, struct redis_lock *lk, dlock_error *err);
+	/** The owner-only release script for lk->owner into `a`, its number of keys into *nkeys (single
+	 *  servers: also how an attempt whose reply was lost is undone). */
+	enum redis_script_id (*release_script)(struct redis_lock *lk, struct redis_args *a, int *nkeys);
+};
+
+extern const struct redis_algorithm dlock_redis_single;  /* redis_lock.c */
+extern const struct redis_algorithm dlock_redis_redlock; /* redlock.c */
+extern const struct redis_algorithm dlock_redis_fair;    /* redis_fair.c */
+
+/* ------------------------------------------------------------ redis_lock.c: lock values, one instance */
+
+/** A fresh random owner value into lk->owner. */
+dlock_status dlock_redis_new_owner(struct redis_lock *lk, dlock_error *err);
+/** A new owner value, and in `a` the command SET key owner NX PX lease_ms (`lease` keeps the number). */
+dlock_status dlock_redis_set_nx(struct redis_lock *lk, int64_t lease_ms, char lease[24], struct redis_args *a,
+                               dlock_error *err);
+/** The fencing counter's expiry for acquisitions of `lease_ms`: far longer than any lease. */
+int64_t dlock_redis_fence_ttl_ms(int64_t lease_ms);
+/** Run script `id` (one retry when the connection failed after sending).  Error replies become statuses. */
+dlock_status dlock_redis_run_idempotent(struct redis_client *c, enum redis_script_id id, int nkeys,
+                                        const struct redis_args *a, const char *what, redisReply **out,
+                                        dlock_error *err);
+/** The status and message of a wait that did not end with the lock. */
+dlock_status dlock_redis_wait_failed(struct redis_client *c, dlock_status st, dlock_error *err);
+/**
+ * One attempt on one instance: DLOCK_OK (*out filled), DLOCK_EBUSY
+ * (*pttl_ms: the holder's TTL, < 0 unknown; not asked when `no_pttl`) or an
+ * error, nothing of it left on the server.
+ */
+dlock_status dlock_redis_attempt(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
+                                 int no_pttl, dlock_acquired *out, int64_t *pttl_ms, dlock_error *err);
+/* One instance's release (through the algorithm's release_script), extend and check. */
+dlock_status dlock_redis_release(struct redis_client *c, struct redis_lock *lk, dlock_error *err);
+dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
+                                dlock_error *err);
+dlock_status dlock_redis_check(struct redis_client *c, struct redis_lock *lk, dlock_error *err);
+
+#endif

@@ -1,0 +1,39 @@
+/*
+ * Redis backend: the Lua scripts, SCRIPT LOAD, EVALSHA with EVAL fallback
+ * (redis_scripts.c).  Never included outside backends/redis/.
+ */
+#ifndef DLOCK_REDIS_SCRIPTS_H
+#define DLOCK_REDIS_SCRIPTS_H
+
+#include "redis_conn.h"
+
+/* ------------------------------------------------------------ scripts */
+
+enum redis_script_id {
+	REDIS_SCRIPT_ACQUIRE, /* KEYS lock, fence; ARGV owner, lease ms, fence ttl ms -> {1, token} | {0, pttl} */
+	REDIS_SCRIPT_RELEASE, /* KEYS lock; ARGV owner, channel -> 1 released | 0 not ours */
+	REDIS_SCRIPT_EXTEND,  /* KEYS lock; ARGV owner, lease ms -> 1 extended | 0 not ours */
+	REDIS_SCRIPT_ENQUEUE, /* fair=1, KEYS lock, queue, waiters, fence: wait in the queue (see the script) */
+	REDIS_SCRIPT_HANDOFF, /* fair=1, same KEYS: release to the next waiter, or withdraw from the queue */
+	REDIS_SCRIPT_COUNT
+};
+
+/* SHA1 of each script as the server reported it; "" when SCRIPT LOAD was refused. */
+struct redis_scripts {
+	char sha[REDIS_SCRIPT_COUNT][41];
+};
+
+/** SCRIPT LOAD every script on `ctx`.  I/O errors and NOAUTH fail; another refusal means EVAL. */
+dlock_status dlock_redis_scripts_load(redisContext *ctx, const struct redis_endpoint *ep,
+                                      struct redis_scripts *s, dlock_error *err);
+/** Queue EVALSHA (EVAL without a sha) of `id` with `nkeys` keys first in `a`. */
+int dlock_redis_script_append(redisContext *ctx, const struct redis_scripts *s, enum redis_script_id id,
+                              int nkeys, const struct redis_args *a);
+/** Read the reply of an appended script; on NOSCRIPT, run it with EVAL.  NULL on I/O error. */
+redisReply *dlock_redis_script_read(redisContext *ctx, enum redis_script_id id, int nkeys,
+                                    const struct redis_args *a);
+/** Append and read. */
+redisReply *dlock_redis_script_run(redisContext *ctx, const struct redis_scripts *s, enum redis_script_id id,
+                                   int nkeys, const struct redis_args *a);
+
+#endif

@@ -1,0 +1,39 @@
+/*
+ * Redis backend: the subscriber thread that turns release messages into
+ * wake-ups (redis_sub.c), one per single-server client with its own
+ * connection.  Never included outside backends/redis/.
+ */
+#ifndef DLOCK_REDIS_SUB_H
+#define DLOCK_REDIS_SUB_H
+
+#include "redis_conn.h"
+
+/* ------------------------------------------------------------ subscriber */
+
+struct redis_sub;
+struct redis_chan;
+
+/* One acquisition watching a channel; lives in its lock state (redis_lock.h) until unwatched. */
+struct redis_watch {
+	struct redis_watch *prev, *next;
+	struct redis_chan *chan; /* NULL: not watching (polling instead) */
+	dlock_wait *w;
+};
+
+enum redis_watch_state {
+	REDIS_WATCH_POLL = -1,   /* no subscription possible now: poll */
+	REDIS_WATCH_PENDING = 0, /* SUBSCRIBE not confirmed yet: a wake-up follows its confirmation */
+	REDIS_WATCH_ACTIVE = 1   /* confirmed: every release wakes the watcher */
+};
+
+dlock_status dlock_redis_sub_new(struct redis_sub **out, const struct redis_endpoint *ep,
+                                 const struct redis_cfg *cfg, dlock_error *err);
+/** Stop the thread and free everything.  No watch may remain.  NULL is a no-op. */
+void dlock_redis_sub_free(struct redis_sub *s);
+/** Watch channel `chan`: `w` is woken by its messages and by subscription changes. */
+enum redis_watch_state dlock_redis_sub_watch(struct redis_sub *s, struct redis_watch *wt, const char *chan,
+                                             size_t len, dlock_wait *w);
+enum redis_watch_state dlock_redis_sub_state(struct redis_sub *s, const struct redis_watch *wt);
+void dlock_redis_sub_unwatch(struct redis_sub *s, struct redis_watch *wt);
+
+#endif

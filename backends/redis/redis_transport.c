@@ -1,0 +1,199 @@
+/*
+ * How a Redis server is reached: the first axis of the backend's mode
+ * table (redis_conn.h).  Each transport reads its servers from the URI
+ * and opens a socket to one of them; everything above (the handshake, the
+ * pools, the lock algorithms) is the same whatever the transport.
+ *
+ *   tcp   redis://host[:port][,host[:port]...][/db]   (port 6379)
+ *   unix  redis+unix:///path/to/socket[?db=N]
+ *
+ * The socket is made here, not by hiredis: hiredis 0.14 opens it without
+ * close-on-exec, and setting the flag afterwards leaves a window in which
+ * another thread's fork+exec inherits it.  socket(SOCK_CLOEXEC), then a
+ * connect bounded by open_timeout.  Calls nothing else of the backend.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "redis_conn.h"
+
+#define REDIS_DEFAULT_PORT 6379
+
+/* ------------------------------------------------------------ URI */
+
+/* A database number: decimal digits only, 0..INT32_MAX. */
+static int parse_db(const char *text, long *db)
+{
+	if (!*text || strlen(text) > 10 || strspn(text, "0123456789") != strlen(text))
+		return -1;
+	long long v = strtoll(text, NULL, 10);
+	if (v > INT32_MAX)
+		return -1;
+	*db = (long)v;
+	return 0;
+}
+
+static dlock_status tcp_endpoints(const dlock_uri *uri, struct redis_endpoint *eps, long *db, dlock_error *err)
+{
+	const char *path = uri->path;
+	if (path[0] == '/')
+		path++;
+	if (*path && parse_db(path, db) != 0)
+		return dlock_error_set(err, DLOCK_EURI, "redis://: the path must be a database number (/0, /1 ...): %s",
+		                       uri->masked);
+	for (size_t i = 0; i < uri->nhosts; i++) {
+		struct redis_endpoint *ep = &eps[i];
+		const dlock_uri_host *h = &uri->hosts[i];
+		if (!h->host[0])
+			return dlock_error_set(err, DLOCK_EURI, "redis://: host %zu is empty: %s", i + 1, uri->masked);
+		ep->via = &dlock_redis_tcp;
+		ep->host = h->host;
+		ep->port = h->port ? h->port : REDIS_DEFAULT_PORT;
+		if (strchr(h->host, ':')) /* IPv6 */
+			snprintf(ep->label, sizeof ep->label, "[%s]:%d", h->host, ep->port);
+		else
+			snprintf(ep->label, sizeof ep->label, "%s:%d", h->host, ep->port);
+	}
+	return DLOCK_OK;
+}
+
+static dlock_status unix_endpoints(const dlock_uri *uri, struct redis_endpoint *eps, long *db, dlock_error *err)
+{
+	struct redis_endpoint *ep = &eps[0];
+	const char *dbtext = dlock_uri_get(uri, "db");
+	if (uri->nhosts != 1 || uri->hosts[0].host[0] || uri->hosts[0].port)
+		return dlock_error_set(err, DLOCK_EURI, "redis+unix:// takes no host (redis+unix:///path/to/socket): %s",
+		                       uri->masked);
+	if (!uri->path[0] || strcmp(uri->path, "/") == 0)
+		return dlock_error_set(err, DLOCK_EURI, "redis+unix:// needs the socket's path: %s", uri->masked);
+	if (dbtext && parse_db(dbtext, db) != 0)
+		return dlock_error_set(err, DLOCK_EURI, "redis+unix://: db must be a database number: %s", uri->masked);
+	ep->via = &dlock_redis_unix;
+	ep->path = uri->path;
+	snprintf(ep->label, sizeof ep->label, "%s", uri->path);
+	return DLOCK_OK;
+}
+
+/* ------------------------------------------------------------ sockets */
+
+static int wait_connected(int fd, int64_t deadline_ns)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+	for (;;) {
+		int64_t left = deadline_ns - dlock_monotonic_ns();
+		if (left <= 0) {
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		int rc = poll(&pfd, 1, (int)((left + REDIS_NS_PER_MS - 1) / REDIS_NS_PER_MS));
+		if (rc > 0)
+			break;
+		if (rc < 0 && errno != EINTR)
+			return -1;
+	}
+	int soerr = 0;
+	socklen_t len = sizeof soerr;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0)
+		return -1;
+	errno = soerr;
+	return soerr ? -1 : 0;
+}
+
+/* A connected blocking socket, close-on-exec, or -1 with errno. */
+static int socket_connect(int family, const struct sockaddr *addr, socklen_t addrlen, int64_t deadline_ns)
+{
+	int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -1;
+	if (connect(fd, addr, addrlen) != 0) {
+		/* A unix socket with a full backlog says EAGAIN: it is not in progress. */
+		if (errno != EINPROGRESS || wait_connected(fd, deadline_ns) != 0)
+			goto fail;
+	}
+	int flags = fcntl(fd, F_GETFL);
+	if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
+		goto fail;
+	return fd;
+fail:;
+	int saved = errno;
+	close(fd);
+	errno = saved;
+	return -1;
+}
+
+static dlock_status tcp_connect(const struct redis_endpoint *ep, int64_t deadline_ns, int *out, dlock_error *err)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res = NULL;
+	char port[16];
+	snprintf(port, sizeof port, "%d", ep->port);
+	int rc = getaddrinfo(ep->host, port, &hints, &res);
+	if (rc != 0)
+		return dlock_error_set(err, DLOCK_ECONNECT, "redis %s: cannot resolve the host: %s", ep->label,
+		                       gai_strerror(rc));
+	int fd = -1, saved = 0;
+	for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+		fd = socket_connect(ai->ai_family, ai->ai_addr, ai->ai_addrlen, deadline_ns);
+		saved = errno;
+	}
+	freeaddrinfo(res);
+	if (fd < 0)
+		return dlock_error_set(err, DLOCK_ECONNECT, "redis %s: cannot connect: %s", ep->label,
+		                       saved == ETIMEDOUT ? "no answer within open_timeout" : strerror(saved));
+	/* Requests are small and answered one by one: never wait for Nagle. */
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+	*out = fd;
+	return DLOCK_OK;
+}
+
+static dlock_status unix_connect(const struct redis_endpoint *ep, int64_t deadline_ns, int *out, dlock_error *err)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	if (strlen(ep->path) >= sizeof sun.sun_path)
+		return dlock_error_set(err, DLOCK_EURI, "redis+unix: socket path is longer than %zu bytes",
+		                       sizeof sun.sun_path - 1);
+	memcpy(sun.sun_path, ep->path, strlen(ep->path) + 1);
+	int fd = socket_connect(AF_UNIX, (const struct sockaddr *)&sun, sizeof sun, deadline_ns);
+	if (fd < 0)
+		return dlock_error_set(err, DLOCK_ECONNECT, "redis %s: cannot connect: %s", ep->label, strerror(errno));
+	*out = fd;
+	return DLOCK_OK;
+}
+
+/* ------------------------------------------------------------ the transports */
+
+static int tcp_knows_param(const char *key)
+{
+	(void)key;
+	return 0; /* the database is the URI's path */
+}
+
+static int unix_knows_param(const char *key)
+{
+	return strcmp(key, "db") == 0;
+}
+
+const struct redis_transport dlock_redis_tcp = {
+	.scheme = "redis",
+	.endpoints = tcp_endpoints,
+	.connect = tcp_connect,
+	.knows_param = tcp_knows_param,
+};
+
+const struct redis_transport dlock_redis_unix = {
+	.scheme = "redis+unix",
+	.endpoints = unix_endpoints,
+	.connect = unix_connect,
+	.knows_param = unix_knows_param,
+};
