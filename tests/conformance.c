@@ -13,6 +13,9 @@
 #include "dlock/sys/driver.h"
 #include "driver_v1/v1proxy.h"
 #endif
+#ifdef DLOCK_CONFORMANCE_KV
+#include "../examples/kv_driver.h"
+#endif
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -363,6 +366,21 @@ static void add_suites(void)
 		exit(1);
 	}
 	snprintf(uri, sizeof uri, "v1proxy://conformance-%ld", (long)getpid());
+	add_backend(uri);
+	return;
+#endif
+#ifdef DLOCK_CONFORMANCE_KV
+	/* conformance_kv: the suite on the example network driver (examples/kv_driver.c), on the test Redis. */
+	const char *redis = getenv("DLOCK_TEST_REDIS_URI");
+	if (!redis || strncmp(redis, "redis://", 8) != 0) {
+		exit(dlock_test_skip("kv:// needs a Redis server (DLOCK_TEST_REDIS_URI unset)"));
+	}
+	dlock_status st = dlock_register_driver(&example_kv_driver);
+	if (st != DLOCK_OK) {
+		printf("cannot register kv://: %s\n", dlock_strerror(st));
+		exit(1);
+	}
+	snprintf(uri, sizeof uri, "kv://%s?prefix=conf-kv-%ld", redis + 8, (long)getpid());
 	add_backend(uri);
 	return;
 #endif
