@@ -411,9 +411,12 @@ typedef dlock_status dlock_driver_check_fn(void *backend, void *lk, dlock_error 
 typedef struct dlock_retry {
 	int64_t after_ms; /**< -1: when the core's backoff says; 0: at once; > 0: at the latest after this
 	                       many ms (for example when the holder's lease ends), earlier if woken */
-	int armed;        /**< 1: a wake-up is armed for this acquisition: the driver will call
+	int armed;        /**< 1: a wake-up is armed for this acquisition and can fire: the driver will call
 	                       dlock_wait_wake() when the lock may have come free, so the core sleeps until
-	                       then (or `after_ms`) instead of backing off; it stays armed until disarm() */
+	                       then (or `after_ms`) instead of backing off.  Once any attempt set it, the core
+	                       calls disarm() when the acquisition ends; an attempt whose wake-up cannot fire
+	                       for now (a subscription being re-established) answers 0, and the core then
+	                       polls with its backoff.  Honoured only from a driver that has disarm(). */
 	int transient;    /**< with a failure other than DLOCK_EBUSY: 1 when trying again may succeed (a
 	                       server unreachable for now); the core then tries again within the deadline
 	                       and, once the deadline passes, returns this failure and its message */
@@ -440,8 +443,9 @@ typedef struct dlock_retry {
  * not missed (dlock_wait remembers a wake that arrives early); a driver
  * that arms only after a first EBUSY (so that an uncontended acquire costs
  * nothing) answers that EBUSY with after_ms 0, and the core tries again at
- * once.  An armed wake-up stays armed across the attempts of one
- * acquisition; `w` stays valid until disarm() returns.  `w` is the same
+ * once.  What is armed stays armed across the attempts of one acquisition
+ * (keep it in the lock state `lk`) until disarm(); `w` stays valid until
+ * then.  `w` is the same
  * for all attempts of one acquisition; dlock_wait_wants_token() and
  * dlock_wait_try_once() may be read, dlock_wait_sleep() must not be called.
  *
