@@ -11,5 +11,5 @@ if(DLOCK_BACKEND_REDIS)
     backends/redis/redis_scripts.c
     backends/redis/redis_sub.c
     backends/redis/redlock.c)
-  list(APPEND DLOCK_BACKEND_TESTS test_redis test_redis_fair)
+  list(APPEND DLOCK_BACKEND_TESTS test_redis test_redis_fair test_redis_replicas)
 endif()

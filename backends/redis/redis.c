@@ -24,6 +24,44 @@
 
 /* ------------------------------------------------------------ open, close */
 
+#define REDIS_REPLICAS_MAX 100
+#define REDIS_REPLICAS_TIMEOUT_MS 1000
+
+/*
+ * replicas=N (0..REDIS_REPLICAS_MAX) and replicas_timeout (a duration, bare
+ * numbers in ms, default 1s): one instance with replicas, not RedLock (its
+ * instances are independent) nor fair=1 (a grant is written by the
+ * releaser's connection, whose WAIT the waiter cannot make).
+ */
+static dlock_status parse_replicas(const dlock_uri *uri, int fair, int *replicas, int64_t *timeout_ms,
+                                   dlock_error *err)
+{
+	const char *n = dlock_uri_get(uri, "replicas"), *t = dlock_uri_get(uri, "replicas_timeout");
+	if (n) {
+		char *end = NULL;
+		long v = strtol(n, &end, 10);
+		if (!*n || *end || v < 0 || v > REDIS_REPLICAS_MAX || strspn(n, "0123456789") != strlen(n))
+			return dlock_error_set(err, DLOCK_EURI, "redis: replicas must be a number of replicas, 0 to %d: %s",
+			                       REDIS_REPLICAS_MAX, uri->masked);
+		*replicas = (int)v;
+	}
+	if (t && (dlock_duration_parse(t, 1, timeout_ms) != DLOCK_OK || *timeout_ms <= 0))
+		return dlock_error_set(err, DLOCK_EURI, "redis: replicas_timeout must be a positive duration: %s",
+		                       uri->masked);
+	if (t && !n)
+		return dlock_error_set(err, DLOCK_EURI, "redis: replicas_timeout needs replicas=N: %s", uri->masked);
+	if (*replicas > 0 && uri->nhosts > 1)
+		return dlock_error_set(err, DLOCK_EURI,
+		                       "redis: replicas= waits for one server's replicas; RedLock's instances are "
+		                       "independent: %s",
+		                       uri->masked);
+	if (*replicas > 0 && fair)
+		return dlock_error_set(err, DLOCK_EURI, "redis: replicas= does not work with fair=1 (a grant is written "
+		                       "by the releaser's connection): %s",
+		                       uri->masked);
+	return DLOCK_OK;
+}
+
 static void client_free(struct redis_client *c)
 {
 	if (!c)
@@ -101,6 +139,12 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 		return DLOCK_EURI;
 	if (fair && uri->nhosts > 1)
 		return dlock_error_set(err, DLOCK_EURI, "redis: fair=1 needs one instance, not RedLock: %s", uri->masked);
+	int replicas = 0;
+	int64_t replicas_timeout_ms = REDIS_REPLICAS_TIMEOUT_MS;
+	st = parse_replicas(uri, fair, &replicas, &replicas_timeout_ms, err);
+	if (st != DLOCK_OK)
+		return st;
+	st = DLOCK_ENOMEM;
 	struct redis_client *c = calloc(1, sizeof *c);
 	if (!c || !(c->pools = calloc(uri->nhosts, sizeof *c->pools))) {
 		dlock_error_set(err, st, "redis: out of memory");
@@ -113,6 +157,8 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 		.io_timeout_ms = uri->io_timeout_ms,
 		.host = host,
 	};
+	c->replicas = replicas;
+	c->replicas_timeout_ms = replicas_timeout_ms;
 	c->prefix = uri->prefix;
 	c->prefixlen = strlen(uri->prefix);
 	c->npools = uri->nhosts;
@@ -160,14 +206,19 @@ static void redis_close(void *backend)
 }
 
 /* The algorithms' parameter, and the transport's own. */
+static int algorithm_param(const char *key)
+{
+	return strcmp(key, "fair") == 0 || strcmp(key, "replicas") == 0 || strcmp(key, "replicas_timeout") == 0;
+}
+
 static int redis_knows_param(const char *key)
 {
-	return strcmp(key, "fair") == 0 || dlock_redis_tcp.knows_param(key);
+	return algorithm_param(key) || dlock_redis_tcp.knows_param(key);
 }
 
 static int redis_unix_knows_param(const char *key)
 {
-	return strcmp(key, "fair") == 0 || dlock_redis_unix.knows_param(key);
+	return algorithm_param(key) || dlock_redis_unix.knows_param(key);
 }
 
 static void redis_capabilities(void *backend, dlock_capabilities *caps)

@@ -68,10 +68,16 @@ int64_t dlock_redis_fence_ttl_ms(int64_t lease_ms)
  * is NOT_A_SCRIPT.  *maybe_ran tells whether the request may have reached
  * the server (a failure after that leaves its effect unknown).  Error
  * replies become statuses.
+ *
+ * With replicas=N (c->replicas > 0) and `wrote` given: when wrote(reply)
+ * says the command wrote the lock, WAIT N replicas_timeout follows on the
+ * same connection (WAIT counts the replicas that have that connection's
+ * writes; it cannot run inside a script), and *acked is its answer (-1
+ * when it could not be asked: the connection failed).
  */
-static dlock_status run_script(struct redis_client *c, enum redis_script_id id, int nkeys,
-                               const struct redis_args *a, const char *what, redisReply **out, int *maybe_ran,
-                               dlock_error *err)
+static dlock_status run_script_waiting(struct redis_client *c, enum redis_script_id id, int nkeys,
+                                       const struct redis_args *a, const char *what, int (*wrote)(const redisReply *),
+                                       long long *acked, redisReply **out, int *maybe_ran, dlock_error *err)
 {
 	struct redis_pool *p = &c->pools[0];
 	redisContext *ctx = NULL;
@@ -85,6 +91,11 @@ static dlock_status run_script(struct redis_client *c, enum redis_script_id id, 
 	                                   : dlock_redis_script_run(ctx, &c->scripts, id, nkeys, a);
 	if (!r)
 		st = dlock_redis_io_error(ctx, &p->ep, err);
+	if (r && r->type != REDIS_REPLY_ERROR && wrote && c->replicas > 0 && wrote(r)) {
+		redisReply *w = redisCommand(ctx, "WAIT %d %lld", c->replicas, (long long)c->replicas_timeout_ms);
+		*acked = w && w->type == REDIS_REPLY_INTEGER ? w->integer : -1;
+		freeReplyObject(w);
+	}
 	dlock_redis_pool_put(p, ctx);
 	if (r && r->type == REDIS_REPLY_ERROR) {
 		st = dlock_redis_reply_error(r, &p->ep, what, err);
@@ -93,6 +104,42 @@ static dlock_status run_script(struct redis_client *c, enum redis_script_id id, 
 	}
 	*out = r;
 	return st;
+}
+
+static dlock_status run_script(struct redis_client *c, enum redis_script_id id, int nkeys,
+                               const struct redis_args *a, const char *what, redisReply **out, int *maybe_ran,
+                               dlock_error *err)
+{
+	return run_script_waiting(c, id, nkeys, a, what, NULL, NULL, out, maybe_ran, err);
+}
+
+/* Did the reply say the lock was written?  (SET NX: OK; the acquire script: {1, token}; extend: 1.) */
+static int set_wrote(const redisReply *r)
+{
+	return r->type == REDIS_REPLY_STATUS;
+}
+
+static int acquire_wrote(const redisReply *r)
+{
+	return r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
+	       r->element[0]->integer == 1;
+}
+
+static int extend_wrote(const redisReply *r)
+{
+	return r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+}
+
+/* Fewer replicas than asked confirmed the write: the message, and the status `st`. */
+static dlock_status too_few_replicas(struct redis_client *c, long long acked, dlock_status st, const char *what,
+                                     dlock_error *err)
+{
+	if (acked < 0)
+		return dlock_error_set(err, st, "redis %s: %s: WAIT for replicas got no answer (replicas=%d)",
+		                       c->pools[0].ep.label, what, c->replicas);
+	return dlock_error_set(err, st, "redis %s: %s: %lld of %d replicas confirmed the lock within %lld ms (replicas=%d)",
+	                       c->pools[0].ep.label, what, acked, c->replicas, (long long)c->replicas_timeout_ms,
+	                       c->replicas);
 }
 
 /* A script whose effect does not change when it runs twice: one more try after a connection failure. */
@@ -169,7 +216,15 @@ static dlock_status try_set(struct redis_client *c, struct redis_lock *lk, int64
 	if (st != DLOCK_OK)
 		return st;
 	int64_t sent = dlock_monotonic_ns();
-	st = run_script(c, NOT_A_SCRIPT, 0, &a, "acquire", &r, &maybe_ran, err);
+	long long acked = c->replicas;
+	st = run_script_waiting(c, NOT_A_SCRIPT, 0, &a, "acquire", set_wrote, &acked, &r, &maybe_ran, err);
+	if (st == DLOCK_OK && r && r->type == REDIS_REPLY_STATUS && acked < c->replicas) {
+		st = too_few_replicas(c, acked, DLOCK_ECONNECT, "acquire (undone)", err);
+		freeReplyObject(r);
+		undo_attempt(c, lk); /* ours on the primary only */
+		lk->owner[0] = '\0';
+		return st;
+	}
 	if (st == DLOCK_OK && r && r->type == REDIS_REPLY_STATUS) {
 		freeReplyObject(r);
 		*out = (dlock_acquired){ .token = 0, .sent_ns = sent };
@@ -217,9 +272,14 @@ static dlock_status try_acquire(struct redis_client *c, struct redis_lock *lk, i
 	dlock_redis_argi(&a, fence_ttl, dlock_redis_fence_ttl_ms(lease_ms));
 
 	int64_t sent = dlock_monotonic_ns();
-	st = run_script(c, REDIS_SCRIPT_ACQUIRE, 2, &a, "acquire", &r, &maybe_ran, err);
+	long long acked = c->replicas;
+	st = run_script_waiting(c, REDIS_SCRIPT_ACQUIRE, 2, &a, "acquire", acquire_wrote, &acked, &r, &maybe_ran, err);
 	if (st != DLOCK_OK)
 		goto fail;
+	if (acked < c->replicas) { /* ours on the primary only: undone, as a lost reply would be */
+		st = too_few_replicas(c, acked, DLOCK_ECONNECT, "acquire (undone)", err);
+		goto fail;
+	}
 	if (!is_int_pair(r)) {
 		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to the acquire script",
 		                     c->pools[0].ep.label);
@@ -339,9 +399,21 @@ dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, i
 	dlock_redis_argn(&a, lk->key, lk->keylen);
 	dlock_redis_arg(&a, lk->owner);
 	dlock_redis_argi(&a, lease, lease_ms);
-	dlock_status st = dlock_redis_run_idempotent(c, REDIS_SCRIPT_EXTEND, 1, &a, "extend", &r, err);
+	long long acked = c->replicas;
+	int maybe_ran;
+	dlock_status st = run_script_waiting(c, REDIS_SCRIPT_EXTEND, 1, &a, "extend", extend_wrote, &acked, &r,
+	                                     &maybe_ran, err);
+	if (st == DLOCK_ECONNECT && maybe_ran) /* extending twice is extending once */
+		st = run_script_waiting(c, REDIS_SCRIPT_EXTEND, 1, &a, "extend", extend_wrote, &acked, &r, &maybe_ran,
+		                        err);
 	if (st == DLOCK_OK)
 		st = owner_only_result(c, r, "extend", err);
+	if (st == DLOCK_OK && acked < c->replicas) {
+		/* Renewed on the primary only: a failover now could lose it.  Give it up and say so. */
+		dlock_error ignored = { "" };
+		dlock_redis_release(c, lk, &ignored);
+		return too_few_replicas(c, acked, DLOCK_ENOTHELD, "renewal (the lock was released)", err);
+	}
 	return st;
 }
 

@@ -68,6 +68,8 @@ struct redis_client {
 	atomic_int blpop_whole_seconds; /* the server wants BLPOP's timeout in whole seconds (Redis < 6) */
 	const char *prefix;
 	size_t prefixlen;
+	int replicas;             /* replicas=N: WAIT for N replicas after each acquire and renewal (0: none) */
+	int64_t replicas_timeout_ms; /* replicas_timeout: WAIT's bound */
 };
 
 struct redis_lock {

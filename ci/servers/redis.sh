@@ -1,6 +1,6 @@
 # Redis servers for the tests: one standalone instance (TCP and a unix
-# socket) and three independent instances for RedLock, on free loopback
-# ports, without persistence.  Sourced by ci/servers.sh, which calls
+# socket), three independent instances for RedLock, and a primary with one
+# replica, on free loopback ports, without persistence.  Sourced by ci/servers.sh, which calls
 #
 #   dlock_start_redis DIR   start them, wait for PING, export the variables below
 #   dlock_stop_redis DIR    stop them by PID
@@ -10,6 +10,8 @@
 #   DLOCK_TEST_REDIS_UNIX_URI   redis+unix:///DIR/PORT/redis.sock
 #   DLOCK_TEST_REDLOCK_URI      redis://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3
 #   DLOCK_TEST_REDIS_PORT, DLOCK_TEST_REDLOCK_PORTS ("P1 P2 P3")
+#   DLOCK_TEST_REDIS_PRIMARY_URI  redis://127.0.0.1:PORT of a primary with one replica
+#   DLOCK_TEST_REDIS_REPLICA_PORT that replica's port (ctl stop/start it)
 #   DLOCK_TEST_REDIS_CTL        a command: "$DLOCK_TEST_REDIS_CTL restart PORT"
 #                               (also stop, start, flush-scripts)
 #
@@ -43,9 +45,12 @@ dlock_redis_launch() {
 	inst="$dir/$port"
 	mkdir -p "$inst"
 	rm -f "$inst/redis.sock"
+	# DIR/PORT/args: more arguments for this instance (a replica's --replicaof), kept for restarts.
+	local extra=()
+	[ -f "$inst/args" ] && read -r -a extra <"$inst/args"
 	redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
 		--daemonize yes --pidfile "$inst/redis.pid" --logfile "$inst/redis.log" \
-		--dir "$inst" --unixsocket "$inst/redis.sock" --unixsocketperm 700 || return 1
+		--dir "$inst" --unixsocket "$inst/redis.sock" --unixsocketperm 700 "${extra[@]}" || return 1
 	for _ in $(seq 1 100); do
 		# Ready when the server that answers on the port is the one we started.
 		pid=$(cat "$inst/redis.pid" 2>/dev/null || true)
@@ -67,11 +72,17 @@ dlock_redis_launch() {
 	return 1
 }
 
-# Start one instance on a free port (a few tries); prints the port.
+# Start one instance on a free port (a few tries); prints the port.  More
+# arguments go to redis-server (and to its restarts).
 dlock_redis_launch_free() {
 	local dir=$1 port
+	shift
 	for try in 1 2 3 4 5; do
 		port=$(dlock_redis_free_port) || return 1
+		if [ $# -gt 0 ]; then
+			mkdir -p "$dir/$port"
+			echo "$*" >"$dir/$port/args"
+		fi
 		if dlock_redis_launch "$dir" "$port" "$([ "$try" -lt 5 ] && echo quiet)"; then
 			echo "$port"
 			return 0
@@ -121,6 +132,19 @@ dlock_start_redis() {
 	p="127.0.0.1:${ports[1]},127.0.0.1:${ports[2]},127.0.0.1:${ports[3]}"
 	export DLOCK_TEST_REDLOCK_URI="redis://$p"
 	export DLOCK_TEST_REDIS_CTL="bash $here/redis.sh ctl $dir"
+	# A primary with one replica, for replicas=N: their own pair, so that no other test pays for replication.
+	port=$(dlock_redis_launch_free "$dir") || { dlock_stop_redis "$dir"; return 1; }
+	echo "$port" >>"$dir/ports"
+	export DLOCK_TEST_REDIS_PRIMARY_URI="redis://127.0.0.1:$port"
+	p=$(dlock_redis_launch_free "$dir" --replicaof 127.0.0.1 "$port") || { dlock_stop_redis "$dir"; return 1; }
+	echo "$p" >>"$dir/ports"
+	export DLOCK_TEST_REDIS_REPLICA_PORT=$p
+	for _ in $(seq 1 200); do
+		redis-cli -p "$p" info replication 2>/dev/null | grep -q '^master_link_status:up' && break
+		sleep 0.05
+	done
+	redis-cli -p "$p" info replication 2>/dev/null | grep -q '^master_link_status:up' ||
+		{ echo "redis replica on port $p did not sync with $port" >&2; dlock_stop_redis "$dir"; return 1; }
 	dlock_add_test_uri "$DLOCK_TEST_REDIS_URI"
 	dlock_add_test_uri "$DLOCK_TEST_REDIS_URI?fair=1"
 	dlock_add_test_uri "$DLOCK_TEST_REDLOCK_URI"
