@@ -23,6 +23,7 @@
 #   DLOCK_TEST_PG_ROW_URI   postgresql://dlock@127.0.0.1:PORT/dlock_test?mode=row
 #   DLOCK_TEST_PG_PW_URI    postgres://dlock_pw:PASSWORD@127.0.0.1:PORT/dlock_test
 #   DLOCK_TEST_PG_BOUNCER_URI  postgresql://dlock@127.0.0.1:BPORT/dlock_test?mode=row
+#   DLOCK_TEST_PG_STANDBY_URI  postgres://dlock@127.0.0.1:SPORT/dlock_test, a streaming hot standby
 #                           through pgbouncer (only when pgbouncer is installed)
 #   DLOCK_TEST_PG_PORT      the port
 #   DLOCK_TEST_PG_CTL       a command: "$DLOCK_TEST_PG_CTL sql 'SELECT 1'" runs SQL
@@ -146,6 +147,7 @@ dlock_start_postgres() {
 		--no-sync >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; return 1; }
 	cat >"$dir/data/pg_hba.conf" <<-EOF
 		local all all trust
+		local replication all trust
 		host all dlock_pw 127.0.0.1/32 scram-sha-256
 		host all all 127.0.0.1/32 trust
 	EOF
@@ -161,6 +163,14 @@ dlock_start_postgres() {
 	export DLOCK_TEST_PG_ROW_URI="postgresql://dlock@127.0.0.1:$port/dlock_test?mode=row"
 	export DLOCK_TEST_PG_PW_URI="postgres://dlock_pw:$pw@127.0.0.1:$port/dlock_test"
 	export DLOCK_TEST_PG_CTL="bash $here/postgres.sh ctl $dir"
+	# A streaming hot standby of it (pg_basebackup -R), for the tests that a standby is never used.
+	mkdir -p "$dir/standby/sock"
+	chown postgres: "$dir/standby" "$dir/standby/sock"
+	dlock_pg_as "$bin/pg_basebackup" -h "$dir/sock" -p "$port" -U postgres -D "$dir/standby/data" -R -X stream \
+		>"$dir/standby/basebackup.log" 2>&1 || { cat "$dir/standby/basebackup.log" >&2; return 1; }
+	dlock_free_port >"$dir/standby/port" || return 1
+	dlock_pg_launch "$dir/standby" || return 1
+	export DLOCK_TEST_PG_STANDBY_URI="postgres://dlock@127.0.0.1:$(cat "$dir/standby/port")/dlock_test"
 	dlock_add_test_uri "$DLOCK_TEST_PG_URI"
 	dlock_add_test_uri "$DLOCK_TEST_PG_ROW_URI"
 	if command -v pgbouncer >/dev/null; then
@@ -173,6 +183,7 @@ dlock_start_postgres() {
 
 dlock_stop_postgres() {
 	dlock_pg_bouncer_halt "$1"
+	[ -d "$1/standby" ] && dlock_pg_halt "$1/standby"
 	dlock_pg_halt "$1"
 }
 
