@@ -166,7 +166,7 @@ dlock_start_postgres() {
 	# A streaming hot standby of it (pg_basebackup -R), for the tests that a standby is never used.
 	mkdir -p "$dir/standby/sock"
 	chown postgres: "$dir/standby" "$dir/standby/sock"
-	dlock_pg_as "$bin/pg_basebackup" -h "$dir/sock" -p "$port" -U postgres -D "$dir/standby/data" -R -X stream \
+	dlock_pg_as "$bin/pg_basebackup" -h "$dir/sock" -p "$port" -U postgres -D "$dir/standby/data" -R -X stream -c fast \
 		>"$dir/standby/basebackup.log" 2>&1 || { cat "$dir/standby/basebackup.log" >&2; return 1; }
 	dlock_free_port >"$dir/standby/port" || return 1
 	dlock_pg_launch "$dir/standby" || return 1
