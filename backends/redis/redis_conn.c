@@ -1,16 +1,19 @@
 /*
  * Connections to one Redis server: the handshake on a socket that the
- * endpoint's transport opened (redis_transport.c), the meaning of failures,
- * and the pool that lets many threads share a client.
+ * endpoint's transport opened (redis_transport.c) — TLS first for rediss
+ * (redis_tls.c), then AUTH and SELECT — the meaning of failures, and the
+ * pool that lets many threads share a client.
  *
- * redisConnectFd() hands the transport's descriptor to a blocking hiredis
- * context whose reads and writes are bounded by io_timeout.
+ * The transport's descriptor becomes a blocking connection (redis_io.c)
+ * whose reads and writes are bounded by io_timeout.
  */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "redis_conn.h"
@@ -38,13 +41,15 @@ void dlock_redis_argi(struct redis_args *a, char buf[24], long long v)
 
 /* ------------------------------------------------------------ errors */
 
-dlock_status dlock_redis_io_error(const redisContext *ctx, const struct redis_endpoint *ep, dlock_error *err)
+dlock_status dlock_redis_io_error(const struct redis_conn *ctx, const struct redis_endpoint *ep, dlock_error *err)
 {
 	if (!ctx || ctx->err == REDIS_ERR_OOM)
 		return dlock_error_set(err, DLOCK_ENOMEM, "redis %s: out of memory", ep->label);
-	/* A read or write that hit SO_RCVTIMEO/SO_SNDTIMEO reports EAGAIN. */
-	if (ctx->err == REDIS_ERR_IO && strcmp(ctx->errstr, strerror(EAGAIN)) == 0)
+	if (ctx->timed_out)
 		return dlock_error_set(err, DLOCK_ECONNECT, "redis %s: no answer within io_timeout", ep->label);
+	if (ctx->refused_cert) /* TLS 1.3 says so only after the handshake, at the first read */
+		return dlock_error_set(err, DLOCK_EAUTH, "redis %s: %s (tls_cert and tls_key give one)", ep->label,
+		                       ctx->errstr);
 	return dlock_error_set(err, DLOCK_ECONNECT, "redis %s: connection failed: %s", ep->label,
 	                       ctx->errstr[0] ? ctx->errstr : "unknown error");
 }
@@ -72,18 +77,17 @@ dlock_status dlock_redis_reply_error(const redisReply *r, const struct redis_end
 /* ------------------------------------------------------------ handshake */
 
 /* Run one command of the handshake: DLOCK_OK, DLOCK_ESERVER (*out is the error reply) or an I/O failure. */
-static dlock_status hello_command(redisContext *ctx, const struct redis_endpoint *ep, const struct redis_args *a,
+static dlock_status hello_command(struct redis_conn *ctx, const struct redis_endpoint *ep, const struct redis_args *a,
                                   redisReply **out, dlock_error *err)
 {
-	struct redis_args copy = *a; /* hiredis 0.14 takes `const char **` */
-	redisReply *r = redisCommandArgv(ctx, copy.argc, copy.argv, copy.len);
+	redisReply *r = dlock_redis_command(ctx, a);
 	if (!r)
 		return dlock_redis_io_error(ctx, ep, err);
 	*out = r;
 	return r->type == REDIS_REPLY_ERROR ? DLOCK_ESERVER : DLOCK_OK;
 }
 
-static dlock_status authenticate(redisContext *ctx, const struct redis_endpoint *ep, const struct redis_cfg *cfg,
+static dlock_status authenticate(struct redis_conn *ctx, const struct redis_endpoint *ep, const struct redis_cfg *cfg,
                                  dlock_error *err)
 {
 	struct redis_args a = { 0 };
@@ -99,7 +103,7 @@ static dlock_status authenticate(redisContext *ctx, const struct redis_endpoint 
 	return st;
 }
 
-static dlock_status select_db(redisContext *ctx, const struct redis_endpoint *ep, long db, dlock_error *err)
+static dlock_status select_db(struct redis_conn *ctx, const struct redis_endpoint *ep, long db, dlock_error *err)
 {
 	struct redis_args a = { 0 };
 	char buf[24];
@@ -116,29 +120,40 @@ static dlock_status select_db(redisContext *ctx, const struct redis_endpoint *ep
 	return st;
 }
 
-static struct timeval to_timeval(int64_t ms)
+/* Reads and writes on `fd` fail after `ms` (0: never). */
+static int set_io_timeout(int fd, int64_t ms)
 {
-	return (struct timeval){ .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+	struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+	return setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0 &&
+	                       setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == 0
+	               ? 0
+	               : -1;
 }
 
 dlock_status dlock_redis_connect(const struct redis_endpoint *ep, const struct redis_cfg *cfg,
-                                 redisContext **out, dlock_error *err)
+                                 struct redis_conn **out, dlock_error *err)
 {
 	int64_t deadline = dlock_monotonic_ns() + cfg->connect_timeout_ms * REDIS_NS_PER_MS;
 	int fd = -1;
-	redisContext *ctx = NULL;
+	SSL *ssl = NULL;
+	struct redis_conn *ctx = NULL;
 	dlock_status st = ep->via->connect(ep, deadline, &fd, err);
 	if (st != DLOCK_OK)
 		return st;
-	ctx = redisConnectFd(fd);
-	if (!ctx) {
+	if (cfg->tls && (st = dlock_redis_tls_handshake(cfg->tls, fd, ep->host, ep->label, deadline, &ssl, err)) !=
+	                        DLOCK_OK) {
 		close(fd);
+		return st;
+	}
+	if (set_io_timeout(fd, cfg->io_timeout_ms > 0 ? cfg->io_timeout_ms : 0) != 0) {
+		st = dlock_error_set(err, DLOCK_EIO, "redis %s: cannot set io_timeout: %s", ep->label, strerror(errno));
+		SSL_free(ssl);
+		close(fd);
+		return st;
+	}
+	ctx = dlock_redis_conn_new(fd, ssl);
+	if (!ctx)
 		return dlock_error_set(err, DLOCK_ENOMEM, "redis %s: out of memory", ep->label);
-	}
-	if (cfg->io_timeout_ms > 0 && redisSetTimeout(ctx, to_timeval(cfg->io_timeout_ms)) != REDIS_OK) {
-		st = dlock_redis_io_error(ctx, ep, err);
-		goto fail;
-	}
 	/* A user without a password still logs in as that user (a `nopass` ACL user), never as default. */
 	int auth = cfg->password || (cfg->user && cfg->user[0]);
 	if (auth && (st = authenticate(ctx, ep, cfg, err)) != DLOCK_OK)
@@ -148,13 +163,15 @@ dlock_status dlock_redis_connect(const struct redis_endpoint *ep, const struct r
 	*out = ctx;
 	return DLOCK_OK;
 fail:
-	redisFree(ctx);
+	dlock_redis_conn_free(ctx);
 	return st;
 }
 
-void dlock_redis_check_eviction(redisContext *ctx, const struct redis_endpoint *ep, dlock_host *host)
+void dlock_redis_check_eviction(struct redis_conn *ctx, const struct redis_endpoint *ep, dlock_host *host)
 {
-	redisReply *r = redisCommand(ctx, "CONFIG GET maxmemory-policy");
+	const char *argv[3] = { "CONFIG", "GET", "maxmemory-policy" };
+	size_t len[3] = { 6, 3, 16 };
+	redisReply *r = dlock_redis_command_argv(ctx, 3, argv, len);
 	if (!r)
 		return; /* the caller sees ctx->err */
 	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING) {
@@ -184,7 +201,7 @@ void dlock_redis_pool_init(struct redis_pool *p, const struct redis_cfg *cfg)
 void dlock_redis_pool_destroy(struct redis_pool *p)
 {
 	while (p->nidle > 0)
-		redisFree(p->idle[--p->nidle]);
+		dlock_redis_conn_free(p->idle[--p->nidle]);
 	pthread_cond_destroy(&p->cond);
 	pthread_mutex_destroy(&p->mu);
 }
@@ -196,25 +213,31 @@ void dlock_redis_pool_destroy(struct redis_pool *p)
  * before sending keeps a stale connection from turning a request into one
  * whose fate is unknown.
  */
-static int conn_stale(const redisContext *ctx)
+static int conn_stale(struct redis_conn *ctx)
 {
 	struct pollfd pfd = { .fd = ctx->fd, .events = POLLIN };
-	return ctx->err || poll(&pfd, 1, 0) != 0;
+	if (ctx->err || poll(&pfd, 1, 0) == 0)
+		return ctx->err != 0;
+	if (!ctx->ssl)
+		return 1;
+	/* Under TLS the bytes may be records without data (TLS 1.3 session
+	 * tickets); only data, an alert or the end of the stream make it stale. */
+	return dlock_redis_read_some(ctx) != REDIS_OK || ctx->reader->pos < ctx->reader->len;
 }
 
 /* An idle connection, or a slot for a new one (*slot); with `block`, wait for one of the two. */
-static redisContext *pool_take(struct redis_pool *p, int block, int *slot)
+static struct redis_conn *pool_take(struct redis_pool *p, int block, int *slot)
 {
 	*slot = 0;
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
 		if (p->nidle > 0) {
-			redisContext *ctx = p->idle[--p->nidle];
+			struct redis_conn *ctx = p->idle[--p->nidle];
 			if (!conn_stale(ctx)) {
 				pthread_mutex_unlock(&p->mu);
 				return ctx;
 			}
-			redisFree(ctx); /* rare (after a restart), and close() does not block */
+			dlock_redis_conn_free(ctx); /* rare (after a restart), and close() does not block */
 			p->total--;
 			continue;
 		}
@@ -231,7 +254,7 @@ static redisContext *pool_take(struct redis_pool *p, int block, int *slot)
 	return NULL;
 }
 
-static dlock_status pool_get(struct redis_pool *p, int block, redisContext **out, dlock_error *err)
+static dlock_status pool_get(struct redis_pool *p, int block, struct redis_conn **out, dlock_error *err)
 {
 	int slot;
 	if ((*out = pool_take(p, block, &slot)) != NULL)
@@ -249,28 +272,28 @@ static dlock_status pool_get(struct redis_pool *p, int block, redisContext **out
 	return st;
 }
 
-dlock_status dlock_redis_pool_get(struct redis_pool *p, redisContext **out, dlock_error *err)
+dlock_status dlock_redis_pool_get(struct redis_pool *p, struct redis_conn **out, dlock_error *err)
 {
 	return pool_get(p, 1, out, err);
 }
 
-dlock_status dlock_redis_pool_try_get(struct redis_pool *p, redisContext **out, dlock_error *err)
+dlock_status dlock_redis_pool_try_get(struct redis_pool *p, struct redis_conn **out, dlock_error *err)
 {
 	return pool_get(p, 0, out, err);
 }
 
-void dlock_redis_pool_discard(struct redis_pool *p, redisContext *ctx)
+void dlock_redis_pool_discard(struct redis_pool *p, struct redis_conn *ctx)
 {
 	if (!ctx)
 		return;
-	redisFree(ctx);
+	dlock_redis_conn_free(ctx);
 	pthread_mutex_lock(&p->mu);
 	p->total--;
 	pthread_cond_signal(&p->cond);
 	pthread_mutex_unlock(&p->mu);
 }
 
-void dlock_redis_pool_put(struct redis_pool *p, redisContext *ctx)
+void dlock_redis_pool_put(struct redis_pool *p, struct redis_conn *ctx)
 {
 	if (!ctx)
 		return;

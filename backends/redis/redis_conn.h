@@ -13,6 +13,7 @@
 #define DLOCK_REDIS_CONN_H
 
 #include <hiredis/hiredis.h>
+#include <openssl/ssl.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,12 +38,15 @@ struct redis_endpoint {
 	char label[280];  /* "host:port" or the socket path, for messages */
 };
 
+struct redis_tls;
+
 /* How to talk to every server of a client.  Strings are the core's. */
 struct redis_cfg {
 	const char *user;     /* NULL or "": AUTH with the password only */
 	const char *password; /* NULL: no AUTH; never printed */
 	long db;              /* SELECT when not 0 */
 	int64_t connect_timeout_ms, io_timeout_ms;
+	const struct redis_tls *tls; /* rediss: every connection speaks TLS (redis_tls.c); NULL: plaintext */
 	dlock_host *host;     /* for log messages */
 };
 
@@ -54,7 +58,8 @@ struct redis_cfg {
  * scheme; a new way in (TLS, Sentinel, Cluster) is a new entry here.
  */
 struct redis_transport {
-	const char *scheme; /* "redis", "redis+unix" */
+	const char *scheme; /* "redis", "redis+unix", "rediss" */
+	int tls;            /* every connection speaks TLS */
 	/** The servers of `uri` into eps[0 .. uri->nhosts-1] (labels set) and the database into *db. */
 	dlock_status (*endpoints)(const dlock_uri *uri, struct redis_endpoint *eps, long *db, dlock_error *err);
 	/** A connected blocking socket, close-on-exec, by `deadline_ns`. */
@@ -65,6 +70,62 @@ struct redis_transport {
 
 extern const struct redis_transport dlock_redis_tcp;  /* redis://host:port,... */
 extern const struct redis_transport dlock_redis_unix; /* redis+unix:///path */
+extern const struct redis_transport dlock_redis_tls;  /* rediss://host:port,... */
+
+/* ------------------------------------------------------------ TLS (redis_tls.c) */
+
+/** 1 for a parameter of rediss URIs: tls_ca_file, tls_ca_dir, tls_cert, tls_key, tls_server_name... */
+int dlock_redis_tls_param(const char *key);
+/** The URI's TLS settings: DLOCK_EURI for a bad value or a file that cannot be loaded (named by
+ *  its parameter, never by its path). */
+dlock_status dlock_redis_tls_new(const dlock_uri *uri, dlock_host *host, struct redis_tls **out, dlock_error *err);
+void dlock_redis_tls_free(struct redis_tls *t);
+/**
+ * TLS on the connected socket `fd` (not taken), by `deadline_ns`, verifying
+ * the certificate for tls_server_name or `host` (NULL: no name).  DLOCK_EAUTH
+ * when the certificate or name is not accepted or ours is refused,
+ * DLOCK_ECONNECT when the handshake fails otherwise.
+ */
+dlock_status dlock_redis_tls_handshake(const struct redis_tls *t, int fd, const char *host, const char *label,
+                                       int64_t deadline_ns, SSL **out, dlock_error *err);
+/** 1 when OpenSSL error `e` is the server's alert refusing our certificate (or its absence). */
+int dlock_redis_tls_refused_certificate(unsigned long e);
+
+/* ------------------------------------------------------------ a connection's bytes (redis_io.c) */
+
+/*
+ * One connection: a blocking socket, in the clear or inside TLS, with
+ * hiredis's reader and formatter (hiredis 0.14's own context cannot speak
+ * TLS).  The calls mirror hiredis's: REDIS_OK or REDIS_ERR, and after a
+ * failure `err` stays set and the connection is never used again.
+ */
+struct redis_conn {
+	int fd;
+	SSL *ssl;             /* NULL: plaintext */
+	redisReader *reader;
+	char *out;            /* formatted commands not sent yet */
+	size_t outlen, outcap;
+	int err;              /* 0, or REDIS_ERR_IO, _EOF, _PROTOCOL, _OOM */
+	int timed_out;        /* the failure was a read or write past io_timeout */
+	int refused_cert;     /* the failure was the server's alert refusing our certificate */
+	char errstr[160];
+};
+
+/** A connection over `fd` and `ssl` (both taken, even on failure: NULL = out of memory). */
+struct redis_conn *dlock_redis_conn_new(int fd, SSL *ssl);
+void dlock_redis_conn_free(struct redis_conn *conn);
+/** Queue a command (sent by the next flush or get_reply). */
+int dlock_redis_append_argv(struct redis_conn *conn, int argc, const char *const *argv, const size_t *len);
+/** Send every queued command. */
+int dlock_redis_flush(struct redis_conn *conn);
+/** Send what is queued, then block (up to io_timeout per read) for the next reply. */
+int dlock_redis_get_reply(struct redis_conn *conn, void **reply);
+/** Read what the socket has without blocking (after poll() said readable). */
+int dlock_redis_read_some(struct redis_conn *conn);
+/** The next complete reply already read, or *reply = NULL. */
+int dlock_redis_buffered_reply(struct redis_conn *conn, void **reply);
+/** Append and read one reply: NULL when the connection failed. */
+redisReply *dlock_redis_command_argv(struct redis_conn *conn, int argc, const char *const *argv, const size_t *len);
 
 /* ------------------------------------------------------------ arguments */
 
@@ -81,15 +142,17 @@ void dlock_redis_arg(struct redis_args *a, const char *s);
 void dlock_redis_argn(struct redis_args *a, const char *s, size_t n);
 /** Append a decimal integer (kept in `buf`, which must outlive the call). */
 void dlock_redis_argi(struct redis_args *a, char buf[24], long long v);
+/** dlock_redis_command_argv() with `a`. */
+redisReply *dlock_redis_command(struct redis_conn *conn, const struct redis_args *a);
 
 /* ------------------------------------------------------------ connections */
 
 /** Connect, set timeouts, AUTH and SELECT.  ECONNECT, EAUTH, ENOTFOUND, ESERVER... */
 dlock_status dlock_redis_connect(const struct redis_endpoint *ep, const struct redis_cfg *cfg,
-                                 redisContext **out, dlock_error *err);
+                                 struct redis_conn **out, dlock_error *err);
 
-/** Status and message for a context whose I/O failed (ECONNECT, or ENOMEM). */
-dlock_status dlock_redis_io_error(const redisContext *ctx, const struct redis_endpoint *ep,
+/** Status and message for a connection whose I/O failed (ECONNECT, EAUTH for a refused certificate, ENOMEM). */
+dlock_status dlock_redis_io_error(const struct redis_conn *ctx, const struct redis_endpoint *ep,
                                   dlock_error *err);
 
 /** Status and message for an error reply to `what` (EAUTH, EPERM, ESERVER...). */
@@ -103,7 +166,7 @@ int dlock_redis_is_error(const redisReply *r, const char *code);
 struct redis_pool {
 	pthread_mutex_t mu;
 	pthread_cond_t cond;      /* a connection came back or a slot was freed */
-	redisContext *idle[REDIS_POOL_MAX];
+	struct redis_conn *idle[REDIS_POOL_MAX];
 	unsigned nidle, total;    /* idle ones, and all that exist (idle or in use) */
 	struct redis_endpoint ep;
 	const struct redis_cfg *cfg;
@@ -112,15 +175,15 @@ struct redis_pool {
 void dlock_redis_pool_init(struct redis_pool *p, const struct redis_cfg *cfg);
 void dlock_redis_pool_destroy(struct redis_pool *p);
 /** An idle healthy connection or a new one. */
-dlock_status dlock_redis_pool_get(struct redis_pool *p, redisContext **out, dlock_error *err);
+dlock_status dlock_redis_pool_get(struct redis_pool *p, struct redis_conn **out, dlock_error *err);
 /** Give a connection back; one with an error is closed instead.  NULL is a no-op. */
-void dlock_redis_pool_put(struct redis_pool *p, redisContext *ctx);
+void dlock_redis_pool_put(struct redis_pool *p, struct redis_conn *ctx);
 /** An idle or new connection, or DLOCK_EBUSY at once when all REDIS_POOL_MAX are in use. */
-dlock_status dlock_redis_pool_try_get(struct redis_pool *p, redisContext **out, dlock_error *err);
+dlock_status dlock_redis_pool_try_get(struct redis_pool *p, struct redis_conn **out, dlock_error *err);
 /** Close a connection taken from the pool (its state is unknown). */
-void dlock_redis_pool_discard(struct redis_pool *p, redisContext *ctx);
+void dlock_redis_pool_discard(struct redis_pool *p, struct redis_conn *ctx);
 
 /** Warn through the log when the server may evict keys with a TTL.  Never fails. */
-void dlock_redis_check_eviction(redisContext *ctx, const struct redis_endpoint *ep, dlock_host *host);
+void dlock_redis_check_eviction(struct redis_conn *ctx, const struct redis_endpoint *ep, dlock_host *host);
 
 #endif

@@ -84,7 +84,7 @@ static enum redis_script_id handoff_script(struct redis_lock *lk, struct redis_a
 struct fair_waiter {
 	char lease[24], fence_ttl[24], deadline[24], queue_ttl[24];
 	int64_t refresh_ms;
-	redisContext *conn; /* from c->waits, or NULL */
+	struct redis_conn *conn; /* from c->waits, or NULL */
 };
 
 static void fair_waiter_init(struct fair_waiter *fw, int64_t lease_ms, int wants_token)
@@ -177,7 +177,7 @@ static void withdraw(struct redis_client *c, struct redis_lock *lk)
 /* Cancelled while blocked in BLPOP: end it by shutting the socket down (the waiter then drops it). */
 static void interrupt_blpop(void *arg)
 {
-	const redisContext *ctx = arg;
+	const struct redis_conn *ctx = arg;
 	shutdown(ctx->fd, SHUT_RDWR);
 }
 
@@ -239,11 +239,11 @@ static dlock_status enqueue_and_block(struct redis_client *c, struct redis_lock 
 	const char *argv[3] = { "BLPOP", lk->grant, secs };
 	size_t len[3] = { 5, grant_key(lk), strlen(secs) };
 	if (dlock_redis_script_append(fw->conn, &c->scripts, REDIS_SCRIPT_ENQUEUE, 4, &a) != REDIS_OK ||
-	    redisAppendCommandArgv(fw->conn, 3, argv, len) != REDIS_OK)
+	    dlock_redis_append_argv(fw->conn, 3, argv, len) != REDIS_OK)
 		return conn_lost(c, fw, w, err);
 	void *reply = NULL;
 	dlock_wait_set_interrupt(w, interrupt_blpop, fw->conn);
-	if (redisGetReply(fw->conn, &reply) != REDIS_OK) {
+	if (dlock_redis_get_reply(fw->conn, &reply) != REDIS_OK) {
 		dlock_wait_set_interrupt(w, NULL, NULL);
 		return conn_lost(c, fw, w, err);
 	}
@@ -263,7 +263,7 @@ static dlock_status enqueue_and_block(struct redis_client *c, struct redis_lock 
 	}
 	/* Blocks only while we are queued: a script that took the lock fed the BLPOP. */
 	reply = NULL;
-	int read = redisGetReply(fw->conn, &reply);
+	int read = dlock_redis_get_reply(fw->conn, &reply);
 	dlock_wait_set_interrupt(w, NULL, NULL);
 	if (read != REDIS_OK) {
 		dlock_status lost = conn_lost(c, fw, w, err);

@@ -80,19 +80,23 @@ static dlock_status run_script_waiting(struct redis_client *c, enum redis_script
                                        long long *acked, redisReply **out, int *maybe_ran, dlock_error *err)
 {
 	struct redis_pool *p = &c->pools[0];
-	redisContext *ctx = NULL;
+	struct redis_conn *ctx = NULL;
 	*maybe_ran = 0;
 	dlock_status st = dlock_redis_pool_get(p, &ctx, err);
 	if (st != DLOCK_OK)
 		return st;
 	*maybe_ran = 1;
-	struct redis_args cmd = *a; /* hiredis 0.14 takes a non-const argv */
-	redisReply *r = id == NOT_A_SCRIPT ? redisCommandArgv(ctx, cmd.argc, cmd.argv, cmd.len)
+	redisReply *r = id == NOT_A_SCRIPT ? dlock_redis_command(ctx, a)
 	                                   : dlock_redis_script_run(ctx, &c->scripts, id, nkeys, a);
 	if (!r)
 		st = dlock_redis_io_error(ctx, &p->ep, err);
 	if (r && r->type != REDIS_REPLY_ERROR && wrote && c->replicas > 0 && wrote(r)) {
-		redisReply *w = redisCommand(ctx, "WAIT %d %lld", c->replicas, (long long)c->replicas_timeout_ms);
+		struct redis_args wa = { 0 };
+		char n[24], ms[24];
+		dlock_redis_arg(&wa, "WAIT");
+		dlock_redis_argi(&wa, n, c->replicas);
+		dlock_redis_argi(&wa, ms, c->replicas_timeout_ms);
+		redisReply *w = dlock_redis_command(ctx, &wa);
 		*acked = w && w->type == REDIS_REPLY_INTEGER ? w->integer : -1;
 		freeReplyObject(w);
 	}
@@ -428,13 +432,13 @@ static dlock_status uncertain(dlock_error *err)
 dlock_status dlock_redis_check(struct redis_client *c, struct redis_lock *lk, dlock_error *err)
 {
 	struct redis_pool *p = &c->pools[0];
-	redisContext *ctx = NULL;
+	struct redis_conn *ctx = NULL;
 	const char *argv[2] = { "GET", lk->key };
 	size_t len[2] = { 3, lk->keylen };
 	dlock_status st = dlock_redis_pool_get(p, &ctx, err);
 	if (st != DLOCK_OK)
 		return uncertain(err);
-	redisReply *r = redisCommandArgv(ctx, 2, argv, len);
+	redisReply *r = dlock_redis_command_argv(ctx, 2, argv, len);
 	if (!r)
 		st = dlock_redis_io_error(ctx, &p->ep, err);
 	else if (r->type == REDIS_REPLY_ERROR)

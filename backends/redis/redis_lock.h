@@ -12,8 +12,10 @@
  *                      attempts that fair builds on
  *   redis_sub.c        the subscriber thread that turns release messages into wake-ups
  *   redis_scripts.c    the Lua scripts, SCRIPT LOAD, EVALSHA with EVAL fallback
- *   redis_conn.c       connections (AUTH, SELECT), error mapping, pools, arguments
- *   redis_transport.c  how a server is reached (tcp, unix): URI hosts, sockets
+ *   redis_conn.c       connections (TLS, AUTH, SELECT), error mapping, pools, arguments
+ *   redis_io.c         a connection's bytes, plain or TLS, through hiredis's reader
+ *   redis_tls.c        rediss: TLS settings from the URI, the handshake
+ *   redis_transport.c  how a server is reached (tcp, tls, unix): URI hosts, sockets
  *
  * The mode table has two axes that do not multiply: the transport
  * (redis_conn.h: how a server is reached) and the algorithm (below: which
@@ -57,6 +59,7 @@ struct redis_algorithm;
 
 struct redis_client {
 	struct redis_cfg cfg;
+	struct redis_tls *tls;    /* rediss: the TLS settings (cfg.tls), owned */
 	const struct redis_algorithm *algo; /* the lock algorithm, chosen at open */
 	size_t npools;            /* 1: one instance; more: RedLock over independent instances */
 	struct redis_pool *pools;

@@ -202,11 +202,13 @@ static const char *const bodies[REDIS_SCRIPT_COUNT] = {
 	[REDIS_SCRIPT_HANDOFF] = handoff_lua,
 };
 
-dlock_status dlock_redis_scripts_load(redisContext *ctx, const struct redis_endpoint *ep,
+dlock_status dlock_redis_scripts_load(struct redis_conn *ctx, const struct redis_endpoint *ep,
                                       struct redis_scripts *s, dlock_error *err)
 {
 	for (int i = 0; i < REDIS_SCRIPT_COUNT; i++) {
-		redisReply *r = redisCommand(ctx, "SCRIPT LOAD %s", bodies[i]);
+		const char *argv[3] = { "SCRIPT", "LOAD", bodies[i] };
+		size_t len[3] = { 6, 4, strlen(bodies[i]) };
+		redisReply *r = dlock_redis_command_argv(ctx, 3, argv, len);
 		if (!r)
 			return dlock_redis_io_error(ctx, ep, err);
 		/* A server that wants a password fails the open; one that only refuses SCRIPT LOAD gets EVAL. */
@@ -247,7 +249,7 @@ static void script_call_init(struct script_call *call, const char *cmd, const ch
 	call->argc = 3 + a->argc;
 }
 
-int dlock_redis_script_append(redisContext *ctx, const struct redis_scripts *s, enum redis_script_id id,
+int dlock_redis_script_append(struct redis_conn *ctx, const struct redis_scripts *s, enum redis_script_id id,
                               int nkeys, const struct redis_args *a)
 {
 	struct script_call call;
@@ -255,14 +257,14 @@ int dlock_redis_script_append(redisContext *ctx, const struct redis_scripts *s, 
 		script_call_init(&call, "EVALSHA", s->sha[id], nkeys, a);
 	else
 		script_call_init(&call, "EVAL", bodies[id], nkeys, a);
-	return redisAppendCommandArgv(ctx, call.argc, call.argv, call.len);
+	return dlock_redis_append_argv(ctx, call.argc, call.argv, call.len);
 }
 
-redisReply *dlock_redis_script_read(redisContext *ctx, enum redis_script_id id, int nkeys,
+redisReply *dlock_redis_script_read(struct redis_conn *ctx, enum redis_script_id id, int nkeys,
                                     const struct redis_args *a)
 {
 	void *reply = NULL;
-	if (redisGetReply(ctx, &reply) != REDIS_OK)
+	if (dlock_redis_get_reply(ctx, &reply) != REDIS_OK)
 		return NULL;
 	redisReply *r = reply;
 	if (!dlock_redis_is_error(r, "NOSCRIPT"))
@@ -270,10 +272,10 @@ redisReply *dlock_redis_script_read(redisContext *ctx, enum redis_script_id id, 
 	freeReplyObject(r);
 	struct script_call call;
 	script_call_init(&call, "EVAL", bodies[id], nkeys, a);
-	return redisCommandArgv(ctx, call.argc, call.argv, call.len);
+	return dlock_redis_command_argv(ctx, call.argc, call.argv, call.len);
 }
 
-redisReply *dlock_redis_script_run(redisContext *ctx, const struct redis_scripts *s, enum redis_script_id id,
+redisReply *dlock_redis_script_run(struct redis_conn *ctx, const struct redis_scripts *s, enum redis_script_id id,
                                    int nkeys, const struct redis_args *a)
 {
 	if (dlock_redis_script_append(ctx, s, id, nkeys, a) != REDIS_OK)

@@ -24,16 +24,16 @@ struct redis_scripts {
 };
 
 /** SCRIPT LOAD every script on `ctx`.  I/O errors and NOAUTH fail; another refusal means EVAL. */
-dlock_status dlock_redis_scripts_load(redisContext *ctx, const struct redis_endpoint *ep,
+dlock_status dlock_redis_scripts_load(struct redis_conn *ctx, const struct redis_endpoint *ep,
                                       struct redis_scripts *s, dlock_error *err);
 /** Queue EVALSHA (EVAL without a sha) of `id` with `nkeys` keys first in `a`. */
-int dlock_redis_script_append(redisContext *ctx, const struct redis_scripts *s, enum redis_script_id id,
+int dlock_redis_script_append(struct redis_conn *ctx, const struct redis_scripts *s, enum redis_script_id id,
                               int nkeys, const struct redis_args *a);
 /** Read the reply of an appended script; on NOSCRIPT, run it with EVAL.  NULL on I/O error. */
-redisReply *dlock_redis_script_read(redisContext *ctx, enum redis_script_id id, int nkeys,
+redisReply *dlock_redis_script_read(struct redis_conn *ctx, enum redis_script_id id, int nkeys,
                                     const struct redis_args *a);
 /** Append and read. */
-redisReply *dlock_redis_script_run(redisContext *ctx, const struct redis_scripts *s, enum redis_script_id id,
+redisReply *dlock_redis_script_run(struct redis_conn *ctx, const struct redis_scripts *s, enum redis_script_id id,
                                    int nkeys, const struct redis_args *a);
 
 #endif

@@ -12,8 +12,8 @@
  * async API: the async API needs an event-loop adapter (libevent, libev...)
  * that dlock does not want to depend on, while the plain context already
  * has what is needed.  The thread polls the socket and the wake pipe;
- * when the socket is readable, redisBufferRead() reads what is there (it
- * cannot block then) and redisGetReplyFromReader() yields each complete
+ * when the socket is readable, dlock_redis_read_some() reads what is there (it
+ * cannot block then) and dlock_redis_buffered_reply() yields each complete
  * reply.  Commands are appended to the context and flushed with
  * redisBufferWrite().  The connection is made exactly like a pooled one
  * (close-on-exec socket, timeouts, AUTH, SELECT).
@@ -65,7 +65,7 @@ struct redis_sub {
 	const struct redis_cfg *cfg;
 
 	/* Used by the thread only. */
-	redisContext *ctx;
+	struct redis_conn *ctx;
 	int64_t retry_at_ns, backoff_ms;
 	int logged_down;
 };
@@ -131,7 +131,7 @@ static void log_down_once(struct redis_sub *s, const char *why)
 /* Connection lost: every subscription is gone, every waiter retries. */
 static void drop_connection_locked(struct redis_sub *s)
 {
-	redisFree(s->ctx);
+	dlock_redis_conn_free(s->ctx);
 	s->ctx = NULL;
 	for (struct redis_chan *ch = s->chans, *next; ch; ch = next) {
 		next = ch->next;
@@ -172,7 +172,7 @@ static void connect_locked(struct redis_sub *s, int *timeout_ms)
 		return;
 	}
 	dlock_error err = { "" };
-	redisContext *ctx = NULL;
+	struct redis_conn *ctx = NULL;
 	pthread_mutex_unlock(&s->mu);
 	dlock_status st = dlock_redis_connect(&s->ep, s->cfg, &ctx, &err);
 	pthread_mutex_lock(&s->mu);
@@ -195,7 +195,7 @@ static void append_locked(struct redis_sub *s, const char *cmd, struct redis_cha
 {
 	const char *argv[2] = { cmd, ch->name };
 	size_t len[2] = { strlen(cmd), ch->len };
-	if (redisAppendCommandArgv(s->ctx, 2, argv, len) == REDIS_OK)
+	if (dlock_redis_append_argv(s->ctx, 2, argv, len) == REDIS_OK)
 		ch->state = next;
 }
 
@@ -262,11 +262,11 @@ static void on_reply_locked(struct redis_sub *s, const redisReply *r)
 /* Read what the socket has and handle every complete reply; -1 when the connection failed. */
 static int read_replies(struct redis_sub *s)
 {
-	if (redisBufferRead(s->ctx) != REDIS_OK)
+	if (dlock_redis_read_some(s->ctx) != REDIS_OK)
 		return -1;
 	for (;;) {
 		void *reply = NULL;
-		if (redisGetReplyFromReader(s->ctx, &reply) != REDIS_OK)
+		if (dlock_redis_buffered_reply(s->ctx, &reply) != REDIS_OK)
 			return -1;
 		if (!reply)
 			return 0;
@@ -280,13 +280,9 @@ static int read_replies(struct redis_sub *s)
 	}
 }
 
-static int flush_commands(redisContext *ctx)
+static int flush_commands(struct redis_conn *ctx)
 {
-	int done = 0;
-	while (!done)
-		if (redisBufferWrite(ctx, &done) != REDIS_OK)
-			return -1;
-	return 0;
+	return dlock_redis_flush(ctx) == REDIS_OK ? 0 : -1;
 }
 
 /* ------------------------------------------------------------ the thread */
@@ -306,7 +302,7 @@ static void sub_round_locked(struct redis_sub *s)
 		connect_locked(s, &timeout_ms);
 	if (s->ctx)
 		queue_commands_locked(s, &timeout_ms);
-	redisContext *ctx = s->ctx;
+	struct redis_conn *ctx = s->ctx;
 	pthread_mutex_unlock(&s->mu);
 
 	int failed = ctx && flush_commands(ctx) != 0;
@@ -385,7 +381,7 @@ void dlock_redis_sub_free(struct redis_sub *s)
 	kick(s);
 	if (s->started)
 		pthread_join(s->thread, NULL);
-	redisFree(s->ctx);
+	dlock_redis_conn_free(s->ctx);
 	while (s->chans)
 		chan_remove_locked(s, s->chans);
 	close(s->wake[0]);

@@ -21,7 +21,7 @@
 
 /* One request sent to every instance and its replies. */
 struct fanout {
-	redisContext *ctx[REDIS_REDLOCK_MAX];
+	struct redis_conn *ctx[REDIS_REDLOCK_MAX];
 	redisReply *reply[REDIS_REDLOCK_MAX]; /* NULL: none (unreachable, lost, or an error reply) */
 	size_t answered;                      /* instances that gave a reply that is not an error */
 	dlock_error err;                      /* the last failure, for the message */
@@ -34,27 +34,24 @@ struct request {
 	const struct redis_args *a;
 };
 
-static int append_one(struct redis_client *c, redisContext *ctx, const struct request *rq)
+static int append_one(struct redis_client *c, struct redis_conn *ctx, const struct request *rq)
 {
 	if (rq->id >= 0)
 		return dlock_redis_script_append(ctx, &c->scripts, (enum redis_script_id)rq->id, rq->nkeys, rq->a);
-	struct redis_args copy = *rq->a; /* hiredis 0.14 takes `const char **` */
-	return redisAppendCommandArgv(ctx, copy.argc, copy.argv, copy.len);
+	return dlock_redis_append_argv(ctx, rq->a->argc, rq->a->argv, rq->a->len);
 }
 
-static redisReply *read_one(redisContext *ctx, const struct request *rq)
+static redisReply *read_one(struct redis_conn *ctx, const struct request *rq)
 {
 	void *reply = NULL;
 	if (rq->id >= 0)
 		return dlock_redis_script_read(ctx, (enum redis_script_id)rq->id, rq->nkeys, rq->a);
-	return redisGetReply(ctx, &reply) == REDIS_OK ? reply : NULL;
+	return dlock_redis_get_reply(ctx, &reply) == REDIS_OK ? reply : NULL;
 }
 
-static void flush_one(redisContext *ctx)
+static void flush_one(struct redis_conn *ctx)
 {
-	int done = 0;
-	while (!done && redisBufferWrite(ctx, &done) == REDIS_OK)
-		;
+	dlock_redis_flush(ctx); /* a failure stays in ctx->err */
 }
 
 static void fanout_run(struct redis_client *c, struct fanout *f, const struct request *rq)
@@ -70,7 +67,7 @@ static void fanout_run(struct redis_client *c, struct fanout *f, const struct re
 		if (f->ctx[i] && !f->ctx[i]->err)
 			flush_one(f->ctx[i]);
 	for (size_t i = 0; i < c->npools; i++) {
-		redisContext *ctx = f->ctx[i];
+		struct redis_conn *ctx = f->ctx[i];
 		if (!ctx)
 			continue;
 		redisReply *r = ctx->err ? NULL : read_one(ctx, rq);
