@@ -43,19 +43,22 @@ macro(dlock_backend_client name target found)
   endif()
 endmacro()
 
-# redis:// and redis+unix://: hiredis.
+# redis://, rediss:// and redis+unix://: hiredis (its protocol reader and
+# command formatter) and OpenSSL's libssl (TLS for rediss://: hiredis 0.14
+# has none; libcrypto is already the core's).
 set(_dlock_found FALSE)
 if(DLOCK_WITH_REDIS)
   pkg_check_modules(HIREDIS IMPORTED_TARGET hiredis)
-  if(HIREDIS_FOUND)
+  pkg_check_modules(LIBSSL IMPORTED_TARGET libssl)
+  if(HIREDIS_FOUND AND LIBSSL_FOUND)
     set(_dlock_found TRUE)
   else()
-    message(STATUS "hiredis not found: redis:// left out")
+    message(STATUS "hiredis or libssl not found: redis:// left out")
   endif()
 else()
   message(STATUS "DLOCK_WITH_REDIS=OFF: redis:// left out")
 endif()
-dlock_backend_client(redis dlock::hiredis _dlock_found PkgConfig::HIREDIS)
+dlock_backend_client(redis dlock::hiredis _dlock_found PkgConfig::HIREDIS PkgConfig::LIBSSL)
 
 # zk://: libzookeeper_mt, the multi-threaded C client (Debian:
 # libzookeeper-mt-dev).  It ships no pkg-config file and no CMake package,

@@ -628,6 +628,10 @@ static void test_mask(void)
 	           "postgres://u@h/db?sslpassword=***&sslmode=require");
 	check_mask("redis://u:pw@h?PASSWORD=x&ttl=1s", "redis://u:***@h?PASSWORD=***&ttl=1s");
 	check_mask("mem://ns?password", "mem://ns?password");
+	/* Where a private key lies is a secret too: rediss' tls_key, libpq's sslkey. */
+	check_mask("rediss://h?tls_ca_file=/ca.pem&tls_key=/k/key.pem&tls_cert=/c.pem",
+	           "rediss://h?tls_ca_file=/ca.pem&tls_key=***&tls_cert=/c.pem");
+	check_mask("postgres://u@h/db?sslkey=/k/client.key", "postgres://u@h/db?sslkey=***");
 
 	/* The output is always terminated and cut to size. */
 	char out[12];

@@ -69,14 +69,15 @@ static void append_cut(char *out, size_t outlen, size_t *o, const char *s, size_
 	out[*o] = '\0';
 }
 
-/* A query key that names a secret: "password", "sslpassword", ... */
+/* A query key that names a secret: "password", "sslpassword", ..., or a
+ * private key's file: "tls_key", "sslkey" (its path says where a key lies). */
 static int secret_key(const char *key, size_t n)
 {
-	static const char word[] = "password";
+	static const char word[] = "password", tail[] = "key";
 	for (size_t i = 0; i + sizeof word - 1 <= n; i++)
 		if (strncasecmp(key + i, word, sizeof word - 1) == 0)
 			return 1;
-	return 0;
+	return n >= sizeof tail - 1 && strncasecmp(key + n - (sizeof tail - 1), tail, sizeof tail - 1) == 0;
 }
 
 /* Copy the query part `q` (after '?') into out, with the values of secret

@@ -112,6 +112,8 @@ static const char help_text[] =
 	"                          processes of one host\n"
 	"  redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]\n"
 	"                          Redis; several comma-separated hosts: RedLock\n"
+	"  rediss://...            the same over TLS (?tls_ca_file=PATH, tls_cert/tls_key\n"
+	"                          for a client certificate)\n"
 	"  redis+unix:///PATH/TO/SOCKET\n"
 	"                          Redis over a Unix socket\n"
 	"  zk://[USER:PASSWORD@]HOST:PORT[,HOST:PORT]...[/PATH]\n"

@@ -1,15 +1,18 @@
-# redis:// and redis+unix:// (single instance and RedLock), with hiredis
+# redis://, rediss:// and redis+unix:// (single instance and RedLock), with hiredis
+# and OpenSSL
 # (dlock::hiredis, from cmake/DlockBackends.cmake).
 if(DLOCK_BACKEND_REDIS)
-  list(APPEND DLOCK_DRIVERS redis redis_unix)
+  list(APPEND DLOCK_DRIVERS redis redis_unix rediss)
   list(APPEND DLOCK_BACKEND_SOURCES
     backends/redis/redis.c
     backends/redis/redis_lock.c
     backends/redis/redis_fair.c
     backends/redis/redis_conn.c
+    backends/redis/redis_io.c
+    backends/redis/redis_tls.c
     backends/redis/redis_transport.c
     backends/redis/redis_scripts.c
     backends/redis/redis_sub.c
     backends/redis/redlock.c)
-  list(APPEND DLOCK_BACKEND_TESTS test_redis test_redis_fair test_redis_replicas)
+  list(APPEND DLOCK_BACKEND_TESTS test_redis test_redis_fair test_redis_replicas test_redis_tls)
 endif()

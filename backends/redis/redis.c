@@ -1,5 +1,5 @@
 /*
- * redis:// and redis+unix:// — the driver objects: open and close,
+ * redis://, rediss:// and redis+unix:// — the driver objects: open and close,
  * capabilities and the keys of a lock.  Open chooses the client's two
  * modes (redis_lock.h): the transport from the scheme (redis_transport.c)
  * and the lock algorithm from the URI — several hosts: RedLock (redlock.c);
@@ -9,6 +9,8 @@
  *   redis://[[user]:password@]host[:port][/db][?common parameters]
  *   redis://h1:p1,h2:p2,h3:p3[/db][?...]      RedLock over independent instances
  *   redis+unix:///path/to/socket[?db=N&...]
+ *   rediss://...                              as redis://, every connection over TLS
+ *                                             (tls_ parameters: redis_tls.c)
  *
  * The port defaults to 6379 and the database to 0.  The URI's `prefix`
  * (default "dlock") starts every key and channel name.  `fair=1` (one
@@ -72,13 +74,14 @@ static void client_free(struct redis_client *c)
 	free(c->pools);
 	if (c->fair)
 		dlock_redis_pool_destroy(&c->waits);
+	dlock_redis_tls_free(c->tls);
 	free(c);
 }
 
 /* First contact with one server: prove the URI works, warn about eviction, load the scripts. */
 static dlock_status greet(struct redis_client *c, struct redis_pool *p, int *scripts_loaded, dlock_error *err)
 {
-	redisContext *ctx = NULL;
+	struct redis_conn *ctx = NULL;
 	dlock_status st = dlock_redis_pool_get(p, &ctx, err);
 	if (st != DLOCK_OK)
 		return st;
@@ -157,6 +160,12 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 		.io_timeout_ms = uri->io_timeout_ms,
 		.host = host,
 	};
+	if (via->tls) {
+		st = dlock_redis_tls_new(uri, host, &c->tls, err);
+		if (st != DLOCK_OK)
+			goto fail;
+		c->cfg.tls = c->tls;
+	}
 	c->replicas = replicas;
 	c->replicas_timeout_ms = replicas_timeout_ms;
 	c->prefix = uri->prefix;
@@ -200,6 +209,11 @@ static dlock_status redis_unix_open(const dlock_uri *uri, dlock_host *host, void
 	return redis_open_common(uri, host, &dlock_redis_unix, backend, err);
 }
 
+static dlock_status rediss_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
+{
+	return redis_open_common(uri, host, &dlock_redis_tls, backend, err);
+}
+
 static void redis_close(void *backend)
 {
 	client_free(backend);
@@ -219,6 +233,11 @@ static int redis_knows_param(const char *key)
 static int redis_unix_knows_param(const char *key)
 {
 	return algorithm_param(key) || dlock_redis_unix.knows_param(key);
+}
+
+static int rediss_knows_param(const char *key)
+{
+	return algorithm_param(key) || dlock_redis_tls.knows_param(key);
 }
 
 static void redis_capabilities(void *backend, dlock_capabilities *caps)
@@ -374,6 +393,24 @@ const dlock_driver dlock_redis_unix_driver = {
 	.close = redis_close,
 	.capabilities = redis_capabilities,
 	.knows_param = redis_unix_knows_param,
+	.lock_init = redis_lock_init,
+	.lock_fini = redis_lock_fini,
+	.acquire = redis_acquire,
+	.try_acquire = redis_try_acquire,
+	.disarm = redis_disarm,
+	.release = redis_release,
+	.extend = redis_extend,
+	.check = redis_check,
+};
+
+const dlock_driver dlock_rediss_driver = {
+	.abi_version = DLOCK_DRIVER_ABI_VERSION,
+	.scheme = "rediss",
+	.lock_size = sizeof(struct redis_lock),
+	.open = rediss_open,
+	.close = redis_close,
+	.capabilities = redis_capabilities,
+	.knows_param = rediss_knows_param,
 	.lock_init = redis_lock_init,
 	.lock_fini = redis_lock_fini,
 	.acquire = redis_acquire,

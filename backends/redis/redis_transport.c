@@ -5,6 +5,8 @@
  * pools, the lock algorithms) is the same whatever the transport.
  *
  *   tcp   redis://host[:port][,host[:port]...][/db]   (port 6379)
+ *   tls   rediss://host[:port][,host[:port]...][/db][?tls_...]: tcp, then
+ *         TLS on every connection (redis_tls.c, the handshake in redis_conn.c)
  *   unix  redis+unix:///path/to/socket[?db=N]
  *
  * The socket is made here, not by hiredis: hiredis 0.14 opens it without
@@ -43,20 +45,23 @@ static int parse_db(const char *text, long *db)
 	return 0;
 }
 
-static dlock_status tcp_endpoints(const dlock_uri *uri, struct redis_endpoint *eps, long *db, dlock_error *err)
+/* The hosts of a redis:// or rediss:// URI, reached by `via`. */
+static dlock_status host_endpoints(const dlock_uri *uri, const struct redis_transport *via,
+                                   struct redis_endpoint *eps, long *db, dlock_error *err)
 {
 	const char *path = uri->path;
 	if (path[0] == '/')
 		path++;
 	if (*path && parse_db(path, db) != 0)
-		return dlock_error_set(err, DLOCK_EURI, "redis://: the path must be a database number (/0, /1 ...): %s",
-		                       uri->masked);
+		return dlock_error_set(err, DLOCK_EURI, "%s://: the path must be a database number (/0, /1 ...): %s",
+		                       via->scheme, uri->masked);
 	for (size_t i = 0; i < uri->nhosts; i++) {
 		struct redis_endpoint *ep = &eps[i];
 		const dlock_uri_host *h = &uri->hosts[i];
 		if (!h->host[0])
-			return dlock_error_set(err, DLOCK_EURI, "redis://: host %zu is empty: %s", i + 1, uri->masked);
-		ep->via = &dlock_redis_tcp;
+			return dlock_error_set(err, DLOCK_EURI, "%s://: host %zu is empty: %s", via->scheme, i + 1,
+			                       uri->masked);
+		ep->via = via;
 		ep->host = h->host;
 		ep->port = h->port ? h->port : REDIS_DEFAULT_PORT;
 		if (strchr(h->host, ':')) /* IPv6 */
@@ -65,6 +70,16 @@ static dlock_status tcp_endpoints(const dlock_uri *uri, struct redis_endpoint *e
 			snprintf(ep->label, sizeof ep->label, "%s:%d", h->host, ep->port);
 	}
 	return DLOCK_OK;
+}
+
+static dlock_status tcp_endpoints(const dlock_uri *uri, struct redis_endpoint *eps, long *db, dlock_error *err)
+{
+	return host_endpoints(uri, &dlock_redis_tcp, eps, db, err);
+}
+
+static dlock_status tls_endpoints(const dlock_uri *uri, struct redis_endpoint *eps, long *db, dlock_error *err)
+{
+	return host_endpoints(uri, &dlock_redis_tls, eps, db, err);
 }
 
 static dlock_status unix_endpoints(const dlock_uri *uri, struct redis_endpoint *eps, long *db, dlock_error *err)
@@ -189,6 +204,14 @@ const struct redis_transport dlock_redis_tcp = {
 	.endpoints = tcp_endpoints,
 	.connect = tcp_connect,
 	.knows_param = tcp_knows_param,
+};
+
+const struct redis_transport dlock_redis_tls = {
+	.scheme = "rediss",
+	.tls = 1,
+	.endpoints = tls_endpoints,
+	.connect = tcp_connect, /* the TLS handshake follows (redis_conn.c) */
+	.knows_param = dlock_redis_tls_param,
 };
 
 const struct redis_transport dlock_redis_unix = {
