@@ -2,7 +2,7 @@
 # and OpenSSL
 # (dlock::hiredis, from cmake/DlockBackends.cmake).
 if(DLOCK_BACKEND_REDIS)
-  list(APPEND DLOCK_DRIVERS redis redis_unix rediss)
+  list(APPEND DLOCK_DRIVERS redis redis_unix rediss redis_sentinel rediss_sentinel)
   list(APPEND DLOCK_BACKEND_SOURCES
     backends/redis/redis.c
     backends/redis/redis_lock.c
@@ -10,6 +10,7 @@ if(DLOCK_BACKEND_REDIS)
     backends/redis/redis_conn.c
     backends/redis/redis_io.c
     backends/redis/redis_tls.c
+    backends/redis/redis_sentinel.c
     backends/redis/redis_transport.c
     backends/redis/redis_scripts.c
     backends/redis/redis_sub.c

@@ -11,6 +11,8 @@
  *   redis+unix:///path/to/socket[?db=N&...]
  *   rediss://...                              as redis://, every connection over TLS
  *                                             (tls_ parameters: redis_tls.c)
+ *   redis+sentinel://s1,s2,s3/MASTER[?db=N...] the master the sentinels name (redis_sentinel.c);
+ *   rediss+sentinel://...                     and over TLS
  *
  * The port defaults to 6379 and the database to 0.  The URI's `prefix`
  * (default "dlock") starts every key and channel name.  `fair=1` (one
@@ -23,6 +25,7 @@
 #include <string.h>
 
 #include "redis_lock.h"
+#include "redis_sentinel.h"
 
 /* ------------------------------------------------------------ open, close */
 
@@ -35,8 +38,8 @@
  * instances are independent) nor fair=1 (a grant is written by the
  * releaser's connection, whose WAIT the waiter cannot make).
  */
-static dlock_status parse_replicas(const dlock_uri *uri, int fair, int *replicas, int64_t *timeout_ms,
-                                   dlock_error *err)
+static dlock_status parse_replicas(const dlock_uri *uri, size_t servers, int fair, int *replicas,
+                                   int64_t *timeout_ms, dlock_error *err)
 {
 	const char *n = dlock_uri_get(uri, "replicas"), *t = dlock_uri_get(uri, "replicas_timeout");
 	if (n) {
@@ -52,7 +55,7 @@ static dlock_status parse_replicas(const dlock_uri *uri, int fair, int *replicas
 		                       uri->masked);
 	if (t && !n)
 		return dlock_error_set(err, DLOCK_EURI, "redis: replicas_timeout needs replicas=N: %s", uri->masked);
-	if (*replicas > 0 && uri->nhosts > 1)
+	if (*replicas > 0 && servers > 1)
 		return dlock_error_set(err, DLOCK_EURI,
 		                       "redis: replicas= waits for one server's replicas; RedLock's instances are "
 		                       "independent: %s",
@@ -68,6 +71,8 @@ static void client_free(struct redis_client *c)
 {
 	if (!c)
 		return;
+	dlock_redis_sentinel_free(c->sentinel); /* first: its watcher may call into the subscriber */
+	c->sentinel = NULL;
 	dlock_redis_sub_free(c->sub);
 	for (size_t i = 0; c->pools && i < c->npools; i++)
 		dlock_redis_pool_destroy(&c->pools[i]);
@@ -76,6 +81,13 @@ static void client_free(struct redis_client *c)
 		dlock_redis_pool_destroy(&c->waits);
 	dlock_redis_tls_free(c->tls);
 	free(c);
+}
+
+/* The sentinels named a new master: waiters subscribe there (the pools drop old connections themselves). */
+static void master_moved(void *arg)
+{
+	struct redis_client *c = arg;
+	dlock_redis_sub_reconnect(c->sub);
 }
 
 /* First contact with one server: prove the URI works, warn about eviction, load the scripts. */
@@ -137,19 +149,21 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 	if (strpbrk(uri->prefix, "{}"))
 		return dlock_error_set(err, DLOCK_EURI, "redis: 'prefix' must not contain '{' or '}': %s",
 		                       uri->masked);
+	/* The servers that hold locks: the URI's hosts, or the one master its sentinels name. */
+	size_t servers = via->sentinel ? 1 : uri->nhosts;
 	int fair = 0;
 	if (dlock_uri_get_bool(uri, "fair", &fair, err) != DLOCK_OK)
 		return DLOCK_EURI;
-	if (fair && uri->nhosts > 1)
+	if (fair && servers > 1)
 		return dlock_error_set(err, DLOCK_EURI, "redis: fair=1 needs one instance, not RedLock: %s", uri->masked);
 	int replicas = 0;
 	int64_t replicas_timeout_ms = REDIS_REPLICAS_TIMEOUT_MS;
-	st = parse_replicas(uri, fair, &replicas, &replicas_timeout_ms, err);
+	st = parse_replicas(uri, servers, fair, &replicas, &replicas_timeout_ms, err);
 	if (st != DLOCK_OK)
 		return st;
 	st = DLOCK_ENOMEM;
 	struct redis_client *c = calloc(1, sizeof *c);
-	if (!c || !(c->pools = calloc(uri->nhosts, sizeof *c->pools))) {
+	if (!c || !(c->pools = calloc(servers, sizeof *c->pools))) {
 		dlock_error_set(err, st, "redis: out of memory");
 		goto fail;
 	}
@@ -170,14 +184,17 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 	c->replicas_timeout_ms = replicas_timeout_ms;
 	c->prefix = uri->prefix;
 	c->prefixlen = strlen(uri->prefix);
-	c->npools = uri->nhosts;
-	c->quorum = uri->nhosts / 2 + 1;
+	c->npools = servers;
+	c->quorum = servers / 2 + 1;
 	for (size_t i = 0; i < c->npools; i++)
 		dlock_redis_pool_init(&c->pools[i], &c->cfg);
 	c->algo = fair ? &dlock_redis_fair : c->npools > 1 ? &dlock_redis_redlock : &dlock_redis_single;
 	struct redis_endpoint eps[REDIS_REDLOCK_MAX];
 	memset(eps, 0, sizeof eps);
-	st = via->endpoints(uri, eps, &c->cfg.db, err);
+	if (via->sentinel && (st = dlock_redis_sentinel_new(uri, via, &c->cfg, &c->sentinel, &c->cfg.db, err)) == DLOCK_OK)
+		dlock_redis_sentinel_endpoint(c->sentinel, &eps[0]);
+	else if (!via->sentinel)
+		st = via->endpoints(uri, eps, &c->cfg.db, err);
 	if (st != DLOCK_OK)
 		goto fail;
 	for (size_t i = 0; i < c->npools; i++)
@@ -187,9 +204,15 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 		dlock_redis_pool_init(&c->waits, &c->cfg);
 		c->waits.ep = c->pools[0].ep;
 	}
+	if (c->sentinel) {
+		c->pools[0].generation = dlock_redis_sentinel_generation(c->sentinel);
+		c->waits.generation = c->pools[0].generation;
+	}
 	st = greet_all(c, err);
 	if (st == DLOCK_OK && c->npools == 1)
 		st = dlock_redis_sub_new(&c->sub, &c->pools[0].ep, &c->cfg, err);
+	if (st == DLOCK_OK && c->sentinel)
+		st = dlock_redis_sentinel_watch(c->sentinel, master_moved, c, err);
 	if (st != DLOCK_OK)
 		goto fail;
 	*backend = c;
@@ -212,6 +235,16 @@ static dlock_status redis_unix_open(const dlock_uri *uri, dlock_host *host, void
 static dlock_status rediss_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
 {
 	return redis_open_common(uri, host, &dlock_redis_tls, backend, err);
+}
+
+static dlock_status redis_sentinel_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
+{
+	return redis_open_common(uri, host, &dlock_redis_sentinel, backend, err);
+}
+
+static dlock_status rediss_sentinel_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
+{
+	return redis_open_common(uri, host, &dlock_redis_sentinel_tls, backend, err);
 }
 
 static void redis_close(void *backend)
@@ -238,6 +271,16 @@ static int redis_unix_knows_param(const char *key)
 static int rediss_knows_param(const char *key)
 {
 	return algorithm_param(key) || dlock_redis_tls.knows_param(key);
+}
+
+static int redis_sentinel_knows_param(const char *key)
+{
+	return algorithm_param(key) || dlock_redis_sentinel.knows_param(key);
+}
+
+static int rediss_sentinel_knows_param(const char *key)
+{
+	return algorithm_param(key) || dlock_redis_sentinel_tls.knows_param(key);
 }
 
 static void redis_capabilities(void *backend, dlock_capabilities *caps)
@@ -411,6 +454,42 @@ const dlock_driver dlock_rediss_driver = {
 	.close = redis_close,
 	.capabilities = redis_capabilities,
 	.knows_param = rediss_knows_param,
+	.lock_init = redis_lock_init,
+	.lock_fini = redis_lock_fini,
+	.acquire = redis_acquire,
+	.try_acquire = redis_try_acquire,
+	.disarm = redis_disarm,
+	.release = redis_release,
+	.extend = redis_extend,
+	.check = redis_check,
+};
+
+const dlock_driver dlock_redis_sentinel_driver = {
+	.abi_version = DLOCK_DRIVER_ABI_VERSION,
+	.scheme = "redis+sentinel",
+	.lock_size = sizeof(struct redis_lock),
+	.open = redis_sentinel_open,
+	.close = redis_close,
+	.capabilities = redis_capabilities,
+	.knows_param = redis_sentinel_knows_param,
+	.lock_init = redis_lock_init,
+	.lock_fini = redis_lock_fini,
+	.acquire = redis_acquire,
+	.try_acquire = redis_try_acquire,
+	.disarm = redis_disarm,
+	.release = redis_release,
+	.extend = redis_extend,
+	.check = redis_check,
+};
+
+const dlock_driver dlock_rediss_sentinel_driver = {
+	.abi_version = DLOCK_DRIVER_ABI_VERSION,
+	.scheme = "rediss+sentinel",
+	.lock_size = sizeof(struct redis_lock),
+	.open = rediss_sentinel_open,
+	.close = redis_close,
+	.capabilities = redis_capabilities,
+	.knows_param = rediss_sentinel_knows_param,
 	.lock_init = redis_lock_init,
 	.lock_fini = redis_lock_fini,
 	.acquire = redis_acquire,

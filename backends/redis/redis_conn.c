@@ -70,6 +70,8 @@ dlock_status dlock_redis_reply_error(const redisReply *r, const struct redis_end
 		st = DLOCK_EAUTH;
 	else if (dlock_redis_is_error(r, "NOPERM"))
 		st = DLOCK_EPERM;
+	else if (dlock_redis_is_error(r, "READONLY")) /* a demoted master: the connection is dropped (redis_io.c) */
+		st = DLOCK_ECONNECT;
 	/* The server's text never holds the password: it is safe to show. */
 	return dlock_error_set(err, st, "redis %s: %s: %s", ep->label, what, text);
 }
@@ -130,8 +132,48 @@ static int set_io_timeout(int fd, int64_t ms)
 	               : -1;
 }
 
+/* The server must be a master: never a lock on a replica (Sentinel's answer may be stale). */
+static dlock_status require_master(struct redis_conn *ctx, const struct redis_endpoint *ep, dlock_error *err)
+{
+	const char *argv[1] = { "ROLE" };
+	size_t len[1] = { 4 };
+	redisReply *r = dlock_redis_command_argv(ctx, 1, argv, len);
+	dlock_status st = DLOCK_OK;
+	if (!r)
+		st = dlock_redis_io_error(ctx, ep, err);
+	else if (r->type == REDIS_REPLY_ERROR)
+		st = dlock_redis_reply_error(r, ep, "ROLE (needed to refuse a replica)", err);
+	else if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_STRING)
+		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected answer to ROLE", ep->label);
+	else if (strcmp(r->element[0]->str, "master") != 0)
+		st = dlock_error_set(err, DLOCK_ECONNECT,
+		                     "redis %s: the sentinels name it as master, but it is a %s (a failover in progress?)",
+		                     ep->label, r->element[0]->str);
+	freeReplyObject(r);
+	return st;
+}
+
+static dlock_status connect_at(const struct redis_endpoint *ep, const struct redis_cfg *cfg, struct redis_conn **out,
+                               dlock_error *err);
+
 dlock_status dlock_redis_connect(const struct redis_endpoint *ep, const struct redis_cfg *cfg,
                                  struct redis_conn **out, dlock_error *err)
+{
+	if (!ep->locate)
+		return connect_at(ep, cfg, out, err);
+	struct redis_endpoint where;
+	dlock_status st = ep->locate(ep->locate_arg, &where, err);
+	if (st == DLOCK_OK)
+		st = connect_at(&where, cfg, out, err);
+	if (st == DLOCK_OK && (st = require_master(*out, &where, err)) != DLOCK_OK) {
+		dlock_redis_conn_free(*out);
+		*out = NULL;
+	}
+	return st;
+}
+
+static dlock_status connect_at(const struct redis_endpoint *ep, const struct redis_cfg *cfg, struct redis_conn **out,
+                               dlock_error *err)
 {
 	int64_t deadline = dlock_monotonic_ns() + cfg->connect_timeout_ms * REDIS_NS_PER_MS;
 	int fd = -1;
@@ -196,6 +238,7 @@ void dlock_redis_pool_init(struct redis_pool *p, const struct redis_cfg *cfg)
 	pthread_cond_init(&p->cond, NULL);
 	p->nidle = p->total = 0;
 	p->cfg = cfg;
+	p->generation = NULL;
 }
 
 void dlock_redis_pool_destroy(struct redis_pool *p)
@@ -213,8 +256,15 @@ void dlock_redis_pool_destroy(struct redis_pool *p)
  * before sending keeps a stale connection from turning a request into one
  * whose fate is unknown.
  */
-static int conn_stale(struct redis_conn *ctx)
+static unsigned generation_of(const struct redis_pool *p)
 {
+	return p->generation ? atomic_load(p->generation) : 0;
+}
+
+static int conn_stale(const struct redis_pool *p, struct redis_conn *ctx)
+{
+	if (ctx->generation != generation_of(p))
+		return 1; /* made for a master the sentinels no longer name */
 	struct pollfd pfd = { .fd = ctx->fd, .events = POLLIN };
 	if (ctx->err || poll(&pfd, 1, 0) == 0)
 		return ctx->err != 0;
@@ -233,7 +283,7 @@ static struct redis_conn *pool_take(struct redis_pool *p, int block, int *slot)
 	for (;;) {
 		if (p->nidle > 0) {
 			struct redis_conn *ctx = p->idle[--p->nidle];
-			if (!conn_stale(ctx)) {
+			if (!conn_stale(p, ctx)) {
 				pthread_mutex_unlock(&p->mu);
 				return ctx;
 			}
@@ -262,7 +312,10 @@ static dlock_status pool_get(struct redis_pool *p, int block, struct redis_conn 
 	if (!slot)
 		return dlock_error_set(err, DLOCK_EBUSY, "redis %s: all %d connections are in use", p->ep.label,
 		                       REDIS_POOL_MAX);
+	unsigned gen = generation_of(p); /* before the sentinels are asked: a move meanwhile makes it stale */
 	dlock_status st = dlock_redis_connect(&p->ep, p->cfg, out, err);
+	if (st == DLOCK_OK)
+		(*out)->generation = gen;
 	if (st != DLOCK_OK) {
 		pthread_mutex_lock(&p->mu);
 		p->total--;
@@ -297,7 +350,7 @@ void dlock_redis_pool_put(struct redis_pool *p, struct redis_conn *ctx)
 {
 	if (!ctx)
 		return;
-	if (ctx->err) {
+	if (ctx->err || ctx->generation != generation_of(p)) {
 		dlock_redis_pool_discard(p, ctx);
 		return;
 	}

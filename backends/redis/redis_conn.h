@@ -15,6 +15,7 @@
 #include <hiredis/hiredis.h>
 #include <openssl/ssl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,10 +33,19 @@ struct redis_transport;
 /* One server of the URI. */
 struct redis_endpoint {
 	const struct redis_transport *via; /* how it is reached */
-	const char *host; /* TCP host (owned by the core's URI), or NULL for a unix socket */
+	const char *host; /* TCP host (owned by the core's URI, or `located`), or NULL for a unix socket */
 	int port;
 	const char *path; /* unix socket path, or NULL */
 	char label[280];  /* "host:port" or the socket path, for messages */
+	/*
+	 * A server whose address is asked anew at each connect (Sentinel's
+	 * master, redis_sentinel.c): `locate` fills a fixed endpoint, whose host
+	 * it keeps in `located`, and the connection must then say ROLE master.
+	 * NULL for a fixed address.  Any thread.
+	 */
+	dlock_status (*locate)(void *arg, struct redis_endpoint *where, dlock_error *err);
+	void *locate_arg;
+	char located[256];
 };
 
 struct redis_tls;
@@ -58,8 +68,9 @@ struct redis_cfg {
  * scheme; a new way in (TLS, Sentinel, Cluster) is a new entry here.
  */
 struct redis_transport {
-	const char *scheme; /* "redis", "redis+unix", "rediss" */
+	const char *scheme; /* "redis", "redis+unix", "rediss", "redis+sentinel", "rediss+sentinel" */
 	int tls;            /* every connection speaks TLS */
+	int sentinel;       /* the hosts are sentinels; the lock's server is the master they name */
 	/** The servers of `uri` into eps[0 .. uri->nhosts-1] (labels set) and the database into *db. */
 	dlock_status (*endpoints)(const dlock_uri *uri, struct redis_endpoint *eps, long *db, dlock_error *err);
 	/** A connected blocking socket, close-on-exec, by `deadline_ns`. */
@@ -71,6 +82,8 @@ struct redis_transport {
 extern const struct redis_transport dlock_redis_tcp;  /* redis://host:port,... */
 extern const struct redis_transport dlock_redis_unix; /* redis+unix:///path */
 extern const struct redis_transport dlock_redis_tls;  /* rediss://host:port,... */
+extern const struct redis_transport dlock_redis_sentinel;     /* redis+sentinel://s1:port,.../MASTER */
+extern const struct redis_transport dlock_redis_sentinel_tls; /* rediss+sentinel://... */
 
 /* ------------------------------------------------------------ TLS (redis_tls.c) */
 
@@ -108,6 +121,7 @@ struct redis_conn {
 	int err;              /* 0, or REDIS_ERR_IO, _EOF, _PROTOCOL, _OOM */
 	int timed_out;        /* the failure was a read or write past io_timeout */
 	int refused_cert;     /* the failure was the server's alert refusing our certificate */
+	unsigned generation;  /* the pool's generation when it was made (Sentinel: which master) */
 	char errstr[160];
 };
 
@@ -170,6 +184,9 @@ struct redis_pool {
 	unsigned nidle, total;    /* idle ones, and all that exist (idle or in use) */
 	struct redis_endpoint ep;
 	const struct redis_cfg *cfg;
+	/* Sentinel: bumped when the master moves; connections of an older
+	 * generation are closed, never reused.  NULL: one fixed server. */
+	const atomic_uint *generation;
 };
 
 void dlock_redis_pool_init(struct redis_pool *p, const struct redis_cfg *cfg);

@@ -228,6 +228,11 @@ int dlock_redis_buffered_reply(struct redis_conn *conn, void **reply)
 		conn_fail(conn, REDIS_ERR_PROTOCOL, "%s", conn->reader->errstr);
 		return REDIS_ERR;
 	}
+	const redisReply *r = *reply;
+	if (r && r->type == REDIS_REPLY_ERROR && r->str && strncmp(r->str, "READONLY", 8) == 0)
+		/* The server became a replica under us (a failover): this connection
+		 * is done, and the pool drops it; the reply is still the caller's. */
+		conn_fail(conn, REDIS_ERR_OTHER, "%s", "the server is a replica now (READONLY)");
 	return REDIS_OK;
 }
 

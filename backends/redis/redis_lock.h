@@ -11,6 +11,7 @@
  *   redis_lock.c       algorithm "single": one instance; also the lock values and
  *                      attempts that fair builds on
  *   redis_sub.c        the subscriber thread that turns release messages into wake-ups
+ *   redis_sentinel.c   redis+sentinel: the master's address, asked of the sentinels at each connect
  *   redis_scripts.c    the Lua scripts, SCRIPT LOAD, EVALSHA with EVAL fallback
  *   redis_conn.c       connections (TLS, AUTH, SELECT), error mapping, pools, arguments
  *   redis_io.c         a connection's bytes, plain or TLS, through hiredis's reader
@@ -60,6 +61,7 @@ struct redis_algorithm;
 struct redis_client {
 	struct redis_cfg cfg;
 	struct redis_tls *tls;    /* rediss: the TLS settings (cfg.tls), owned */
+	struct redis_sentinel *sentinel; /* redis+sentinel: the sentinels behind pools[0]'s endpoint, owned */
 	const struct redis_algorithm *algo; /* the lock algorithm, chosen at open */
 	size_t npools;            /* 1: one instance; more: RedLock over independent instances */
 	struct redis_pool *pools;

@@ -59,6 +59,7 @@ struct redis_sub {
 	int degraded;            /* cannot subscribe now (no connection): watchers poll */
 	int refused;             /* the server refused SUBSCRIBE: poll from now on */
 	int start_failed;        /* the thread could not be created */
+	int reconnect;           /* dlock_redis_sub_reconnect(): drop the connection at the next round */
 	int wake[2];             /* pipe: waiters write, the thread polls */
 	pthread_t thread;
 	struct redis_endpoint ep;
@@ -298,6 +299,9 @@ static void drain_pipe(int fd)
 static void sub_round_locked(struct redis_sub *s)
 {
 	int timeout_ms = -1;
+	if (s->reconnect && s->ctx)
+		drop_connection_locked(s);
+	s->reconnect = 0;
 	if (!s->ctx)
 		connect_locked(s, &timeout_ms);
 	if (s->ctx)
@@ -447,4 +451,15 @@ void dlock_redis_sub_unwatch(struct redis_sub *s, struct redis_watch *wt)
 	pthread_mutex_unlock(&s->mu);
 	wt->chan = NULL;
 	kick(s); /* the thread recomputes when a lingering channel is due */
+}
+
+void dlock_redis_sub_reconnect(struct redis_sub *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->reconnect = 1;
+	s->retry_at_ns = 0;
+	pthread_mutex_unlock(&s->mu);
+	kick(s);
 }

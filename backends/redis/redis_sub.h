@@ -30,6 +30,8 @@ dlock_status dlock_redis_sub_new(struct redis_sub **out, const struct redis_endp
                                  const struct redis_cfg *cfg, dlock_error *err);
 /** Stop the thread and free everything.  No watch may remain.  NULL is a no-op. */
 void dlock_redis_sub_free(struct redis_sub *s);
+/** Drop the connection and make a new one (the master moved): every waiter retries, then watches again. */
+void dlock_redis_sub_reconnect(struct redis_sub *s);
 /** Watch channel `chan`: `w` is woken by its messages and by subscription changes. */
 enum redis_watch_state dlock_redis_sub_watch(struct redis_sub *s, struct redis_watch *wt, const char *chan,
                                              size_t len, dlock_wait *w);

@@ -8,6 +8,9 @@
  *   tls   rediss://host[:port][,host[:port]...][/db][?tls_...]: tcp, then
  *         TLS on every connection (redis_tls.c, the handshake in redis_conn.c)
  *   unix  redis+unix:///path/to/socket[?db=N]
+ *   sentinel  redis+sentinel://s1[:port][,s2[:port]...]/MASTER[?db=N&sentinel_user=&sentinel_password=]
+ *         (port 26379) and rediss+sentinel://: the hosts are sentinels; the
+ *         master they name is found at each connect (redis_sentinel.c)
  *
  * The socket is made here, not by hiredis: hiredis 0.14 opens it without
  * close-on-exec, and setting the flag afterwards leaves a window in which
@@ -30,6 +33,7 @@
 #include "redis_conn.h"
 
 #define REDIS_DEFAULT_PORT 6379
+#define REDIS_SENTINEL_DEFAULT_PORT 26379
 
 /* ------------------------------------------------------------ URI */
 
@@ -45,7 +49,28 @@ static int parse_db(const char *text, long *db)
 	return 0;
 }
 
-/* The hosts of a redis:// or rediss:// URI, reached by `via`. */
+/* The hosts of a URI, reached by `via`, `port` when the URI gives none. */
+static dlock_status list_hosts(const dlock_uri *uri, const struct redis_transport *via, int port,
+                               struct redis_endpoint *eps, dlock_error *err)
+{
+	for (size_t i = 0; i < uri->nhosts; i++) {
+		struct redis_endpoint *ep = &eps[i];
+		const dlock_uri_host *h = &uri->hosts[i];
+		if (!h->host[0])
+			return dlock_error_set(err, DLOCK_EURI, "%s://: host %zu is empty: %s", via->scheme, i + 1,
+			                       uri->masked);
+		ep->via = via;
+		ep->host = h->host;
+		ep->port = h->port ? h->port : port;
+		if (strchr(h->host, ':')) /* IPv6 */
+			snprintf(ep->label, sizeof ep->label, "[%s]:%d", h->host, ep->port);
+		else
+			snprintf(ep->label, sizeof ep->label, "%s:%d", h->host, ep->port);
+	}
+	return DLOCK_OK;
+}
+
+/* The hosts of a redis:// or rediss:// URI, reached by `via`; the path is the database. */
 static dlock_status host_endpoints(const dlock_uri *uri, const struct redis_transport *via,
                                    struct redis_endpoint *eps, long *db, dlock_error *err)
 {
@@ -55,21 +80,22 @@ static dlock_status host_endpoints(const dlock_uri *uri, const struct redis_tran
 	if (*path && parse_db(path, db) != 0)
 		return dlock_error_set(err, DLOCK_EURI, "%s://: the path must be a database number (/0, /1 ...): %s",
 		                       via->scheme, uri->masked);
-	for (size_t i = 0; i < uri->nhosts; i++) {
-		struct redis_endpoint *ep = &eps[i];
-		const dlock_uri_host *h = &uri->hosts[i];
-		if (!h->host[0])
-			return dlock_error_set(err, DLOCK_EURI, "%s://: host %zu is empty: %s", via->scheme, i + 1,
-			                       uri->masked);
-		ep->via = via;
-		ep->host = h->host;
-		ep->port = h->port ? h->port : REDIS_DEFAULT_PORT;
-		if (strchr(h->host, ':')) /* IPv6 */
-			snprintf(ep->label, sizeof ep->label, "[%s]:%d", h->host, ep->port);
-		else
-			snprintf(ep->label, sizeof ep->label, "%s:%d", h->host, ep->port);
-	}
-	return DLOCK_OK;
+	return list_hosts(uri, via, REDIS_DEFAULT_PORT, eps, err);
+}
+
+/*
+ * The sentinels of a redis+sentinel:// or rediss+sentinel:// URI, reached
+ * by plain TCP or TLS; the path is the master's name (redis_sentinel.c),
+ * the database the `db` parameter.
+ */
+static dlock_status sentinel_endpoints(const dlock_uri *uri, struct redis_endpoint *eps, long *db, dlock_error *err)
+{
+	const struct redis_transport *via = strncmp(uri->scheme, "rediss", 6) == 0 ? &dlock_redis_tls : &dlock_redis_tcp;
+	const char *dbtext = dlock_uri_get(uri, "db");
+	if (dbtext && parse_db(dbtext, db) != 0)
+		return dlock_error_set(err, DLOCK_EURI, "%s://: db must be a database number: %s", uri->scheme,
+		                       uri->masked);
+	return list_hosts(uri, via, REDIS_SENTINEL_DEFAULT_PORT, eps, err);
 }
 
 static dlock_status tcp_endpoints(const dlock_uri *uri, struct redis_endpoint *eps, long *db, dlock_error *err)
@@ -212,6 +238,33 @@ const struct redis_transport dlock_redis_tls = {
 	.endpoints = tls_endpoints,
 	.connect = tcp_connect, /* the TLS handshake follows (redis_conn.c) */
 	.knows_param = dlock_redis_tls_param,
+};
+
+static int sentinel_knows_param(const char *key)
+{
+	return strcmp(key, "db") == 0 || strcmp(key, "sentinel_user") == 0 || strcmp(key, "sentinel_password") == 0;
+}
+
+static int sentinel_tls_knows_param(const char *key)
+{
+	return sentinel_knows_param(key) || dlock_redis_tls_param(key);
+}
+
+const struct redis_transport dlock_redis_sentinel = {
+	.scheme = "redis+sentinel",
+	.sentinel = 1,
+	.endpoints = sentinel_endpoints,
+	.connect = tcp_connect, /* to a sentinel, or to the master it names */
+	.knows_param = sentinel_knows_param,
+};
+
+const struct redis_transport dlock_redis_sentinel_tls = {
+	.scheme = "rediss+sentinel",
+	.tls = 1,
+	.sentinel = 1,
+	.endpoints = sentinel_endpoints,
+	.connect = tcp_connect,
+	.knows_param = sentinel_tls_knows_param,
 };
 
 const struct redis_transport dlock_redis_unix = {
