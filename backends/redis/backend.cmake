@@ -15,5 +15,5 @@ if(DLOCK_BACKEND_REDIS)
     backends/redis/redis_scripts.c
     backends/redis/redis_sub.c
     backends/redis/redlock.c)
-  list(APPEND DLOCK_BACKEND_TESTS test_redis test_redis_fair test_redis_replicas test_redis_tls)
+  list(APPEND DLOCK_BACKEND_TESTS test_redis test_redis_fair test_redis_replicas test_redis_tls test_redis_sentinel)
 endif()
