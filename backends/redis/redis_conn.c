@@ -47,6 +47,12 @@ dlock_status dlock_redis_io_error(const struct redis_conn *ctx, const struct red
 		return dlock_error_set(err, DLOCK_ENOMEM, "redis %s: out of memory", ep->label);
 	if (ctx->timed_out)
 		return dlock_error_set(err, DLOCK_ECONNECT, "redis %s: no answer within io_timeout", ep->label);
+	if (ctx->cert_missing && ctx->replies == 0 && (ctx->err == REDIS_ERR_IO || ctx->err == REDIS_ERR_EOF))
+		/* The alert may be lost to the RST that follows it: what we know is that it asked. */
+		return dlock_error_set(err, DLOCK_EAUTH,
+		                       "redis %s: the server asked for a client certificate, none was given (tls_cert and "
+		                       "tls_key give one), and it dropped the connection (%s)",
+		                       ep->label, ctx->errstr);
 	if (ctx->refused_cert) /* TLS 1.3 says so only after the handshake, at the first read */
 		return dlock_error_set(err, DLOCK_EAUTH, "redis %s: %s (tls_cert and tls_key give one)", ep->label,
 		                       ctx->errstr);
@@ -182,8 +188,9 @@ static dlock_status connect_at(const struct redis_endpoint *ep, const struct red
 	dlock_status st = ep->via->connect(ep, deadline, &fd, err);
 	if (st != DLOCK_OK)
 		return st;
-	if (cfg->tls && (st = dlock_redis_tls_handshake(cfg->tls, fd, ep->host, ep->label, deadline, &ssl, err)) !=
-	                        DLOCK_OK) {
+	int cert_missing = 0;
+	if (cfg->tls && (st = dlock_redis_tls_handshake(cfg->tls, fd, ep->host, ep->label, deadline, &ssl, &cert_missing,
+	                                                 err)) != DLOCK_OK) {
 		close(fd);
 		return st;
 	}
@@ -196,6 +203,7 @@ static dlock_status connect_at(const struct redis_endpoint *ep, const struct red
 	ctx = dlock_redis_conn_new(fd, ssl);
 	if (!ctx)
 		return dlock_error_set(err, DLOCK_ENOMEM, "redis %s: out of memory", ep->label);
+	ctx->cert_missing = cert_missing;
 	/* A user without a password still logs in as that user (a `nopass` ACL user), never as default. */
 	int auth = cfg->password || (cfg->user && cfg->user[0]);
 	if (auth && (st = authenticate(ctx, ep, cfg, err)) != DLOCK_OK)

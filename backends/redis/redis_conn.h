@@ -95,12 +95,14 @@ dlock_status dlock_redis_tls_new(const dlock_uri *uri, dlock_host *host, struct 
 void dlock_redis_tls_free(struct redis_tls *t);
 /**
  * TLS on the connected socket `fd` (not taken), by `deadline_ns`, verifying
- * the certificate for tls_server_name or `host` (NULL: no name).  DLOCK_EAUTH
+ * the certificate for tls_server_name or `host` (NULL: no name); *cert_missing
+ * says whether the server asked for a client certificate we do not have
+ * (TLS 1.3 servers refuse that only after the handshake).  DLOCK_EAUTH
  * when the certificate or name is not accepted or ours is refused,
  * DLOCK_ECONNECT when the handshake fails otherwise.
  */
 dlock_status dlock_redis_tls_handshake(const struct redis_tls *t, int fd, const char *host, const char *label,
-                                       int64_t deadline_ns, SSL **out, dlock_error *err);
+                                       int64_t deadline_ns, SSL **out, int *cert_missing, dlock_error *err);
 /** 1 when OpenSSL error `e` is the server's alert refusing our certificate (or its absence). */
 int dlock_redis_tls_refused_certificate(unsigned long e);
 
@@ -121,6 +123,8 @@ struct redis_conn {
 	int err;              /* 0, or REDIS_ERR_IO, _EOF, _PROTOCOL, _OOM */
 	int timed_out;        /* the failure was a read or write past io_timeout */
 	int refused_cert;     /* the failure was the server's alert refusing our certificate */
+	int cert_missing;     /* the server asked for a client certificate and we have none */
+	unsigned long replies; /* replies read so far */
 	unsigned generation;  /* the pool's generation when it was made (Sentinel: which master) */
 	char errstr[160];
 };

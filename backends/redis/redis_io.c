@@ -229,6 +229,7 @@ int dlock_redis_buffered_reply(struct redis_conn *conn, void **reply)
 		return REDIS_ERR;
 	}
 	const redisReply *r = *reply;
+	conn->replies += r != NULL;
 	if (r && r->type == REDIS_REPLY_ERROR && r->str && strncmp(r->str, "READONLY", 8) == 0)
 		/* The server became a replica under us (a failover): this connection
 		 * is done, and the pool drops it; the reply is still the caller's. */

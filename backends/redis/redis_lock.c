@@ -407,11 +407,19 @@ dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, i
 	int maybe_ran;
 	dlock_status st = run_script_waiting(c, REDIS_SCRIPT_EXTEND, 1, &a, "extend", extend_wrote, &acked, &r,
 	                                     &maybe_ran, err);
-	if (st == DLOCK_ECONNECT && maybe_ran) /* extending twice is extending once */
+	/* Extending twice is extending once: one more try when the connection failed after sending, or
+	 * before WAIT answered (a failover kills the old master's clients mid-renewal). */
+	if ((st == DLOCK_ECONNECT && maybe_ran) || (st == DLOCK_OK && acked < 0)) {
+		freeReplyObject(r);
+		r = NULL;
+		acked = c->replicas;
 		st = run_script_waiting(c, REDIS_SCRIPT_EXTEND, 1, &a, "extend", extend_wrote, &acked, &r, &maybe_ran,
 		                        err);
+	}
 	if (st == DLOCK_OK)
 		st = owner_only_result(c, r, "extend", err);
+	if (st == DLOCK_OK && acked < 0) /* not known to be confirmed or not: the renewal is retried */
+		return too_few_replicas(c, acked, DLOCK_ECONNECT, "renewal", err);
 	if (st == DLOCK_OK && acked < c->replicas) {
 		/* Renewed on the primary only: a failover now could lose it.  Give it up and say so. */
 		dlock_error ignored = { "" };

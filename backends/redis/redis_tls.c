@@ -94,6 +94,16 @@ static const char *ssl_reason(char *buf, size_t len)
 	return buf;
 }
 
+/* The server asked for a client certificate and none is set: note it, send none. */
+static int no_client_cert(SSL *ssl, X509 **x509, EVP_PKEY **pkey)
+{
+	(void)x509, (void)pkey;
+	int *asked = SSL_get_app_data(ssl);
+	if (asked)
+		*asked = 1;
+	return 0;
+}
+
 /* An encrypted key would make OpenSSL ask on the terminal: refuse instead. */
 static int no_passphrase(char *buf, int size, int rwflag, void *arg)
 {
@@ -158,6 +168,7 @@ dlock_status dlock_redis_tls_new(const dlock_uri *uri, dlock_host *host, struct 
 	SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION);
 	SSL_CTX_set_default_passwd_cb(t->ctx, no_passphrase);
 	SSL_CTX_set_verify(t->ctx, t->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
+	SSL_CTX_set_client_cert_cb(t->ctx, no_client_cert); /* called only when no tls_cert is set */
 	dlock_status st = load_files(t, uri, err);
 	if (st != DLOCK_OK) {
 		dlock_redis_tls_free(t);
@@ -234,8 +245,9 @@ static dlock_status handshake_failed(SSL *ssl, int rc, int saved, const char *la
 }
 
 dlock_status dlock_redis_tls_handshake(const struct redis_tls *t, int fd, const char *host, const char *label,
-                                       int64_t deadline_ns, SSL **out, dlock_error *err)
+                                       int64_t deadline_ns, SSL **out, int *cert_missing, dlock_error *err)
 {
+	*cert_missing = 0;
 	ERR_clear_error();
 	SSL *ssl = SSL_new(t->ctx);
 	BIO *bio = ssl ? BIO_new(t->bio) : NULL;
@@ -252,7 +264,9 @@ dlock_status dlock_redis_tls_handshake(const struct redis_tls *t, int fd, const 
 	}
 	set_socket_timeouts(fd, (deadline_ns - dlock_monotonic_ns()) / REDIS_NS_PER_MS);
 	errno = 0;
+	SSL_set_app_data(ssl, cert_missing);
 	int rc = SSL_connect(ssl);
+	SSL_set_app_data(ssl, NULL);
 	if (rc != 1) {
 		st = handshake_failed(ssl, rc, errno, label, err);
 		SSL_free(ssl);
