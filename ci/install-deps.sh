@@ -24,7 +24,7 @@ declare -A groups=(
 	# libclang-rt-dev: the sanitizer and libFuzzer runtimes, only
 	# recommended by clang, so not pulled in
 	[tests]="libcunit1-dev clang libclang-rt-dev"
-	[servers]="redis-server redis-tools zookeeper postgresql pgbouncer"
+	[servers]="redis-server redis-tools openssl zookeeper postgresql pgbouncer"
 	[checks]="valgrind cppcheck clang-tidy"
 	[docs]="doxygen man-db groff-base"
 )
