@@ -105,7 +105,7 @@ static dlock_status authenticate(struct redis_conn *ctx, const struct redis_endp
 		dlock_redis_arg(&a, cfg->user);
 	dlock_redis_arg(&a, cfg->password ? cfg->password : "");
 	dlock_status st = hello_command(ctx, ep, &a, &r, err);
-	if (st == DLOCK_ESERVER) /* every refusal of AUTH is an authentication failure */
+	if (st == DLOCK_ESERVER && r) /* every refusal of AUTH is an authentication failure */
 		st = dlock_error_set(err, DLOCK_EAUTH, "redis %s: authentication failed: %s", ep->label, r->str);
 	freeReplyObject(r);
 	return st;
@@ -119,7 +119,7 @@ static dlock_status select_db(struct redis_conn *ctx, const struct redis_endpoin
 	dlock_redis_arg(&a, "SELECT");
 	dlock_redis_argi(&a, buf, db);
 	dlock_status st = hello_command(ctx, ep, &a, &r, err);
-	if (st == DLOCK_ESERVER && strstr(r->str, "out of range"))
+	if (st == DLOCK_ESERVER && r && strstr(r->str, "out of range"))
 		st = dlock_error_set(err, DLOCK_ENOTFOUND, "redis %s: database %ld does not exist (%s)", ep->label, db,
 		                     r->str);
 	else if (st == DLOCK_ESERVER)
