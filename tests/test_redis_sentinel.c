@@ -9,9 +9,13 @@
  * time; an unknown master name, wrong sentinel or data passwords are clear
  * statuses; a failover under a held lock moves the holder to the new
  * master (the replicated key survives, nobody else gets the lock, new
- * acquires and the release go to the new master); the same over TLS.
+ * acquires and the release go to the new master); a failover to a replica
+ * that never received the key (its link to the master held by a fault
+ * proxy) is the AP hole: the holder is told its lock is lost, and the next
+ * holder's token is still larger; the same over TLS.
  */
 #include "dlock/dlock.h"
+#include "faultproxy.h"
 #include "testredis.h"
 #include "testsupport.h"
 
@@ -22,7 +26,7 @@
 
 #define AWAIT_MS 20000
 
-static const char *ctl, *master_name, *sentinel_pw, *data_pw, *tls_dir, *tls_master;
+static const char *ctl, *master_name, *sentinel_pw, *data_pw, *tls_dir, *tls_master, *data_ports;
 static char sentinels[256], tls_sentinels[256];
 
 /* "127.0.0.1:P1,127.0.0.1:P2,..." from "P1 P2 ..." */
@@ -170,9 +174,15 @@ struct lost_flag {
 
 static void on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata)
 {
-	(void)lock, (void)reason;
+	(void)lock;
+	printf("\n    lost (%s)", reason == DLOCK_LOST_EXPIRED ? "expired" : "not expired");
 	printf("\n    lost: %s", detail);
 	atomic_fetch_add(&((struct lost_flag *)userdata)->count, 1);
+}
+
+static int lost_seen(void *arg)
+{
+	return atomic_load(&((struct lost_flag *)arg)->count) > 0;
 }
 
 struct on_port {
@@ -244,6 +254,108 @@ static void test_failover_keeps_replicated_lock(void)
 	dlock_client_close(other);
 }
 
+/* A command on the data node at `port` (AUTH first); the reply, which the caller frees. */
+static redisReply *on_data_node(int port, const char *fmt, const char *arg1, int arg2)
+{
+	redisContext *raw = dlock_testredis_raw(port);
+	redisReply *r = redisCommand(raw, "AUTH %s", data_pw);
+	freeReplyObject(r);
+	r = redisCommand(raw, fmt, arg1, arg2);
+	redisFree(raw);
+	return r;
+}
+
+struct probe {
+	int port;
+	char key[128];
+};
+
+/* The replica has the probe key: its link (through the proxy) is up and caught up. */
+static int probe_arrived(void *arg)
+{
+	struct probe *p = arg;
+	redisReply *r = on_data_node(p->port, "EXISTS %s", p->key, 0);
+	int there = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+	freeReplyObject(r);
+	return there;
+}
+
+/* The port of the data node that is not `port`. */
+static int other_data_port(int port)
+{
+	int a = 0, b = 0;
+	if (sscanf(data_ports, "%d %d", &a, &b) != 2)
+		return 0;
+	return a == port ? b : a;
+}
+
+/*
+ * The AP hole: the replica never gets the lock's key (its link to the
+ * master goes through a fault proxy that holds every byte), the master
+ * dies, and the sentinels promote the replica.  The holder is told its
+ * lock is lost, once; another client takes the lock on the new master, and
+ * its token is still larger (the counter restarts at the server's clock).
+ */
+static void test_failover_loses_unreplicated_lock(void)
+{
+	char prefix[64], uri[2048], what[512];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	int old = master_port(master_name), replica = other_data_port(old);
+	CU_ASSERT_FATAL(old > 0 && replica > 0);
+	faultproxy *px = faultproxy_start("127.0.0.1", old);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(px);
+	redisReply *r = on_data_node(replica, "REPLICAOF %s %d", "127.0.0.1", faultproxy_port(px));
+	CU_ASSERT(r && r->type == REDIS_REPLY_STATUS);
+	freeReplyObject(r);
+	struct probe p = { .port = replica };
+	snprintf(p.key, sizeof p.key, "%s:probe", prefix);
+	r = on_data_node(old, "SET %s 1", p.key, 0);
+	freeReplyObject(r);
+	CU_ASSERT_FATAL(dlock_test_await(probe_arrived, &p, AWAIT_MS)); /* replicating through the proxy */
+	faultproxy_blackhole(px, FP_BOTH);
+
+	sentinel_uri(uri, sizeof uri, prefix, "");
+	dlock_client *holder = dlock_test_open(uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(holder);
+	dlock_lock *l = dlock_test_new_lock(holder, "unreplicated");
+	struct lost_flag lost = { 0 };
+	/* A lease long enough to outlast the failover: the loss is found on the new master, not by expiry. */
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 12000, 1, on_lost, &lost), DLOCK_OK);
+	uint64_t first = dlock_test_token(l);
+
+	snprintf(what, sizeof what, "stop %d", old);
+	int64_t t0 = dlock_test_now_ms();
+	CU_ASSERT_FATAL(run_ctl(what));
+	faultproxy_reset(px); /* the held bytes die with the master */
+	faultproxy_stop(px);
+	snprintf(what, sizeof what, "wait-failover %s %d", master_name, old);
+	CU_ASSERT_FATAL(run_ctl(what));
+	int64_t promoted = dlock_test_now_ms();
+	printf("\n    promoted after %lld ms", (long long)(promoted - t0));
+	CU_ASSERT(dlock_test_await(lost_seen, &lost, AWAIT_MS));
+	printf("\n    holder told %lld ms after the promotion", (long long)(dlock_test_now_ms() - promoted));
+	CU_ASSERT(dlock_test_now_ms() - promoted < 12000 / 3 + 3000); /* within a renewal period, and slack */
+	CU_ASSERT_EQUAL(atomic_load(&lost.count), 1);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_ENOTHELD);
+
+	dlock_client *next = dlock_test_open(uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(next);
+	dlock_lock *n = dlock_test_new_lock(next, "unreplicated");
+	CU_ASSERT_EQUAL(dlock_test_acquire(n, 5000, 0, 0, NULL, NULL), DLOCK_OK);
+	CU_ASSERT(dlock_test_token(n) > first);
+	CU_ASSERT_EQUAL(dlock_release(n), DLOCK_OK);
+
+	/* The old master comes back as a replica (for the next tests and runs). */
+	snprintf(what, sizeof what, "start %d", old);
+	CU_ASSERT(run_ctl(what));
+	snprintf(what, sizeof what, "rejoin %s %d", master_name, old);
+	CU_ASSERT(run_ctl(what));
+	dlock_lock_free(l);
+	dlock_lock_free(n);
+	dlock_client_close(holder);
+	dlock_client_close(next);
+}
+
 static void test_tls_sentinel(void)
 {
 	if (!tls_master) {
@@ -275,6 +387,8 @@ static void add_suites(void)
 	CU_add_test(s, "dead sentinels, unknown masters, wrong passwords, bad URIs", test_dead_and_wrong);
 	CU_add_test(s, "a failover under a replicated lock: the holder keeps it on the new master",
 	            test_failover_keeps_replicated_lock);
+	CU_add_test(s, "a failover to a replica that missed the key: the holder is told, the token still grows",
+	            test_failover_loses_unreplicated_lock);
 	CU_add_test(s, "rediss+sentinel://: all TLS", test_tls_sentinel);
 }
 
@@ -285,7 +399,8 @@ int main(void)
 	sentinel_pw = dlock_test_env("DLOCK_TEST_SENTINEL_PASSWORD");
 	data_pw = dlock_test_env("DLOCK_TEST_SENTINEL_DATA_PASSWORD");
 	const char *ports = dlock_test_env("DLOCK_TEST_SENTINEL_PORTS");
-	if (!ctl || !master_name || !sentinel_pw || !data_pw || !ports)
+	data_ports = dlock_test_env("DLOCK_TEST_SENTINEL_DATA_PORTS");
+	if (!ctl || !master_name || !sentinel_pw || !data_pw || !ports || !data_ports)
 		return dlock_test_skip("no Redis Sentinel topology (DLOCK_TEST_SENTINEL_PORTS unset)");
 	host_list(ports, sentinels, sizeof sentinels);
 	tls_dir = dlock_test_env("DLOCK_TEST_TLS_DIR");

@@ -222,29 +222,17 @@ fail:
 	return st;
 }
 
+/* The transport of each scheme: the first axis of the mode table. */
+static const struct redis_transport *const transports[] = {
+	&dlock_redis_tcp, &dlock_redis_unix, &dlock_redis_tls, &dlock_redis_sentinel, &dlock_redis_sentinel_tls,
+};
+
 static dlock_status redis_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
 {
-	return redis_open_common(uri, host, &dlock_redis_tcp, backend, err);
-}
-
-static dlock_status redis_unix_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
-{
-	return redis_open_common(uri, host, &dlock_redis_unix, backend, err);
-}
-
-static dlock_status rediss_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
-{
-	return redis_open_common(uri, host, &dlock_redis_tls, backend, err);
-}
-
-static dlock_status redis_sentinel_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
-{
-	return redis_open_common(uri, host, &dlock_redis_sentinel, backend, err);
-}
-
-static dlock_status rediss_sentinel_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
-{
-	return redis_open_common(uri, host, &dlock_redis_sentinel_tls, backend, err);
+	for (size_t i = 0; i < sizeof transports / sizeof transports[0]; i++)
+		if (strcmp(uri->scheme, transports[i]->scheme) == 0)
+			return redis_open_common(uri, host, transports[i], backend, err);
+	return dlock_error_set(err, DLOCK_ENOBACKEND, "redis: no transport for %s://", uri->scheme);
 }
 
 static void redis_close(void *backend)
@@ -410,92 +398,18 @@ static dlock_status redis_check(void *backend, void *lk, dlock_error *err)
 	return c->algo->check(c, lk, err);
 }
 
-const dlock_driver dlock_redis_driver = {
-	.abi_version = DLOCK_DRIVER_ABI_VERSION,
-	.scheme = "redis",
-	.lock_size = sizeof(struct redis_lock),
-	.open = redis_open,
-	.close = redis_close,
-	.capabilities = redis_capabilities,
-	.knows_param = redis_knows_param,
-	.lock_init = redis_lock_init,
-	.lock_fini = redis_lock_fini,
-	.acquire = redis_acquire,
-	.try_acquire = redis_try_acquire,
-	.disarm = redis_disarm,
-	.release = redis_release,
-	.extend = redis_extend,
-	.check = redis_check,
-};
+/* One driver per scheme: they differ only in the parameters they take (redis_open picks the transport). */
+#define REDIS_DRIVER(scheme_, knows_param_)                                                                     \
+	{                                                                                                      \
+		.abi_version = DLOCK_DRIVER_ABI_VERSION, .scheme = scheme_, .lock_size = sizeof(struct redis_lock), \
+		.open = redis_open, .close = redis_close, .capabilities = redis_capabilities,                    \
+		.knows_param = knows_param_, .lock_init = redis_lock_init, .lock_fini = redis_lock_fini,        \
+		.acquire = redis_acquire, .try_acquire = redis_try_acquire, .disarm = redis_disarm,              \
+		.release = redis_release, .extend = redis_extend, .check = redis_check,                         \
+	}
 
-const dlock_driver dlock_redis_unix_driver = {
-	.abi_version = DLOCK_DRIVER_ABI_VERSION,
-	.scheme = "redis+unix",
-	.lock_size = sizeof(struct redis_lock),
-	.open = redis_unix_open,
-	.close = redis_close,
-	.capabilities = redis_capabilities,
-	.knows_param = redis_unix_knows_param,
-	.lock_init = redis_lock_init,
-	.lock_fini = redis_lock_fini,
-	.acquire = redis_acquire,
-	.try_acquire = redis_try_acquire,
-	.disarm = redis_disarm,
-	.release = redis_release,
-	.extend = redis_extend,
-	.check = redis_check,
-};
-
-const dlock_driver dlock_rediss_driver = {
-	.abi_version = DLOCK_DRIVER_ABI_VERSION,
-	.scheme = "rediss",
-	.lock_size = sizeof(struct redis_lock),
-	.open = rediss_open,
-	.close = redis_close,
-	.capabilities = redis_capabilities,
-	.knows_param = rediss_knows_param,
-	.lock_init = redis_lock_init,
-	.lock_fini = redis_lock_fini,
-	.acquire = redis_acquire,
-	.try_acquire = redis_try_acquire,
-	.disarm = redis_disarm,
-	.release = redis_release,
-	.extend = redis_extend,
-	.check = redis_check,
-};
-
-const dlock_driver dlock_redis_sentinel_driver = {
-	.abi_version = DLOCK_DRIVER_ABI_VERSION,
-	.scheme = "redis+sentinel",
-	.lock_size = sizeof(struct redis_lock),
-	.open = redis_sentinel_open,
-	.close = redis_close,
-	.capabilities = redis_capabilities,
-	.knows_param = redis_sentinel_knows_param,
-	.lock_init = redis_lock_init,
-	.lock_fini = redis_lock_fini,
-	.acquire = redis_acquire,
-	.try_acquire = redis_try_acquire,
-	.disarm = redis_disarm,
-	.release = redis_release,
-	.extend = redis_extend,
-	.check = redis_check,
-};
-
-const dlock_driver dlock_rediss_sentinel_driver = {
-	.abi_version = DLOCK_DRIVER_ABI_VERSION,
-	.scheme = "rediss+sentinel",
-	.lock_size = sizeof(struct redis_lock),
-	.open = rediss_sentinel_open,
-	.close = redis_close,
-	.capabilities = redis_capabilities,
-	.knows_param = rediss_sentinel_knows_param,
-	.lock_init = redis_lock_init,
-	.lock_fini = redis_lock_fini,
-	.acquire = redis_acquire,
-	.try_acquire = redis_try_acquire,
-	.disarm = redis_disarm,
-	.release = redis_release,
-	.extend = redis_extend,
-	.check = redis_check,
-};
+const dlock_driver dlock_redis_driver = REDIS_DRIVER("redis", redis_knows_param);
+const dlock_driver dlock_redis_unix_driver = REDIS_DRIVER("redis+unix", redis_unix_knows_param);
+const dlock_driver dlock_rediss_driver = REDIS_DRIVER("rediss", rediss_knows_param);
+const dlock_driver dlock_redis_sentinel_driver = REDIS_DRIVER("redis+sentinel", redis_sentinel_knows_param);
+const dlock_driver dlock_rediss_sentinel_driver = REDIS_DRIVER("rediss+sentinel", rediss_sentinel_knows_param);
