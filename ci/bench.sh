@@ -8,7 +8,8 @@
 #
 # Writes OUTDIR/results.jsonl (one JSON object per backend, scenario and
 # size), OUTDIR/table.txt, OUTDIR/table-fencing.txt (the cost of fencing
-# tokens), and OUTDIR/*.png with the data and gnuplot
+# tokens), OUTDIR/table-failover.txt (the faults scenario with a failover),
+# and OUTDIR/*.png and OUTDIR/failover/*.png with the data and gnuplot
 # scripts behind them.  Environment:
 #   DLOCK_BENCH_DURATION   length of each measured phase (default 2s)
 #   DLOCK_BENCH_BUILD      build directory to use (default build/plain, built here)
@@ -45,6 +46,7 @@ dlock_servers_start
 
 mkdir -p "$out"
 rm -f "$out"/*.png "$out"/*.dat "$out"/*.gp
+rm -rf "$out/failover"
 work=$(mktemp -d /tmp/dlock-bench-files.XXXXXX)
 
 # The ZooKeeper standalone server has no ctl start/stop: use its start and
@@ -88,5 +90,33 @@ echo "== dlock-bench: uncontended with fencing tokens"
 "$bench" --uri "file://$work/locks" --uri "$DLOCK_TEST_REDIS_URI" --uri "$DLOCK_TEST_PG_URI" \
 	--uri "$DLOCK_TEST_PG_ROW_URI" --scenario uncontended --clients 1,8 --processes 8 --duration "$duration" \
 	--fencing on --json --table "$out/table-fencing.txt" >>"$out/results.jsonl"
-cat "$out/table.txt" "$out/table-fencing.txt"
-echo "== written: $out/table.txt $out/results.jsonl $out/*.png"
+# A failover under a holder, after the faults every server gets: on PostgreSQL
+# the primary killed (immediate shutdown) and its synchronous standby
+# promoted, on a pair of its own per mode (a failover leaves no standby
+# behind; the URI lists both hosts, target_session_attrs=read-write); on the
+# ZooKeeper ensemble the leader killed (two of three go on), started again
+# afterwards.  The charts go to a folder of their own: a second run's would
+# replace the first's.
+echo "== dlock-bench: faults with a failover"
+new_pg_pair() {
+	local got
+	got=$($DLOCK_TEST_PG_CTL pair-new) || return 1
+	pair_dir=$(sed -n 's/^pair=//p' <<<"$got")
+	pair_uri=$(sed -n 's/^uri=//p' <<<"$got")
+}
+new_pg_pair
+pg_adv_dir=$pair_dir pg_adv_uri=$pair_uri
+new_pg_pair
+pg_row_dir=$pair_dir pg_row_uri="$pair_uri&mode=row"
+"$bench" --uri "$pg_adv_uri" --failover "$DLOCK_TEST_PG_CTL pair-failover $pg_adv_dir" \
+	--uri "$pg_row_uri" --failover "$DLOCK_TEST_PG_CTL pair-failover $pg_row_dir" \
+	--uri "$DLOCK_TEST_ZK_ENSEMBLE_URI?session_timeout=2s" --failover "$DLOCK_TEST_ZK_CTL kill-leader" \
+	--scenario faults --lease 2s --json --table "$out/table-failover.txt" --plot "$out/failover" \
+	>>"$out/results.jsonl"
+$DLOCK_TEST_PG_CTL pair-drop "$pg_adv_dir"
+$DLOCK_TEST_PG_CTL pair-drop "$pg_row_dir"
+for member in 1 2 3; do
+	$DLOCK_TEST_ZK_CTL pid "$member" >/dev/null 2>&1 || $DLOCK_TEST_ZK_CTL start "$member"
+done
+cat "$out/table.txt" "$out/table-fencing.txt" "$out/table-failover.txt"
+echo "== written: $out/table*.txt $out/results.jsonl $out/*.png $out/failover/*.png"

@@ -2,7 +2,8 @@
 # Smoke test of dlock-bench: mem:// and file:// for about a second each,
 # with --json.  Checks that every line is one JSON object carrying every
 # field the benchmark promises, that each run measured something, and that
-# no two critical sections overlapped.
+# no two critical sections overlapped; then the faults scenario on file://
+# with a --failover command (about 8 s).
 #
 #   test_bench.sh /path/to/dlock-bench
 set -u
@@ -64,6 +65,26 @@ else
 	fail "dlock-bench --fencing on exited with an error: $(cat "$tmp/err")"
 fi
 "$bench" --uri mem://x --fencing maybe >/dev/null 2>&1 && fail "--fencing maybe was accepted"
+
+# --failover: the faults scenario runs the command while a holder holds (the
+# command finds the lock file locked in /proc/locks) and counts it as a fault
+# of its own, last.
+cat >"$tmp/failover.sh" <<'EOF'
+for f in "$1"/*.lock; do
+	grep -q ":$(stat -c %i "$f") " /proc/locks && touch "$2"
+done
+exit 0
+EOF
+if "$bench" --uri "file://$tmp/flocks" --failover "sh '$tmp/failover.sh' '$tmp/flocks' '$tmp/held'" \
+	--scenario faults --lease 200ms --fault-clients 2 --json >"$tmp/failover.jsonl" 2>"$tmp/err"; then
+	grep -q '"fault":"failover","at_ms":[0-9]*,"end_ms":[0-9]*,"unavailable_ms":[0-9]*,"overlaps":0,"note":"failed over in [0-9]* ms"}]' \
+		"$tmp/failover.jsonl" || fail "--failover: no failover fault last, or not as expected: $(cat "$tmp/failover.jsonl")"
+	[ -e "$tmp/held" ] || fail "--failover: the command did not run while a holder held the lock"
+else
+	fail "dlock-bench --failover exited with an error: $(cat "$tmp/err")"
+fi
+"$bench" --failover true --uri mem://x >/dev/null 2>&1 && fail "--failover before any --uri was accepted"
+"$bench" --uri mem://x --failover '' >/dev/null 2>&1 && fail "an empty --failover was accepted"
 
 if [ "$failed" -eq 0 ]; then
 	echo "test_bench: $lines results, every field present, no overlap"

@@ -28,11 +28,16 @@
 #   DLOCK_TEST_PG_PORT      the port
 #   DLOCK_TEST_PG_CTL       a command: "$DLOCK_TEST_PG_CTL sql 'SELECT 1'" runs SQL
 #                           as the superuser (psql, tuples only); also stop,
-#                           start, restart
+#                           start, restart, and the pair-* verbs of
+#                           ci/servers/postgres/pair.sh (a disposable primary
+#                           and synchronous standby per failover)
 #
 # Run as a program, this file is that control command:
-#   bash ci/servers/postgres.sh ctl DIR {sql SQL|stop|start|restart}
+#   bash ci/servers/postgres.sh ctl DIR {sql SQL|stop|start|restart|pair-VERB ...}
 # DIR holds data/ (the cluster), sock/ (its unix socket), port and log.
+
+# shellcheck source=ci/servers/postgres/pair.sh
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/postgres/pair.sh"
 
 dlock_pg_bindir() {
 	local d
@@ -49,13 +54,15 @@ dlock_pg_as() {
 }
 
 # Start the cluster of DIR on its port and wait until it accepts connections.
+# Further arguments go to postgres after the defaults (a later -c wins).
 dlock_pg_launch() {
 	local dir=$1 bin port
+	shift
 	bin=$(dlock_pg_bindir) || return 1
 	port=$(cat "$dir/port")
 	dlock_pg_as "$bin/postgres" -D "$dir/data" -p "$port" -k "$dir/sock" \
 		-c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
-		-c full_page_writes=off -c max_connections=500 -c shared_buffers=32MB \
+		-c full_page_writes=off -c max_connections=500 -c shared_buffers=32MB "$@" \
 		>>"$dir/log" 2>&1 </dev/null &
 	for _ in $(seq 1 200); do
 		if pg_isready -q -h 127.0.0.1 -p "$port" -t 1; then
@@ -68,13 +75,14 @@ dlock_pg_launch() {
 	return 1
 }
 
-# Stop the cluster of DIR by the PID in postmaster.pid (fast shutdown: SIGINT);
-# a zombie counts as gone (PID 1 may reap late).
+# Stop the cluster of DIR by the PID in postmaster.pid: fast shutdown
+# (SIGINT), or the signal given (QUIT: immediate shutdown, as in a crash).
+# A zombie counts as gone (PID 1 may reap late).
 dlock_pg_halt() {
-	local dir=$1 pid state
+	local dir=$1 sig=${2:-INT} pid state
 	pid=$(head -n 1 "$dir/data/postmaster.pid" 2>/dev/null) || return 0
 	[ -n "$pid" ] || return 0
-	kill -INT "$pid" 2>/dev/null || return 0
+	kill "-$sig" "$pid" 2>/dev/null || return 0
 	for _ in $(seq 1 200); do
 		state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 0
 		[ "$state" = "Z" ] && return 0
@@ -183,6 +191,7 @@ dlock_start_postgres() {
 
 dlock_stop_postgres() {
 	dlock_pg_bouncer_halt "$1"
+	dlock_pg_pairs_halt "$1"
 	[ -d "$1/standby" ] && dlock_pg_halt "$1/standby"
 	dlock_pg_halt "$1"
 }
@@ -191,7 +200,7 @@ dlock_stop_postgres() {
 dlock_pg_ctl() {
 	local dir=$1 cmd=${2:-}
 	if [ -z "$dir" ] || [ ! -f "$dir/port" ]; then
-		echo "usage: postgres.sh ctl DIR {sql SQL|stop|start|restart} (DIR of a started cluster)" >&2
+		echo "usage: postgres.sh ctl DIR {sql SQL|stop|start|restart|pair-new [sync|async]|pair-kill-primary PAIR|pair-promote PAIR|pair-failover PAIR|pair-sql PAIR primary|standby SQL|pair-stop PAIR primary|standby|pair-start PAIR primary|standby|pair-drop PAIR} (DIR of a started cluster)" >&2
 		return 2
 	fi
 	case "$cmd" in
@@ -199,6 +208,7 @@ dlock_pg_ctl() {
 	stop) dlock_pg_halt "$dir" ;;
 	start) dlock_pg_launch "$dir" ;;
 	restart) dlock_pg_halt "$dir" && dlock_pg_launch "$dir" ;;
+	pair-*) shift; dlock_pg_pair_ctl "$dir" "$@" ;;
 	*)
 		echo "postgres.sh ctl: unknown command '$cmd'" >&2
 		return 2
@@ -208,6 +218,8 @@ dlock_pg_ctl() {
 
 if [ "${BASH_SOURCE[0]}" = "$0" ] && [ "${1:-}" = "ctl" ]; then
 	shift
+	# dlock_free_port lives in ci/servers.sh.
+	. "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/servers.sh"
 	dlock_pg_ctl "$@"
 	exit $?
 fi

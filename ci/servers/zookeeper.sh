@@ -14,9 +14,12 @@
 #   DLOCK_TEST_ZK_CTL             a command for one ensemble member N (1..3):
 #       $DLOCK_TEST_ZK_CTL stop N | start N | mode N | pid N
 #       $DLOCK_TEST_ZK_CTL leader      prints the member that `srvr` calls leader
+#       $DLOCK_TEST_ZK_CTL kill-leader kills that member (SIGKILL, as in a crash), returns
+#                                      once another member leads, prints the killed one
+#                                      (`start N` brings it back)
 #
 # Run as a program, this file is that control command:
-#   bash ci/servers/zookeeper.sh ctl DIR {stop|start|mode|pid|leader} [N]
+#   bash ci/servers/zookeeper.sh ctl DIR {stop|start|mode|pid|leader|kill-leader} [N]
 #
 # The server is the Debian jar run directly (its manifest names its
 # dependencies); without a logging library on the class path it prints
@@ -152,6 +155,34 @@ dlock_stop_zookeeper() {
 	return 0
 }
 
+# Kill the ensemble's leader as a crash would (SIGKILL), wait until one of
+# the two others leads; print the killed member.  Its pid file goes, so
+# `ctl start N` starts it again.
+dlock_zk_kill_leader() {
+	local dir=$1 n pid i state
+	n=$(dlock_zk_ctl "$dir" leader) || return 1
+	pid=$(cat "$dir/member$n/pid")
+	kill -KILL "$pid" 2>/dev/null || true
+	for _ in $(seq 1 100); do
+		state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || break
+		[ "$state" = Z ] && break
+		sleep 0.05
+	done
+	rm -f "$dir/member$n/pid"
+	for _ in $(seq 1 300); do
+		for i in 1 2 3; do
+			[ "$i" = "$n" ] && continue
+			if [ "$(dlock_zk_mode "$(cat "$dir/member$i/port")")" = leader ]; then
+				echo "$n"
+				return 0
+			fi
+		done
+		sleep 0.05
+	done
+	echo "zookeeper.sh ctl: no member leads 15 s after member $n was killed" >&2
+	return 1
+}
+
 # The control command, when this file is run rather than sourced.
 dlock_zk_ctl() {
 	local dir=$1 cmd=$2 n=${3:-} i
@@ -166,8 +197,12 @@ dlock_zk_ctl() {
 		echo "zookeeper.sh ctl: no member says it leads" >&2
 		return 1
 	fi
+	if [ "$cmd" = kill-leader ]; then
+		dlock_zk_kill_leader "$dir"
+		return
+	fi
 	case "$n" in 1 | 2 | 3) ;; *)
-		echo "usage: zookeeper.sh ctl DIR {stop|start|mode|pid} N (N = 1..3) | ctl DIR leader" >&2
+		echo "usage: zookeeper.sh ctl DIR {stop|start|mode|pid} N (N = 1..3) | ctl DIR {leader|kill-leader}" >&2
 		return 2
 		;;
 	esac

@@ -38,6 +38,7 @@ struct bench_target {
 	const char *uri;          /* as given: may carry a password, never printed */
 	const char *server_stop;  /* --server-stop after this --uri, or NULL */
 	const char *server_start; /* --server-start after this --uri, or NULL */
+	const char *failover;     /* --failover after this --uri, or NULL */
 };
 
 struct bench_opts {

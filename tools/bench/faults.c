@@ -9,6 +9,10 @@
  *            holds; on ZooKeeper the session is expired by pausing the
  *            holder past the session timeout
  *   restart  --server-stop, then --server-start, while a holder holds
+ *   failover --failover while a holder holds: a command that makes a
+ *            replica the server (PostgreSQL: kill the primary, promote
+ *            its standby; ZooKeeper: kill the leader) and returns once it
+ *            serves.  Last, since it leaves another topology behind.
  *
  * Then the recorded intervals say how many critical sections overlapped,
  * the store says how many stale writes it refused, the lost-lock callbacks
@@ -39,6 +43,8 @@ struct fault_ctl {
 
 static struct bench_fault_result *fault_begin(struct bench_phase *ph, struct fault_ctl *fc, const char *what)
 {
+	if (fc->r->nfaults == BENCH_MAX_FAULTS) /* never with the faults of this file; a new one needs room */
+		fc->r->nfaults--;
 	struct bench_fault_result *f = &fc->r->faults[fc->r->nfaults++];
 	snprintf(f->what, sizeof f->what, "%s", what);
 	f->at_ms = (bench_now_ns() - ph->sh->go_ns) / BENCH_NS_PER_MS;
@@ -143,6 +149,20 @@ static void fault_restart(struct bench_phase *ph, struct fault_ctl *fc)
 	f->end_ms = (bench_now_ns() - ph->sh->go_ns) / BENCH_NS_PER_MS;
 }
 
+static void fault_failover(struct bench_phase *ph, struct fault_ctl *fc)
+{
+	struct bench_fault_result *f = fault_begin(ph, fc, "failover");
+	if (park_holder(ph, BENCH_REQ_HOLD, f) > 0) {
+		int64_t t0 = bench_now_ns();
+		int rc = run_command(fc->t->failover);
+		snprintf(f->note, sizeof f->note, "failed over in %lld ms%s",
+		         (long long)((bench_now_ns() - t0) / BENCH_NS_PER_MS), rc != 0 ? " (the command failed)" : "");
+		atomic_store(&ph->sh->fault_state, BENCH_FS_RESUME);
+	}
+	bench_progress_until(ph, bench_now_ns() + 2 * RECOVER_MIN_NS + fc->pause_ns, "recovery");
+	f->end_ms = (bench_now_ns() - ph->sh->go_ns) / BENCH_NS_PER_MS;
+}
+
 static void faults_control(struct bench_phase *ph, void *arg)
 {
 	struct fault_ctl *fc = arg;
@@ -159,6 +179,8 @@ static void faults_control(struct bench_phase *ph, void *arg)
 	}
 	if (fc->t->server_stop && fc->t->server_start)
 		fault_restart(ph, fc);
+	if (fc->t->failover)
+		fault_failover(ph, fc);
 }
 
 /* ------------------------------------------------------------ analysis */

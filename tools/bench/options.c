@@ -29,6 +29,9 @@ static void usage(FILE *f)
 	      "  --uri URI             a backend to measure (repeatable)\n"
 	      "  --server-stop CMD     shell command that stops the server of the last --uri\n"
 	      "  --server-start CMD    shell command that starts it again (faults: restart)\n"
+	      "  --failover CMD        shell command that fails the server of the last --uri over\n"
+	      "                      to a replica and returns once the new one serves\n"
+	      "                      (faults: failover, last; the URI must reach the new server)\n"
 	      "  --scenario NAME       uncontended, contended, faults or all (repeatable; default all)\n"
 	      "  --clients N[,N...]    independent dlock clients, one run per value (default 1);\n"
 	      "                      NxT: N clients with T threads each\n"
@@ -101,24 +104,24 @@ static int scenario_arg(struct bench_opts *o, const char *name, int *any)
 	return found ? 0 : -1;
 }
 
-static int target_cmd(struct bench_opts *o, int stop, const char *cmd)
+enum { OPT_URI = 256, OPT_STOP, OPT_START, OPT_FAILOVER, OPT_SCENARIO, OPT_CLIENTS, OPT_THREADS, OPT_PROCESSES,
+       OPT_DURATION, OPT_CS, OPT_FENCING, OPT_LEASE, OPT_FAULT_CLIENTS, OPT_JSON, OPT_TABLE, OPT_PLOT, OPT_HELP };
+
+/* --server-stop, --server-start or --failover: a command for the last --uri. */
+static int target_cmd(struct bench_opts *o, int opt, const char *cmd)
 {
-	if (o->ntargets == 0)
+	if (o->ntargets == 0 || !*cmd)
 		return -1;
-	if (stop)
-		o->targets[o->ntargets - 1].server_stop = cmd;
-	else
-		o->targets[o->ntargets - 1].server_start = cmd;
+	struct bench_target *t = &o->targets[o->ntargets - 1];
+	*(opt == OPT_STOP ? &t->server_stop : opt == OPT_START ? &t->server_start : &t->failover) = cmd;
 	return 0;
 }
-
-enum { OPT_URI = 256, OPT_STOP, OPT_START, OPT_SCENARIO, OPT_CLIENTS, OPT_THREADS, OPT_PROCESSES, OPT_DURATION,
-       OPT_CS, OPT_FENCING, OPT_LEASE, OPT_FAULT_CLIENTS, OPT_JSON, OPT_TABLE, OPT_PLOT, OPT_HELP };
 
 static const struct option long_options[] = {
 	{ "uri", required_argument, NULL, OPT_URI },
 	{ "server-stop", required_argument, NULL, OPT_STOP },
 	{ "server-start", required_argument, NULL, OPT_START },
+	{ "failover", required_argument, NULL, OPT_FAILOVER },
 	{ "scenario", required_argument, NULL, OPT_SCENARIO },
 	{ "clients", required_argument, NULL, OPT_CLIENTS },
 	{ "threads", required_argument, NULL, OPT_THREADS },
@@ -146,7 +149,11 @@ static int apply(struct bench_opts *o, int opt, const char *arg, int *any_scenar
 		return 0;
 	case OPT_STOP:
 	case OPT_START:
-		return target_cmd(o, opt == OPT_STOP, arg) == 0 ? 0 : bad("%s must follow a --uri", "--server-stop/--server-start");
+	case OPT_FAILOVER:
+		return target_cmd(o, opt, arg) == 0
+		               ? 0
+		               : bad("%s must follow a --uri and name a command",
+		                     opt == OPT_STOP ? "--server-stop" : opt == OPT_START ? "--server-start" : "--failover");
 	case OPT_SCENARIO:
 		return scenario_arg(o, arg, any_scenario) == 0 ? 0 : bad("unknown scenario '%s'", arg);
 	case OPT_CLIENTS:
