@@ -21,12 +21,14 @@ duration=${DLOCK_BENCH_DURATION:-2s}
 build=${DLOCK_BENCH_BUILD:-build/plain}
 
 bash ci/install-deps.sh
-# gnuplot draws the charts; not needed by the build or the tests.
-if ! command -v gnuplot >/dev/null; then
+# gnuplot draws the charts and socat is the stalled proxy of the Redis
+# failover (ci/servers/redis/stale-failover.sh); neither is needed by the
+# build or the tests.
+if ! command -v gnuplot >/dev/null || ! command -v socat >/dev/null; then
 	if [ "$(id -u)" -eq 0 ]; then as_root=(); else as_root=(sudo); fi
-	"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends gnuplot-nox </dev/null ||
+	"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends gnuplot-nox socat </dev/null ||
 		{ "${as_root[@]}" apt-get -q update && "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
-			apt-get -q install -y --no-install-recommends gnuplot-nox </dev/null; }
+			apt-get -q install -y --no-install-recommends gnuplot-nox socat </dev/null; }
 fi
 if [ -z "${DLOCK_BENCH_BUILD:-}" ]; then
 	bash ci/build.sh plain
@@ -108,9 +110,18 @@ new_pg_pair
 pg_adv_dir=$pair_dir pg_adv_uri=$pair_uri
 new_pg_pair
 pg_row_dir=$pair_dir pg_row_uri="$pair_uri&mode=row"
+# Redis behind Sentinel: a planned failover (SENTINEL FAILOVER: the replica
+# has every write), then one to a replica that missed the last writes for
+# longer than a lease (ci/servers/redis/stale-failover.sh: its link held by a
+# stopped proxy, the master killed), without and with replicas=1.
+sentinel_uri="redis+sentinel://:$DLOCK_TEST_SENTINEL_DATA_PASSWORD@127.0.0.1:${DLOCK_TEST_SENTINEL_PORTS// /,127.0.0.1:}/$DLOCK_TEST_SENTINEL_MASTER?sentinel_password=$DLOCK_TEST_SENTINEL_PASSWORD"
+stale_failover="bash $PWD/ci/servers/redis/stale-failover.sh $DLOCK_TEST_REDIS_DIR $DLOCK_TEST_SENTINEL_MASTER 2500"
 "$bench" --uri "$pg_adv_uri" --failover "$DLOCK_TEST_PG_CTL pair-failover $pg_adv_dir" \
 	--uri "$pg_row_uri" --failover "$DLOCK_TEST_PG_CTL pair-failover $pg_row_dir" \
 	--uri "$DLOCK_TEST_ZK_ENSEMBLE_URI?session_timeout=2s" --failover "$DLOCK_TEST_ZK_CTL kill-leader" \
+	--uri "$sentinel_uri" --failover "$DLOCK_TEST_REDIS_CTL failover $DLOCK_TEST_SENTINEL_MASTER" \
+	--uri "$sentinel_uri" --failover "$stale_failover" \
+	--uri "$sentinel_uri&replicas=1&replicas_timeout=200ms" --failover "$stale_failover" \
 	--scenario faults --lease 2s --json --table "$out/table-failover.txt" --plot "$out/failover" \
 	>>"$out/results.jsonl"
 $DLOCK_TEST_PG_CTL pair-drop "$pg_adv_dir"
