@@ -1030,7 +1030,13 @@ static void test_session_expiry_stopped_holder(void)
 	int status = 0;
 	waitpid(pid, &status, 0);
 	CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	CU_ASSERT_EQUAL(atomic_load(&v->reason), DLOCK_LOST_SESSION);
+	/* Told once, by whichever runs first after SIGCONT: the core, which sees
+	 * the session's timeout long past (EXPIRED), or the client library's
+	 * session-expired event (SESSION).  On a loaded machine either can. */
+	int reason = atomic_load(&v->reason);
+	if (reason != DLOCK_LOST_SESSION && reason != DLOCK_LOST_EXPIRED)
+		printf("\n    told with reason %d", reason);
+	CU_ASSERT(reason == DLOCK_LOST_SESSION || reason == DLOCK_LOST_EXPIRED);
 	CU_ASSERT_EQUAL(v->release_st, DLOCK_ENOTHELD);
 	dlock_test_shared_free(v, sizeof *v);
 	zookeeper_close(zh);
