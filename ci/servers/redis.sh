@@ -48,7 +48,8 @@ dlock_redis_launch() {
 	# DIR/PORT/args: more arguments for this instance (a replica's --replicaof), kept for restarts.
 	local extra=()
 	[ -f "$inst/args" ] && read -r -a extra <"$inst/args"
-	redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+	# No diskless-sync delay: a replica would otherwise wait 5 s for its first sync.
+	redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --repl-diskless-sync-delay 0 \
 		--daemonize yes --pidfile "$inst/redis.pid" --logfile "$inst/redis.log" \
 		--dir "$inst" --unixsocket "$inst/redis.sock" --unixsocketperm 700 "${extra[@]}" || return 1
 	for _ in $(seq 1 100); do
