@@ -10,7 +10,8 @@
 #   tests    CUnit (the test programs), clang with its sanitizer and
 #            libFuzzer runtimes
 #   servers  Redis, ZooKeeper (with a JRE), PostgreSQL and PgBouncer, which
-#            ci/servers.sh starts on free loopback ports
+#            ci/servers.sh starts on free loopback ports, and the openssl
+#            command, with which it makes the Redis TLS certificates
 #   checks   valgrind, cppcheck, clang-tidy
 #   docs     Doxygen and man-db/groff (ci/install-check.sh)
 #
@@ -24,7 +25,7 @@ declare -A groups=(
 	# libclang-rt-dev: the sanitizer and libFuzzer runtimes, only
 	# recommended by clang, so not pulled in
 	[tests]="libcunit1-dev clang libclang-rt-dev"
-	[servers]="redis-server redis-tools zookeeper postgresql pgbouncer"
+	[servers]="redis-server redis-tools openssl zookeeper postgresql pgbouncer"
 	[checks]="valgrind cppcheck clang-tidy"
 	[docs]="doxygen man-db groff-base"
 )
