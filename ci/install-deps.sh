@@ -10,7 +10,8 @@
 #   tests    CUnit (the test programs), clang with its sanitizer and
 #            libFuzzer runtimes
 #   servers  Redis, ZooKeeper (with a JRE), PostgreSQL and PgBouncer, which
-#            ci/servers.sh starts on free loopback ports
+#            ci/servers.sh starts on free loopback ports, and the openssl
+#            command, with which it makes the Redis TLS certificates
 #   checks   valgrind, cppcheck, clang-tidy
 #   docs     Doxygen and man-db/groff (ci/install-check.sh)
 #

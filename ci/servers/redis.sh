@@ -52,7 +52,11 @@
 # Run as a program, this file is that control command:
 #   bash ci/servers/redis.sh ctl DIR {start|stop|restart|flush-scripts} PORT
 #       PORT: any instance started in DIR, sentinels included; the TLS port of
-#       a plaintext+TLS instance names that instance too
+#       a plaintext+TLS instance names that instance too.  A sentinel restarts
+#       from the config it rewrote (it knows the current master); a data node
+#       of a topology in the role it last had (Sentinel and rejoin rewrite its
+#       config), except that one that was down during a failover comes back a
+#       master, empty, until rejoin (or Sentinel, ~10 s later) demotes it
 #   bash ci/servers/redis.sh ctl DIR failover NAME
 #       SENTINEL FAILOVER of master NAME (retried while the sentinels answer
 #       NOGOODSLAVE or INPROG), then waits until every running sentinel names
@@ -73,9 +77,12 @@
 #       replicates from elsewhere, is told REPLICAOF first (Sentinel would do it
 #       too, some seconds later).  PORT being that master is fine too.
 #   bash ci/servers/redis.sh ctl DIR wait-ready NAME
-#       waits until NAME's topology is whole: all three sentinels running, agreeing
-#       on a master that answers as one, each knowing the two others and the
-#       replica, the replica in sync
+#       waits until NAME's topology is whole: all three sentinels running,
+#       agreeing on a master that answers as one, each seeing the replica and
+#       the two others up, the replica in sync.  After an automatic failover
+#       that takes ~5 s: until then the sentinels hold each other's "master
+#       down" replies (flag master_down), with which a sentinel that merely
+#       loses the new master for down-after-milliseconds fails it over at once
 # failover gives up after 20 s, the other waits after 30 s (master: 5 s),
 # with a non-zero status.  Each instance lives in DIR/PORT/ (pidfile, log,
 # socket, and the args, config file and redis-cli options it was started
@@ -182,6 +189,10 @@ dlock_redis_await() {
 		if [ -n "$pid" ] && [ "$(dlock_redis_cli "$dir" "$port" info server 2>/dev/null |
 			tr -d '\r' | awk -F: '/^process_id:/ {print $2}')" = "$pid" ] &&
 			{ [ -z "$tport" ] || [ "$(dlock_redis_cli "$dir" "$tport" ping 2>/dev/null)" = PONG ]; }; then
+			if grep -q -- --sentinel "$inst/args" 2>/dev/null; then
+				dlock_redis_cli "$dir" "$port" sentinel debug ping-period \
+					"$DLOCK_REDIS_SENTINEL_PING_PERIOD_MS" >/dev/null 2>&1 || true
+			fi
 			return 0
 		fi
 		# Daemonized: a server that could not bind has exited and logged why.
@@ -321,7 +332,7 @@ dlock_redis_make_tls() {
 		return 1
 	fi
 	chmod 644 "$t"/*.pem
-	rm -f "$t"/*.csr
+	rm -f "$t"/*.csr "$t/openssl.log"
 }
 
 dlock_redis_tls_ca() {
@@ -380,14 +391,27 @@ dlock_redis_tls_only_args() {
 #     seen that address for failover-timeout.  Tests point the replica at a
 #     proxy of the master for a few hundred ms; 3 s leaves that alone.  (It
 #     notices the change only at its next INFO of the replica, every 10 s.)
-#   - A sentinel that started or voted in a failover of a master starts no
-#     other automatic failover of it for 2 x failover-timeout: here 6 s, when
-#     the same servers serve three test runs, each of which may fail over
-#     once or twice.  (SENTINEL FAILOVER, ctl failover, is not delayed.)
-#   It also bounds a failover's own steps (promotion, leader election),
-#   which take about a second here.
+#   - A failover attempt that does not complete (no good replica, an
+#     election without a majority) is given up after failover-timeout and
+#     retried by the sentinels that took part only after 2 x failover-timeout:
+#     here 6 s, when the same servers serve three test runs, each of which
+#     may fail over once or twice.  (A completed failover resets that delay:
+#     two automatic failovers 3 s apart each took ~2.4 s here.  SENTINEL
+#     FAILOVER, ctl failover, is never delayed.)
+#   It also bounds a failover's own steps (promotion, reconfiguring the
+#   replicas), which take about a second here.
+#   PING-PERIOD 100 ms (SENTINEL DEBUG, Redis 7.0; set again at each start
+#     of a sentinel): a sentinel retries a broken link only once a PING-PERIOD
+#     (default 1000 ms).  On +switch-master it drops its links to the master
+#     and gives the new one down-after-milliseconds to answer; with 1000 and
+#     1000 a sentinel whose link came back late marked the new master down,
+#     and, counting the other sentinels' (5 s old) "master down" replies, at
+#     once objectively down: a second, spurious failover.  Also, the
+#     sentinels started first meet the later ones at start ~0.1 s later
+#     rather than 1 s.  Without SENTINEL DEBUG (Redis < 7.0) nothing changes.
 DLOCK_REDIS_SENTINEL_DOWN_AFTER_MS=1000
 DLOCK_REDIS_SENTINEL_FAILOVER_TIMEOUT_MS=3000
+DLOCK_REDIS_SENTINEL_PING_PERIOD_MS=100
 
 dlock_redis_password() {
 	head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n'
@@ -445,20 +469,11 @@ dlock_redis_prep_sentinel() {
 	fi
 }
 
-# A sentinel's links: the sentinels started first find the later ones not
-# listening yet, and retry a failed link only every PING-PERIOD (1000 ms).
-# While a topology forms, 100 ms (SENTINEL DEBUG, Redis 7.0): ready in
-# ~0.2 s rather than ~1.2 s; the default again once it is whole.  A Redis
-# without SENTINEL DEBUG just takes the second.
-dlock_redis_ping_period() {
-	dlock_redis_cli "$1" "$2" sentinel debug ping-period "$3" >/dev/null 2>&1 || true
-}
-
 # Start the topology NAME: a primary, its replica, three sentinels (quorum
 # 2).  TLS yes: TLS only.  SPW, DPW: passwords of the sentinels and of the
 # data nodes (- for none).  DIR/NAME.nodes and DIR/NAME.sentinels list the
-# ports.  Returns once every server answers; dlock_redis_formed then waits
-# until the topology is whole (do something else meanwhile).
+# ports.  Returns once every server answers; dlock_redis_wait_ready then
+# waits until the topology is whole (do something else meanwhile).
 dlock_redis_start_topology() {
 	local dir=$1 tls=$2 name=$3 spw=$4 dpw=$5 primary replica try k j s ok
 	local sentinels ids known
@@ -489,21 +504,17 @@ dlock_redis_start_topology() {
 			dlock_redis_prep_sentinel "$dir" "${sentinels[k]}" "$tls" "$name" "$primary" "$spw" "$dpw" \
 				"${ids[k]}" "${known[@]}" || return 1
 		done
-		# All three at once: a sentinel connects to the others it knows at
-		# once, and retries a failed link only a second later.
+		# All three at once: a sentinel connects to the others it knows as it
+		# starts, and retries a failed link only a PING-PERIOD later.
 		ok=0
 		for s in "${sentinels[@]}"; do
-			dlock_redis_spawn "$dir" "$s" || break
+			dlock_redis_spawn "$dir" "$s" || { ok=-1; break; }
 		done
 		for s in "${sentinels[@]}"; do
+			[ "$ok" -ge 0 ] || break
 			dlock_redis_await "$dir" "$s" "$([ "$try" -lt 3 ] && echo quiet)" || break
 			ok=$((ok + 1))
 		done
-		if [ "$ok" -eq 3 ]; then
-			for s in "${sentinels[@]}"; do
-				dlock_redis_ping_period "$dir" "$s" 100
-			done
-		fi
 		if [ "$ok" -eq 3 ]; then
 			printf '%s\n' "${sentinels[@]}" >>"$dir/ports"
 			echo "${sentinels[*]}" >"$dir/$name.sentinels"
@@ -561,35 +572,34 @@ dlock_redis_known_replica() {
 	done
 }
 
-# Is NAME's topology whole?  Says why not in $DLOCK_REDIS_WHY.
+# Is NAME's topology whole?  Says why not in $DLOCK_REDIS_WHY.  One
+# redis-cli a sentinel: its MASTER, REPLICAS and SENTINELS replies, told
+# apart by their flags.
 dlock_redis_is_ready() {
-	local dir=$1 name=$2 a m n s o kv
-	a=$(dlock_redis_agreed "$dir" "$name") || { DLOCK_REDIS_WHY="the sentinels do not agree on a master"; return 1; }
-	m=${a#* }
-	[ "$(dlock_redis_role "$dir" "$m")" = master ] || { DLOCK_REDIS_WHY="$m is not a master"; return 1; }
-	for n in $(dlock_redis_list "$dir" "$name" nodes); do
-		[ "$n" != "$m" ] || continue
-		dlock_redis_in_sync "$dir" "$n" "$m" || { DLOCK_REDIS_WHY="replica $n not in sync with $m"; return 1; }
-		dlock_redis_known_replica "$dir" "$name" "$n" || { DLOCK_REDIS_WHY="not every sentinel knows replica $n"; return 1; }
-	done
+	local dir=$1 name=$2 m="" mp n s o kv
 	for s in $(dlock_redis_list "$dir" "$name" sentinels); do
 		dlock_redis_running "$dir" "$s" || { DLOCK_REDIS_WHY="sentinel $s is stopped"; return 1; }
-		dlock_redis_cli "$dir" "$s" sentinel master "$name" 2>/dev/null | dlock_redis_kv | grep -q " flags=master " ||
-			{ DLOCK_REDIS_WHY="sentinel $s sees the master as down or failing over"; return 1; }
-		kv=$(dlock_redis_cli "$dir" "$s" sentinel sentinels "$name" 2>/dev/null | dlock_redis_kv)
+		kv=$(printf 'SENTINEL %s %s\n' MASTER "$name" REPLICAS "$name" SENTINELS "$name" |
+			dlock_redis_cli "$dir" "$s" 2>/dev/null | dlock_redis_kv)
+		mp=$(head -n 1 <<<"$kv" | grep " flags=master " | grep -o " port=[0-9]* ")
+		[ -n "$mp" ] || { DLOCK_REDIS_WHY="sentinel $s sees no master up (down, failing over, or no answer)"; return 1; }
+		[ -z "$m" ] || [ "$mp" = "$m" ] || { DLOCK_REDIS_WHY="the sentinels do not agree on a master"; return 1; }
+		m=$mp
+		for n in $(dlock_redis_list "$dir" "$name" nodes); do
+			[ " port=$n " = "$m" ] || grep " port=$n " <<<"$kv" | grep -q " flags=slave " ||
+				{ DLOCK_REDIS_WHY="sentinel $s does not see replica $n up"; return 1; }
+		done
 		for o in $(dlock_redis_list "$dir" "$name" sentinels); do
-			[ "$o" != "$s" ] || continue
-			grep " port=$o " <<<"$kv" | grep -q " flags=sentinel " ||
-				{ DLOCK_REDIS_WHY="sentinel $s does not know sentinel $o"; return 1; }
+			[ "$o" = "$s" ] || grep " port=$o " <<<"$kv" | grep -q " flags=sentinel " ||
+				{ DLOCK_REDIS_WHY="sentinel $s does not see sentinel $o up"; return 1; }
 		done
 	done
-}
-
-dlock_redis_formed() {
-	local s
-	dlock_redis_wait_ready "$@" || return 1
-	for s in $(dlock_redis_list "$1" "$2" sentinels); do
-		dlock_redis_ping_period "$1" "$s" 1000
+	m=${m#*=}
+	m=${m% }
+	[ "$(dlock_redis_role "$dir" "$m")" = master ] || { DLOCK_REDIS_WHY="$m is not a master"; return 1; }
+	for n in $(dlock_redis_list "$dir" "$name" nodes); do
+		[ "$n" = "$m" ] || dlock_redis_in_sync "$dir" "$n" "$m" ||
+			{ DLOCK_REDIS_WHY="replica $n not in sync with $m"; return 1; }
 	done
 }
 
@@ -724,9 +734,11 @@ dlock_start_redis() {
 	export DLOCK_TEST_REDIS_REPLICA_PORT=$p
 	dlock_redis_wait_sync "$dir" "$p" "$port" $((SECONDS + 10)) || { dlock_stop_redis "$dir"; return 1; }
 
-	# Sentinel: passwords of their own for the sentinels and for the data nodes.
+	# TLS material, for the TLS-only topology and the TLS instances.
 	dlock_redis_make_tls "$dir" || { dlock_stop_redis "$dir"; return 1; }
 	export DLOCK_TEST_TLS_DIR="$dir/tls"
+	# The Sentinel topologies (their sentinels meet while the TLS instances
+	# start); passwords of their own for the sentinels and the data nodes.
 	spw=$(dlock_redis_password)
 	dpw=$(dlock_redis_password)
 	dlock_redis_start_topology "$dir" no dlock-test "$spw" "$dpw" || { dlock_stop_redis "$dir"; return 1; }
@@ -755,7 +767,7 @@ dlock_start_redis() {
 
 	# So that no test meets a topology still forming.
 	for p in dlock-test dlock-tls; do
-		dlock_redis_formed "$dir" "$p" $((SECONDS + 20)) || { dlock_stop_redis "$dir"; return 1; }
+		dlock_redis_wait_ready "$dir" "$p" $((SECONDS + 20)) || { dlock_stop_redis "$dir"; return 1; }
 	done
 
 	dlock_add_test_uri "$DLOCK_TEST_REDIS_URI"
