@@ -74,8 +74,9 @@
 #       waits until the data node on PORT (restarted, say) is a replica of the
 #       master the sentinels name, in sync, and every running sentinel lists it
 #       as a replica that is up; a node that still acts as a master, or
-#       replicates from elsewhere, is told REPLICAOF first (Sentinel would do it
-#       too, some seconds later).  PORT being that master is fine too.
+#       replicates from elsewhere, is first sent what Sentinel would send it
+#       some seconds later (REPLICAOF, CONFIG REWRITE, CLIENT KILL of its
+#       clients, in a MULTI).  PORT being that master is fine too.
 #   bash ci/servers/redis.sh ctl DIR wait-ready NAME
 #       waits until NAME's topology is whole: all three sentinels running,
 #       agreeing on a master that answers as one, each seeing the replica and
@@ -659,11 +660,14 @@ dlock_redis_rejoin() {
 				"slave 127.0.0.1 $m" | "") ;;
 				*)
 					# A master since its restart, or the replica of another
-					# address: what Sentinel does itself after 8 to 10 s
+					# address: what Sentinel does itself after ~10 s
 					# (+convert-to-slave) or after failover-timeout
-					# (+fix-slave-config); CONFIG REWRITE keeps it for restarts.
-					dlock_redis_cli "$dir" "$port" replicaof 127.0.0.1 "$m" >/dev/null 2>&1
-					dlock_redis_cli "$dir" "$port" config rewrite >/dev/null 2>&1
+					# (+fix-slave-config), with the transaction it sends:
+					# CONFIG REWRITE keeps the role for restarts, and the
+					# node's clients are disconnected (not this one: SKIPME).
+					printf '%s\n' MULTI "REPLICAOF 127.0.0.1 $m" "CONFIG REWRITE" \
+						"CLIENT KILL TYPE normal" "CLIENT KILL TYPE pubsub" EXEC |
+						dlock_redis_cli "$dir" "$port" >/dev/null 2>&1
 					;;
 				esac
 				dlock_redis_in_sync "$dir" "$port" "$m" && dlock_redis_known_replica "$dir" "$name" "$port" && return 0
