@@ -401,9 +401,9 @@ static dlock_status redis_check(void *backend, void *lk, dlock_error *err)
 /* One driver per scheme: they differ only in the parameters they take (redis_open picks the transport). */
 #define REDIS_DRIVER(scheme_, knows_param_)                                                                     \
 	{                                                                                                      \
-		.abi_version = DLOCK_DRIVER_ABI_VERSION, .scheme = scheme_, .lock_size = sizeof(struct redis_lock), \
+		.abi_version = DLOCK_DRIVER_ABI_VERSION, .scheme = (scheme_), .lock_size = sizeof(struct redis_lock), \
 		.open = redis_open, .close = redis_close, .capabilities = redis_capabilities,                    \
-		.knows_param = knows_param_, .lock_init = redis_lock_init, .lock_fini = redis_lock_fini,        \
+		.knows_param = (knows_param_), .lock_init = redis_lock_init, .lock_fini = redis_lock_fini,        \
 		.acquire = redis_acquire, .try_acquire = redis_try_acquire, .disarm = redis_disarm,              \
 		.release = redis_release, .extend = redis_extend, .check = redis_check,                         \
 	}
