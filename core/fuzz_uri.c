@@ -93,10 +93,11 @@ static void check_mask(const char *text)
 	/* With a '?' before "://" the mask and the parser start at different places. */
 	const char *sep = strstr(text, "://");
 	size_t from, to;
-	/* Secret query values ("?sslpassword=...") are masked too, so the tail
-	 * equals the text only when no query key names a password. */
+	/* Secret query values ("?sslpassword=...", "?tls_key=...") are masked
+	 * too, so the tail equals the text only when no query key names a
+	 * password or ends in "key". */
 	if (sep && !memchr(text, '?', (size_t)(sep - text)) && parser_password(text, &from, &to) &&
-	    !strcasestr(text + to, "password")) {
+	    !strcasestr(text + to, "password") && !strcasestr(text + to, "key=")) {
 		/* Everything before the password is kept and "***" stands in for it. */
 		FUZZ_CHECK(strncmp(full, text, from) == 0 && strncmp(full + from, "***", 3) == 0);
 		/* What follows "***" is the text from the password's end or later. */
