@@ -191,10 +191,10 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 	c->algo = fair ? &dlock_redis_fair : c->npools > 1 ? &dlock_redis_redlock : &dlock_redis_single;
 	struct redis_endpoint eps[REDIS_REDLOCK_MAX];
 	memset(eps, 0, sizeof eps);
-	if (via->sentinel && (st = dlock_redis_sentinel_new(uri, via, &c->cfg, &c->sentinel, &c->cfg.db, err)) == DLOCK_OK)
-		dlock_redis_sentinel_endpoint(c->sentinel, &eps[0]);
-	else if (!via->sentinel)
+	if (!via->sentinel)
 		st = via->endpoints(uri, eps, &c->cfg.db, err);
+	else if ((st = dlock_redis_sentinel_new(uri, via, &c->cfg, &c->sentinel, &c->cfg.db, err)) == DLOCK_OK)
+		dlock_redis_sentinel_endpoint(c->sentinel, &eps[0]);
 	if (st != DLOCK_OK)
 		goto fail;
 	for (size_t i = 0; i < c->npools; i++)

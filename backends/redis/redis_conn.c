@@ -12,8 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include "redis_conn.h"
@@ -128,16 +126,6 @@ static dlock_status select_db(struct redis_conn *ctx, const struct redis_endpoin
 	return st;
 }
 
-/* Reads and writes on `fd` fail after `ms` (0: never). */
-static int set_io_timeout(int fd, int64_t ms)
-{
-	struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
-	return setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0 &&
-	                       setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == 0
-	               ? 0
-	               : -1;
-}
-
 /* The server must be a master: never a lock on a replica (Sentinel's answer may be stale). */
 static dlock_status require_master(struct redis_conn *ctx, const struct redis_endpoint *ep, dlock_error *err)
 {
@@ -194,7 +182,8 @@ static dlock_status connect_at(const struct redis_endpoint *ep, const struct red
 		close(fd);
 		return st;
 	}
-	if (set_io_timeout(fd, cfg->io_timeout_ms > 0 ? cfg->io_timeout_ms : 0) != 0) {
+	/* After the handshake's own bound (redis_tls.c), io_timeout; 0 is never. */
+	if (dlock_redis_socket_timeouts(fd, cfg->io_timeout_ms > 0 ? cfg->io_timeout_ms : 0) != 0) {
 		st = dlock_error_set(err, DLOCK_EIO, "redis %s: cannot set io_timeout: %s", ep->label, strerror(errno));
 		SSL_free(ssl);
 		close(fd);

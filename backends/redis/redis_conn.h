@@ -79,6 +79,13 @@ struct redis_transport {
 	int (*knows_param)(const char *key);
 };
 
+/** 1 for a parameter of the TLS schemes: tls_ca_file, tls_ca_dir, tls_cert, tls_key, tls_server_name... */
+int dlock_redis_tls_param(const char *key);
+/** Reads and writes on the blocking socket `fd` fail after `ms` (0: never).  0, or -1 with errno. */
+int dlock_redis_socket_timeouts(int fd, int64_t ms);
+/** "host:port", or "[host]:port" for an IPv6 address, into `out`. */
+void dlock_redis_hostport(char *out, size_t len, const char *host, int port);
+
 extern const struct redis_transport dlock_redis_tcp;  /* redis://host:port,... */
 extern const struct redis_transport dlock_redis_unix; /* redis+unix:///path */
 extern const struct redis_transport dlock_redis_tls;  /* rediss://host:port,... */
@@ -87,8 +94,6 @@ extern const struct redis_transport dlock_redis_sentinel_tls; /* rediss+sentinel
 
 /* ------------------------------------------------------------ TLS (redis_tls.c) */
 
-/** 1 for a parameter of rediss URIs: tls_ca_file, tls_ca_dir, tls_cert, tls_key, tls_server_name... */
-int dlock_redis_tls_param(const char *key);
 /** The URI's TLS settings: DLOCK_EURI for a bad value or a file that cannot be loaded (named by
  *  its parameter, never by its path). */
 dlock_status dlock_redis_tls_new(const dlock_uri *uri, dlock_host *host, struct redis_tls **out, dlock_error *err);

@@ -153,10 +153,7 @@ static dlock_status master_reply(struct redis_sentinel *s, const struct redis_en
 	*where = (struct redis_endpoint){ .via = s->data_via, .port = atoi(r->element[1]->str) };
 	memcpy(where->located, r->element[0]->str, r->element[0]->len + 1);
 	where->host = where->located;
-	if (strchr(where->located, ':'))
-		snprintf(where->label, sizeof where->label, "[%s]:%d", where->located, where->port);
-	else
-		snprintf(where->label, sizeof where->label, "%s:%d", where->located, where->port);
+	dlock_redis_hostport(where->label, sizeof where->label, where->located, where->port);
 	return DLOCK_OK;
 }
 
@@ -177,6 +174,14 @@ static dlock_status ask(struct redis_sentinel *s, const struct redis_endpoint *s
 	freeReplyObject(r);
 	dlock_redis_conn_free(ctx);
 	return st;
+}
+
+/* The sentinels in the order to ask them (the last that answered first). */
+static void sentinel_order(struct redis_sentinel *s, struct redis_endpoint order[REDIS_REDLOCK_MAX])
+{
+	pthread_mutex_lock(&s->mu);
+	memcpy(order, s->eps, s->n * sizeof order[0]);
+	pthread_mutex_unlock(&s->mu);
 }
 
 /* The sentinels name `label` as the master: when it moved, the old master's connections are done. */
@@ -205,9 +210,7 @@ static dlock_status locate(void *arg, struct redis_endpoint *where, dlock_error 
 {
 	struct redis_sentinel *s = arg;
 	struct redis_endpoint order[REDIS_REDLOCK_MAX];
-	pthread_mutex_lock(&s->mu);
-	memcpy(order, s->eps, s->n * sizeof order[0]);
-	pthread_mutex_unlock(&s->mu);
+	sentinel_order(s, order);
 
 	dlock_status worst = DLOCK_ECONNECT;
 	dlock_error why = { "" };
@@ -248,25 +251,35 @@ void dlock_redis_sentinel_endpoint(struct redis_sentinel *s, struct redis_endpoi
 #define WATCH_RETRY_MIN_MS 100
 #define WATCH_RETRY_MAX_MS 2000
 
-/* A sentinel connection subscribed to +switch-master, or NULL. */
-static struct redis_conn *watch_connect(struct redis_sentinel *s)
+static int stopping(struct redis_sentinel *s)
+{
+	pthread_mutex_lock(&s->mu);
+	int stop = s->stop;
+	pthread_mutex_unlock(&s->mu);
+	return stop;
+}
+
+/* A sentinel connection subscribed to +switch-master, or NULL with the last reason in *why. */
+static struct redis_conn *watch_connect(struct redis_sentinel *s, dlock_error *why)
 {
 	struct redis_endpoint order[REDIS_REDLOCK_MAX];
-	pthread_mutex_lock(&s->mu);
-	memcpy(order, s->eps, s->n * sizeof order[0]);
-	pthread_mutex_unlock(&s->mu);
-	for (size_t i = 0; i < s->n; i++) {
+	sentinel_order(s, order);
+	for (size_t i = 0; i < s->n && !stopping(s); i++) { /* closing waits for one connect at most */
 		struct redis_conn *ctx = NULL;
-		dlock_error ignored = { "" };
-		if (dlock_redis_connect(&order[i], &s->cfg, &ctx, &ignored) != DLOCK_OK)
+		if (dlock_redis_connect(&order[i], &s->cfg, &ctx, why) != DLOCK_OK)
 			continue;
 		const char *argv[2] = { "SUBSCRIBE", "+switch-master" };
 		size_t len[2] = { 9, 14 };
 		redisReply *r = dlock_redis_command_argv(ctx, 2, argv, len);
-		int ok = r && r->type == REDIS_REPLY_ARRAY;
-		freeReplyObject(r);
-		if (ok)
+		if (r && r->type == REDIS_REPLY_ARRAY) {
+			freeReplyObject(r);
 			return ctx;
+		}
+		if (r)
+			dlock_redis_reply_error(r, &order[i], "SUBSCRIBE +switch-master", why);
+		else
+			dlock_redis_io_error(ctx, &order[i], why);
+		freeReplyObject(r);
 		dlock_redis_conn_free(ctx);
 	}
 	return NULL;
@@ -282,33 +295,33 @@ static void on_message(struct redis_sentinel *s, const redisReply *r)
 	if (sscanf(r->element[2]->str, "%255s %*s %*s %255s %d", name, ip, &port) != 3 || strcmp(name, s->name) != 0)
 		return;
 	char label[280];
-	if (strchr(ip, ':'))
-		snprintf(label, sizeof label, "[%s]:%d", ip, port);
-	else
-		snprintf(label, sizeof label, "%s:%d", ip, port);
+	dlock_redis_hostport(label, sizeof label, ip, port);
 	master_seen(s, label);
-}
-
-static int stopping(struct redis_sentinel *s)
-{
-	pthread_mutex_lock(&s->mu);
-	int stop = s->stop;
-	pthread_mutex_unlock(&s->mu);
-	return stop;
 }
 
 static void *watch_main(void *arg)
 {
 	struct redis_sentinel *s = arg;
 	struct redis_conn *ctx = NULL;
-	int retry_ms = WATCH_RETRY_MIN_MS;
+	int retry_ms = WATCH_RETRY_MIN_MS, logged = 0;
 	while (!stopping(s)) {
-		if (!ctx && (ctx = watch_connect(s)) != NULL) {
-			retry_ms = WATCH_RETRY_MIN_MS;
-			/* A move while nobody listened: ask once (any connect would find it too). */
-			struct redis_endpoint where;
-			dlock_error ignored = { "" };
-			locate(s, &where, &ignored);
+		if (!ctx) {
+			dlock_error why = { "" };
+			if ((ctx = watch_connect(s, &why)) != NULL) {
+				retry_ms = WATCH_RETRY_MIN_MS;
+				logged = 0;
+				/* A move while nobody listened: ask once (any connect would find it too). */
+				struct redis_endpoint where;
+				dlock_error ignored = { "" };
+				locate(s, &where, &ignored);
+			} else if (!logged && !stopping(s)) {
+				/* Said once: a move is then found by the next connect, a READONLY or a renewal. */
+				dlock_host_log(s->cfg.host, DLOCK_LOG_WARN,
+				               "redis sentinel: cannot listen to +switch-master (%s); a new master is found at "
+				               "the next connection instead",
+				               why.msg);
+				logged = 1;
+			}
 		}
 		struct pollfd fds[2] = { { .fd = s->wake[0], .events = POLLIN }, { .fd = ctx ? ctx->fd : -1, .events = POLLIN } };
 		int n = poll(fds, 2, ctx ? -1 : retry_ms);

@@ -8,15 +8,16 @@
  * subscription is confirmed, when a message arrives, and when the
  * connection is lost (so every waiter retries at once).
  *
- * Why a blocking hiredis context driven by our own poll(), and not the
+ * Why a blocking connection driven by our own poll(), and not hiredis's
  * async API: the async API needs an event-loop adapter (libevent, libev...)
- * that dlock does not want to depend on, while the plain context already
- * has what is needed.  The thread polls the socket and the wake pipe;
- * when the socket is readable, dlock_redis_read_some() reads what is there (it
- * cannot block then) and dlock_redis_buffered_reply() yields each complete
- * reply.  Commands are appended to the context and flushed with
- * redisBufferWrite().  The connection is made exactly like a pooled one
- * (close-on-exec socket, timeouts, AUTH, SELECT).
+ * that dlock does not want to depend on, and speaks no TLS, while the
+ * backend's connection (redis_io.c) has what is needed.  The thread polls
+ * the socket and the wake pipe; when the socket is readable,
+ * dlock_redis_read_some() reads what is there without blocking and
+ * dlock_redis_buffered_reply() yields each complete reply.  Commands are
+ * queued on the connection and sent with dlock_redis_flush().  The
+ * connection is made exactly like a pooled one (close-on-exec socket, TLS
+ * for rediss, timeouts, AUTH, SELECT; for Sentinel, the master located).
  *
  * Channels: one per lock name, shared by every watcher of that name and
  * reference-counted.  At most one command per channel is in flight (a
@@ -281,11 +282,6 @@ static int read_replies(struct redis_sub *s)
 	}
 }
 
-static int flush_commands(struct redis_conn *ctx)
-{
-	return dlock_redis_flush(ctx) == REDIS_OK ? 0 : -1;
-}
-
 /* ------------------------------------------------------------ the thread */
 
 static void drain_pipe(int fd)
@@ -309,7 +305,7 @@ static void sub_round_locked(struct redis_sub *s)
 	struct redis_conn *ctx = s->ctx;
 	pthread_mutex_unlock(&s->mu);
 
-	int failed = ctx && flush_commands(ctx) != 0;
+	int failed = ctx && dlock_redis_flush(ctx) != REDIS_OK;
 	struct pollfd fds[2] = { { .fd = s->wake[0], .events = POLLIN }, { .fd = ctx ? ctx->fd : -1, .events = POLLIN } };
 	if (!failed && poll(fds, 2, timeout_ms) > 0) {
 		if (fds[0].revents)

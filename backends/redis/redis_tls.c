@@ -29,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 
 #include "redis_conn.h"
 
@@ -39,16 +38,6 @@ struct redis_tls {
 	const char *server_name; /* tls_server_name, or NULL (the core's URI owns it) */
 	int verify;              /* 0 with tls_insecure_skip_verify=1 */
 };
-
-int dlock_redis_tls_param(const char *key)
-{
-	static const char *const known[] = { "tls_ca_file", "tls_ca_dir", "tls_cert", "tls_key",
-		                             "tls_server_name", "tls_insecure_skip_verify" };
-	for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-		if (strcmp(key, known[i]) == 0)
-			return 1;
-	return 0;
-}
 
 /* ------------------------------------------------------------ the BIO */
 
@@ -184,15 +173,6 @@ dlock_status dlock_redis_tls_new(const dlock_uri *uri, dlock_host *host, struct 
 
 /* ------------------------------------------------------------ handshake */
 
-static void set_socket_timeouts(int fd, int64_t ms)
-{
-	if (ms < 1)
-		ms = 1;
-	struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-}
-
 static int is_ip_literal(const char *name)
 {
 	unsigned char buf[sizeof(struct in6_addr)];
@@ -236,8 +216,9 @@ static dlock_status handshake_failed(SSL *ssl, int rc, int saved, const char *la
 	if (kind == SSL_ERROR_SYSCALL && !ERR_peek_error())
 		return dlock_error_set(err, DLOCK_ECONNECT, "redis %s: TLS handshake failed: %s (is the port speaking TLS?)",
 		                       label, saved ? strerror(saved) : "the server closed the connection");
+	int refused = dlock_redis_tls_refused_certificate(ERR_peek_error());
 	ssl_reason(why, sizeof why);
-	if (strstr(why, "alert") && strstr(why, "certificate"))
+	if (refused)
 		return dlock_error_set(err, DLOCK_EAUTH, "redis %s: TLS: the server refused our certificate (%s; "
 		                       "tls_cert and tls_key give one)", label, why);
 	return dlock_error_set(err, DLOCK_ECONNECT, "redis %s: TLS handshake failed: %s%s", label, why,
@@ -262,7 +243,8 @@ dlock_status dlock_redis_tls_handshake(const struct redis_tls *t, int fd, const 
 		SSL_free(ssl);
 		return st;
 	}
-	set_socket_timeouts(fd, (deadline_ns - dlock_monotonic_ns()) / REDIS_NS_PER_MS);
+	int64_t left_ms = (deadline_ns - dlock_monotonic_ns()) / REDIS_NS_PER_MS;
+	dlock_redis_socket_timeouts(fd, left_ms < 1 ? 1 : left_ms); /* a failure leaves the socket unbounded: rare */
 	errno = 0;
 	SSL_set_app_data(ssl, cert_missing);
 	int rc = SSL_connect(ssl);

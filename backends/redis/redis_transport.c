@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -62,10 +63,7 @@ static dlock_status list_hosts(const dlock_uri *uri, const struct redis_transpor
 		ep->via = via;
 		ep->host = h->host;
 		ep->port = h->port ? h->port : port;
-		if (strchr(h->host, ':')) /* IPv6 */
-			snprintf(ep->label, sizeof ep->label, "[%s]:%d", h->host, ep->port);
-		else
-			snprintf(ep->label, sizeof ep->label, "%s:%d", h->host, ep->port);
+		dlock_redis_hostport(ep->label, sizeof ep->label, h->host, ep->port);
 	}
 	return DLOCK_OK;
 }
@@ -126,6 +124,20 @@ static dlock_status unix_endpoints(const dlock_uri *uri, struct redis_endpoint *
 }
 
 /* ------------------------------------------------------------ sockets */
+
+void dlock_redis_hostport(char *out, size_t len, const char *host, int port)
+{
+	snprintf(out, len, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+}
+
+int dlock_redis_socket_timeouts(int fd, int64_t ms)
+{
+	struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+	return setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0 &&
+	                       setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == 0
+	               ? 0
+	               : -1;
+}
 
 static int wait_connected(int fd, int64_t deadline_ns)
 {
@@ -213,6 +225,18 @@ static dlock_status unix_connect(const struct redis_endpoint *ep, int64_t deadli
 }
 
 /* ------------------------------------------------------------ the transports */
+
+/* The TLS parameters (read by redis_tls.c); named here, with every scheme's other parameters. */
+int dlock_redis_tls_param(const char *key)
+{
+	static const char *const known[] = { "tls_ca_file", "tls_ca_dir", "tls_cert", "tls_key",
+		                             "tls_server_name", "tls_insecure_skip_verify" };
+	for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+		if (strcmp(key, known[i]) == 0)
+			return 1;
+	return 0;
+}
+
 
 static int tcp_knows_param(const char *key)
 {

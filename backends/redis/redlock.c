@@ -49,11 +49,6 @@ static redisReply *read_one(struct redis_conn *ctx, const struct request *rq)
 	return dlock_redis_get_reply(ctx, &reply) == REDIS_OK ? reply : NULL;
 }
 
-static void flush_one(struct redis_conn *ctx)
-{
-	dlock_redis_flush(ctx); /* a failure stays in ctx->err */
-}
-
 static void fanout_run(struct redis_client *c, struct fanout *f, const struct request *rq)
 {
 	*f = (struct fanout){ .answered = 0 };
@@ -65,7 +60,7 @@ static void fanout_run(struct redis_client *c, struct fanout *f, const struct re
 	}
 	for (size_t i = 0; i < c->npools; i++)
 		if (f->ctx[i] && !f->ctx[i]->err)
-			flush_one(f->ctx[i]);
+			dlock_redis_flush(f->ctx[i]); /* a failure stays in ctx->err */
 	for (size_t i = 0; i < c->npools; i++) {
 		struct redis_conn *ctx = f->ctx[i];
 		if (!ctx)
