@@ -93,14 +93,9 @@ static void pair_drop(struct pair *p)
 /* `ctl pair-sql PAIRDIR MEMBER SQL` (as the superuser): 1 when its first line is `want`. */
 static int pair_sql_is(const struct pair *p, const char *member, const char *sql, const char *want)
 {
-	char cmd[1024], line[128] = "";
+	char cmd[1024], line[128];
 	snprintf(cmd, sizeof cmd, "%s pair-sql '%s' %s \"%s\"", ctl, p->dir, member, sql);
-	FILE *f = popen(cmd, "r");
-	if (!f)
-		return 0;
-	if (!fgets(line, sizeof line, f))
-		line[0] = '\0';
-	pclose(f);
+	dlock_test_run(cmd, line, sizeof line);
 	line[strcspn(line, "\n")] = '\0';
 	return strcmp(line, want) == 0;
 }

@@ -174,19 +174,6 @@ static int dead_port(void)
 	return ntohs(a.sin_port);
 }
 
-/* Run a shell command; its output (stdout and stderr) goes to `out`.  Returns its exit status. */
-static int run(const char *cmd, char *out, size_t outlen)
-{
-	FILE *p = popen(cmd, "r");
-	CU_ASSERT_FATAL(p != NULL);
-	size_t n = fread(out, 1, outlen - 1, p);
-	out[n] = '\0';
-	char rest[4096];
-	while (fread(rest, 1, sizeof rest, p) > 0) /* drain: the command must not block on a full pipe */
-		;
-	return pclose(p);
-}
-
 /* redis-cli against the test server, as `user` with `pass` (NULL: the default user). */
 static const char *redis_cli(const char *user, const char *pass, const char *args)
 {
@@ -194,7 +181,7 @@ static const char *redis_cli(const char *user, const char *pass, const char *arg
 	char cmd[1024];
 	snprintf(cmd, sizeof cmd, "redis-cli -h 127.0.0.1 -p %d --no-auth-warning %s%s %s%s %s 2>&1", redis_port,
 	         user ? "--user " : "", user ? user : "", pass ? "--pass " : "", pass ? pass : "", args);
-	run(cmd, out, sizeof out);
+	dlock_test_run(cmd, out, sizeof out);
 	return out;
 }
 
@@ -416,7 +403,7 @@ static void test_bench_output(void)
 	for (int json = 0; json < 2; json++) {
 		snprintf(cmd, sizeof cmd, "'%s' --scenario uncontended --clients 1 --duration 200ms %s%s 2>&1", bench,
 		         json ? "--json" : "", uris);
-		run(cmd, out, sizeof out);
+		dlock_test_run(cmd, out, sizeof out);
 		CU_ASSERT(out[0] != '\0');
 		CHECK_CLEAN("dlock-bench's output", out);
 	}

@@ -44,3 +44,18 @@ void dlock_testredis_key(char *out, size_t len, const char *prefix, const char *
 	dlock_hex(sum, 16, hex);
 	snprintf(out, len, "%s:{%s}:%s", prefix, hex, suffix);
 }
+
+void dlock_testredis_open_fails(const char *uri, dlock_status want, const char *expect, const char *const *secrets)
+{
+	dlock_client *c = NULL;
+	char err[1024] = "";
+	dlock_status st = dlock_client_open(&c, uri, NULL, err, sizeof err);
+	printf("\n    %s: %s", dlock_status_name(st), err);
+	CU_ASSERT_EQUAL(st, want);
+	CU_ASSERT_PTR_NULL(c);
+	if (expect)
+		CU_ASSERT_PTR_NOT_NULL(strstr(err, expect));
+	for (; secrets && *secrets; secrets++)
+		CU_ASSERT_PTR_NULL(strstr(err, *secrets));
+	dlock_client_close(c);
+}

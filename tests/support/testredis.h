@@ -10,6 +10,8 @@
 #include <hiredis/hiredis.h>
 #include <stddef.h>
 
+#include "dlock/dlock.h"
+
 /** A fresh key prefix, so no test sees another's keys. */
 void dlock_testredis_prefix(char *out, size_t len);
 
@@ -21,6 +23,13 @@ redisContext *dlock_testredis_raw(int port);
 
 /** Number of keys under `prefix` on the instance at `port`. */
 long dlock_testredis_keys_under(int port, const char *prefix);
+
+/**
+ * Open `uri` expecting status `want` and no client; the message (printed)
+ * must hold `expect` (NULL: anything) and none of the NULL-terminated
+ * `secrets` (passwords, a key's path).
+ */
+void dlock_testredis_open_fails(const char *uri, dlock_status want, const char *expect, const char *const *secrets);
 
 /** PREFIX:{first 32 hex digits of SHA-256(name)}:SUFFIX, as the backend names its keys. */
 void dlock_testredis_key(char *out, size_t len, const char *prefix, const char *name, const char *suffix);

@@ -291,3 +291,15 @@ void dlock_test_skip_part(const char *why)
 	       test && test->pName ? test->pName : "?", why);
 	fflush(stdout);
 }
+
+int dlock_test_run(const char *cmd, char *out, size_t outlen)
+{
+	FILE *p = popen(cmd, "r");
+	CU_ASSERT_FATAL(p != NULL);
+	size_t n = fread(out, 1, outlen - 1, p);
+	out[n] = '\0';
+	char rest[4096];
+	while (fread(rest, 1, sizeof rest, p) > 0) /* drain: the command must not block on a full pipe */
+		;
+	return pclose(p);
+}

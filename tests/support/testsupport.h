@@ -87,6 +87,13 @@ dlock_status dlock_test_try_open(dlock_client **c, const char *uri, dlock_log_fn
                                  char *errbuf, size_t errlen);
 
 /**
+ * Run the shell command `cmd` (popen: what it prints to stdout goes to
+ * `out`, cut to fit, NUL-terminated; the rest is read and dropped, so the
+ * command never blocks on a full pipe).  Returns pclose()'s status.
+ */
+int dlock_test_run(const char *cmd, char *out, size_t outlen);
+
+/**
  * dlock_test_try_open() that prints the status and message (and the URI,
  * password masked) on failure and returns NULL then.
  */
