@@ -1,8 +1,8 @@
-# redis://, rediss:// and redis+unix:// (single instance and RedLock), with hiredis
-# and OpenSSL
+# redis://, rediss://, redis+unix://, redis+sentinel:// and redis+cluster://
+# (single instance, RedLock, Sentinel, Cluster), with hiredis and OpenSSL
 # (dlock::hiredis, from cmake/DlockBackends.cmake).
 if(DLOCK_BACKEND_REDIS)
-  list(APPEND DLOCK_DRIVERS redis redis_unix rediss redis_sentinel rediss_sentinel)
+  list(APPEND DLOCK_DRIVERS redis redis_unix rediss redis_sentinel rediss_sentinel redis_cluster rediss_cluster)
   list(APPEND DLOCK_BACKEND_SOURCES
     backends/redis/redis.c
     backends/redis/redis_lock.c
@@ -11,6 +11,8 @@ if(DLOCK_BACKEND_REDIS)
     backends/redis/redis_io.c
     backends/redis/redis_tls.c
     backends/redis/redis_sentinel.c
+    backends/redis/redis_cluster.c
+    backends/redis/redis_route.c
     backends/redis/redis_transport.c
     backends/redis/redis_scripts.c
     backends/redis/redis_sub.c

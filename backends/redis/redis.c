@@ -13,6 +13,8 @@
  *                                             (tls_ parameters: redis_tls.c)
  *   redis+sentinel://s1,s2,s3/MASTER[?db=N...] the master the sentinels name (redis_sentinel.c);
  *   rediss+sentinel://...                     and over TLS
+ *   redis+cluster://seed1[,seed2...][/]        a Redis Cluster: each lock on its slot's master
+ *   rediss+cluster://...                      (redis_cluster.c), and over TLS
  *
  * The port defaults to 6379 and the database to 0.  The URI's `prefix`
  * (default "dlock") starts every key and channel name.  `fair=1` (one
@@ -73,6 +75,7 @@ static void client_free(struct redis_client *c)
 		return;
 	dlock_redis_sentinel_free(c->sentinel); /* first: its watcher may call into the subscriber */
 	c->sentinel = NULL;
+	dlock_redis_cluster_free(c->cluster);
 	dlock_redis_sub_free(c->sub);
 	for (size_t i = 0; c->pools && i < c->npools; i++)
 		dlock_redis_pool_destroy(&c->pools[i]);
@@ -136,6 +139,30 @@ static dlock_status greet_all(struct redis_client *c, dlock_error *err)
 	return DLOCK_OK;
 }
 
+/*
+ * A cluster: the seeds, then the slot map from one of them (which must
+ * answer, as one instance must), then that node greeted.  Each master has
+ * its pools and subscriber (redis_cluster.c); the client has none of its own.
+ */
+static dlock_status open_cluster(struct redis_client *c, const dlock_uri *uri, const struct redis_transport *via,
+                                 int fair, dlock_error *err)
+{
+	dlock_status st = dlock_redis_cluster_new(uri, via, &c->cfg, &c->cluster, err);
+	if (st != DLOCK_OK)
+		return st;
+	c->label = dlock_redis_cluster_label(c->cluster);
+	c->npools = 0;
+	c->quorum = 1;
+	c->fair = fair;
+	if (fair) /* unused: each master has its own */
+		dlock_redis_pool_init(&c->waits, &c->cfg);
+	c->algo = fair ? &dlock_redis_fair : &dlock_redis_single;
+	struct redis_node *answered = NULL;
+	st = dlock_redis_cluster_discover(c->cluster, &answered, err);
+	int loaded = 0;
+	return st != DLOCK_OK ? st : greet(c, &answered->pool, &loaded, err);
+}
+
 static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, const struct redis_transport *via,
                                       void **backend, dlock_error *err)
 {
@@ -149,8 +176,9 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 	if (strpbrk(uri->prefix, "{}"))
 		return dlock_error_set(err, DLOCK_EURI, "redis: 'prefix' must not contain '{' or '}': %s",
 		                       uri->masked);
-	/* The servers that hold locks: the URI's hosts, or the one master its sentinels name. */
-	size_t servers = via->sentinel ? 1 : uri->nhosts;
+	/* The servers that hold locks: the URI's hosts, or the one master its sentinels name, or
+	 * (a cluster) the master of each lock's slot, one at a time. */
+	size_t servers = via->sentinel || via->cluster ? 1 : uri->nhosts;
 	int fair = 0;
 	if (dlock_uri_get_bool(uri, "fair", &fair, err) != DLOCK_OK)
 		return DLOCK_EURI;
@@ -163,7 +191,7 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 		return st;
 	st = DLOCK_ENOMEM;
 	struct redis_client *c = calloc(1, sizeof *c);
-	if (!c || !(c->pools = calloc(servers, sizeof *c->pools))) {
+	if (!c || (!via->cluster && !(c->pools = calloc(servers, sizeof *c->pools)))) {
 		dlock_error_set(err, st, "redis: out of memory");
 		goto fail;
 	}
@@ -184,6 +212,14 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 	c->replicas_timeout_ms = replicas_timeout_ms;
 	c->prefix = uri->prefix;
 	c->prefixlen = strlen(uri->prefix);
+	c->publish = via->cluster ? "SPUBLISH" : "PUBLISH";
+	if (via->cluster) {
+		st = open_cluster(c, uri, via, fair, err);
+		if (st != DLOCK_OK)
+			goto fail;
+		*backend = c;
+		return DLOCK_OK;
+	}
 	c->npools = servers;
 	c->quorum = servers / 2 + 1;
 	for (size_t i = 0; i < c->npools; i++)
@@ -199,6 +235,7 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 		goto fail;
 	for (size_t i = 0; i < c->npools; i++)
 		c->pools[i].ep = eps[i];
+	c->label = c->pools[0].ep.label;
 	if (fair) {
 		c->fair = 1;
 		dlock_redis_pool_init(&c->waits, &c->cfg);
@@ -210,7 +247,7 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 	}
 	st = greet_all(c, err);
 	if (st == DLOCK_OK && c->npools == 1)
-		st = dlock_redis_sub_new(&c->sub, &c->pools[0].ep, &c->cfg, err);
+		st = dlock_redis_sub_new(&c->sub, &c->pools[0].ep, &c->cfg, 0, NULL, NULL, err);
 	if (st == DLOCK_OK && c->sentinel)
 		st = dlock_redis_sentinel_watch(c->sentinel, master_moved, c, err);
 	if (st != DLOCK_OK)
@@ -224,7 +261,8 @@ fail:
 
 /* The transport of each scheme: the first axis of the mode table. */
 static const struct redis_transport *const transports[] = {
-	&dlock_redis_tcp, &dlock_redis_unix, &dlock_redis_tls, &dlock_redis_sentinel, &dlock_redis_sentinel_tls,
+	&dlock_redis_tcp,      &dlock_redis_unix,    &dlock_redis_tls,         &dlock_redis_sentinel,
+	&dlock_redis_sentinel_tls, &dlock_redis_cluster, &dlock_redis_cluster_tls,
 };
 
 static dlock_status redis_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
@@ -269,6 +307,16 @@ static int redis_sentinel_knows_param(const char *key)
 static int rediss_sentinel_knows_param(const char *key)
 {
 	return algorithm_param(key) || dlock_redis_sentinel_tls.knows_param(key);
+}
+
+static int redis_cluster_knows_param(const char *key)
+{
+	return algorithm_param(key) || dlock_redis_cluster.knows_param(key);
+}
+
+static int rediss_cluster_knows_param(const char *key)
+{
+	return algorithm_param(key) || dlock_redis_cluster_tls.knows_param(key);
 }
 
 static void redis_capabilities(void *backend, dlock_capabilities *caps)
@@ -413,3 +461,5 @@ const dlock_driver dlock_redis_unix_driver = REDIS_DRIVER("redis+unix", redis_un
 const dlock_driver dlock_rediss_driver = REDIS_DRIVER("rediss", rediss_knows_param);
 const dlock_driver dlock_redis_sentinel_driver = REDIS_DRIVER("redis+sentinel", redis_sentinel_knows_param);
 const dlock_driver dlock_rediss_sentinel_driver = REDIS_DRIVER("rediss+sentinel", rediss_sentinel_knows_param);
+const dlock_driver dlock_redis_cluster_driver = REDIS_DRIVER("redis+cluster", redis_cluster_knows_param);
+const dlock_driver dlock_rediss_cluster_driver = REDIS_DRIVER("rediss+cluster", rediss_cluster_knows_param);

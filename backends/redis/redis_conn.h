@@ -68,9 +68,10 @@ struct redis_cfg {
  * scheme; a new way in (TLS, Sentinel, Cluster) is a new entry here.
  */
 struct redis_transport {
-	const char *scheme; /* "redis", "redis+unix", "rediss", "redis+sentinel", "rediss+sentinel" */
+	const char *scheme; /* "redis", "redis+unix", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster"... */
 	int tls;            /* every connection speaks TLS */
 	int sentinel;       /* the hosts are sentinels; the lock's server is the master they name */
+	int cluster;        /* the hosts are seeds of a Redis Cluster; a lock's server is its slot's master */
 	/** The servers of `uri` into eps[0 .. uri->nhosts-1] (labels set) and the database into *db. */
 	dlock_status (*endpoints)(const dlock_uri *uri, struct redis_endpoint *eps, long *db, dlock_error *err);
 	/** A connected blocking socket, close-on-exec, by `deadline_ns`. */
@@ -91,6 +92,8 @@ extern const struct redis_transport dlock_redis_unix; /* redis+unix:///path */
 extern const struct redis_transport dlock_redis_tls;  /* rediss://host:port,... */
 extern const struct redis_transport dlock_redis_sentinel;     /* redis+sentinel://s1:port,.../MASTER */
 extern const struct redis_transport dlock_redis_sentinel_tls; /* rediss+sentinel://... */
+extern const struct redis_transport dlock_redis_cluster;      /* redis+cluster://seed1,seed2... */
+extern const struct redis_transport dlock_redis_cluster_tls;  /* rediss+cluster://... */
 
 /* ------------------------------------------------------------ TLS (redis_tls.c) */
 

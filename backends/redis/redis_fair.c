@@ -66,7 +66,8 @@ static size_t grant_key(struct redis_lock *lk)
 }
 
 /* The handoff script: release to the next waiter (or withdraw from the queue). */
-static enum redis_script_id handoff_script(struct redis_lock *lk, struct redis_args *a, int *nkeys)
+static enum redis_script_id handoff_script(const struct redis_client *c, struct redis_lock *lk, struct redis_args *a,
+                                           int *nkeys)
 {
 	*a = (struct redis_args){ 0 };
 	dlock_redis_argn(a, lk->key, lk->keylen);
@@ -76,6 +77,7 @@ static enum redis_script_id handoff_script(struct redis_lock *lk, struct redis_a
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_argn(a, lk->chan, lk->chanlen);
 	dlock_redis_argn(a, lk->grant, grant_key(lk));
+	dlock_redis_arg(a, c->publish);
 	*nkeys = 4;
 	return REDIS_SCRIPT_HANDOFF;
 }
@@ -84,7 +86,9 @@ static enum redis_script_id handoff_script(struct redis_lock *lk, struct redis_a
 struct fair_waiter {
 	char lease[24], fence_ttl[24], deadline[24], queue_ttl[24];
 	int64_t refresh_ms;
-	struct redis_conn *conn; /* from c->waits, or NULL */
+	struct redis_conn *conn; /* from `waits`, or NULL */
+	struct redis_pool *waits; /* the waits pool of the lock's server (a cluster: of its slot's master) */
+	int unreachable;         /* the last look could not reach the server at all */
 };
 
 static void fair_waiter_init(struct fair_waiter *fw, int64_t lease_ms, int wants_token)
@@ -100,6 +104,8 @@ static void fair_waiter_init(struct fair_waiter *fw, int64_t lease_ms, int wants
 	snprintf(fw->deadline, sizeof fw->deadline, "%" PRId64, FAIR_DEADLINE_REFRESHES * fw->refresh_ms);
 	snprintf(fw->queue_ttl, sizeof fw->queue_ttl, "%d", FAIR_QUEUE_TTL_MS);
 	fw->conn = NULL;
+	fw->waits = NULL;
+	fw->unreachable = 0;
 }
 
 /* The enqueue script's arguments; `then_blpop`: our BLPOP follows it in the same pipeline. */
@@ -126,16 +132,15 @@ static void enqueue_args(struct redis_lock *lk, const struct fair_waiter *fw, in
  * *pttl_ms (the holder's TTL; -1 none, -2 free, the earlier waiter due to
  * take it not granted), or an error.  Frees `r`.
  */
-static dlock_status enqueue_result(struct redis_client *c, redisReply *r, uint64_t *token, int *from_send,
-                                   int64_t *pttl_ms, dlock_error *err)
+static dlock_status enqueue_result(struct redis_client *c, const struct fair_waiter *fw, redisReply *r,
+                                   uint64_t *token, int *from_send, int64_t *pttl_ms, dlock_error *err)
 {
 	dlock_status st = DLOCK_EBUSY;
 	if (r->type == REDIS_REPLY_ERROR) {
-		st = dlock_redis_reply_error(r, &c->pools[0].ep, "acquire", err);
+		st = dlock_redis_reply_error(r, &fw->waits->ep, "acquire", err);
 	} else if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_INTEGER ||
 	           r->element[1]->type != REDIS_REPLY_INTEGER || r->element[2]->type != REDIS_REPLY_INTEGER) {
-		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to the enqueue script",
-		                     c->pools[0].ep.label);
+		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to the enqueue script", c->label);
 	} else if (r->element[0]->integer == 1) {
 		*token = (uint64_t)r->element[1]->integer;
 		*from_send = r->element[2]->integer == 1;
@@ -154,8 +159,8 @@ static dlock_status enqueue(struct redis_client *c, struct redis_lock *lk, const
 	struct redis_args a;
 	redisReply *r = NULL;
 	enqueue_args(lk, fw, 0, &a);
-	dlock_status st = dlock_redis_run_idempotent(c, REDIS_SCRIPT_ENQUEUE, 4, &a, "acquire", &r, err);
-	return st == DLOCK_OK ? enqueue_result(c, r, token, from_send, pttl_ms, err) : st;
+	dlock_status st = dlock_redis_run_idempotent(c, lk, REDIS_SCRIPT_ENQUEUE, 4, &a, "acquire", &r, err);
+	return st == DLOCK_OK ? enqueue_result(c, fw, r, token, from_send, pttl_ms, err) : st;
 }
 
 /* Leave the queue, and hand on the lock if a release granted it to us meanwhile. */
@@ -165,12 +170,12 @@ static void withdraw(struct redis_client *c, struct redis_lock *lk)
 	dlock_error ignored = { "" };
 	redisReply *r = NULL;
 	int nkeys;
-	enum redis_script_id id = handoff_script(lk, &a, &nkeys);
-	if (dlock_redis_run_idempotent(c, id, nkeys, &a, "withdraw", &r, &ignored) != DLOCK_OK)
+	enum redis_script_id id = handoff_script(c, lk, &a, &nkeys);
+	if (dlock_redis_run_idempotent(c, lk, id, nkeys, &a, "withdraw", &r, &ignored) != DLOCK_OK)
 		dlock_host_log(c->cfg.host, DLOCK_LOG_WARN,
 		               "redis %s: a waiter that gave up could not leave the queue (%s); it is dropped at its "
 		               "deadline, and a lock granted to it meanwhile stays until its lease runs out",
-		               c->pools[0].ep.label, ignored.msg);
+		               c->label, ignored.msg);
 	freeReplyObject(r);
 }
 
@@ -191,9 +196,9 @@ static void blpop_timeout(struct redis_client *c, int64_t ms, char out[32])
 }
 
 /* Close our own connection: a request may be pending on it. */
-static void drop_conn(struct redis_client *c, struct fair_waiter *fw)
+static void drop_conn(struct fair_waiter *fw)
 {
-	dlock_redis_pool_discard(&c->waits, fw->conn);
+	dlock_redis_pool_discard(fw->waits, fw->conn);
 	fw->conn = NULL;
 }
 
@@ -201,13 +206,19 @@ static void drop_conn(struct redis_client *c, struct fair_waiter *fw)
 static dlock_status conn_lost(struct redis_client *c, struct fair_waiter *fw, dlock_wait *w, dlock_error *err)
 {
 	dlock_status st = dlock_wait_cancelled(w) == DLOCK_ECANCELED ? DLOCK_ECANCELED
-	                                                              : dlock_redis_io_error(fw->conn, &c->waits.ep, err);
-	drop_conn(c, fw);
+	                                                              : dlock_redis_io_error(fw->conn, &fw->waits->ep, err);
+	drop_conn(fw);
+	dlock_redis_route_failed(c);
 	return st;
 }
 
-/* BLPOP's reply: DLOCK_OK with *token (granted), DLOCK_EBUSY (timed out, or a decimal timeout refused). */
-static dlock_status blpop_result(struct redis_client *c, redisReply *r, uint64_t *token, dlock_error *err)
+/*
+ * BLPOP's reply: DLOCK_OK with *token (granted), DLOCK_EBUSY (timed out, a
+ * decimal timeout refused, or the slot moved away under the blocked BLPOP:
+ * look again, at the slot's new master).
+ */
+static dlock_status blpop_result(struct redis_client *c, const struct fair_waiter *fw, redisReply *r,
+                                 uint64_t *token, dlock_error *err)
 {
 	dlock_status st = DLOCK_EBUSY;
 	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING) {
@@ -215,8 +226,8 @@ static dlock_status blpop_result(struct redis_client *c, redisReply *r, uint64_t
 		st = DLOCK_OK;
 	} else if (r->type == REDIS_REPLY_ERROR && strstr(r->str, "timeout")) {
 		atomic_store(&c->blpop_whole_seconds, 1); /* Redis < 6: "timeout is not an integer" */
-	} else if (r->type == REDIS_REPLY_ERROR) {
-		st = dlock_redis_reply_error(r, &c->waits.ep, "BLPOP", err);
+	} else if (r->type == REDIS_REPLY_ERROR && !dlock_redis_slot_elsewhere(c, r)) {
+		st = dlock_redis_reply_error(r, &fw->waits->ep, "BLPOP", err);
 	}
 	freeReplyObject(r);
 	return st;
@@ -247,18 +258,18 @@ static dlock_status enqueue_and_block(struct redis_client *c, struct redis_lock 
 		dlock_wait_set_interrupt(w, NULL, NULL);
 		return conn_lost(c, fw, w, err);
 	}
-	if (dlock_redis_is_error(reply, "NOSCRIPT")) {
+	if (dlock_redis_is_error(reply, "NOSCRIPT") || dlock_redis_slot_elsewhere(c, reply)) {
 		/* The server lost the script (restart, SCRIPT FLUSH): the pooled path runs it by EVAL,
-		 * which loads it again. */
+		 * which loads it again.  A cluster's slot moved: the pooled path follows it. */
 		freeReplyObject(reply);
 		dlock_wait_set_interrupt(w, NULL, NULL);
-		drop_conn(c, fw);
+		drop_conn(fw);
 		return enqueue(c, lk, fw, token, from_send, pttl_ms, err);
 	}
-	dlock_status st = enqueue_result(c, reply, token, from_send, pttl_ms, err);
+	dlock_status st = enqueue_result(c, fw, reply, token, from_send, pttl_ms, err);
 	if (st != DLOCK_OK && st != DLOCK_EBUSY) { /* the BLPOP would block for nothing */
 		dlock_wait_set_interrupt(w, NULL, NULL);
-		drop_conn(c, fw);
+		drop_conn(fw);
 		return st;
 	}
 	/* Blocks only while we are queued: a script that took the lock fed the BLPOP. */
@@ -270,7 +281,7 @@ static dlock_status enqueue_and_block(struct redis_client *c, struct redis_lock 
 		return st == DLOCK_OK ? st : lost;
 	}
 	uint64_t granted = 0;
-	dlock_status got = blpop_result(c, reply, &granted, err);
+	dlock_status got = blpop_result(c, fw, reply, &granted, err);
 	if (st != DLOCK_EBUSY)
 		return st;
 	if (got == DLOCK_OK) {
@@ -303,11 +314,24 @@ static dlock_status look(struct redis_client *c, struct redis_lock *lk, struct f
                          dlock_wait *w, uint64_t *token, int *from_send, int64_t *pttl_ms, dlock_error *err)
 {
 	dlock_error busy = { "" };
-	if (!fw->conn && dlock_redis_pool_try_get(&c->waits, &fw->conn, &busy) != DLOCK_OK)
+	struct redis_route rt;
+	fw->unreachable = 0;
+	dlock_status st = dlock_redis_route(c, lk, &rt, err);
+	if (st != DLOCK_OK) {
+		fw->unreachable = st == DLOCK_ECONNECT;
+		return st;
+	}
+	if (fw->conn && fw->waits != rt.waits) /* the slot moved to another master: block there */
+		dlock_redis_pool_put(fw->waits, fw->conn);
+	if (fw->waits != rt.waits)
+		fw->conn = NULL;
+	fw->waits = rt.waits;
+	if (!fw->conn && dlock_redis_pool_try_get(fw->waits, &fw->conn, &busy) != DLOCK_OK)
 		fw->conn = NULL;
 	if (fw->conn)
 		return enqueue_and_block(c, lk, fw, ms, w, token, from_send, pttl_ms, err);
-	dlock_status st = enqueue(c, lk, fw, token, from_send, pttl_ms, err);
+	st = enqueue(c, lk, fw, token, from_send, pttl_ms, err);
+	fw->unreachable = st == DLOCK_ECONNECT;
 	if (st != DLOCK_EBUSY)
 		return st;
 	st = dlock_wait_sleep(w, wait_ms(c, fw, *pttl_ms, w) * REDIS_NS_PER_MS);
@@ -323,7 +347,7 @@ static dlock_status fair_wait(struct redis_client *c, struct redis_lock *lk, int
 	if (st != DLOCK_OK)
 		return st;
 	/* The lease of a grant started after the last look that found us queued was sent. */
-	int64_t queued_sent = dlock_monotonic_ns(), holder_until_ns = -1;
+	int64_t queued_sent = dlock_monotonic_ns(), holder_until_ns = -1, backoff_ms = 0;
 	for (;;) {
 		uint64_t token = 0;
 		int from_send = 0;
@@ -339,13 +363,22 @@ static dlock_status fair_wait(struct redis_client *c, struct redis_lock *lk, int
 			queued_sent = sent;
 			holder_until_ns = pttl_ms >= 0 ? sent + pttl_ms * REDIS_NS_PER_MS : -1;
 			st = dlock_wait_remaining_ms(w) == 0 ? DLOCK_ETIMEDOUT : dlock_wait_cancelled(w);
-		} else if (st == DLOCK_ECONNECT && !fw.conn) {
+			backoff_ms = 0;
+		} else if (st == DLOCK_ECONNECT && !fw.unreachable) {
 			st = DLOCK_OK; /* our own connection broke: the next look says whether the server is there */
+		} else if (st == DLOCK_ECONNECT && c->cluster) {
+			/* The slot's master is failing over: its replica takes over within seconds.  Look
+			 * again after a backoff, until the deadline (the message stays the failure's). */
+			backoff_ms = backoff_ms ? (backoff_ms * 2 > FAIR_REFRESH_MAX_MS / 10 ? FAIR_REFRESH_MAX_MS / 10
+			                                                                     : backoff_ms * 2)
+			                        : 1;
+			dlock_status slept = dlock_wait_sleep(w, backoff_ms * REDIS_NS_PER_MS);
+			st = slept == DLOCK_ETIMEDOUT ? DLOCK_ECONNECT : slept;
 		}
 		if (st != DLOCK_OK)
 			break;
 	}
-	dlock_redis_pool_put(&c->waits, fw.conn);
+	dlock_redis_pool_put(fw.waits, fw.conn);
 	if (st == DLOCK_OK)
 		return st;
 	withdraw(c, lk);

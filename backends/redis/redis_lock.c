@@ -64,57 +64,28 @@ int64_t dlock_redis_fence_ttl_ms(int64_t lease_ms)
 #define NOT_A_SCRIPT REDIS_SCRIPT_COUNT
 
 /*
- * Run a script on a pooled connection, or the command `a` itself when id
- * is NOT_A_SCRIPT.  *maybe_ran tells whether the request may have reached
- * the server (a failure after that leaves its effect unknown).  Error
- * replies become statuses.
- *
- * With replicas=N (c->replicas > 0) and `wrote` given: when wrote(reply)
- * says the command wrote the lock, WAIT N replicas_timeout follows on the
- * same connection (WAIT counts the replicas that have that connection's
- * writes; it cannot run inside a script), and *acked is its answer (-1
- * when it could not be asked: the connection failed).
+ * Run a script on lk's server, or the command `a` itself when id is
+ * NOT_A_SCRIPT (dlock_redis_call: routed, redirections followed).  With
+ * replicas=N and `wrote` given: when wrote(reply) says the command wrote
+ * the lock, WAIT N replicas_timeout follows on the same connection (WAIT
+ * counts the replicas that have that connection's writes; it cannot run
+ * inside a script), and *acked is its answer (-1 when it could not be
+ * asked: the connection failed).
  */
-static dlock_status run_script_waiting(struct redis_client *c, enum redis_script_id id, int nkeys,
-                                       const struct redis_args *a, const char *what, int (*wrote)(const redisReply *),
-                                       long long *acked, redisReply **out, int *maybe_ran, dlock_error *err)
+static dlock_status run_script_waiting(struct redis_client *c, const struct redis_lock *lk, enum redis_script_id id,
+                                       int nkeys, const struct redis_args *a, const char *what,
+                                       int (*wrote)(const redisReply *), long long *acked, redisReply **out,
+                                       int *maybe_ran, dlock_error *err)
 {
-	struct redis_pool *p = &c->pools[0];
-	struct redis_conn *ctx = NULL;
-	*maybe_ran = 0;
-	dlock_status st = dlock_redis_pool_get(p, &ctx, err);
-	if (st != DLOCK_OK)
-		return st;
-	*maybe_ran = 1;
-	redisReply *r = id == NOT_A_SCRIPT ? dlock_redis_command(ctx, a)
-	                                   : dlock_redis_script_run(ctx, &c->scripts, id, nkeys, a);
-	if (!r)
-		st = dlock_redis_io_error(ctx, &p->ep, err);
-	if (r && r->type != REDIS_REPLY_ERROR && wrote && c->replicas > 0 && wrote(r)) {
-		struct redis_args wa = { 0 };
-		char n[24], ms[24];
-		dlock_redis_arg(&wa, "WAIT");
-		dlock_redis_argi(&wa, n, c->replicas);
-		dlock_redis_argi(&wa, ms, c->replicas_timeout_ms);
-		redisReply *w = dlock_redis_command(ctx, &wa);
-		*acked = w && w->type == REDIS_REPLY_INTEGER ? w->integer : -1;
-		freeReplyObject(w);
-	}
-	dlock_redis_pool_put(p, ctx);
-	if (r && r->type == REDIS_REPLY_ERROR) {
-		st = dlock_redis_reply_error(r, &p->ep, what, err);
-		freeReplyObject(r);
-		r = NULL;
-	}
-	*out = r;
-	return st;
+	struct redis_call call = { .id = id, .nkeys = nkeys, .a = a, .what = what, .wrote = wrote };
+	return dlock_redis_call(c, lk, &call, acked, out, maybe_ran, err);
 }
 
-static dlock_status run_script(struct redis_client *c, enum redis_script_id id, int nkeys,
-                               const struct redis_args *a, const char *what, redisReply **out, int *maybe_ran,
-                               dlock_error *err)
+static dlock_status run_script(struct redis_client *c, const struct redis_lock *lk, enum redis_script_id id,
+                               int nkeys, const struct redis_args *a, const char *what, redisReply **out,
+                               int *maybe_ran, dlock_error *err)
 {
-	return run_script_waiting(c, id, nkeys, a, what, NULL, NULL, out, maybe_ran, err);
+	return run_script_waiting(c, lk, id, nkeys, a, what, NULL, NULL, out, maybe_ran, err);
 }
 
 /* Did the reply say the lock was written?  (SET NX: OK; the acquire script: {1, token}; extend: 1.) */
@@ -139,22 +110,22 @@ static dlock_status too_few_replicas(struct redis_client *c, long long acked, dl
                                      dlock_error *err)
 {
 	if (acked < 0)
-		return dlock_error_set(err, st, "redis %s: %s: WAIT for replicas got no answer (replicas=%d)",
-		                       c->pools[0].ep.label, what, c->replicas);
+		return dlock_error_set(err, st, "redis %s: %s: WAIT for replicas got no answer (replicas=%d)", c->label,
+		                       what, c->replicas);
 	return dlock_error_set(err, st, "redis %s: %s: %lld of %d replicas confirmed the lock within %lld ms (replicas=%d)",
-	                       c->pools[0].ep.label, what, acked, c->replicas, (long long)c->replicas_timeout_ms,
+	                       c->label, what, acked, c->replicas, (long long)c->replicas_timeout_ms,
 	                       c->replicas);
 }
 
 /* A script whose effect does not change when it runs twice: one more try after a connection failure. */
-dlock_status dlock_redis_run_idempotent(struct redis_client *c, enum redis_script_id id, int nkeys,
-                                        const struct redis_args *a, const char *what, redisReply **out,
+dlock_status dlock_redis_run_idempotent(struct redis_client *c, const struct redis_lock *lk, enum redis_script_id id,
+                                        int nkeys, const struct redis_args *a, const char *what, redisReply **out,
                                         dlock_error *err)
 {
 	int maybe_ran;
-	dlock_status st = run_script(c, id, nkeys, a, what, out, &maybe_ran, err);
+	dlock_status st = run_script(c, lk, id, nkeys, a, what, out, &maybe_ran, err);
 	if (st == DLOCK_ECONNECT && maybe_ran)
-		st = run_script(c, id, nkeys, a, what, out, &maybe_ran, err);
+		st = run_script(c, lk, id, nkeys, a, what, out, &maybe_ran, err);
 	return st;
 }
 
@@ -164,16 +135,18 @@ static dlock_status release_args_run(struct redis_client *c, struct redis_lock *
 {
 	struct redis_args a = { 0 };
 	int nkeys = 0;
-	enum redis_script_id id = c->algo->release_script(lk, &a, &nkeys);
-	return dlock_redis_run_idempotent(c, id, nkeys, &a, "release", out, err);
+	enum redis_script_id id = c->algo->release_script(c, lk, &a, &nkeys);
+	return dlock_redis_run_idempotent(c, lk, id, nkeys, &a, "release", out, err);
 }
 
 /* The single instance's release: delete the key if ours and publish on the lock's channel. */
-static enum redis_script_id single_release_script(struct redis_lock *lk, struct redis_args *a, int *nkeys)
+static enum redis_script_id single_release_script(const struct redis_client *c, struct redis_lock *lk,
+                                                  struct redis_args *a, int *nkeys)
 {
 	dlock_redis_argn(a, lk->key, lk->keylen);
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_argn(a, lk->chan, lk->chanlen);
+	dlock_redis_arg(a, c->publish);
 	*nkeys = 1;
 	return REDIS_SCRIPT_RELEASE;
 }
@@ -193,7 +166,7 @@ static void undo_attempt(struct redis_client *c, struct redis_lock *lk)
 		dlock_host_log(c->cfg.host, DLOCK_LOG_WARN,
 		               "redis %s: an acquire whose reply was lost could not be undone (%s); "
 		               "if it succeeded, the key stays until its TTL",
-		               c->pools[0].ep.label, ignored.msg);
+		               c->label, ignored.msg);
 	freeReplyObject(r);
 }
 
@@ -221,7 +194,7 @@ static dlock_status try_set(struct redis_client *c, struct redis_lock *lk, int64
 		return st;
 	int64_t sent = dlock_monotonic_ns();
 	long long acked = c->replicas;
-	st = run_script_waiting(c, NOT_A_SCRIPT, 0, &a, "acquire", set_wrote, &acked, &r, &maybe_ran, err);
+	st = run_script_waiting(c, lk, NOT_A_SCRIPT, 0, &a, "acquire", set_wrote, &acked, &r, &maybe_ran, err);
 	if (st == DLOCK_OK && r && r->type == REDIS_REPLY_STATUS && acked < c->replicas) {
 		st = too_few_replicas(c, acked, DLOCK_ECONNECT, "acquire (undone)", err);
 		freeReplyObject(r);
@@ -242,7 +215,7 @@ static dlock_status try_set(struct redis_client *c, struct redis_lock *lk, int64
 			dlock_redis_arg(&q, "PTTL");
 			dlock_redis_argn(&q, lk->key, lk->keylen);
 			/* -2: released meanwhile, try again at once; -1: no expiry (unknown) */
-			if (run_script(c, NOT_A_SCRIPT, 0, &q, "acquire", &r, &maybe_ran, err) == DLOCK_OK && r &&
+			if (run_script(c, lk, NOT_A_SCRIPT, 0, &q, "acquire", &r, &maybe_ran, err) == DLOCK_OK && r &&
 			    r->type == REDIS_REPLY_INTEGER)
 				*pttl_ms = r->integer == -2 ? 0 : r->integer;
 			freeReplyObject(r);
@@ -250,7 +223,7 @@ static dlock_status try_set(struct redis_client *c, struct redis_lock *lk, int64
 		return DLOCK_EBUSY;
 	}
 	if (st == DLOCK_OK)
-		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to SET", c->pools[0].ep.label);
+		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to SET", c->label);
 	freeReplyObject(r);
 	if (maybe_ran)
 		undo_attempt(c, lk);
@@ -277,7 +250,8 @@ static dlock_status try_acquire(struct redis_client *c, struct redis_lock *lk, i
 
 	int64_t sent = dlock_monotonic_ns();
 	long long acked = c->replicas;
-	st = run_script_waiting(c, REDIS_SCRIPT_ACQUIRE, 2, &a, "acquire", acquire_wrote, &acked, &r, &maybe_ran, err);
+	st = run_script_waiting(c, lk, REDIS_SCRIPT_ACQUIRE, 2, &a, "acquire", acquire_wrote, &acked, &r, &maybe_ran,
+	                        err);
 	if (st != DLOCK_OK)
 		goto fail;
 	if (acked < c->replicas) { /* ours on the primary only: undone, as a lost reply would be */
@@ -285,8 +259,7 @@ static dlock_status try_acquire(struct redis_client *c, struct redis_lock *lk, i
 		goto fail;
 	}
 	if (!is_int_pair(r)) {
-		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to the acquire script",
-		                     c->pools[0].ep.label);
+		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to the acquire script", c->label);
 		goto fail;
 	}
 	if (r->element[0]->integer != 1) {
@@ -309,10 +282,9 @@ fail:
 dlock_status dlock_redis_wait_failed(struct redis_client *c, dlock_status st, dlock_error *err)
 {
 	if (st == DLOCK_ETIMEDOUT || st == DLOCK_EBUSY)
-		return dlock_error_set(err, DLOCK_EBUSY, "redis %s: the lock is held by another owner",
-		                       c->pools[0].ep.label);
+		return dlock_error_set(err, DLOCK_EBUSY, "redis %s: the lock is held by another owner", c->label);
 	if (st == DLOCK_ECANCELED)
-		return dlock_error_set(err, st, "redis %s: acquire cancelled", c->pools[0].ep.label);
+		return dlock_error_set(err, st, "redis %s: acquire cancelled", c->label);
 	return st;
 }
 
@@ -340,19 +312,32 @@ static dlock_status single_try_acquire(struct redis_client *c, struct redis_lock
 {
 	int64_t pttl_ms = -1;
 	dlock_status st = dlock_redis_attempt(c, lk, lease_ms, w, 0, out, &pttl_ms, err);
+	if (st == DLOCK_ECONNECT && c->cluster)
+		retry->transient = 1; /* a master failing over: its replica takes the slot within seconds */
 	if (st != DLOCK_EBUSY || dlock_wait_try_once(w))
 		return st == DLOCK_EBUSY ? dlock_redis_wait_failed(c, st, err) : st;
-	enum redis_watch_state s;
-	if (!lk->watching) {
+	/* The channel's subscriber: in a cluster, that of the node serving the slot now, which a
+	 * migration or a failover changes between two attempts. */
+	struct redis_route rt;
+	dlock_error ignored = { "" };
+	struct redis_sub *sub = dlock_redis_route(c, lk, &rt, &ignored) == DLOCK_OK ? dlock_redis_route_sub(c, &rt)
+	                                                                            : lk->watch_sub;
+	if (lk->watching && sub != lk->watch_sub) {
+		dlock_redis_sub_unwatch(lk->watch_sub, &lk->watch);
+		lk->watching = 0;
+	}
+	enum redis_watch_state s = REDIS_WATCH_POLL;
+	retry->armed = 1; /* from now on disarm() unwatches (a no-op when nothing is watched) */
+	if (!lk->watching && sub) {
 		lk->watching = 1;
-		s = dlock_redis_sub_watch(c->sub, &lk->watch, lk->chan, lk->chanlen, w);
-		retry->armed = 1; /* from now on disarm() unwatches */
+		lk->watch_sub = sub;
+		s = dlock_redis_sub_watch(sub, &lk->watch, lk->chan, lk->chanlen, w);
 		if (s == REDIS_WATCH_ACTIVE) { /* subscribed already: a release since the try was not seen by us */
 			retry->after_ms = 0;
 			return dlock_redis_wait_failed(c, st, err);
 		}
-	} else {
-		s = dlock_redis_sub_state(c->sub, &lk->watch);
+	} else if (lk->watching) {
+		s = dlock_redis_sub_state(lk->watch_sub, &lk->watch);
 	}
 	retry->armed = s != REDIS_WATCH_POLL;
 	retry->after_ms = pttl_ms >= 0 ? pttl_ms + 1 : NO_TTL_RECHECK_MS;
@@ -361,8 +346,9 @@ static dlock_status single_try_acquire(struct redis_client *c, struct redis_lock
 
 static void single_disarm(struct redis_client *c, struct redis_lock *lk)
 {
+	(void)c;
 	if (lk->watching)
-		dlock_redis_sub_unwatch(c->sub, &lk->watch);
+		dlock_redis_sub_unwatch(lk->watch_sub, &lk->watch);
 	lk->watching = 0;
 }
 
@@ -372,10 +358,10 @@ static dlock_status owner_only_result(struct redis_client *c, redisReply *r, con
 {
 	dlock_status st = DLOCK_OK;
 	if (r->type != REDIS_REPLY_INTEGER)
-		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to %s", c->pools[0].ep.label, what);
+		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to %s", c->label, what);
 	else if (r->integer < 1) /* 1, or 2 for a release that granted the lock to a waiter */
 		st = dlock_error_set(err, DLOCK_ENOTHELD, "redis %s: %s: the lock is no longer ours (expired or taken)",
-		                     c->pools[0].ep.label, what);
+		                     c->label, what);
 	freeReplyObject(r);
 	return st;
 }
@@ -405,7 +391,7 @@ dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, i
 	dlock_redis_argi(&a, lease, lease_ms);
 	long long acked = c->replicas;
 	int maybe_ran;
-	dlock_status st = run_script_waiting(c, REDIS_SCRIPT_EXTEND, 1, &a, "extend", extend_wrote, &acked, &r,
+	dlock_status st = run_script_waiting(c, lk, REDIS_SCRIPT_EXTEND, 1, &a, "extend", extend_wrote, &acked, &r,
 	                                     &maybe_ran, err);
 	/* Extending twice is extending once: one more try when the connection failed after sending, or
 	 * before WAIT answered (a failover kills the old master's clients mid-renewal). */
@@ -413,7 +399,7 @@ dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, i
 		freeReplyObject(r);
 		r = NULL;
 		acked = c->replicas;
-		st = run_script_waiting(c, REDIS_SCRIPT_EXTEND, 1, &a, "extend", extend_wrote, &acked, &r, &maybe_ran,
+		st = run_script_waiting(c, lk, REDIS_SCRIPT_EXTEND, 1, &a, "extend", extend_wrote, &acked, &r, &maybe_ran,
 		                        err);
 	}
 	if (st == DLOCK_OK)
@@ -439,22 +425,15 @@ static dlock_status uncertain(dlock_error *err)
 
 dlock_status dlock_redis_check(struct redis_client *c, struct redis_lock *lk, dlock_error *err)
 {
-	struct redis_pool *p = &c->pools[0];
-	struct redis_conn *ctx = NULL;
-	const char *argv[2] = { "GET", lk->key };
-	size_t len[2] = { 3, lk->keylen };
-	dlock_status st = dlock_redis_pool_get(p, &ctx, err);
-	if (st != DLOCK_OK)
-		return uncertain(err);
-	redisReply *r = dlock_redis_command_argv(ctx, 2, argv, len);
-	if (!r)
-		st = dlock_redis_io_error(ctx, &p->ep, err);
-	else if (r->type == REDIS_REPLY_ERROR)
-		st = dlock_redis_reply_error(r, &p->ep, "check", err);
-	else if (r->type != REDIS_REPLY_STRING || strcmp(r->str, lk->owner) != 0)
+	struct redis_args a = { 0 };
+	redisReply *r = NULL;
+	int maybe_ran;
+	dlock_redis_arg(&a, "GET");
+	dlock_redis_argn(&a, lk->key, lk->keylen);
+	dlock_status st = run_script(c, lk, NOT_A_SCRIPT, 0, &a, "check", &r, &maybe_ran, err);
+	if (st == DLOCK_OK && (r->type != REDIS_REPLY_STRING || strcmp(r->str, lk->owner) != 0))
 		st = dlock_error_set(err, DLOCK_ENOTHELD, "redis %s: the lock is no longer ours (expired or taken)",
-		                     p->ep.label);
-	dlock_redis_pool_put(p, ctx);
+		                     c->label);
 	freeReplyObject(r);
 	return st == DLOCK_OK || st == DLOCK_ENOTHELD ? st : uncertain(err);
 }

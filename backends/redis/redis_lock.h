@@ -10,6 +10,9 @@
  *   redlock.c          algorithm "redlock": several independent instances, majority
  *   redis_lock.c       algorithm "single": one instance; also the lock values and
  *                      attempts that fair builds on
+ *   redis_route.c      where a lock's commands go (the one instance, or the cluster's master
+ *                      of its slot) and one command sent there, redirections followed
+ *   redis_cluster.c    redis+cluster: the nodes, the slot map, MOVED and ASK
  *   redis_sub.c        the subscriber thread that turns release messages into wake-ups
  *   redis_sentinel.c   redis+sentinel: the master's address, asked of the sentinels at each connect
  *   redis_scripts.c    the Lua scripts, SCRIPT LOAD, EVALSHA with EVAL fallback
@@ -46,6 +49,7 @@
 
 #include <stdatomic.h>
 
+#include "redis_cluster.h"
 #include "redis_conn.h"
 #include "redis_scripts.h"
 #include "redis_sub.h"
@@ -62,12 +66,15 @@ struct redis_client {
 	struct redis_cfg cfg;
 	struct redis_tls *tls;    /* rediss: the TLS settings (cfg.tls), owned */
 	struct redis_sentinel *sentinel; /* redis+sentinel: the sentinels behind pools[0]'s endpoint, owned */
+	struct redis_cluster *cluster; /* redis+cluster: the nodes and the slot map, owned; no pools then */
+	const char *label;        /* the server(s) in messages: pools[0]'s label, or "cluster SEED" */
+	const char *publish;      /* how a release wakes the waiters: PUBLISH, or SPUBLISH in a cluster */
 	const struct redis_algorithm *algo; /* the lock algorithm, chosen at open */
-	size_t npools;            /* 1: one instance; more: RedLock over independent instances */
+	size_t npools;            /* 1: one instance; more: RedLock over independent instances; 0: a cluster */
 	struct redis_pool *pools;
 	size_t quorum;            /* npools / 2 + 1 */
 	struct redis_scripts scripts;
-	struct redis_sub *sub;    /* one instance only */
+	struct redis_sub *sub;    /* one instance only (a cluster has one per master) */
 	int fair;                 /* fair=1: waiters queue in Redis and a release grants the first */
 	struct redis_pool waits;  /* fair=1: connections that block in BLPOP until a release grants the lock */
 	atomic_int blpop_whole_seconds; /* the server wants BLPOP's timeout in whole seconds (Redis < 6) */
@@ -83,8 +90,10 @@ struct redis_lock {
 	char *grant;            /* PREFIX:{D}:grant: then, with fair=1, the owner value (redis_fair.c) */
 	size_t keylen, fencelen, queuelen, waiterslen, chanlen, grantlen; /* grantlen: without the owner */
 	char owner[REDIS_OWNER_HEX]; /* this acquisition's owner value, "" when none */
+	unsigned slot;          /* the keys' hash slot (a cluster routes by it) */
 	int handed_off;         /* fair=1: our last release granted the lock to a queued waiter */
 	struct redis_watch watch; /* the channel's watch while `watching`: an acquisition's armed wake-up */
+	struct redis_sub *watch_sub; /* the subscriber that holds `watch` */
 	int watching;
 };
 
@@ -109,12 +118,53 @@ struct redis_algorithm {
 	dlock_status (*check)(struct redis_client *c, struct redis_lock *lk, dlock_error *err);
 	/** The owner-only release script for lk->owner into `a`, its number of keys into *nkeys (single
 	 *  servers: also how an attempt whose reply was lost is undone). */
-	enum redis_script_id (*release_script)(struct redis_lock *lk, struct redis_args *a, int *nkeys);
+	enum redis_script_id (*release_script)(const struct redis_client *c, struct redis_lock *lk, struct redis_args *a,
+	                                       int *nkeys);
 };
 
 extern const struct redis_algorithm dlock_redis_single;  /* redis_lock.c */
 extern const struct redis_algorithm dlock_redis_redlock; /* redlock.c */
 extern const struct redis_algorithm dlock_redis_fair;    /* redis_fair.c */
+
+/* ------------------------------------------------------------ redis_route.c: where a lock's commands go */
+
+/* The server that holds a lock's keys: the client's one instance, or the cluster's master of its slot. */
+struct redis_route {
+	struct redis_pool *pool;  /* commands */
+	struct redis_pool *waits; /* fair=1: connections blocked in BLPOP */
+	struct redis_sub *sub;    /* one instance: the client's subscriber */
+	struct redis_node *node;  /* a cluster: the node (its subscriber is made on first use); else NULL */
+};
+
+/** Where lk's commands go now (a cluster may ask for its map first: DLOCK_ECONNECT when it cannot). */
+dlock_status dlock_redis_route(struct redis_client *c, const struct redis_lock *lk, struct redis_route *rt,
+                               dlock_error *err);
+/** The subscriber for the channel of a lock routed to `rt` (NULL: none can be made, poll). */
+struct redis_sub *dlock_redis_route_sub(struct redis_client *c, const struct redis_route *rt);
+/** 1 when error reply `r` says the lock's slot is served elsewhere or not now (MOVED, ASK, TRYAGAIN,
+ *  CLUSTERDOWN); a cluster's map is then looked at again before the next command. */
+int dlock_redis_slot_elsewhere(struct redis_client *c, const redisReply *r);
+/** A connection to the lock's server failed: a cluster looks at its map again before the next command. */
+void dlock_redis_route_failed(struct redis_client *c);
+
+/* One command, or one script, for a lock. */
+struct redis_call {
+	enum redis_script_id id;  /* REDIS_SCRIPT_COUNT: the command `a` itself */
+	int nkeys;                /* a script's keys, first in `a` */
+	const struct redis_args *a;
+	const char *what;         /* for messages: "acquire", "release"... */
+	int (*wrote)(const redisReply *r); /* replicas=N: WAIT after a reply for which this says 1; or NULL */
+};
+
+/**
+ * Send `call` to lk's server and read its reply into *out, following a
+ * cluster's redirections.  *maybe_ran: the request may have reached a
+ * server (a failure after that leaves its effect unknown).  With
+ * `call->wrote` and replicas=N, *acked is WAIT's answer on the same
+ * connection (-1: none).  Error replies become statuses and messages.
+ */
+dlock_status dlock_redis_call(struct redis_client *c, const struct redis_lock *lk, const struct redis_call *call,
+                              long long *acked, redisReply **out, int *maybe_ran, dlock_error *err);
 
 /* ------------------------------------------------------------ redis_lock.c: lock values, one instance */
 
@@ -126,8 +176,8 @@ dlock_status dlock_redis_set_nx(struct redis_lock *lk, int64_t lease_ms, char le
 /** The fencing counter's expiry for acquisitions of `lease_ms`: far longer than any lease. */
 int64_t dlock_redis_fence_ttl_ms(int64_t lease_ms);
 /** Run script `id` (one retry when the connection failed after sending).  Error replies become statuses. */
-dlock_status dlock_redis_run_idempotent(struct redis_client *c, enum redis_script_id id, int nkeys,
-                                        const struct redis_args *a, const char *what, redisReply **out,
+dlock_status dlock_redis_run_idempotent(struct redis_client *c, const struct redis_lock *lk, enum redis_script_id id,
+                                        int nkeys, const struct redis_args *a, const char *what, redisReply **out,
                                         dlock_error *err);
 /** The status and message of a wait that did not end with the lock. */
 dlock_status dlock_redis_wait_failed(struct redis_client *c, dlock_status st, dlock_error *err);

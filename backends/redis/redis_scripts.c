@@ -53,13 +53,15 @@ static const char acquire_lua[] =
 
 /*
  * Owner-only delete; the message wakes the waiters subscribed to the lock.
- * pcall: an ACL user without channels may not PUBLISH, and that must not
+ * ARGV[3] is how: PUBLISH, or SPUBLISH in a cluster (only the node that
+ * serves the channel's slot hears it, where a PUBLISH goes to every node).
+ * pcall: an ACL user without channels may not publish, and that must not
  * turn a release that happened into an error (its waiters poll anyway).
  */
 static const char release_lua[] =
 	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
 	"  redis.call('DEL', KEYS[1])\n"
-	"  redis.pcall('PUBLISH', ARGV[2], '1')\n"
+	"  redis.pcall(ARGV[3], ARGV[2], '1')\n"
 	"  return 1\n"
 	"end\n"
 	"return 0\n";
@@ -173,7 +175,8 @@ static const char enqueue_lua[] =
  * fair=1: release the lock to the first live waiter, or withdraw a waiter
  * that gives up (and hand on the lock if a release granted it meanwhile).
  * ARGV owner, channel, the owner's own grant key (dropped on withdrawal;
- * the holder's was consumed, or expires with its lease) -> 2 granted to a
+ * the holder's was consumed, or expires with its lease), the publish
+ * command (as the release script's) -> 2 granted to a
  * waiter | 1 released | 0 not the holder.  A waiter that withdraws while
  * the lock is free (its holder's lease ran out) grants it to the next live
  * waiter, who would otherwise wait for its own next look.  With nobody to
@@ -191,7 +194,7 @@ static const char handoff_lua[] =
 	"end\n"
 	"if grant_first_live() then return 2 end\n"
 	"redis.call('DEL', KEYS[1])\n"
-	"redis.pcall('PUBLISH', ARGV[2], '1')\n"
+	"redis.pcall(ARGV[4], ARGV[2], '1')\n"
 	"return 1\n";
 
 static const char *const bodies[REDIS_SCRIPT_COUNT] = {

@@ -11,7 +11,7 @@
 
 enum redis_script_id {
 	REDIS_SCRIPT_ACQUIRE, /* KEYS lock, fence; ARGV owner, lease ms, fence ttl ms -> {1, token} | {0, pttl} */
-	REDIS_SCRIPT_RELEASE, /* KEYS lock; ARGV owner, channel -> 1 released | 0 not ours */
+	REDIS_SCRIPT_RELEASE, /* KEYS lock; ARGV owner, channel, PUBLISH|SPUBLISH -> 1 released | 0 not ours */
 	REDIS_SCRIPT_EXTEND,  /* KEYS lock; ARGV owner, lease ms -> 1 extended | 0 not ours */
 	REDIS_SCRIPT_ENQUEUE, /* fair=1, KEYS lock, queue, waiters, fence: wait in the queue (see the script) */
 	REDIS_SCRIPT_HANDOFF, /* fair=1, same KEYS: release to the next waiter, or withdraw from the queue */

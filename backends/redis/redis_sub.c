@@ -26,6 +26,14 @@
  * name that is contended again and again is not subscribed anew each time.
  * A SUBSCRIBE the server refuses (Redis 7 ACL users have no channels by
  * default) switches the client to polling for good, said once in the log.
+ *
+ * Sharded (a Redis Cluster node, redis_cluster.c): SSUBSCRIBE and
+ * SUNSUBSCRIBE, whose messages reach only the node serving the channel's
+ * slot (a classic PUBLISH is sent to every node of the cluster).  When the
+ * slot moves away the server unsubscribes us by itself, or answers a
+ * SSUBSCRIBE with a redirection: the channel is then "moved", its
+ * watchers are woken and poll, and the owner is told (`moved`), so that
+ * the next attempt looks up the slot's node again and watches there.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -41,7 +49,13 @@
 #define RECONNECT_MIN_MS 50
 #define RECONNECT_MAX_MS 2000
 
-enum chan_state { CHAN_PENDING, CHAN_SUBSCRIBING, CHAN_ACTIVE, CHAN_UNSUBSCRIBING };
+enum chan_state {
+	CHAN_PENDING,       /* to subscribe */
+	CHAN_SUBSCRIBING,   /* SUBSCRIBE sent */
+	CHAN_ACTIVE,        /* confirmed */
+	CHAN_UNSUBSCRIBING, /* UNSUBSCRIBE sent */
+	CHAN_MOVED          /* sharded: its slot is served elsewhere; watchers poll */
+};
 
 struct redis_chan {
 	struct redis_chan *next;
@@ -65,11 +79,17 @@ struct redis_sub {
 	pthread_t thread;
 	struct redis_endpoint ep;
 	const struct redis_cfg *cfg;
+	int sharded;             /* SSUBSCRIBE on a cluster node */
+	const char *subscribe, *unsubscribe; /* the commands, and (lowercase) their confirmations */
+	const char *subscribed, *unsubscribed, *message;
+	void (*moved)(void *arg); /* sharded: a channel's slot is served elsewhere */
+	void *moved_arg;
 
 	/* Used by the thread only. */
 	struct redis_conn *ctx;
 	int64_t retry_at_ns, backoff_ms;
 	int logged_down;
+	int moved_pending;       /* a channel moved: tell `moved` once the mutex is released */
 };
 
 /* ------------------------------------------------------------ channels */
@@ -105,7 +125,7 @@ static void chan_remove_locked(struct redis_sub *s, struct redis_chan *ch)
 
 static enum redis_watch_state state_locked(const struct redis_sub *s, const struct redis_chan *ch)
 {
-	if (!ch || s->refused || s->degraded || s->start_failed)
+	if (!ch || s->refused || s->degraded || s->start_failed || ch->state == CHAN_MOVED)
 		return REDIS_WATCH_POLL;
 	return ch->state == CHAN_ACTIVE ? REDIS_WATCH_ACTIVE : REDIS_WATCH_PENDING;
 }
@@ -139,7 +159,7 @@ static void drop_connection_locked(struct redis_sub *s)
 		next = ch->next;
 		if (ch->refs == 0)
 			chan_remove_locked(s, ch);
-		else
+		else if (ch->state != CHAN_MOVED)
 			ch->state = CHAN_PENDING;
 	}
 	s->retry_at_ns = 0;
@@ -208,12 +228,12 @@ static void queue_commands_locked(struct redis_sub *s, int *timeout_ms)
 	for (struct redis_chan *ch = s->chans, *next; ch; ch = next) {
 		next = ch->next;
 		int64_t idle_ms = (now - ch->idle_since_ns) / REDIS_NS_PER_MS;
-		if (ch->refs == 0 && ch->state == CHAN_PENDING) {
+		if (ch->refs == 0 && (ch->state == CHAN_PENDING || ch->state == CHAN_MOVED)) {
 			chan_remove_locked(s, ch);
 		} else if (ch->state == CHAN_PENDING) {
-			append_locked(s, "SUBSCRIBE", ch, CHAN_SUBSCRIBING);
+			append_locked(s, s->subscribe, ch, CHAN_SUBSCRIBING);
 		} else if (ch->refs == 0 && ch->state == CHAN_ACTIVE && idle_ms >= LINGER_MS) {
-			append_locked(s, "UNSUBSCRIBE", ch, CHAN_UNSUBSCRIBING);
+			append_locked(s, s->unsubscribe, ch, CHAN_UNSUBSCRIBING);
 		} else if (ch->refs == 0 && ch->state == CHAN_ACTIVE) {
 			int left = (int)(LINGER_MS - idle_ms) + 1;
 			if (*timeout_ms < 0 || left < *timeout_ms)
@@ -234,8 +254,40 @@ static void on_refused_locked(struct redis_sub *s, const redisReply *r)
 	drop_connection_locked(s);
 }
 
+/* 1 for an error reply that says a slot is served elsewhere (or nowhere) for now. */
+static int is_redirection(const redisReply *r)
+{
+	return dlock_redis_is_error(r, "MOVED") || dlock_redis_is_error(r, "ASK") ||
+	       dlock_redis_is_error(r, "TRYAGAIN") || dlock_redis_is_error(r, "CLUSTERDOWN");
+}
+
+/* A channel's slot is served elsewhere: its watchers poll until their next attempt finds the new node. */
+static void chan_moved_locked(struct redis_sub *s, struct redis_chan *ch)
+{
+	ch->state = CHAN_MOVED;
+	wake_chan_locked(ch);
+	s->moved_pending = 1;
+}
+
+/*
+ * A sharded SSUBSCRIBE answered with a redirection.  RESP2 does not say
+ * which channel it was for: every channel still waiting for its
+ * confirmation is marked moved; those whose confirmation follows (replies
+ * come in order) become active again when it arrives.
+ */
+static void on_redirected_locked(struct redis_sub *s)
+{
+	for (struct redis_chan *ch = s->chans; ch; ch = ch->next)
+		if (ch->state == CHAN_SUBSCRIBING)
+			chan_moved_locked(s, ch);
+}
+
 static void on_reply_locked(struct redis_sub *s, const redisReply *r)
 {
+	if (r->type == REDIS_REPLY_ERROR && s->sharded && is_redirection(r)) {
+		on_redirected_locked(s);
+		return;
+	}
 	if (r->type == REDIS_REPLY_ERROR) {
 		on_refused_locked(s, r);
 		return;
@@ -247,17 +299,19 @@ static void on_reply_locked(struct redis_sub *s, const redisReply *r)
 	struct redis_chan *ch = chan_find_locked(s, r->element[1]->str, (size_t)r->element[1]->len);
 	if (!ch)
 		return;
-	if (strcmp(kind, "message") == 0) {
+	if (strcmp(kind, s->message) == 0) {
 		wake_chan_locked(ch);
-	} else if (strcmp(kind, "subscribe") == 0 && ch->state == CHAN_SUBSCRIBING) {
+	} else if (strcmp(kind, s->subscribed) == 0 && (ch->state == CHAN_SUBSCRIBING || ch->state == CHAN_MOVED)) {
 		ch->state = CHAN_ACTIVE;
 		ch->idle_since_ns = dlock_monotonic_ns();
 		wake_chan_locked(ch);
-	} else if (strcmp(kind, "unsubscribe") == 0 && ch->state == CHAN_UNSUBSCRIBING) {
+	} else if (strcmp(kind, s->unsubscribed) == 0 && ch->state == CHAN_UNSUBSCRIBING) {
 		if (ch->refs > 0)
 			ch->state = CHAN_PENDING; /* watched again meanwhile: subscribe anew */
 		else
 			chan_remove_locked(s, ch);
+	} else if (strcmp(kind, s->unsubscribed) == 0 && s->sharded && ch->state == CHAN_ACTIVE) {
+		chan_moved_locked(s, ch); /* not asked for: the server says the slot moved away */
 	}
 }
 
@@ -274,9 +328,12 @@ static int read_replies(struct redis_sub *s)
 			return 0;
 		pthread_mutex_lock(&s->mu);
 		on_reply_locked(s, reply);
-		int gone = s->ctx == NULL;
+		int gone = s->ctx == NULL, moved = s->moved_pending;
+		s->moved_pending = 0;
 		pthread_mutex_unlock(&s->mu);
 		freeReplyObject(reply);
+		if (moved && s->moved)
+			s->moved(s->moved_arg);
 		if (gone)
 			return 0;
 	}
@@ -354,7 +411,8 @@ static int ensure_thread_locked(struct redis_sub *s)
 /* ------------------------------------------------------------ API */
 
 dlock_status dlock_redis_sub_new(struct redis_sub **out, const struct redis_endpoint *ep,
-                                 const struct redis_cfg *cfg, dlock_error *err)
+                                 const struct redis_cfg *cfg, int sharded, void (*moved)(void *arg),
+                                 void *moved_arg, dlock_error *err)
 {
 	struct redis_sub *s = calloc(1, sizeof *s);
 	if (!s)
@@ -366,6 +424,14 @@ dlock_status dlock_redis_sub_new(struct redis_sub **out, const struct redis_endp
 	pthread_mutex_init(&s->mu, NULL);
 	s->ep = *ep;
 	s->cfg = cfg;
+	s->sharded = sharded;
+	s->subscribe = sharded ? "SSUBSCRIBE" : "SUBSCRIBE";
+	s->unsubscribe = sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE";
+	s->subscribed = sharded ? "ssubscribe" : "subscribe";
+	s->unsubscribed = sharded ? "sunsubscribe" : "unsubscribe";
+	s->message = sharded ? "smessage" : "message";
+	s->moved = moved;
+	s->moved_arg = moved_arg;
 	s->backoff_ms = RECONNECT_MIN_MS;
 	*out = s;
 	return DLOCK_OK;
@@ -407,6 +473,8 @@ enum redis_watch_state dlock_redis_sub_watch(struct redis_sub *s, struct redis_w
 		ch->next = s->chans;
 		s->chans = ch;
 	}
+	if (ch && ch->state == CHAN_MOVED)
+		ch->state = CHAN_PENDING; /* looked up anew by the caller: try this node again */
 	if (ch) {
 		wt->chan = ch;
 		wt->next = ch->watchers;

@@ -1,7 +1,7 @@
 /*
  * Redis backend: the subscriber thread that turns release messages into
- * wake-ups (redis_sub.c), one per single-server client with its own
- * connection.  Never included outside backends/redis/.
+ * wake-ups (redis_sub.c), one per single-server client (one per master of
+ * a cluster) with its own connection.  Never included outside backends/redis/.
  */
 #ifndef DLOCK_REDIS_SUB_H
 #define DLOCK_REDIS_SUB_H
@@ -26,8 +26,16 @@ enum redis_watch_state {
 	REDIS_WATCH_ACTIVE = 1   /* confirmed: every release wakes the watcher */
 };
 
+/**
+ * A subscriber for the server at `ep` (no thread, no connection until the
+ * first watch).  `sharded`: SSUBSCRIBE on a Redis Cluster node, and
+ * `moved(moved_arg)` (from the subscriber's thread, no lock held) each time
+ * the server says a channel's slot is served elsewhere; its watchers then
+ * poll (REDIS_WATCH_POLL) until they watch it anew.
+ */
 dlock_status dlock_redis_sub_new(struct redis_sub **out, const struct redis_endpoint *ep,
-                                 const struct redis_cfg *cfg, dlock_error *err);
+                                 const struct redis_cfg *cfg, int sharded, void (*moved)(void *arg),
+                                 void *moved_arg, dlock_error *err);
 /** Stop the thread and free everything.  No watch may remain.  NULL is a no-op. */
 void dlock_redis_sub_free(struct redis_sub *s);
 /** Drop the connection and make a new one (the master moved): every waiter retries, then watches again. */

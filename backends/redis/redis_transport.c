@@ -11,6 +11,9 @@
  *   sentinel  redis+sentinel://s1[:port][,s2[:port]...]/MASTER[?db=N&sentinel_user=&sentinel_password=]
  *         (port 26379) and rediss+sentinel://: the hosts are sentinels; the
  *         master they name is found at each connect (redis_sentinel.c)
+ *   cluster   redis+cluster://seed[:port][,seed[:port]...][/] and rediss+cluster://:
+ *         the hosts are seeds of a Redis Cluster (redis_cluster.c), which has
+ *         database 0 only
  *
  * The socket is made here, not by hiredis: hiredis 0.14 opens it without
  * close-on-exec, and setting the flag afterwards leaves a window in which
@@ -261,6 +264,29 @@ const struct redis_transport dlock_redis_tls = {
 	.tls = 1,
 	.endpoints = tls_endpoints,
 	.connect = tcp_connect, /* the TLS handshake follows (redis_conn.c) */
+	.knows_param = dlock_redis_tls_param,
+};
+
+static dlock_status cluster_endpoints(const dlock_uri *uri, struct redis_endpoint *eps, long *db, dlock_error *err)
+{
+	const struct redis_transport *via = strncmp(uri->scheme, "rediss", 6) == 0 ? &dlock_redis_tls : &dlock_redis_tcp;
+	return host_endpoints(uri, via, eps, db, err);
+}
+
+const struct redis_transport dlock_redis_cluster = {
+	.scheme = "redis+cluster",
+	.cluster = 1,
+	.endpoints = cluster_endpoints,
+	.connect = tcp_connect,
+	.knows_param = tcp_knows_param,
+};
+
+const struct redis_transport dlock_redis_cluster_tls = {
+	.scheme = "rediss+cluster",
+	.tls = 1,
+	.cluster = 1,
+	.endpoints = cluster_endpoints,
+	.connect = tcp_connect,
 	.knows_param = dlock_redis_tls_param,
 };
 

@@ -115,6 +115,7 @@ static void release_all(struct redis_client *c, struct redis_lock *lk, struct fa
 	dlock_redis_argn(&a, lk->key, lk->keylen);
 	dlock_redis_arg(&a, lk->owner);
 	dlock_redis_argn(&a, lk->chan, lk->chanlen);
+	dlock_redis_arg(&a, c->publish);
 	struct request rq = { .id = REDIS_SCRIPT_RELEASE, .nkeys = 1, .a = &a };
 	fanout_run(c, f, &rq);
 }
