@@ -1,0 +1,535 @@
+/*
+ * redis+cluster:// and rediss+cluster://, against a real Redis Cluster of
+ * three masters with one replica each (ci/servers/redis.sh), whose nodes
+ * also speak TLS.  The conformance suite runs on the cluster URI too; this
+ * program checks what only a cluster does.
+ *
+ * What is checked: locks land on every master, each on its slot's; bad
+ * URIs, dead seeds, a seed that is not a cluster node, a plain redis:// on
+ * a cluster node and a wrong CA are clear statuses; a slot migrated under
+ * a held lock (begun, keys moved, ended: the ASK and then the MOVED
+ * paths) keeps the lock with its holder; a slot migrated under a waiter
+ * (default and fair=1) still wakes the waiter at the release, which now
+ * happens on the other master; a master killed under a held lock and
+ * under waiters: the holder keeps its replicated lock on the promoted
+ * replica, the waiters wait through the failover and get the lock in turn
+ * with growing tokens, and a lock whose key is missing on the promoted
+ * replica is reported lost within a renewal period.
+ */
+#include "dlock/dlock.h"
+#include "testredis.h"
+#include "testsupport.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define AWAIT_MS 20000
+
+static const char *ctl, *cluster_uri, *tls_uri, *tls_dir, *plain_uri;
+static int ports[6], nports; /* the nodes as started (roles change with failovers) */
+static int seed_port;        /* the first of them, for a plain redis:// on a cluster node */
+
+/* ------------------------------------------------------------ helpers */
+
+static int run_ctl(const char *what)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd, "%s %s", ctl, what);
+	int rc = system(cmd);
+	if (rc != 0)
+		printf("\n    '%s' failed (%d)", what, rc);
+	return rc == 0;
+}
+
+/* A ctl command that prints a port. */
+static int ctl_port(const char *what)
+{
+	char cmd[1024], line[256] = "";
+	snprintf(cmd, sizeof cmd, "%s %s", ctl, what);
+	if (dlock_test_run(cmd, line, sizeof line) != 0)
+		printf("\n    '%s' failed", what);
+	return atoi(line);
+}
+
+static int master_of(unsigned slot)
+{
+	char what[64];
+	snprintf(what, sizeof what, "cluster-master %u", slot);
+	return ctl_port(what);
+}
+
+/* A master other than `port`: the one serving the first of a few spread slots that is not it. */
+static int other_master(int port)
+{
+	static const unsigned probes[] = { 0, 5500, 11000, 16383 };
+	for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+		int m = master_of(probes[i]);
+		if (m > 0 && m != port)
+			return m;
+	}
+	return 0;
+}
+
+/* The slot of `key`, as the first node that answers computes it. */
+static unsigned key_slot(const char *key)
+{
+	for (int i = 0; i < nports; i++) {
+		redisContext *raw = redisConnect("127.0.0.1", ports[i]);
+		redisReply *r = raw && !raw->err ? redisCommand(raw, "CLUSTER KEYSLOT %s", key) : NULL;
+		long long slot = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+		freeReplyObject(r);
+		redisFree(raw);
+		if (slot >= 0)
+			return (unsigned)slot;
+	}
+	CU_FAIL("no cluster node answers CLUSTER KEYSLOT");
+	return 0;
+}
+
+/* The value of `key` on the node at `port` ("" when absent or not served there). */
+static void value_at(int port, const char *key, char *out, size_t len)
+{
+	redisContext *raw = dlock_testredis_raw(port);
+	redisReply *r = redisCommand(raw, "GET %s", key);
+	snprintf(out, len, "%s", r && r->type == REDIS_REPLY_STRING ? r->str : "");
+	freeReplyObject(r);
+	redisFree(raw);
+}
+
+/* Delete `key` on the node at `port`, which must serve it. */
+static void delete_at(int port, const char *key)
+{
+	redisContext *raw = dlock_testredis_raw(port);
+	redisReply *r = redisCommand(raw, "DEL %s", key);
+	CU_ASSERT(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+	freeReplyObject(r);
+	redisFree(raw);
+}
+
+struct subscribed {
+	int port;
+	char chan[512];
+	long want;
+};
+
+/* The node at `port` has at least `want` subscribers to the sharded channel. */
+static int has_subscribers(void *arg)
+{
+	struct subscribed *s = arg;
+	redisContext *raw = dlock_testredis_raw(s->port);
+	redisReply *r = redisCommand(raw, "PUBSUB SHARDNUMSUB %s", s->chan);
+	long n = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_INTEGER
+	                 ? (long)r->element[1]->integer
+	                 : -1;
+	freeReplyObject(r);
+	redisFree(raw);
+	return n >= s->want;
+}
+
+static void uri_with(char *out, size_t len, const char *base, const char *prefix, const char *extra)
+{
+	dlock_testredis_uri(out, len, base, prefix, extra);
+}
+
+struct lost_flag {
+	atomic_int count;
+};
+
+static void on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata)
+{
+	(void)lock;
+	(void)reason;
+	printf("\n    lost: %s", detail);
+	atomic_fetch_add(&((struct lost_flag *)userdata)->count, 1);
+}
+
+static int lost_seen(void *arg)
+{
+	return atomic_load(&((struct lost_flag *)arg)->count) > 0;
+}
+
+/* ------------------------------------------------------------ tests */
+
+/* Enough names to land on every master: each lock's key is on its slot's master, and only there. */
+static void test_every_master(void)
+{
+	enum { NAMES = 24 };
+	char prefix[64], uri[1024], name[32], key[512], value[128];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	uri_with(uri, sizeof uri, cluster_uri, prefix, "");
+	dlock_client *c = dlock_test_open(uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	dlock_lock *locks[NAMES];
+	int masters[3] = { 0 }, nmasters = 0;
+	for (int i = 0; i < NAMES; i++) {
+		snprintf(name, sizeof name, "n%d", i);
+		locks[i] = dlock_test_new_lock(c, name);
+		CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(locks[i], 0, 0, 0, NULL, NULL), DLOCK_OK);
+		dlock_testredis_key(key, sizeof key, prefix, name, "lock");
+		int m = master_of(key_slot(key));
+		value_at(m, key, value, sizeof value);
+		CU_ASSERT(value[0] != '\0'); /* held on its slot's master */
+		int seen = 0;
+		for (int k = 0; k < nmasters; k++)
+			seen |= masters[k] == m;
+		if (!seen && nmasters < 3)
+			masters[nmasters++] = m;
+	}
+	printf("\n    %d names on %d masters", NAMES, nmasters);
+	CU_ASSERT_EQUAL(nmasters, 3);
+	for (int i = 0; i < NAMES; i++) {
+		CU_ASSERT_EQUAL(dlock_release(locks[i]), DLOCK_OK);
+		dlock_lock_free(locks[i]);
+	}
+	for (int k = 0; k < nmasters; k++)
+		CU_ASSERT_EQUAL(dlock_testredis_keys_under(masters[k], prefix) >= 0, 1);
+	dlock_client_close(c);
+}
+
+static void test_bad_input(void)
+{
+	char uri[1024], base[512];
+	/* Not a cluster node. */
+	snprintf(uri, sizeof uri, "redis+cluster://%s", plain_uri + strlen("redis://"));
+	dlock_testredis_open_fails(uri, DLOCK_ESERVER, "redis://", NULL);
+	/* A cluster has database 0 only; unknown parameters; TLS parameters on a plaintext URI. */
+	snprintf(uri, sizeof uri, "%s/1", cluster_uri);
+	dlock_testredis_open_fails(uri, DLOCK_EURI, "database 0", NULL);
+	snprintf(uri, sizeof uri, "%s?no_such_param=1", cluster_uri);
+	dlock_testredis_open_fails(uri, DLOCK_EURI, "no_such_param", NULL);
+	snprintf(uri, sizeof uri, "%s?tls_ca_file=/x", cluster_uri);
+	dlock_testredis_open_fails(uri, DLOCK_EURI, "tls_ca_file", NULL);
+	/* No seed answers: ECONNECT in time; a dead seed first is skipped. */
+	int64_t t0 = dlock_test_now_ms();
+	dlock_testredis_open_fails("redis+cluster://127.0.0.1:1,127.0.0.1:2?open_timeout=500ms", DLOCK_ECONNECT,
+	                           "127.0.0.1:", NULL);
+	CU_ASSERT(dlock_test_now_ms() - t0 < 3000);
+	snprintf(uri, sizeof uri, "redis+cluster://127.0.0.1:1,%s", cluster_uri + strlen("redis+cluster://"));
+	dlock_client *c = dlock_test_open(uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL(c);
+	CU_ASSERT_EQUAL(dlock_test_probe(c, "dead-seed-first"), DLOCK_OK);
+	dlock_client_close(c);
+
+	/* A plain redis:// on a cluster node: a name on another master says which scheme to use. */
+	snprintf(base, sizeof base, "redis://127.0.0.1:%d", seed_port);
+	c = dlock_test_open(base, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	int moved = 0;
+	for (int i = 0; i < 16 && !moved; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "elsewhere-%d", i);
+		dlock_lock *l = dlock_test_new_lock(c, name);
+		dlock_status st = dlock_test_acquire(l, 0, 0, 0, NULL, NULL);
+		if (st == DLOCK_OK) {
+			CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK); /* its slot is this node's */
+		} else {
+			const char *err = dlock_client_errmsg(c);
+			printf("\n    %s: %s", dlock_status_name(st), err);
+			CU_ASSERT_EQUAL(st, DLOCK_ESERVER);
+			CU_ASSERT_PTR_NOT_NULL(strstr(err, "redis+cluster://"));
+			moved = 1;
+		}
+		dlock_lock_free(l);
+	}
+	CU_ASSERT(moved);
+	dlock_client_close(c);
+
+	/* Over TLS, the wrong CA: the nodes' certificates are refused. */
+	if (tls_uri && tls_dir) {
+		snprintf(uri, sizeof uri, "%s", tls_uri);
+		char *q = strchr(uri, '?');
+		if (q)
+			snprintf(q, sizeof uri - (size_t)(q - uri), "?tls_ca_file=%s/other-ca.pem", tls_dir);
+		dlock_testredis_open_fails(uri, DLOCK_EAUTH, "certificate", NULL);
+	}
+}
+
+/* The TLS twin: a lock taken and released through the TLS ports. */
+static void test_tls(void)
+{
+	if (!tls_uri) {
+		dlock_test_skip_part("no TLS cluster URI (DLOCK_TEST_CLUSTER_TLS_URI unset)");
+		return;
+	}
+	char prefix[64], uri[1024];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	uri_with(uri, sizeof uri, tls_uri, prefix, "");
+	dlock_client *c = dlock_test_open(uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	for (int i = 0; i < 6; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "tls-%d", i);
+		CU_ASSERT_EQUAL(dlock_test_probe(c, name), DLOCK_OK);
+	}
+	dlock_client_close(c);
+}
+
+/*
+ * A slot migrated, step by step, under a held lock: while the keys are
+ * still on the source, after they moved (the source answers ASK), and once
+ * the target owns the slot (MOVED).  The holder checks, extends and keeps
+ * the lock throughout, nobody else gets it, and the release happens on the
+ * target.
+ */
+static void test_migration_under_holder(void)
+{
+	char prefix[64], uri[1024], key[512], owner[128], value[128], what[128];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	uri_with(uri, sizeof uri, cluster_uri, prefix, "");
+	dlock_client *holder = dlock_test_open(uri, NULL, NULL), *other = dlock_test_open(uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(holder);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(other);
+	dlock_lock *l = dlock_test_new_lock(holder, "migrating"), *o = dlock_test_new_lock(other, "migrating");
+	struct lost_flag lost = { 0 };
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 3000, 1, on_lost, &lost), DLOCK_OK);
+	uint64_t first = dlock_test_token(l);
+	dlock_testredis_key(key, sizeof key, prefix, "migrating", "lock");
+	unsigned slot = key_slot(key);
+	int src = master_of(slot), dst = other_master(src);
+	CU_ASSERT_FATAL(src > 0 && dst > 0);
+	value_at(src, key, owner, sizeof owner);
+	CU_ASSERT_FATAL(owner[0] != '\0');
+	printf("\n    slot %u: %d -> %d", slot, src, dst);
+
+	const char *const steps[] = { "cluster-slot-begin %u %d", "cluster-slot-keys %u", "cluster-slot-end %u" };
+	for (size_t i = 0; i < 3; i++) {
+		snprintf(what, sizeof what, steps[i], slot, dst);
+		CU_ASSERT_FATAL(run_ctl(what));
+		CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_extend(l, 3000), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_test_acquire(o, 0, 0, 0, NULL, NULL), DLOCK_EBUSY);
+	}
+	value_at(dst, key, value, sizeof value);
+	CU_ASSERT_STRING_EQUAL(value, owner); /* the key and its owner moved */
+	CU_ASSERT_EQUAL(atomic_load(&lost.count), 0);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	value_at(dst, key, value, sizeof value);
+	CU_ASSERT_STRING_EQUAL(value, "");
+	/* The fencing counter moved with the slot: the next token is larger. */
+	CU_ASSERT_EQUAL(dlock_test_acquire(o, 0, 0, 0, NULL, NULL), DLOCK_OK);
+	CU_ASSERT(dlock_test_token(o) > first);
+	CU_ASSERT_EQUAL(dlock_release(o), DLOCK_OK);
+	CU_ASSERT_EQUAL(atomic_load(&lost.count), 0);
+	dlock_lock_free(l);
+	dlock_lock_free(o);
+	dlock_client_close(holder);
+	dlock_client_close(other);
+}
+
+/*
+ * A slot migrated under a waiter: subscribed (default) or queued and
+ * blocked in BLPOP (fair=1) on the source.  The holder's lease is far
+ * longer than the test, so only a wake-up at the release, now on the
+ * target, gets the waiter the lock in time.
+ */
+static void migration_under_waiter(const char *extra)
+{
+	char prefix[64], uri[1024], key[512], what[128];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	uri_with(uri, sizeof uri, cluster_uri, prefix, extra);
+	dlock_client *holder = dlock_test_open(uri, NULL, NULL), *waiter = dlock_test_open(uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(holder);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(waiter);
+	dlock_lock *l = dlock_test_new_lock(holder, "wait-move"), *w = dlock_test_new_lock(waiter, "wait-move");
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 60000, 1, NULL, NULL), DLOCK_OK);
+	uint64_t first = dlock_test_token(l);
+	dlock_testredis_key(key, sizeof key, prefix, "wait-move", "lock");
+	unsigned slot = key_slot(key);
+	int src = master_of(slot), dst = other_master(src);
+	CU_ASSERT_FATAL(src > 0 && dst > 0);
+
+	dlock_test_waiter wt;
+	dlock_test_waiter_start(&wt, w, 30000, 0);
+	if (!extra[0]) { /* subscribed on the source before the slot moves */
+		struct subscribed s = { .port = src, .want = 1 };
+		dlock_testredis_key(s.chan, sizeof s.chan, prefix, "wait-move", "released");
+		CU_ASSERT(dlock_test_await(has_subscribers, &s, AWAIT_MS));
+	} else { /* queued on the source */
+		char queue[512];
+		dlock_testredis_key(queue, sizeof queue, prefix, "wait-move", "queue");
+		for (int64_t t0 = dlock_test_now_ms(); dlock_test_now_ms() - t0 < AWAIT_MS;) {
+			redisContext *raw = dlock_testredis_raw(src);
+			redisReply *r = redisCommand(raw, "LLEN %s", queue);
+			int queued = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+			freeReplyObject(r);
+			redisFree(raw);
+			if (queued)
+				break;
+			dlock_test_sleep_ms(20);
+		}
+	}
+	snprintf(what, sizeof what, "cluster-migrate %u %d", slot, dst);
+	CU_ASSERT_FATAL(run_ctl(what));
+	if (!extra[0]) { /* the waiter watches again, on the target */
+		struct subscribed s = { .port = dst, .want = 1 };
+		dlock_testredis_key(s.chan, sizeof s.chan, prefix, "wait-move", "released");
+		CU_ASSERT(dlock_test_await(has_subscribers, &s, AWAIT_MS));
+	}
+	int64_t released = dlock_test_now_ms();
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&wt, AWAIT_MS), DLOCK_OK);
+	printf("\n    %s: the waiter got the lock %lld ms after the release on the new master", extra[0] ? extra : "default",
+	       (long long)(wt.at_ms - released));
+	CU_ASSERT(wt.token > first);
+	CU_ASSERT_EQUAL(dlock_release(w), DLOCK_OK);
+	dlock_lock_free(l);
+	dlock_lock_free(w);
+	dlock_client_close(holder);
+	dlock_client_close(waiter);
+}
+
+static void test_migration_under_waiter(void)
+{
+	migration_under_waiter("");
+}
+
+static void test_migration_under_fair_waiter(void)
+{
+	migration_under_waiter("fair=1");
+}
+
+/* A name of `prefix` whose key is on the master at `port`. */
+static void name_on(int port, const char *prefix, const char *stem, char *name, size_t len)
+{
+	char key[512];
+	for (int i = 0; i < 1000; i++) {
+		snprintf(name, len, "%s-%d", stem, i);
+		dlock_testredis_key(key, sizeof key, prefix, name, "lock");
+		if (master_of(key_slot(key)) == port)
+			return;
+	}
+	CU_FAIL("no name found on that master");
+}
+
+/*
+ * A master killed (SIGKILL) under held locks and waiters.  Its replica is
+ * promoted after cluster-node-timeout; meanwhile commands for its slots
+ * fail, and every other slot answers CLUSTERDOWN once the failure is
+ * agreed.  The holder of a replicated lock (replicas=1) keeps it on the
+ * promoted replica, nobody else gets it, and the two waiters (default and
+ * fair=1) wait through the failover and get it in turn, with growing
+ * tokens.  A lock whose key is missing on the promoted replica (deleted
+ * there: what a replica that missed the write would show) is reported
+ * lost within a renewal period.  The killed node then rejoins as a replica.
+ */
+static void test_master_failover(void)
+{
+	char prefix[64], uri[1024], fair_uri[1024], what[128], held[64], gone[64], key[512], owner[128], value[128];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	uri_with(uri, sizeof uri, cluster_uri, prefix, "replicas=1&replicas_timeout=2s");
+	uri_with(fair_uri, sizeof fair_uri, cluster_uri, prefix, "fair=1");
+	int victim = master_of(0);
+	CU_ASSERT_FATAL(victim > 0);
+	name_on(victim, prefix, "held", held, sizeof held);
+	name_on(victim, prefix, "gone", gone, sizeof gone);
+
+	dlock_client *holder = dlock_test_open(uri, NULL, NULL), *waiter = dlock_test_open(uri, NULL, NULL),
+	             *fair = dlock_test_open(fair_uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(holder);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(waiter);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(fair);
+	dlock_lock *l = dlock_test_new_lock(holder, held), *g = dlock_test_new_lock(holder, gone);
+	dlock_lock *w = dlock_test_new_lock(waiter, held), *f = dlock_test_new_lock(fair, held);
+	struct lost_flag lost_held = { 0 }, lost_gone = { 0 };
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 12000, 1, on_lost, &lost_held), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(g, 0, 12000, 1, on_lost, &lost_gone), DLOCK_OK);
+	uint64_t first = dlock_test_token(l);
+	dlock_testredis_key(key, sizeof key, prefix, held, "lock");
+	value_at(victim, key, owner, sizeof owner);
+	CU_ASSERT_FATAL(owner[0] != '\0');
+	dlock_test_waiter ww, fw;
+	dlock_test_waiter_start(&ww, w, 60000, 0);
+	dlock_test_waiter_start(&fw, f, 60000, 0);
+	struct subscribed s = { .port = victim, .want = 1 };
+	dlock_testredis_key(s.chan, sizeof s.chan, prefix, held, "released");
+	CU_ASSERT(dlock_test_await(has_subscribers, &s, AWAIT_MS));
+
+	snprintf(what, sizeof what, "cluster-kill %d", victim);
+	int64_t t0 = dlock_test_now_ms();
+	CU_ASSERT_FATAL(run_ctl(what));
+	snprintf(what, sizeof what, "cluster-wait-failover %d", victim);
+	int promoted = ctl_port(what);
+	int64_t t1 = dlock_test_now_ms();
+	printf("\n    master %d killed; %d promoted after %lld ms", victim, promoted, (long long)(t1 - t0));
+	CU_ASSERT_FATAL(promoted > 0 && promoted != victim);
+
+	/* The key missing on the new master: the holder is told within a renewal period (12 s / 3). */
+	dlock_testredis_key(key, sizeof key, prefix, gone, "lock");
+	delete_at(promoted, key);
+	int64_t deleted = dlock_test_now_ms();
+	CU_ASSERT(dlock_test_await(lost_seen, &lost_gone, AWAIT_MS));
+	printf("\n    the missing key was reported %lld ms after it went", (long long)(dlock_test_now_ms() - deleted));
+	CU_ASSERT(dlock_test_now_ms() - deleted < 12000 / 3 + 3000);
+
+	/* The replicated lock stayed with its holder; the waiters still wait. */
+	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
+	dlock_testredis_key(key, sizeof key, prefix, held, "lock");
+	value_at(promoted, key, value, sizeof value);
+	CU_ASSERT_STRING_EQUAL(value, owner);
+	CU_ASSERT_EQUAL(atomic_load(&ww.done), 0);
+	CU_ASSERT_EQUAL(atomic_load(&fw.done), 0);
+	CU_ASSERT_EQUAL(atomic_load(&lost_held.count), 0);
+
+	/* Released on the new master: the waiters get it in turn. */
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_test_waiter *firstw = NULL, *second = NULL;
+	for (int64_t t = dlock_test_now_ms(); !firstw && dlock_test_now_ms() - t < AWAIT_MS;) {
+		if (atomic_load(&ww.done))
+			firstw = &ww, second = &fw;
+		else if (atomic_load(&fw.done))
+			firstw = &fw, second = &ww;
+		else
+			dlock_test_sleep_ms(10);
+	}
+	CU_ASSERT_PTR_NOT_NULL_FATAL(firstw);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(firstw, AWAIT_MS), DLOCK_OK);
+	CU_ASSERT(firstw->token > first);
+	CU_ASSERT_EQUAL(atomic_load(&second->done), 0); /* one at a time */
+	CU_ASSERT_EQUAL(dlock_release(firstw->lock), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(second, AWAIT_MS), DLOCK_OK);
+	CU_ASSERT(second->token > firstw->token);
+	CU_ASSERT_EQUAL(dlock_release(second->lock), DLOCK_OK);
+	CU_ASSERT_EQUAL(atomic_load(&lost_gone.count), 1);
+	CU_ASSERT_EQUAL(dlock_release(g), DLOCK_ENOTHELD);
+
+	/* The killed node comes back as a replica: the cluster is whole for the next tests and runs. */
+	snprintf(what, sizeof what, "cluster-rejoin %d", victim);
+	CU_ASSERT(run_ctl(what));
+	dlock_lock_free(l);
+	dlock_lock_free(g);
+	dlock_lock_free(w);
+	dlock_lock_free(f);
+	dlock_client_close(holder);
+	dlock_client_close(waiter);
+	dlock_client_close(fair);
+}
+
+static void add_suites(void)
+{
+	CU_pSuite s = CU_add_suite("redis+cluster://", NULL, NULL);
+	CU_add_test(s, "locks land on every master, each on its slot's", test_every_master);
+	CU_add_test(s, "bad URIs, dead seeds, not a cluster, redis:// on a cluster node, wrong CA", test_bad_input);
+	CU_add_test(s, "rediss+cluster://: through the TLS ports", test_tls);
+	CU_add_test(s, "a slot migrated under a held lock: begun, keys moved, ended", test_migration_under_holder);
+	CU_add_test(s, "a slot migrated under a subscribed waiter", test_migration_under_waiter);
+	CU_add_test(s, "a slot migrated under a queued waiter (fair=1)", test_migration_under_fair_waiter);
+	CU_add_test(s, "a master killed under held locks and waiters", test_master_failover);
+}
+
+int main(void)
+{
+	ctl = dlock_test_env("DLOCK_TEST_REDIS_CTL");
+	cluster_uri = dlock_test_env("DLOCK_TEST_CLUSTER_URI");
+	plain_uri = dlock_test_env("DLOCK_TEST_REDIS_URI");
+	const char *list = dlock_test_env("DLOCK_TEST_CLUSTER_PORTS");
+	if (!ctl || !cluster_uri || !list || !plain_uri)
+		return dlock_test_skip("no Redis Cluster (DLOCK_TEST_CLUSTER_URI unset)");
+	for (const char *p = list; *p && nports < 6; p += strspn(p, "0123456789"), p += strspn(p, " "))
+		ports[nports++] = atoi(p);
+	seed_port = ports[0];
+	tls_uri = dlock_test_env("DLOCK_TEST_CLUSTER_TLS_URI");
+	tls_dir = dlock_test_env("DLOCK_TEST_TLS_DIR");
+	return dlock_test_main(add_suites);
+}
