@@ -1,0 +1,316 @@
+# The Redis Cluster of the tests: six redis-server nodes in cluster mode,
+# three masters with one replica each, started once with the other Redis
+# servers and shared by every test.  Sourced by ci/servers/redis.sh, whose
+# dlock_start_redis calls
+#
+#   dlock_redis_cluster_start DIR     the six nodes (each answers PING), then
+#                                     `redis-cli --cluster create` in the
+#                                     background, while the rest starts
+#   dlock_redis_cluster_started DIR DEADLINE
+#                                     waits for that, then until the cluster
+#                                     is ready (ctl cluster-wait-ready)
+#
+# and exports, from DIR/cluster.nodes (the plaintext ports as started),
+# DLOCK_TEST_CLUSTER_PORTS, DLOCK_TEST_CLUSTER_URI and
+# DLOCK_TEST_CLUSTER_TLS_URI (dlock_redis_cluster_seeds).  dlock_stop_redis
+# stops the nodes with the other instances: they are in DIR/ports.
+#
+# Every node has a plaintext port and a TLS port (no client certificate
+# asked for; DIR/PORT/tls-port), no persistence, node timeout 2000 ms, and
+# its cluster bus on a third free port (DIR/PORT/cluster-port; by default
+# it would be 10000 above the port, maybe in the kernel's ephemeral range).  The nodes
+# talk to each other in TLS (tls-cluster, tls-replication), so one cluster
+# serves both kinds of client: CLUSTER SLOTS, CLUSTER SHARDS, MOVED and ASK
+# name the TLS ports to a TLS client, the plaintext ports to a plaintext one.
+# Its state is in DIR/PORT/nodes.conf, which the node rewrites as the
+# cluster changes: a node restarts in the role it last had.
+#
+# The ctl verbs (bash ci/servers/redis.sh ctl DIR VERB ARGS).  A PORT may
+# be a node's plaintext or TLS port; ports are printed as plaintext ports.
+# Every wait gives up after 30 s, says why on stderr, and fails.
+#
+#   cluster-master SLOT        the port of the master serving SLOT (0..16383),
+#                              once the running nodes agree on it
+#   cluster-wait-ready         waits until the cluster is whole: all six nodes
+#                              run, each says cluster_state:ok, sees the five
+#                              others connected and not failing, and they agree
+#                              on the roles and the slots; three masters, each
+#                              with one replica in sync
+#
+# A master (re)started turns writable, cluster_state:ok, only 2 s after
+# its start; so a new cluster is ready ~2.5 s after its nodes start, 3.5 s
+# when redis-cli --cluster create sleeps a second more (about every other
+# time).
+
+# PREPARE (see dlock_redis_launch_free_with) for a node: the files of a
+# plaintext+TLS instance, a free port for its cluster bus, the cluster
+# options.  A replica loads a full sync straight from the socket: by default
+# it would keep the RDB it received as DIR/PORT/dump.rdb, and a node started
+# again would load that old copy (a master back before its failover would
+# serve keys long gone, and its replica would sync them).
+dlock_redis_cluster_prep() {
+	local dir=$1 port=$2 cport
+	dlock_redis_prep_tls "$dir" "$port" no || return 1
+	cport=$(dlock_redis_free_port) || return 1
+	while [ "$cport" = "$port" ] || [ "$cport" = "$(cat "$dir/$port/tls-port")" ]; do
+		cport=$(dlock_redis_free_port) || return 1
+	done
+	echo "$cport" >"$dir/$port/cluster-port"
+	echo "$(cat "$dir/$port/args") --tls-cluster yes --tls-replication yes --cluster-enabled yes" \
+		"--cluster-config-file $dir/$port/nodes.conf --cluster-node-timeout 2000" \
+		"--cluster-port $cport --repl-diskless-load swapdb" >"$dir/$port/args"
+}
+
+# Start the six nodes, one after the other (each answers PING before the
+# next takes its free ports), then let redis-cli make them a cluster in the
+# background: 1 or 2 s, most of it in sleep(1)s of its own.  Its PID is
+# in DIR/cluster-create.pid for dlock_redis_cluster_started; `timeout`
+# bounds it (redis-cli waits for the nodes to join without a deadline).
+dlock_redis_cluster_start() {
+	local dir=$1 port ports=() addrs=()
+	for _ in 1 2 3 4 5 6; do
+		port=$(dlock_redis_launch_free_with "$dir" dlock_redis_cluster_prep) || return 1
+		echo "$port" >>"$dir/ports"
+		ports+=("$port")
+		addrs+=("127.0.0.1:$port")
+	done
+	echo "${ports[*]}" >"$dir/cluster.nodes"
+	# Three masters (the first three nodes), one replica each.
+	timeout 30 redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes \
+		</dev/null >"$dir/cluster-create.log" 2>&1 &
+	echo $! >"$dir/cluster-create.pid"
+}
+
+# Wait for redis-cli --cluster create (started by dlock_redis_cluster_start
+# in this shell), then until the cluster is ready, before DEADLINE.
+dlock_redis_cluster_started() {
+	local dir=$1 deadline=$2 pid
+	pid=$(cat "$dir/cluster-create.pid") || return 1
+	rm -f "$dir/cluster-create.pid"
+	if ! wait "$pid"; then
+		echo "redis-cli --cluster create failed; its output:" >&2
+		cat "$dir/cluster-create.log" >&2
+		return 1
+	fi
+	dlock_redis_cluster_wait_ready "$dir" "$deadline"
+}
+
+# "127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3": the first three nodes, by their
+# plaintext ports (plain) or their TLS ports (tls).
+dlock_redis_cluster_seeds() {
+	local dir=$1 kind=$2 ports port seeds=()
+	read -r -a ports <"$dir/cluster.nodes" || return 1
+	for port in "${ports[@]:0:3}"; do
+		[ "$kind" = plain ] || port=$(cat "$dir/$port/tls-port")
+		seeds+=("127.0.0.1:$port")
+	done
+	(
+		IFS=,
+		echo "${seeds[*]}"
+	)
+}
+
+# The node (its plaintext port) that listens on PORT, if it is one of the cluster's.
+dlock_redis_cluster_node() {
+	local dir=$1 port
+	port=$(dlock_redis_instance "$dir" "$2") || return 1
+	grep -qw "$port" "$dir/cluster.nodes" && echo "$port"
+}
+
+dlock_redis_cluster_nodes() {
+	cat "$1/cluster.nodes"
+}
+
+# The PID of the node of DIR/PORT, when it runs and is ours: a live
+# redis-server in that directory (as dlock_redis_halt checks).  A node
+# killed by other means than cluster-kill (its pidfile left) does not run.
+dlock_redis_cluster_pid() {
+	local dir=$1 port=$2 pid
+	pid=$(cat "$dir/$port/redis.pid" 2>/dev/null) || return 1
+	[ -n "$pid" ] &&
+		[ "$(readlink "/proc/$pid/cwd" 2>/dev/null)" = "$(cd "$dir/$port" && pwd -P)" ] &&
+		tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q redis-server &&
+		[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] && echo "$pid"
+}
+
+dlock_redis_cluster_runs() {
+	dlock_redis_cluster_pid "$1" "$2" >/dev/null
+}
+
+# One redis-cli to the node on PORT: CLUSTER INFO, CLUSTER NODES and INFO
+# replication, one after the other.  Their lines are told apart by their
+# shape: "cluster_…:…", node lines ("ID IP:PORT@BUS FLAGS …"), the rest.
+dlock_redis_cluster_probe() {
+	printf '%s\n' "CLUSTER INFO" "CLUSTER NODES" "INFO replication" |
+		dlock_redis_cli "$1" "$2" 2>/dev/null | tr -d '\r'
+}
+
+# From CLUSTER NODES lines (on stdin, among others), what a node thinks of
+# the cluster, a line per node sorted by port: "PORT ROLE MASTER SLOTS",
+# ROLE master or slave, MASTER the port of its master (or -), SLOTS the
+# slots it serves ("0-5460,5462", or -).  No flags other than the role: the
+# views of two nodes are the same when they agree.
+dlock_redis_cluster_view() {
+	awk 'NF >= 8 && $2 ~ /@/ {
+			n++; id[n] = $1; a = $2; sub(/@.*/, "", a); sub(/.*:/, "", a); port[$1] = a
+			role[n] = ($3 ~ /(^|,)master(,|$)/) ? "master" : "slave"; m[n] = $4; s = ""
+			for (i = 9; i <= NF; i++) if ($i !~ /^\[/) s = s (s == "" ? "" : ",") $i
+			slots[n] = (s == "") ? "-" : s
+		}
+		END {
+			for (i = 1; i <= n; i++)
+				print port[id[i]], role[i], (m[i] == "-") ? "-" : ((m[i] in port) ? port[m[i]] : "?"), slots[i]
+		}' | sort -n
+}
+
+# The nodes a node (its CLUSTER NODES lines on stdin) does not see well:
+# "PORT(FLAGS,LINK)" for every one failing, suspected (fail?), in handshake,
+# without an address or not connected.
+dlock_redis_cluster_unwell() {
+	awk 'NF >= 8 && $2 ~ /@/ && ($3 ~ /fail|handshake|noaddr/ || $8 != "connected") {
+			a = $2; sub(/@.*/, "", a); sub(/.*:/, "", a); printf "%s%s(%s,%s)", sep, a, $3, $8; sep = " "
+		}'
+}
+
+# The port serving SLOT in the slots (on stdin, "PORT SLOTS" a line, see
+# dlock_redis_cluster_slots), or nothing.
+dlock_redis_cluster_owner() {
+	awk -v slot="$1" '{
+			k = split($2, r, ",")
+			for (i = 1; i <= k; i++) {
+				if (split(r[i], b, "-") == 1) b[2] = b[1]
+				if (slot + 0 >= b[1] + 0 && slot + 0 <= b[2] + 0) { print $1; exit }
+			}
+		}'
+}
+
+# Is the node whose probe is OUT a replica in sync of the node whose TLS
+# port is TPORT?  (Replicas connect to their master's TLS port.)
+dlock_redis_cluster_synced() {
+	local out=$1 tport=$2
+	grep -qx "role:slave" <<<"$out" && grep -qx "master_port:$tport" <<<"$out" &&
+		grep -qx "master_link_status:up" <<<"$out" && grep -qx "master_sync_in_progress:0" <<<"$out"
+}
+
+# Print the slots as every running node sees them ("PORT SLOTS" a line, the
+# masters that serve some), when they all answer and agree; with OK, also
+# when each says cluster_state:ok.  Else say why in $DLOCK_REDIS_WHY.
+dlock_redis_cluster_slots() {
+	local dir=$1 ok=${2:-} n out map first="" fn=""
+	for n in $(dlock_redis_cluster_nodes "$dir"); do
+		dlock_redis_cluster_runs "$dir" "$n" || continue
+		out=$(dlock_redis_cluster_probe "$dir" "$n")
+		map=$(dlock_redis_cluster_view <<<"$out" | awk '$4 != "-" {print $1, $4}')
+		[ -n "$map" ] || { DLOCK_REDIS_WHY="node $n does not answer CLUSTER NODES"; return 1; }
+		if [ -n "$ok" ] && ! grep -qx "cluster_state:ok" <<<"$out"; then
+			DLOCK_REDIS_WHY="node $n says $(grep -m 1 '^cluster_state:' <<<"$out")"
+			return 1
+		fi
+		if [ -z "$first" ]; then
+			first=$map
+			fn=$n
+		elif [ "$map" != "$first" ]; then
+			DLOCK_REDIS_WHY="nodes $fn and $n do not agree on the slots: $(paste -sd ';' <<<"$first") vs $(paste -sd ';' <<<"$map")"
+			return 1
+		fi
+	done
+	[ -n "$first" ] || { DLOCK_REDIS_WHY="no node of the cluster runs"; return 1; }
+	DLOCK_REDIS_WHY=""
+	echo "$first"
+}
+
+# Is the cluster whole (see ctl cluster-wait-ready)?  Says why not in
+# $DLOCK_REDIS_WHY.  One redis-cli a node.
+dlock_redis_cluster_is_ready() {
+	local dir=$1 n out view first="" fn="" bad m
+	for n in $(dlock_redis_cluster_nodes "$dir"); do
+		dlock_redis_cluster_runs "$dir" "$n" || { DLOCK_REDIS_WHY="node $n is stopped"; return 1; }
+		out=$(dlock_redis_cluster_probe "$dir" "$n")
+		grep -qx "cluster_state:ok" <<<"$out" ||
+			{ DLOCK_REDIS_WHY="node $n says $(grep -m 1 '^cluster_state:' <<<"$out" || echo nothing)"; return 1; }
+		bad=$(dlock_redis_cluster_unwell <<<"$out")
+		[ -z "$bad" ] || { DLOCK_REDIS_WHY="node $n sees $bad"; return 1; }
+		view=$(dlock_redis_cluster_view <<<"$out")
+		if [ -z "$first" ]; then
+			first=$view
+			fn=$n
+		elif [ "$view" != "$first" ]; then
+			DLOCK_REDIS_WHY="nodes $fn and $n do not agree: $(paste -sd ';' <<<"$first") vs $(paste -sd ';' <<<"$view")"
+			return 1
+		fi
+		# Its own replication, as its view says.
+		m=$(awk -v p="$n" '$1 == p && $2 == "slave" {print $3}' <<<"$view")
+		if [ -n "$m" ] && ! { [[ $m =~ ^[0-9]+$ ]] &&
+			dlock_redis_cluster_synced "$out" "$(cat "$dir/$m/tls-port" 2>/dev/null)"; }; then
+			DLOCK_REDIS_WHY="replica $n is not in sync with $m"
+			return 1
+		fi
+	done
+	# Six nodes, ours; three masters serving slots, each with one replica.
+	[ "$(awk '{print $1}' <<<"$first" | paste -sd ' ')" = "$(tr ' ' '\n' <"$dir/cluster.nodes" | sort -n | paste -sd ' ')" ] ||
+		{ DLOCK_REDIS_WHY="the nodes know $(awk '{print $1}' <<<"$first" | paste -sd ' ')"; return 1; }
+	DLOCK_REDIS_WHY=$(awk '$2 == "master" { k++; ms[$1] = 1; if ($4 == "-") why = why "; master " $1 " serves no slot" }
+		$2 == "slave" { r[$3]++ }
+		END {
+			for (m in ms) if (r[m] + 0 != 1) why = why "; master " m " has " r[m] + 0 " replicas"
+			if (k != 3) why = why "; " k " masters"
+			print substr(why, 3)
+		}' <<<"$first")
+	[ -z "$DLOCK_REDIS_WHY" ]
+}
+
+dlock_redis_cluster_wait_ready() {
+	local dir=$1 deadline=$2
+	until dlock_redis_cluster_is_ready "$dir"; do
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			echo "redis cluster not ready: $DLOCK_REDIS_WHY" >&2
+			return 1
+		fi
+		sleep 0.05
+	done
+}
+
+# Print the port serving SLOT, once the running nodes agree.
+dlock_redis_cluster_master() {
+	local dir=$1 slot=$2 deadline=$3 map m
+	until map=$(dlock_redis_cluster_slots "$dir") && m=$(dlock_redis_cluster_owner "$slot" <<<"$map") &&
+		[ -n "$m" ]; do
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			echo "no master of slot $slot: ${DLOCK_REDIS_WHY:-no node serves it}" >&2
+			return 1
+		fi
+		sleep 0.05
+	done
+	echo "$m"
+}
+
+dlock_redis_cluster_usage() {
+	cat >&2 <<-'EOF'
+		usage: redis.sh ctl DIR cluster-master SLOT   (SLOT 0..16383)
+		       redis.sh ctl DIR cluster-wait-ready
+	EOF
+	return 2
+}
+
+# ctl DIR cluster-VERB ARGS (see the top of this file).
+dlock_redis_cluster_ctl() {
+	local dir=$1 cmd=$2 a=${3:-} slot="" deadline=$((SECONDS + 30))
+	[ -f "$dir/cluster.nodes" ] || { echo "redis.sh ctl: no cluster in $dir" >&2; return 2; }
+	case "$cmd" in
+	cluster-master)
+		if ! [[ $a =~ ^(0|[1-9][0-9]{0,4})$ ]] || [ "$a" -gt 16383 ]; then
+			dlock_redis_cluster_usage
+			return
+		fi
+		slot=$a
+		;;
+	esac
+	case "$cmd" in
+	cluster-master) dlock_redis_cluster_master "$dir" "$slot" "$deadline" ;;
+	cluster-wait-ready) dlock_redis_cluster_wait_ready "$dir" "$deadline" ;;
+	*)
+		echo "redis.sh ctl: unknown command '$cmd'" >&2
+		dlock_redis_cluster_usage
+		;;
+	esac
+}
