@@ -96,7 +96,8 @@
 #       down" replies (flag master_down), with which a sentinel that merely
 #       loses the new master for down-after-milliseconds fails it over at once
 #   bash ci/servers/redis.sh ctl DIR cluster-VERB ARGS
-#       the cluster's: cluster-master, cluster-wait-ready; see
+#       the cluster's: cluster-master, cluster-migrate (and its three steps
+#       cluster-slot-begin, -keys, -end), cluster-wait-ready; see
 #       ci/servers/redis/cluster.sh
 # failover gives up after 20 s, the other waits after 30 s (master: 5 s),
 # with a non-zero status.  Each instance lives in DIR/PORT/ (pidfile, log,

@@ -31,6 +31,18 @@
 #
 #   cluster-master SLOT        the port of the master serving SLOT (0..16383),
 #                              once the running nodes agree on it
+#   cluster-slot-begin SLOT PORT   start moving SLOT from its master to the
+#                              master PORT: CLUSTER SETSLOT IMPORTING on PORT,
+#                              then MIGRATING on the source; no key moves
+#   cluster-slot-keys SLOT     MIGRATE every key of SLOT, in batches, from the
+#                              migrating source to the importing target (one
+#                              key a line: no newline in a key name)
+#   cluster-slot-end SLOT      CLUSTER SETSLOT NODE on the importing target,
+#                              the source, then every other master; waits
+#                              until every running node says the target
+#                              serves SLOT.  Refused while the source holds
+#                              keys of SLOT (it would drop them)
+#   cluster-migrate SLOT PORT  the three above (none when PORT serves SLOT)
 #   cluster-wait-ready         waits until the cluster is whole: all six nodes
 #                              run, each says cluster_state:ok, sees the five
 #                              others connected and not failing, and they agree
@@ -284,20 +296,149 @@ dlock_redis_cluster_master() {
 	echo "$m"
 }
 
+# The ID of the node on PORT.
+dlock_redis_cluster_id() {
+	local id
+	id=$(dlock_redis_cli "$1" "$2" cluster myid 2>/dev/null | tr -d '\r')
+	[[ $id =~ ^[0-9a-f]{40}$ ]] || { echo "node $2 does not tell its ID: $id" >&2; return 1; }
+	echo "$id"
+}
+
+# Run a Redis command on the node on PORT that must answer OK; else say
+# what it answered.
+dlock_redis_cluster_must() {
+	local dir=$1 port=$2 r
+	shift 2
+	r=$(dlock_redis_cli "$dir" "$port" "$@" 2>&1 | tr -d '\r')
+	[ "$r" = OK ] && return 0
+	echo "node $port: $*: $r" >&2
+	return 1
+}
+
+# The migration of SLOT under way: "SOURCE TARGET" (ports), from the nodes
+# that say (in their own line of CLUSTER NODES, "[SLOT->-TARGET_ID]" and
+# "[SLOT-<-SOURCE_ID]") that they migrate or import it.  Either may be "-".
+dlock_redis_cluster_moving() {
+	local dir=$1 slot=$2 n src=- tgt=-
+	for n in $(dlock_redis_cluster_nodes "$dir"); do
+		dlock_redis_cluster_runs "$dir" "$n" || continue
+		case " $(dlock_redis_cli "$dir" "$n" cluster nodes 2>/dev/null | awk '$3 ~ /myself/' | tr -d '\r') " in
+		*" [$slot->-"*) src=$n ;;
+		*" [$slot-<-"*) tgt=$n ;;
+		esac
+	done
+	echo "$src $tgt"
+}
+
+# ctl cluster-slot-begin
+dlock_redis_cluster_slot_begin() {
+	local dir=$1 slot=$2 tgt=$3 deadline=$4 src sid tid
+	src=$(dlock_redis_cluster_master "$dir" "$slot" "$deadline") || return 1
+	if [ "$src" = "$tgt" ]; then
+		echo "node $tgt already serves slot $slot" >&2
+		return 1
+	fi
+	[ "$(dlock_redis_role "$dir" "$tgt")" = master ] || { echo "node $tgt is not a master" >&2; return 1; }
+	sid=$(dlock_redis_cluster_id "$dir" "$src") && tid=$(dlock_redis_cluster_id "$dir" "$tgt") &&
+		dlock_redis_cluster_must "$dir" "$tgt" cluster setslot "$slot" importing "$sid" &&
+		dlock_redis_cluster_must "$dir" "$src" cluster setslot "$slot" migrating "$tid"
+}
+
+# ctl cluster-slot-keys: CLUSTER GETKEYSINSLOT and MIGRATE, 100 keys at a
+# time.  With tls-cluster, MIGRATE connects to the target in TLS: it must be
+# given the target's TLS port (given the plaintext one, it waits for its
+# timeout, and a master blocked for longer than the node timeout is failed
+# over); a short timeout, so that it cannot block for long anyway.
+dlock_redis_cluster_slot_keys() {
+	local dir=$1 slot=$2 deadline=$3 src tgt tport keys r
+	read -r src tgt <<<"$(dlock_redis_cluster_moving "$dir" "$slot")"
+	if [ "$src" = - ] || [ "$tgt" = - ]; then
+		echo "slot $slot is not being moved (migrating from: $src, importing to: $tgt)" >&2
+		return 1
+	fi
+	tport=$(cat "$dir/$tgt/tls-port") || return 1
+	while :; do
+		# (No keys: redis-cli prints an empty line.)
+		mapfile -t keys < <(dlock_redis_cli "$dir" "$src" cluster getkeysinslot "$slot" 100 2>/dev/null | grep -v '^$')
+		[ "${#keys[@]}" -gt 0 ] || return 0
+		r=$(dlock_redis_cli "$dir" "$src" migrate 127.0.0.1 "$tport" "" 0 1000 keys "${keys[@]}" 2>&1 | tr -d '\r')
+		case "$r" in
+		OK | NOKEY) ;;
+		*)
+			echo "node $src: MIGRATE of slot $slot to $tgt ($tport): $r" >&2
+			return 1
+			;;
+		esac
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			echo "slot $slot still has keys on $src" >&2
+			return 1
+		fi
+	done
+}
+
+# ctl cluster-slot-end: CLUSTER SETSLOT NODE in the order of the Redis
+# Cluster specification (the target first: were the source told first and
+# the target not yet, a client redirected to the target would be sent back).
+# Not while the source holds keys of SLOT: the target's claim reaches it
+# within milliseconds, before its own SETSLOT (which would refuse), and it
+# deletes them without a word.
+dlock_redis_cluster_slot_end() {
+	local dir=$1 slot=$2 deadline=$3 src tgt tid n map
+	read -r src tgt <<<"$(dlock_redis_cluster_moving "$dir" "$slot")"
+	[ "$tgt" != - ] || { echo "no node imports slot $slot" >&2; return 1; }
+	if [ "$src" = - ]; then
+		src=$(dlock_redis_cluster_master "$dir" "$slot" "$deadline") || return 1
+	fi
+	n=$(dlock_redis_cli "$dir" "$src" cluster countkeysinslot "$slot" 2>&1 | tr -d '\r')
+	if [ "$n" != 0 ]; then
+		echo "node $src still holds keys of slot $slot ($n): move them first (cluster-slot-keys)" >&2
+		return 1
+	fi
+	tid=$(dlock_redis_cluster_id "$dir" "$tgt") || return 1
+	dlock_redis_cluster_must "$dir" "$tgt" cluster setslot "$slot" node "$tid" || return 1
+	dlock_redis_cluster_must "$dir" "$src" cluster setslot "$slot" node "$tid" || return 1
+	for n in $(dlock_redis_cluster_nodes "$dir"); do
+		if [ "$n" = "$tgt" ] || [ "$n" = "$src" ] || ! dlock_redis_cluster_runs "$dir" "$n" ||
+			[ "$(dlock_redis_role "$dir" "$n")" != master ]; then
+			continue
+		fi
+		dlock_redis_cluster_must "$dir" "$n" cluster setslot "$slot" node "$tid" || return 1
+	done
+	until map=$(dlock_redis_cluster_slots "$dir") && [ "$(dlock_redis_cluster_owner "$slot" <<<"$map")" = "$tgt" ]; do
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			echo "the nodes do not all say that $tgt serves slot $slot: ${DLOCK_REDIS_WHY:-}" >&2
+			return 1
+		fi
+		sleep 0.05
+	done
+}
+
+# ctl cluster-migrate
+dlock_redis_cluster_migrate() {
+	local dir=$1 slot=$2 tgt=$3 deadline=$4 src
+	src=$(dlock_redis_cluster_master "$dir" "$slot" "$deadline") || return 1
+	[ "$src" != "$tgt" ] || return 0
+	dlock_redis_cluster_slot_begin "$dir" "$slot" "$tgt" "$deadline" &&
+		dlock_redis_cluster_slot_keys "$dir" "$slot" "$deadline" &&
+		dlock_redis_cluster_slot_end "$dir" "$slot" "$deadline"
+}
+
 dlock_redis_cluster_usage() {
 	cat >&2 <<-'EOF'
-		usage: redis.sh ctl DIR cluster-master SLOT   (SLOT 0..16383)
+		usage: redis.sh ctl DIR {cluster-master|cluster-slot-keys|cluster-slot-end} SLOT
+		       redis.sh ctl DIR {cluster-slot-begin|cluster-migrate} SLOT PORT
 		       redis.sh ctl DIR cluster-wait-ready
+		(SLOT 0..16383; PORT a cluster node's plaintext or TLS port)
 	EOF
 	return 2
 }
 
 # ctl DIR cluster-VERB ARGS (see the top of this file).
 dlock_redis_cluster_ctl() {
-	local dir=$1 cmd=$2 a=${3:-} slot="" deadline=$((SECONDS + 30))
+	local dir=$1 cmd=$2 a=${3:-} b=${4:-} slot="" port="" deadline=$((SECONDS + 30))
 	[ -f "$dir/cluster.nodes" ] || { echo "redis.sh ctl: no cluster in $dir" >&2; return 2; }
 	case "$cmd" in
-	cluster-master)
+	cluster-master | cluster-slot-keys | cluster-slot-end | cluster-slot-begin | cluster-migrate)
 		if ! [[ $a =~ ^(0|[1-9][0-9]{0,4})$ ]] || [ "$a" -gt 16383 ]; then
 			dlock_redis_cluster_usage
 			return
@@ -306,7 +447,16 @@ dlock_redis_cluster_ctl() {
 		;;
 	esac
 	case "$cmd" in
+	cluster-slot-begin | cluster-migrate)
+		port=$(dlock_redis_cluster_node "$dir" "$b") || { dlock_redis_cluster_usage; return; }
+		;;
+	esac
+	case "$cmd" in
 	cluster-master) dlock_redis_cluster_master "$dir" "$slot" "$deadline" ;;
+	cluster-slot-begin) dlock_redis_cluster_slot_begin "$dir" "$slot" "$port" "$deadline" ;;
+	cluster-slot-keys) dlock_redis_cluster_slot_keys "$dir" "$slot" "$deadline" ;;
+	cluster-slot-end) dlock_redis_cluster_slot_end "$dir" "$slot" "$deadline" ;;
+	cluster-migrate) dlock_redis_cluster_migrate "$dir" "$slot" "$port" "$deadline" ;;
 	cluster-wait-ready) dlock_redis_cluster_wait_ready "$dir" "$deadline" ;;
 	*)
 		echo "redis.sh ctl: unknown command '$cmd'" >&2
