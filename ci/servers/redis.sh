@@ -97,7 +97,8 @@
 #       loses the new master for down-after-milliseconds fails it over at once
 #   bash ci/servers/redis.sh ctl DIR cluster-VERB ARGS
 #       the cluster's: cluster-master, cluster-migrate (and its three steps
-#       cluster-slot-begin, -keys, -end), cluster-wait-ready; see
+#       cluster-slot-begin, -keys, -end), cluster-kill, cluster-wait-failover,
+#       cluster-rejoin, cluster-failover, cluster-wait-ready; see
 #       ci/servers/redis/cluster.sh
 # failover gives up after 20 s, the other waits after 30 s (master: 5 s),
 # with a non-zero status.  Each instance lives in DIR/PORT/ (pidfile, log,

@@ -43,16 +43,38 @@
 #                              serves SLOT.  Refused while the source holds
 #                              keys of SLOT (it would drop them)
 #   cluster-migrate SLOT PORT  the three above (none when PORT serves SLOT)
+#   cluster-kill PORT          SIGKILL the node (a crash); DIR/PORT stays
+#   cluster-wait-failover PORT after the master PORT was killed: waits until
+#                              another master (its replica) serves its slots,
+#                              every running node says cluster_state:ok and
+#                              they agree on the slots; prints that master
+#   cluster-rejoin PORT        starts the node again (unless it runs) and
+#                              waits until it replicates, in sync, the master
+#                              that serves its old slots (or serves them
+#                              itself, when it came back before a failover)
+#                              and the cluster is ready
+#   cluster-failover PORT      CLUSTER FAILOVER on the replica of the master
+#                              PORT; waits until that replica is the master,
+#                              PORT its replica in sync and the cluster ready;
+#                              prints the new master.  ~1 s; but a replica
+#                              elected less than 8 s before is first given
+#                              those 8 s (see dlock_redis_cluster_failover)
 #   cluster-wait-ready         waits until the cluster is whole: all six nodes
 #                              run, each says cluster_state:ok, sees the five
 #                              others connected and not failing, and they agree
 #                              on the roles and the slots; three masters, each
 #                              with one replica in sync
 #
-# A master (re)started turns writable, cluster_state:ok, only 2 s after
-# its start; so a new cluster is ready ~2.5 s after its nodes start, 3.5 s
-# when redis-cli --cluster create sleeps a second more (about every other
-# time).
+# Timings, node timeout 2000 ms.  A master killed is failed over in ~4 s:
+# marked FAIL 2.9-3.3 s after the kill (PFAIL after the node timeout, then
+# FAIL once the other masters' gossip agrees), its replica elected 0.7-0.9 s
+# later (0.5 s + random 0-0.5 s), all nodes agreeing 3.8-4.6 s after the
+# kill (ctl cluster-wait-failover).  A master started again before its
+# failover keeps its slots, empty (no persistence): its replica syncs that,
+# and the keys of its slots are gone.  A master (re)started turns writable,
+# cluster_state:ok, only 2 s after its start; so a new cluster is ready
+# ~2.5 s after its nodes start, 3.5 s when redis-cli --cluster create
+# sleeps a second more (about every other time).
 
 # PREPARE (see dlock_redis_launch_free_with) for a node: the files of a
 # plaintext+TLS instance, a free port for its cluster bus, the cluster
@@ -423,10 +445,134 @@ dlock_redis_cluster_migrate() {
 		dlock_redis_cluster_slot_end "$dir" "$slot" "$deadline"
 }
 
+# ctl cluster-kill: SIGKILL, then wait until the process is gone (a zombie
+# counts: PID 1 may reap daemonized servers late).  The pidfile goes: the
+# node no longer runs for the other verbs.
+dlock_redis_cluster_kill() {
+	local dir=$1 port=$2 pid
+	if pid=$(dlock_redis_cluster_pid "$dir" "$port"); then
+		kill -KILL "$pid" 2>/dev/null || true
+		for _ in $(seq 1 100); do
+			[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || echo Z)" = Z ] && break
+			sleep 0.05
+		done
+	fi
+	rm -f "$dir/$port/redis.pid"
+}
+
+# The first slot the node of DIR/PORT served when it last saved its
+# nodes.conf; with ANY, the first of its master's when it was a replica.
+dlock_redis_cluster_old_slot() {
+	local conf=$1/$2/nodes.conf any=${3:-}
+	awk -v any="$any" 'NF >= 8 && $2 ~ /@/ {
+			s = ""
+			for (i = 9; i <= NF && s == ""; i++) if ($i !~ /^\[/) { s = $i; sub(/-.*/, "", s) }
+			first[$1] = s
+			if ($3 ~ /myself/) { mine = s; m = $4 }
+		}
+		END {
+			if (mine == "" && any != "" && m != "-") mine = first[m]
+			if (mine == "") exit 1
+			print mine
+		}' "$conf" 2>/dev/null
+}
+
+# ctl cluster-wait-failover
+dlock_redis_cluster_wait_failover() {
+	local dir=$1 port=$2 deadline=$3 slot map m
+	slot=$(dlock_redis_cluster_old_slot "$dir" "$port") ||
+		{ echo "node $port served no slot (per its nodes.conf)" >&2; return 1; }
+	until map=$(dlock_redis_cluster_slots "$dir" ok) && m=$(dlock_redis_cluster_owner "$slot" <<<"$map") &&
+		[ -n "$m" ] && [ "$m" != "$port" ] && [ "$(dlock_redis_role "$dir" "$m")" = master ]; do
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			echo "no failover of $port (slot $slot): ${DLOCK_REDIS_WHY:-slot $slot still on ${m:-no master}}" >&2
+			return 1
+		fi
+		sleep 0.05
+	done
+	echo "$m"
+}
+
+# ctl cluster-rejoin
+dlock_redis_cluster_rejoin() {
+	local dir=$1 port=$2 deadline=$3 slot map m
+	slot=$(dlock_redis_cluster_old_slot "$dir" "$port" any) ||
+		{ echo "node $port: no slot in its nodes.conf, neither its own nor its master's" >&2; return 1; }
+	if ! dlock_redis_cluster_pid "$dir" "$port" >/dev/null; then
+		dlock_redis_halt "$dir" "$port"
+		dlock_redis_launch "$dir" "$port" || return 1
+	fi
+	while :; do
+		if dlock_redis_cluster_is_ready "$dir"; then
+			map=$(dlock_redis_cluster_slots "$dir") && m=$(dlock_redis_cluster_owner "$slot" <<<"$map")
+			[ "$m" = "$port" ] && return 0
+			[ -n "$m" ] && [ "$(dlock_redis_role "$dir" "$port" 3)" = "slave 127.0.0.1 $(cat "$dir/$m/tls-port")" ] &&
+				return 0
+			DLOCK_REDIS_WHY="$port does not replicate ${m:-the master of slot $slot}"
+		fi
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			echo "redis cluster node $port did not rejoin: $DLOCK_REDIS_WHY" >&2
+			return 1
+		fi
+		sleep 0.05
+	done
+}
+
+# Milliseconds since the node of DIR/PORT last started a failover election,
+# per its log (no command tells), or nothing.
+dlock_redis_cluster_election_age() {
+	local t
+	t=$(awk '/Starting a failover election/ {t = $2 " " $3 " " $4 " " $5} END {print t}' "$1/$2/redis.log" 2>/dev/null)
+	[ -n "$t" ] && t=$(date -d "$t" +%s%3N 2>/dev/null) && echo $(($(date +%s%3N) - t))
+}
+
+# ctl cluster-failover
+dlock_redis_cluster_failover() {
+	local dir=$1 port=$2 deadline=$3 map slot r sent age
+	map=$(dlock_redis_cluster_slots "$dir" ok) || { echo "redis cluster: $DLOCK_REDIS_WHY" >&2; return 1; }
+	slot=$(awk -v p="$port" '$1 == p {s = $2; sub(/[-,].*/, "", s); print s}' <<<"$map")
+	[ -n "$slot" ] || { echo "node $port is not a master serving slots" >&2; return 1; }
+	r=$(dlock_redis_cluster_probe "$dir" "$port" | dlock_redis_cluster_view |
+		awk -v p="$port" '$2 == "slave" && $3 == p {print $1; exit}')
+	[ -n "$r" ] || { echo "master $port has no replica" >&2; return 1; }
+	# A replica starts no election within 8 s (4 x node timeout) of its last
+	# one; within the first 4 s it even "wins" at once, on that election's
+	# votes, and is turned back into a replica (its epoch is stale).  Either
+	# way the master, paused for the manual failover, holds its clients for
+	# up to 5 s, until "Manual failover timed out".  Only time ends that
+	# window: wait it out.
+	if age=$(dlock_redis_cluster_election_age "$dir" "$r") && [ "$age" -lt 8100 ]; then
+		sleep "$(awk -v ms=$((8100 - age)) 'BEGIN { printf "%.3f", ms / 1000 }')"
+	fi
+	dlock_redis_cluster_must "$dir" "$r" cluster failover || return 1
+	sent=$SECONDS
+	while :; do
+		# Ready: every replica in sync, PORT included, which can only be r's.
+		if dlock_redis_cluster_is_ready "$dir"; then
+			map=$(dlock_redis_cluster_slots "$dir") && [ "$(dlock_redis_cluster_owner "$slot" <<<"$map")" = "$r" ] &&
+				break
+			DLOCK_REDIS_WHY="$r does not serve slot $slot yet"
+		fi
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			echo "CLUSTER FAILOVER on $r (replica of $port) did not complete: $DLOCK_REDIS_WHY" >&2
+			return 1
+		fi
+		# A manual failover not done 5 s after the request is given up
+		# ("Manual failover timed out"): ask again.
+		if [ $((SECONDS - sent)) -ge 6 ] && [ "$(dlock_redis_role "$dir" "$r")" = slave ]; then
+			dlock_redis_cluster_must "$dir" "$r" cluster failover || return 1
+			sent=$SECONDS
+		fi
+		sleep 0.05
+	done
+	echo "$r"
+}
+
 dlock_redis_cluster_usage() {
 	cat >&2 <<-'EOF'
 		usage: redis.sh ctl DIR {cluster-master|cluster-slot-keys|cluster-slot-end} SLOT
 		       redis.sh ctl DIR {cluster-slot-begin|cluster-migrate} SLOT PORT
+		       redis.sh ctl DIR {cluster-kill|cluster-wait-failover|cluster-rejoin|cluster-failover} PORT
 		       redis.sh ctl DIR cluster-wait-ready
 		(SLOT 0..16383; PORT a cluster node's plaintext or TLS port)
 	EOF
@@ -450,6 +596,9 @@ dlock_redis_cluster_ctl() {
 	cluster-slot-begin | cluster-migrate)
 		port=$(dlock_redis_cluster_node "$dir" "$b") || { dlock_redis_cluster_usage; return; }
 		;;
+	cluster-kill | cluster-wait-failover | cluster-rejoin | cluster-failover)
+		port=$(dlock_redis_cluster_node "$dir" "$a") || { dlock_redis_cluster_usage; return; }
+		;;
 	esac
 	case "$cmd" in
 	cluster-master) dlock_redis_cluster_master "$dir" "$slot" "$deadline" ;;
@@ -457,6 +606,10 @@ dlock_redis_cluster_ctl() {
 	cluster-slot-keys) dlock_redis_cluster_slot_keys "$dir" "$slot" "$deadline" ;;
 	cluster-slot-end) dlock_redis_cluster_slot_end "$dir" "$slot" "$deadline" ;;
 	cluster-migrate) dlock_redis_cluster_migrate "$dir" "$slot" "$port" "$deadline" ;;
+	cluster-kill) dlock_redis_cluster_kill "$dir" "$port" ;;
+	cluster-wait-failover) dlock_redis_cluster_wait_failover "$dir" "$port" "$deadline" ;;
+	cluster-rejoin) dlock_redis_cluster_rejoin "$dir" "$port" "$deadline" ;;
+	cluster-failover) dlock_redis_cluster_failover "$dir" "$port" "$deadline" ;;
 	cluster-wait-ready) dlock_redis_cluster_wait_ready "$dir" "$deadline" ;;
 	*)
 		echo "redis.sh ctl: unknown command '$cmd'" >&2
