@@ -1,8 +1,9 @@
 # Redis servers for the tests: one standalone instance (TCP and a unix
 # socket), three independent instances for RedLock, a primary with one
-# replica, two instances that also speak TLS, and two Sentinel topologies
-# (one in plaintext with passwords, one over TLS only), on free loopback
-# ports, without persistence.  Sourced by ci/servers.sh, which calls
+# replica, two instances that also speak TLS, two Sentinel topologies (one
+# in plaintext with passwords, one over TLS only) and a Redis Cluster
+# (ci/servers/redis/cluster.sh), on free loopback ports, without
+# persistence.  Sourced by ci/servers.sh, which calls
 #
 #   dlock_start_redis DIR   start them, wait for PING, export the variables below
 #   dlock_stop_redis DIR    stop them by PID
@@ -49,6 +50,16 @@
 #   DLOCK_TEST_SENTINEL_TLS_MASTER      dlock-tls
 #   DLOCK_TEST_SENTINEL_TLS_DATA_PORTS  "PRIMARY REPLICA" as started
 #
+#   Redis Cluster: six nodes, three masters with one replica each, every node
+#   with a plaintext port and a TLS port (certificates from DLOCK_TEST_TLS_DIR,
+#   no client certificate asked for), the nodes' own links in TLS:
+#   DLOCK_TEST_CLUSTER_PORTS    "P1 P2 P3 P4 P5 P6", the plaintext ports as
+#                               started (masters P1-P3); failovers change the
+#                               roles: ask ctl cluster-master
+#   DLOCK_TEST_CLUSTER_URI      redis+cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3
+#   DLOCK_TEST_CLUSTER_TLS_URI  rediss+cluster://127.0.0.1:T1,127.0.0.1:T2,127.0.0.1:T3?tls_ca_file=DIR/tls/ca.pem
+#                               (the TLS ports of the same nodes)
+#
 # Run as a program, this file is that control command:
 #   bash ci/servers/redis.sh ctl DIR {start|stop|restart|flush-scripts} PORT
 #       PORT: any instance started in DIR, sentinels included; the TLS port of
@@ -84,10 +95,18 @@
 #       that takes ~5 s: until then the sentinels hold each other's "master
 #       down" replies (flag master_down), with which a sentinel that merely
 #       loses the new master for down-after-milliseconds fails it over at once
+#   bash ci/servers/redis.sh ctl DIR cluster-VERB ARGS
+#       the cluster's: cluster-master, cluster-migrate (and its three steps
+#       cluster-slot-begin, -keys, -end), cluster-kill, cluster-wait-failover,
+#       cluster-rejoin, cluster-failover, cluster-wait-ready; see
+#       ci/servers/redis/cluster.sh
 # failover gives up after 20 s, the other waits after 30 s (master: 5 s),
 # with a non-zero status.  Each instance lives in DIR/PORT/ (pidfile, log,
 # socket, and the args, config file and redis-cli options it was started
 # with), so the port alone says how to restart it.
+
+# shellcheck source=ci/servers/redis/cluster.sh
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/redis/cluster.sh"
 
 # A loopback port below the kernel's ephemeral range where nothing listens.
 # (A port in that range can be taken at any moment by an outgoing
@@ -715,6 +734,12 @@ dlock_redis_failover() {
 dlock_start_redis() {
 	local dir=$1 here port ports=() p spw dpw
 	here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+	# TLS material, for the cluster, the TLS-only topology and the TLS instances.
+	dlock_redis_make_tls "$dir" || return 1
+	export DLOCK_TEST_TLS_DIR="$dir/tls"
+	# The cluster's nodes first: a master of a cluster turns writable only 2 s
+	# after its start, so the cluster forms (~2.5 s) while the rest starts.
+	dlock_redis_cluster_start "$dir" || { dlock_stop_redis "$dir"; return 1; }
 	for _ in 1 2 3 4; do
 		# A failed start stops what it started: the caller only stops backends that started.
 		port=$(dlock_redis_launch_free "$dir") || { dlock_stop_redis "$dir"; return 1; }
@@ -738,9 +763,6 @@ dlock_start_redis() {
 	export DLOCK_TEST_REDIS_REPLICA_PORT=$p
 	dlock_redis_wait_sync "$dir" "$p" "$port" $((SECONDS + 10)) || { dlock_stop_redis "$dir"; return 1; }
 
-	# TLS material, for the TLS-only topology and the TLS instances.
-	dlock_redis_make_tls "$dir" || { dlock_stop_redis "$dir"; return 1; }
-	export DLOCK_TEST_TLS_DIR="$dir/tls"
 	# The Sentinel topologies (their sentinels meet while the TLS instances
 	# start); passwords of their own for the sentinels and the data nodes.
 	spw=$(dlock_redis_password)
@@ -773,6 +795,11 @@ dlock_start_redis() {
 	for p in dlock-test dlock-tls; do
 		dlock_redis_wait_ready "$dir" "$p" $((SECONDS + 20)) || { dlock_stop_redis "$dir"; return 1; }
 	done
+	dlock_redis_cluster_started "$dir" $((SECONDS + 20)) || { dlock_stop_redis "$dir"; return 1; }
+	DLOCK_TEST_CLUSTER_PORTS=$(cat "$dir/cluster.nodes")
+	DLOCK_TEST_CLUSTER_URI="redis+cluster://$(dlock_redis_cluster_seeds "$dir" plain)"
+	DLOCK_TEST_CLUSTER_TLS_URI="rediss+cluster://$(dlock_redis_cluster_seeds "$dir" tls)?tls_ca_file=$DLOCK_TEST_TLS_DIR/ca.pem"
+	export DLOCK_TEST_CLUSTER_PORTS DLOCK_TEST_CLUSTER_URI DLOCK_TEST_CLUSTER_TLS_URI
 
 	dlock_add_test_uri "$DLOCK_TEST_REDIS_URI"
 	dlock_add_test_uri "$DLOCK_TEST_REDIS_URI?fair=1"
@@ -798,6 +825,7 @@ dlock_redis_usage() {
 		usage: redis.sh ctl DIR {start|stop|restart|flush-scripts} PORT   (a port started in DIR)
 		       redis.sh ctl DIR {failover|master|wait-ready} NAME       (a Sentinel master name)
 		       redis.sh ctl DIR {wait-failover|rejoin} NAME PORT
+		       redis.sh ctl DIR cluster-VERB ARGS                      (ci/servers/redis/cluster.sh)
 	EOF
 	return 2
 }
@@ -807,6 +835,10 @@ dlock_redis_ctl() {
 	local dir=${1:-} cmd=${2:-} arg=${3:-} port=${4:-}
 	[ -n "$dir" ] || { dlock_redis_usage; return; }
 	case "$cmd" in
+	cluster-*)
+		dlock_redis_cluster_ctl "$@"
+		return
+		;;
 	failover | master | wait-ready | wait-failover | rejoin)
 		if ! [[ $arg =~ ^[A-Za-z0-9_.-]+$ ]] || [ ! -f "$dir/$arg.sentinels" ]; then
 			dlock_redis_usage
