@@ -375,6 +375,7 @@ static dlock_status redis_lock_init(void *backend, void *lkp, const char *name, 
 	lk->chanlen = key_name(p, c, digest, "released");
 	lk->grant = p += each;
 	lk->grantlen = key_name(p, c, digest, "grant:");
+	lk->slot = dlock_redis_key_slot(lk->key, lk->keylen); /* a cluster routes every key of the lock by it */
 	return DLOCK_OK;
 }
 

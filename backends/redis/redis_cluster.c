@@ -328,6 +328,11 @@ static dlock_status refresh(struct redis_cluster *cl, unsigned seen, struct redi
 	}
 	free(map);
 	pthread_mutex_unlock(&cl->refresh_mu);
+	if (st != DLOCK_OK && worst == DLOCK_ECONNECT) {
+		char last[DLOCK_ERROR_MAX];
+		snprintf(last, sizeof last, "%s", err->msg);
+		dlock_error_set(err, worst, "redis %s: none of %zu nodes answers (%s)", cl->label, n, last);
+	}
 	return st == DLOCK_OK ? st : worst;
 }
 

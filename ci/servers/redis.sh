@@ -807,6 +807,9 @@ dlock_start_redis() {
 	# The conformance suite over TLS, and behind Sentinel.
 	dlock_add_test_uri "rediss://127.0.0.1:$DLOCK_TEST_REDIS_TLS_PORT?tls_ca_file=$DLOCK_TEST_TLS_DIR/ca.pem"
 	dlock_add_test_uri "redis+sentinel://:$DLOCK_TEST_SENTINEL_DATA_PASSWORD@127.0.0.1:${DLOCK_TEST_SENTINEL_PORTS// /,127.0.0.1:}/$DLOCK_TEST_SENTINEL_MASTER?sentinel_password=$DLOCK_TEST_SENTINEL_PASSWORD"
+	# And on the cluster: in plaintext, and over TLS with the fair queue (one run covers both).
+	dlock_add_test_uri "$DLOCK_TEST_CLUSTER_URI"
+	dlock_add_test_uri "$DLOCK_TEST_CLUSTER_TLS_URI&fair=1"
 }
 
 # Stops every instance, the last started first (the sentinels before the
