@@ -20,6 +20,11 @@
  *     cluster-node-timeout): the map is asked for again, from another node.
  * The callers (redis_route.c) say what to retry.
  *
+ * Every command dlock sends names the keys of one lock, in one slot: no
+ * script or pipeline ever spans slots.  Anything that sends the commands
+ * of several locks at once (a batch of renewals) must group them by the
+ * node dlock_redis_cluster_node() gives for each slot.
+ *
  * Why by hand: hiredis 0.14, the Debian version, has no cluster support,
  * and hiredis-cluster is not packaged; what is needed here is a slot table,
  * CRC16 and two redirections.
