@@ -332,6 +332,11 @@ static dlock_status refresh(struct redis_cluster *cl, unsigned seen, struct redi
 		}
 	}
 	free(map);
+	if (st != DLOCK_OK) { /* the next refresh starts elsewhere: the first node may be the one that died */
+		pthread_mutex_lock(&cl->mu);
+		cl->last = (first + 1) % n;
+		pthread_mutex_unlock(&cl->mu);
+	}
 	pthread_mutex_unlock(&cl->refresh_mu);
 	if (st != DLOCK_OK && worst == DLOCK_ECONNECT) {
 		char last[DLOCK_ERROR_MAX];

@@ -65,6 +65,12 @@ int dlock_redis_is_error(const redisReply *r, const char *code)
 	       (r->str[n] == ' ' || r->str[n] == '\0');
 }
 
+int dlock_redis_is_redirection(const redisReply *r)
+{
+	return dlock_redis_is_error(r, "MOVED") || dlock_redis_is_error(r, "ASK") ||
+	       dlock_redis_is_error(r, "TRYAGAIN") || dlock_redis_is_error(r, "CLUSTERDOWN");
+}
+
 dlock_status dlock_redis_reply_error(const redisReply *r, const struct redis_endpoint *ep, const char *what,
                                      dlock_error *err)
 {

@@ -188,6 +188,10 @@ dlock_status dlock_redis_reply_error(const redisReply *r, const struct redis_end
 /** 1 when `r` is an error reply starting with `code` ("NOSCRIPT", ...). */
 int dlock_redis_is_error(const redisReply *r, const char *code);
 
+/** 1 when `r` is a Redis Cluster's refusal that names no failure of the command: the slot is served
+ *  elsewhere (MOVED, ASK) or not now (TRYAGAIN, CLUSTERDOWN).  The command did not run. */
+int dlock_redis_is_redirection(const redisReply *r);
+
 /* Connections to one server. */
 struct redis_pool {
 	pthread_mutex_t mu;

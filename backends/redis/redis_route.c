@@ -51,8 +51,7 @@ struct redis_sub *dlock_redis_route_sub(struct redis_client *c, const struct red
 
 int dlock_redis_slot_elsewhere(struct redis_client *c, const redisReply *r)
 {
-	int elsewhere = dlock_redis_is_error(r, "MOVED") || dlock_redis_is_error(r, "ASK") ||
-	                dlock_redis_is_error(r, "TRYAGAIN") || dlock_redis_is_error(r, "CLUSTERDOWN");
+	int elsewhere = dlock_redis_is_redirection(r);
 	if (elsewhere && c->cluster)
 		dlock_redis_cluster_stale(c->cluster);
 	return elsewhere;
@@ -92,9 +91,9 @@ static void settle_sleep(int64_t ms)
 static int redirected(struct redis_client *c, const struct redis_lock *lk, const redisReply *r,
                       struct redis_route *rt, int *asking, int64_t *settled_ms, dlock_status *st, dlock_error *err)
 {
-	int moved = dlock_redis_is_error(r, "MOVED"), ask = dlock_redis_is_error(r, "ASK");
-	if (!moved && !ask && !dlock_redis_is_error(r, "TRYAGAIN") && !dlock_redis_is_error(r, "CLUSTERDOWN"))
+	if (!dlock_redis_is_redirection(r))
 		return 0;
+	int moved = dlock_redis_is_error(r, "MOVED"), ask = dlock_redis_is_error(r, "ASK");
 	if (!c->cluster) {
 		if (!moved && !ask)
 			return 0;
@@ -179,10 +178,14 @@ dlock_status dlock_redis_call(struct redis_client *c, const struct redis_lock *l
 		}
 		*maybe_ran = 1;
 		redisReply *r = NULL;
+		/* After ASKING, one command only: a script goes as EVAL, since the EVAL that follows a
+		 * NOSCRIPT (the target may never have seen it) would go without ASKING and be sent back. */
+		static const struct redis_scripts by_eval;
 		if (!asking || send_asking(ctx))
-			r = call->id == REDIS_SCRIPT_COUNT ? dlock_redis_command(ctx, call->a)
-			                                   : dlock_redis_script_run(ctx, &c->scripts, call->id, call->nkeys,
-			                                                            call->a);
+			r = call->id == REDIS_SCRIPT_COUNT
+			            ? dlock_redis_command(ctx, call->a)
+			            : dlock_redis_script_run(ctx, asking ? &by_eval : &c->scripts, call->id, call->nkeys,
+			                                     call->a);
 		if (!r) {
 			st = dlock_redis_io_error(ctx, &rt.pool->ep, err);
 			dlock_redis_pool_put(rt.pool, ctx);
@@ -196,8 +199,7 @@ dlock_status dlock_redis_call(struct redis_client *c, const struct redis_lock *l
 			*out = r;
 			break;
 		}
-		if (dlock_redis_is_error(r, "MOVED") || dlock_redis_is_error(r, "ASK") ||
-		    dlock_redis_is_error(r, "TRYAGAIN") || dlock_redis_is_error(r, "CLUSTERDOWN"))
+		if (dlock_redis_is_redirection(r))
 			*maybe_ran = 0; /* refused before it ran, as every earlier hop was */
 		int again = hop + 1 < REDIS_REDIRECTS_MAX ? redirected(c, lk, r, &rt, &asking, &settled_ms, &st, err) : 0;
 		if (again == 0)

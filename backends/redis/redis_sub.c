@@ -254,13 +254,6 @@ static void on_refused_locked(struct redis_sub *s, const redisReply *r)
 	drop_connection_locked(s);
 }
 
-/* 1 for an error reply that says a slot is served elsewhere (or nowhere) for now. */
-static int is_redirection(const redisReply *r)
-{
-	return dlock_redis_is_error(r, "MOVED") || dlock_redis_is_error(r, "ASK") ||
-	       dlock_redis_is_error(r, "TRYAGAIN") || dlock_redis_is_error(r, "CLUSTERDOWN");
-}
-
 /* A channel's slot is served elsewhere: its watchers poll until their next attempt finds the new node. */
 static void chan_moved_locked(struct redis_sub *s, struct redis_chan *ch)
 {
@@ -284,7 +277,7 @@ static void on_redirected_locked(struct redis_sub *s)
 
 static void on_reply_locked(struct redis_sub *s, const redisReply *r)
 {
-	if (r->type == REDIS_REPLY_ERROR && s->sharded && is_redirection(r)) {
+	if (r->type == REDIS_REPLY_ERROR && s->sharded && dlock_redis_is_redirection(r)) {
 		on_redirected_locked(s);
 		return;
 	}
