@@ -645,25 +645,6 @@ static void test_io_timeout(void)
 
 /* ------------------------------------------------------------ restart */
 
-struct lost_flag {
-	atomic_int count;
-	atomic_int reason;
-};
-
-static void on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata)
-{
-	struct lost_flag *f = userdata;
-	(void)lock;
-	(void)detail;
-	atomic_store(&f->reason, (int)reason);
-	atomic_fetch_add(&f->count, 1);
-}
-
-static int lost_seen(void *arg)
-{
-	return atomic_load(&((struct lost_flag *)arg)->count) > 0;
-}
-
 static void test_restart_while_held(void)
 {
 	char prefix[64], uri[512];
@@ -671,12 +652,12 @@ static void test_restart_while_held(void)
 	dlock_testredis_uri(uri, sizeof uri, redis_uri, prefix, "");
 	dlock_client *c = open_uri(uri, NULL);
 	dlock_lock *l = new_lock(c, "restarted");
-	struct lost_flag lost = { 0 };
-	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 1500, 1, on_lost, &lost), DLOCK_OK);
+	dlock_test_lost lost = { 0 };
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 1500, 1, dlock_test_on_lost, &lost), DLOCK_OK);
 	uint64_t t1 = dlock_test_token(l);
 
 	CU_ASSERT_FATAL(ctl_run("restart", redis_port));
-	CU_ASSERT(dlock_test_await(lost_seen, &lost, AWAIT_MS));
+	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, AWAIT_MS));
 	CU_ASSERT_EQUAL(atomic_load(&lost.count), 1);
 	CU_ASSERT_EQUAL(atomic_load(&lost.reason), DLOCK_LOST_TAKEN);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_ENOTHELD);

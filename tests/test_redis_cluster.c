@@ -35,22 +35,12 @@ static int seed_port;        /* the first of them, for a plain redis:// on a clu
 
 static int run_ctl(const char *what)
 {
-	char cmd[1024];
-	snprintf(cmd, sizeof cmd, "%s %s", ctl, what);
-	int rc = system(cmd);
-	if (rc != 0)
-		printf("\n    '%s' failed (%d)", what, rc);
-	return rc == 0;
+	return dlock_testredis_ctl(ctl, what);
 }
 
-/* A ctl command that prints a port. */
 static int ctl_port(const char *what)
 {
-	char cmd[1024], line[256] = "";
-	snprintf(cmd, sizeof cmd, "%s %s", ctl, what);
-	if (dlock_test_run(cmd, line, sizeof line) != 0)
-		printf("\n    '%s' failed", what);
-	return atoi(line);
+	return dlock_testredis_ctl_port(ctl, what);
 }
 
 static int master_of(unsigned slot)
@@ -131,23 +121,6 @@ static int has_subscribers(void *arg)
 static void uri_with(char *out, size_t len, const char *base, const char *prefix, const char *extra)
 {
 	dlock_testredis_uri(out, len, base, prefix, extra);
-}
-
-struct lost_flag {
-	atomic_int count;
-};
-
-static void on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata)
-{
-	(void)lock;
-	(void)reason;
-	printf("\n    lost: %s", detail);
-	atomic_fetch_add(&((struct lost_flag *)userdata)->count, 1);
-}
-
-static int lost_seen(void *arg)
-{
-	return atomic_load(&((struct lost_flag *)arg)->count) > 0;
 }
 
 /* ------------------------------------------------------------ tests */
@@ -305,8 +278,8 @@ static void test_migration_under_holder(void)
 	CU_ASSERT_PTR_NOT_NULL_FATAL(holder);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(other);
 	dlock_lock *l = dlock_test_new_lock(holder, "migrating"), *o = dlock_test_new_lock(other, "migrating");
-	struct lost_flag lost = { 0 };
-	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 3000, 1, on_lost, &lost), DLOCK_OK);
+	dlock_test_lost lost = { 0 };
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 3000, 1, dlock_test_on_lost, &lost), DLOCK_OK);
 	uint64_t first = dlock_test_token(l);
 	dlock_testredis_key(key, sizeof key, prefix, "migrating", "lock");
 	unsigned slot = key_slot(key);
@@ -348,6 +321,23 @@ static void test_migration_under_holder(void)
 	dlock_client_close(other);
 }
 
+struct queued {
+	int port;
+	char queue[512];
+};
+
+/* One waiter is in the fair=1 queue on the node at `port`. */
+static int is_queued(void *arg)
+{
+	struct queued *q = arg;
+	redisContext *raw = dlock_testredis_raw(q->port);
+	redisReply *r = redisCommand(raw, "LLEN %s", q->queue);
+	int one = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+	freeReplyObject(r);
+	redisFree(raw);
+	return one;
+}
+
 /*
  * A slot migrated under a waiter: subscribed (default) or queued and
  * blocked in BLPOP (fair=1) on the source.  The holder's lease is far
@@ -377,18 +367,9 @@ static void migration_under_waiter(const char *extra)
 		dlock_testredis_key(s.chan, sizeof s.chan, prefix, "wait-move", "released");
 		CU_ASSERT(dlock_test_await(has_subscribers, &s, AWAIT_MS));
 	} else { /* queued on the source */
-		char queue[512];
-		dlock_testredis_key(queue, sizeof queue, prefix, "wait-move", "queue");
-		for (int64_t t0 = dlock_test_now_ms(); dlock_test_now_ms() - t0 < AWAIT_MS;) {
-			redisContext *raw = dlock_testredis_raw(src);
-			redisReply *r = redisCommand(raw, "LLEN %s", queue);
-			int queued = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-			freeReplyObject(r);
-			redisFree(raw);
-			if (queued)
-				break;
-			dlock_test_sleep_ms(20);
-		}
+		struct queued q = { .port = src };
+		dlock_testredis_key(q.queue, sizeof q.queue, prefix, "wait-move", "queue");
+		CU_ASSERT(dlock_test_await(is_queued, &q, AWAIT_MS));
 	}
 	snprintf(what, sizeof what, "cluster-migrate %u %d", slot, dst);
 	CU_ASSERT_FATAL(run_ctl(what));
@@ -439,6 +420,13 @@ static void replicated(int port, const char *key)
 	redisFree(raw);
 }
 
+/* One of two waiters returned. */
+static int either_done(void *arg)
+{
+	dlock_test_waiter *const *w = arg;
+	return atomic_load(&w[0]->done) || atomic_load(&w[1]->done);
+}
+
 /* A name of `prefix` whose key is on the master at `port`. */
 static void name_on(int port, const char *prefix, const char *stem, char *name, size_t len)
 {
@@ -483,9 +471,9 @@ static void test_master_failover(void)
 	CU_ASSERT_PTR_NOT_NULL_FATAL(fair);
 	dlock_lock *l = dlock_test_new_lock(holder, held), *g = dlock_test_new_lock(holder, gone);
 	dlock_lock *w = dlock_test_new_lock(waiter, held), *f = dlock_test_new_lock(fair, held);
-	struct lost_flag lost_held = { 0 }, lost_gone = { 0 };
-	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 12000, 1, on_lost, &lost_held), DLOCK_OK);
-	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(g, 0, 12000, 1, on_lost, &lost_gone), DLOCK_OK);
+	dlock_test_lost lost_held = { 0 }, lost_gone = { 0 };
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 12000, 1, dlock_test_on_lost, &lost_held), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(g, 0, 12000, 1, dlock_test_on_lost, &lost_gone), DLOCK_OK);
 	uint64_t first = dlock_test_token(l);
 	dlock_testredis_key(key, sizeof key, prefix, held, "lock");
 	value_at(victim, key, owner, sizeof owner);
@@ -511,7 +499,7 @@ static void test_master_failover(void)
 	dlock_testredis_key(key, sizeof key, prefix, gone, "lock");
 	delete_at(promoted, key);
 	int64_t deleted = dlock_test_now_ms();
-	CU_ASSERT(dlock_test_await(lost_seen, &lost_gone, AWAIT_MS));
+	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost_gone, AWAIT_MS));
 	printf("\n    the missing key was reported %lld ms after it went", (long long)(dlock_test_now_ms() - deleted));
 	CU_ASSERT(dlock_test_now_ms() - deleted < 12000 / 3 + 3000);
 
@@ -526,16 +514,9 @@ static void test_master_failover(void)
 
 	/* Released on the new master: the waiters get it in turn. */
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
-	dlock_test_waiter *firstw = NULL, *second = NULL;
-	for (int64_t t = dlock_test_now_ms(); !firstw && dlock_test_now_ms() - t < AWAIT_MS;) {
-		if (atomic_load(&ww.done))
-			firstw = &ww, second = &fw;
-		else if (atomic_load(&fw.done))
-			firstw = &fw, second = &ww;
-		else
-			dlock_test_sleep_ms(10);
-	}
-	CU_ASSERT_PTR_NOT_NULL_FATAL(firstw);
+	dlock_test_waiter *both[2] = { &ww, &fw };
+	CU_ASSERT_FATAL(dlock_test_await(either_done, both, AWAIT_MS));
+	dlock_test_waiter *firstw = atomic_load(&ww.done) ? &ww : &fw, *second = firstw == &ww ? &fw : &ww;
 	CU_ASSERT_EQUAL(dlock_test_waiter_join(firstw, AWAIT_MS), DLOCK_OK);
 	CU_ASSERT(firstw->token > first);
 	CU_ASSERT_EQUAL(atomic_load(&second->done), 0); /* one at a time */

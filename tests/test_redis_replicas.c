@@ -162,25 +162,6 @@ static void test_not_confirmed(void)
 	dlock_client_close(c);
 }
 
-struct lost_flag {
-	atomic_int count;
-	atomic_int reason;
-};
-
-static void on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata)
-{
-	struct lost_flag *f = userdata;
-	(void)lock;
-	printf("\n    lost: %s", detail);
-	atomic_store(&f->reason, (int)reason);
-	atomic_fetch_add(&f->count, 1);
-}
-
-static int lost_seen(void *arg)
-{
-	return atomic_load(&((struct lost_flag *)arg)->count) > 0;
-}
-
 /* The replica goes while the lock is held: the next renewal is not confirmed, the lock is given up and reported. */
 static void test_renewal_not_confirmed(void)
 {
@@ -189,11 +170,11 @@ static void test_renewal_not_confirmed(void)
 	dlock_testredis_key(key, sizeof key, prefix, "renewed", "lock");
 	dlock_client *c = open_with(prefix, "replicas=1&replicas_timeout=200ms");
 	dlock_lock *l = dlock_test_new_lock(c, "renewed");
-	struct lost_flag lost = { 0 };
-	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 1500, 1, on_lost, &lost), DLOCK_OK);
+	dlock_test_lost lost = { 0 };
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 1500, 1, dlock_test_on_lost, &lost), DLOCK_OK);
 	CU_ASSERT_FATAL(replica("stop"));
 	int64_t t0 = dlock_test_now_ms();
-	CU_ASSERT(dlock_test_await(lost_seen, &lost, AWAIT_MS));
+	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, AWAIT_MS));
 	CU_ASSERT(dlock_test_now_ms() - t0 < 1500 + 1000); /* within a renewal period and WAIT's bound */
 	CU_ASSERT_EQUAL(atomic_load(&lost.count), 1);
 	value_at(primary_port, key, on_primary, sizeof on_primary);

@@ -53,22 +53,14 @@ static void sentinel_uri(char *out, size_t len, const char *prefix, const char *
 /* The master's port as the sentinels say it now (through the control command). */
 static int master_port(const char *name)
 {
-	char cmd[1024], line[256];
-	snprintf(cmd, sizeof cmd, "%s master %s", ctl, name);
-	dlock_test_run(cmd, line, sizeof line);
-	line[strcspn(line, "\n")] = '\0';
-	const char *sp = strrchr(line, ' ');
-	return sp ? atoi(sp + 1) : 0;
+	char what[300];
+	snprintf(what, sizeof what, "master %s", name);
+	return dlock_testredis_ctl_port(ctl, what);
 }
 
 static int run_ctl(const char *what)
 {
-	char cmd[1024];
-	snprintf(cmd, sizeof cmd, "%s %s", ctl, what);
-	int rc = system(cmd);
-	if (rc != 0)
-		printf("\n    '%s' failed (%d)", what, rc);
-	return rc == 0;
+	return dlock_testredis_ctl(ctl, what);
 }
 
 /* The value of `key` on the data node at `port` ("" when absent). */
@@ -156,23 +148,6 @@ static void test_dead_and_wrong(void)
 	expect_open_fails(uri, DLOCK_EURI, "tls_ca_file");
 }
 
-struct lost_flag {
-	atomic_int count;
-};
-
-static void on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata)
-{
-	(void)lock;
-	printf("\n    lost (%s)", reason == DLOCK_LOST_EXPIRED ? "expired" : "not expired");
-	printf("\n    lost: %s", detail);
-	atomic_fetch_add(&((struct lost_flag *)userdata)->count, 1);
-}
-
-static int lost_seen(void *arg)
-{
-	return atomic_load(&((struct lost_flag *)arg)->count) > 0;
-}
-
 struct on_port {
 	int port;
 	char key[512], owner[128];
@@ -201,8 +176,8 @@ static void test_failover_keeps_replicated_lock(void)
 	CU_ASSERT_PTR_NOT_NULL_FATAL(holder);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(other);
 	dlock_lock *l = dlock_test_new_lock(holder, "failover"), *o = dlock_test_new_lock(other, "failover");
-	struct lost_flag lost = { 0 };
-	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 3000, 1, on_lost, &lost), DLOCK_OK);
+	dlock_test_lost lost = { 0 };
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 3000, 1, dlock_test_on_lost, &lost), DLOCK_OK);
 	uint64_t before = dlock_test_token(l);
 	int old = master_port(master_name);
 	struct on_port at = { .port = old };
@@ -306,9 +281,9 @@ static void test_failover_loses_unreplicated_lock(void)
 	dlock_client *holder = dlock_test_open(uri, NULL, NULL);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(holder);
 	dlock_lock *l = dlock_test_new_lock(holder, "unreplicated");
-	struct lost_flag lost = { 0 };
+	dlock_test_lost lost = { 0 };
 	/* A lease long enough to outlast the failover: the loss is found on the new master, not by expiry. */
-	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 12000, 1, on_lost, &lost), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 12000, 1, dlock_test_on_lost, &lost), DLOCK_OK);
 	uint64_t first = dlock_test_token(l);
 
 	snprintf(what, sizeof what, "stop %d", old);
@@ -320,7 +295,7 @@ static void test_failover_loses_unreplicated_lock(void)
 	CU_ASSERT_FATAL(run_ctl(what));
 	int64_t promoted = dlock_test_now_ms();
 	printf("\n    promoted after %lld ms", (long long)(promoted - t0));
-	CU_ASSERT(dlock_test_await(lost_seen, &lost, AWAIT_MS));
+	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, AWAIT_MS));
 	printf("\n    holder told %lld ms after the promotion", (long long)(dlock_test_now_ms() - promoted));
 	CU_ASSERT(dlock_test_now_ms() - promoted < 12000 / 3 + 3000); /* within a renewal period, and slack */
 	CU_ASSERT_EQUAL(atomic_load(&lost.count), 1);

@@ -198,22 +198,6 @@ static void test_redlock_over_tls(void)
 	dlock_client_close(c);
 }
 
-struct lost_flag {
-	atomic_int count;
-};
-
-static void on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata)
-{
-	(void)lock, (void)reason;
-	printf("\n    lost: %s", detail);
-	atomic_fetch_add(&((struct lost_flag *)userdata)->count, 1);
-}
-
-static int lost_seen(void *arg)
-{
-	return atomic_load(&((struct lost_flag *)arg)->count) > 0;
-}
-
 /* The key deleted while held: the renewal over TLS reports the loss; the connections killed: it reconnects. */
 static void test_lost_and_reconnect(void)
 {
@@ -224,19 +208,19 @@ static void test_lost_and_reconnect(void)
 	dlock_client *c = dlock_test_open(uri, NULL, NULL);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
 	dlock_lock *l = dlock_test_new_lock(c, "lost");
-	struct lost_flag lost = { 0 };
+	dlock_test_lost lost = { 0 };
 	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 0, 1, NULL, NULL), DLOCK_OK);
 	redisContext *raw = dlock_testredis_raw(tls_plain_port);
 	redisReply *r = redisCommand(raw, "CLIENT KILL TYPE normal SKIPME yes");
 	freeReplyObject(r);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK); /* a new TLS connection, made on demand */
 
-	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 1200, 1, on_lost, &lost), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 1200, 1, dlock_test_on_lost, &lost), DLOCK_OK);
 	dlock_testredis_key(k, sizeof k, prefix, "lost", "lock");
 	r = redisCommand(raw, "DEL %s", k);
 	freeReplyObject(r);
 	int64_t t0 = dlock_test_now_ms();
-	CU_ASSERT(dlock_test_await(lost_seen, &lost, AWAIT_MS));
+	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, AWAIT_MS));
 	CU_ASSERT(dlock_test_now_ms() - t0 < 1200); /* within a renewal period (a third of the lease) and slack */
 	CU_ASSERT_EQUAL(atomic_load(&lost.count), 1);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_ENOTHELD);

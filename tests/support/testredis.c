@@ -1,11 +1,13 @@
 /* Helpers for the Redis test programs; see testredis.h. */
 #include <CUnit/CUnit.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "dlock/sys/driver.h"
 #include "testredis.h"
+#include "testsupport.h"
 
 void dlock_testredis_prefix(char *out, size_t len)
 {
@@ -34,6 +36,29 @@ long dlock_testredis_keys_under(int port, const char *prefix)
 	freeReplyObject(r);
 	redisFree(ctx);
 	return n;
+}
+
+int dlock_testredis_ctl(const char *ctl, const char *what)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd, "%s %s", ctl, what);
+	int rc = system(cmd);
+	if (rc != 0)
+		printf("\n    '%s' failed (%d)", what, rc);
+	return rc == 0;
+}
+
+int dlock_testredis_ctl_port(const char *ctl, const char *what)
+{
+	char cmd[1024], line[256] = "";
+	snprintf(cmd, sizeof cmd, "%s %s", ctl, what);
+	if (dlock_test_run(cmd, line, sizeof line) != 0) {
+		printf("\n    '%s' failed", what);
+		return 0;
+	}
+	line[strcspn(line, "\n")] = '\0';
+	const char *sp = strrchr(line, ' ');
+	return atoi(sp ? sp + 1 : line);
 }
 
 void dlock_testredis_key(char *out, size_t len, const char *prefix, const char *name, const char *suffix)

@@ -31,6 +31,13 @@ long dlock_testredis_keys_under(int port, const char *prefix);
  */
 void dlock_testredis_open_fails(const char *uri, dlock_status want, const char *expect, const char *const *secrets);
 
+/** Run `CTL WHAT` (CTL: $DLOCK_TEST_REDIS_CTL, ci/servers/redis.sh's control command); 1 when it
+ *  succeeded, else 0 with the failure printed. */
+int dlock_testredis_ctl(const char *ctl, const char *what);
+
+/** The same for a verb that prints a port ("PORT" or "HOST PORT"): that port, 0 when it failed. */
+int dlock_testredis_ctl_port(const char *ctl, const char *what);
+
 /** PREFIX:{first 32 hex digits of SHA-256(name)}:SUFFIX, as the backend names its keys. */
 void dlock_testredis_key(char *out, size_t len, const char *prefix, const char *name, const char *suffix);
 

@@ -168,6 +168,20 @@ dlock_status dlock_test_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms
 	return dlock_acquire(l, &o);
 }
 
+void dlock_test_on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata)
+{
+	dlock_test_lost *f = userdata;
+	(void)lock;
+	printf("\n    lost: %s", detail);
+	atomic_store(&f->reason, (int)reason);
+	atomic_fetch_add(&f->count, 1);
+}
+
+int dlock_test_lost_seen(void *arg)
+{
+	return atomic_load(&((dlock_test_lost *)arg)->count) > 0;
+}
+
 uint64_t dlock_test_token(dlock_lock *l)
 {
 	uint64_t t = 0;

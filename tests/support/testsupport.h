@@ -129,6 +129,17 @@ void dlock_test_waiter_start(dlock_test_waiter *w, dlock_lock *lock, int64_t wai
 /** Join it, allowing `timeout_ms` (a hang is a failure: it is then cancelled); returns its status. */
 dlock_status dlock_test_waiter_join(dlock_test_waiter *w, int64_t timeout_ms);
 
+/* What a lost-lock callback saw: how many times it ran, and the last reason. */
+typedef struct dlock_test_lost {
+	atomic_int count;
+	atomic_int reason;
+} dlock_test_lost;
+
+/** A dlock_lost_fn whose userdata is a dlock_test_lost: prints the detail, records the call. */
+void dlock_test_on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata);
+/** For dlock_test_await(): `arg`, a dlock_test_lost, saw at least one loss. */
+int dlock_test_lost_seen(void *arg);
+
 /** The fencing token of the current acquisition; asserts (not fatally) that there is one. */
 uint64_t dlock_test_token(dlock_lock *l);
 
