@@ -332,7 +332,7 @@ static dlock_status refresh(struct redis_cluster *cl, unsigned seen, struct redi
 		}
 	}
 	free(map);
-	if (st != DLOCK_OK) { /* the next refresh starts elsewhere: the first node may be the one that died */
+	if (st != DLOCK_OK && n > 0) { /* the next refresh starts elsewhere: the first node may be the one that died */
 		pthread_mutex_lock(&cl->mu);
 		cl->last = (first + 1) % n;
 		pthread_mutex_unlock(&cl->mu);
