@@ -160,6 +160,9 @@ struct bench_raw {
 	const char *name;            /* "redis", "postgres", "zookeeper" */
 	const char *const *schemes;  /* URI schemes it serves, NULL-terminated */
 	const char *what;            /* the server work, for the docs and --help */
+	/* The scheme whose comma-separated hosts are seeds of one server (a cluster), or NULL: elsewhere
+	 * several hosts are RedLock, an ensemble or failover hosts, which one raw connection does not match. */
+	const char *host_list;
 	/* Connect for `uri`; NULL with a message (no password in it) on failure. */
 	void *(*connect)(const char *uri, char *err, size_t errlen);
 	/* 1 acquired, 0 gave up (stop was set), -1 error (message in err). */

@@ -29,13 +29,16 @@ const struct bench_raw *bench_raw_find(const char *uri)
 {
 	size_t len;
 	const char *a = authority(uri, &len);
-	/* Several hosts: RedLock or an ensemble or failover list; one raw connection would not be the same work. */
-	if (!a || memchr(a, ',', len))
+	if (!a)
 		return NULL;
-	for (int i = 0; bench_raw_table[i]; i++)
-		for (int k = 0; bench_raw_table[i]->schemes[k]; k++)
-			if (scheme_is(uri, bench_raw_table[i]->schemes[k]))
-				return bench_raw_table[i];
+	int many = memchr(a, ',', len) != NULL;
+	for (int i = 0; bench_raw_table[i]; i++) {
+		const struct bench_raw *raw = bench_raw_table[i];
+		for (int k = 0; raw->schemes[k]; k++)
+			if (scheme_is(uri, raw->schemes[k]))
+				/* Several hosts: the seeds of a cluster, or RedLock, an ensemble, failover hosts. */
+				return !many || (raw->host_list && scheme_is(uri, raw->host_list)) ? raw : NULL;
+	}
 	return NULL;
 }
 

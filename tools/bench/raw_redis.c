@@ -3,6 +3,14 @@
  *   acquire  SET key owner NX PX ttl   (a waiter simply tries again at once)
  *   release  the compare-and-delete script (EVALSHA), owner-only
  * One connection per worker thread, hiredis' blocking API, like the backend.
+ *
+ * In a Redis Cluster (redis+cluster://seed,…) it does what a careful
+ * hand-written cluster client does: the slot map from CLUSTER SLOTS at
+ * connect, the slot of each name from CLUSTER KEYSLOT the first time the
+ * name is used (a worker keeps one name), and each command sent straight
+ * to the master of that slot, over a connection of its own to each master
+ * it meets.  It does not follow MOVED or ASK: the bench measures a stable
+ * cluster, and the faults scenario locks through dlock, not through it.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -15,13 +23,34 @@
 #include "bench.h"
 
 #define RAW_TTL_MS 30000
+#define RAW_MAX_NODES 16  /* masters of a cluster */
+#define RAW_MAX_RANGES 64 /* slot ranges of CLUSTER SLOTS */
 
 static const char release_lua[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then "
                                   "return redis.call('DEL', KEYS[1]) end return 0";
 
-struct rconn {
+/* A connection to one server (in a cluster, to one master) with the release script loaded there. */
+struct rnode {
+	char host[64];
+	int port;
 	redisContext *ctx;
 	char sha[41];
+};
+
+struct rrange {
+	int first, last; /* slots */
+	int node;        /* index in rconn.nodes */
+};
+
+struct rconn {
+	struct rnode seed; /* the server; in a cluster, the seed that gave the map */
+	int cluster;
+	struct rnode nodes[RAW_MAX_NODES]; /* cluster: the masters; ctx NULL until used */
+	int nnodes;
+	struct rrange ranges[RAW_MAX_RANGES];
+	int nranges;
+	char name[160];   /* cluster: the last name routed, and its master */
+	struct rnode *at;
 	char owner[64];
 	unsigned long long seq;
 };
@@ -29,62 +58,147 @@ struct rconn {
 static void rconn_close(void *p)
 {
 	struct rconn *c = p;
-	if (c->ctx)
-		redisFree(c->ctx);
+	if (c->seed.ctx)
+		redisFree(c->seed.ctx);
+	for (int i = 0; i < c->nnodes; i++)
+		if (c->nodes[i].ctx)
+			redisFree(c->nodes[i].ctx);
 	free(c);
+}
+
+/* Connect n to its host and port, and load the release script there; 0, or -1 with a message (n->ctx NULL). */
+static int rnode_connect(struct rnode *n, char *err, size_t errlen)
+{
+	struct timeval tv = { 5, 0 };
+	n->ctx = redisConnectWithTimeout(n->host, n->port, tv);
+	if (!n->ctx || n->ctx->err) {
+		snprintf(err, errlen, "redis %s:%d: %s", n->host, n->port, n->ctx ? n->ctx->errstr : "out of memory");
+		goto fail;
+	}
+	fcntl(n->ctx->fd, F_SETFD, FD_CLOEXEC); /* hiredis does not set it */
+	redisReply *r = redisCommand(n->ctx, "SCRIPT LOAD %s", release_lua);
+	int ok = r && r->type == REDIS_REPLY_STRING && r->len == 40;
+	if (ok)
+		memcpy(n->sha, r->str, 40);
+	else
+		snprintf(err, errlen, "redis %s:%d: SCRIPT LOAD failed", n->host, n->port);
+	if (r)
+		freeReplyObject(r);
+	if (ok)
+		return 0;
+fail:
+	if (n->ctx)
+		redisFree(n->ctx);
+	n->ctx = NULL;
+	return -1;
+}
+
+/* The index of the master host:port in c->nodes, added when new; -1 when full. */
+static int cluster_node(struct rconn *c, const char *host, size_t hostlen, int port)
+{
+	for (int i = 0; i < c->nnodes; i++)
+		if (c->nodes[i].port == port && strlen(c->nodes[i].host) == hostlen &&
+		    memcmp(c->nodes[i].host, host, hostlen) == 0)
+			return i;
+	if (c->nnodes == RAW_MAX_NODES || hostlen >= sizeof c->nodes[0].host)
+		return -1;
+	struct rnode *n = &c->nodes[c->nnodes];
+	memcpy(n->host, host, hostlen);
+	n->host[hostlen] = '\0';
+	n->port = port;
+	return c->nnodes++;
+}
+
+/* The slot map, from CLUSTER SLOTS on the seed: [first, last, [host, port, …], replicas…] per range. */
+static int cluster_map(struct rconn *c, char *err, size_t errlen)
+{
+	redisReply *r = redisCommand(c->seed.ctx, "CLUSTER SLOTS");
+	int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0;
+	for (size_t i = 0; ok && i < r->elements; i++) {
+		redisReply *e = r->element[i];
+		ok = e->type == REDIS_REPLY_ARRAY && e->elements >= 3 && e->element[2]->type == REDIS_REPLY_ARRAY &&
+		     e->element[2]->elements >= 2 && e->element[2]->element[0]->type == REDIS_REPLY_STRING &&
+		     e->element[2]->element[1]->type == REDIS_REPLY_INTEGER && c->nranges < RAW_MAX_RANGES;
+		if (!ok)
+			break;
+		redisReply *m = e->element[2];
+		int node = cluster_node(c, m->element[0]->str, m->element[0]->len, (int)m->element[1]->integer);
+		ok = node >= 0;
+		c->ranges[c->nranges++] = (struct rrange){ (int)e->element[0]->integer, (int)e->element[1]->integer,
+			                                   node };
+	}
+	if (!ok)
+		snprintf(err, errlen, "redis %s:%d: no usable CLUSTER SLOTS reply", c->seed.host, c->seed.port);
+	if (r)
+		freeReplyObject(r);
+	return ok ? 0 : -1;
+}
+
+/* The connection for `name`: the server, or in a cluster the master of the name's slot. */
+static struct rnode *route(struct rconn *c, const char *name, char *err, size_t errlen)
+{
+	if (!c->cluster)
+		return &c->seed;
+	if (c->at && strcmp(c->name, name) == 0)
+		return c->at;
+	redisReply *r = redisCommand(c->seed.ctx, "CLUSTER KEYSLOT bench-raw:%s", name);
+	long long slot = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+	if (r)
+		freeReplyObject(r);
+	struct rnode *n = NULL;
+	for (int i = 0; i < c->nranges && !n; i++)
+		if (slot >= c->ranges[i].first && slot <= c->ranges[i].last)
+			n = &c->nodes[c->ranges[i].node];
+	if (!n) {
+		snprintf(err, errlen, "redis cluster: no master for slot %lld", slot);
+		return NULL;
+	}
+	if (!n->ctx && rnode_connect(n, err, errlen) != 0)
+		return NULL;
+	snprintf(c->name, sizeof c->name, "%s", name);
+	c->at = n;
+	return n;
 }
 
 static void *rconn_connect(const char *uri, char *err, size_t errlen)
 {
-	char host[256];
-	int port;
 	struct rconn *c = calloc(1, sizeof *c);
-	if (!c || bench_uri_host(uri, host, sizeof host, &port, 6379) != 0) {
+	if (!c || bench_uri_host(uri, c->seed.host, sizeof c->seed.host, &c->seed.port, 6379) != 0) {
 		snprintf(err, errlen, "redis: cannot read host and port from the URI");
 		free(c);
 		return NULL;
 	}
-	struct timeval tv = { 5, 0 };
-	c->ctx = redisConnectWithTimeout(host, port, tv);
-	if (!c->ctx || c->ctx->err) {
-		snprintf(err, errlen, "redis %s:%d: %s", host, port, c->ctx ? c->ctx->errstr : "out of memory");
+	c->cluster = strncmp(uri, "redis+cluster:", 14) == 0;
+	if (rnode_connect(&c->seed, err, errlen) != 0 || (c->cluster && cluster_map(c, err, errlen) != 0)) {
 		rconn_close(c);
 		return NULL;
 	}
-	fcntl(c->ctx->fd, F_SETFD, FD_CLOEXEC); /* hiredis does not set it */
-	redisReply *r = redisCommand(c->ctx, "SCRIPT LOAD %s", release_lua);
-	if (!r || r->type != REDIS_REPLY_STRING || r->len != 40) {
-		snprintf(err, errlen, "redis %s:%d: SCRIPT LOAD failed", host, port);
-		if (r)
-			freeReplyObject(r);
-		rconn_close(c);
-		return NULL;
-	}
-	memcpy(c->sha, r->str, 40);
-	freeReplyObject(r);
 	return c;
 }
 
-static int io_failed(struct rconn *c, char *err, size_t errlen)
+static int io_failed(const struct rnode *n, char *err, size_t errlen)
 {
-	snprintf(err, errlen, "redis: %s", c->ctx->err ? c->ctx->errstr : "unexpected reply");
+	snprintf(err, errlen, "redis %s:%d: %s", n->host, n->port, n->ctx->err ? n->ctx->errstr : "unexpected reply");
 	return -1;
 }
 
 static int rconn_acquire(void *p, const char *name, const _Atomic int *stop, char *err, size_t errlen)
 {
 	struct rconn *c = p;
+	struct rnode *n = route(c, name, err, errlen);
+	if (!n)
+		return -1;
 	snprintf(c->owner, sizeof c->owner, "%d-%p-%llu", (int)getpid(), p, ++c->seq);
 	for (;;) {
-		redisReply *r = redisCommand(c->ctx, "SET bench-raw:%s %s NX PX %d", name, c->owner, RAW_TTL_MS);
+		redisReply *r = redisCommand(n->ctx, "SET bench-raw:%s %s NX PX %d", name, c->owner, RAW_TTL_MS);
 		if (!r)
-			return io_failed(c, err, errlen);
+			return io_failed(n, err, errlen);
 		int got = r->type == REDIS_REPLY_STATUS, busy = r->type == REDIS_REPLY_NIL;
 		freeReplyObject(r);
 		if (got)
 			return 1;
 		if (!busy)
-			return io_failed(c, err, errlen);
+			return io_failed(n, err, errlen);
 		if (atomic_load(stop))
 			return 0;
 	}
@@ -93,9 +207,12 @@ static int rconn_acquire(void *p, const char *name, const _Atomic int *stop, cha
 static int rconn_release(void *p, const char *name, char *err, size_t errlen)
 {
 	struct rconn *c = p;
-	redisReply *r = redisCommand(c->ctx, "EVALSHA %s 1 bench-raw:%s %s", c->sha, name, c->owner);
+	struct rnode *n = route(c, name, err, errlen);
+	if (!n)
+		return -1;
+	redisReply *r = redisCommand(n->ctx, "EVALSHA %s 1 bench-raw:%s %s", n->sha, name, c->owner);
 	if (!r)
-		return io_failed(c, err, errlen);
+		return io_failed(n, err, errlen);
 	int ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
 	freeReplyObject(r);
 	if (!ok)
@@ -106,35 +223,60 @@ static int rconn_release(void *p, const char *name, char *err, size_t errlen)
 static int rconn_ping(void *p)
 {
 	struct rconn *c = p;
-	redisReply *r = redisCommand(c->ctx, "PING");
+	redisReply *r = redisCommand(c->seed.ctx, "PING");
 	if (r)
 		freeReplyObject(r);
 	return r ? 0 : -1;
 }
 
-/* Redis cannot tell which connection holds a key: every client connection but ours is cut. */
+/* Cut every client connection but ours on one server; -1 when it does not answer. */
+static int rnode_cut(struct rnode *n, long long killed[2])
+{
+	const char *types[2] = { "normal", "pubsub" };
+	for (int i = 0; i < 2; i++) {
+		redisReply *r = redisCommand(n->ctx, "CLIENT KILL TYPE %s SKIPME yes", types[i]);
+		if (!r)
+			return -1;
+		int ok = r->type == REDIS_REPLY_INTEGER;
+		killed[i] += ok ? r->integer : 0;
+		freeReplyObject(r);
+		if (!ok)
+			return -1;
+	}
+	return 0;
+}
+
+/*
+ * Redis cannot tell which connection holds a key: every client connection
+ * but ours is cut, on the server or, in a cluster, on every master.
+ */
 static int rconn_cut(void *p, char *msg, size_t msglen)
 {
 	struct rconn *c = p;
 	long long n[2] = { 0, 0 };
-	const char *types[2] = { "normal", "pubsub" };
-	for (int i = 0; i < 2; i++) {
-		redisReply *r = redisCommand(c->ctx, "CLIENT KILL TYPE %s SKIPME yes", types[i]);
-		if (!r)
-			return -1;
-		n[i] = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-		freeReplyObject(r);
+	int rc = 0;
+	if (!c->cluster)
+		rc = rnode_cut(&c->seed, n);
+	for (int i = 0; i < c->nnodes && rc == 0; i++) {
+		char err[200];
+		struct rnode *m = &c->nodes[i];
+		if (!m->ctx && rnode_connect(m, err, sizeof err) != 0)
+			rc = -1;
+		else
+			rc = rnode_cut(m, n);
 	}
-	snprintf(msg, msglen, "CLIENT KILL: %lld normal and %lld pub/sub connections", n[0], n[1]);
-	return n[0] >= 0 && n[1] >= 0 ? 0 : -1;
+	snprintf(msg, msglen, "CLIENT KILL%s: %lld normal and %lld pub/sub connections", c->cluster ? " on every master" : "",
+	         n[0], n[1]);
+	return rc;
 }
 
-static const char *const schemes[] = { "redis", NULL };
+static const char *const schemes[] = { "redis", "redis+cluster", NULL };
 
 const struct bench_raw bench_raw_redis = {
 	.name = "redis",
 	.schemes = schemes,
-	.what = "SET key owner NX PX, compare-and-delete script",
+	.what = "SET key owner NX PX, compare-and-delete script; in a cluster, on the master of the key's slot",
+	.host_list = "redis+cluster",
 	.connect = rconn_connect,
 	.acquire = rconn_acquire,
 	.release = rconn_release,
