@@ -11,6 +11,24 @@
 
 #include "bench.h"
 
+/*
+ * The backend's name, or the URI's scheme where it names a topology or TLS
+ * on the same backend: "rediss", "redis-sentinel", "redis-cluster" ('+'
+ * becomes '-'), so that a table tells a cluster from a single server.
+ */
+static void backend_kind(const char *uri, const char *backend, char *out, size_t len)
+{
+	size_t n = strcspn(uri, ":"), b = strlen(backend);
+	int topology = memchr(uri, '+', n) != NULL, tls = n == b + 1 && uri[b] == 's';
+	if (n <= b || n >= len || strncmp(uri, backend, b) != 0 || !(topology || tls)) {
+		snprintf(out, len, "%s", backend);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		out[i] = uri[i] == '+' ? '-' : uri[i];
+	out[n] = '\0';
+}
+
 /* What the bench learns from the backend before forking (no client stays open). */
 static int describe(const struct bench_opts *o, const struct bench_target *t, struct bench_result *proto,
                     dlock_capabilities *caps)
@@ -28,11 +46,12 @@ static int describe(const struct bench_opts *o, const struct bench_target *t, st
 	snprintf(proto->uri, sizeof proto->uri, "%s", dlock_client_uri(c));
 	/* PostgreSQL's two modes, and Redis with its queue, are different lock mechanisms: tell them
 	 * apart in tables and charts (a fair backend is fair anyway: only an option that makes it so counts). */
-	char mode[16], fair[8];
+	char mode[16], fair[8], kind[16];
 	int row = bench_uri_param(t->uri, "mode", mode, sizeof mode) == 0 && strcmp(mode, "row") == 0;
 	int fair_opt = bench_uri_param(t->uri, "fair", fair, sizeof fair) == 0 && caps->fair;
-	snprintf(proto->backend, sizeof proto->backend, "%s%s%s%s", caps->backend, row ? "-row" : "",
-	         fair_opt ? "-fair" : "", o->fencing ? "+token" : "");
+	backend_kind(t->uri, caps->backend, kind, sizeof kind);
+	snprintf(proto->backend, sizeof proto->backend, "%s%s%s%s", kind, row ? "-row" : "", fair_opt ? "-fair" : "",
+	         o->fencing ? "+token" : "");
 	proto->fencing = o->fencing;
 	dlock_client_close(c);
 	return 0;
