@@ -75,6 +75,7 @@ args=(
 	--uri "$DLOCK_TEST_PG_ROW_URI"
 	--server-stop "$DLOCK_TEST_PG_CTL stop"
 	--server-start "$DLOCK_TEST_PG_CTL start"
+	--uri "$DLOCK_TEST_CLUSTER_URI"
 	--uri "$zk_uri"
 	--server-stop "bash -c \"$zk_ctl; dlock_zk_halt '$zk_dir'\""
 	--server-start "bash -c \"$zk_ctl; dlock_zk_launch '$zk_dir' && dlock_zk_await '$zk_dir'\""
@@ -110,6 +111,10 @@ new_pg_pair
 pg_adv_dir=$pair_dir pg_adv_uri=$pair_uri
 new_pg_pair
 pg_row_dir=$pair_dir pg_row_uri="$pair_uri&mode=row"
+# Redis Cluster: the master of the faults' lock (DLOCK_BENCH_LOCK) failed
+# over, planned (CLUSTER FAILOVER on its replica) and crashed (SIGKILL, its
+# replica promoted by the cluster); every node rejoins afterwards.
+cluster_failover="bash $PWD/ci/servers/redis/cluster-failover.sh $DLOCK_TEST_REDIS_DIR"
 # Redis behind Sentinel: a planned failover (SENTINEL FAILOVER: the replica
 # has every write), then one to a replica that missed the last writes for
 # longer than a lease (ci/servers/redis/stale-failover.sh: its link held by a
@@ -122,10 +127,15 @@ stale_failover="bash $PWD/ci/servers/redis/stale-failover.sh $DLOCK_TEST_REDIS_D
 	--uri "$sentinel_uri" --failover "$DLOCK_TEST_REDIS_CTL failover $DLOCK_TEST_SENTINEL_MASTER" \
 	--uri "$sentinel_uri" --failover "$stale_failover" \
 	--uri "$sentinel_uri&replicas=1&replicas_timeout=200ms" --failover "$stale_failover" \
+	--uri "$DLOCK_TEST_CLUSTER_URI" --failover "$cluster_failover planned" \
+	--uri "$DLOCK_TEST_CLUSTER_URI" --failover "$cluster_failover crash" \
 	--scenario faults --lease 2s --json --table "$out/table-failover.txt" --plot "$out/failover" \
 	>>"$out/results.jsonl"
 $DLOCK_TEST_PG_CTL pair-drop "$pg_adv_dir"
 $DLOCK_TEST_PG_CTL pair-drop "$pg_row_dir"
+for node in $DLOCK_TEST_CLUSTER_PORTS; do # the crashed master (ci/servers/redis.sh: dlock_redis_cluster_runs)
+	dlock_redis_cluster_runs "$DLOCK_TEST_REDIS_DIR" "$node" || $DLOCK_TEST_REDIS_CTL cluster-rejoin "$node"
+done
 for member in 1 2 3; do
 	$DLOCK_TEST_ZK_CTL pid "$member" >/dev/null 2>&1 || $DLOCK_TEST_ZK_CTL start "$member"
 done

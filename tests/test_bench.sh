@@ -68,11 +68,12 @@ fi
 
 # --failover: the faults scenario runs the command while a holder holds (the
 # command finds the lock file locked in /proc/locks) and counts it as a fault
-# of its own, last.
+# of its own, last.  The command is told the lock's name (DLOCK_BENCH_LOCK).
 cat >"$tmp/failover.sh" <<'EOF'
 for f in "$1"/*.lock; do
 	grep -q ":$(stat -c %i "$f") " /proc/locks && touch "$2"
 done
+printf '%s' "${DLOCK_BENCH_LOCK:-}" >"$2.name"
 exit 0
 EOF
 if "$bench" --uri "file://$tmp/flocks" --failover "sh '$tmp/failover.sh' '$tmp/flocks' '$tmp/held'" \
@@ -80,11 +81,27 @@ if "$bench" --uri "file://$tmp/flocks" --failover "sh '$tmp/failover.sh' '$tmp/f
 	grep -q '"fault":"failover","at_ms":[0-9]*,"end_ms":[0-9]*,"unavailable_ms":[0-9]*,"overlaps":0,"note":"failed over in [0-9]* ms"}]' \
 		"$tmp/failover.jsonl" || fail "--failover: no failover fault last, or not as expected: $(cat "$tmp/failover.jsonl")"
 	[ -e "$tmp/held" ] || fail "--failover: the command did not run while a holder held the lock"
+	grep -Eqx 'bench-faults-[0-9]+-[0-9]+' "$tmp/held.name" ||
+		fail "--failover: DLOCK_BENCH_LOCK was '$(cat "$tmp/held.name")', not the faults' lock name"
 else
 	fail "dlock-bench --failover exited with an error: $(cat "$tmp/err")"
 fi
 "$bench" --failover true --uri mem://x >/dev/null 2>&1 && fail "--failover before any --uri was accepted"
 "$bench" --uri mem://x --failover '' >/dev/null 2>&1 && fail "an empty --failover was accepted"
+
+# A Redis Cluster (when the servers run): rows labelled by the scheme, and
+# the raw client routes each name to its slot's master.
+if [ -n "${DLOCK_TEST_CLUSTER_URI:-}" ]; then
+	if "$bench" --uri "$DLOCK_TEST_CLUSTER_URI" --scenario uncontended --clients 2 --processes 2 --duration 300ms \
+		--json >"$tmp/cluster.jsonl" 2>"$tmp/err"; then
+		grep -q '"backend":"redis-cluster"' "$tmp/cluster.jsonl" || fail "cluster: not labelled redis-cluster"
+		grep -Eq '"raw_ops_per_s":[1-9]' "$tmp/cluster.jsonl" || fail "cluster: no raw client measured"
+	else
+		fail "dlock-bench on a Redis Cluster exited with an error: $(cat "$tmp/err")"
+	fi
+else
+	echo "skip - the Redis Cluster rows (DLOCK_TEST_CLUSTER_URI unset)"
+fi
 
 if [ "$failed" -eq 0 ]; then
 	echo "test_bench: $lines results, every field present, no overlap"

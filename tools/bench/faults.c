@@ -290,6 +290,8 @@ int bench_run_faults(const struct bench_opts *o, const struct bench_target *t, c
 		return -1;
 	snprintf(path, sizeof path, "%s/counter", dir);
 	snprintf(ph.name, sizeof ph.name, "bench-faults-%d-%d", (int)getpid(), index);
+	/* For the fault commands (run_command): a cluster's failover must hit the master of this name. */
+	setenv("DLOCK_BENCH_LOCK", ph.name, 1);
 	ph.fence_path = path;
 	fc.pause_ns = lease_of(t->uri, caps, o->lease_ms) * 3 / 2 * BENCH_NS_PER_MS;
 	ph.sh = bench_shared_new(ph.clients, 1);

@@ -32,6 +32,7 @@ static void usage(FILE *f)
 	      "  --failover CMD        shell command that fails the server of the last --uri over\n"
 	      "                      to a replica and returns once the new one serves\n"
 	      "                      (faults: failover, last; the URI must reach the new server)\n"
+	      "                      Each sees DLOCK_BENCH_LOCK, the name the faults scenario locks\n"
 	      "  --scenario NAME       uncontended, contended, faults or all (repeatable; default all)\n"
 	      "  --clients N[,N...]    independent dlock clients, one run per value (default 1);\n"
 	      "                      NxT: N clients with T threads each\n"
