@@ -24,8 +24,10 @@ static void backend_kind(const char *uri, const char *backend, char *out, size_t
 		snprintf(out, len, "%s", backend);
 		return;
 	}
+	memcpy(out, uri, n);
 	for (size_t i = 0; i < n; i++)
-		out[i] = uri[i] == '+' ? '-' : uri[i];
+		if (out[i] == '+')
+			out[i] = '-';
 	out[n] = '\0';
 }
 
