@@ -10,8 +10,11 @@
  * a held lock (begun, keys moved, ended: the ASK and then the MOVED
  * paths) keeps the lock with its holder; a slot migrated under a waiter
  * (default and fair=1) still wakes the waiter at the release, which now
- * happens on the other master; a master killed under a held lock and
- * under waiters: the holder keeps its lock (replicated before the kill) on
+ * happens on the other master; a lock's keys split between the two nodes
+ * of a migration (TRYAGAIN): an acquisition ends at its deadline, a
+ * cancelled one at once, and the lock goes on once the slot has moved; a
+ * master killed under a held lock and under waiters: the holder keeps its
+ * lock (replicated before the kill) on
  * the promoted replica, the waiters wait through the failover and get the lock in turn
  * with growing tokens, and a lock whose key is missing on the promoted
  * replica is reported lost within a renewal period.
@@ -125,19 +128,26 @@ static void uri_with(char *out, size_t len, const char *base, const char *prefix
 
 /* ------------------------------------------------------------ tests */
 
-/* MOVED replies the cluster's nodes have sent so far (INFO errorstats), all nodes together. */
+/* Error replies `code` ("MOVED", "TRYAGAIN") the node at `port` has sent so far (INFO errorstats; 0 when down). */
+static long long error_replies(int port, const char *code)
+{
+	char field[64];
+	snprintf(field, sizeof field, "errorstat_%s:count=", code);
+	redisContext *raw = redisConnect("127.0.0.1", port);
+	redisReply *r = raw && !raw->err ? redisCommand(raw, "INFO errorstats") : NULL;
+	const char *at = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, field) : NULL;
+	long long n = at ? atoll(at + strlen(field)) : 0;
+	freeReplyObject(r);
+	redisFree(raw);
+	return n;
+}
+
+/* MOVED replies the cluster's nodes have sent so far, all nodes together. */
 static long long moved_replies(void)
 {
 	long long n = 0;
-	for (int i = 0; i < nports; i++) {
-		redisContext *raw = redisConnect("127.0.0.1", ports[i]);
-		redisReply *r = raw && !raw->err ? redisCommand(raw, "INFO errorstats") : NULL;
-		const char *at = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "errorstat_MOVED:count=") : NULL;
-		if (at)
-			n += atoll(at + strlen("errorstat_MOVED:count="));
-		freeReplyObject(r);
-		redisFree(raw);
-	}
+	for (int i = 0; i < nports; i++)
+		n += error_replies(ports[i], "MOVED");
 	return n;
 }
 
@@ -404,6 +414,153 @@ static void test_migration_under_fair_waiter(void)
 	migration_under_waiter("fair=1");
 }
 
+/* EXISTS `key` on the node at `port`, after ASKING (a target answers for a slot it imports): 1, 0, or
+ * -1 for an error reply (a redirection). */
+static long long exists_at(int port, const char *key)
+{
+	redisContext *raw = dlock_testredis_raw(port);
+	redisReply *r = redisCommand(raw, "ASKING");
+	freeReplyObject(r);
+	r = redisCommand(raw, "EXISTS %s", key);
+	long long n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+	freeReplyObject(r);
+	redisFree(raw);
+	return n;
+}
+
+/*
+ * MIGRATE one key from the node at `src` (migrating its slot) to the node at
+ * `dst` (importing it).  The nodes migrate in TLS (tls-cluster), so MIGRATE
+ * is given the target's TLS port, which the target tells (CONFIG GET).
+ */
+static int migrate_key(int src, int dst, const char *key)
+{
+	redisContext *raw = dlock_testredis_raw(dst);
+	redisReply *r = redisCommand(raw, "CONFIG GET tls-port");
+	int tport = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING
+	                    ? atoi(r->element[1]->str)
+	                    : 0;
+	freeReplyObject(r);
+	redisFree(raw);
+	char port[16];
+	snprintf(port, sizeof port, "%d", tport > 0 ? tport : dst);
+	const char *argv[] = { "MIGRATE", "127.0.0.1", port, "", "0", "1000", "KEYS", key };
+	raw = dlock_testredis_raw(src);
+	r = redisCommandArgv(raw, (int)(sizeof argv / sizeof argv[0]), argv, NULL);
+	int ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0;
+	if (!ok)
+		printf("\n    MIGRATE %s to %d: %s", key, dst, r && r->str ? r->str : "no reply");
+	freeReplyObject(r);
+	redisFree(raw);
+	return ok;
+}
+
+struct refusals {
+	int port;
+	long long before;
+};
+
+/* The node at `port` has answered TRYAGAIN since `before` was counted. */
+static int refused_again(void *arg)
+{
+	const struct refusals *f = arg;
+	return error_replies(f->port, "TRYAGAIN") > f->before;
+}
+
+/*
+ * TRYAGAIN, as a migration shows it: the slot of a held lock being moved,
+ * and only the fencing counter moved to the target yet (by hand), the lock
+ * key still on the source.  The acquire script touches both, so the source
+ * answers TRYAGAIN for as long as the keys stay split.  An acquisition
+ * then ends at its deadline, with that refusal as its message, and a
+ * cancelled one returns at once: the wait for the slot to settle is the
+ * acquisition's own.  The holder renews throughout (its script touches the
+ * lock key only).  Once the rest has moved and the slot is the target's,
+ * the next holder gets a larger token: the counter moved intact.  With
+ * fair=1 the queue's scripts, which touch the counter too, are refused
+ * alike.
+ */
+static void tryagain_split_keys(const char *extra)
+{
+	enum { DEADLINE_MS = 200, PROMPT_MS = 500 };
+	char prefix[64], uri[1024], key[512], fence[512], what[128];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	uri_with(uri, sizeof uri, cluster_uri, prefix, extra);
+	dlock_client *holder = dlock_test_open(uri, NULL, NULL), *other = dlock_test_open(uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(holder);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(other);
+	dlock_lock *l = dlock_test_new_lock(holder, "split"), *o = dlock_test_new_lock(other, "split");
+	dlock_test_lost lost = { 0 };
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 30000, 1, dlock_test_on_lost, &lost), DLOCK_OK);
+	uint64_t first = dlock_test_token(l);
+	dlock_testredis_key(key, sizeof key, prefix, "split", "lock");
+	dlock_testredis_key(fence, sizeof fence, prefix, "split", "fence");
+	unsigned slot = key_slot(key);
+	int src = master_of(slot), dst = other_master(src);
+	CU_ASSERT_FATAL(src > 0 && dst > 0);
+	snprintf(what, sizeof what, "cluster-slot-begin %u %d", slot, dst);
+	CU_ASSERT_FATAL(run_ctl(what));
+
+	/* From here on the migration is ended whatever fails. */
+	int split = migrate_key(src, dst, fence);
+	CU_ASSERT(split);
+	CU_ASSERT_EQUAL(exists_at(src, key), 1);
+	CU_ASSERT_EQUAL(exists_at(dst, key), 0);
+	CU_ASSERT_EQUAL(exists_at(dst, fence), 1);
+	printf("\n    %s: slot %u: %d -> %d, the fencing counter moved, the lock key not", extra[0] ? extra : "default",
+	       slot, src, dst);
+	if (split) {
+		CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_extend(l, 30000), DLOCK_OK);
+
+		int64_t t0 = dlock_test_now_ms();
+		dlock_status st = dlock_test_acquire(o, DEADLINE_MS, 0, 0, NULL, NULL);
+		int64_t took = dlock_test_now_ms() - t0;
+		printf("\n    an acquire of %d ms: %s after %lld ms: %s", DEADLINE_MS, dlock_status_name(st),
+		       (long long)took, dlock_client_errmsg(other));
+		CU_ASSERT_EQUAL(st, DLOCK_ECONNECT); /* a transient failure keeps its status at the deadline */
+		CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(other), "TRYAGAIN"));
+		CU_ASSERT(took >= DEADLINE_MS - 1 && took < DEADLINE_MS + PROMPT_MS);
+
+		struct refusals f = { .port = src, .before = error_replies(src, "TRYAGAIN") };
+		dlock_test_waiter wt;
+		dlock_test_waiter_start(&wt, o, 30000, 0);
+		CU_ASSERT(dlock_test_await(refused_again, &f, AWAIT_MS));
+		int64_t cancelled = dlock_test_now_ms();
+		CU_ASSERT_EQUAL(dlock_cancel(o), DLOCK_OK);
+		st = dlock_test_waiter_join(&wt, AWAIT_MS);
+		printf("\n    a waiting acquire, cancelled: %s %lld ms after the cancel", dlock_status_name(st),
+		       (long long)(wt.at_ms - cancelled));
+		CU_ASSERT_EQUAL(st, DLOCK_ECANCELED);
+		CU_ASSERT(wt.at_ms - cancelled < PROMPT_MS);
+	}
+
+	snprintf(what, sizeof what, "cluster-slot-keys %u", slot);
+	CU_ASSERT(run_ctl(what));
+	snprintf(what, sizeof what, "cluster-slot-end %u", slot);
+	CU_ASSERT(run_ctl(what));
+	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_acquire(o, 0, 0, 0, NULL, NULL), DLOCK_OK);
+	CU_ASSERT(dlock_test_token(o) > first);
+	CU_ASSERT_EQUAL(dlock_release(o), DLOCK_OK);
+	CU_ASSERT_EQUAL(atomic_load(&lost.count), 0);
+	dlock_lock_free(l);
+	dlock_lock_free(o);
+	dlock_client_close(holder);
+	dlock_client_close(other);
+}
+
+static void test_tryagain_split_keys(void)
+{
+	tryagain_split_keys("");
+}
+
+static void test_tryagain_split_keys_fair(void)
+{
+	tryagain_split_keys("fair=1");
+}
+
 /*
  * Everything the master at `port` wrote so far has reached its replica: a
  * write of our own in the slot of `key`, then WAIT for it (the replication
@@ -548,6 +705,8 @@ static void add_suites(void)
 	CU_add_test(s, "a slot migrated under a held lock: begun, keys moved, ended", test_migration_under_holder);
 	CU_add_test(s, "a slot migrated under a subscribed waiter", test_migration_under_waiter);
 	CU_add_test(s, "a slot migrated under a queued waiter (fair=1)", test_migration_under_fair_waiter);
+	CU_add_test(s, "TRYAGAIN: a lock's keys split by a migration; deadline, cancel", test_tryagain_split_keys);
+	CU_add_test(s, "TRYAGAIN: the same with fair=1", test_tryagain_split_keys_fair);
 	CU_add_test(s, "a master killed under held locks and waiters", test_master_failover);
 }
 

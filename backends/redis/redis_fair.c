@@ -88,7 +88,8 @@ struct fair_waiter {
 	int64_t refresh_ms;
 	struct redis_conn *conn; /* from `waits`, or NULL */
 	struct redis_pool *waits; /* the waits pool of the lock's server (a cluster: of its slot's master) */
-	int unreachable;         /* the last look could not reach the server at all */
+	int unreachable;         /* the last look could not reach the server at all, or a cluster did not serve
+	                            the slot now (TRYAGAIN, CLUSTERDOWN): look again after a backoff */
 };
 
 static void fair_waiter_init(struct fair_waiter *fw, int64_t lease_ms, int wants_token)
@@ -159,11 +160,16 @@ static dlock_status enqueue(struct redis_client *c, struct redis_lock *lk, const
 	struct redis_args a;
 	redisReply *r = NULL;
 	enqueue_args(lk, fw, 0, &a);
-	dlock_status st = dlock_redis_run_idempotent(c, lk, REDIS_SCRIPT_ENQUEUE, 4, &a, "acquire", &r, err);
+	dlock_status st = dlock_redis_run_idempotent(c, lk, REDIS_SCRIPT_ENQUEUE, 4, &a, "acquire", 1, &r, err);
 	return st == DLOCK_OK ? enqueue_result(c, fw, r, token, from_send, pttl_ms, err) : st;
 }
 
-/* Leave the queue, and hand on the lock if a release granted it to us meanwhile. */
+/*
+ * Leave the queue, and hand on the lock if a release granted it to us
+ * meanwhile.  The end of an acquisition (its deadline, its cancellation):
+ * it does not wait for a cluster's slot to settle either, and what it
+ * cannot do now ends as the warning says.
+ */
 static void withdraw(struct redis_client *c, struct redis_lock *lk)
 {
 	struct redis_args a;
@@ -171,7 +177,7 @@ static void withdraw(struct redis_client *c, struct redis_lock *lk)
 	redisReply *r = NULL;
 	int nkeys;
 	enum redis_script_id id = handoff_script(c, lk, &a, &nkeys);
-	if (dlock_redis_run_idempotent(c, lk, id, nkeys, &a, "withdraw", &r, &ignored) != DLOCK_OK)
+	if (dlock_redis_run_idempotent(c, lk, id, nkeys, &a, "withdraw", 1, &r, &ignored) != DLOCK_OK)
 		dlock_host_log(c->cfg.host, DLOCK_LOG_WARN,
 		               "redis %s: a waiter that gave up could not leave the queue (%s); it is dropped at its "
 		               "deadline, and a lock granted to it meanwhile stays until its lease runs out",
@@ -264,7 +270,9 @@ static dlock_status enqueue_and_block(struct redis_client *c, struct redis_lock 
 		freeReplyObject(reply);
 		dlock_wait_set_interrupt(w, NULL, NULL);
 		drop_conn(fw);
-		return enqueue(c, lk, fw, token, from_send, pttl_ms, err);
+		dlock_status st = enqueue(c, lk, fw, token, from_send, pttl_ms, err);
+		fw->unreachable = st == DLOCK_ECONNECT;
+		return st;
 	}
 	dlock_status st = enqueue_result(c, fw, reply, token, from_send, pttl_ms, err);
 	if (st != DLOCK_OK && st != DLOCK_EBUSY) { /* the BLPOP would block for nothing */
@@ -367,8 +375,9 @@ static dlock_status fair_wait(struct redis_client *c, struct redis_lock *lk, int
 		} else if (st == DLOCK_ECONNECT && !fw.unreachable) {
 			st = DLOCK_OK; /* our own connection broke: the next look says whether the server is there */
 		} else if (st == DLOCK_ECONNECT && c->cluster) {
-			/* The slot's master is failing over: its replica takes over within seconds.  Look
-			 * again after a backoff, until the deadline (the message stays the failure's). */
+			/* The slot's master is failing over (its replica takes over within seconds), or the
+			 * slot is not served now (TRYAGAIN, CLUSTERDOWN: an attempt does not wait for it).
+			 * Look again after a backoff, until the deadline (the message stays the failure's). */
 			backoff_ms = backoff_ms ? (backoff_ms * 2 > FAIR_REFRESH_MAX_MS / 10 ? FAIR_REFRESH_MAX_MS / 10
 			                                                                     : backoff_ms * 2)
 			                        : 1;
@@ -390,7 +399,9 @@ static dlock_status fair_wait(struct redis_client *c, struct redis_lock *lk, int
  * The server queues the waiters (capabilities say so), and the core calls
  * this blocking acquire.  One attempt, then redis_fair.c's
  * queue; at once to the queue when our last release granted the lock to
- * a waiter (others are queued: join them).
+ * a waiter (others are queued: join them).  A cluster that cannot serve the
+ * first attempt now (a failover, a slot settling) is waited out in the
+ * queue's loop too, within the deadline.
  */
 static dlock_status fair_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
                                  dlock_acquired *out, dlock_error *err)
@@ -399,7 +410,8 @@ static dlock_status fair_acquire(struct redis_client *c, struct redis_lock *lk, 
 	if (lk->handed_off && !dlock_wait_try_once(w))
 		return fair_wait(c, lk, lease_ms, w, out, err);
 	dlock_status st = dlock_redis_attempt(c, lk, lease_ms, w, 1, out, &pttl_ms, err); /* the queue tells the TTL */
-	if (st != DLOCK_EBUSY || dlock_wait_try_once(w))
+	int transient = st == DLOCK_ECONNECT && c->cluster;
+	if ((st != DLOCK_EBUSY && !transient) || dlock_wait_try_once(w))
 		return st == DLOCK_EBUSY ? dlock_redis_wait_failed(c, st, err) : st;
 	return fair_wait(c, lk, lease_ms, w, out, err);
 }

@@ -70,22 +70,23 @@ int64_t dlock_redis_fence_ttl_ms(int64_t lease_ms)
  * the lock, WAIT N replicas_timeout follows on the same connection (WAIT
  * counts the replicas that have that connection's writes; it cannot run
  * inside a script), and *acked is its answer (-1 when it could not be
- * asked: the connection failed).
+ * asked: the connection failed).  `attempt`: an acquisition's attempt,
+ * which does not wait for a cluster's slot to settle (struct redis_call).
  */
 static dlock_status run_script_waiting(struct redis_client *c, const struct redis_lock *lk, enum redis_script_id id,
-                                       int nkeys, const struct redis_args *a, const char *what,
+                                       int nkeys, const struct redis_args *a, const char *what, int attempt,
                                        int (*wrote)(const redisReply *), long long *acked, redisReply **out,
                                        int *maybe_ran, dlock_error *err)
 {
-	struct redis_call call = { .id = id, .nkeys = nkeys, .a = a, .what = what, .wrote = wrote };
+	struct redis_call call = { .id = id, .nkeys = nkeys, .a = a, .what = what, .wrote = wrote, .attempt = attempt };
 	return dlock_redis_call(c, lk, &call, acked, out, maybe_ran, err);
 }
 
 static dlock_status run_script(struct redis_client *c, const struct redis_lock *lk, enum redis_script_id id,
-                               int nkeys, const struct redis_args *a, const char *what, redisReply **out,
-                               int *maybe_ran, dlock_error *err)
+                               int nkeys, const struct redis_args *a, const char *what, int attempt,
+                               redisReply **out, int *maybe_ran, dlock_error *err)
 {
-	return run_script_waiting(c, lk, id, nkeys, a, what, NULL, NULL, out, maybe_ran, err);
+	return run_script_waiting(c, lk, id, nkeys, a, what, attempt, NULL, NULL, out, maybe_ran, err);
 }
 
 /* Did the reply say the lock was written?  (SET NX: OK; the acquire script: {1, token}; extend: 1.) */
@@ -119,13 +120,13 @@ static dlock_status too_few_replicas(struct redis_client *c, long long acked, dl
 
 /* A script whose effect does not change when it runs twice: one more try after a connection failure. */
 dlock_status dlock_redis_run_idempotent(struct redis_client *c, const struct redis_lock *lk, enum redis_script_id id,
-                                        int nkeys, const struct redis_args *a, const char *what, redisReply **out,
-                                        dlock_error *err)
+                                        int nkeys, const struct redis_args *a, const char *what, int attempt,
+                                        redisReply **out, dlock_error *err)
 {
 	int maybe_ran;
-	dlock_status st = run_script(c, lk, id, nkeys, a, what, out, &maybe_ran, err);
+	dlock_status st = run_script(c, lk, id, nkeys, a, what, attempt, out, &maybe_ran, err);
 	if (st == DLOCK_ECONNECT && maybe_ran)
-		st = run_script(c, lk, id, nkeys, a, what, out, &maybe_ran, err);
+		st = run_script(c, lk, id, nkeys, a, what, attempt, out, &maybe_ran, err);
 	return st;
 }
 
@@ -136,7 +137,7 @@ static dlock_status release_args_run(struct redis_client *c, struct redis_lock *
 	struct redis_args a = { 0 };
 	int nkeys = 0;
 	enum redis_script_id id = c->algo->release_script(c, lk, &a, &nkeys);
-	return dlock_redis_run_idempotent(c, lk, id, nkeys, &a, "release", out, err);
+	return dlock_redis_run_idempotent(c, lk, id, nkeys, &a, "release", 0, out, err);
 }
 
 /* The single instance's release: delete the key if ours and publish on the lock's channel. */
@@ -194,7 +195,7 @@ static dlock_status try_set(struct redis_client *c, struct redis_lock *lk, int64
 		return st;
 	int64_t sent = dlock_monotonic_ns();
 	long long acked = c->replicas;
-	st = run_script_waiting(c, lk, NOT_A_SCRIPT, 0, &a, "acquire", set_wrote, &acked, &r, &maybe_ran, err);
+	st = run_script_waiting(c, lk, NOT_A_SCRIPT, 0, &a, "acquire", 1, set_wrote, &acked, &r, &maybe_ran, err);
 	if (st == DLOCK_OK && r && r->type == REDIS_REPLY_STATUS && acked < c->replicas) {
 		st = too_few_replicas(c, acked, DLOCK_ECONNECT, "acquire (undone)", err);
 		freeReplyObject(r);
@@ -215,7 +216,7 @@ static dlock_status try_set(struct redis_client *c, struct redis_lock *lk, int64
 			dlock_redis_arg(&q, "PTTL");
 			dlock_redis_argn(&q, lk->key, lk->keylen);
 			/* -2: released meanwhile, try again at once; -1: no expiry (unknown) */
-			if (run_script(c, lk, NOT_A_SCRIPT, 0, &q, "acquire", &r, &maybe_ran, err) == DLOCK_OK && r &&
+			if (run_script(c, lk, NOT_A_SCRIPT, 0, &q, "acquire", 1, &r, &maybe_ran, err) == DLOCK_OK && r &&
 			    r->type == REDIS_REPLY_INTEGER)
 				*pttl_ms = r->integer == -2 ? 0 : r->integer;
 			freeReplyObject(r);
@@ -250,8 +251,8 @@ static dlock_status try_acquire(struct redis_client *c, struct redis_lock *lk, i
 
 	int64_t sent = dlock_monotonic_ns();
 	long long acked = c->replicas;
-	st = run_script_waiting(c, lk, REDIS_SCRIPT_ACQUIRE, 2, &a, "acquire", acquire_wrote, &acked, &r, &maybe_ran,
-	                        err);
+	st = run_script_waiting(c, lk, REDIS_SCRIPT_ACQUIRE, 2, &a, "acquire", 1, acquire_wrote, &acked, &r,
+	                        &maybe_ran, err);
 	if (st != DLOCK_OK)
 		goto fail;
 	if (acked < c->replicas) { /* ours on the primary only: undone, as a lost reply would be */
@@ -312,8 +313,10 @@ static dlock_status single_try_acquire(struct redis_client *c, struct redis_lock
 {
 	int64_t pttl_ms = -1;
 	dlock_status st = dlock_redis_attempt(c, lk, lease_ms, w, 0, out, &pttl_ms, err);
+	/* In a cluster: a master failing over (its replica takes the slot within seconds), or the slot not
+	 * served now (TRYAGAIN, CLUSTERDOWN): the core tries again, within the deadline and until cancelled. */
 	if (st == DLOCK_ECONNECT && c->cluster)
-		retry->transient = 1; /* a master failing over: its replica takes the slot within seconds */
+		retry->transient = 1;
 	if (st != DLOCK_EBUSY || dlock_wait_try_once(w))
 		return st == DLOCK_EBUSY ? dlock_redis_wait_failed(c, st, err) : st;
 	/* The channel's subscriber: in a cluster, that of the node serving the slot now, which a
@@ -391,16 +394,16 @@ dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, i
 	dlock_redis_argi(&a, lease, lease_ms);
 	long long acked = c->replicas;
 	int maybe_ran;
-	dlock_status st = run_script_waiting(c, lk, REDIS_SCRIPT_EXTEND, 1, &a, "extend", extend_wrote, &acked, &r,
-	                                     &maybe_ran, err);
+	dlock_status st = run_script_waiting(c, lk, REDIS_SCRIPT_EXTEND, 1, &a, "extend", 0, extend_wrote, &acked,
+	                                     &r, &maybe_ran, err);
 	/* Extending twice is extending once: one more try when the connection failed after sending, or
 	 * before WAIT answered (a failover kills the old master's clients mid-renewal). */
 	if ((st == DLOCK_ECONNECT && maybe_ran) || (st == DLOCK_OK && acked < 0)) {
 		freeReplyObject(r);
 		r = NULL;
 		acked = c->replicas;
-		st = run_script_waiting(c, lk, REDIS_SCRIPT_EXTEND, 1, &a, "extend", extend_wrote, &acked, &r, &maybe_ran,
-		                        err);
+		st = run_script_waiting(c, lk, REDIS_SCRIPT_EXTEND, 1, &a, "extend", 0, extend_wrote, &acked, &r,
+		                        &maybe_ran, err);
 	}
 	if (st == DLOCK_OK)
 		st = owner_only_result(c, r, "extend", err);
@@ -430,7 +433,7 @@ dlock_status dlock_redis_check(struct redis_client *c, struct redis_lock *lk, dl
 	int maybe_ran;
 	dlock_redis_arg(&a, "GET");
 	dlock_redis_argn(&a, lk->key, lk->keylen);
-	dlock_status st = run_script(c, lk, NOT_A_SCRIPT, 0, &a, "check", &r, &maybe_ran, err);
+	dlock_status st = run_script(c, lk, NOT_A_SCRIPT, 0, &a, "check", 0, &r, &maybe_ran, err);
 	if (st == DLOCK_OK && (r->type != REDIS_REPLY_STRING || strcmp(r->str, lk->owner) != 0))
 		st = dlock_error_set(err, DLOCK_ENOTHELD, "redis %s: the lock is no longer ours (expired or taken)",
 		                     c->label);

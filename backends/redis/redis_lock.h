@@ -154,6 +154,9 @@ struct redis_call {
 	const struct redis_args *a;
 	const char *what;         /* for messages: "acquire", "release"... */
 	int (*wrote)(const redisReply *r); /* replicas=N: WAIT after a reply for which this says 1; or NULL */
+	int attempt;              /* 1: an acquisition's attempt: DLOCK_ECONNECT at once where the slot is not
+	                             served now (TRYAGAIN, CLUSTERDOWN), for the acquisition to wait out within its
+	                             deadline; 0: wait here, up to io_timeout (see redis_route.c) */
 };
 
 /**
@@ -175,10 +178,11 @@ dlock_status dlock_redis_set_nx(struct redis_lock *lk, int64_t lease_ms, char le
                                dlock_error *err);
 /** The fencing counter's expiry for acquisitions of `lease_ms`: far longer than any lease. */
 int64_t dlock_redis_fence_ttl_ms(int64_t lease_ms);
-/** Run script `id` (one retry when the connection failed after sending).  Error replies become statuses. */
+/** Run script `id` (one retry when the connection failed after sending).  Error replies become statuses.
+ *  `attempt`: as redis_call's. */
 dlock_status dlock_redis_run_idempotent(struct redis_client *c, const struct redis_lock *lk, enum redis_script_id id,
-                                        int nkeys, const struct redis_args *a, const char *what, redisReply **out,
-                                        dlock_error *err);
+                                        int nkeys, const struct redis_args *a, const char *what, int attempt,
+                                        redisReply **out, dlock_error *err);
 /** The status and message of a wait that did not end with the lock. */
 dlock_status dlock_redis_wait_failed(struct redis_client *c, dlock_status st, dlock_error *err);
 /**

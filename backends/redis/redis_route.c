@@ -10,9 +10,15 @@
  *     target: sent there once, after ASKING.
  *   - TRYAGAIN (a script whose keys are split between the two nodes of a
  *     migration, for the moment between two MIGRATE batches) and
- *     CLUSTERDOWN (no master for some slot: a failover under way): sent
- *     again after 5, 10, 20... ms, for up to REDIS_SETTLE_MS in all, then
- *     DLOCK_ECONNECT, which the acquisitions treat as transient.
+ *     CLUSTERDOWN (no master for some slot: a failover under way): the
+ *     slot settles soon.  An acquisition's attempt does not wait for it:
+ *     DLOCK_ECONNECT at once, which the acquisition's own loop (the core's
+ *     around try_acquire(), fair=1's in acquire()) treats as transient and
+ *     waits out on its dlock_wait, so up to its deadline and no longer than
+ *     its cancellation.  Release, extend and check get no dlock_wait from
+ *     the driver contract, so they see neither: they send again after 5,
+ *     10, 20... ms, for up to io_timeout (at most REDIS_SETTLE_MS) in all,
+ *     then DLOCK_ECONNECT.
  *   - A connection that fails: the map is looked at again before the next
  *     command (a killed master's replica takes its slots over).
  * A single-server client that receives MOVED or ASK talks to a cluster
@@ -75,6 +81,13 @@ static const char *redirect_addr(const redisReply *r, size_t *len)
 	return addr;
 }
 
+/* A call's wait for its slot to settle (TRYAGAIN, CLUSTERDOWN). */
+struct settle {
+	int waits;        /* 0: an acquisition's attempt, which fails at once instead */
+	int64_t until_ns; /* when waiting gives up: io_timeout, at most REDIS_SETTLE_MS, after the first refusal */
+	int64_t step_ms;  /* the next sleep */
+};
+
 static void settle_sleep(int64_t ms)
 {
 	struct timespec ts = { .tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * REDIS_NS_PER_MS };
@@ -85,11 +98,11 @@ static void settle_sleep(int64_t ms)
 /*
  * What to do after error reply `r` from `rt`: 0, it is the answer; 1, send
  * again (to rt, now pointing where the cluster said; *asking: after
- * ASKING); -1, give up with *st and `err` set.  *settled_ms: time spent waiting for
- * TRYAGAIN and CLUSTERDOWN so far.
+ * ASKING); -1, give up with *st and `err` set.  `s`: the wait for TRYAGAIN
+ * and CLUSTERDOWN so far.
  */
 static int redirected(struct redis_client *c, const struct redis_lock *lk, const redisReply *r,
-                      struct redis_route *rt, int *asking, int64_t *settled_ms, dlock_status *st, dlock_error *err)
+                      struct redis_route *rt, int *asking, struct settle *s, dlock_status *st, dlock_error *err)
 {
 	if (!dlock_redis_is_redirection(r))
 		return 0;
@@ -118,20 +131,21 @@ static int redirected(struct redis_client *c, const struct redis_lock *lk, const
 		*asking = ask;
 		return 1;
 	}
-	/* TRYAGAIN, CLUSTERDOWN: the slot settles soon; wait a little, then look at the map again. */
-	int64_t step = REDIS_SETTLE_FIRST_MS;
-	for (int64_t t = *settled_ms; t > 0 && step < REDIS_SETTLE_STEP_MAX_MS; t -= step)
-		step *= 2;
-	if (step > REDIS_SETTLE_STEP_MAX_MS)
-		step = REDIS_SETTLE_STEP_MAX_MS;
-	if (*settled_ms + step > REDIS_SETTLE_MS) {
+	/* TRYAGAIN, CLUSTERDOWN: the slot settles soon; the map is looked at again before the next command. */
+	dlock_redis_cluster_stale(c->cluster);
+	int64_t now = dlock_monotonic_ns();
+	if (s->waits && !s->until_ns) {
+		int64_t io = c->cfg.io_timeout_ms;
+		s->until_ns = now + (io > 0 && io < REDIS_SETTLE_MS ? io : REDIS_SETTLE_MS) * REDIS_NS_PER_MS;
+	}
+	int64_t left_ms = s->waits ? (s->until_ns - now) / REDIS_NS_PER_MS : 0;
+	if (left_ms <= 0) {
 		*st = dlock_error_set(err, DLOCK_ECONNECT, "redis %s: the lock's slot is not served now (%s)",
 		                      rt->pool->ep.label, r->str);
 		return -1;
 	}
-	settle_sleep(step);
-	*settled_ms += step;
-	dlock_redis_cluster_stale(c->cluster);
+	settle_sleep(s->step_ms < left_ms ? s->step_ms : left_ms);
+	s->step_ms = s->step_ms * 2 < REDIS_SETTLE_STEP_MAX_MS ? s->step_ms * 2 : REDIS_SETTLE_STEP_MAX_MS;
 	*st = dlock_redis_route(c, lk, rt, err);
 	return *st == DLOCK_OK ? 1 : -1;
 }
@@ -166,7 +180,7 @@ dlock_status dlock_redis_call(struct redis_client *c, const struct redis_lock *l
 {
 	struct redis_route rt;
 	int asking = 0;
-	int64_t settled_ms = 0;
+	struct settle settle = { .waits = !call->attempt, .until_ns = 0, .step_ms = REDIS_SETTLE_FIRST_MS };
 	*out = NULL;
 	*maybe_ran = 0;
 	dlock_status st = dlock_redis_route(c, lk, &rt, err);
@@ -201,7 +215,7 @@ dlock_status dlock_redis_call(struct redis_client *c, const struct redis_lock *l
 		}
 		if (dlock_redis_is_redirection(r))
 			*maybe_ran = 0; /* refused before it ran, as every earlier hop was */
-		int again = hop + 1 < REDIS_REDIRECTS_MAX ? redirected(c, lk, r, &rt, &asking, &settled_ms, &st, err) : 0;
+		int again = hop + 1 < REDIS_REDIRECTS_MAX ? redirected(c, lk, r, &rt, &asking, &settle, &st, err) : 0;
 		if (again == 0)
 			st = dlock_redis_reply_error(r, &rt.pool->ep, call->what, err);
 		freeReplyObject(r);
