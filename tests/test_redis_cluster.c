@@ -597,6 +597,65 @@ static void name_on(int port, const char *prefix, const char *stem, char *name, 
 	CU_FAIL("no name found on that master");
 }
 
+/* The calls of command `cmd` ("wait") the node at `port` has served so far (INFO commandstats). */
+static long long command_calls(int port, const char *cmd)
+{
+	char field[64];
+	snprintf(field, sizeof field, "cmdstat_%s:calls=", cmd);
+	redisContext *raw = dlock_testredis_raw(port);
+	redisReply *r = redisCommand(raw, "INFO commandstats");
+	const char *at = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, field) : NULL;
+	long long n = at ? atoll(at + strlen(field)) : 0;
+	freeReplyObject(r);
+	redisFree(raw);
+	return n;
+}
+
+/*
+ * replicas=N in a cluster: WAIT on the master of the lock's slot, on every
+ * master.  With one replica each, replicas=1 is confirmed (acquire and
+ * renewal each WAIT there); replicas=2 never is: the acquisition fails in
+ * time with the count in its message and is undone on that master.
+ */
+static void test_replicas(void)
+{
+	char prefix[64], uri[1024], name[64], key[512], value[128], stem[16];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	uri_with(uri, sizeof uri, cluster_uri, prefix, "replicas=1&replicas_timeout=5s");
+	dlock_client *c = dlock_test_open(uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	int masters[3] = { master_of(0), master_of(8192), master_of(16383) };
+	for (int i = 0; i < 3; i++) {
+		CU_ASSERT_FATAL(masters[i] > 0);
+		snprintf(stem, sizeof stem, "r%d", i);
+		name_on(masters[i], prefix, stem, name, sizeof name);
+		dlock_lock *l = dlock_test_new_lock(c, name);
+		long long before = command_calls(masters[i], "wait");
+		CU_ASSERT_EQUAL(dlock_test_acquire(l, 0, 0, 0, NULL, NULL), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_extend(l, 0), DLOCK_OK);
+		CU_ASSERT(command_calls(masters[i], "wait") >= before + 2);
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+		dlock_lock_free(l);
+	}
+	dlock_client_close(c);
+
+	uri_with(uri, sizeof uri, cluster_uri, prefix, "replicas=2&replicas_timeout=200ms");
+	c = dlock_test_open(uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	name_on(masters[1], prefix, "unconfirmed", name, sizeof name);
+	dlock_lock *l = dlock_test_new_lock(c, name);
+	int64_t t0 = dlock_test_now_ms();
+	CU_ASSERT_EQUAL(dlock_test_acquire(l, 0, 0, 0, NULL, NULL), DLOCK_ECONNECT);
+	CU_ASSERT(dlock_test_now_ms() - t0 < 5000);
+	printf("\n    %s", dlock_client_errmsg(c));
+	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(c), "1 of 2 replicas confirmed the lock within 200 ms"));
+	dlock_testredis_key(key, sizeof key, prefix, name, "lock");
+	value_at(masters[1], key, value, sizeof value);
+	CU_ASSERT_STRING_EQUAL(value, ""); /* undone, not left for its lease */
+	dlock_lock_free(l);
+	dlock_client_close(c);
+}
+
 /*
  * A master killed (SIGKILL) under held locks and waiters.  Its replica is
  * promoted after cluster-node-timeout; meanwhile commands for its slots
@@ -707,6 +766,7 @@ static void add_suites(void)
 	CU_add_test(s, "a slot migrated under a queued waiter (fair=1)", test_migration_under_fair_waiter);
 	CU_add_test(s, "TRYAGAIN: a lock's keys split by a migration; deadline, cancel", test_tryagain_split_keys);
 	CU_add_test(s, "TRYAGAIN: the same with fair=1", test_tryagain_split_keys_fair);
+	CU_add_test(s, "replicas=N: WAIT on the slot's master", test_replicas);
 	CU_add_test(s, "a master killed under held locks and waiters", test_master_failover);
 }
 
