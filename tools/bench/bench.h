@@ -54,7 +54,7 @@ struct bench_opts {
 	int64_t duration_ms; /* of each measured phase */
 	int64_t lease_ms;    /* lease of the faults scenario's acquisitions */
 	int cs_us;           /* critical section of the contended scenario */
-	int fencing;         /* uncontended, contended: acquisitions take fencing tokens */
+	int fencing;         /* uncontended, contended: acquisitions, dlock's and raw's, take fencing tokens */
 	int json;
 	const char *table_path; /* --table: the table to this file as well */
 	const char *plot_dir;
@@ -163,8 +163,9 @@ struct bench_raw {
 	/* The scheme whose comma-separated hosts are seeds of one server (a cluster), or NULL: elsewhere
 	 * several hosts are RedLock, an ensemble or failover hosts, which one raw connection does not match. */
 	const char *host_list;
-	/* Connect for `uri`; NULL with a message (no password in it) on failure. */
-	void *(*connect)(const char *uri, char *err, size_t errlen);
+	/* Connect for `uri`; NULL with a message (no password in it) on failure.  `fencing`: every
+	 * acquisition on this connection takes a fencing token, as dlock's do with fencing on. */
+	void *(*connect)(const char *uri, int fencing, char *err, size_t errlen);
 	/* 1 acquired, 0 gave up (stop was set), -1 error (message in err). */
 	int (*acquire)(void *conn, const char *name, const _Atomic int *stop, char *err, size_t errlen);
 	/* 0 released, -1 error. */
@@ -258,7 +259,7 @@ struct bench_fault_result {
 };
 
 struct bench_result {
-	char backend[32];     /* caps.backend, "-row" for PostgreSQL's row mode, "+token" with --fencing on */
+	char backend[40];     /* caps.backend or the scheme, "-row", "-fair", "+notoken" with --fencing off */
 	char uri[512];          /* masked */
 	enum bench_scenario sc;
 	int clients, threads, processes;

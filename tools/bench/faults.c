@@ -171,7 +171,7 @@ static void faults_control(struct bench_phase *ph, void *arg)
 	fault_pause(ph, fc, "pause");
 	if (fc->raw) {
 		if (fc->raw->cut)
-			fc->conn = fc->raw->connect(ph->uri, err, sizeof err);
+			fc->conn = fc->raw->connect(ph->uri, 0, err, sizeof err);
 		fault_cut(ph, fc);
 		if (fc->conn)
 			fc->raw->close(fc->conn);

@@ -29,7 +29,7 @@ static void *probe_main(void *arg)
 {
 	struct probe *p = arg;
 	char err[200];
-	void *conn = p->raw->connect(p->uri, err, sizeof err);
+	void *conn = p->raw->connect(p->uri, 0, err, sizeof err);
 	while (conn && !atomic_load(&p->stop)) {
 		int64_t t0 = bench_now_ns();
 		if (p->raw->ping(conn) == 0)

@@ -58,7 +58,7 @@ static int worker_connect(struct bench_worker *w, dlock_client **client)
 {
 	char err[256];
 	if (w->ph->raw) {
-		w->raw_conn = w->ph->raw->connect(w->ph->uri, err, sizeof err);
+		w->raw_conn = w->ph->raw->connect(w->ph->uri, w->ph->o->fencing, err, sizeof err);
 		if (!w->raw_conn)
 			bench_slot_error(w->slot, "raw connect: %s", err);
 		return w->raw_conn ? 0 : -1;

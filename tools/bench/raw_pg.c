@@ -1,11 +1,16 @@
 /*
- * The raw PostgreSQL client: what a careful hand-written lock does.
- *   advisory (default)  SELECT pg_advisory_lock(key) / pg_advisory_unlock(key):
- *                       the server queues waiters, one round trip each way
- *   mode=row            BEGIN; SELECT ... FOR UPDATE (one round trip, sent
- *                       together) / COMMIT, on a table of its own
+ * The raw PostgreSQL client: what a careful hand-written lock does, with
+ * statements prepared once per connection (as dlock's are).
+ *   advisory (default)  pg_advisory_lock($1) / pg_advisory_unlock($1): the
+ *                       server queues waiters, one round trip each way
+ *   mode=row            BEGIN and SELECT 1 ... WHERE name = $1 FOR UPDATE in
+ *                       one round trip (libpq's pipeline mode) / COMMIT, on
+ *                       a table of its own
+ * With fencing, the lock statement also takes nextval() of a sequence of its
+ * own once the lock is held (a CASE orders the two), as dlock's does.
  * The connection string is the URI without its query (the query holds
- * dlock's parameters, which libpq would refuse).
+ * dlock's parameters, which libpq would refuse).  A worker keeps one name:
+ * its key (or name) is made into a parameter once.
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -17,9 +22,24 @@
 
 #include "bench.h"
 
+#define SEQ "dlock_bench_raw_fence"
+
+/* $1: the key (advisory) or the name (row). */
+static const char *const lock_sql[2][2] = {
+	/* advisory: without, with a token */
+	{ "SELECT pg_advisory_lock($1::int8)",
+	  "SELECT CASE WHEN pg_advisory_lock($1::int8) IS NULL THEN NULL ELSE nextval('" SEQ "') END" },
+	/* row */
+	{ "SELECT 1 FROM dlock_bench_raw WHERE name = $1 FOR UPDATE",
+	  "SELECT CASE WHEN EXISTS (SELECT 1 FROM dlock_bench_raw WHERE name = $1 FOR UPDATE) "
+	  "THEN nextval('" SEQ "') END" },
+};
+
 struct pconn {
 	PGconn *pg;
-	int row;
+	int row, fencing;
+	char name[160]; /* the last name, and its parameter */
+	char param[160];
 };
 
 static void pconn_close(void *p)
@@ -38,10 +58,9 @@ static int run(struct pconn *c, const char *sql, ExecStatusType want)
 	return ok ? 0 : -1;
 }
 
-static int row_setup(struct pconn *c)
+/* Workers connect at once, and concurrent CREATE ... IF NOT EXISTS can still collide: a few tries. */
+static int create(struct pconn *c, const char *sql)
 {
-	const char *sql = "CREATE TABLE IF NOT EXISTS dlock_bench_raw (name text PRIMARY KEY)";
-	/* Workers connect at once, and concurrent CREATE ... IF NOT EXISTS can still collide. */
 	for (int i = 0; i < 5; i++) {
 		if (run(c, sql, PGRES_COMMAND_OK) == 0)
 			return 0;
@@ -50,7 +69,15 @@ static int row_setup(struct pconn *c)
 	return -1;
 }
 
-static void *pconn_connect(const char *uri, char *err, size_t errlen)
+static int prepare(struct pconn *c, const char *stmt, const char *sql)
+{
+	PGresult *r = PQprepare(c->pg, stmt, sql, 0, NULL);
+	int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+	PQclear(r);
+	return ok ? 0 : -1;
+}
+
+static void *pconn_connect(const char *uri, int fencing, char *err, size_t errlen)
 {
 	char conninfo[1024], mode[16] = "";
 	struct pconn *c = calloc(1, sizeof *c);
@@ -58,6 +85,7 @@ static void *pconn_connect(const char *uri, char *err, size_t errlen)
 		return NULL;
 	snprintf(conninfo, sizeof conninfo, "%.*s", (int)strcspn(uri, "?"), uri);
 	c->row = bench_uri_param(uri, "mode", mode, sizeof mode) == 0 && strcmp(mode, "row") == 0;
+	c->fencing = fencing;
 	c->pg = PQconnectdb(conninfo);
 	if (PQstatus(c->pg) != CONNECTION_OK) {
 		/* libpq's message names host and database, never the password */
@@ -66,8 +94,12 @@ static void *pconn_connect(const char *uri, char *err, size_t errlen)
 		return NULL;
 	}
 	fcntl(PQsocket(c->pg), F_SETFD, FD_CLOEXEC);
-	if (c->row && row_setup(c) != 0) {
-		snprintf(err, errlen, "postgres: cannot create dlock_bench_raw: %s", PQerrorMessage(c->pg));
+	if ((c->row && create(c, "CREATE TABLE IF NOT EXISTS dlock_bench_raw (name text PRIMARY KEY)") != 0) ||
+	    (fencing && create(c, "CREATE SEQUENCE IF NOT EXISTS " SEQ) != 0) ||
+	    prepare(c, "lock", lock_sql[c->row][fencing]) != 0 ||
+	    (!c->row && prepare(c, "unlock", "SELECT pg_advisory_unlock($1::int8)") != 0) ||
+	    (c->row && prepare(c, "insert", "INSERT INTO dlock_bench_raw VALUES ($1) ON CONFLICT DO NOTHING") != 0)) {
+		snprintf(err, errlen, "postgres: cannot set up: %s", PQerrorMessage(c->pg));
 		pconn_close(c);
 		return NULL;
 	}
@@ -82,49 +114,79 @@ static long long key_of(const char *name)
 	return (long long)(h >> 1);
 }
 
+/* The parameter of `name`: its key, or itself in row mode. */
+static const char *param_of(struct pconn *c, const char *name)
+{
+	if (strcmp(c->name, name) != 0) {
+		snprintf(c->name, sizeof c->name, "%s", name);
+		if (c->row)
+			snprintf(c->param, sizeof c->param, "%s", name);
+		else
+			snprintf(c->param, sizeof c->param, "%lld", key_of(name));
+	}
+	return c->param;
+}
+
 static int failed(struct pconn *c, char *err, size_t errlen)
 {
 	snprintf(err, errlen, "postgres: %s", PQerrorMessage(c->pg));
 	return -1;
 }
 
-static int advisory(struct pconn *c, const char *fn, const char *name, char *err, size_t errlen)
+/* One prepared statement returning one row: 1 when its value is not false, 0 false, -1 error. */
+static int exec_one(struct pconn *c, const char *stmt, const char *param)
 {
-	char sql[96];
-	snprintf(sql, sizeof sql, "SELECT %s(%lld)", fn, key_of(name));
-	PGresult *r = PQexec(c->pg, sql);
+	PGresult *r = PQexecPrepared(c->pg, stmt, 1, &param, NULL, NULL, 0);
 	int ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
 	int is_true = ok && strcmp(PQgetvalue(r, 0, 0), "f") != 0;
 	PQclear(r);
-	if (!ok)
-		return failed(c, err, errlen);
-	return is_true ? 0 : -1;
+	return ok ? is_true : -1;
 }
 
-/* BEGIN and the row lock in one round trip; a missing row is inserted first. */
-static int row_lock(struct pconn *c, const char *name, char *err, size_t errlen)
+/*
+ * BEGIN and the row lock in one round trip (pipeline mode); the lock's
+ * results: 1 locked, 0 no row (nothing locked, transaction open), -1 error.
+ */
+static int row_pipeline(struct pconn *c, const char *param)
 {
-	char *lit = PQescapeLiteral(c->pg, name, strlen(name));
-	char sql[512];
-	int rc = -1;
-	if (!lit)
-		return failed(c, err, errlen);
-	for (int tries = 0; tries < 2 && rc < 0; tries++) {
-		snprintf(sql, sizeof sql, "BEGIN; SELECT 1 FROM dlock_bench_raw WHERE name = %s FOR UPDATE", lit);
-		PGresult *r = PQexec(c->pg, sql);
-		int st = PQresultStatus(r), n = PQntuples(r);
-		PQclear(r);
-		if (st == PGRES_TUPLES_OK && n == 1)
-			rc = 0;
-		else if (run(c, "ROLLBACK", PGRES_COMMAND_OK) != 0 || st != PGRES_TUPLES_OK)
-			break;
-		else {
-			snprintf(sql, sizeof sql, "INSERT INTO dlock_bench_raw VALUES (%s) ON CONFLICT DO NOTHING", lit);
-			run(c, sql, PGRES_COMMAND_OK);
+	int locked = -1, begun = 0;
+	if (!PQenterPipelineMode(c->pg))
+		return -1;
+	if (PQsendQueryParams(c->pg, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) &&
+	    PQsendQueryPrepared(c->pg, "lock", 1, &param, NULL, NULL, 0) && PQpipelineSync(c->pg)) {
+		PGresult *r;
+		/* BEGIN's result, the lock's, each followed by NULL, then the sync. */
+		for (int step = 0; step < 3; step++) {
+			while ((r = PQgetResult(c->pg)) != NULL) {
+				ExecStatusType st = PQresultStatus(r);
+				if (step == 0)
+					begun = st == PGRES_COMMAND_OK;
+				else if (step == 1 && st == PGRES_TUPLES_OK)
+					locked = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0);
+				PQclear(r);
+				if (st == PGRES_PIPELINE_SYNC)
+					break;
+			}
 		}
 	}
-	PQfreemem(lit);
-	return rc == 0 ? 1 : failed(c, err, errlen);
+	if (!PQexitPipelineMode(c->pg) || !begun)
+		return -1;
+	return locked;
+}
+
+static int row_lock(struct pconn *c, const char *name, char *err, size_t errlen)
+{
+	const char *param = param_of(c, name);
+	for (int tries = 0; tries < 2; tries++) {
+		int locked = row_pipeline(c, param);
+		if (locked == 1)
+			return 1;
+		if (run(c, "ROLLBACK", PGRES_COMMAND_OK) != 0 || locked < 0)
+			break;
+		PGresult *r = PQexecPrepared(c->pg, "insert", 1, &param, NULL, NULL, 0); /* the row, once */
+		PQclear(r);
+	}
+	return failed(c, err, errlen);
 }
 
 static int pconn_acquire(void *p, const char *name, const _Atomic int *stop, char *err, size_t errlen)
@@ -133,7 +195,7 @@ static int pconn_acquire(void *p, const char *name, const _Atomic int *stop, cha
 	(void)stop; /* the server queues the wait; holders keep releasing until every worker is out */
 	if (c->row)
 		return row_lock(c, name, err, errlen);
-	return advisory(c, "pg_advisory_lock", name, err, errlen) == 0 ? 1 : -1;
+	return exec_one(c, "lock", param_of(c, name)) >= 0 ? 1 : failed(c, err, errlen);
 }
 
 static int pconn_release(void *p, const char *name, char *err, size_t errlen)
@@ -141,7 +203,10 @@ static int pconn_release(void *p, const char *name, char *err, size_t errlen)
 	struct pconn *c = p;
 	if (c->row)
 		return run(c, "COMMIT", PGRES_COMMAND_OK) == 0 ? 0 : failed(c, err, errlen);
-	return advisory(c, "pg_advisory_unlock", name, err, errlen);
+	int rc = exec_one(c, "unlock", param_of(c, name));
+	if (rc == 0)
+		snprintf(err, errlen, "postgres: pg_advisory_unlock: not held");
+	return rc == 1 ? 0 : rc == 0 ? -1 : failed(c, err, errlen);
 }
 
 static int pconn_ping(void *p)
@@ -169,7 +234,8 @@ static const char *const schemes[] = { "postgres", "postgresql", NULL };
 const struct bench_raw bench_raw_postgres = {
 	.name = "postgres",
 	.schemes = schemes,
-	.what = "pg_advisory_lock/pg_advisory_unlock (mode=row: BEGIN; SELECT FOR UPDATE / COMMIT)",
+	.what = "prepared pg_advisory_lock($1)/pg_advisory_unlock($1) (mode=row: BEGIN and prepared SELECT FOR UPDATE "
+	        "in one pipeline / COMMIT); with fencing, nextval() of a sequence once held, in the lock statement",
 	.connect = pconn_connect,
 	.acquire = pconn_acquire,
 	.release = pconn_release,

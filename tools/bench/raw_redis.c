@@ -1,16 +1,24 @@
 /*
- * The raw Redis client: what a careful hand-written lock does.
- *   acquire  SET key owner NX PX ttl   (a waiter simply tries again at once)
+ * The raw Redis client: what a careful hand-written lock does, as fast as
+ * hiredis allows.
+ *   acquire  SET key owner NX PX ttl   (a waiter simply tries again at once);
+ *            with fencing, a script (EVALSHA) that does that SET and, when
+ *            it took the key, INCRs the name's counter (its expiry renewed)
+ *            and returns the token
  *   release  the compare-and-delete script (EVALSHA), owner-only
  * One connection per worker thread, hiredis' blocking API, like the backend.
+ * Each command is formatted once per name (a worker keeps its name) and
+ * only written and read afterwards; hiredis still allocates each reply.
+ * The owner value is one per connection: a connection holds one lock at a
+ * time.  A name's keys share its hash tag: bench-raw:{NAME}:lock, :fence.
  *
  * In a Redis Cluster (redis+cluster://seed,…) it does what a careful
  * hand-written cluster client does: the slot map from CLUSTER SLOTS at
  * connect, the slot of each name from CLUSTER KEYSLOT the first time the
- * name is used (a worker keeps one name), and each command sent straight
- * to the master of that slot, over a connection of its own to each master
- * it meets.  It does not follow MOVED or ASK: the bench measures a stable
- * cluster, and the faults scenario locks through dlock, not through it.
+ * name is used, and each command sent straight to the master of that slot,
+ * over a connection of its own to each master it meets.  It does not
+ * follow MOVED or ASK: the bench measures a stable cluster, and the faults
+ * scenario locks through dlock, not through it.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -28,13 +36,17 @@
 
 static const char release_lua[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then "
                                   "return redis.call('DEL', KEYS[1]) end return 0";
+/* KEYS lock, fence; ARGV owner, ttl: the token, or false when the key is taken. */
+static const char acquire_lua[] = "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+                                  "return false end local t = redis.call('INCR', KEYS[2]) "
+                                  "redis.call('PEXPIRE', KEYS[2], 604800000) return t";
 
-/* A connection to one server (in a cluster, to one master) with the release script loaded there. */
+/* A connection to one server (in a cluster, to one master) with the scripts loaded there. */
 struct rnode {
 	char host[64];
 	int port;
 	redisContext *ctx;
-	char sha[41];
+	char release_sha[41], acquire_sha[41];
 };
 
 struct rrange {
@@ -49,10 +61,12 @@ struct rconn {
 	int nnodes;
 	struct rrange ranges[RAW_MAX_RANGES];
 	int nranges;
-	char name[160];   /* cluster: the last name routed, and its master */
+	int fencing;      /* acquisitions take a token */
+	char name[160];   /* the last name routed, its server and its commands, formatted */
 	struct rnode *at;
+	char *acquire_cmd, *release_cmd;
+	int acquire_len, release_len;
 	char owner[64];
-	unsigned long long seq;
 };
 
 static void rconn_close(void *p)
@@ -63,7 +77,23 @@ static void rconn_close(void *p)
 	for (int i = 0; i < c->nnodes; i++)
 		if (c->nodes[i].ctx)
 			redisFree(c->nodes[i].ctx);
+	redisFreeCommand(c->acquire_cmd);
+	redisFreeCommand(c->release_cmd);
 	free(c);
+}
+
+/* SCRIPT LOAD `lua` on n into sha; 0 or -1. */
+static int load_script(struct rnode *n, const char *lua, char sha[41])
+{
+	redisReply *r = redisCommand(n->ctx, "SCRIPT LOAD %s", lua);
+	int ok = r && r->type == REDIS_REPLY_STRING && r->len == 40;
+	if (ok) {
+		memcpy(sha, r->str, 40);
+		sha[40] = '\0';
+	}
+	if (r)
+		freeReplyObject(r);
+	return ok ? 0 : -1;
 }
 
 /* Connect n to its host and port, and load the release script there; 0, or -1 with a message (n->ctx NULL). */
@@ -76,16 +106,9 @@ static int rnode_connect(struct rnode *n, char *err, size_t errlen)
 		goto fail;
 	}
 	fcntl(n->ctx->fd, F_SETFD, FD_CLOEXEC); /* hiredis does not set it */
-	redisReply *r = redisCommand(n->ctx, "SCRIPT LOAD %s", release_lua);
-	int ok = r && r->type == REDIS_REPLY_STRING && r->len == 40;
-	if (ok)
-		memcpy(n->sha, r->str, 40);
-	else
-		snprintf(err, errlen, "redis %s:%d: SCRIPT LOAD failed", n->host, n->port);
-	if (r)
-		freeReplyObject(r);
-	if (ok)
+	if (load_script(n, release_lua, n->release_sha) == 0 && load_script(n, acquire_lua, n->acquire_sha) == 0)
 		return 0;
+	snprintf(err, errlen, "redis %s:%d: SCRIPT LOAD failed", n->host, n->port);
 fail:
 	if (n->ctx)
 		redisFree(n->ctx);
@@ -134,14 +157,10 @@ static int cluster_map(struct rconn *c, char *err, size_t errlen)
 	return ok ? 0 : -1;
 }
 
-/* The connection for `name`: the server, or in a cluster the master of the name's slot. */
-static struct rnode *route(struct rconn *c, const char *name, char *err, size_t errlen)
+/* The master of `name`'s slot in a cluster; NULL with a message. */
+static struct rnode *slot_master(struct rconn *c, const char *name, char *err, size_t errlen)
 {
-	if (!c->cluster)
-		return &c->seed;
-	if (c->at && strcmp(c->name, name) == 0)
-		return c->at;
-	redisReply *r = redisCommand(c->seed.ctx, "CLUSTER KEYSLOT bench-raw:%s", name);
+	redisReply *r = redisCommand(c->seed.ctx, "CLUSTER KEYSLOT bench-raw:{%s}:lock", name);
 	long long slot = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
 	if (r)
 		freeReplyObject(r);
@@ -149,18 +168,54 @@ static struct rnode *route(struct rconn *c, const char *name, char *err, size_t 
 	for (int i = 0; i < c->nranges && !n; i++)
 		if (slot >= c->ranges[i].first && slot <= c->ranges[i].last)
 			n = &c->nodes[c->ranges[i].node];
-	if (!n) {
+	if (!n)
 		snprintf(err, errlen, "redis cluster: no master for slot %lld", slot);
-		return NULL;
-	}
-	if (!n->ctx && rnode_connect(n, err, errlen) != 0)
-		return NULL;
-	snprintf(c->name, sizeof c->name, "%s", name);
-	c->at = n;
+	else if (!n->ctx && rnode_connect(n, err, errlen) != 0)
+		n = NULL;
 	return n;
 }
 
-static void *rconn_connect(const char *uri, char *err, size_t errlen)
+/*
+ * Route `name`: its server (in a cluster, its slot's master) and its two
+ * commands, formatted once; the connection, or NULL with a message.
+ */
+static struct rnode *route(struct rconn *c, const char *name, char *err, size_t errlen)
+{
+	if (c->at && strcmp(c->name, name) == 0)
+		return c->at;
+	struct rnode *n = c->cluster ? slot_master(c, name, err, errlen) : &c->seed;
+	if (!n || strlen(name) >= sizeof c->name)
+		return NULL;
+	redisFreeCommand(c->acquire_cmd);
+	redisFreeCommand(c->release_cmd);
+	c->acquire_cmd = c->release_cmd = NULL;
+	c->at = NULL;
+	c->acquire_len = c->fencing ? redisFormatCommand(&c->acquire_cmd, "EVALSHA %s 2 bench-raw:{%s}:lock "
+	                                                                  "bench-raw:{%s}:fence %s %d",
+	                                                 n->acquire_sha, name, name, c->owner, RAW_TTL_MS)
+	                            : redisFormatCommand(&c->acquire_cmd, "SET bench-raw:{%s}:lock %s NX PX %d", name,
+	                                                 c->owner, RAW_TTL_MS);
+	c->release_len = redisFormatCommand(&c->release_cmd, "EVALSHA %s 1 bench-raw:{%s}:lock %s", n->release_sha,
+	                                    name, c->owner);
+	if (c->acquire_len < 0 || c->release_len < 0) { /* what was formatted goes at the next route or close */
+		snprintf(err, errlen, "redis: out of memory");
+		return NULL;
+	}
+	snprintf(c->name, sizeof c->name, "%s", name);
+	return c->at = n;
+}
+
+/* Write a formatted command and read its reply; NULL when the connection failed. */
+static redisReply *run(struct rnode *n, const char *cmd, int len)
+{
+	void *reply = NULL;
+	if (redisAppendFormattedCommand(n->ctx, cmd, (size_t)len) != REDIS_OK ||
+	    redisGetReply(n->ctx, &reply) != REDIS_OK)
+		return NULL;
+	return reply;
+}
+
+static void *rconn_connect(const char *uri, int fencing, char *err, size_t errlen)
 {
 	struct rconn *c = calloc(1, sizeof *c);
 	if (!c || bench_uri_host(uri, c->seed.host, sizeof c->seed.host, &c->seed.port, 6379) != 0) {
@@ -169,6 +224,8 @@ static void *rconn_connect(const char *uri, char *err, size_t errlen)
 		return NULL;
 	}
 	c->cluster = strncmp(uri, "redis+cluster:", 14) == 0;
+	c->fencing = fencing;
+	snprintf(c->owner, sizeof c->owner, "%d-%p", (int)getpid(), (void *)c);
 	if (rnode_connect(&c->seed, err, errlen) != 0 || (c->cluster && cluster_map(c, err, errlen) != 0)) {
 		rconn_close(c);
 		return NULL;
@@ -188,12 +245,12 @@ static int rconn_acquire(void *p, const char *name, const _Atomic int *stop, cha
 	struct rnode *n = route(c, name, err, errlen);
 	if (!n)
 		return -1;
-	snprintf(c->owner, sizeof c->owner, "%d-%p-%llu", (int)getpid(), p, ++c->seq);
 	for (;;) {
-		redisReply *r = redisCommand(n->ctx, "SET bench-raw:%s %s NX PX %d", name, c->owner, RAW_TTL_MS);
+		redisReply *r = run(n, c->acquire_cmd, c->acquire_len);
 		if (!r)
 			return io_failed(n, err, errlen);
-		int got = r->type == REDIS_REPLY_STATUS, busy = r->type == REDIS_REPLY_NIL;
+		int got = c->fencing ? r->type == REDIS_REPLY_INTEGER && r->integer > 0 : r->type == REDIS_REPLY_STATUS;
+		int busy = r->type == REDIS_REPLY_NIL;
 		freeReplyObject(r);
 		if (got)
 			return 1;
@@ -210,7 +267,7 @@ static int rconn_release(void *p, const char *name, char *err, size_t errlen)
 	struct rnode *n = route(c, name, err, errlen);
 	if (!n)
 		return -1;
-	redisReply *r = redisCommand(n->ctx, "EVALSHA %s 1 bench-raw:%s %s", n->sha, name, c->owner);
+	redisReply *r = run(n, c->release_cmd, c->release_len);
 	if (!r)
 		return io_failed(n, err, errlen);
 	int ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
@@ -275,7 +332,8 @@ static const char *const schemes[] = { "redis", "redis+cluster", NULL };
 const struct bench_raw bench_raw_redis = {
 	.name = "redis",
 	.schemes = schemes,
-	.what = "SET key owner NX PX, compare-and-delete script; in a cluster, on the master of the key's slot",
+	.what = "SET key owner NX PX (with fencing: a script, that SET and INCR of a counter), compare-and-delete "
+	        "script, by EVALSHA, each command formatted once per name; in a cluster, on the master of the key's slot",
 	.host_list = "redis+cluster",
 	.connect = rconn_connect,
 	.acquire = rconn_acquire,

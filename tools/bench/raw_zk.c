@@ -1,6 +1,7 @@
 /*
  * The raw ZooKeeper client: the lock recipe written by hand.
- *   acquire  create PARENT/lock- EPHEMERAL_SEQUENTIAL, get the children;
+ *   acquire  create PARENT/lock- EPHEMERAL_SEQUENTIAL (create2: the answer
+ *            carries the node's czxid, the token), get the children;
  *            lowest wins, else watch the predecessor (exists with a watch)
  *            and look again when it goes
  *   release  delete the node
@@ -85,7 +86,7 @@ static int session_ms(const char *uri)
 	return DEFAULT_SESSION_MS;
 }
 
-static void *zconn_connect(const char *uri, char *err, size_t errlen)
+static void *zconn_connect(const char *uri, int fencing, char *err, size_t errlen)
 {
 	char host[256], hosts[300];
 	int port;
@@ -95,6 +96,7 @@ static void *zconn_connect(const char *uri, char *err, size_t errlen)
 		free(c);
 		return NULL;
 	}
+	(void)fencing; /* the token is the lock node's czxid, which the create answers with: no extra work */
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cond, NULL);
 	snprintf(hosts, sizeof hosts, "%s:%d", host, port);
@@ -154,12 +156,13 @@ static int zconn_acquire(void *p, const char *name, const _Atomic int *stop, cha
 	char parent[400], prefix[420], pred[512];
 	snprintf(parent, sizeof parent, ROOT "/%s", name);
 	snprintf(prefix, sizeof prefix, "%s/lock-", parent);
-	int rc = zoo_create(c->zh, prefix, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL | ZOO_SEQUENCE, c->node,
-	                    sizeof c->node);
+	struct Stat created; /* its czxid is the fencing token, as dlock's */
+	int rc = zoo_create2(c->zh, prefix, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL | ZOO_SEQUENCE, c->node,
+	                     sizeof c->node, &created);
 	if (rc == ZNONODE) {
 		zoo_create(c->zh, parent, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
-		rc = zoo_create(c->zh, prefix, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL | ZOO_SEQUENCE, c->node,
-		                sizeof c->node);
+		rc = zoo_create2(c->zh, prefix, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL | ZOO_SEQUENCE, c->node,
+		                 sizeof c->node, &created);
 	}
 	if (rc != ZOK)
 		return zfail(err, errlen, "create", rc);
