@@ -53,16 +53,16 @@ done <"$tmp/out.jsonl"
 
 # Without a server there is no raw baseline, and the line says why.
 grep -q '"raw_note":"no raw client' "$tmp/out.jsonl" || fail "mem/file lines do not say why raw is missing"
-# Like the raw clients, the measured acquisitions take no token unless asked.
-[ "$(grep -c '"fencing":false' "$tmp/out.jsonl")" -eq 4 ] || fail "not every line says fencing false"
+# As dlock by default, the measured acquisitions (and the raw clients') take a token.
+[ "$(grep -c '"fencing":true' "$tmp/out.jsonl")" -eq 4 ] || fail "not every line says fencing true"
 
-# --fencing on: tokens taken, and the rows say so.
-if "$bench" --uri "file://$tmp/locks" --scenario uncontended --duration 200ms --fencing on --json \
-	>"$tmp/fenced.jsonl" 2>"$tmp/err"; then
-	grep -q '"backend":"file+token".*"fencing":true' "$tmp/fenced.jsonl" ||
-		fail "--fencing on: $(cat "$tmp/fenced.jsonl")"
+# --fencing off: no token, and the rows say so.
+if "$bench" --uri "file://$tmp/locks" --scenario uncontended --duration 200ms --fencing off --json \
+	>"$tmp/unfenced.jsonl" 2>"$tmp/err"; then
+	grep -q '"backend":"file+notoken".*"fencing":false' "$tmp/unfenced.jsonl" ||
+		fail "--fencing off: $(cat "$tmp/unfenced.jsonl")"
 else
-	fail "dlock-bench --fencing on exited with an error: $(cat "$tmp/err")"
+	fail "dlock-bench --fencing off exited with an error: $(cat "$tmp/err")"
 fi
 "$bench" --uri mem://x --fencing maybe >/dev/null 2>&1 && fail "--fencing maybe was accepted"
 

@@ -53,7 +53,7 @@ static int describe(const struct bench_opts *o, const struct bench_target *t, st
 	int fair_opt = bench_uri_param(t->uri, "fair", fair, sizeof fair) == 0 && caps->fair;
 	backend_kind(t->uri, caps->backend, kind, sizeof kind);
 	snprintf(proto->backend, sizeof proto->backend, "%s%s%s%s", kind, row ? "-row" : "", fair_opt ? "-fair" : "",
-	         o->fencing ? "+token" : "");
+	         o->fencing ? "" : "+notoken");
 	proto->fencing = o->fencing;
 	dlock_client_close(c);
 	return 0;

@@ -40,8 +40,8 @@ static void usage(FILE *f)
 	      "  --processes P         spread the clients over P processes (default 1; at most one per client)\n"
 	      "  --duration T          length of each measured phase (default 5s; a bare number is seconds)\n"
 	      "  --cs-us N             contended: busy critical section of N microseconds (default 0)\n"
-	      "  --fencing on|off      uncontended, contended: take a fencing token with every acquisition\n"
-	      "                      (default off, as the raw clients take none; faults always do)\n"
+	      "  --fencing on|off      uncontended, contended: take a fencing token with every acquisition,\n"
+	      "                      dlock and raw alike (default on, as dlock's default; faults always do)\n"
 	      "  --lease T             faults: lease of each acquisition (default 2s)\n"
 	      "  --fault-clients N     faults: worker processes (default 3)\n"
 	      "  --json                one JSON object per line per (backend, scenario, clients)\n"
@@ -199,7 +199,7 @@ int bench_opts_parse(struct bench_opts *o, int argc, char **argv)
 {
 	int opt, any_scenario = 0;
 	*o = (struct bench_opts){ .clients = { 1 }, .nclients = 1, .threads = 1, .processes = 1, .fault_clients = 3,
-		                  .duration_ms = 5000, .lease_ms = 2000 };
+		                  .fencing = 1, .duration_ms = 5000, .lease_ms = 2000 };
 	while ((opt = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
 		int rc = apply(o, opt, optarg, &any_scenario);
 		if (rc != 0)

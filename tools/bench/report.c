@@ -158,7 +158,7 @@ static void perf_row(FILE *out, const struct bench_result *r)
 		snprintf(spread, sizeof spread, "%.0f", r->share_spread_pct);
 		snprintf(ovl, sizeof ovl, "%llu", (unsigned long long)r->overlaps);
 	}
-	fprintf(out, "%-14s %-11s %3dx%-2d %3d %9.0f %9s %5s %7s %7s %5s %8s %8s %8s %6s %6s %5s %4s\n", r->backend,
+	fprintf(out, "%-20s %-11s %3dx%-2d %3d %9.0f %9s %5s %7s %7s %5s %8s %8s %8s %6s %6s %5s %4s\n", r->backend,
 	       bench_scenario_name(r->sc), r->clients, r->threads, r->processes, r->ops_per_s, raw, ratio, p50, p99,
 	       rtt, h50, h99, cont ? w99 : "-", reacq, spread, calls, ovl);
 }
@@ -171,7 +171,7 @@ static void fault_row(FILE *out, const struct bench_result *r)
 		o += (size_t)snprintf(faults + o, sizeof faults - o, "%s%s %lldms/%llu", i ? ", " : "",
 		                      r->faults[i].what, (long long)r->faults[i].unavailable_ms,
 		                      (unsigned long long)r->faults[i].overlaps);
-	fprintf(out, "%-14s %8llu %8llu %8llu %8llu %8llu %10lld  %s\n", r->backend, (unsigned long long)r->ops,
+	fprintf(out, "%-20s %8llu %8llu %8llu %8llu %8llu %10lld  %s\n", r->backend, (unsigned long long)r->ops,
 	       (unsigned long long)r->overlaps, (unsigned long long)r->stale_rejected,
 	       (unsigned long long)r->lost_reported, (unsigned long long)r->lost_updates, (long long)r->unavailable_ms,
 	       faults);
@@ -185,7 +185,7 @@ void bench_print_table(FILE *out, const struct bench_result *r, int n)
 			continue;
 		if (r[i].sc != BENCH_FAULTS) {
 			if (!perf++)
-				fprintf(out, "%-14s %-11s %6s %3s %9s %9s %5s %7s %7s %5s %8s %8s %8s %6s %6s %5s %4s\n", "backend",
+				fprintf(out, "%-20s %-11s %6s %3s %9s %9s %5s %7s %7s %5s %8s %8s %8s %6s %6s %5s %4s\n", "backend",
 				       "scenario", "c x t", "prc", "ops/s", "raw ops/s", "ratio", "p50 us", "p99 us", "rtt",
 				       "hand p50", "hand p99", "wait p99", "reacq%", "spread", "calls", "ovl");
 			perf_row(out, &r[i]);
@@ -195,7 +195,7 @@ void bench_print_table(FILE *out, const struct bench_result *r, int n)
 		if (r[i].failed || r[i].sc != BENCH_FAULTS)
 			continue;
 		if (!faults++)
-			fprintf(out, "\n%-14s %8s %8s %8s %8s %8s %10s  %s\n", "faults", "acquired", "overlaps", "stale", "lost",
+			fprintf(out, "\n%-20s %8s %8s %8s %8s %8s %10s  %s\n", "faults", "acquired", "overlaps", "stale", "lost",
 			       "lostupd", "unavail ms", "per fault: unavailable ms / overlaps");
 		fault_row(out, &r[i]);
 	}
