@@ -327,6 +327,53 @@ static void test_dead_waiter_skipped(void)
 	party_close(&p);
 }
 
+/*
+ * A waiter that died while still live in the queue (within its deadline)
+ * is granted the lock, but only for its claim window (two refreshes: 2 s
+ * at this lease): it claims nothing, the key expires, and the live waiter
+ * behind it gets the lock at its next look — seconds, not the dead one's
+ * 30 s lease.
+ */
+static void test_dead_waiter_granted_claims_nothing(void)
+{
+	struct party p;
+	fair_name_init(&p.n, "died");
+	int go;
+	pid_t child = queue_in_child(&p.n, "died", &go); /* before any thread of ours exists */
+	party_open(&p, "died", 2);
+	dlock_lock *la = p.l[0], *lb = p.l[1];
+	CU_ASSERT_FATAL(write(go, "g", 1) == 1);
+	close(go);
+	await_queued(&p.n, 1);
+	char dead[64];
+	queued_owner(&p.n, 0, dead, sizeof dead);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, lb, LONG_WAIT_MS, LEASE_MS);
+	await_queued(&p.n, 2);
+	struct deadline_passed d = { &p.n, dead };
+	int live = !entry_expired(&d); /* else a slow machine: the dead one is past its deadline, the case above */
+	int64_t released = dlock_test_now_ms();
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
+	int granted_dead = holder_is(&p.n, dead);
+	long long pttl = raw_int("PTTL %s", p.n.lock);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, LONG_WAIT_MS), DLOCK_OK);
+	if (live) {
+		CU_ASSERT(granted_dead);
+		CU_ASSERT(pttl > 0 && pttl <= 2000);
+		printf("\n    granted to the dead waiter for %lld ms; the live one got it %lld ms after the release", pttl,
+		       (long long)(w.at_ms - released));
+		CU_ASSERT(w.at_ms - released < 2000 + 1000 + PROMPT_MS);
+		CU_ASSERT(raw_int("PTTL %s", p.n.lock) > 2000); /* claimed: the whole lease */
+	} else {
+		dlock_test_skip_part("the dead waiter's deadline passed before the release");
+	}
+	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
+	party_close(&p);
+}
+
 /* A grant that never woke its waiter (its push lost) is found when the waiter looks again. */
 static void test_missed_grant_found(void)
 {
@@ -500,6 +547,8 @@ static void add_suites(void)
 	CU_add_test(s, "fair= is a boolean, one instance only; capabilities say fair", test_uris);
 	CU_add_test(s, "a release grants the queued waiter; nothing left behind", test_release_grants);
 	CU_add_test(s, "a dead waiter past its deadline is skipped", test_dead_waiter_skipped);
+	CU_add_test(s, "a dead waiter still live in the queue is granted its claim window only",
+	            test_dead_waiter_granted_claims_nothing);
 	CU_add_test(s, "a grant that did not wake its waiter is found", test_missed_grant_found);
 	CU_add_test(s, "a waiter that gives up hands on a grant it never saw", test_withdraw_hands_on);
 	CU_add_test(s, "a waiter's blocked connection killed: it still gets the lock", test_blocked_connection_killed);

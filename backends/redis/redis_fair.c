@@ -22,9 +22,16 @@
  * Liveness: a queued waiter runs the enqueue script again every
  * refresh_ms (a quarter of its lease, between FAIR_REFRESH_MIN_MS and
  * FAIR_REFRESH_MAX_MS), which moves its deadline to 3 * refresh_ms ahead.
- * A waiter past its deadline is dropped and never granted.  What this
- * costs: a waiter that dies within its deadline may still be granted the
- * lock, which then stays unused until its lease runs out.
+ * A waiter past its deadline is dropped and never granted.  A waiter that
+ * dies within its deadline may still be granted the lock, but a grant
+ * holds it for the waiter's claim window only (FAIR_CLAIM_REFRESHES *
+ * refresh_ms, at most the lease): a live waiter claims it at once — the
+ * extend script pipelined behind its BLPOP, which the server runs as
+ * soon as the grant unblocks the BLPOP, or its next look — and a dead one
+ * leaves it to expire, for the next look to grant the next live waiter.
+ * So a waiter that dies costs the others a claim window and a look, not a
+ * lease.  The window covers a look's wait (at most refresh_ms): a waiter
+ * sleeping through the pooled path still claims in time.
  *
  * A grant missed (a connection lost in BLPOP) is found by the next enqueue
  * script, which sees the key already holding our owner value.  A waiter
@@ -54,6 +61,7 @@
 #define FAIR_REFRESH_MIN_MS 20
 #define FAIR_REFRESH_MAX_MS 1000
 #define FAIR_DEADLINE_REFRESHES 3
+#define FAIR_CLAIM_REFRESHES 2
 /* The queue keys expire once every waiter's deadline has surely passed. */
 #define FAIR_QUEUE_TTL_MS (2 * FAIR_DEADLINE_REFRESHES * FAIR_REFRESH_MAX_MS)
 
@@ -84,7 +92,7 @@ static enum redis_script_id handoff_script(const struct redis_client *c, struct 
 
 /* One waiter: its numbers as the enqueue script wants them, and its grant connection. */
 struct fair_waiter {
-	char lease[24], fence_ttl[24], deadline[24], queue_ttl[24];
+	char lease[24], fence_ttl[24], deadline[24], queue_ttl[24], claim[24];
 	int64_t refresh_ms;
 	struct redis_conn *conn; /* from `waits`, or NULL */
 	struct redis_pool *waits; /* the waits pool of the lock's server (a cluster: of its slot's master) */
@@ -104,6 +112,8 @@ static void fair_waiter_init(struct fair_waiter *fw, int64_t lease_ms, int wants
 	         wants_token ? dlock_redis_fence_ttl_ms(lease_ms) : 0); /* 0: no token */
 	snprintf(fw->deadline, sizeof fw->deadline, "%" PRId64, FAIR_DEADLINE_REFRESHES * fw->refresh_ms);
 	snprintf(fw->queue_ttl, sizeof fw->queue_ttl, "%d", FAIR_QUEUE_TTL_MS);
+	int64_t claim_ms = FAIR_CLAIM_REFRESHES * fw->refresh_ms;
+	snprintf(fw->claim, sizeof fw->claim, "%" PRId64, claim_ms < lease_ms ? claim_ms : lease_ms);
 	fw->conn = NULL;
 	fw->waits = NULL;
 	fw->unreachable = 0;
@@ -124,6 +134,16 @@ static void enqueue_args(struct redis_lock *lk, const struct fair_waiter *fw, in
 	dlock_redis_arg(a, fw->queue_ttl);
 	dlock_redis_argn(a, lk->grant, grant_key(lk));
 	dlock_redis_arg(a, then_blpop ? "1" : "0");
+	dlock_redis_arg(a, fw->claim);
+}
+
+/* The claim of a grant: the extend script, with the whole lease. */
+static void claim_args(struct redis_lock *lk, const struct fair_waiter *fw, struct redis_args *a)
+{
+	*a = (struct redis_args){ 0 };
+	dlock_redis_argn(a, lk->key, lk->keylen);
+	dlock_redis_arg(a, lk->owner);
+	dlock_redis_arg(a, fw->lease);
 }
 
 /*
@@ -240,23 +260,42 @@ static dlock_status blpop_result(struct redis_client *c, const struct fair_waite
 }
 
 /*
+ * The claim's reply, read after BLPOP's: 1 when the grant is ours with the
+ * whole lease.  -1 when the connection failed (then dropped).
+ */
+static int claim_result(struct redis_lock *lk, struct fair_waiter *fw)
+{
+	struct redis_args a;
+	claim_args(lk, fw, &a);
+	redisReply *r = dlock_redis_script_read(fw->conn, REDIS_SCRIPT_EXTEND, 1, &a); /* NOSCRIPT: sent by EVAL */
+	if (!r)
+		return -1;
+	int ours = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+	freeReplyObject(r);
+	return ours;
+}
+
+/*
  * The enqueue script and, in the same write, BLPOP on our grant key for up
- * to `ms`, on our own connection: one round trip to queue and be woken by
- * the grant.  DLOCK_OK (*token, *from_send), DLOCK_EBUSY (*pttl_ms),
- * ECANCELED, ECONNECT (the connection is then gone), or another error.
+ * to `ms` and the claim, on our own connection: one round trip to queue,
+ * be woken by the grant and claim it.  DLOCK_OK (*token, *from_send),
+ * DLOCK_EBUSY (*pttl_ms), ECANCELED, ECONNECT (the connection is then
+ * gone), or another error.
  */
 static dlock_status enqueue_and_block(struct redis_client *c, struct redis_lock *lk, struct fair_waiter *fw,
                                       int64_t ms, dlock_wait *w, uint64_t *token, int *from_send,
                                       int64_t *pttl_ms, dlock_error *err)
 {
-	struct redis_args a;
+	struct redis_args a, claim;
 	char secs[32];
 	enqueue_args(lk, fw, 1, &a);
+	claim_args(lk, fw, &claim);
 	blpop_timeout(c, ms, secs);
 	const char *argv[3] = { "BLPOP", lk->grant, secs };
 	size_t len[3] = { 5, grant_key(lk), strlen(secs) };
 	if (dlock_redis_script_append(fw->conn, &c->scripts, REDIS_SCRIPT_ENQUEUE, 4, &a) != REDIS_OK ||
-	    dlock_redis_append_argv(fw->conn, 3, argv, len) != REDIS_OK)
+	    dlock_redis_append_argv(fw->conn, 3, argv, len) != REDIS_OK ||
+	    dlock_redis_script_append(fw->conn, &c->scripts, REDIS_SCRIPT_EXTEND, 1, &claim) != REDIS_OK)
 		return conn_lost(c, fw, w, err);
 	void *reply = NULL;
 	dlock_wait_set_interrupt(w, interrupt_blpop, fw->conn);
@@ -290,13 +329,22 @@ static dlock_status enqueue_and_block(struct redis_client *c, struct redis_lock 
 	}
 	uint64_t granted = 0;
 	dlock_status got = blpop_result(c, fw, reply, &granted, err);
+	/* The claim ran right behind the BLPOP.  Taken by the script: the key has the lease already. */
+	int ours = claim_result(lk, fw);
+	if (ours < 0) {
+		/* Whether the claim ran is unknown: the next look claims a grant that is still ours. */
+		dlock_status lost = conn_lost(c, fw, w, err);
+		return st == DLOCK_OK ? st : lost;
+	}
 	if (st != DLOCK_EBUSY)
 		return st;
-	if (got == DLOCK_OK) {
+	if (got == DLOCK_OK && ours) {
 		*token = granted;
 		*from_send = 1; /* granted after the script queued us */
 	}
-	return got;
+	/* Granted but not ours by the claim: the window ran out first (the key went to nobody or the next
+	 * waiter); we are out of the queue, and the next look queues us again. */
+	return got == DLOCK_OK && !ours ? DLOCK_EBUSY : got;
 }
 
 /* How long to wait before looking again: the refresh, the holder's TTL, the caller's deadline. */

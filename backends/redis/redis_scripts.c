@@ -76,9 +76,11 @@ static const char extend_lua[] =
 /*
  * fair=1: give the free lock to the first live waiter in the queue (KEYS[2],
  * KEYS[3], below), dropping the dead ones before it: the key gets the
- * waiter's owner value and lease, the token (when it wants one) is pushed
- * onto its grant key, which wakes that waiter's BLPOP and no one else; the
- * grant key expires with the lease if nobody pops it.  false: nobody live.
+ * waiter's owner value and the lease its entry names (a claiming waiter's
+ * claim window: see the enqueue script), the token (when it wants one) is
+ * pushed onto its grant key, which wakes that waiter's BLPOP and no one
+ * else; the grant key expires with that lease if nobody pops it.  false:
+ * nobody live.
  */
 #define GRANT_LUA                                                                                 \
 	"local function grant_first_live()\n"                                                      \
@@ -115,10 +117,22 @@ static const char extend_lua[] =
  * ARGV owner, lease ms, fence ttl ms ("0": no token), liveness ms, queue
  * keys' ttl ms, grant key, "1" when the caller's BLPOP on its grant key
  * follows in the same pipeline (a success then pushes a "0" for it to pop
- * at once, instead of blocking).  -> {1, token, 1} taken now; {1, token, 0}
- * granted by a release since the last call (the grant is consumed here;
- * the token is the counter's value: nobody can have taken one since, the
- * lock being ours); {0, pttl, 0} queued.  A lock found free (its holder's
+ * at once, instead of blocking), claim ms.  -> {1, token, 1} taken now;
+ * {1, token, 0} granted by a release since the last call and claimed here
+ * (the grant is consumed, the key gets the whole lease; the token is the
+ * counter's value: nobody can have taken one since, the lock being ours);
+ * {0, pttl, 0} queued.
+ *
+ * The claim: a grant gives the lock for the waiter's claim window only
+ * (its entry's "lease"), not its lease.  A live waiter claims it at once —
+ * the extend script right behind its BLPOP in the same pipeline, which the
+ * server runs as soon as the grant unblocks it, or this script's next run
+ * — and gets its whole lease; a waiter that died in the queue (its
+ * connection, and so its BLPOP, gone with it) claims nothing, and the key
+ * expires after the window, for the next look to grant the next live
+ * waiter, where it would otherwise stay unused for a whole lease.  An
+ * entry written by a client that does not claim carries its whole lease
+ * there, and is granted that, as before.  A lock found free (its holder's
  * lease ran out: no release granted it) with a live waiter ahead of the
  * caller goes to that waiter here, so that any waiter's look serves the
  * queue; pttl -2 only if that grant could not be made.
@@ -134,6 +148,7 @@ static const char enqueue_lua[] =
 	"end\n"
 	"local holder = redis.call('GET', KEYS[1])\n"
 	"if holder == ARGV[1] then\n"
+	"  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
 	"  redis.call('DEL', ARGV[6])\n"
 	"  end_own_blpop()\n"
 	"  local token = 0\n"
@@ -164,7 +179,7 @@ static const char enqueue_lua[] =
 	"  end\n"
 	"  if grant_first_live() then holder = head end\n"
 	"end\n"
-	"local entry = string.format('%d %s %s %s', now + tonumber(ARGV[4]), ARGV[2], ARGV[3], ARGV[6])\n"
+	"local entry = string.format('%d %s %s %s', now + tonumber(ARGV[4]), ARGV[8], ARGV[3], ARGV[6])\n"
 	"if redis.call('HSET', KEYS[3], ARGV[1], entry) == 1 then redis.call('RPUSH', KEYS[2], ARGV[1]) end\n"
 	"redis.call('PEXPIRE', KEYS[2], ARGV[5])\n"
 	"redis.call('PEXPIRE', KEYS[3], ARGV[5])\n"
