@@ -213,8 +213,21 @@ static void test_capabilities(void)
 	CU_ASSERT_EQUAL(caps.fencing, DLOCK_FENCING_CONDITIONAL);
 	CU_ASSERT(strlen(caps.fencing_note) > 0);
 	CU_ASSERT_EQUAL(caps.lease, DLOCK_LEASE_TTL);
-	CU_ASSERT_EQUAL(caps.wakeup, DLOCK_WAKEUP_NOTIFY);
+	CU_ASSERT_EQUAL(caps.wakeup, DLOCK_WAKEUP_SERVER_QUEUE); /* the queue by default: one server */
 	CU_ASSERT_EQUAL(caps.scope, DLOCK_SCOPE_NETWORK);
+	CU_ASSERT_EQUAL(caps.fair, 1);
+	dlock_client_close(c);
+
+	char uri[512];
+	snprintf(uri, sizeof uri, "%s?fair=0", redis_uri); /* pub/sub wake-ups, no order */
+	c = open_uri(uri, NULL);
+	CU_ASSERT_EQUAL(dlock_client_capabilities(c, &caps), DLOCK_OK);
+	CU_ASSERT_EQUAL(caps.wakeup, DLOCK_WAKEUP_NOTIFY);
+	CU_ASSERT_EQUAL(caps.fair, 0);
+	dlock_client_close(c);
+	snprintf(uri, sizeof uri, "%s?replicas=1", redis_uri); /* replicas=N: not the queue */
+	c = open_uri(uri, NULL);
+	CU_ASSERT_EQUAL(dlock_client_capabilities(c, &caps), DLOCK_OK);
 	CU_ASSERT_EQUAL(caps.fair, 0);
 	dlock_client_close(c);
 
@@ -393,12 +406,15 @@ static void test_long_name(void)
 	dlock_client_close(c);
 }
 
-/* The release may come at any moment of the waiter's subscribing: it must never be missed. */
-static void test_release_while_subscribing(void)
+/*
+ * The release may come at any moment of the waiter's subscribing (fair=0)
+ * or queueing (the default): it must never be missed.
+ */
+static void release_while_waiting(const char *mode)
 {
 	char prefix[64], uri[512];
 	dlock_testredis_prefix(prefix, sizeof prefix);
-	dlock_testredis_uri(uri, sizeof uri, redis_uri, prefix, "");
+	dlock_testredis_uri(uri, sizeof uri, redis_uri, prefix, mode);
 	dlock_client *a = open_uri(uri, NULL), *b = open_uri(uri, NULL);
 	dlock_lock *la = new_lock(a, "race"), *lb = new_lock(b, "race");
 	int64_t worst = 0;
@@ -418,7 +434,7 @@ static void test_release_while_subscribing(void)
 		if (w.status == DLOCK_OK)
 			CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
 	}
-	printf("\n    slowest wake-up after release: %lld ms", (long long)worst);
+	printf("\n    %s: slowest wake-up after release: %lld ms", mode[0] ? mode : "default", (long long)worst);
 	CU_ASSERT(worst < PROMPT_MS);
 	dlock_lock_free(la);
 	dlock_lock_free(lb);
@@ -426,12 +442,18 @@ static void test_release_while_subscribing(void)
 	dlock_client_close(b);
 }
 
+static void test_release_while_subscribing(void)
+{
+	release_while_waiting("fair=0");
+	release_while_waiting("");
+}
+
 /* The subscriber's connection is killed while a waiter waits: it reconnects, and the waiter still wakes. */
 static void test_subscriber_reconnect(void)
 {
 	char prefix[64], uri[512];
 	dlock_testredis_prefix(prefix, sizeof prefix);
-	dlock_testredis_uri(uri, sizeof uri, redis_uri, prefix, "");
+	dlock_testredis_uri(uri, sizeof uri, redis_uri, prefix, "fair=0");
 	dlock_client *a = open_uri(uri, NULL), *b = open_uri(uri, NULL);
 	dlock_lock *la = new_lock(a, "resub"), *lb = new_lock(b, "resub");
 	dlock_test_waiter w;
@@ -466,7 +488,7 @@ static void test_subscribe_refused(void)
 	make_user(user, "pw", "resetchannels");
 	snprintf(base, sizeof base, "redis://%s:pw@127.0.0.1:%d", user, redis_port);
 	dlock_testredis_prefix(prefix, sizeof prefix);
-	dlock_testredis_uri(uri, sizeof uri, base, prefix, "");
+	dlock_testredis_uri(uri, sizeof uri, base, prefix, "fair=0");
 	struct logcap log = { 0 };
 	dlock_client *a = open_uri(uri, NULL), *b = open_uri(uri, &log);
 	dlock_lock *la = new_lock(a, "nochan"), *lb = new_lock(b, "nochan");

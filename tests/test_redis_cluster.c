@@ -372,7 +372,7 @@ static void migration_under_waiter(const char *extra)
 
 	dlock_test_waiter wt;
 	dlock_test_waiter_start(&wt, w, 30000, 0);
-	if (!extra[0]) { /* subscribed on the source before the slot moves */
+	if (strcmp(extra, "fair=0") == 0) { /* subscribed on the source before the slot moves */
 		struct subscribed s = { .port = src, .want = 1 };
 		dlock_testredis_key(s.chan, sizeof s.chan, prefix, "wait-move", "released");
 		CU_ASSERT(dlock_test_await(has_subscribers, &s, AWAIT_MS));
@@ -383,7 +383,7 @@ static void migration_under_waiter(const char *extra)
 	}
 	snprintf(what, sizeof what, "cluster-migrate %u %d", slot, dst);
 	CU_ASSERT_FATAL(run_ctl(what));
-	if (!extra[0]) { /* the waiter watches again, on the target */
+	if (strcmp(extra, "fair=0") == 0) { /* the waiter watches again, on the target */
 		struct subscribed s = { .port = dst, .want = 1 };
 		dlock_testredis_key(s.chan, sizeof s.chan, prefix, "wait-move", "released");
 		CU_ASSERT(dlock_test_await(has_subscribers, &s, AWAIT_MS));
@@ -406,7 +406,7 @@ static void migration_under_waiter(const char *extra)
 
 static void test_migration_under_waiter(void)
 {
-	migration_under_waiter("");
+	migration_under_waiter("fair=0");
 }
 
 static void test_migration_under_fair_waiter(void)
@@ -553,7 +553,7 @@ static void tryagain_split_keys(const char *extra)
 
 static void test_tryagain_split_keys(void)
 {
-	tryagain_split_keys("");
+	tryagain_split_keys("fair=0");
 }
 
 static void test_tryagain_split_keys_fair(void)
@@ -673,7 +673,7 @@ static void test_master_failover(void)
 {
 	char prefix[64], uri[1024], fair_uri[1024], what[128], held[64], gone[64], key[512], owner[128], value[128];
 	dlock_testredis_prefix(prefix, sizeof prefix);
-	uri_with(uri, sizeof uri, cluster_uri, prefix, "");
+	uri_with(uri, sizeof uri, cluster_uri, prefix, "fair=0");
 	uri_with(fair_uri, sizeof fair_uri, cluster_uri, prefix, "fair=1");
 	int victim = master_of(0);
 	CU_ASSERT_FATAL(victim > 0);

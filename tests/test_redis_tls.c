@@ -136,12 +136,12 @@ static int waiter_in_place(void *arg)
 /* A waiter is woken by the release through the subscriber's TLS connection, and fair=1's waiters block over TLS. */
 static void test_waiters_over_tls(void)
 {
-	const char *modes[] = { "", "fair=1" };
+	const char *modes[] = { "fair=0", "fair=1" };
 	for (size_t m = 0; m < 2; m++) {
 		char prefix[64], uri[1024], extra[700];
 		struct log_seen seen = { 0 };
 		dlock_testredis_prefix(prefix, sizeof prefix);
-		snprintf(extra, sizeof extra, "tls_ca_file=%s%s%s", ca, modes[m][0] ? "&" : "", modes[m]);
+		snprintf(extra, sizeof extra, "tls_ca_file=%s&%s", ca, modes[m]);
 		tls_uri(uri, sizeof uri, tls_port, prefix, extra);
 		dlock_client *a = dlock_test_open(uri, record_log, &seen), *b = dlock_test_open(uri, record_log, &seen);
 		CU_ASSERT_PTR_NOT_NULL_FATAL(a);

@@ -3,7 +3,8 @@
  * capabilities and the keys of a lock.  Open chooses the client's two
  * modes (redis_lock.h): the transport from the scheme (redis_transport.c)
  * and the lock algorithm from the URI — several hosts: RedLock (redlock.c);
- * fair=1: the fair queue (redis_fair.c); else one instance (redis_lock.c).
+ * one server: the fair queue (redis_fair.c), unless fair=0 or replicas=N
+ * ask for one instance's plain SET NX with pub/sub wake-ups (redis_lock.c).
  * Every lock method then goes through the algorithm's table.
  *
  *   redis://[[user]:password@]host[:port][/db][?common parameters]
@@ -17,9 +18,10 @@
  *   rediss+cluster://...                      (redis_cluster.c), and over TLS
  *
  * The port defaults to 6379 and the database to 0.  The URI's `prefix`
- * (default "dlock") starts every key and channel name.  `fair=1` (one
- * instance only) queues waiters in Redis and has each release grant the
- * lock to the first of them (redis_fair.c).
+ * (default "dlock") starts every key and channel name.  The queue (`fair`,
+ * on by default where it works: one server, no replicas=N) keeps waiters
+ * in Redis and has each release grant the lock to the first of them
+ * (redis_fair.c): a release wakes one waiter, not all of them.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -179,8 +181,9 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 	/* The servers that hold locks: the URI's hosts, or the one master its sentinels name, or
 	 * (a cluster) the master of each lock's slot, one at a time. */
 	size_t servers = via->sentinel || via->cluster ? 1 : uri->nhosts;
-	int fair = 0;
-	if (dlock_uri_get_bool(uri, "fair", &fair, err) != DLOCK_OK)
+	/* The queue (fair=1) by default, where it works: one server (not RedLock), no replicas=N. */
+	int fair = 0, fair_given = dlock_uri_get(uri, "fair") != NULL;
+	if (fair_given && dlock_uri_get_bool(uri, "fair", &fair, err) != DLOCK_OK)
 		return DLOCK_EURI;
 	if (fair && servers > 1)
 		return dlock_error_set(err, DLOCK_EURI, "redis: fair=1 needs one instance, not RedLock: %s", uri->masked);
@@ -189,6 +192,8 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 	st = parse_replicas(uri, servers, fair, &replicas, &replicas_timeout_ms, err);
 	if (st != DLOCK_OK)
 		return st;
+	if (!fair_given)
+		fair = servers == 1 && replicas == 0;
 	st = DLOCK_ENOMEM;
 	struct redis_client *c = calloc(1, sizeof *c);
 	if (!c || (!via->cluster && !(c->pools = calloc(servers, sizeof *c->pools)))) {
