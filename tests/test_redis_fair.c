@@ -374,6 +374,79 @@ static void test_dead_waiter_granted_claims_nothing(void)
 	party_close(&p);
 }
 
+struct attempts {
+	dlock_client *c;
+	uint64_t n;
+};
+
+/* The client has made at least n driver acquire calls. */
+static int attempted(void *arg)
+{
+	struct attempts *a = arg;
+	dlock_client_stats st;
+	return dlock_client_get_stats(a->c, &st) == DLOCK_OK && st.server_acquires >= a->n;
+}
+
+/*
+ * A rolling upgrade: clients of one name with fair=0 (pub/sub, the
+ * previous default) and with the queue (the default now).  They exclude
+ * each other, and each kind's release wakes the other kind's waiter at
+ * once: a fair=0 release grants nobody but publishes, which interrupts the
+ * queued waiter's BLPOP (before, it waited for its next look, up to a
+ * second); a queueing release with nobody queued publishes too.
+ */
+static void test_mixed_with_fair0(void)
+{
+	enum { WOKEN_MS = 700 }; /* below the 1 s between a queued waiter's own looks at this lease */
+	char prefix[64], queue_uri[512], pubsub_uri[512];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_uri(queue_uri, sizeof queue_uri, redis_uri, prefix, "");
+	dlock_testredis_uri(pubsub_uri, sizeof pubsub_uri, redis_uri, prefix, "fair=0");
+	dlock_client *q = dlock_test_open(queue_uri, NULL, NULL), *p = dlock_test_open(pubsub_uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(q);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+	dlock_lock *lq = dlock_test_new_lock(q, "mixed"), *lp = dlock_test_new_lock(p, "mixed");
+	struct fair_name n;
+	dlock_testredis_key(n.queue, sizeof n.queue, prefix, "mixed", "queue");
+
+	for (int round = 0; round < 3; round++) {
+		/* The fair=0 client holds; the queued waiter is woken by its release. */
+		CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(lp, 0, LEASE_MS, 1, NULL, NULL), DLOCK_OK);
+		uint64_t first = dlock_test_token(lp);
+		CU_ASSERT_EQUAL(dlock_test_acquire(lq, 0, LEASE_MS, 1, NULL, NULL), DLOCK_EBUSY); /* excluded */
+		dlock_test_waiter w;
+		dlock_test_waiter_start(&w, lq, LONG_WAIT_MS, LEASE_MS);
+		await_queued(&n, 1);
+		int64_t released = dlock_test_now_ms();
+		CU_ASSERT_EQUAL(dlock_release(lp), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, LONG_WAIT_MS), DLOCK_OK);
+		int64_t woken = w.at_ms - released;
+		CU_ASSERT(woken < WOKEN_MS);
+		CU_ASSERT(w.token > first);
+
+		/* The queueing client holds; the fair=0 waiter is woken by its release. */
+		CU_ASSERT_EQUAL(dlock_test_acquire(lp, 0, LEASE_MS, 1, NULL, NULL), DLOCK_EBUSY); /* excluded */
+		dlock_client_stats st;
+		CU_ASSERT_EQUAL(dlock_client_get_stats(p, &st), DLOCK_OK);
+		struct attempts a = { p, st.server_acquires + 1 };
+		dlock_test_waiter_start(&w, lp, LONG_WAIT_MS, LEASE_MS);
+		/* Its first attempt failed: it subscribes, and tries again once subscribed, so no release is missed. */
+		CU_ASSERT(dlock_test_await(attempted, &a, AWAIT_MS));
+		released = dlock_test_now_ms();
+		CU_ASSERT_EQUAL(dlock_release(lq), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, LONG_WAIT_MS), DLOCK_OK);
+		printf("\n    round %d: queued waiter woken %lld ms after a fair=0 release, fair=0 waiter %lld ms after "
+		       "a queueing one",
+		       round, (long long)woken, (long long)(w.at_ms - released));
+		CU_ASSERT(w.at_ms - released < PROMPT_MS);
+		CU_ASSERT_EQUAL(dlock_release(lp), DLOCK_OK);
+	}
+	dlock_lock_free(lq);
+	dlock_lock_free(lp);
+	dlock_client_close(q);
+	dlock_client_close(p);
+}
+
 /* A grant that never woke its waiter (its push lost) is found when the waiter looks again. */
 static void test_missed_grant_found(void)
 {
@@ -549,6 +622,8 @@ static void add_suites(void)
 	CU_add_test(s, "a dead waiter past its deadline is skipped", test_dead_waiter_skipped);
 	CU_add_test(s, "a dead waiter still live in the queue is granted its claim window only",
 	            test_dead_waiter_granted_claims_nothing);
+	CU_add_test(s, "fair=0 and the queue on one name: exclusion, and each wakes the other's waiters",
+	            test_mixed_with_fair0);
 	CU_add_test(s, "a grant that did not wake its waiter is found", test_missed_grant_found);
 	CU_add_test(s, "a waiter that gives up hands on a grant it never saw", test_withdraw_hands_on);
 	CU_add_test(s, "a waiter's blocked connection killed: it still gets the lock", test_blocked_connection_killed);

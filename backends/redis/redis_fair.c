@@ -33,6 +33,13 @@
  * lease.  The window covers a look's wait (at most refresh_ms): a waiter
  * sleeping through the pooled path still claims in time.
  *
+ * Clients that do not queue (fair=0, or a version whose default that was)
+ * release with a message on the lock's channel, and grant nobody: so a
+ * queued waiter also watches the channel, and a message interrupts its
+ * BLPOP (its socket shut down, as a cancellation does), for a look that
+ * finds the key free.  Queueing releases grant the first waiter and send
+ * no message while anyone is queued, so only such releases interrupt.
+ *
  * A grant missed (a connection lost in BLPOP) is found by the next enqueue
  * script, which sees the key already holding our owner value.  A waiter
  * that gives up (deadline, cancel, error) withdraws with the handoff
@@ -51,6 +58,7 @@
  * queue (a single try, or a first attempt) may take a free key before them.
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +106,8 @@ struct fair_waiter {
 	struct redis_pool *waits; /* the waits pool of the lock's server (a cluster: of its slot's master) */
 	int unreachable;         /* the last look could not reach the server at all, or a cluster did not serve
 	                            the slot now (TRYAGAIN, CLUSTERDOWN): look again after a backoff */
+	pthread_mutex_t mu;      /* guards `blocked`, which the subscriber's thread reads (on_release) */
+	struct redis_conn *blocked; /* `conn` while a BLPOP on it may be blocked, else NULL */
 };
 
 static void fair_waiter_init(struct fair_waiter *fw, int64_t lease_ms, int wants_token)
@@ -117,6 +127,30 @@ static void fair_waiter_init(struct fair_waiter *fw, int64_t lease_ms, int wants
 	fw->conn = NULL;
 	fw->waits = NULL;
 	fw->unreachable = 0;
+	pthread_mutex_init(&fw->mu, NULL);
+	fw->blocked = NULL;
+}
+
+/*
+ * A message on the lock's channel (the subscriber's thread): a release by a
+ * client that does not queue, or our subscription confirmed (a release
+ * before it was not heard).  Shut the blocked BLPOP's socket down: the
+ * waiter drops that connection and looks again at once.
+ */
+static void on_release(void *arg)
+{
+	struct fair_waiter *fw = arg;
+	pthread_mutex_lock(&fw->mu);
+	if (fw->blocked)
+		shutdown(fw->blocked->fd, SHUT_RDWR);
+	pthread_mutex_unlock(&fw->mu);
+}
+
+static void set_blocked(struct fair_waiter *fw, struct redis_conn *conn)
+{
+	pthread_mutex_lock(&fw->mu);
+	fw->blocked = conn;
+	pthread_mutex_unlock(&fw->mu);
 }
 
 /* The enqueue script's arguments; `then_blpop`: our BLPOP follows it in the same pipeline. */
@@ -321,7 +355,9 @@ static dlock_status enqueue_and_block(struct redis_client *c, struct redis_lock 
 	}
 	/* Blocks only while we are queued: a script that took the lock fed the BLPOP. */
 	reply = NULL;
+	set_blocked(fw, fw->conn);
 	int read = dlock_redis_get_reply(fw->conn, &reply);
+	set_blocked(fw, NULL);
 	dlock_wait_set_interrupt(w, NULL, NULL);
 	if (read != REDIS_OK) {
 		dlock_status lost = conn_lost(c, fw, w, err);
@@ -377,6 +413,17 @@ static dlock_status look(struct redis_client *c, struct redis_lock *lk, struct f
 		fw->unreachable = st == DLOCK_ECONNECT;
 		return st;
 	}
+	/* The lock's channel, on the server that serves it now: releases that grant nobody. */
+	struct redis_sub *sub = dlock_redis_route_sub(c, &rt);
+	if (lk->watching && sub != lk->watch_sub) {
+		dlock_redis_sub_unwatch(lk->watch_sub, &lk->watch);
+		lk->watching = 0;
+	}
+	if (!lk->watching && sub) {
+		lk->watching = 1;
+		lk->watch_sub = sub;
+		dlock_redis_sub_watch(sub, &lk->watch, lk->chan, lk->chanlen, w, on_release, fw);
+	}
 	if (fw->conn && fw->waits != rt.waits) /* the slot moved to another master: block there */
 		dlock_redis_pool_put(fw->waits, fw->conn);
 	if (fw->waits != rt.waits)
@@ -398,10 +445,10 @@ static dlock_status fair_wait(struct redis_client *c, struct redis_lock *lk, int
                                    dlock_wait *w, dlock_acquired *out, dlock_error *err)
 {
 	struct fair_waiter fw;
-	fair_waiter_init(&fw, lease_ms, dlock_wait_wants_token(w));
 	dlock_status st = dlock_redis_new_owner(lk, err);
 	if (st != DLOCK_OK)
 		return st;
+	fair_waiter_init(&fw, lease_ms, dlock_wait_wants_token(w));
 	/* The lease of a grant started after the last look that found us queued was sent. */
 	int64_t queued_sent = dlock_monotonic_ns(), holder_until_ns = -1, backoff_ms = 0;
 	for (;;) {
@@ -435,6 +482,10 @@ static dlock_status fair_wait(struct redis_client *c, struct redis_lock *lk, int
 		if (st != DLOCK_OK)
 			break;
 	}
+	if (lk->watching) /* before fw goes: its on_release must not run any more */
+		dlock_redis_sub_unwatch(lk->watch_sub, &lk->watch);
+	lk->watching = 0;
+	pthread_mutex_destroy(&fw.mu);
 	dlock_redis_pool_put(fw.waits, fw.conn);
 	if (st == DLOCK_OK)
 		return st;

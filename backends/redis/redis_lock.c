@@ -334,7 +334,7 @@ static dlock_status single_try_acquire(struct redis_client *c, struct redis_lock
 	if (!lk->watching && sub) {
 		lk->watching = 1;
 		lk->watch_sub = sub;
-		s = dlock_redis_sub_watch(sub, &lk->watch, lk->chan, lk->chanlen, w);
+		s = dlock_redis_sub_watch(sub, &lk->watch, lk->chan, lk->chanlen, w, NULL, NULL);
 		if (s == REDIS_WATCH_ACTIVE) { /* subscribed already: a release since the try was not seen by us */
 			retry->after_ms = 0;
 			return dlock_redis_wait_failed(c, st, err);

@@ -100,6 +100,15 @@ static void wake_chan_locked(struct redis_chan *ch)
 		dlock_wait_wake(wt->w);
 }
 
+/* A message, or the subscription confirmed: wake every watcher, and call their on_message. */
+static void notify_chan_locked(struct redis_chan *ch)
+{
+	wake_chan_locked(ch);
+	for (struct redis_watch *wt = ch->watchers; wt; wt = wt->next)
+		if (wt->on_message)
+			wt->on_message(wt->on_message_arg);
+}
+
 static void wake_all_locked(struct redis_sub *s)
 {
 	for (struct redis_chan *ch = s->chans; ch; ch = ch->next)
@@ -293,11 +302,11 @@ static void on_reply_locked(struct redis_sub *s, const redisReply *r)
 	if (!ch)
 		return;
 	if (strcmp(kind, s->message) == 0) {
-		wake_chan_locked(ch);
+		notify_chan_locked(ch);
 	} else if (strcmp(kind, s->subscribed) == 0 && (ch->state == CHAN_SUBSCRIBING || ch->state == CHAN_MOVED)) {
 		ch->state = CHAN_ACTIVE;
 		ch->idle_since_ns = dlock_monotonic_ns();
-		wake_chan_locked(ch);
+		notify_chan_locked(ch); /* a release before the subscription took effect was not heard */
 	} else if (strcmp(kind, s->unsubscribed) == 0 && ch->state == CHAN_UNSUBSCRIBING) {
 		if (ch->refs > 0)
 			ch->state = CHAN_PENDING; /* watched again meanwhile: subscribe anew */
@@ -450,9 +459,10 @@ void dlock_redis_sub_free(struct redis_sub *s)
 }
 
 enum redis_watch_state dlock_redis_sub_watch(struct redis_sub *s, struct redis_watch *wt, const char *chan,
-                                             size_t len, dlock_wait *w)
+                                             size_t len, dlock_wait *w, void (*on_message)(void *arg),
+                                             void *on_message_arg)
 {
-	*wt = (struct redis_watch){ .w = w };
+	*wt = (struct redis_watch){ .w = w, .on_message = on_message, .on_message_arg = on_message_arg };
 	pthread_mutex_lock(&s->mu);
 	if (s->refused || !ensure_thread_locked(s)) {
 		pthread_mutex_unlock(&s->mu);

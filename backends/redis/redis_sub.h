@@ -18,6 +18,8 @@ struct redis_watch {
 	struct redis_watch *prev, *next;
 	struct redis_chan *chan; /* NULL: not watching (polling instead) */
 	dlock_wait *w;
+	void (*on_message)(void *arg); /* or NULL: called for each message, besides waking w */
+	void *on_message_arg;
 };
 
 enum redis_watch_state {
@@ -40,9 +42,16 @@ dlock_status dlock_redis_sub_new(struct redis_sub **out, const struct redis_endp
 void dlock_redis_sub_free(struct redis_sub *s);
 /** Drop the connection and make a new one (the master moved): every waiter retries, then watches again. */
 void dlock_redis_sub_reconnect(struct redis_sub *s);
-/** Watch channel `chan`: `w` is woken by its messages and by subscription changes. */
+/**
+ * Watch channel `chan`: `w` is woken by its messages and by subscription
+ * changes.  `on_message` (or NULL) is also called for each message and
+ * when the subscription is confirmed (a message before it was missed),
+ * from the subscriber's thread with the subscriber's mutex held: it must
+ * not block nor call back into the subscriber.
+ */
 enum redis_watch_state dlock_redis_sub_watch(struct redis_sub *s, struct redis_watch *wt, const char *chan,
-                                             size_t len, dlock_wait *w);
+                                             size_t len, dlock_wait *w, void (*on_message)(void *arg),
+                                             void *on_message_arg);
 enum redis_watch_state dlock_redis_sub_state(struct redis_sub *s, const struct redis_watch *wt);
 void dlock_redis_sub_unwatch(struct redis_sub *s, struct redis_watch *wt);
 
