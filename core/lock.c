@@ -594,12 +594,12 @@ dlock_status dlock_acquire(dlock_lock *l, const dlock_acquire_options *opts)
 		pthread_mutex_unlock(&c->mu);
 		return st;
 	}
-	if (reentry_locked(l, &p, &st)) {
+	if (kind_conflict_locked(l)) {
+		st = lock_fail(l, DLOCK_EKIND, "another handle of this client uses the name as another kind of lock");
 		pthread_mutex_unlock(&c->mu);
 		return st;
 	}
-	if (kind_conflict_locked(l)) {
-		st = lock_fail(l, DLOCK_EKIND, "another handle of this client uses the name as another kind of lock");
+	if (reentry_locked(l, &p, &st)) {
 		pthread_mutex_unlock(&c->mu);
 		return st;
 	}
