@@ -29,6 +29,16 @@
  * The sync costs about 0.3 ms per acquire+release on ext4 (5 us without);
  * an acquisition that asks for no token skips the bump and the sync.
  *
+ * Read-write locks: a reader takes F_RDLCK and a writer (or a mutex)
+ * F_WRLCK on the same whole file, so the kernel lets readers overlap and
+ * keeps a writer alone; mutexes and read-write locks are one kind here (a
+ * mutex is a read-write lock that only writes), and mixing them on a name
+ * is safe.  fcntl locks give waiters no order, and a non-blocking attempt
+ * has no place in any queue: whoever tries while the lock is compatible
+ * gets it, so readers that keep overlapping can starve a writer (policy
+ * NO_PREFERENCE).  A reader reads the token under its read lock, without
+ * bumping it: the latest writer's, 0 before any writer.
+ *
  * Lease: the lock lives as long as the descriptor (SESSION); lease_ms does
  * not apply and is ignored, and there is no extend().  OFD locks have no
  * timed wait, so each try_acquire() makes one attempt and the core's
@@ -56,6 +66,7 @@ struct file_client {
 struct file_lock {
 	char *path; /* DIR/<component>.lock */
 	int fd;     /* open and locked while held; -1 otherwise */
+	short type; /* F_RDLCK or F_WRLCK while held */
 };
 
 /* --------------------------------------------------------------- errors */
@@ -183,13 +194,8 @@ static int open_lock_file(struct file_client *c, struct file_lock *lk, dlock_sta
 	return fd;
 }
 
-/*
- * Bump the token of the locked file `fd` and make it durable.  A file with
- * no token yet is new: its directory entry is synced too, or a crash could
- * take the file, and the token, away.
- */
-static dlock_status bump_token(struct file_client *c, int fd, const char *path, uint64_t *token,
-                               dlock_error *err)
+/* The token stored in the locked file `fd` (0 when none was written yet). */
+static dlock_status read_token(int fd, const char *path, uint64_t *token, dlock_error *err)
 {
 	unsigned char b[8];
 	uint64_t t = 0;
@@ -200,12 +206,29 @@ static dlock_status bump_token(struct file_client *c, int fd, const char *path, 
 		return dlock_error_set(err, DLOCK_EIO, "file://: %s holds a truncated fencing token", path);
 	for (int i = 7; n != 0 && i >= 0; i--)
 		t = t << 8 | b[i];
+	*token = t;
+	return DLOCK_OK;
+}
+
+/*
+ * Bump the token of the locked file `fd` and make it durable.  A file with
+ * no token yet is new: its directory entry is synced too, or a crash could
+ * take the file, and the token, away.
+ */
+static dlock_status bump_token(struct file_client *c, int fd, const char *path, uint64_t *token,
+                               dlock_error *err)
+{
+	unsigned char b[8];
+	uint64_t t = 0;
+	dlock_status st = read_token(fd, path, &t, err);
+	if (st != DLOCK_OK)
+		return st;
 	if (t == UINT64_MAX)
 		return dlock_error_set(err, DLOCK_EIO, "file://: the fencing token of %s is exhausted", path);
 	uint64_t next = t + 1;
 	for (int i = 0; i < 8; i++)
 		b[i] = (unsigned char)(next >> (8 * i));
-	n = pwrite(fd, b, sizeof b, 0);
+	ssize_t n = pwrite(fd, b, sizeof b, 0);
 	if (n != (ssize_t)sizeof b)
 		return fail_errno(err, n < 0 ? errno : EIO, "cannot write the fencing token of", path);
 	if (fdatasync(fd) != 0)
@@ -216,11 +239,11 @@ static dlock_status bump_token(struct file_client *c, int fd, const char *path, 
 	return DLOCK_OK;
 }
 
-/* One try at the OFD lock on `fd`: DLOCK_OK, DLOCK_EBUSY, or an error. */
-static dlock_status lock_fd(struct file_lock *lk, int fd, int64_t *sent_ns, dlock_error *err)
+/* One try at the OFD lock of `type` on `fd`: DLOCK_OK, DLOCK_EBUSY, or an error. */
+static dlock_status lock_fd(struct file_lock *lk, int fd, short type, int64_t *sent_ns, dlock_error *err)
 {
 	*sent_ns = dlock_monotonic_ns();
-	if (ofd_lock(fd, F_WRLCK) == 0)
+	if (ofd_lock(fd, type) == 0)
 		return DLOCK_OK;
 	if (errno != EAGAIN && errno != EACCES)
 		return fail_errno(err, errno, "cannot lock", lk->path);
@@ -308,6 +331,18 @@ static void file_capabilities(void *backend, dlock_capabilities *caps)
 	};
 }
 
+/* Mutexes and read-write locks, one kind on this backend (see the top of the file). */
+static void file_kind_capabilities(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps)
+{
+	(void)backend;
+	caps->supported = kind == DLOCK_KIND_MUTEX || kind == DLOCK_KIND_RWLOCK;
+	caps->kind_checked = 0;
+	if (kind == DLOCK_KIND_RWLOCK) {
+		caps->policy = DLOCK_RWLOCK_NO_PREFERENCE;
+		caps->read_fencing = DLOCK_FENCING_STRICT;
+	}
+}
+
 static dlock_status file_lock_init(void *backend, void *lkp, const char *name, size_t len,
                                    dlock_error *err)
 {
@@ -324,6 +359,14 @@ static dlock_status file_lock_init(void *backend, void *lkp, const char *name, s
 	/* "/" + component, except under the root directory, which already ends in '/'. */
 	snprintf(lk->path, size, "%s%s%s" FILE_SUFFIX, c->dir, strcmp(c->dir, "/") ? "/" : "", component);
 	return DLOCK_OK;
+}
+
+/* The kind changes nothing here: every kind locks the same file. */
+static dlock_status file_lock_init_kind(void *backend, void *lkp, const char *name, size_t len,
+                                        const dlock_kind_spec *spec, dlock_error *err)
+{
+	(void)spec;
+	return file_lock_init(backend, lkp, name, len, err);
 }
 
 static void file_lock_fini(void *backend, void *lkp)
@@ -346,20 +389,22 @@ static dlock_status file_try_acquire(void *backend, void *lkp, int64_t lease_ms,
 	dlock_status st = DLOCK_OK;
 	int64_t sent_ns = 0;
 	uint64_t token = 0;
+	short type = dlock_wait_mode(w) == DLOCK_MODE_SHARED ? F_RDLCK : F_WRLCK;
 
 	(void)lease_ms; /* the lock lives with the descriptor: there is no lease */
 	(void)retry;
 	int fd = open_lock_file(c, lk, &st, err);
 	if (fd < 0)
 		goto fail;
-	st = lock_fd(lk, fd, &sent_ns, err);
+	st = lock_fd(lk, fd, type, &sent_ns, err);
 	if (st != DLOCK_OK)
 		goto fail;
 	if (dlock_wait_wants_token(w))
-		st = bump_token(c, fd, lk->path, &token, err);
+		st = type == F_RDLCK ? read_token(fd, lk->path, &token, err) : bump_token(c, fd, lk->path, &token, err);
 	if (st != DLOCK_OK)
 		goto fail;
 	lk->fd = fd;
+	lk->type = type;
 	*out = (dlock_acquired){ .token = token, .sent_ns = sent_ns };
 	return DLOCK_OK;
 fail:
@@ -399,8 +444,8 @@ static dlock_status file_release(void *backend, void *lkp, dlock_error *err)
 static dlock_status file_check(void *backend, void *lkp, dlock_error *err)
 {
 	struct file_lock *lk = lkp;
-	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
 	(void)backend;
+	struct flock fl = { .l_type = lk->type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
 	if (lk->fd < 0)
 		return dlock_error_set(err, DLOCK_ENOTHELD, "file://: %s is not held by this handle", lk->path);
 	if (fcntl(lk->fd, F_OFD_GETLK, &fl) != 0)
@@ -420,6 +465,8 @@ const dlock_driver dlock_file_driver = {
 	.knows_param = NULL,
 	.lock_init = file_lock_init,
 	.lock_fini = file_lock_fini,
+	.kind_capabilities = file_kind_capabilities,
+	.lock_init_kind = file_lock_init_kind,
 	.try_acquire = file_try_acquire,
 	.release = file_release,
 	.extend = NULL,

@@ -12,15 +12,26 @@
  * empty queue).  That record is what keeps the fencing counter from ever
  * going back, even after every client that used the name has closed.
  *
- * Per name: the holder (an acquisition id that is never reused), the end
- * of its lease on the monotonic clock, the fencing counter and a FIFO of
- * waiting acquisitions.  Only the oldest waiter may take a free name, so
- * waiters of different clients acquire in arrival order and a newcomer
- * never overtakes them.  A waiter's place in the FIFO is the wake-up its
- * try_acquire() arms, and the core's loop sleeps for it: the oldest waiter
- * until it is woken or the holder's lease runs out, the others until they
- * are woken, because they could not take the name anyway.  Whoever changes the holder or the
- * oldest waiter wakes the (new) oldest waiter.
+ * Per name: the exclusive holder (an acquisition id that is never reused)
+ * and the end of its lease on the monotonic clock, the shared holders
+ * (readers of a read-write lock, each with its own id and lease), the
+ * fencing counter, the kind of lock the name is in use as, and a FIFO of
+ * waiting acquisitions.  A writer (or a mutex) may take the name only when
+ * it is the oldest waiter and nobody holds it; a reader when no writer
+ * holds it and no writer waits before it.  So waiters of different clients
+ * acquire in arrival order, a newcomer never overtakes them, and a waiting
+ * writer holds back new readers (writer-first: writers never starve).
+ * A waiter's place in the FIFO is the wake-up its try_acquire() arms, and
+ * the core's loop sleeps for it: a waiter that only leases stand in the
+ * way of sleeps until it is woken or the first of those leases runs out,
+ * the others until they are woken.  Whoever changes the holders or the
+ * FIFO wakes the waiters that may now go: the oldest, and the readers
+ * after it up to the first writer.
+ *
+ * Kinds: a name in use (held, or waited for) as one kind refuses the other
+ * with DLOCK_EKIND, so code that mixes them fails here, as it would break
+ * on a server backend.  Fencing: a writer takes the next token; a reader
+ * gets the current one (the latest writer's) without taking one.
  *
  * Locking: one mutex per namespace guards all of it.  Under it the driver
  * calls only dlock_wait_wake() and dlock_report_lost(), which take nothing
@@ -40,7 +51,10 @@
 struct mem_waiter {
 	struct mem_waiter *prev, *next;
 	dlock_wait *w;
+	int shared; /* a reader: may go beside other readers */
 };
+
+struct mem_lock;
 
 struct mem_client;
 
@@ -55,6 +69,8 @@ struct mem_name {
 	void *owner_lk;
 	struct mem_waiter *head, *tail;  /* waiters, oldest first */
 	size_t nwaiters;
+	struct mem_lock *readers;        /* shared holders (list by rnext); expired ones until removed */
+	dlock_lock_kind kind;            /* of the holders and waiters, while there are any */
 	size_t len;
 	char bytes[];                    /* the name (not NUL-terminated) */
 };
@@ -81,7 +97,13 @@ struct mem_client {
 
 struct mem_lock {
 	struct mem_name *name;
+	struct mem_client *client;
+	dlock_lock_kind kind;
 	uint64_t owner;           /* our acquisition id while held, else 0 */
+	int shared;               /* held as a reader: in name->readers while `reading` */
+	int reading;
+	struct mem_lock *rprev, *rnext;
+	int64_t r_expiry_ns;      /* end of our lease as a reader (monotonic) */
 	struct mem_waiter waiter; /* our place in the name's FIFO while `queued` (the armed wake-up) */
 	int queued;
 };
@@ -186,16 +208,59 @@ static struct mem_name *name_get(struct mem_ns *ns, const char *bytes, size_t le
 	return n;
 }
 
-/* A lock whose lease has run out is free for others, even before anyone removes it. */
-static int name_free(const struct mem_name *n, int64_t now)
-{
-	return n->owner == 0 || now >= n->expiry_ns;
-}
-
+/* Wake the waiters that may go now: the oldest, and the readers after it up to the first writer. */
 static void wake_oldest(struct mem_name *n)
 {
-	if (n->head)
-		dlock_wait_wake(n->head->w);
+	for (struct mem_waiter *m = n->head; m; m = m->next) {
+		dlock_wait_wake(m->w);
+		if (!m->shared || (m->next && !m->next->shared))
+			break;
+	}
+}
+
+static void reader_unlink(struct mem_name *n, struct mem_lock *r)
+{
+	if (!r->reading)
+		return;
+	if (r->rprev)
+		r->rprev->rnext = r->rnext;
+	else
+		n->readers = r->rnext;
+	if (r->rnext)
+		r->rnext->rprev = r->rprev;
+	r->rprev = r->rnext = NULL;
+	r->reading = 0;
+	wake_oldest(n);
+}
+
+/* 1 when a reader's lease is still running; *first gets the earliest end among them. */
+static int live_readers(const struct mem_name *n, int64_t now, int64_t *first)
+{
+	int live = 0;
+	for (const struct mem_lock *r = n->readers; r; r = r->rnext) {
+		if (now < r->r_expiry_ns) {
+			live = 1;
+			if (r->r_expiry_ns < *first)
+				*first = r->r_expiry_ns;
+		}
+	}
+	return live;
+}
+
+/* 1 when a writer waits before `me` (for a newcomer, `me` NULL: anywhere in the FIFO). */
+static int writer_ahead(const struct mem_name *n, const struct mem_waiter *me)
+{
+	for (const struct mem_waiter *m = n->head; m && m != me; m = m->next)
+		if (!m->shared)
+			return 1;
+	return 0;
+}
+
+/* 1 when someone holds (a lease still running) or waits for the name. */
+static int name_in_use(const struct mem_name *n, int64_t now)
+{
+	int64_t first = INT64_MAX;
+	return (n->owner != 0 && now < n->expiry_ns) || live_readers(n, now, &first) || n->head != NULL;
 }
 
 static void clear_owner(struct mem_name *n)
@@ -312,17 +377,37 @@ static void mem_capabilities(void *backend, dlock_capabilities *caps)
 	};
 }
 
-static dlock_status mem_lock_init(void *backend, void *lkp, const char *name, size_t len,
-                                  dlock_error *err)
+/* Mutexes and read-write locks, natively; the kinds are told apart (DLOCK_EKIND). */
+static void mem_kind_capabilities(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps)
+{
+	(void)backend;
+	caps->supported = kind == DLOCK_KIND_MUTEX || kind == DLOCK_KIND_RWLOCK;
+	caps->kind_checked = 1;
+	if (kind == DLOCK_KIND_RWLOCK) {
+		caps->policy = DLOCK_RWLOCK_WRITER_FIRST;
+		caps->read_fencing = DLOCK_FENCING_STRICT;
+	}
+}
+
+static dlock_status mem_lock_init_kind(void *backend, void *lkp, const char *name, size_t len,
+                                       const dlock_kind_spec *spec, dlock_error *err)
 {
 	struct mem_client *c = backend;
 	struct mem_lock *lk = lkp;
+	lk->client = c;
+	lk->kind = spec->kind;
 	pthread_mutex_lock(&c->ns->mu);
 	lk->name = name_get(c->ns, name, len);
 	pthread_mutex_unlock(&c->ns->mu);
 	if (!lk->name)
 		return dlock_error_set(err, DLOCK_ENOMEM, "mem://%s: out of memory", c->ns->id);
 	return DLOCK_OK;
+}
+
+static dlock_status mem_lock_init(void *backend, void *lkp, const char *name, size_t len, dlock_error *err)
+{
+	dlock_kind_spec spec = { .kind = DLOCK_KIND_MUTEX, .permits = 1 };
+	return mem_lock_init_kind(backend, lkp, name, len, &spec, err);
 }
 
 /*
@@ -337,25 +422,74 @@ static void mem_lock_fini(void *backend, void *lkp)
 	pthread_mutex_lock(&c->ns->mu);
 	if (lk->owner != 0 && lk->name->owner == lk->owner)
 		clear_owner(lk->name);
+	reader_unlink(lk->name, lk);
 	lk->owner = 0;
 	pthread_mutex_unlock(&c->ns->mu);
 }
 
-/* Make `lk` the holder.  The previous holder, if any, had let its lease run out.  ns->mu held. */
-static void grant(struct mem_client *c, struct mem_lock *lk, int64_t now, int64_t lease_ms,
+/* Drop the holders whose leases ran out, telling each client of its loss.  ns->mu held. */
+static void drop_expired(struct mem_name *n, int64_t now)
+{
+	if (n->owner != 0 && now >= n->expiry_ns) {
+		dlock_report_lost(n->owner_client->host, n->owner_lk, DLOCK_LOST_EXPIRED,
+		                  "the lease ran out and another client took the lock");
+		n->owner = 0;
+		n->owner_client = NULL;
+		n->owner_lk = NULL;
+	}
+	for (struct mem_lock *r = n->readers, *next; r; r = next) {
+		next = r->rnext;
+		if (now >= r->r_expiry_ns) {
+			dlock_report_lost(r->client->host, r, DLOCK_LOST_EXPIRED,
+			                  "the read lease ran out and a writer took the lock");
+			reader_unlink(n, r);
+		}
+	}
+}
+
+/* Make `lk` a holder: the writer (taking the next token) or one more reader (with the current
+ * token).  Holders in the way had let their leases run out.  ns->mu held. */
+static void grant(struct mem_client *c, struct mem_lock *lk, int shared, int64_t now, int64_t lease_ms,
                   dlock_acquired *out)
 {
 	struct mem_name *n = lk->name;
-	if (n->owner != 0)
-		dlock_report_lost(n->owner_client->host, n->owner_lk, DLOCK_LOST_EXPIRED,
-		                  "the lease ran out and another client took the lock");
-	n->owner = ++c->ns->last_owner;
-	n->expiry_ns = lease_end(now, lease_ms);
-	n->fence++;
-	n->owner_client = c;
-	n->owner_lk = lk;
-	lk->owner = n->owner;
+	drop_expired(n, now);
+	n->kind = lk->kind;
+	lk->owner = ++c->ns->last_owner;
+	lk->shared = shared;
+	if (shared) {
+		lk->r_expiry_ns = lease_end(now, lease_ms);
+		lk->rprev = NULL;
+		lk->rnext = n->readers;
+		if (n->readers)
+			n->readers->rprev = lk;
+		n->readers = lk;
+		lk->reading = 1;
+	} else {
+		n->owner = lk->owner;
+		n->expiry_ns = lease_end(now, lease_ms);
+		n->fence++;
+		n->owner_client = c;
+		n->owner_lk = lk;
+	}
 	*out = (dlock_acquired){ .token = n->fence, .sent_ns = now };
+}
+
+/* Whether `lk` may take the name now; else *until gets the end of the first lease in its way
+ * (INT64_MAX when waiters before it are in the way).  ns->mu held. */
+static int may_take(const struct mem_name *n, const struct mem_lock *lk, int shared, int64_t now, int64_t *until)
+{
+	const struct mem_waiter *me = lk->queued ? &lk->waiter : NULL;
+	int64_t first = INT64_MAX;
+	*until = INT64_MAX;
+	if (shared ? writer_ahead(n, me) : (n->head != NULL && n->head != me))
+		return 0;
+	int owner_live = n->owner != 0 && now < n->expiry_ns;
+	if (owner_live)
+		first = n->expiry_ns;
+	int readers = !shared && live_readers(n, now, &first);
+	*until = first;
+	return !owner_live && !readers;
 }
 
 /*
@@ -374,13 +508,20 @@ static dlock_status mem_try_acquire(void *backend, void *lkp, int64_t lease_ms, 
 	if (lease_ms <= 0)
 		return dlock_error_set(err, DLOCK_EINVAL, "mem://: the lease must be positive, not %" PRId64 " ms",
 		                       lease_ms);
+	int shared = dlock_wait_mode(w) == DLOCK_MODE_SHARED;
+	int64_t until;
 	pthread_mutex_lock(&c->ns->mu);
 	int64_t now = dlock_monotonic_ns();
-	if (name_free(n, now) && (n->head == NULL || n->head == &lk->waiter)) {
+	if (!lk->queued && n->kind != lk->kind && name_in_use(n, now)) {
+		pthread_mutex_unlock(&c->ns->mu);
+		return dlock_error_set(err, DLOCK_EKIND, "mem://%s: the name is in use as %s", c->ns->id,
+		                       lk->kind == DLOCK_KIND_MUTEX ? "a read-write lock" : "a mutex");
+	}
+	if (may_take(n, lk, shared, now, &until)) {
 		if (lk->queued)
 			waiter_remove(n, &lk->waiter);
 		lk->queued = 0;
-		grant(c, lk, now, lease_ms, out);
+		grant(c, lk, shared, now, lease_ms, out);
 		pthread_mutex_unlock(&c->ns->mu);
 		return DLOCK_OK;
 	}
@@ -388,13 +529,15 @@ static dlock_status mem_try_acquire(void *backend, void *lkp, int64_t lease_ms, 
 	if (!dlock_wait_try_once(w)) {
 		if (!lk->queued) {
 			lk->waiter.w = w;
+			lk->waiter.shared = shared;
 			waiter_push(n, &lk->waiter);
+			n->kind = lk->kind;
 			lk->queued = 1;
 		}
 		retry->armed = 1;
-		/* Not free and we are the oldest: the holder's lease is still running. */
-		if (n->head == &lk->waiter && !name_free(n, now))
-			retry->after_ms = (n->expiry_ns - now + 999999) / 1000000;
+		/* Only leases are in the way: wake up when the first of them runs out. */
+		if (until != INT64_MAX)
+			retry->after_ms = (until - now + 999999) / 1000000;
 	}
 	pthread_mutex_unlock(&c->ns->mu);
 	return dlock_error_set(err, DLOCK_EBUSY,
@@ -423,6 +566,16 @@ static void mem_disarm(void *backend, void *lkp, dlock_wait *w)
 static dlock_status holder_check(struct mem_client *c, struct mem_lock *lk, dlock_error *err)
 {
 	struct mem_name *n = lk->name;
+	if (lk->shared) {
+		if (lk->owner == 0 || !lk->reading)
+			return dlock_error_set(err, DLOCK_ENOTHELD, "mem://%s: the read lock is no longer ours",
+			                       c->ns->id);
+		if (dlock_monotonic_ns() >= lk->r_expiry_ns) {
+			reader_unlink(n, lk);
+			return dlock_error_set(err, DLOCK_ENOTHELD, "mem://%s: the read lease ran out", c->ns->id);
+		}
+		return DLOCK_OK;
+	}
 	if (lk->owner == 0 || n->owner != lk->owner)
 		return dlock_error_set(err, DLOCK_ENOTHELD, "mem://%s: the lock is no longer ours", c->ns->id);
 	if (dlock_monotonic_ns() >= n->expiry_ns) {
@@ -438,7 +591,9 @@ static dlock_status mem_release(void *backend, void *lkp, dlock_error *err)
 	struct mem_lock *lk = lkp;
 	pthread_mutex_lock(&c->ns->mu);
 	dlock_status st = holder_check(c, lk, err);
-	if (st == DLOCK_OK)
+	if (st == DLOCK_OK && lk->shared)
+		reader_unlink(lk->name, lk);
+	else if (st == DLOCK_OK)
 		clear_owner(lk->name);
 	lk->owner = 0;
 	pthread_mutex_unlock(&c->ns->mu);
@@ -455,7 +610,9 @@ static dlock_status mem_extend(void *backend, void *lkp, int64_t lease_ms, dlock
 	pthread_mutex_lock(&c->ns->mu);
 	dlock_status st = holder_check(c, lk, err);
 	/* No wake needed: the oldest waiter wakes at the old expiry, sees the new one and sleeps again. */
-	if (st == DLOCK_OK)
+	if (st == DLOCK_OK && lk->shared)
+		lk->r_expiry_ns = lease_end(dlock_monotonic_ns(), lease_ms);
+	else if (st == DLOCK_OK)
 		lk->name->expiry_ns = lease_end(dlock_monotonic_ns(), lease_ms);
 	pthread_mutex_unlock(&c->ns->mu);
 	return st;
@@ -468,7 +625,9 @@ static dlock_status mem_check(void *backend, void *lkp, dlock_error *err)
 	struct mem_name *n = lk->name;
 	dlock_status st = DLOCK_OK;
 	pthread_mutex_lock(&c->ns->mu);
-	if (lk->owner == 0 || n->owner != lk->owner || dlock_monotonic_ns() >= n->expiry_ns)
+	int64_t now = dlock_monotonic_ns();
+	if (lk->shared ? (lk->owner == 0 || !lk->reading || now >= lk->r_expiry_ns)
+	               : (lk->owner == 0 || n->owner != lk->owner || now >= n->expiry_ns))
 		st = dlock_error_set(err, DLOCK_ENOTHELD, "mem://%s: the lock is no longer ours", c->ns->id);
 	pthread_mutex_unlock(&c->ns->mu);
 	return st;
@@ -483,6 +642,8 @@ const dlock_driver dlock_mem_driver = {
 	.capabilities = mem_capabilities,
 	.knows_param = NULL,
 	.lock_init = mem_lock_init,
+	.kind_capabilities = mem_kind_capabilities,
+	.lock_init_kind = mem_lock_init_kind,
 	.lock_fini = mem_lock_fini,
 	.try_acquire = mem_try_acquire,
 	.disarm = mem_disarm,

@@ -31,6 +31,14 @@ static int core_answer(const struct dlock_client *c, dlock_feature f, int64_t *v
 	case DLOCK_FEATURE_EXTEND: *value = c->driver->extend != NULL; return 1;
 	case DLOCK_FEATURE_CHECK: *value = c->driver->check != NULL; return 1;
 	case DLOCK_FEATURE_CONTROL: *value = dlock_driver_control_of(c->driver) != NULL; return 1;
+	case DLOCK_FEATURE_RWLOCK:
+		*value = c->kinds[DLOCK_KIND_RWLOCK].supported ? c->kinds[DLOCK_KIND_RWLOCK].policy : DLOCK_RWLOCK_NONE;
+		return 1;
+	case DLOCK_FEATURE_READ_FENCING:
+		*value = c->kinds[DLOCK_KIND_RWLOCK].supported ? c->kinds[DLOCK_KIND_RWLOCK].read_fencing
+		                                               : DLOCK_FENCING_NONE;
+		return 1;
+	case DLOCK_FEATURE_KIND_CHECK: *value = c->kinds[DLOCK_KIND_RWLOCK].kind_checked != 0; return 1;
 	}
 	return 0;
 }
@@ -47,6 +55,9 @@ const char *dlock_feature_name(dlock_feature f)
 	case DLOCK_FEATURE_EXTEND: return "extend";
 	case DLOCK_FEATURE_CHECK: return "check";
 	case DLOCK_FEATURE_CONTROL: return "control";
+	case DLOCK_FEATURE_RWLOCK: return "rwlock";
+	case DLOCK_FEATURE_READ_FENCING: return "read-fencing";
+	case DLOCK_FEATURE_KIND_CHECK: return "kind-check";
 	}
 	return "unknown";
 }

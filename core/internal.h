@@ -13,6 +13,9 @@
 
 #include "dlock/sys/driver.h"
 
+/* Number of dlock_lock_kind values this library knows. */
+#define DLOCK_KINDS 2
+
 /* ------------------------------------------------------------------ waits */
 
 struct dlock_wait {
@@ -21,6 +24,7 @@ struct dlock_wait {
 	int64_t deadline_ns;
 	int try_once;
 	int wants_token;
+	dlock_lock_mode mode;
 	int cancelled;
 	int woken;
 	void (*interrupt)(void *arg);
@@ -33,7 +37,8 @@ struct dlock_wait {
 	int cancel_requested;     /* a canceller has taken it */
 };
 
-void dlock_wait_init(struct dlock_wait *w, int64_t deadline_ns, int try_once, int wants_token);
+void dlock_wait_init(struct dlock_wait *w, int64_t deadline_ns, int try_once, int wants_token,
+                     dlock_lock_mode mode);
 /**
  * Acquire `lk` through the driver's try_acquire() (retry.c): the one
  * waiting loop, with the deadline and cancellation of `w`.  DLOCK_OK,
@@ -57,6 +62,7 @@ int dlock_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t dea
 struct dlock_queued {
 	struct dlock_queued *next;
 	struct dlock_lock *lock; /* the handle it acquires */
+	dlock_lock_mode mode;    /* what it asks for */
 };
 
 /* One per distinct name per client, shared by its handles (coalescing). */
@@ -66,7 +72,9 @@ struct dlock_entry {
 	size_t len;
 	uint64_t hash;
 	unsigned refs;             /* handles of this name */
-	struct dlock_lock *holder; /* handle holding the name on the server, or NULL */
+	struct dlock_lock *holders; /* handles holding the name on the server (list by next_holder): one
+	                               exclusive holder, or any number of shared ones */
+	int shared;                /* the holders hold it shared (meaningless while there are none) */
 	int contending;            /* the queue head is inside driver acquire() */
 	struct dlock_queued *queue_head, *queue_tail; /* FIFO of local waiters */
 	pthread_cond_t cond;       /* signalled when holder, contending or the queue change */
@@ -79,11 +87,15 @@ struct dlock_lock {
 	struct dlock_entry *entry;
 	struct dlock_lock *prev, *next; /* client's list of handles */
 	int driver_ready;               /* lock_init succeeded, lock_fini pending */
+	dlock_lock_kind kind;           /* fixed when the handle is made */
+	struct dlock_lock *next_holder; /* in entry->holders while `holding` */
+	int holding;                    /* counted among the name's holders */
 
 	/* The current acquisition. */
 	int held;
 	pthread_t owner;      /* thread that acquired it */
 	unsigned depth;       /* reentrant hold count */
+	dlock_lock_mode mode; /* of the current acquisition */
 	uint64_t token;
 	int has_token;        /* the acquisition asked for a token (fencing on) */
 	uint64_t generation;  /* bumped by every acquisition and release */
@@ -129,6 +141,7 @@ struct dlock_client {
 	dlock_uri *uri;
 	struct dlock_host host;
 	dlock_capabilities caps;
+	dlock_kind_caps kinds[DLOCK_KINDS]; /* per dlock_lock_kind, from the driver (kind.c) */
 	int retry_loop;            /* 1: acquisitions go through dlock_retry_loop(), else the driver's acquire() */
 	dlock_log_fn log;
 	void *log_userdata;
@@ -198,6 +211,10 @@ void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, con
 void dlock_lock_loss_cleaned(struct dlock_lock *l);
 /** Lease accounting after a request sent at `sent_ns` succeeded.  c->mu held. */
 void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lease_ns);
+
+/* kind.c */
+/** Ask the driver what it does with each kind (or fill in "mutexes only").  Right after open(). */
+void dlock_kind_caps_load(struct dlock_client *c);
 
 /* background.c */
 dlock_status dlock_background_start(struct dlock_client *c);

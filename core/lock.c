@@ -3,8 +3,18 @@
  * local coalescing (threads of one client queue per name in FIFO order and
  * only the head asks the server), deadlines, cancellation, lease accounting
  * and owner-only release happen here; the driver does the server's part.
+ *
+ * Kinds and modes: a handle has a kind for its life (mutex, read-write
+ * lock); an acquisition has a mode (exclusive, shared).  A name of one
+ * client has a list of holding handles: one exclusive holder, or any
+ * number of shared ones.  The head of the local queue asks the server when
+ * nobody of the client contends and its mode is compatible with the
+ * holders', so a local writer waiting holds back the local readers queued
+ * after it.  Within one client a name in use as another kind is refused
+ * here (DLOCK_EKIND); across clients the driver tells.
  */
 #include "internal.h"
+#include "registry.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,15 +131,35 @@ static struct dlock_lock *lock_from_lk(void *lk)
 	return (struct dlock_lock *)(void *)((char *)lk - LK_OFFSET);
 }
 
-dlock_status dlock_lock_new(dlock_client *c, const char *name, dlock_lock **out)
+/* Prepare the driver's state of a new handle: lock_init_kind() when the driver knows kinds, else lock_init(). */
+static dlock_status driver_lock_init(struct dlock_client *c, struct dlock_lock *l, const char *name, size_t len,
+                                     dlock_error *err)
+{
+	dlock_driver_lock_init_kind_fn *init_kind = dlock_driver_lock_init_kind_of(c->driver);
+	if (!init_kind)
+		return c->driver->lock_init(c->backend, l->lk, name, len, err);
+	dlock_kind_spec spec = { .kind = l->kind, .permits = 1 };
+	return init_kind(c->backend, l->lk, name, len, &spec, err);
+}
+
+static dlock_status lock_new_kind(dlock_client *c, const char *name, dlock_lock_kind kind, const char *fn,
+                                  dlock_lock **out)
 {
 	dlock_error err = { "" };
+	char msg[160];
 	if (out)
 		*out = NULL;
 	if (!c)
 		return DLOCK_EINVAL;
-	if (!name || !out)
-		return dlock_client_fail(c, DLOCK_EINVAL, "dlock_lock_new: name and out must not be NULL");
+	if (!name || !out) {
+		snprintf(msg, sizeof msg, "%s: name and out must not be NULL", fn);
+		return dlock_client_fail(c, DLOCK_EINVAL, msg);
+	}
+	if (!c->kinds[kind].supported) {
+		snprintf(msg, sizeof msg, "%s: %s:// has no %s", fn, c->driver->scheme,
+		         kind == DLOCK_KIND_RWLOCK ? "read-write locks" : "locks of this kind");
+		return dlock_client_fail(c, DLOCK_ENOTSUP, msg);
+	}
 	size_t len = strnlen(name, DLOCK_NAME_MAX + 1);
 	if (len == 0 || len > DLOCK_NAME_MAX)
 		return dlock_client_fail(c, DLOCK_EINVAL, len ? "lock name is longer than 1024 bytes"
@@ -139,6 +169,7 @@ dlock_status dlock_lock_new(dlock_client *c, const char *name, dlock_lock **out)
 	if (!l)
 		return dlock_client_fail(c, DLOCK_ENOMEM, "out of memory");
 	l->client = c;
+	l->kind = kind;
 	l->lk = (char *)l + LK_OFFSET;
 
 	pthread_mutex_lock(&c->mu);
@@ -163,7 +194,7 @@ dlock_status dlock_lock_new(dlock_client *c, const char *name, dlock_lock **out)
 	c->inflight++; /* close waits until lock_init has returned */
 	pthread_mutex_unlock(&c->mu);
 
-	dlock_status st = c->driver->lock_init(c->backend, l->lk, name, len, &err);
+	dlock_status st = driver_lock_init(c, l, name, len, &err);
 
 	pthread_mutex_lock(&c->mu);
 	c->inflight--;
@@ -178,6 +209,46 @@ dlock_status dlock_lock_new(dlock_client *c, const char *name, dlock_lock **out)
 	}
 	*out = l;
 	return DLOCK_OK;
+}
+
+dlock_status dlock_lock_new(dlock_client *c, const char *name, dlock_lock **out)
+{
+	return lock_new_kind(c, name, DLOCK_KIND_MUTEX, "dlock_lock_new", out);
+}
+
+dlock_status dlock_rwlock_new(dlock_client *c, const char *name, dlock_lock **out)
+{
+	return lock_new_kind(c, name, DLOCK_KIND_RWLOCK, "dlock_rwlock_new", out);
+}
+
+dlock_lock_kind dlock_lock_get_kind(const dlock_lock *l)
+{
+	return l ? l->kind : DLOCK_KIND_MUTEX;
+}
+
+/* Count `l` among the holders of its name (a new acquisition).  c->mu held. */
+static void holder_add_locked(struct dlock_lock *l)
+{
+	struct dlock_entry *e = l->entry;
+	l->next_holder = e->holders;
+	e->holders = l;
+	e->shared = l->mode == DLOCK_MODE_SHARED;
+	l->holding = 1;
+}
+
+/* No longer count `l` among the holders, and let the local contenders look again.  c->mu held. */
+static void holder_remove_locked(struct dlock_lock *l)
+{
+	struct dlock_entry *e = l->entry;
+	if (l->holding) {
+		struct dlock_lock **pp = &e->holders;
+		while (*pp != l)
+			pp = &(*pp)->next_holder;
+		*pp = l->next_holder;
+		l->next_holder = NULL;
+		l->holding = 0;
+	}
+	pthread_cond_broadcast(&e->cond);
 }
 
 void dlock_lock_begin_call(struct dlock_lock *l)
@@ -281,9 +352,7 @@ void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, con
 void dlock_lock_loss_cleaned(struct dlock_lock *l)
 {
 	l->loss_cleaned = 1;
-	if (l->entry->holder == l)
-		l->entry->holder = NULL;
-	pthread_cond_broadcast(&l->entry->cond);
+	holder_remove_locked(l);
 }
 
 void dlock_report_lost(dlock_host *host, void *lk, dlock_lost_reason reason, const char *detail)
@@ -300,17 +369,32 @@ struct acquire_params {
 	int64_t wait_ms, lease_ms;
 	int renew;
 	int fencing;
+	dlock_lock_mode mode;
 	dlock_lost_fn on_lost;
 	void *lost_userdata;
 };
 
-static dlock_status resolve_params(struct dlock_client *c, const dlock_acquire_options *o,
-                                   struct acquire_params *p)
+/* The acquisition's parameters from `o` and the URI; on failure *why says what is wrong. */
+static dlock_status resolve_params(const struct dlock_lock *l, const dlock_acquire_options *o,
+                                   struct acquire_params *p, const char **why)
 {
-	const dlock_uri *u = c->uri;
-	/* Version 1 is version 2 without `fencing`. */
-	if (o && o->version != DLOCK_ACQUIRE_OPTIONS_VERSION && o->version != 1)
+	const dlock_uri *u = l->client->uri;
+	/* Version 1 is version 2 without `fencing`; version 2 is version 3 without `mode`.  Fields past
+	 * the caller's version are never read: its struct ends before them. */
+	if (o && (o->version < 1 || o->version > DLOCK_ACQUIRE_OPTIONS_VERSION)) {
+		*why = "dlock_acquire: options version not known to this library (1 to 3)";
 		return DLOCK_EVERSION;
+	}
+	p->mode = (o && o->version >= 3) ? o->mode : DLOCK_MODE_EXCLUSIVE;
+	if (p->mode != DLOCK_MODE_EXCLUSIVE && p->mode != DLOCK_MODE_SHARED) {
+		*why = "dlock_acquire: mode out of range";
+		return DLOCK_EINVAL;
+	}
+	if (p->mode == DLOCK_MODE_SHARED && l->kind != DLOCK_KIND_RWLOCK) {
+		*why = "dlock_acquire: shared mode needs a read-write lock (dlock_rwlock_new), not a mutex";
+		return DLOCK_EINVAL;
+	}
+	*why = "dlock_acquire: bad options (wait_ms or lease_ms out of range)";
 	p->wait_ms = (!o || o->wait_ms == DLOCK_WAIT_DEFAULT) ? u->wait_ms : o->wait_ms;
 	p->lease_ms = (!o || o->lease_ms == 0) ? u->ttl_ms : o->lease_ms;
 	p->renew = (!o || o->renew < 0) ? u->renew : o->renew != 0;
@@ -363,14 +447,16 @@ static struct dlock_queued *queue_turn(const struct dlock_entry *e)
 }
 
 /* Wait for this contender's turn to ask the server: first in the local
- * queue, nobody of this client holding or contending for the name. */
+ * queue, nobody of this client contending for the name, and nobody holding
+ * it, or only shared holders when it asks for shared. */
 static dlock_status wait_turn_locked(struct dlock_client *c, struct dlock_entry *e, struct dlock_queued *q,
                                      struct dlock_wait *w)
 {
 	for (;;) {
 		if (c->closing || dlock_wait_cancelled(w) != DLOCK_OK)
 			return DLOCK_ECANCELED;
-		if (!e->holder && !e->contending && queue_turn(e) == q)
+		if (!e->contending && queue_turn(e) == q &&
+		    (!e->holders || (e->shared && q->mode == DLOCK_MODE_SHARED)))
 			return DLOCK_OK;
 		if (w->try_once)
 			return DLOCK_EBUSY;
@@ -387,6 +473,7 @@ static void become_holder_locked(struct dlock_lock *l, const struct acquire_para
 	l->held = 1;
 	l->owner = pthread_self();
 	l->depth = 1;
+	l->mode = p->mode;
 	l->token = acq->token;
 	l->has_token = p->fencing;
 	l->generation++;
@@ -399,7 +486,7 @@ static void become_holder_locked(struct dlock_lock *l, const struct acquire_para
 	l->lease_ns = p->lease_ms * NS_PER_MS;
 	if (l->tracked)
 		dlock_lock_lease_renewed(l, acq->sent_ns ? acq->sent_ns : started_ns, l->lease_ns);
-	l->entry->holder = l;
+	holder_add_locked(l);
 	c->stats.acquired++;
 	if (l->lost_early)
 		dlock_lock_declare_lost(l, l->lost_reason, l->lost_detail);
@@ -448,10 +535,13 @@ static const char *acquire_failure_text(dlock_status st, char *buf, size_t len, 
 static int reentry_locked(struct dlock_lock *l, const struct acquire_params *p, dlock_status *st)
 {
 	pthread_t self = pthread_self();
-	struct dlock_lock *h = l->entry->holder;
 	if (l->held && pthread_equal(l->owner, self)) {
 		if (l->lost) {
 			*st = lock_fail(l, DLOCK_ENOTHELD, "was lost; release it before acquiring again");
+		} else if (l->mode == DLOCK_MODE_SHARED && p->mode == DLOCK_MODE_EXCLUSIVE) {
+			*st = lock_fail(l, DLOCK_EDEADLK,
+			                "this thread holds it shared: a reader cannot upgrade (release, then acquire "
+			                "exclusive)");
 		} else {
 			l->depth++;
 			l->client->stats.acquired++;
@@ -460,12 +550,26 @@ static int reentry_locked(struct dlock_lock *l, const struct acquire_params *p, 
 		}
 		return 1;
 	}
-	if (h && h != l && pthread_equal(h->owner, self)) {
-		*st = p->wait_ms == 0
-		              ? lock_fail(l, DLOCK_EBUSY, "held by this thread through another handle")
-		              : lock_fail(l, DLOCK_EDEADLK, "this thread holds it through another handle");
-		return 1;
+	for (const struct dlock_lock *h = l->entry->holders; h; h = h->next_holder) {
+		if (h != l && pthread_equal(h->owner, self)) {
+			*st = p->wait_ms == 0
+			              ? lock_fail(l, DLOCK_EBUSY, "held by this thread through another handle")
+			              : lock_fail(l, DLOCK_EDEADLK, "this thread holds it through another handle");
+			return 1;
+		}
 	}
+	return 0;
+}
+
+/* 1 when another handle of the client holds or waits for the name as another kind.  c->mu held. */
+static int kind_conflict_locked(const struct dlock_lock *l)
+{
+	for (const struct dlock_lock *h = l->entry->holders; h; h = h->next_holder)
+		if (h->kind != l->kind)
+			return 1;
+	for (const struct dlock_queued *q = l->entry->queue_head; q; q = q->next)
+		if (q->lock->kind != l->kind)
+			return 1;
 	return 0;
 }
 
@@ -476,9 +580,10 @@ dlock_status dlock_acquire(dlock_lock *l, const dlock_acquire_options *opts)
 	struct dlock_client *c = l->client;
 	struct acquire_params p;
 	dlock_error err = { "" };
-	dlock_status st = resolve_params(c, opts, &p);
+	const char *why = "";
+	dlock_status st = resolve_params(l, opts, &p, &why);
 	if (st != DLOCK_OK)
-		return dlock_client_fail(c, st, "dlock_acquire: bad options (version, wait_ms or lease_ms)");
+		return dlock_client_fail(c, st, why);
 
 	int64_t now = dlock_monotonic_ns();
 	int64_t deadline = p.wait_ms < 0 ? INT64_MAX : now + p.wait_ms * NS_PER_MS;
@@ -489,6 +594,11 @@ dlock_status dlock_acquire(dlock_lock *l, const dlock_acquire_options *opts)
 		pthread_mutex_unlock(&c->mu);
 		return st;
 	}
+	if (kind_conflict_locked(l)) {
+		st = lock_fail(l, DLOCK_EKIND, "another handle of this client uses the name as another kind of lock");
+		pthread_mutex_unlock(&c->mu);
+		return st;
+	}
 	if (reentry_locked(l, &p, &st)) {
 		pthread_mutex_unlock(&c->mu);
 		return st;
@@ -496,11 +606,12 @@ dlock_status dlock_acquire(dlock_lock *l, const dlock_acquire_options *opts)
 
 	struct dlock_wait w;
 	struct dlock_queued q;
-	dlock_wait_init(&w, deadline, p.wait_ms == 0, p.fencing);
+	dlock_wait_init(&w, deadline, p.wait_ms == 0, p.fencing, p.mode);
 	w.next = l->waits;
 	l->waits = &w;
 	c->inflight++;
 	q.lock = l;
+	q.mode = p.mode;
 	queue_push(l->entry, &q);
 
 	st = wait_turn_locked(c, l->entry, &q, &w);
@@ -573,9 +684,7 @@ static void drop_hold_locked(struct dlock_lock *l)
 	l->depth = 0;
 	l->lost_pending = 0;
 	l->generation++;
-	if (l->entry->holder == l)
-		l->entry->holder = NULL;
-	pthread_cond_broadcast(&l->entry->cond);
+	holder_remove_locked(l);
 }
 
 dlock_status dlock_release(dlock_lock *l)

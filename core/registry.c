@@ -91,6 +91,9 @@ static const char *missing_method(const dlock_driver *d)
 		return d->abi_version >= 2 ? "acquire or try_acquire" : "acquire";
 	if (!d->release)
 		return "release";
+	if (!dlock_driver_kind_capabilities_of(d) != !dlock_driver_lock_init_kind_of(d))
+		return dlock_driver_kind_capabilities_of(d) ? "lock_init_kind (it comes with kind_capabilities)"
+		                                            : "kind_capabilities (it comes with lock_init_kind)";
 	return NULL;
 }
 
@@ -109,6 +112,16 @@ dlock_driver_try_acquire_fn *dlock_driver_try_acquire_of(const dlock_driver *d)
 dlock_driver_disarm_fn *dlock_driver_disarm_of(const dlock_driver *d)
 {
 	return d && d->abi_version >= 2 ? d->disarm : NULL;
+}
+
+dlock_driver_kind_capabilities_fn *dlock_driver_kind_capabilities_of(const dlock_driver *d)
+{
+	return d && d->abi_version >= 3 ? d->kind_capabilities : NULL;
+}
+
+dlock_driver_lock_init_kind_fn *dlock_driver_lock_init_kind_of(const dlock_driver *d)
+{
+	return d && d->abi_version >= 3 ? d->lock_init_kind : NULL;
 }
 
 /* Register `d`, or write in why[] (size REASON_MAX) why not. */

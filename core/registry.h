@@ -35,6 +35,9 @@ dlock_driver_control_fn *dlock_driver_control_of(const dlock_driver *d);
 /** try_acquire() and disarm() of `d` (ABI version 2), or NULL: a version-1 driver has neither. */
 dlock_driver_try_acquire_fn *dlock_driver_try_acquire_of(const dlock_driver *d);
 dlock_driver_disarm_fn *dlock_driver_disarm_of(const dlock_driver *d);
+/** kind_capabilities() and lock_init_kind() of `d` (ABI version 3), or NULL: older drivers have mutexes only. */
+dlock_driver_kind_capabilities_fn *dlock_driver_kind_capabilities_of(const dlock_driver *d);
+dlock_driver_lock_init_kind_fn *dlock_driver_lock_init_kind_of(const dlock_driver *d);
 
 /** The registry's per-driver shared object (see dlock_host_shared()). */
 void *dlock_registry_shared(const dlock_driver *driver, void *(*create)(void));

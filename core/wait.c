@@ -29,9 +29,12 @@ int dlock_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t dea
 	return pthread_cond_timedwait(cond, mu, &ts) == ETIMEDOUT ? ETIMEDOUT : 0;
 }
 
-void dlock_wait_init(struct dlock_wait *w, int64_t deadline_ns, int try_once, int wants_token)
+void dlock_wait_init(struct dlock_wait *w, int64_t deadline_ns, int try_once, int wants_token,
+                     dlock_lock_mode mode)
 {
-	*w = (struct dlock_wait){ .deadline_ns = deadline_ns, .try_once = try_once, .wants_token = wants_token };
+	*w = (struct dlock_wait){
+		.deadline_ns = deadline_ns, .try_once = try_once, .wants_token = wants_token, .mode = mode
+	};
 	pthread_mutex_init(&w->mu, NULL);
 	dlock_cond_init_monotonic(&w->cond);
 }
@@ -55,6 +58,11 @@ int dlock_wait_try_once(const dlock_wait *w)
 int dlock_wait_wants_token(const dlock_wait *w)
 {
 	return w->wants_token;
+}
+
+dlock_lock_mode dlock_wait_mode(const dlock_wait *w)
+{
+	return w->mode;
 }
 
 int64_t dlock_wait_remaining_ms(const dlock_wait *w)

@@ -167,7 +167,7 @@ check "--help exits 0" [ "$rc" -eq 0 ]
 check "--help prints usage on stdout" contains "$out" "^Usage: dlock"
 check "--help writes nothing on stderr" empty "$err"
 missing=""
-for word in --uri --wait --no-wait --ttl --conflict-exit-code --grace --quiet --help --version \
+for word in --uri --wait --no-wait --ttl --conflict-exit-code --grace --shared --exclusive --quiet --help --version \
 	mem:// file:/// redis:// zk:// postgres:// DLOCK_URI XDG_RUNTIME_DIR /tmp/dlock- \
 	DLOCK_FENCING_TOKEN " 64 " " 69 " " 71 " " 75 " " 76 " " 77 " " 78 " " 126 " " 127 " "128+N"; do
 	grep -q -F -e "$word" "$out" || missing="$missing '$word'"
@@ -186,13 +186,13 @@ check "--version shows no refused backend when none was" eval '! grep -q "^refus
 if [ -n "$REFUSED_CLI" ]; then
 	"$REFUSED_CLI" --version >"$out" 2>"$err"
 	check "--version names a refused built-in driver and why" \
-		contains "$out" "^refused: future (ABI version 9, this library accepts 1 to 2)$"
+		contains "$out" "^refused: future (ABI version 9, this library accepts 1 to 3)$"
 	check "... and still lists the others" contains "$out" "^backends: mem,file$"
 	"$REFUSED_CLI" --uri future://x name -- true >"$out" 2>"$err"
 	rc=$?
 	check "a URI of a refused driver's scheme exits 78 (got $rc)" [ "$rc" -eq 78 ]
 	check "... saying why the driver was refused" contains "$err" \
-		"^dlock: cannot open the lock service: driver 'future' refused at registration: ABI version 9, this library accepts 1 to 2"
+		"^dlock: cannot open the lock service: driver 'future' refused at registration: ABI version 9, this library accepts 1 to 3"
 else
 	echo "skip - refused built-in driver (no dlock_refused_cli given)"
 fi
@@ -409,6 +409,44 @@ read -r orphan <"$tmp/orphan"
 check "COMMAND is killed when dlock is killed" await_gone "$orphan"
 expect_rc "the lock is free once dlock is killed" 0 --no-wait orphan -- true
 
+# ------------------------------------------------- read-write (--shared)
+
+hold rw r1 --shared
+expect_rc "--shared beside a --shared holder runs at once" 0 --shared --no-wait rw -- true
+expect_rc "-s is --shared" 0 -s -n rw -- true
+rm -f "$tmp/ran"
+expect_rc "--exclusive on a read-held lock exits 75" 75 --exclusive --no-wait rw -- touch "$tmp/ran"
+check "... saying it is held elsewhere" contains "$err" "^dlock: lock 'rw' is held elsewhere$"
+check "... and the writer's command did not run" [ ! -e "$tmp/ran" ]
+"$DLOCK" -x --wait 10s rw -- sh -c 'echo writer >>"$1"' sh "$tmp/r1.log" 2>"$tmp/rw.err" &
+rw_writer=$!
+release "$hold_pid" r1
+check "the --shared holder passes on its command's status" [ "$hold_rc" -eq 0 ]
+wait "$rw_writer"
+rw_rc=$?
+check "a waiting --exclusive gets the lock once the reader ends (exit $rw_rc)" [ "$rw_rc" -eq 0 ]
+printf 'hold start\nhold end\nwriter\n' >"$tmp/expected"
+check "... after the reader's command, not during it" cmp -s "$tmp/r1.log" "$tmp/expected"
+hold rw w1 -x
+expect_rc "--shared on a write-held lock exits 75" 75 --shared --no-wait rw -- true
+expect_rc "-x on a write-held lock exits 75" 75 -x -n rw -- true
+expect_rc "--shared keeps --conflict-exit-code" 9 -s -n -E 9 rw -- true
+release "$hold_pid" w1
+expect_rc "--shared with --exclusive is a usage error" 64 -s -x rw -- true
+check "... saying they do not go together" contains "$err" "^dlock: --shared and --exclusive cannot be used together"
+dl -x rwtoken -- sh -c 'echo "${DLOCK_FENCING_TOKEN-unset}"'
+tw=$(cat "$out")
+dl -s rwtoken -- sh -c 'echo "${DLOCK_FENCING_TOKEN-unset}"'
+tr=$(cat "$out")
+check "a reader's DLOCK_FENCING_TOKEN is the latest writer's ($tw = $tr)" \
+	eval '[[ "$tw" =~ ^[0-9]+$ ]] && [ "$tw" = "$tr" ]'
+if [ -n "${DLOCK_TEST_REDIS_URI:-}" ]; then
+	expect_rc "--shared on a backend without read-write locks exits 78" 78 --uri "$DLOCK_TEST_REDIS_URI" -s rw -- true
+	check "... saying so" contains "$err" "^dlock: --shared: .*read-write"
+else
+	echo "skip - --shared on a backend without read-write locks (DLOCK_TEST_REDIS_URI unset)"
+fi
+
 # ------------------------------------------------------------- lost lock
 
 # lose_lock TAG SCRIPT [DLOCK ARGS...]: run `sh -c SCRIPT sh $tmp/TAG` under
@@ -446,6 +484,11 @@ check "lost lock, COMMAND ignoring SIGTERM: exits 76 (got $rc)" [ "$rc" -eq 76 ]
 check "... COMMAND gets SIGKILL after --grace 400ms (${ms} ms)" \
 	eval '[ "$ms" -ge 350 ] && [ "$ms" -lt 3000 ]'
 check "... and is gone" await_gone "$lost_child"
+
+lose_lock lost3 'trap "touch \"$1.termed\"; exit 0" TERM; : >"$1.started"; while :; do sleep 0.05; done' --shared
+check "a lost read lock exits 76 (got $rc)" [ "$rc" -eq 76 ]
+check "... and sends SIGTERM to COMMAND" [ -e "$tmp/lost3.termed" ]
+check "... reported like a lost lock" contains "$err" "^dlock: lock 'lease' lost ([a-z ]*).*; stopping the command$"
 
 # A ZooKeeper lock node deleted by another client (anyone may, without
 # credentials): the holder sees it at once and stops COMMAND.  Needs the

@@ -171,6 +171,20 @@ static dlock_status ctl_control(void *backend, void *lk, int op, void *arg, dloc
 	return DLOCK_OK;
 }
 
+/* Version-3 slots, only for the registration rules: this driver has mutexes only. */
+static dlock_status ctl_init_kind(void *backend, void *lk, const char *name, size_t len, const dlock_kind_spec *spec,
+                                  dlock_error *err)
+{
+	(void)spec;
+	return ctl_init(backend, lk, name, len, err);
+}
+
+static void ctl_kind_caps(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps)
+{
+	(void)backend;
+	caps->supported = kind == DLOCK_KIND_MUTEX;
+}
+
 static const dlock_driver ctl_driver = {
 	.abi_version = DLOCK_DRIVER_ABI_VERSION,
 	.scheme = "ctl",
@@ -339,12 +353,21 @@ static dlock_acquire_options opts_lease(int64_t lease_ms, int renew, struct lost
 static void test_registry_versions(void)
 {
 	dlock_driver d = ctl_driver;
-	d.scheme = "ctlv3";
-	d.abi_version = 3;
+	d.scheme = "ctlv4";
+	d.abi_version = 4;
 	CU_ASSERT_EQUAL(dlock_register_driver(&d), DLOCK_EVERSION);
 	d.abi_version = 0;
 	CU_ASSERT_EQUAL(dlock_register_driver(&d), DLOCK_EVERSION);
-	CU_ASSERT_PTR_NULL(strstr(dlock_backends(), "ctlv3"));
+	CU_ASSERT_PTR_NULL(strstr(dlock_backends(), "ctlv4"));
+	/* Version 3: kind_capabilities and lock_init_kind come together or not at all. */
+	d.scheme = "ctlkinds";
+	d.abi_version = 3;
+	d.lock_init_kind = ctl_init_kind;
+	CU_ASSERT_EQUAL(dlock_register_driver(&d), DLOCK_EINVAL);
+	d.lock_init_kind = NULL;
+	d.kind_capabilities = ctl_kind_caps;
+	CU_ASSERT_EQUAL(dlock_register_driver(&d), DLOCK_EINVAL);
+	CU_ASSERT_PTR_NULL(strstr(dlock_backends(), "ctlkinds"));
 }
 
 /* A version-1 driver works, and its door is closed without reading past it. */
@@ -475,7 +498,7 @@ static void test_refused_builtins(void)
 	CU_ASSERT_EQUAL(dlock_client_open(&c, "badabi://x?ttl=1s", NULL, err, sizeof err), DLOCK_ENOBACKEND);
 	CU_ASSERT_PTR_NULL(c);
 	CU_ASSERT_PTR_NOT_NULL(
-	        strstr(err, "driver 'badabi' refused at registration: ABI version 9, this library accepts 1 to 2"));
+	        strstr(err, "driver 'badabi' refused at registration: ABI version 9, this library accepts 1 to 3"));
 	CU_ASSERT_EQUAL(dlock_client_open(&c, "norelease://x", NULL, err, sizeof err), DLOCK_ENOBACKEND);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "driver 'norelease' refused at registration: "));
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "'release'"));
@@ -493,7 +516,7 @@ static void test_refused_builtins(void)
 	while (dlock_backend_refused(n, &scheme, &reason) == DLOCK_OK) {
 		if (n == 0) {
 			CU_ASSERT_STRING_EQUAL(scheme, "badabi");
-			CU_ASSERT_STRING_EQUAL(reason, "ABI version 9, this library accepts 1 to 2");
+			CU_ASSERT_STRING_EQUAL(reason, "ABI version 9, this library accepts 1 to 3");
 		} else if (n == 2) {
 			CU_ASSERT_STRING_EQUAL(scheme, "mem");
 			CU_ASSERT_PTR_NOT_NULL(strstr(reason, "'mem'"));

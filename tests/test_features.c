@@ -56,6 +56,19 @@ static void check_client(const char *uri)
 
 	int64_t control = feature(c, DLOCK_FEATURE_CONTROL);
 	CU_ASSERT(control == 0 || control == 1);
+
+	/* Read-write locks: the feature says whether dlock_rwlock_new() works. */
+	int64_t rw = feature(c, DLOCK_FEATURE_RWLOCK), rf = feature(c, DLOCK_FEATURE_READ_FENCING);
+	int64_t kc = feature(c, DLOCK_FEATURE_KIND_CHECK);
+	dlock_lock *rwl = NULL;
+	dlock_status rst = dlock_rwlock_new(c, "feature-rw", &rwl);
+	CU_ASSERT_EQUAL(rst, rw == DLOCK_RWLOCK_NONE ? DLOCK_ENOTSUP : DLOCK_OK);
+	CU_ASSERT(rw != DLOCK_RWLOCK_NONE || (rf == DLOCK_FENCING_NONE && kc == 0));
+	CU_ASSERT(kc == 0 || kc == 1);
+	dlock_lock_free(rwl);
+	printf("\n    %s: rwlock=%s read-fencing=%s kind-check=%lld", dlock_client_uri(c),
+	       dlock_rwlock_policy_name((dlock_rwlock_policy)rw), dlock_fencing_name((dlock_fencing)rf),
+	       (long long)kc);
 	printf("\n    %s: %s %s fair=%d extend=%lld check=%lld control=%lld", dlock_client_uri(c),
 	       dlock_consistency_name(caps.consistency), dlock_lease_kind_name(caps.lease), caps.fair,
 	       (long long)feature(c, DLOCK_FEATURE_EXTEND), (long long)feature(c, DLOCK_FEATURE_CHECK),
@@ -98,6 +111,15 @@ static void test_bad_input(void)
 	const char *scheme = NULL, *reason = NULL;
 	CU_ASSERT_EQUAL(dlock_backend_refused(0, &scheme, &reason), DLOCK_ENOTFOUND);
 	CU_ASSERT_STRING_EQUAL(dlock_feature_name((dlock_feature)9999), "unknown");
+	CU_ASSERT_STRING_EQUAL(dlock_feature_name(DLOCK_FEATURE_RWLOCK), "rwlock");
+	CU_ASSERT_STRING_EQUAL(dlock_feature_name(DLOCK_FEATURE_READ_FENCING), "read-fencing");
+	CU_ASSERT_STRING_EQUAL(dlock_feature_name(DLOCK_FEATURE_KIND_CHECK), "kind-check");
+	CU_ASSERT_STRING_EQUAL(dlock_rwlock_policy_name(DLOCK_RWLOCK_NONE), "none");
+	CU_ASSERT_STRING_EQUAL(dlock_rwlock_policy_name(DLOCK_RWLOCK_WRITER_FIRST), "writer-first");
+	CU_ASSERT_STRING_EQUAL(dlock_rwlock_policy_name(DLOCK_RWLOCK_NO_PREFERENCE), "no-preference");
+	CU_ASSERT_STRING_EQUAL(dlock_rwlock_policy_name((dlock_rwlock_policy)99), "unknown");
+	CU_ASSERT_STRING_EQUAL(dlock_status_name(DLOCK_EKIND), "EKIND");
+	CU_ASSERT_STRING_EQUAL(dlock_strerror(DLOCK_EKIND), "name in use as another kind of lock");
 	dlock_client_close(c);
 }
 
@@ -180,6 +202,11 @@ static void test_driver_answers_newer_codes(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(c), "not known to this library or to feat://"));
 	CU_ASSERT_EQUAL(feature(c, DLOCK_FEATURE_CONTROL), 1);
 	CU_ASSERT_EQUAL(feature(c, DLOCK_FEATURE_EXTEND), 0);
+	/* A version-2 driver has mutexes only: the core says so without asking it. */
+	CU_ASSERT_EQUAL(feature(c, DLOCK_FEATURE_RWLOCK), DLOCK_RWLOCK_NONE);
+	dlock_lock *rw = NULL;
+	CU_ASSERT_EQUAL(dlock_rwlock_new(c, "rw", &rw), DLOCK_ENOTSUP);
+	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(c), "feat:// has no read-write locks"));
 	struct dlock_feature_query q = { .feature = NEWER_FEATURE, .value = 0 };
 	CU_ASSERT_EQUAL(dlock_client_control(c, DLOCK_CTL_FEATURE, &q), DLOCK_ENOTSUP);
 	dlock_client_close(c);

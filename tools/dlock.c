@@ -34,6 +34,8 @@ struct cli {
 	int64_t grace_ms;
 	int conflict_code;
 	int quiet;
+	int rw;             /* --shared or --exclusive: NAME is a read-write lock */
+	int shared;         /* --shared: a reader of it */
 	int wait_given;     /* --wait seen */
 	int no_wait;        /* --no-wait seen */
 	int dashdash_taken; /* getopt took a "--" as the end of the options */
@@ -96,6 +98,13 @@ static const char help_text[] =
 	"                         wait expires, 0..255 (default 75)\n"
 	"      --grace T          when the lock is lost, time between SIGTERM and\n"
 	"                         SIGKILL to COMMAND's process group (default 10s)\n"
+	"  -s, --shared           take NAME as a reader of a read-write lock: any\n"
+	"                         number of readers at once, but no writer (as\n"
+	"                         flock -s); the writers use --exclusive\n"
+	"  -x, --exclusive        take NAME as the writer of a read-write lock: alone,\n"
+	"                         no reader (as flock -x).  Without -s or -x, NAME\n"
+	"                         is a plain lock, another kind: a name is used with\n"
+	"                         -s/-x or without them, not both\n"
 	"  -q, --quiet            do not report a busy lock or an expired wait, nor\n"
 	"                         the library's warnings (errors are still shown)\n"
 	"  -h, --help             show this help and exit\n"
@@ -152,7 +161,8 @@ static const char help_text[] =
 	"  N      COMMAND's exit status\n"
 	"  128+N  COMMAND was killed by signal N, or dlock got signal N before\n"
 	"         COMMAND started\n"
-	"  64     usage error (EX_USAGE)\n"
+	"  64     usage error (EX_USAGE), also NAME in use as another kind of lock\n"
+	"         (with -s/-x while others use it without, or the reverse)\n"
 	"  69     lock service unreachable, authentication failed or server error\n"
 	"         (EX_UNAVAILABLE)\n"
 	"  71     system error: cannot fork, out of memory, I/O error (EX_OSERR)\n"
@@ -163,7 +173,8 @@ static const char help_text[] =
 	"  77     permission denied by the lock service, or a lock directory that\n"
 	"         may not be written (EX_NOPERM)\n"
 	"  78     bad URI, unknown or refused backend, missing database, lock\n"
-	"         directory missing and not creatable or not a directory (EX_CONFIG)\n"
+	"         directory missing and not creatable or not a directory, or a\n"
+	"         backend without read-write locks for -s/-x (EX_CONFIG)\n"
 	"  126    COMMAND cannot be executed\n"
 	"  127    COMMAND not found\n";
 
@@ -198,7 +209,7 @@ static int print_version(void)
 
 enum { OPT_URI = 256, OPT_TTL, OPT_GRACE };
 
-static const char short_options[] = "+:w:nE:qhV"; /* '+': stop at NAME */
+static const char short_options[] = "+:w:nE:sxqhV"; /* '+': stop at NAME */
 
 static const struct option long_options[] = {
 	{"uri", required_argument, NULL, OPT_URI},
@@ -207,6 +218,8 @@ static const struct option long_options[] = {
 	{"ttl", required_argument, NULL, OPT_TTL},
 	{"conflict-exit-code", required_argument, NULL, 'E'},
 	{"grace", required_argument, NULL, OPT_GRACE},
+	{"shared", no_argument, NULL, 's'},
+	{"exclusive", no_argument, NULL, 'x'},
 	{"quiet", no_argument, NULL, 'q'},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
@@ -282,6 +295,13 @@ static int apply_option(struct cli *cli, int opt, char **argv)
 		return duration_arg("--grace", optarg, 0, &cli->grace_ms);
 	case 'E':
 		return exit_code_arg(optarg, &cli->conflict_code);
+	case 's':
+	case 'x':
+		if (cli->rw && cli->shared != (opt == 's'))
+			return usage_error("--shared and --exclusive cannot be used together");
+		cli->rw = 1;
+		cli->shared = opt == 's';
+		return -1;
 	case 'q':
 		cli->quiet = 1;
 		return -1;
@@ -423,7 +443,10 @@ static int status_exit(dlock_status st, int invalid)
 	case DLOCK_ENOBACKEND:
 	case DLOCK_ENOTFOUND:
 	case DLOCK_EVERSION:
+	case DLOCK_ENOTSUP:
 		return EX_CONFIG;
+	case DLOCK_EKIND:
+		return EX_USAGE;
 	case DLOCK_ECONNECT:
 	case DLOCK_EAUTH:
 	case DLOCK_ESERVER:
@@ -503,7 +526,12 @@ static int acquire(struct session *s, struct cli_watch *watch)
 		cli_say("cannot open the lock service: %s", err[0] ? err : dlock_strerror(st));
 		return status_exit(st, EX_CONFIG);
 	}
-	st = dlock_lock_new(s->client, cli->name, &s->lock);
+	st = cli->rw ? dlock_rwlock_new(s->client, cli->name, &s->lock)
+	             : dlock_lock_new(s->client, cli->name, &s->lock);
+	if (st == DLOCK_ENOTSUP) {
+		cli_say("%s: %s", cli->shared ? "--shared" : "--exclusive", detail(s, st));
+		return status_exit(st, EX_USAGE);
+	}
 	if (st != DLOCK_OK) {
 		cli_say("invalid lock name: %s", detail(s, st));
 		return status_exit(st, EX_USAGE);
@@ -514,6 +542,7 @@ static int acquire(struct session *s, struct cli_watch *watch)
 	aopts.renew = 1; /* COMMAND may outlive any lease */
 	aopts.on_lost = cli_lost_callback;
 	aopts.lost_userdata = &s->lost;
+	aopts.mode = cli->shared ? DLOCK_MODE_SHARED : DLOCK_MODE_EXCLUSIVE;
 	st = dlock_acquire(s->lock, &aopts);
 	return st == DLOCK_OK ? -1 : acquire_failed(s, st);
 }

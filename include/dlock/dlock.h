@@ -37,7 +37,9 @@
  *     hence a connection, open.  The application never shares dlock's
  *     connections, so its own COMMIT or ROLLBACK cannot touch these locks.
  *     Local coalescing guarantees that one client never asks the server for
- *     a name it already holds (advisory locks are reentrant per session).
+ *     a name it already holds (advisory locks are reentrant per session),
+ *     except a shared acquisition beside the client's own shared holders
+ *     (read-write locks, which postgres:// does not have yet).
  */
 #ifndef DLOCK_DLOCK_H
 #define DLOCK_DLOCK_H
@@ -62,11 +64,11 @@ extern "C" {
 /** Major version of this header; the SONAME is libdlock.so.MAJOR, and it changes when the ABI breaks. */
 #define DLOCK_VERSION_MAJOR 0
 /** Minor version of this header: raised when functions or options are added. */
-#define DLOCK_VERSION_MINOR 1
+#define DLOCK_VERSION_MINOR 2
 /** Patch version of this header: raised for fixes only. */
 #define DLOCK_VERSION_PATCH 0
 /** Version of this header as "MAJOR.MINOR.PATCH"; dlock_version() gives the library's at run time. */
-#define DLOCK_VERSION_STRING "0.1.0"
+#define DLOCK_VERSION_STRING "0.2.0"
 
 /** Run-time version of the library, as "MAJOR.MINOR.PATCH". Static string. */
 DLOCK_API const char *dlock_version(void);
@@ -96,7 +98,8 @@ DLOCK_API const char *dlock_version(void);
 	X(EDEADLK, "operation would deadlock or is not allowed from this thread")   \
 	X(EVERSION, "driver ABI version mismatch")                                   \
 	X(EEXIST, "already registered")                                              \
-	X(EPERM, "permission denied")
+	X(EPERM, "permission denied")                                                \
+	X(EKIND, "name in use as another kind of lock")
 
 /**
  * Result of every function that can fail: DLOCK_OK (0) or one of the
@@ -268,8 +271,26 @@ typedef enum dlock_feature {
 	DLOCK_FEATURE_SCOPE = 6,       /**< a dlock_scope */
 	DLOCK_FEATURE_EXTEND = 7,      /**< 1: dlock_extend() and automatic renewal do something (a lease or a heartbeat) */
 	DLOCK_FEATURE_CHECK = 8,       /**< 1: dlock_check() asks the server */
-	DLOCK_FEATURE_CONTROL = 9      /**< 1: the backend has operations of its own (dlock_client_control()) */
+	DLOCK_FEATURE_CONTROL = 9,     /**< 1: the backend has operations of its own (dlock_client_control()) */
+	DLOCK_FEATURE_RWLOCK = 10,     /**< a dlock_rwlock_policy: read-write locks, and who goes first */
+	DLOCK_FEATURE_READ_FENCING = 11, /**< a dlock_fencing: the token of a shared acquisition (see
+	                                      dlock_lock_fencing_token()); NONE when readers get none */
+	DLOCK_FEATURE_KIND_CHECK = 12  /**< 1: a name in use as another kind of lock, in another client
+	                                    too, is refused with DLOCK_EKIND; 0: the backend's kinds
+	                                    exclude each other on one name, so mixing them is safe
+	                                    (file://); within one client the core always refuses */
 } dlock_feature;
+
+/**
+ * Read-write locks on a backend (DLOCK_FEATURE_RWLOCK).  Codes are only
+ * ever appended.
+ */
+typedef enum dlock_rwlock_policy {
+	DLOCK_RWLOCK_NONE = 0,           /**< no read-write locks: dlock_rwlock_new() answers DLOCK_ENOTSUP */
+	DLOCK_RWLOCK_WRITER_FIRST = 1,   /**< a waiting writer holds back new readers: writers never starve */
+	DLOCK_RWLOCK_NO_PREFERENCE = 2   /**< whoever tries while the lock is compatible gets it: a stream of
+	                                      overlapping readers can keep a writer waiting */
+} dlock_rwlock_policy;
 
 /**
  * Store in *value what the client's backend says of `feature`.  DLOCK_OK;
@@ -293,6 +314,8 @@ DLOCK_API const char *dlock_lease_kind_name(dlock_lease_kind k);
 DLOCK_API const char *dlock_wakeup_name(dlock_wakeup w);
 /** Static name of a scope: "process", "host", "network". */
 DLOCK_API const char *dlock_scope_name(dlock_scope s);
+/** Static name of a read-write policy: "none", "writer-first", "no-preference". */
+DLOCK_API const char *dlock_rwlock_policy_name(dlock_rwlock_policy p);
 
 /**
  * Schemes of the registered backends, comma-separated ("file,mem,redis").
@@ -336,6 +359,71 @@ DLOCK_API void dlock_lock_free(dlock_lock *lock);
 /** The handle's name (a copy owned by the handle). */
 DLOCK_API const char *dlock_lock_name(const dlock_lock *lock);
 
+/**
+ * Kinds of lock.  A handle has one kind for its life, set by the function
+ * that made it; the kind tells the backend which server structure the name
+ * maps to.  Codes are only ever appended (semaphores will be the next).
+ *
+ * One kind per name: the server structures of two kinds need not exclude
+ * each other (on Redis a `SET NX` key never conflicts with a hash of
+ * readers), so a name must not be used as two kinds at once.  The kind is
+ * therefore fixed when the handle is made, never per acquisition: each
+ * kind has its own constructor (dlock_lock_new(), dlock_rwlock_new(), and
+ * later dlock_semaphore_new(client, name, n, &lock)) and acquisitions of
+ * every kind then go through the same dlock_acquire(), dlock_release(),
+ * renewal, lost-lock callback and fencing.  An acquisition of a name that
+ * is in use (held, or waited for) as another kind fails with DLOCK_EKIND:
+ * always among the handles of one client; across clients where the
+ * backend can tell (DLOCK_FEATURE_KIND_CHECK).  Once nobody holds or waits
+ * for the name, it may be used as another kind.
+ */
+typedef enum dlock_lock_kind {
+	DLOCK_KIND_MUTEX = 0, /**< one holder at a time (dlock_lock_new()) */
+	DLOCK_KIND_RWLOCK = 1 /**< any number of readers or one writer (dlock_rwlock_new()) */
+} dlock_lock_kind;
+
+/**
+ * Create a read-write lock handle for `name` on `client`: its acquisitions
+ * take a mode (dlock_acquire_options::mode), shared (a reader: any number
+ * at once) or exclusive (a writer: alone).  Names, ownership, threads and
+ * freeing are as for dlock_lock_new().  DLOCK_ENOTSUP, with a message,
+ * when the backend has no read-write locks (DLOCK_FEATURE_RWLOCK is
+ * DLOCK_RWLOCK_NONE); DLOCK_EINVAL for a bad name or NULL argument.
+ *
+ * Rules of a read-write handle (the core's, the same on every backend):
+ *   - One handle holds one acquisition.  Concurrent readers in one process
+ *     use one handle each (one per thread, or per task).
+ *   - Reentrancy: the thread that holds a handle acquires it again with a
+ *     hold count, in the mode it holds: a reader asking to read again, or
+ *     a writer asking to read or to write again, goes up one level with no
+ *     server call (a writer's read level stays exclusive).
+ *   - No upgrade: a reader asking to write on the handle it holds gets
+ *     DLOCK_EDEADLK at once (try-once too), since waiting for the other
+ *     readers to leave while keeping its own read lock could wait forever.
+ *     Release the read lock, then acquire in exclusive mode.
+ *   - A thread that holds the name through another handle of the same
+ *     client gets DLOCK_EDEADLK (DLOCK_EBUSY for try-once), in any mode: a
+ *     second read while a writer waits between the two would deadlock.
+ *   - Local order: the client's threads that wait for one name queue in
+ *     FIFO order, so a local writer waiting holds back the local readers
+ *     that come after it.  Across clients the backend decides, stated by
+ *     DLOCK_FEATURE_RWLOCK: mem:// is WRITER_FIRST (a waiting writer holds
+ *     back new readers); file:// is NO_PREFERENCE (fcntl locks give waiters
+ *     no order: readers that keep overlapping can starve a writer).  The
+ *     server backends (redis://, zk://, postgres://) have no read-write
+ *     locks yet: DLOCK_RWLOCK_NONE, and this function answers DLOCK_ENOTSUP.
+ *   - Fencing: a writer's token is strictly greater than every token before
+ *     it (as a mutex's).  A reader takes no new token: it gets the token of
+ *     the latest writer (0 when the name has had no writer yet), which
+ *     never goes back and tells storage which write the reader saw
+ *     (DLOCK_FEATURE_READ_FENCING).
+ * Thread-safe.
+ */
+DLOCK_API dlock_status dlock_rwlock_new(dlock_client *client, const char *name, dlock_lock **out);
+
+/** The handle's kind; DLOCK_KIND_MUTEX for NULL. */
+DLOCK_API dlock_lock_kind dlock_lock_get_kind(const dlock_lock *lock);
+
 /** Wait bound meaning "wait until acquired, cancelled or the client closes". */
 #define DLOCK_WAIT_FOREVER (-1)
 /** Wait bound meaning "the URI's `wait` parameter" (forever when absent). */
@@ -361,8 +449,18 @@ typedef enum dlock_lost_reason {
 typedef void (*dlock_lost_fn)(dlock_lock *lock, dlock_lost_reason reason, const char *detail,
                               void *userdata);
 
-/** Current value of dlock_acquire_options::version (1 is still accepted: `fencing` then -1). */
-#define DLOCK_ACQUIRE_OPTIONS_VERSION 2
+/** Mode of one acquisition (dlock_acquire_options::mode).  Codes are only ever appended. */
+typedef enum dlock_lock_mode {
+	DLOCK_MODE_EXCLUSIVE = 0, /**< alone: a mutex, or the writer of a read-write lock */
+	DLOCK_MODE_SHARED = 1     /**< beside other shared holders: a reader of a read-write lock */
+} dlock_lock_mode;
+
+/**
+ * Current value of dlock_acquire_options::version.  Versions 1 and 2 are
+ * still accepted: version 1 has no `fencing` (-1) and neither has `mode`
+ * (exclusive).
+ */
+#define DLOCK_ACQUIRE_OPTIONS_VERSION 3
 
 /** Options of one acquisition.  Initialise with DLOCK_ACQUIRE_OPTIONS_INIT. */
 typedef struct dlock_acquire_options {
@@ -376,10 +474,14 @@ typedef struct dlock_acquire_options {
 	 *  server work a token costs (Redis: a script instead of a plain SET; PostgreSQL: nextval; file://:
 	 *  a write and fdatasync) — dlock_lock_fencing_token() then returns DLOCK_ENOTSUP.  (Version 2.) */
 	int fencing;
+	/** DLOCK_MODE_EXCLUSIVE (the default) or DLOCK_MODE_SHARED; shared only on a read-write handle
+	 *  (dlock_rwlock_new()), DLOCK_EINVAL on a mutex or for a value out of range.  (Version 3.) */
+	dlock_lock_mode mode;
 } dlock_acquire_options;
 
-/** Default acquire options: the URI's wait bound, lease, renewal and fencing; no callback. */
-#define DLOCK_ACQUIRE_OPTIONS_INIT { DLOCK_ACQUIRE_OPTIONS_VERSION, DLOCK_WAIT_DEFAULT, 0, -1, NULL, NULL, -1 }
+/** Default acquire options: exclusive; the URI's wait bound, lease, renewal and fencing; no callback. */
+#define DLOCK_ACQUIRE_OPTIONS_INIT \
+	{ DLOCK_ACQUIRE_OPTIONS_VERSION, DLOCK_WAIT_DEFAULT, 0, -1, NULL, NULL, -1, DLOCK_MODE_EXCLUSIVE }
 
 /**
  * Acquire the lock.  `opts` may be NULL for defaults.
@@ -388,15 +490,22 @@ typedef struct dlock_acquire_options {
  * count goes up with no server round trip (release undoes one level).
  * A thread that holds the name through another handle of the same client
  * gets DLOCK_EDEADLK (DLOCK_EBUSY for try-once) instead of waiting forever.
+ * Read-write handles add the rules of dlock_rwlock_new() (a reader asking
+ * to write gets DLOCK_EDEADLK).
  *
  * Local coalescing: threads of one client that wait for the same name
- * queue in FIFO order inside the process and only the head asks the server.
+ * queue in FIFO order inside the process and only the head asks the server;
+ * shared acquisitions ask it one after another while the name is held
+ * shared, so several handles of one client may hold it at once.
  * Every acquisition goes through the server and gets its own fencing token
  * (unless it asked for none: dlock_acquire_options::fencing).
  *
  * Returns DLOCK_OK, DLOCK_EBUSY (try once, held elsewhere), DLOCK_ETIMEDOUT
- * (bound expired), DLOCK_ECANCELED (dlock_cancel() or client closed), or a
- * connection/server error.  Thread-safe; blocks up to the wait bound.
+ * (bound expired), DLOCK_ECANCELED (dlock_cancel() or client closed),
+ * DLOCK_EKIND (the name is in use as another kind of lock), DLOCK_EINVAL
+ * (bad options: a mode out of range, or shared on a mutex), DLOCK_EVERSION
+ * (an options version this library does not know), or a connection/server
+ * error.  Thread-safe; blocks up to the wait bound.
  */
 DLOCK_API dlock_status dlock_acquire(dlock_lock *lock, const dlock_acquire_options *opts);
 
@@ -439,7 +548,9 @@ DLOCK_API dlock_status dlock_cancel(dlock_lock *lock);
 
 /**
  * Fencing token of the current acquisition: strictly greater for each new
- * holder of the name (see the fencing class in the capabilities).
+ * holder of the name (see the fencing class in the capabilities); for a
+ * shared acquisition, the token of the latest writer (see dlock_rwlock_new()
+ * and DLOCK_FEATURE_READ_FENCING, which may say NONE).
  * DLOCK_ENOTSUP when the backend has no fencing or the acquisition asked
  * for no token (fencing off), DLOCK_ENOTHELD when the handle does not hold
  * the lock.

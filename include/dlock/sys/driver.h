@@ -21,7 +21,11 @@
  *     concurrently from any threads, so a driver's client state must be
  *     thread-safe.
  *   - acquire() is never called for a name that another handle of the same
- *     client holds or is acquiring (coalescing happens in the core), and
+ *     client holds or is acquiring (coalescing happens in the core), with
+ *     one exception for read-write locks: a shared acquisition may be sent
+ *     while other handles of the client hold the name shared (never while
+ *     one holds it exclusive, and still never two acquisitions at once);
+ *     and
  *     release()/extend()/check() only on an `lk` whose acquire() succeeded
  *     and that was not released since.  One exception to the first: a
  *     handle whose loss the core declared (a report, an expired lease, an
@@ -37,6 +41,17 @@
  *     strength of this one (for example end that session).
  *   - Names reaching lock_init() are 1..DLOCK_NAME_MAX bytes without NUL;
  *     their content is untrusted (escape or hash it, pass it as a parameter).
+ *   - Kinds (ABI version 3): a handle made by dlock_rwlock_new() (and, later,
+ *     other kinds) reaches the driver through lock_init_kind() only, and
+ *     only when kind_capabilities() said the kind is supported; a driver
+ *     without these slots has mutexes only, and the core answers
+ *     DLOCK_ENOTSUP for every other kind.  For a driver that has them, the
+ *     core calls lock_init_kind() for every handle, mutexes included (so
+ *     the driver knows each handle's kind), and never lock_init().  The
+ *     mode of an acquisition is read with dlock_wait_mode(); it is
+ *     DLOCK_MODE_SHARED only on a handle of a kind that has a shared mode.
+ *     Within one client the core refuses a name in use as another kind
+ *     (DLOCK_EKIND) before calling the driver.
  *
  * What a driver promises:
  *   - Every method returns a dlock_status and, on failure, writes a message
@@ -51,7 +66,9 @@
  * version that brought it:
  *   - version 1: open ... check;
  *   - version 2: control (the door for backend-specific operations),
- *     try_acquire and disarm (one attempt; the core owns the waiting).
+ *     try_acquire and disarm (one attempt; the core owns the waiting);
+ *   - version 3: kind_capabilities and lock_init_kind (kinds of lock other
+ *     than the mutex: read-write locks).
  * Registration accepts every version from 1 through DLOCK_DRIVER_ABI_VERSION
  * (DLOCK_EVERSION otherwise: a driver built for a newer library), and the
  * core never reads a slot past the version a driver declares, so a driver
@@ -77,7 +94,7 @@ extern "C" {
 #endif
 
 /** Version of struct dlock_driver; raised with each appended block of methods. */
-#define DLOCK_DRIVER_ABI_VERSION 2
+#define DLOCK_DRIVER_ABI_VERSION 3
 
 /* ------------------------------------------------------------ error text */
 
@@ -199,6 +216,14 @@ DLOCK_API int dlock_wait_try_once(const dlock_wait *w);
 DLOCK_API int dlock_wait_wants_token(const dlock_wait *w);
 
 /**
+ * Mode of this acquisition (ABI version 3): DLOCK_MODE_EXCLUSIVE, or
+ * DLOCK_MODE_SHARED for a reader of a read-write lock.  A driver keeps the
+ * mode of a successful acquisition in its lock state for release(),
+ * extend() and check().
+ */
+DLOCK_API dlock_lock_mode dlock_wait_mode(const dlock_wait *w);
+
+/**
  * Milliseconds left before the deadline, at least 1 while time remains,
  * 0 once it has passed, -1 for forever.  For server-side waits
  * (lock_timeout, session timeouts).
@@ -293,6 +318,30 @@ typedef struct dlock_acquired {
 	                          winning request was sent, at the latest when the server granted it); 0: the
 	                          time acquire() was called */
 } dlock_acquired;
+
+/**
+ * What a handle is (ABI version 3), handed to lock_init_kind().  Owned by
+ * the core; fields are only appended.
+ */
+typedef struct dlock_kind_spec {
+	dlock_lock_kind kind; /**< DLOCK_KIND_MUTEX, DLOCK_KIND_RWLOCK */
+	uint32_t permits;     /**< holders allowed at once: 1 for a mutex and for the writers of a read-write lock
+	                           (reserved for semaphores) */
+} dlock_kind_spec;
+
+/**
+ * What a backend does with one kind of lock (ABI version 3), filled by
+ * kind_capabilities().  The core zeroes it first, so a field a driver does
+ * not know stays 0; fields are only appended.
+ */
+typedef struct dlock_kind_caps {
+	int supported;              /**< 1: lock_init_kind() accepts this kind */
+	dlock_rwlock_policy policy; /**< read-write locks: who goes first (DLOCK_FEATURE_RWLOCK) */
+	dlock_fencing read_fencing; /**< read-write locks: the token of a shared acquisition */
+	int kind_checked;           /**< 1: acquire fails with DLOCK_EKIND while the server shows the name in use
+	                                 as another kind (DLOCK_FEATURE_KIND_CHECK); 0: the kinds exclude each
+	                                 other on this backend, so there is nothing to refuse */
+} dlock_kind_caps;
 
 /*
  * The methods.  Every one that returns a dlock_status writes, on failure,
@@ -485,6 +534,25 @@ typedef void dlock_driver_disarm_fn(void *backend, void *lk, dlock_wait *w);
 typedef dlock_status dlock_driver_control_fn(void *backend, void *lk, int op, void *arg, dlock_error *err);
 
 /**
+ * Fill *caps for `kind` (ABI version 3; MAY, and needed with
+ * lock_init_kind()).  Called right after open() once per kind the core
+ * knows, DLOCK_KIND_MUTEX included; the core keeps the answers.  A kind
+ * the driver does not know is left unsupported (all zero).  Strings, if
+ * any are added later, static.
+ */
+typedef void dlock_driver_kind_capabilities_fn(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps);
+
+/**
+ * Prepare `lk` for the lock `name` of the kind in `spec`, as lock_init()
+ * does for a mutex (ABI version 3; MAY, needed with kind_capabilities()).
+ * Called for every handle of a driver that has it, mutexes included, and
+ * only for kinds that kind_capabilities() said are supported.  Same rules
+ * and statuses as lock_init().  Threads: the thread that makes the handle.
+ */
+typedef dlock_status dlock_driver_lock_init_kind_fn(void *backend, void *lk, const char *name, size_t len,
+                                                    const dlock_kind_spec *spec, dlock_error *err);
+
+/**
  * A backend: one const object per URI scheme, written with designated
  * initializers and passed to dlock_register_driver().  Each method is
  * marked MUST (registration refuses NULL) or MAY (NULL: the matching API
@@ -511,6 +579,10 @@ typedef struct dlock_driver {
 	dlock_driver_control_fn *control;           /**< MAY */
 	dlock_driver_try_acquire_fn *try_acquire;   /**< MAY; a driver needs this or acquire() */
 	dlock_driver_disarm_fn *disarm;             /**< MAY; needed by a driver that arms wake-ups */
+
+	/* ABI version 3 */
+	dlock_driver_kind_capabilities_fn *kind_capabilities; /**< MAY; with lock_init_kind, or neither */
+	dlock_driver_lock_init_kind_fn *lock_init_kind;       /**< MAY; with kind_capabilities, or neither */
 } dlock_driver;
 
 /**
