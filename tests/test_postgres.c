@@ -912,6 +912,42 @@ static void add_mode_suite(const char *name, CU_InitializeFunc init)
 		CU_add_test(s, mode_tests[i].name, mode_tests[i].fn);
 }
 
+/*
+ * The server's lock table full (SQLSTATE 53200, "out of shared memory"): a
+ * session of the test's own fills it with advisory locks (it holds about
+ * max_locks_per_transaction x (max_connections + max_prepared_transactions)
+ * for every session together); an acquisition is then DLOCK_ELIMIT with a
+ * message that names the setting, not a bare server error, and works again
+ * once the table has room.
+ */
+static void test_lock_table_full(void)
+{
+	/* Opened, and its session made, before: a new session cannot even start while the table is full. */
+	dlock_client *c = dlock_test_open(dlock_test_env("DLOCK_TEST_PG_URI"), NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	dlock_lock *l = dlock_test_new_lock(c, "table-full");
+	CU_ASSERT_EQUAL(acquire(l, 0, 0, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	PGconn *filler = monitor();
+	PGresult *r = PQexec(filler, "SELECT count(pg_advisory_lock(2000000000 + g)) FROM generate_series(1, 1000000) g");
+	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	int full = state && strcmp(state, "53200") == 0;
+	PQclear(r);
+	dlock_status st = full ? acquire(l, 0, 0, NULL, NULL) : DLOCK_OK;
+	printf("\n    %s: %s", dlock_status_name(st), dlock_client_errmsg(c));
+	CU_ASSERT(full);
+	CU_ASSERT_EQUAL(st, DLOCK_ELIMIT);
+	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(c), "max_locks_per_transaction"));
+	r = PQexec(filler, "SELECT pg_advisory_unlock_all()");
+	CU_ASSERT_EQUAL(PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	PQfinish(filler);
+	CU_ASSERT_EQUAL(acquire(l, 0, 0, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_lock_free(l);
+	dlock_client_close(c);
+}
+
 static void add_suites(void)
 {
 	CU_pSuite s = CU_add_suite("postgres", NULL, NULL);
@@ -923,6 +959,7 @@ static void add_suites(void)
 	CU_add_test(s, "cloexec", test_cloexec);
 	CU_add_test(s, "idle_session_ends", test_idle_session_ends);
 	CU_add_test(s, "first_token_own_session", test_first_token_own_session);
+	CU_add_test(s, "lock_table_full", test_lock_table_full);
 	add_mode_suite("postgres-advisory", init_advisory);
 	add_mode_suite("postgres-row", init_row);
 	if (dlock_test_env("DLOCK_TEST_PG_BOUNCER_URI"))

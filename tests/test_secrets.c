@@ -416,9 +416,10 @@ static void test_bench_output(void)
 /* ------------------------------------------------------------ Redis ACL */
 
 /* The commands dlock sends (the scripts' too: ACLs apply inside them), nothing else. */
+/* The commands dlock sends (in scripts too): with fair=0, and those the queue (the default) adds. */
 #define DLOCK_REDIS_COMMANDS                                                                              \
 	"-@all +eval +evalsha '+script|load' +subscribe +unsubscribe +set +get +del +pttl +pexpire +time " \
-	"+publish"
+	"+publish +blpop +lpop +rpush +lindex +lrem +hget +hset +hdel"
 
 struct waiter {
 	dlock_lock *lock;

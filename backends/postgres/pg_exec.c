@@ -41,6 +41,8 @@ dlock_status dlock_pg_sqlstate_status(const char *s)
 		return DLOCK_EBUSY; /* lock_not_available: NOWAIT or lock_timeout */
 	if (strcmp(s, "57014") == 0)
 		return DLOCK_ECANCELED; /* query_canceled */
+	if (strcmp(s, "53200") == 0)
+		return DLOCK_ELIMIT; /* out_of_memory: "out of shared memory", the lock table is full */
 	if (strncmp(s, "08", 2) == 0 || strcmp(s, "57P01") == 0 || strcmp(s, "57P02") == 0 ||
 	    strcmp(s, "57P03") == 0 || strcmp(s, "53300") == 0)
 		return DLOCK_ECONNECT;
@@ -197,6 +199,12 @@ static dlock_status server_error(const struct dlock_pg_backend *b, struct dlock_
 		dlock_pg_one_line(PQerrorMessage(c->pg), text, sizeof text);
 		return dlock_error_set(err, st, "%s: %s", b->masked, text);
 	}
+	if (st == DLOCK_ELIMIT)
+		return dlock_error_set(err, st,
+		                       "%s: server: %s (SQLSTATE %s): the lock table is full; it holds about "
+		                       "max_locks_per_transaction x (max_connections + max_prepared_transactions) "
+		                       "locks for all sessions together: raise max_locks_per_transaction",
+		                       b->masked, primary, sqlstate);
 	return dlock_error_set(err, st, "%s: server: %s (SQLSTATE %s)", b->masked, primary, sqlstate);
 }
 

@@ -99,7 +99,8 @@ DLOCK_API const char *dlock_version(void);
 	X(EVERSION, "driver ABI version mismatch")                                   \
 	X(EEXIST, "already registered")                                              \
 	X(EPERM, "permission denied")                                                \
-	X(EKIND, "name in use as another kind of lock")
+	X(EKIND, "name in use as another kind of lock")                              \
+	X(ELIMIT, "the server can hold no more locks")
 
 /**
  * Result of every function that can fail: DLOCK_OK (0) or one of the
