@@ -451,6 +451,7 @@ static int status_exit(dlock_status st, int invalid)
 	case DLOCK_EAUTH:
 	case DLOCK_ESERVER:
 	case DLOCK_EUNCERTAIN:
+	case DLOCK_ELIMIT:
 		return EX_UNAVAILABLE;
 	case DLOCK_EPERM:
 		return EX_NOPERM;
