@@ -27,10 +27,17 @@
 #define BENCH_MAX_SIZES 8
 #define BENCH_MAX_WORKERS 256
 #define BENCH_MAX_FAULTS 4
+#define BENCH_MAX_SERVER_PIDS 64
 #define BENCH_NS_PER_MS 1000000LL
 #define BENCH_NS_PER_S 1000000000LL
 
-enum bench_scenario { BENCH_UNCONTENDED, BENCH_CONTENDED, BENCH_FAULTS, BENCH_SCENARIOS };
+enum bench_scenario { BENCH_UNCONTENDED, BENCH_CONTENDED, BENCH_FAULTS, BENCH_SCALE, BENCH_SCENARIOS };
+
+/* The scenarios whose workers all take one name: the contended workload, with few waiters or many. */
+static inline int bench_one_name(enum bench_scenario sc)
+{
+	return sc == BENCH_CONTENDED || sc == BENCH_SCALE;
+}
 
 /* ------------------------------------------------------------ options */
 
@@ -39,6 +46,7 @@ struct bench_target {
 	const char *server_stop;  /* --server-stop after this --uri, or NULL */
 	const char *server_start; /* --server-start after this --uri, or NULL */
 	const char *failover;     /* --failover after this --uri, or NULL */
+	const char *server_pids;  /* --server-pids after this --uri, or NULL: server CPU unknown */
 };
 
 struct bench_opts {
@@ -51,10 +59,12 @@ struct bench_opts {
 	int threads;
 	int processes;       /* at most one per client */
 	int fault_clients;   /* workers (one process each) of the faults scenario */
+	int waiters[BENCH_MAX_SIZES]; /* scale: each value is one run, one client per process */
+	int nwaiters;
 	int64_t duration_ms; /* of each measured phase */
 	int64_t lease_ms;    /* lease of the faults scenario's acquisitions */
-	int cs_us;           /* critical section of the contended scenario */
-	int fencing;         /* uncontended, contended: acquisitions, dlock's and raw's, take fencing tokens */
+	int cs_us;           /* critical section of the contended and scale scenarios */
+	int fencing;         /* uncontended, contended, scale: acquisitions, dlock's and raw's, take fencing tokens */
 	int json;
 	const char *table_path; /* --table: the table to this file as well */
 	const char *plot_dir;
@@ -179,6 +189,13 @@ struct bench_raw {
 	 */
 	int (*cut)(void *conn, char *msg, size_t msglen);
 	void (*close)(void *conn);
+	/*
+	 * Commands the server (in a cluster, every master) has run since it
+	 * started, but those only dlock-bench itself sends (the counting, the
+	 * round-trip probe); 0, or -1 when it does not answer.  NULL: the
+	 * server does not count them.
+	 */
+	int (*commands)(void *conn, uint64_t *calls);
 };
 
 /* The raw client for a URI, or NULL (mem://, file://, RedLock, library not built). */
@@ -188,6 +205,40 @@ extern const struct bench_raw *const bench_raw_table[];
 /* Helpers for raw clients: host and port of the URI's first host, its query. */
 int bench_uri_host(const char *uri, char *host, size_t hostlen, int *port, int default_port);
 int bench_uri_param(const char *uri, const char *key, char *out, size_t outlen);
+
+/* ------------------------------------------------------------ server meter */
+
+/*
+ * What the servers of one target spent in a window: the CPU time of their
+ * processes from /proc (the processes --server-pids prints, their threads,
+ * and their children, those that exited included), and the commands they
+ * ran when the raw client can count them (Redis: INFO commandstats).  A
+ * value that cannot be had is unknown (-1), never 0, and the note says why.
+ */
+struct bench_meter {
+	const char *pids_cmd;        /* --server-pids, or NULL */
+	const char *uri;             /* for the raw connection: may carry a password, never printed */
+	const struct bench_raw *raw; /* counts the commands when it can; NULL: not counted */
+	void *conn;                  /* its connection, opened at the first window, kept until close */
+	int npids;
+	pid_t pids[BENCH_MAX_SERVER_PIDS];
+	unsigned long long started[BENCH_MAX_SERVER_PIDS]; /* a restarted server is another process */
+	int64_t ticks0;
+	uint64_t calls0;
+	int counting_cpu, counting_cmds; /* the window's start was read */
+	/* the last window */
+	double cpu_us;  /* server CPU time, -1: unknown */
+	double cmds;    /* commands, -1: unknown */
+	char note[200]; /* why the CPU time is unknown, or "" */
+};
+
+/* `raw` NULL: no commands counted. */
+void bench_meter_init(struct bench_meter *m, const struct bench_target *t, const struct bench_raw *raw);
+/* The window's start: runs --server-pids, reads /proc and the server's counters. */
+void bench_meter_begin(struct bench_meter *m);
+/* The window's end: cpu_us and cmds of [begin, end], or -1.  Does nothing without a begin. */
+void bench_meter_end(struct bench_meter *m);
+void bench_meter_close(struct bench_meter *m);
 
 /* ------------------------------------------------------------ phases */
 
@@ -203,6 +254,7 @@ struct bench_phase {
 	char name[96];               /* lock name (contended) or its stem */
 	const char *fence_path;      /* faults: the shared counter file */
 	int64_t lease_ms;            /* 0: the URI's */
+	struct bench_meter *meter;   /* read at the start gate and at stop, or NULL */
 	struct bench_shared *sh;
 };
 
@@ -284,6 +336,10 @@ struct bench_result {
 	int nfaults;
 	struct bench_fault_result faults[BENCH_MAX_FAULTS];
 	char timeline[512];     /* faults: data file for the chart, when --plot */
+	/* scale: the servers' work per acquisition, dlock's and raw's; -1: unknown */
+	double server_cpu_us_per_acq, raw_server_cpu_us_per_acq;
+	double redis_cmds_per_acq, raw_redis_cmds_per_acq;
+	char server_note[200];  /* scale: why server CPU is unknown */
 };
 
 int bench_run_perf(const struct bench_opts *o, const struct bench_target *t, const char *masked,
