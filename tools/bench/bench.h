@@ -28,10 +28,11 @@
 #define BENCH_MAX_WORKERS 256
 #define BENCH_MAX_FAULTS 4
 #define BENCH_MAX_SERVER_PIDS 64
+#define BENCH_MAX_HELD 1000000
 #define BENCH_NS_PER_MS 1000000LL
 #define BENCH_NS_PER_S 1000000000LL
 
-enum bench_scenario { BENCH_UNCONTENDED, BENCH_CONTENDED, BENCH_FAULTS, BENCH_SCALE, BENCH_SCENARIOS };
+enum bench_scenario { BENCH_UNCONTENDED, BENCH_CONTENDED, BENCH_FAULTS, BENCH_SCALE, BENCH_HELD, BENCH_SCENARIOS };
 
 /* The scenarios whose workers all take one name: the contended workload, with few waiters or many. */
 static inline int bench_one_name(enum bench_scenario sc)
@@ -61,10 +62,14 @@ struct bench_opts {
 	int fault_clients;   /* workers (one process each) of the faults scenario */
 	int waiters[BENCH_MAX_SIZES]; /* scale: each value is one run, one client per process */
 	int nwaiters;
+	int held[BENCH_MAX_SIZES];    /* held: locks held by one client, one run per value */
+	int nheld;
 	int64_t duration_ms; /* of each measured phase */
-	int64_t lease_ms;    /* lease of the faults scenario's acquisitions */
+	int64_t hold_ms;     /* held: how long the locks are held */
+	int64_t lease_ms;    /* lease of the faults' (and with lease_given, held's) acquisitions */
+	int lease_given;     /* --lease was given: held uses it, else the URI's ttl */
 	int cs_us;           /* critical section of the contended and scale scenarios */
-	int fencing;         /* uncontended, contended, scale: acquisitions, dlock's and raw's, take fencing tokens */
+	int fencing;         /* uncontended, contended, scale, held: acquisitions, dlock's and raw's, take tokens */
 	int json;
 	const char *table_path; /* --table: the table to this file as well */
 	const char *plot_dir;
@@ -119,9 +124,16 @@ struct bench_slot {
 	int has_stats;
 	struct bench_hist acq, rel, handoff;
 	char err[200];
+	/* held: what the one worker saw of its locks (ops: locks acquired) */
+	_Atomic uint64_t released;
+	uint64_t renewals, lost_reported, release_notheld, locks_lost;
+	int64_t acquire_ns, hold_ns; /* the acquiring part; the hold, from all held to told to release */
+	int64_t rss_before, rss_held; /* bytes: before the first acquisition, at the end of the hold */
 };
 
 enum bench_fault_req { BENCH_REQ_NONE, BENCH_REQ_PAUSE, BENCH_REQ_HOLD };
+/* held: acquiring (worker), holding (worker: all held), release (controller: the hold is over), done (worker) */
+enum bench_held_state { BENCH_HELD_ACQUIRING, BENCH_HELD_HOLDING, BENCH_HELD_RELEASE, BENCH_HELD_DONE };
 enum bench_fault_state { BENCH_FS_IDLE, BENCH_FS_PARKED, BENCH_FS_RESUME };
 
 struct bench_shared {
@@ -136,6 +148,8 @@ struct bench_shared {
 	_Atomic int fault_state;
 	_Atomic int fault_pid;
 	_Atomic uint64_t lost_reported;
+	/* held: a bench_held_state, moved on by the worker and the controller in turn */
+	_Atomic int held_state;
 	int nworkers;
 	uint64_t int_cap; /* intervals per worker */
 	size_t size;
@@ -254,6 +268,7 @@ struct bench_phase {
 	char name[96];               /* lock name (contended) or its stem */
 	const char *fence_path;      /* faults: the shared counter file */
 	int64_t lease_ms;            /* 0: the URI's */
+	int locks;                   /* held: how many */
 	struct bench_meter *meter;   /* read at the start gate and at stop, or NULL */
 	struct bench_shared *sh;
 };
@@ -280,6 +295,7 @@ struct bench_worker {
 void bench_work_dlock(struct bench_worker *w);
 void bench_work_raw(struct bench_worker *w);
 void bench_work_faults(struct bench_worker *w);
+void bench_work_held(struct bench_worker *w);
 void bench_slot_error(struct bench_slot *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The contended name's handoff bookkeeping, shared by dlock and raw loops. */
 void bench_note_acquired(struct bench_worker *w, int64_t t_call, int64_t t_acq);
@@ -339,7 +355,13 @@ struct bench_result {
 	/* scale: the servers' work per acquisition, dlock's and raw's; -1: unknown */
 	double server_cpu_us_per_acq, raw_server_cpu_us_per_acq;
 	double redis_cmds_per_acq, raw_redis_cmds_per_acq;
-	char server_note[200];  /* scale: why server CPU is unknown */
+	char server_note[200];  /* scale, held: why server CPU is unknown */
+	/* held */
+	int locks;
+	int64_t lease_ms;
+	uint64_t locks_lost;
+	double renewals_per_s, client_bytes_per_lock;
+	double server_cpu_ms;   /* during the hold; -1: unknown */
 };
 
 int bench_run_perf(const struct bench_opts *o, const struct bench_target *t, const char *masked,
@@ -348,6 +370,8 @@ int bench_run_perf(const struct bench_opts *o, const struct bench_target *t, con
 /** One short unmeasured run of both sides, so that no measured phase meets a cold server. */
 void bench_warm_up(const struct bench_opts *o, const struct bench_target *t, const char *masked,
                    const dlock_capabilities *caps, int index);
+int bench_run_held(const struct bench_opts *o, const struct bench_target *t, int locks, int index,
+                   struct bench_result *r);
 int bench_run_faults(const struct bench_opts *o, const struct bench_target *t, const dlock_capabilities *caps,
                      int index, struct bench_result *r);
 

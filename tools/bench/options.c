@@ -13,6 +13,7 @@ static const char *const scenario_names[BENCH_SCENARIOS] = {
 	[BENCH_CONTENDED] = "contended",
 	[BENCH_FAULTS] = "faults",
 	[BENCH_SCALE] = "scale",
+	[BENCH_HELD] = "held",
 };
 
 const char *bench_scenario_name(enum bench_scenario sc)
@@ -35,9 +36,9 @@ static void usage(FILE *f)
 	      "                      (faults: failover, last; the URI must reach the new server)\n"
 	      "                      Each sees DLOCK_BENCH_LOCK, the name the faults scenario locks\n"
 	      "  --server-pids CMD     shell command that prints the PIDs of the server processes of the\n"
-	      "                      last --uri (their children are counted too): scale measures\n"
+	      "                      last --uri (their children are counted too): scale, held measure\n"
 	      "                      the servers' CPU time from /proc (without it: unknown)\n"
-	      "  --scenario NAME       uncontended, contended, faults, scale or all (repeatable;\n"
+	      "  --scenario NAME       uncontended, contended, faults, scale, held or all (repeatable;\n"
 	      "                      default: uncontended, contended and faults)\n"
 	      "  --clients N[,N...]    independent dlock clients, one run per value (default 1);\n"
 	      "                      NxT: N clients with T threads each\n"
@@ -47,10 +48,13 @@ static void usage(FILE *f)
 	      "  --cs-us N             contended, scale: busy critical section of N microseconds (default 0)\n"
 	      "  --waiters N[,N...]    scale: clients on one name, one process each, one run per value\n"
 	      "                      (default 8,32,64)\n"
-	      "  --fencing on|off      uncontended, contended, scale: take a fencing token with every\n"
+	      "  --held N[,N...]       held: locks one client holds, one run per value (default 1000)\n"
+	      "  --hold T              held: how long it holds them (default 30s)\n"
+	      "  --fencing on|off      uncontended, contended, scale, held: take a fencing token with every\n"
 	      "                      acquisition, dlock and raw alike (default on, as dlock's default;\n"
 	      "                      faults always do)\n"
-	      "  --lease T             faults: lease of each acquisition (default 2s)\n"
+	      "  --lease T             faults: lease of each acquisition (default 2s); held: likewise\n"
+	      "                      (default the URI's ttl)\n"
 	      "  --fault-clients N     faults: worker processes (default 3)\n"
 	      "  --json                one JSON object per line per (backend, scenario, clients)\n"
 	      "  --table FILE          write the table to FILE too (useful with --json)\n"
@@ -128,7 +132,7 @@ static int scenario_arg(struct bench_opts *o, const char *name, int *any)
 }
 
 enum { OPT_URI = 256, OPT_STOP, OPT_START, OPT_FAILOVER, OPT_SERVER_PIDS, OPT_SCENARIO, OPT_CLIENTS, OPT_THREADS,
-       OPT_PROCESSES, OPT_DURATION, OPT_CS, OPT_WAITERS, OPT_FENCING, OPT_LEASE, OPT_FAULT_CLIENTS,
+       OPT_PROCESSES, OPT_DURATION, OPT_CS, OPT_WAITERS, OPT_HELD, OPT_HOLD, OPT_FENCING, OPT_LEASE, OPT_FAULT_CLIENTS,
        OPT_JSON, OPT_TABLE, OPT_PLOT, OPT_HELP };
 
 /* --server-stop, --server-start, --failover or --server-pids: a command for the last --uri. */
@@ -161,6 +165,8 @@ static const struct option long_options[] = {
 	{ "duration", required_argument, NULL, OPT_DURATION },
 	{ "cs-us", required_argument, NULL, OPT_CS },
 	{ "waiters", required_argument, NULL, OPT_WAITERS },
+	{ "held", required_argument, NULL, OPT_HELD },
+	{ "hold", required_argument, NULL, OPT_HOLD },
 	{ "fencing", required_argument, NULL, OPT_FENCING },
 	{ "lease", required_argument, NULL, OPT_LEASE },
 	{ "fault-clients", required_argument, NULL, OPT_FAULT_CLIENTS },
@@ -200,6 +206,12 @@ static int apply(struct bench_opts *o, int opt, const char *arg, int *any_scenar
 	case OPT_WAITERS:
 		return count_list(arg, BENCH_MAX_WORKERS, o->waiters, &o->nwaiters) == 0
 		               ? 0 : bad("--waiters: '%s' is not a list of counts (1..256)", arg);
+	case OPT_HELD:
+		return count_list(arg, BENCH_MAX_HELD, o->held, &o->nheld) == 0
+		               ? 0 : bad("--held: '%s' is not a list of counts (1..1000000)", arg);
+	case OPT_HOLD:
+		return dlock_duration_parse(arg, 1000, &o->hold_ms) == DLOCK_OK && o->hold_ms >= 100
+		               ? 0 : bad("--hold: '%s' is not a duration of 100ms or more", arg);
 	case OPT_FENCING:
 		if (strcmp(arg, "on") != 0 && strcmp(arg, "off") != 0)
 			return bad("--fencing: '%s' is not on or off", arg);
@@ -209,6 +221,7 @@ static int apply(struct bench_opts *o, int opt, const char *arg, int *any_scenar
 		return dlock_duration_parse(arg, 1000, &o->duration_ms) == DLOCK_OK && o->duration_ms >= 100
 		               ? 0 : bad("--duration: '%s' is not a duration of 100ms or more", arg);
 	case OPT_LEASE:
+		o->lease_given = 1;
 		return dlock_duration_parse(arg, 1000, &o->lease_ms) == DLOCK_OK && o->lease_ms >= 100
 		               ? 0 : bad("--lease: '%s' is not a duration of 100ms or more", arg);
 	case OPT_JSON:
@@ -232,8 +245,8 @@ int bench_opts_parse(struct bench_opts *o, int argc, char **argv)
 {
 	int opt, any_scenario = 0;
 	*o = (struct bench_opts){ .clients = { 1 }, .nclients = 1, .threads = 1, .processes = 1, .fault_clients = 3,
-		                  .waiters = { 8, 32, 64 }, .nwaiters = 3, .fencing = 1, .duration_ms = 5000,
-		                  .lease_ms = 2000 };
+		                  .waiters = { 8, 32, 64 }, .nwaiters = 3, .held = { 1000 }, .nheld = 1,
+		                  .fencing = 1, .duration_ms = 5000, .hold_ms = 30000, .lease_ms = 2000 };
 	while ((opt = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
 		int rc = apply(o, opt, optarg, &any_scenario);
 		if (rc != 0)
@@ -246,7 +259,7 @@ int bench_opts_parse(struct bench_opts *o, int argc, char **argv)
 	for (int i = 0; i < o->nclients; i++)
 		if ((o->size_threads[i] ? o->size_threads[i] : o->threads) * o->clients[i] > BENCH_MAX_WORKERS)
 			return bad("too many workers (clients x threads > 256)%s", "");
-	/* By default the scenarios of every run; scale is asked for by name (or all). */
+	/* By default the scenarios of every run; scale and held are asked for by name (or all). */
 	for (int i = 0; !any_scenario && i <= BENCH_FAULTS; i++)
 		o->scenario[i] = 1;
 	return 0;

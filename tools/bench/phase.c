@@ -46,6 +46,8 @@ static void *worker_main(void *arg)
 		bench_sleep_ns(GATE_POLL_NS);
 	if (w->ph->sc == BENCH_FAULTS)
 		bench_work_faults(w);
+	else if (w->ph->sc == BENCH_HELD)
+		bench_work_held(w);
 	else if (w->ph->raw)
 		bench_work_raw(w);
 	else

@@ -9,6 +9,8 @@
  *   scale.png          scale, per backend and waiters: acquisitions/s, handoff
  *                      p50/p99, wait p99, server CPU time and Redis commands per
  *                      acquisition, dlock and raw
+ *   held.png           held, per backend and locks: acquisitions/s and
+ *                      renewals/s, client bytes per lock, server CPU (% of a core)
  *   faults-N-BACKEND.png   the faults timeline: one row per worker, one bar
  *                      per critical section (red: overlapping, orange:
  *                      its write was refused as stale), the faults shaded
@@ -206,6 +208,43 @@ static int scale_chart(const char *dir, const struct bench_result *r, int n)
 	return rows ? run_gnuplot(gp) : 0;
 }
 
+static int held_chart(const char *dir, const struct bench_result *r, int n)
+{
+	struct panel p[3] = {
+		{ "acquisitions/s, renewals/s during the hold", "acquisitions/s", "renewals/s", 0 },
+		{ "client bytes per lock held", "dlock", NULL, 0 },
+		{ "server CPU during the hold, % of one core", "dlock", NULL, 0 },
+	};
+	char dat[600], gp[600];
+	int rows = 0;
+	FILE *d = open_in(dir, "held.dat", dat, sizeof dat);
+	if (!d)
+		return -1;
+	for (int i = 0; i < n; i++) {
+		if (r[i].failed || r[i].sc != BENCH_HELD)
+			continue;
+		double pct = r[i].server_cpu_ms >= 0 && r[i].duration_ms > 0
+		                     ? r[i].server_cpu_ms / (double)r[i].duration_ms * 100.0 : -1;
+		fprintf(d, "\"%s %d\"", r[i].backend, r[i].locks);
+		put(d, r[i].ops_per_s, 1, &p[0]);
+		put(d, r[i].renewals_per_s, 1, &p[0]);
+		put(d, r[i].client_bytes_per_lock, 1, &p[1]);
+		put(d, -1, 0, &p[1]);
+		put(d, pct, 1, &p[2]);
+		put(d, -1, 0, &p[2]);
+		fputc('\n', d);
+		rows++;
+	}
+	fclose(d);
+	FILE *g = open_in(dir, "held.gp", gp, sizeof gp);
+	if (!g)
+		return -1;
+	header(g, dir, "held.png", "held", 1500, 480);
+	panels(g, "held: locks kept alive by one client", dat, rows, p, 3, 1);
+	fclose(g);
+	return rows ? run_gnuplot(gp) : 0;
+}
+
 static int timeline(const char *dir, const struct bench_result *r)
 {
 	char gp[600], png[600], name[96];
@@ -237,6 +276,7 @@ int bench_plot(const char *dir, const struct bench_result *r, int n)
 	rc |= throughput(dir, r, n, BENCH_CONTENDED);
 	rc |= latency(dir, r, n);
 	rc |= scale_chart(dir, r, n);
+	rc |= held_chart(dir, r, n);
 	for (int i = 0; i < n; i++)
 		if (!r[i].failed && r[i].sc == BENCH_FAULTS && r[i].timeline[0])
 			rc |= timeline(dir, &r[i]);
