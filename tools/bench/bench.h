@@ -160,6 +160,15 @@ struct bench_shared *bench_shared_new(int nworkers, int want_intervals);
 void bench_shared_free(struct bench_shared *sh);
 struct bench_interval *bench_intervals(struct bench_shared *sh, int worker);
 void bench_interval_add(struct bench_shared *sh, int worker, int64_t start, int64_t end, int flags);
+/*
+ * A state in the shared region that one process moves on and another
+ * awaits: set stores and wakes every waiter (a futex, which works across
+ * processes on a shared mapping); wait returns once the state is no longer
+ * `seen`, or after `timeout_ns` (so that the waiter can look at other
+ * conditions too), or at once when it has already changed.
+ */
+void bench_state_set(_Atomic int *state, int value);
+void bench_state_wait(_Atomic int *state, int seen, int64_t timeout_ns);
 
 /* Overlaps found by sorting every recorded interval by its start. */
 struct bench_sweep {

@@ -10,9 +10,10 @@
  * own bookkeeping and renewals.
  *
  * The worker (a child process, like every worker) and the controller move
- * a state along in the shared region, so that the servers' CPU is read
- * exactly at the hold's two ends: the worker says when every lock is held,
- * the controller when the hold is over, the worker when all are released.
+ * a state along in the shared region (bench_state_set, bench_state_wait),
+ * so that the servers' CPU is read exactly at the hold's two ends: the
+ * worker says when every lock is held, the controller when the hold is
+ * over, the worker when all are released.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +23,8 @@
 #include "bench.h"
 
 #define HELD_WAIT_MS 10000
-#define POLL_NS BENCH_NS_PER_MS
+/* How often a wait for the other side also looks at stop, failure and progress. */
+#define LOOK_NS (100 * BENCH_NS_PER_MS)
 /* No lock acquired or released for this long: the worker is stuck. */
 #define STALL_NS (30 * BENCH_NS_PER_S)
 
@@ -118,14 +120,14 @@ void bench_work_held(struct bench_worker *w)
 	s->acquire_ns = bench_now_ns() - t0;
 	uint64_t renewed = renewals(w->client);
 	int64_t held = bench_now_ns();
-	atomic_store(&sh->held_state, BENCH_HELD_HOLDING);
-	while (atomic_load(&sh->held_state) < BENCH_HELD_RELEASE && !atomic_load(&sh->stop))
-		bench_sleep_ns(POLL_NS);
+	bench_state_set(&sh->held_state, BENCH_HELD_HOLDING);
+	for (int state; (state = atomic_load(&sh->held_state)) < BENCH_HELD_RELEASE && !atomic_load(&sh->stop);)
+		bench_state_wait(&sh->held_state, state, LOOK_NS);
 	s->hold_ns = bench_now_ns() - held;
 	s->renewals = renewals(w->client) - renewed;
 	s->rss_held = rss_bytes();
 	release_all(w, locks, lost, got);
-	atomic_store(&sh->held_state, BENCH_HELD_DONE);
+	bench_state_set(&sh->held_state, BENCH_HELD_DONE);
 	ok = 1;
 done:
 	if (!ok)
@@ -150,7 +152,7 @@ static int await_worker(struct bench_phase *ph, int want)
 	struct bench_slot *s = &ph->sh->slots[0];
 	uint64_t seen = 0;
 	int64_t moved = bench_now_ns();
-	while (atomic_load(&ph->sh->held_state) < want) {
+	for (int state; (state = atomic_load(&ph->sh->held_state)) < want;) {
 		uint64_t now_seen = atomic_load(&s->ops) + atomic_load(&s->released);
 		int64_t now = bench_now_ns();
 		if (now_seen != seen) {
@@ -159,7 +161,7 @@ static int await_worker(struct bench_phase *ph, int want)
 		}
 		if (atomic_load(&ph->sh->failed) || now - moved > STALL_NS)
 			return -1;
-		bench_sleep_ns(POLL_NS);
+		bench_state_wait(&ph->sh->held_state, state, LOOK_NS);
 	}
 	return 0;
 }
@@ -174,7 +176,7 @@ static void held_control(struct bench_phase *ph, void *arg)
 	bench_progress_until(ph, t0 + ph->duration_ms * BENCH_NS_PER_MS, "hold");
 	bench_meter_end(hc->meter);
 	hc->hold_ns = bench_now_ns() - t0;
-	atomic_store(&ph->sh->held_state, BENCH_HELD_RELEASE);
+	bench_state_set(&ph->sh->held_state, BENCH_HELD_RELEASE);
 	hc->done = await_worker(ph, BENCH_HELD_DONE) == 0;
 }
 
