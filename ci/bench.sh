@@ -8,9 +8,11 @@
 #
 # Writes OUTDIR/results.jsonl (one JSON object per backend, scenario and
 # size), OUTDIR/table.txt, OUTDIR/table-fencing.txt (the same without fencing
-# tokens), OUTDIR/table-failover.txt (the faults scenario with a failover),
-# and OUTDIR/*.png and OUTDIR/failover/*.png with the data and gnuplot
-# scripts behind them.  Environment:
+# tokens), OUTDIR/table-scale.txt (many waiters on one name, and many locks
+# held by one client, with the servers' CPU time), OUTDIR/table-failover.txt
+# (the faults scenario with a failover), and OUTDIR/*.png, OUTDIR/scale/*.png
+# and OUTDIR/failover/*.png with the data and gnuplot scripts behind them.
+# Environment:
 #   DLOCK_BENCH_DURATION   length of each measured phase (default 2s)
 #   DLOCK_BENCH_BUILD      build directory to use (default build/plain, built here)
 set -euo pipefail
@@ -48,7 +50,7 @@ dlock_servers_start
 
 mkdir -p "$out"
 rm -f "$out"/*.png "$out"/*.dat "$out"/*.gp
-rm -rf "$out/failover"
+rm -rf "$out/failover" "$out/scale"
 work=$(mktemp -d /tmp/dlock-bench-files.XXXXXX)
 
 # The ZooKeeper standalone server has no ctl start/stop: use its start and
@@ -93,6 +95,20 @@ echo "== dlock-bench: uncontended without fencing tokens"
 "$bench" --uri "file://$work/locks" --uri "$DLOCK_TEST_REDIS_URI" --uri "$DLOCK_TEST_PG_URI" \
 	--uri "$DLOCK_TEST_PG_ROW_URI" --scenario uncontended --clients 1,8 --processes 8 --duration "$duration" \
 	--fencing off --json --table "$out/table-fencing.txt" >>"$out/results.jsonl"
+# Many waiters on one name (scale: 8, 32 and 64 processes), then 1,000 locks
+# held by one client for 6 s at a 3 s lease (held), with the servers' CPU
+# time from /proc: --server-pids prints each server's process (PostgreSQL's
+# postmaster, whose backends dlock-bench counts as its children; ZooKeeper's
+# JVM), run again before each phase since the faults above restarted them.
+echo "== dlock-bench: scale (8, 32, 64 waiters) and held (1000 locks), with the servers' CPU"
+redis_pids="$DLOCK_TEST_REDIS_CTL pid $redis_port"
+"$bench" --uri "$DLOCK_TEST_REDIS_URI" --server-pids "$redis_pids" \
+	--uri "$DLOCK_TEST_REDIS_URI?fair=1" --server-pids "$redis_pids" \
+	--uri "$DLOCK_TEST_PG_URI" --server-pids "$DLOCK_TEST_PG_CTL pid" \
+	--uri "$zk_uri" --server-pids "cat '$zk_dir/pid'" \
+	--scenario scale --waiters 8,32,64 --duration "$duration" --scenario held --held 1000 --hold 6s --lease 3s \
+	--json --table "$out/table-scale.txt" --plot "$out/scale" >>"$out/results.jsonl"
+
 # A failover under a holder, after the faults every server gets: on PostgreSQL
 # the primary killed (immediate shutdown) and its synchronous standby
 # promoted, on a pair of its own per mode (a failover leaves no standby
@@ -139,5 +155,5 @@ done
 for member in 1 2 3; do
 	$DLOCK_TEST_ZK_CTL pid "$member" >/dev/null 2>&1 || $DLOCK_TEST_ZK_CTL start "$member"
 done
-cat "$out/table.txt" "$out/table-fencing.txt" "$out/table-failover.txt"
-echo "== written: $out/table*.txt $out/results.jsonl $out/*.png $out/failover/*.png"
+cat "$out/table.txt" "$out/table-fencing.txt" "$out/table-scale.txt" "$out/table-failover.txt"
+echo "== written: $out/table*.txt $out/results.jsonl $out/*.png $out/scale/*.png $out/failover/*.png"

@@ -3,7 +3,9 @@
 # with --json.  Checks that every line is one JSON object carrying every
 # field the benchmark promises, that each run measured something, and that
 # no two critical sections overlapped; then the faults scenario on file://
-# with a --failover command (about 8 s).
+# with a --failover command (about 8 s); then the scale and held scenarios
+# on file:// (the servers' columns unknown without --server-pids, measured
+# with it) and, when DLOCK_TEST_REDIS_URI is set, a short scale run on Redis.
 #
 #   test_bench.sh /path/to/dlock-bench
 set -u
@@ -18,7 +20,9 @@ trap 'rm -rf "$tmp"' EXIT
 
 fields="backend uri scenario clients threads processes ops ops_per_s p50_us p99_us max_us
 raw_ops_per_s ratio_to_raw handoff_p50_us handoff_p99_us wait_p99_us reacquire_pct share_spread_pct
-overlaps stale_writes_rejected lost_reported unavailable_ms"
+overlaps stale_writes_rejected lost_reported unavailable_ms release_failed server_cpu_us_per_acq
+raw_server_cpu_us_per_acq redis_cmds_per_acq raw_redis_cmds_per_acq locks lease_ms renewals_per_s locks_lost
+client_bytes_per_lock server_cpu_ms server_cpu_pct"
 failed=0
 fail() {
 	echo "FAIL: $*"
@@ -88,6 +92,89 @@ else
 fi
 "$bench" --failover true --uri mem://x >/dev/null 2>&1 && fail "--failover before any --uri was accepted"
 "$bench" --uri mem://x --failover '' >/dev/null 2>&1 && fail "an empty --failover was accepted"
+
+# Every field on every line, no error: check_lines FILE COUNT WHAT.
+check_lines() {
+	local n
+	n=$(wc -l <"$1")
+	[ "$n" -eq "$2" ] || fail "$3: expected $2 JSON lines, got $n: $(cat "$1")"
+	while IFS= read -r line; do
+		for f in $fields; do
+			grep -q "\"$f\":" <<<"$line" || fail "$3: field $f missing"
+		done
+		grep -q '"error":' <<<"$line" && fail "$3: $(sed -n 's/.*"error":\("[^"]*"\).*/\1/p' <<<"$line")"
+	done <"$1"
+}
+# A number above 0 in FIELD of every line of FILE.
+positive() {
+	local n
+	n=$(grep -Ec "\"$2\":([1-9]|0\.[0-9]*[1-9])" "$1")
+	[ "$n" -eq "$(wc -l <"$1")" ] || fail "$3: $2 is not above 0 on every line: $(cat "$1")"
+}
+
+# scale and held on file://: without --server-pids the servers' columns are
+# unknown (null, and a note says why), never 0.
+if "$bench" --uri "file://$tmp/slocks" --scenario scale --scenario held --waiters 2,3 --duration 300ms \
+	--held 20 --hold 300ms --json >"$tmp/scale.jsonl" 2>"$tmp/err"; then
+	check_lines "$tmp/scale.jsonl" 3 "scale/held"
+	[ "$(grep -c '"scenario":"scale","clients":[23],"threads":1,"processes":[23],' "$tmp/scale.jsonl")" -eq 2 ] ||
+		fail "scale: not one process per waiter, 2 and 3: $(cat "$tmp/scale.jsonl")"
+	for f in server_cpu_us_per_acq redis_cmds_per_acq raw_server_cpu_us_per_acq server_cpu_ms server_cpu_pct; do
+		grep -q "\"$f\":[0-9]" "$tmp/scale.jsonl" && fail "scale/held: $f known without --server-pids or a server"
+	done
+	[ "$(grep -c '"server_note":"server CPU unknown: no --server-pids' "$tmp/scale.jsonl")" -eq 3 ] ||
+		fail "scale/held: no note that server CPU is unknown: $(cat "$tmp/scale.jsonl")"
+	grep '"scenario":"scale"' "$tmp/scale.jsonl" | grep -qv '"overlaps":0,' && fail "scale: overlapping critical sections"
+	grep -q '"scenario":"held",.*"ops":20,.*"locks":20,.*"renewals_per_s":[0-9.]*,"locks_lost":0,"client_bytes_per_lock":[0-9]' \
+		"$tmp/scale.jsonl" || fail "held: 20 locks not held, lost or their memory unknown: $(cat "$tmp/scale.jsonl")"
+else
+	fail "dlock-bench --scenario scale --scenario held exited with an error: $(cat "$tmp/err")"
+fi
+"$bench" --server-pids true --uri mem://x >/dev/null 2>&1 && fail "--server-pids before any --uri was accepted"
+"$bench" --uri mem://x --waiters 0 >/dev/null 2>&1 && fail "--waiters 0 was accepted"
+"$bench" --uri mem://x --hold 10ms >/dev/null 2>&1 && fail "--hold 10ms was accepted"
+
+# --server-pids: a stand-in server whose work is all done by short-lived
+# children (as PostgreSQL's backends): its CPU time is found, the exited
+# children's too, during the scale phases and during the hold.
+bash -c 'while :; do sh -c "i=0; while [ \$i -lt 2000 ]; do i=\$((i+1)); done"; done' &
+busy=$!
+if "$bench" --uri "file://$tmp/plocks" --server-pids "echo $busy" --scenario scale --scenario held --waiters 2 \
+	--duration 300ms --held 10 --hold 300ms --json >"$tmp/pids.jsonl" 2>"$tmp/err"; then
+	check_lines "$tmp/pids.jsonl" 2 "--server-pids"
+	grep '"scenario":"scale"' "$tmp/pids.jsonl" >"$tmp/pids-scale.jsonl"
+	grep '"scenario":"held"' "$tmp/pids.jsonl" >"$tmp/pids-held.jsonl"
+	positive "$tmp/pids-scale.jsonl" server_cpu_us_per_acq "--server-pids, scale"
+	positive "$tmp/pids-held.jsonl" server_cpu_ms "--server-pids, held"
+	grep -q '"server_note"' "$tmp/pids.jsonl" && fail "--server-pids: a note, yet CPU was found: $(cat "$tmp/pids.jsonl")"
+else
+	fail "dlock-bench --server-pids exited with an error: $(cat "$tmp/err")"
+fi
+kill "$busy"
+wait "$busy" 2>/dev/null
+if "$bench" --uri "file://$tmp/plocks" --server-pids "echo 0" --scenario held --held 1 --hold 100ms --json \
+	>"$tmp/nopid.jsonl" 2>"$tmp/err"; then
+	grep -q '"server_cpu_ms":null,.*"server_note":"server CPU unknown: --server-pids printed no PID"' "$tmp/nopid.jsonl" ||
+		fail "--server-pids printing no PID: $(cat "$tmp/nopid.jsonl")"
+else
+	fail "dlock-bench with a --server-pids printing no PID exited with an error: $(cat "$tmp/err")"
+fi
+
+# Redis (when the servers run): server CPU and commands per acquisition, dlock's and raw's.
+if [ -n "${DLOCK_TEST_REDIS_URI:-}" ] && [ -n "${DLOCK_TEST_REDIS_DIR:-}" ] && [ -n "${DLOCK_TEST_REDIS_PORT:-}" ]; then
+	if "$bench" --uri "$DLOCK_TEST_REDIS_URI" --server-pids "cat '$DLOCK_TEST_REDIS_DIR/$DLOCK_TEST_REDIS_PORT/redis.pid'" \
+		--scenario scale --waiters 3 --duration 600ms --json >"$tmp/redis.jsonl" 2>"$tmp/err"; then
+		check_lines "$tmp/redis.jsonl" 1 "scale on Redis"
+		for f in ops_per_s raw_ops_per_s server_cpu_us_per_acq raw_server_cpu_us_per_acq redis_cmds_per_acq \
+			raw_redis_cmds_per_acq; do
+			positive "$tmp/redis.jsonl" "$f" "scale on Redis"
+		done
+	else
+		fail "dlock-bench --scenario scale on Redis exited with an error: $(cat "$tmp/err")"
+	fi
+else
+	echo "skip - scale on Redis (DLOCK_TEST_REDIS_URI, DLOCK_TEST_REDIS_DIR or DLOCK_TEST_REDIS_PORT unset)"
+fi
 
 # A Redis Cluster (when the servers run): rows labelled by the scheme, and
 # the raw client routes each name to its slot's master.

@@ -28,12 +28,14 @@
 #   DLOCK_TEST_PG_PORT      the port
 #   DLOCK_TEST_PG_CTL       a command: "$DLOCK_TEST_PG_CTL sql 'SELECT 1'" runs SQL
 #                           as the superuser (psql, tuples only); also stop,
-#                           start, restart, and the pair-* verbs of
+#                           start, restart, pid (the postmaster's, from
+#                           postmaster.pid: dlock-bench --server-pids, which
+#                           counts its backends as its children), the pair-* verbs of
 #                           ci/servers/postgres/pair.sh (a disposable primary
 #                           and synchronous standby per failover)
 #
 # Run as a program, this file is that control command:
-#   bash ci/servers/postgres.sh ctl DIR {sql SQL|stop|start|restart|pair-VERB ...}
+#   bash ci/servers/postgres.sh ctl DIR {sql SQL|stop|start|restart|pid|pair-VERB ...}
 # DIR holds data/ (the cluster), sock/ (its unix socket), port and log.
 
 # shellcheck source=ci/servers/postgres/pair.sh
@@ -200,7 +202,7 @@ dlock_stop_postgres() {
 dlock_pg_ctl() {
 	local dir=$1 cmd=${2:-}
 	if [ -z "$dir" ] || [ ! -f "$dir/port" ]; then
-		echo "usage: postgres.sh ctl DIR {sql SQL|stop|start|restart|pair-new [sync|async]|pair-kill-primary PAIR|pair-promote PAIR|pair-failover PAIR|pair-sql PAIR primary|standby SQL|pair-stop PAIR primary|standby|pair-start PAIR primary|standby|pair-drop PAIR} (DIR of a started cluster)" >&2
+		echo "usage: postgres.sh ctl DIR {sql SQL|stop|start|restart|pid|pair-new [sync|async]|pair-kill-primary PAIR|pair-promote PAIR|pair-failover PAIR|pair-sql PAIR primary|standby SQL|pair-stop PAIR primary|standby|pair-start PAIR primary|standby|pair-drop PAIR} (DIR of a started cluster)" >&2
 		return 2
 	fi
 	case "$cmd" in
@@ -208,6 +210,7 @@ dlock_pg_ctl() {
 	stop) dlock_pg_halt "$dir" ;;
 	start) dlock_pg_launch "$dir" ;;
 	restart) dlock_pg_halt "$dir" && dlock_pg_launch "$dir" ;;
+	pid) head -n 1 "$dir/data/postmaster.pid" ;;
 	pair-*) shift; dlock_pg_pair_ctl "$dir" "$@" ;;
 	*)
 		echo "postgres.sh ctl: unknown command '$cmd'" >&2

@@ -61,13 +61,14 @@
 #                               (the TLS ports of the same nodes)
 #
 # Run as a program, this file is that control command:
-#   bash ci/servers/redis.sh ctl DIR {start|stop|restart|flush-scripts} PORT
+#   bash ci/servers/redis.sh ctl DIR {start|stop|restart|flush-scripts|pid} PORT
 #       PORT: any instance started in DIR, sentinels included; the TLS port of
 #       a plaintext+TLS instance names that instance too.  A sentinel restarts
 #       from the config it rewrote (it knows the current master); a data node
 #       of a topology in the role it last had (Sentinel and rejoin rewrite its
 #       config), except that one that was down during a failover comes back a
-#       master, empty, until rejoin (or Sentinel, ~10 s later) demotes it
+#       master, empty, until rejoin (or Sentinel, ~10 s later) demotes it;
+#       pid prints the instance's process id (dlock-bench --server-pids)
 #   bash ci/servers/redis.sh ctl DIR failover NAME
 #       SENTINEL FAILOVER of master NAME (retried while the sentinels answer
 #       NOGOODSLAVE or INPROG), then waits until every running sentinel names
@@ -826,7 +827,7 @@ dlock_stop_redis() {
 
 dlock_redis_usage() {
 	cat >&2 <<-'EOF'
-		usage: redis.sh ctl DIR {start|stop|restart|flush-scripts} PORT   (a port started in DIR)
+		usage: redis.sh ctl DIR {start|stop|restart|flush-scripts|pid} PORT   (a port started in DIR)
 		       redis.sh ctl DIR {failover|master|wait-ready} NAME       (a Sentinel master name)
 		       redis.sh ctl DIR {wait-failover|rejoin} NAME PORT
 		       redis.sh ctl DIR cluster-VERB ARGS                      (ci/servers/redis/cluster.sh)
@@ -877,6 +878,7 @@ dlock_redis_ctl() {
 	stop) dlock_redis_halt "$dir" "$port" ;;
 	restart) dlock_redis_halt "$dir" "$port" && dlock_redis_launch "$dir" "$port" ;;
 	flush-scripts) [ "$(dlock_redis_cli "$dir" "$arg" script flush)" = "OK" ] ;;
+	pid) cat "$dir/$port/redis.pid" ;;
 	*)
 		echo "redis.sh ctl: unknown command '$cmd'" >&2
 		return 2

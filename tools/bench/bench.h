@@ -27,10 +27,18 @@
 #define BENCH_MAX_SIZES 8
 #define BENCH_MAX_WORKERS 256
 #define BENCH_MAX_FAULTS 4
+#define BENCH_MAX_SERVER_PIDS 64
+#define BENCH_MAX_HELD 1000000
 #define BENCH_NS_PER_MS 1000000LL
 #define BENCH_NS_PER_S 1000000000LL
 
-enum bench_scenario { BENCH_UNCONTENDED, BENCH_CONTENDED, BENCH_FAULTS, BENCH_SCENARIOS };
+enum bench_scenario { BENCH_UNCONTENDED, BENCH_CONTENDED, BENCH_FAULTS, BENCH_SCALE, BENCH_HELD, BENCH_SCENARIOS };
+
+/* The scenarios whose workers all take one name: the contended workload, with few waiters or many. */
+static inline int bench_one_name(enum bench_scenario sc)
+{
+	return sc == BENCH_CONTENDED || sc == BENCH_SCALE;
+}
 
 /* ------------------------------------------------------------ options */
 
@@ -39,6 +47,7 @@ struct bench_target {
 	const char *server_stop;  /* --server-stop after this --uri, or NULL */
 	const char *server_start; /* --server-start after this --uri, or NULL */
 	const char *failover;     /* --failover after this --uri, or NULL */
+	const char *server_pids;  /* --server-pids after this --uri, or NULL: server CPU unknown */
 };
 
 struct bench_opts {
@@ -51,10 +60,16 @@ struct bench_opts {
 	int threads;
 	int processes;       /* at most one per client */
 	int fault_clients;   /* workers (one process each) of the faults scenario */
+	int waiters[BENCH_MAX_SIZES]; /* scale: each value is one run, one client per process */
+	int nwaiters;
+	int held[BENCH_MAX_SIZES];    /* held: locks held by one client, one run per value */
+	int nheld;
 	int64_t duration_ms; /* of each measured phase */
-	int64_t lease_ms;    /* lease of the faults scenario's acquisitions */
-	int cs_us;           /* critical section of the contended scenario */
-	int fencing;         /* uncontended, contended: acquisitions, dlock's and raw's, take fencing tokens */
+	int64_t hold_ms;     /* held: how long the locks are held */
+	int64_t lease_ms;    /* lease of the faults' (and with lease_given, held's) acquisitions */
+	int lease_given;     /* --lease was given: held uses it, else the URI's ttl */
+	int cs_us;           /* critical section of the contended and scale scenarios */
+	int fencing;         /* uncontended, contended, scale, held: acquisitions, dlock's and raw's, take tokens */
 	int json;
 	const char *table_path; /* --table: the table to this file as well */
 	const char *plot_dir;
@@ -109,9 +124,16 @@ struct bench_slot {
 	int has_stats;
 	struct bench_hist acq, rel, handoff;
 	char err[200];
+	/* held: what the one worker saw of its locks (ops: locks acquired) */
+	_Atomic uint64_t released;
+	uint64_t renewals, lost_reported, release_notheld, locks_lost;
+	int64_t acquire_ns, hold_ns; /* the acquiring part; the hold, from all held to told to release */
+	int64_t rss_before, rss_held; /* bytes: before the first acquisition, at the end of the hold */
 };
 
 enum bench_fault_req { BENCH_REQ_NONE, BENCH_REQ_PAUSE, BENCH_REQ_HOLD };
+/* held: acquiring (worker), holding (worker: all held), release (controller: the hold is over), done (worker) */
+enum bench_held_state { BENCH_HELD_ACQUIRING, BENCH_HELD_HOLDING, BENCH_HELD_RELEASE, BENCH_HELD_DONE };
 enum bench_fault_state { BENCH_FS_IDLE, BENCH_FS_PARKED, BENCH_FS_RESUME };
 
 struct bench_shared {
@@ -126,6 +148,8 @@ struct bench_shared {
 	_Atomic int fault_state;
 	_Atomic int fault_pid;
 	_Atomic uint64_t lost_reported;
+	/* held: a bench_held_state, moved on by the worker and the controller in turn */
+	_Atomic int held_state;
 	int nworkers;
 	uint64_t int_cap; /* intervals per worker */
 	size_t size;
@@ -136,6 +160,15 @@ struct bench_shared *bench_shared_new(int nworkers, int want_intervals);
 void bench_shared_free(struct bench_shared *sh);
 struct bench_interval *bench_intervals(struct bench_shared *sh, int worker);
 void bench_interval_add(struct bench_shared *sh, int worker, int64_t start, int64_t end, int flags);
+/*
+ * A state in the shared region that one process moves on and another
+ * awaits: set stores and wakes every waiter (a futex, which works across
+ * processes on a shared mapping); wait returns once the state is no longer
+ * `seen`, or after `timeout_ns` (so that the waiter can look at other
+ * conditions too), or at once when it has already changed.
+ */
+void bench_state_set(_Atomic int *state, int value);
+void bench_state_wait(_Atomic int *state, int seen, int64_t timeout_ns);
 
 /* Overlaps found by sorting every recorded interval by its start. */
 struct bench_sweep {
@@ -179,6 +212,13 @@ struct bench_raw {
 	 */
 	int (*cut)(void *conn, char *msg, size_t msglen);
 	void (*close)(void *conn);
+	/*
+	 * Commands the server (in a cluster, every master) has run since it
+	 * started, but those only dlock-bench itself sends (the counting, the
+	 * round-trip probe); 0, or -1 when it does not answer.  NULL: the
+	 * server does not count them.
+	 */
+	int (*commands)(void *conn, uint64_t *calls);
 };
 
 /* The raw client for a URI, or NULL (mem://, file://, RedLock, library not built). */
@@ -188,6 +228,40 @@ extern const struct bench_raw *const bench_raw_table[];
 /* Helpers for raw clients: host and port of the URI's first host, its query. */
 int bench_uri_host(const char *uri, char *host, size_t hostlen, int *port, int default_port);
 int bench_uri_param(const char *uri, const char *key, char *out, size_t outlen);
+
+/* ------------------------------------------------------------ server meter */
+
+/*
+ * What the servers of one target spent in a window: the CPU time of their
+ * processes from /proc (the processes --server-pids prints, their threads,
+ * and their children, those that exited included), and the commands they
+ * ran when the raw client can count them (Redis: INFO commandstats).  A
+ * value that cannot be had is unknown (-1), never 0, and the note says why.
+ */
+struct bench_meter {
+	const char *pids_cmd;        /* --server-pids, or NULL */
+	const char *uri;             /* for the raw connection: may carry a password, never printed */
+	const struct bench_raw *raw; /* counts the commands when it can; NULL: not counted */
+	void *conn;                  /* its connection, opened at the first window, kept until close */
+	int npids;
+	pid_t pids[BENCH_MAX_SERVER_PIDS];
+	unsigned long long started[BENCH_MAX_SERVER_PIDS]; /* a restarted server is another process */
+	int64_t ticks0;
+	uint64_t calls0;
+	int counting_cpu, counting_cmds; /* the window's start was read */
+	/* the last window */
+	double cpu_us;  /* server CPU time, -1: unknown */
+	double cmds;    /* commands, -1: unknown */
+	char note[200]; /* why the CPU time is unknown, or "" */
+};
+
+/* `raw` NULL: no commands counted. */
+void bench_meter_init(struct bench_meter *m, const struct bench_target *t, const struct bench_raw *raw);
+/* The window's start: runs --server-pids, reads /proc and the server's counters. */
+void bench_meter_begin(struct bench_meter *m);
+/* The window's end: cpu_us and cmds of [begin, end], or -1.  Does nothing without a begin. */
+void bench_meter_end(struct bench_meter *m);
+void bench_meter_close(struct bench_meter *m);
 
 /* ------------------------------------------------------------ phases */
 
@@ -203,6 +277,8 @@ struct bench_phase {
 	char name[96];               /* lock name (contended) or its stem */
 	const char *fence_path;      /* faults: the shared counter file */
 	int64_t lease_ms;            /* 0: the URI's */
+	int locks;                   /* held: how many */
+	struct bench_meter *meter;   /* read at the start gate and at stop, or NULL */
 	struct bench_shared *sh;
 };
 
@@ -228,6 +304,7 @@ struct bench_worker {
 void bench_work_dlock(struct bench_worker *w);
 void bench_work_raw(struct bench_worker *w);
 void bench_work_faults(struct bench_worker *w);
+void bench_work_held(struct bench_worker *w);
 void bench_slot_error(struct bench_slot *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The contended name's handoff bookkeeping, shared by dlock and raw loops. */
 void bench_note_acquired(struct bench_worker *w, int64_t t_call, int64_t t_acq);
@@ -284,6 +361,16 @@ struct bench_result {
 	int nfaults;
 	struct bench_fault_result faults[BENCH_MAX_FAULTS];
 	char timeline[512];     /* faults: data file for the chart, when --plot */
+	/* scale: the servers' work per acquisition, dlock's and raw's; -1: unknown */
+	double server_cpu_us_per_acq, raw_server_cpu_us_per_acq;
+	double redis_cmds_per_acq, raw_redis_cmds_per_acq;
+	char server_note[200];  /* scale, held: why server CPU is unknown */
+	/* held */
+	int locks;
+	int64_t lease_ms;
+	uint64_t locks_lost;
+	double renewals_per_s, client_bytes_per_lock;
+	double server_cpu_ms;   /* during the hold; -1: unknown */
 };
 
 int bench_run_perf(const struct bench_opts *o, const struct bench_target *t, const char *masked,
@@ -292,6 +379,8 @@ int bench_run_perf(const struct bench_opts *o, const struct bench_target *t, con
 /** One short unmeasured run of both sides, so that no measured phase meets a cold server. */
 void bench_warm_up(const struct bench_opts *o, const struct bench_target *t, const char *masked,
                    const dlock_capabilities *caps, int index);
+int bench_run_held(const struct bench_opts *o, const struct bench_target *t, int locks, int index,
+                   struct bench_result *r);
 int bench_run_faults(const struct bench_opts *o, const struct bench_target *t, const dlock_capabilities *caps,
                      int index, struct bench_result *r);
 

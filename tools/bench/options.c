@@ -12,6 +12,8 @@ static const char *const scenario_names[BENCH_SCENARIOS] = {
 	[BENCH_UNCONTENDED] = "uncontended",
 	[BENCH_CONTENDED] = "contended",
 	[BENCH_FAULTS] = "faults",
+	[BENCH_SCALE] = "scale",
+	[BENCH_HELD] = "held",
 };
 
 const char *bench_scenario_name(enum bench_scenario sc)
@@ -33,16 +35,26 @@ static void usage(FILE *f)
 	      "                      to a replica and returns once the new one serves\n"
 	      "                      (faults: failover, last; the URI must reach the new server)\n"
 	      "                      Each sees DLOCK_BENCH_LOCK, the name the faults scenario locks\n"
-	      "  --scenario NAME       uncontended, contended, faults or all (repeatable; default all)\n"
+	      "  --server-pids CMD     shell command that prints the PIDs of the server processes of the\n"
+	      "                      last --uri (their children are counted too): scale, held measure\n"
+	      "                      the servers' CPU time from /proc (without it: unknown)\n"
+	      "  --scenario NAME       uncontended, contended, faults, scale, held or all (repeatable;\n"
+	      "                      default: uncontended, contended and faults)\n"
 	      "  --clients N[,N...]    independent dlock clients, one run per value (default 1);\n"
 	      "                      NxT: N clients with T threads each\n"
 	      "  --threads T           threads per client (default 1)\n"
 	      "  --processes P         spread the clients over P processes (default 1; at most one per client)\n"
 	      "  --duration T          length of each measured phase (default 5s; a bare number is seconds)\n"
-	      "  --cs-us N             contended: busy critical section of N microseconds (default 0)\n"
-	      "  --fencing on|off      uncontended, contended: take a fencing token with every acquisition,\n"
-	      "                      dlock and raw alike (default on, as dlock's default; faults always do)\n"
-	      "  --lease T             faults: lease of each acquisition (default 2s)\n"
+	      "  --cs-us N             contended, scale: busy critical section of N microseconds (default 0)\n"
+	      "  --waiters N[,N...]    scale: clients on one name, one process each, one run per value\n"
+	      "                      (default 8,32,64)\n"
+	      "  --held N[,N...]       held: locks one client holds, one run per value (default 1000)\n"
+	      "  --hold T              held: how long it holds them (default 30s)\n"
+	      "  --fencing on|off      uncontended, contended, scale, held: take a fencing token with every\n"
+	      "                      acquisition, dlock and raw alike (default on, as dlock's default;\n"
+	      "                      faults always do)\n"
+	      "  --lease T             faults: lease of each acquisition (default 2s); held: likewise\n"
+	      "                      (default the URI's ttl)\n"
 	      "  --fault-clients N     faults: worker processes (default 3)\n"
 	      "  --json                one JSON object per line per (backend, scenario, clients)\n"
 	      "  --table FILE          write the table to FILE too (useful with --json)\n"
@@ -92,6 +104,20 @@ static int client_list(struct bench_opts *o, const char *text)
 	return o->nclients ? 0 : -1;
 }
 
+/* A comma-separated list of counts 1..max, at most BENCH_MAX_SIZES. */
+static int count_list(const char *text, int max, int *out, int *n)
+{
+	char buf[128];
+	snprintf(buf, sizeof buf, "%s", text);
+	*n = 0;
+	for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (*n >= BENCH_MAX_SIZES || positive(tok, max, &out[*n]) != 0)
+			return -1;
+		(*n)++;
+	}
+	return *n ? 0 : -1;
+}
+
 static int scenario_arg(struct bench_opts *o, const char *name, int *any)
 {
 	int all = strcmp(name, "all") == 0, found = all;
@@ -105,17 +131,25 @@ static int scenario_arg(struct bench_opts *o, const char *name, int *any)
 	return found ? 0 : -1;
 }
 
-enum { OPT_URI = 256, OPT_STOP, OPT_START, OPT_FAILOVER, OPT_SCENARIO, OPT_CLIENTS, OPT_THREADS, OPT_PROCESSES,
-       OPT_DURATION, OPT_CS, OPT_FENCING, OPT_LEASE, OPT_FAULT_CLIENTS, OPT_JSON, OPT_TABLE, OPT_PLOT, OPT_HELP };
+enum { OPT_URI = 256, OPT_STOP, OPT_START, OPT_FAILOVER, OPT_SERVER_PIDS, OPT_SCENARIO, OPT_CLIENTS, OPT_THREADS,
+       OPT_PROCESSES, OPT_DURATION, OPT_CS, OPT_WAITERS, OPT_HELD, OPT_HOLD, OPT_FENCING, OPT_LEASE, OPT_FAULT_CLIENTS,
+       OPT_JSON, OPT_TABLE, OPT_PLOT, OPT_HELP };
 
-/* --server-stop, --server-start or --failover: a command for the last --uri. */
+/* --server-stop, --server-start, --failover or --server-pids: a command for the last --uri. */
 static int target_cmd(struct bench_opts *o, int opt, const char *cmd)
 {
 	if (o->ntargets == 0 || !*cmd)
 		return -1;
 	struct bench_target *t = &o->targets[o->ntargets - 1];
-	*(opt == OPT_STOP ? &t->server_stop : opt == OPT_START ? &t->server_start : &t->failover) = cmd;
+	*(opt == OPT_STOP ? &t->server_stop : opt == OPT_START ? &t->server_start : opt == OPT_FAILOVER ? &t->failover
+	                                                                                              : &t->server_pids) = cmd;
 	return 0;
+}
+
+static const char *cmd_option(int opt)
+{
+	return opt == OPT_STOP ? "--server-stop" : opt == OPT_START ? "--server-start" : opt == OPT_FAILOVER ? "--failover"
+	                                                                                                    : "--server-pids";
 }
 
 static const struct option long_options[] = {
@@ -123,12 +157,16 @@ static const struct option long_options[] = {
 	{ "server-stop", required_argument, NULL, OPT_STOP },
 	{ "server-start", required_argument, NULL, OPT_START },
 	{ "failover", required_argument, NULL, OPT_FAILOVER },
+	{ "server-pids", required_argument, NULL, OPT_SERVER_PIDS },
 	{ "scenario", required_argument, NULL, OPT_SCENARIO },
 	{ "clients", required_argument, NULL, OPT_CLIENTS },
 	{ "threads", required_argument, NULL, OPT_THREADS },
 	{ "processes", required_argument, NULL, OPT_PROCESSES },
 	{ "duration", required_argument, NULL, OPT_DURATION },
 	{ "cs-us", required_argument, NULL, OPT_CS },
+	{ "waiters", required_argument, NULL, OPT_WAITERS },
+	{ "held", required_argument, NULL, OPT_HELD },
+	{ "hold", required_argument, NULL, OPT_HOLD },
 	{ "fencing", required_argument, NULL, OPT_FENCING },
 	{ "lease", required_argument, NULL, OPT_LEASE },
 	{ "fault-clients", required_argument, NULL, OPT_FAULT_CLIENTS },
@@ -151,10 +189,8 @@ static int apply(struct bench_opts *o, int opt, const char *arg, int *any_scenar
 	case OPT_STOP:
 	case OPT_START:
 	case OPT_FAILOVER:
-		return target_cmd(o, opt, arg) == 0
-		               ? 0
-		               : bad("%s must follow a --uri and name a command",
-		                     opt == OPT_STOP ? "--server-stop" : opt == OPT_START ? "--server-start" : "--failover");
+	case OPT_SERVER_PIDS:
+		return target_cmd(o, opt, arg) == 0 ? 0 : bad("%s must follow a --uri and name a command", cmd_option(opt));
 	case OPT_SCENARIO:
 		return scenario_arg(o, arg, any_scenario) == 0 ? 0 : bad("unknown scenario '%s'", arg);
 	case OPT_CLIENTS:
@@ -167,6 +203,15 @@ static int apply(struct bench_opts *o, int opt, const char *arg, int *any_scenar
 		return positive(arg, 32, &o->fault_clients) == 0 ? 0 : bad("--fault-clients: '%s' is not 1..32", arg);
 	case OPT_CS:
 		return positive(arg, 1000000, &o->cs_us) == 0 ? 0 : bad("--cs-us: bad value '%s'", arg);
+	case OPT_WAITERS:
+		return count_list(arg, BENCH_MAX_WORKERS, o->waiters, &o->nwaiters) == 0
+		               ? 0 : bad("--waiters: '%s' is not a list of counts (1..256)", arg);
+	case OPT_HELD:
+		return count_list(arg, BENCH_MAX_HELD, o->held, &o->nheld) == 0
+		               ? 0 : bad("--held: '%s' is not a list of counts (1..1000000)", arg);
+	case OPT_HOLD:
+		return dlock_duration_parse(arg, 1000, &o->hold_ms) == DLOCK_OK && o->hold_ms >= 100
+		               ? 0 : bad("--hold: '%s' is not a duration of 100ms or more", arg);
 	case OPT_FENCING:
 		if (strcmp(arg, "on") != 0 && strcmp(arg, "off") != 0)
 			return bad("--fencing: '%s' is not on or off", arg);
@@ -176,6 +221,7 @@ static int apply(struct bench_opts *o, int opt, const char *arg, int *any_scenar
 		return dlock_duration_parse(arg, 1000, &o->duration_ms) == DLOCK_OK && o->duration_ms >= 100
 		               ? 0 : bad("--duration: '%s' is not a duration of 100ms or more", arg);
 	case OPT_LEASE:
+		o->lease_given = 1;
 		return dlock_duration_parse(arg, 1000, &o->lease_ms) == DLOCK_OK && o->lease_ms >= 100
 		               ? 0 : bad("--lease: '%s' is not a duration of 100ms or more", arg);
 	case OPT_JSON:
@@ -199,7 +245,8 @@ int bench_opts_parse(struct bench_opts *o, int argc, char **argv)
 {
 	int opt, any_scenario = 0;
 	*o = (struct bench_opts){ .clients = { 1 }, .nclients = 1, .threads = 1, .processes = 1, .fault_clients = 3,
-		                  .fencing = 1, .duration_ms = 5000, .lease_ms = 2000 };
+		                  .waiters = { 8, 32, 64 }, .nwaiters = 3, .held = { 1000 }, .nheld = 1,
+		                  .fencing = 1, .duration_ms = 5000, .hold_ms = 30000, .lease_ms = 2000 };
 	while ((opt = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
 		int rc = apply(o, opt, optarg, &any_scenario);
 		if (rc != 0)
@@ -212,7 +259,8 @@ int bench_opts_parse(struct bench_opts *o, int argc, char **argv)
 	for (int i = 0; i < o->nclients; i++)
 		if ((o->size_threads[i] ? o->size_threads[i] : o->threads) * o->clients[i] > BENCH_MAX_WORKERS)
 			return bad("too many workers (clients x threads > 256)%s", "");
-	for (int i = 0; !any_scenario && i < BENCH_SCENARIOS; i++)
+	/* By default the scenarios of every run; scale and held are asked for by name (or all). */
+	for (int i = 0; !any_scenario && i <= BENCH_FAULTS; i++)
 		o->scenario[i] = 1;
 	return 0;
 }

@@ -3,6 +3,10 @@
  * phase with the same clients, threads and processes, so that every ratio
  * compares two measurements of one run on one machine state.
  *
+ * scale is contended with many waiters, one client per process, and the
+ * servers' own account of each phase (bench_meter): CPU time and commands,
+ * per acquisition, beside dlock's and raw's throughput alike.
+ *
  * While the dlock phase runs, a probe thread in the parent does one cheap
  * round trip (raw ping) every few milliseconds: round-trip times move with
  * load, so handoff latencies are compared with round trips measured under
@@ -60,6 +64,10 @@ struct totals {
 	double secs;
 	struct bench_hist acq, rel, handoff;
 	uint64_t overlaps, dropped;
+	/* scale: the servers' work over every phase of this side; unknown once one phase's is */
+	int metered, cpu_unknown, cmds_unknown;
+	double server_cpu_us, server_cmds;
+	char server_note[200];
 };
 
 static void add_up(struct bench_shared *sh, struct totals *t)
@@ -82,6 +90,25 @@ static void add_up(struct bench_shared *sh, struct totals *t)
 	t->secs += (double)(atomic_load(&sh->stop_ns) - sh->go_ns) / 1e9;
 }
 
+static void add_meter(const struct bench_meter *m, struct totals *t)
+{
+	t->metered = 1;
+	if (m->cpu_us < 0) {
+		t->cpu_unknown = 1;
+		if (!t->server_note[0])
+			snprintf(t->server_note, sizeof t->server_note, "%s", m->note);
+	}
+	t->cmds_unknown |= m->cmds < 0;
+	t->server_cpu_us += m->cpu_us;
+	t->server_cmds += m->cmds;
+}
+
+/* A server quantity of the whole side per acquisition; -1 when unknown. */
+static double per_acq(const struct totals *t, double v, int unknown)
+{
+	return t->metered && !unknown && t->ops ? v / (double)t->ops : -1;
+}
+
 /* (most - fewest) acquisitions of one worker, over the mean. */
 static double spread_pct(const struct totals *t, int nworkers)
 {
@@ -97,7 +124,7 @@ static double spread_pct(const struct totals *t, int nworkers)
 static int run_phase(struct bench_phase *ph, struct probe *probe, struct totals *t, char *err, size_t errlen)
 {
 	int n = ph->clients * ph->threads;
-	ph->sh = bench_shared_new(n, ph->sc == BENCH_CONTENDED);
+	ph->sh = bench_shared_new(n, bench_one_name(ph->sc));
 	if (!ph->sh) {
 		snprintf(err, errlen, "cannot map the shared region");
 		return -1;
@@ -105,8 +132,10 @@ static int run_phase(struct bench_phase *ph, struct probe *probe, struct totals 
 	int rc = bench_phase_run(ph, probe ? probed_control : NULL, probe, err, errlen);
 	if (rc == 0) {
 		add_up(ph->sh, t);
+		if (ph->meter)
+			add_meter(ph->meter, t);
 		struct bench_sweep s;
-		if (ph->sc == BENCH_CONTENDED && bench_sweep(ph->sh, &s) == 0) {
+		if (bench_one_name(ph->sc) && bench_sweep(ph->sh, &s) == 0) {
 			t->overlaps += s.overlaps;
 			t->dropped += s.dropped;
 			free(s.iv);
@@ -136,6 +165,9 @@ static void keep_dlock(struct bench_result *r, const struct totals *t, const str
 	r->overlaps = t->overlaps;
 	r->dropped = t->dropped;
 	r->rtt_p50_us = probe ? bench_hist_pct_us(&probe->rtt, 50) : -1;
+	r->server_cpu_us_per_acq = per_acq(t, t->server_cpu_us, t->cpu_unknown);
+	r->redis_cmds_per_acq = per_acq(t, t->server_cmds, t->cmds_unknown);
+	snprintf(r->server_note, sizeof r->server_note, "%s", t->server_note);
 }
 
 static void keep_raw(struct bench_result *r, const struct totals *t)
@@ -146,6 +178,8 @@ static void keep_raw(struct bench_result *r, const struct totals *t)
 	r->raw_handoff = t->handoff;
 	r->raw_reacquire_pct = pct(t->reacquired, t->ops);
 	r->overlaps += t->overlaps;
+	r->raw_server_cpu_us_per_acq = per_acq(t, t->server_cpu_us, t->cpu_unknown);
+	r->raw_redis_cmds_per_acq = per_acq(t, t->server_cmds, t->cmds_unknown);
 }
 
 /*
@@ -178,11 +212,16 @@ int bench_run_perf(const struct bench_opts *o, const struct bench_target *t, con
                    const dlock_capabilities *caps, enum bench_scenario sc, int clients, int threads, int index,
                    struct bench_result *r)
 {
-	/* mem:// clients contend only inside one process. */
-	int procs = caps->scope == DLOCK_SCOPE_PROCESS ? 1 : o->processes < clients ? o->processes : clients;
+	/* mem:// clients contend only inside one process; scale gives each waiter a process of its own. */
+	int procs = caps->scope == DLOCK_SCOPE_PROCESS ? 1 : sc == BENCH_SCALE || o->processes > clients ? clients
+	                                                                                                 : o->processes;
 	struct bench_phase ph = { .o = o, .uri = t->uri, .masked = masked, .sc = sc, .clients = clients,
 		                  .threads = threads, .processes = procs, .duration_ms = o->duration_ms };
 	const struct bench_raw *raw = bench_raw_find(t->uri);
+	struct bench_meter meter;
+	bench_meter_init(&meter, t, raw);
+	if (sc == BENCH_SCALE)
+		ph.meter = &meter;
 	static const struct totals zero;
 	struct probe probe = { .raw = raw, .uri = t->uri };
 	struct totals *mine = malloc(sizeof *mine), *theirs = malloc(sizeof *theirs);
@@ -192,6 +231,7 @@ int bench_run_perf(const struct bench_opts *o, const struct bench_target *t, con
 	r->threads = threads;
 	r->processes = procs;
 	r->duration_ms = o->duration_ms;
+	r->server_cpu_us_per_acq = r->raw_server_cpu_us_per_acq = r->redis_cmds_per_acq = r->raw_redis_cmds_per_acq = -1;
 	snprintf(ph.name, sizeof ph.name, "bench-%s-%d-%d", bench_scenario_name(sc), (int)getpid(), index);
 	if (!mine || !theirs) {
 		snprintf(r->error, sizeof r->error, "out of memory");
@@ -216,6 +256,7 @@ int bench_run_perf(const struct bench_opts *o, const struct bench_target *t, con
 	else
 		keep_raw(r, theirs);
 out:
+	bench_meter_close(&meter);
 	free(mine);
 	free(theirs);
 	return r->failed ? -1 : 0;

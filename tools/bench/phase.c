@@ -46,6 +46,8 @@ static void *worker_main(void *arg)
 		bench_sleep_ns(GATE_POLL_NS);
 	if (w->ph->sc == BENCH_FAULTS)
 		bench_work_faults(w);
+	else if (w->ph->sc == BENCH_HELD)
+		bench_work_held(w);
 	else if (w->ph->raw)
 		bench_work_raw(w);
 	else
@@ -162,6 +164,8 @@ static int await_ready(struct bench_phase *ph, pid_t *pids, int n, int *bad)
 
 static void stop_and_reap(struct bench_phase *ph, pid_t *pids, int n, int *bad)
 {
+	if (ph->meter) /* the servers' counters first: they must not see the workers' last cycles and goodbyes */
+		bench_meter_end(ph->meter);
 	atomic_store(&ph->sh->stop_ns, bench_now_ns());
 	atomic_store(&ph->sh->stop, 1);
 	int64_t deadline = bench_now_ns() + REAP_TIMEOUT_NS;
@@ -208,6 +212,8 @@ int bench_phase_run(struct bench_phase *ph, bench_control_fn control, void *arg,
 		}
 	}
 	if (!bad && await_ready(ph, pids, n, &bad) == 0) {
+		if (ph->meter) /* every worker connected: what the servers spend from now on is the workload's */
+			bench_meter_begin(ph->meter);
 		ph->sh->go_ns = bench_now_ns();
 		atomic_store(&ph->sh->go, 1);
 		if (control)

@@ -327,6 +327,45 @@ static int rconn_cut(void *p, char *msg, size_t msglen)
 	return rc;
 }
 
+/* Add the calls of INFO commandstats' "cmdstat_NAME:calls=N,..." lines to *calls, but INFO's and PING's. */
+static int node_commands(struct rnode *n, uint64_t *calls)
+{
+	redisReply *r = redisCommand(n->ctx, "INFO commandstats");
+	int ok = r && r->type == REDIS_REPLY_STRING;
+	for (const char *line = ok ? r->str : NULL; line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+		char name[64];
+		unsigned long long v;
+		if (sscanf(line, "cmdstat_%63[^:]:calls=%llu", name, &v) == 2 && strcmp(name, "info") != 0 &&
+		    strcmp(name, "ping") != 0)
+			*calls += v;
+	}
+	if (r)
+		freeReplyObject(r);
+	return ok ? 0 : -1;
+}
+
+/*
+ * Commands run on the server, or on every master of a cluster (its replicas
+ * are left out: they replay the masters' writes), from INFO commandstats,
+ * which counts the commands that scripts run too.  INFO (this count) and
+ * PING (the round-trip probe) come only from dlock-bench: left out.
+ */
+static int rconn_commands(void *p, uint64_t *calls)
+{
+	struct rconn *c = p;
+	char err[200];
+	*calls = 0;
+	if (!c->cluster)
+		return node_commands(&c->seed, calls);
+	for (int i = 0; i < c->nnodes; i++) /* first every connection, whose SCRIPT LOADs come before any count */
+		if (!c->nodes[i].ctx && rnode_connect(&c->nodes[i], err, sizeof err) != 0)
+			return -1;
+	for (int i = 0; i < c->nnodes; i++)
+		if (node_commands(&c->nodes[i], calls) != 0)
+			return -1;
+	return 0;
+}
+
 static const char *const schemes[] = { "redis", "redis+cluster", NULL };
 
 const struct bench_raw bench_raw_redis = {
@@ -341,4 +380,5 @@ const struct bench_raw bench_raw_redis = {
 	.ping = rconn_ping,
 	.cut = rconn_cut,
 	.close = rconn_close,
+	.commands = rconn_commands,
 };

@@ -46,6 +46,12 @@ static void json_pct(const char *key, const struct bench_hist *h, double p, int 
 	json_num(key, v < 0 ? 0 : (double)(long long)(v + 0.5), v >= 0, first);
 }
 
+/* held: the servers' CPU time over the hold, in % of one core; -1 when unknown. */
+static double held_cpu_pct(const struct bench_result *r)
+{
+	return r->server_cpu_ms >= 0 && r->duration_ms > 0 ? r->server_cpu_ms / (double)r->duration_ms * 100.0 : -1;
+}
+
 static void json_faults(const struct bench_result *r)
 {
 	printf(",\"faults\":");
@@ -72,7 +78,8 @@ static void json_faults(const struct bench_result *r)
 
 void bench_print_json(const struct bench_result *r)
 {
-	int f = 1, ok = !r->failed, perf = ok && r->sc != BENCH_FAULTS, cont = perf && r->sc == BENCH_CONTENDED;
+	int f = 1, ok = !r->failed, perf = ok && r->sc != BENCH_FAULTS && r->sc != BENCH_HELD;
+	int cont = perf && bench_one_name(r->sc), scale = perf && r->sc == BENCH_SCALE, held = ok && r->sc == BENCH_HELD;
 	int fl = ok && r->sc == BENCH_FAULTS, raw = perf && r->has_raw;
 	double rtt = r->rtt_p50_us;
 	json_str("backend", r->backend, &f);
@@ -84,10 +91,10 @@ void bench_print_json(const struct bench_result *r)
 	printf(",\"fencing\":%s", r->sc == BENCH_FAULTS || r->fencing ? "true" : "false");
 	json_num("duration_s", (double)r->duration_ms / 1000.0, ok, &f);
 	json_num("ops", (double)r->ops, ok, &f);
-	json_num("ops_per_s", r->ops_per_s, perf, &f);
+	json_num("ops_per_s", r->ops_per_s, perf || held, &f);
 	json_pct("p50_us", &r->acq, 50, &f);
 	json_pct("p99_us", &r->acq, 99, &f);
-	json_num("max_us", (double)r->acq.max_ns / 1000.0, perf && r->acq.count, &f);
+	json_num("max_us", (double)r->acq.max_ns / 1000.0, (perf || held) && r->acq.count, &f);
 	json_pct("release_p50_us", &r->rel, 50, &f);
 	json_pct("release_p99_us", &r->rel, 99, &f);
 	json_num("errors", (double)r->errors, ok, &f);
@@ -110,14 +117,29 @@ void bench_print_json(const struct bench_result *r)
 	json_num("share_spread_pct", r->share_spread_pct, cont, &f);
 	json_num("overlaps", (double)r->overlaps, cont || fl, &f);
 	json_num("stale_writes_rejected", (double)r->stale_rejected, fl, &f);
-	json_num("lost_reported", (double)r->lost_reported, fl, &f);
+	json_num("lost_reported", (double)r->lost_reported, fl || held, &f);
 	json_num("unavailable_ms", (double)r->unavailable_ms, fl, &f);
 	json_num("writes_accepted", (double)r->accepted, fl, &f);
 	json_num("lost_updates", (double)r->lost_updates, fl, &f);
-	json_num("release_failed", (double)r->release_notheld, fl, &f);
+	json_num("release_failed", (double)r->release_notheld, fl || held, &f);
 	json_faults(r);
+	json_num("server_cpu_us_per_acq", r->server_cpu_us_per_acq, scale && r->server_cpu_us_per_acq >= 0, &f);
+	json_num("raw_server_cpu_us_per_acq", r->raw_server_cpu_us_per_acq,
+	         scale && raw && r->raw_server_cpu_us_per_acq >= 0, &f);
+	json_num("redis_cmds_per_acq", r->redis_cmds_per_acq, scale && r->redis_cmds_per_acq >= 0, &f);
+	json_num("raw_redis_cmds_per_acq", r->raw_redis_cmds_per_acq, scale && raw && r->raw_redis_cmds_per_acq >= 0,
+	         &f);
+	json_num("locks", r->locks, held, &f);
+	json_num("lease_ms", (double)r->lease_ms, held, &f);
+	json_num("renewals_per_s", r->renewals_per_s, held, &f);
+	json_num("locks_lost", (double)r->locks_lost, held, &f);
+	json_num("client_bytes_per_lock", r->client_bytes_per_lock, held && r->client_bytes_per_lock >= 0, &f);
+	json_num("server_cpu_ms", r->server_cpu_ms, held && r->server_cpu_ms >= 0, &f);
+	json_num("server_cpu_pct", held_cpu_pct(r), held && held_cpu_pct(r) >= 0, &f);
 	if (r->raw_note[0])
 		json_str("raw_note", r->raw_note, &f);
+	if ((scale || held) && r->server_note[0])
+		json_str("server_note", r->server_note, &f);
 	if (r->failed)
 		json_str(r->failed == 2 ? "skipped" : "error", r->error, &f);
 	printf("}\n");
@@ -163,6 +185,46 @@ static void perf_row(FILE *out, const struct bench_result *r)
 	       rtt, h50, h99, cont ? w99 : "-", reacq, spread, calls, ovl);
 }
 
+/* A value with `decimals`, or "-" when unknown (negative). */
+static void cell_num(char *out, size_t len, double v, int decimals)
+{
+	if (v < 0)
+		snprintf(out, len, "-");
+	else
+		snprintf(out, len, "%.*f", decimals, v);
+}
+
+static void scale_row(FILE *out, const struct bench_result *r)
+{
+	char h50[16], h99[16], w99[16], raw[16] = "-", ratio[16] = "-", cpu[16], rcpu[16], cmds[16], rcmds[16];
+	cell_us(h50, sizeof h50, &r->handoff, 50);
+	cell_us(h99, sizeof h99, &r->handoff, 99);
+	cell_us(w99, sizeof w99, &r->acq, 99);
+	cell_num(cpu, sizeof cpu, r->server_cpu_us_per_acq, 1);
+	cell_num(cmds, sizeof cmds, r->redis_cmds_per_acq, 1);
+	cell_num(rcpu, sizeof rcpu, r->has_raw ? r->raw_server_cpu_us_per_acq : -1, 1);
+	cell_num(rcmds, sizeof rcmds, r->has_raw ? r->raw_redis_cmds_per_acq : -1, 1);
+	if (r->has_raw) {
+		snprintf(raw, sizeof raw, "%.0f", r->raw_ops_per_s);
+		if (r->raw_ops_per_s > 0)
+			snprintf(ratio, sizeof ratio, "%.2f", r->ops_per_s / r->raw_ops_per_s);
+	}
+	fprintf(out, "%-20s %7d %9.0f %9s %5s %8s %8s %8s %6.1f %6.0f %8s %8s %8s %8s %4llu\n", r->backend, r->clients,
+	        r->ops_per_s, raw, ratio, h50, h99, w99, r->reacquire_pct, r->share_spread_pct, cpu, rcpu, cmds, rcmds,
+	        (unsigned long long)r->overlaps);
+}
+
+static void held_row(FILE *out, const struct bench_result *r)
+{
+	char mem[16], cpu[16], pct[16];
+	cell_num(mem, sizeof mem, r->client_bytes_per_lock, 0);
+	cell_num(cpu, sizeof cpu, r->server_cpu_ms, 0);
+	cell_num(pct, sizeof pct, held_cpu_pct(r), 1);
+	fprintf(out, "%-20s %7d %6.1f %8lld %9.0f %9.1f %6llu %7s %10s %8s %6llu\n", r->backend, r->locks,
+	        (double)r->duration_ms / 1000.0, (long long)r->lease_ms, r->ops_per_s, r->renewals_per_s,
+	        (unsigned long long)r->locks_lost, mem, cpu, pct, (unsigned long long)r->errors);
+}
+
 static void fault_row(FILE *out, const struct bench_result *r)
 {
 	char faults[256] = "";
@@ -179,17 +241,35 @@ static void fault_row(FILE *out, const struct bench_result *r)
 
 void bench_print_table(FILE *out, const struct bench_result *r, int n)
 {
-	int perf = 0, faults = 0;
+	int perf = 0, scale = 0, held = 0, faults = 0;
 	for (int i = 0; i < n; i++) {
 		if (r[i].failed)
 			continue;
-		if (r[i].sc != BENCH_FAULTS) {
+		if (r[i].sc == BENCH_UNCONTENDED || r[i].sc == BENCH_CONTENDED) {
 			if (!perf++)
 				fprintf(out, "%-20s %-11s %6s %3s %9s %9s %5s %7s %7s %5s %8s %8s %8s %6s %6s %5s %4s\n", "backend",
 				       "scenario", "c x t", "prc", "ops/s", "raw ops/s", "ratio", "p50 us", "p99 us", "rtt",
 				       "hand p50", "hand p99", "wait p99", "reacq%", "spread", "calls", "ovl");
 			perf_row(out, &r[i]);
 		}
+	}
+	for (int i = 0; i < n; i++) {
+		if (r[i].failed || r[i].sc != BENCH_SCALE)
+			continue;
+		if (!scale++)
+			fprintf(out, "%s%-20s %7s %9s %9s %5s %8s %8s %8s %6s %6s %8s %8s %8s %8s %4s\n", perf ? "\n" : "",
+			        "scale", "waiters", "ops/s", "raw ops/s", "ratio", "hand p50", "hand p99", "wait p99", "reacq%",
+			        "spread", "cpu us", "raw cpu", "cmds", "raw cmds", "ovl");
+		scale_row(out, &r[i]);
+	}
+	for (int i = 0; i < n; i++) {
+		if (r[i].failed || r[i].sc != BENCH_HELD)
+			continue;
+		if (!held++)
+			fprintf(out, "%s%-20s %7s %6s %8s %9s %9s %6s %7s %10s %8s %6s\n", perf || scale ? "\n" : "", "held",
+			        "locks", "hold s", "lease ms", "acq/s", "renew/s", "lost", "B/lock", "srv cpu ms", "srv cpu%",
+			        "errors");
+		held_row(out, &r[i]);
 	}
 	for (int i = 0; i < n; i++) {
 		if (r[i].failed || r[i].sc != BENCH_FAULTS)

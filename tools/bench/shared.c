@@ -4,9 +4,14 @@
  * pages and no file or descriptor is involved.  Layout: the header, one
  * slot per worker, then each worker's interval array.
  */
+#include <limits.h>
+#include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "bench.h"
 
@@ -46,6 +51,21 @@ void bench_shared_free(struct bench_shared *sh)
 {
 	if (sh)
 		munmap(sh, sh->size);
+}
+
+/* An _Atomic int is an int in memory (C11 7.17.6, and the ABI on Linux): the futex word. */
+void bench_state_set(_Atomic int *state, int value)
+{
+	atomic_store(state, value);
+	syscall(SYS_futex, (int *)state, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+void bench_state_wait(_Atomic int *state, int seen, int64_t timeout_ns)
+{
+	struct timespec ts = { .tv_sec = timeout_ns / BENCH_NS_PER_S, .tv_nsec = timeout_ns % BENCH_NS_PER_S };
+	/* EAGAIN when it changed in between, EINTR, ETIMEDOUT: the caller looks again in every case. */
+	if (atomic_load(state) == seen)
+		syscall(SYS_futex, (int *)state, FUTEX_WAIT, seen, &ts, NULL, 0);
 }
 
 struct bench_interval *bench_intervals(struct bench_shared *sh, int worker)

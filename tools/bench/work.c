@@ -5,7 +5,7 @@
  *
  * uncontended: each worker has a name of its own; acquire, release, again.
  * contended:   every worker uses one name; acquire, a short critical
- *              section, release.  Before releasing, the holder writes the
+ *              section, release.  scale is the same with many waiters.  Before releasing, the holder writes the
  *              time and its id to the shared region; the next holder reads
  *              them right after its acquire returns (the lock orders the
  *              write before the read), which gives the handoff latency
@@ -69,7 +69,7 @@ static void lock_name(const struct bench_worker *w, char *out, size_t len)
 /* One dlock cycle; 0, or -1 after an error (noted). */
 static int dlock_cycle(struct bench_worker *w, dlock_lock *lock, const dlock_acquire_options *opts)
 {
-	int contended = w->ph->sc == BENCH_CONTENDED;
+	int contended = bench_one_name(w->ph->sc);
 	int64_t t0 = bench_now_ns();
 	dlock_status st = dlock_acquire(lock, opts);
 	int64_t t1 = bench_now_ns();
@@ -129,7 +129,7 @@ static int raw_cycle(struct bench_worker *w, const char *name)
 		return -1;
 	}
 	int64_t t_end = t1;
-	if (w->ph->sc == BENCH_CONTENDED) {
+	if (bench_one_name(w->ph->sc)) {
 		bench_note_acquired(w, t0, t1);
 		bench_critical_section(w->ph->o->cs_us);
 		t_end = bench_now_ns();
