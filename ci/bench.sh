@@ -68,7 +68,7 @@ args=(
 	--uri "$DLOCK_TEST_REDIS_URI"
 	--server-stop "$DLOCK_TEST_REDIS_CTL stop $redis_port"
 	--server-start "$DLOCK_TEST_REDIS_CTL start $redis_port"
-	--uri "$DLOCK_TEST_REDIS_URI?fair=1"
+	--uri "$DLOCK_TEST_REDIS_URI?fair=0"
 	--server-stop "$DLOCK_TEST_REDIS_CTL stop $redis_port"
 	--server-start "$DLOCK_TEST_REDIS_CTL start $redis_port"
 	--uri "$DLOCK_TEST_PG_URI"
@@ -103,7 +103,7 @@ echo "== dlock-bench: uncontended without fencing tokens"
 echo "== dlock-bench: scale (8, 32, 64 waiters) and held (1000 locks), with the servers' CPU"
 redis_pids="$DLOCK_TEST_REDIS_CTL pid $redis_port"
 "$bench" --uri "$DLOCK_TEST_REDIS_URI" --server-pids "$redis_pids" \
-	--uri "$DLOCK_TEST_REDIS_URI?fair=1" --server-pids "$redis_pids" \
+	--uri "$DLOCK_TEST_REDIS_URI?fair=0" --server-pids "$redis_pids" \
 	--uri "$DLOCK_TEST_PG_URI" --server-pids "$DLOCK_TEST_PG_CTL pid" \
 	--uri "$zk_uri" --server-pids "cat '$zk_dir/pid'" \
 	--scenario scale --waiters 8,32,64 --duration "$duration" --scenario held --held 1000 --hold 6s --lease 3s \

@@ -336,7 +336,7 @@ struct bench_fault_result {
 };
 
 struct bench_result {
-	char backend[40];     /* caps.backend or the scheme, "-row", "-fair", "+notoken" with --fencing off */
+	char backend[48];     /* caps.backend or the scheme, "-row", "-fair", "-pubsub", "+notoken" with --fencing off */
 	char uri[512];          /* masked */
 	enum bench_scenario sc;
 	int clients, threads, processes;

@@ -51,9 +51,11 @@ static int describe(const struct bench_opts *o, const struct bench_target *t, st
 	char mode[16], fair[8], kind[16];
 	int row = bench_uri_param(t->uri, "mode", mode, sizeof mode) == 0 && strcmp(mode, "row") == 0;
 	int fair_opt = bench_uri_param(t->uri, "fair", fair, sizeof fair) == 0 && caps->fair;
+	/* Redis's two ways of waking waiters: the queue (its default on one server) or pub/sub (fair=0). */
+	int pubsub = strcmp(caps->backend, "redis") == 0 && caps->wakeup == DLOCK_WAKEUP_NOTIFY;
 	backend_kind(t->uri, caps->backend, kind, sizeof kind);
-	snprintf(proto->backend, sizeof proto->backend, "%s%s%s%s", kind, row ? "-row" : "", fair_opt ? "-fair" : "",
-	         o->fencing ? "" : "+notoken");
+	snprintf(proto->backend, sizeof proto->backend, "%s%s%s%s%s", kind, row ? "-row" : "", fair_opt ? "-fair" : "",
+	         pubsub ? "-pubsub" : "", o->fencing ? "" : "+notoken");
 	proto->fencing = o->fencing;
 	dlock_client_close(c);
 	return 0;
