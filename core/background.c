@@ -18,6 +18,7 @@
  * to release the lost one.
  */
 #include "internal.h"
+#include "registry.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -91,37 +92,75 @@ static void *watch_main(void *arg)
 
 /* ---------------------------------------------------------- renewal thread */
 
-/* One renewal; c->mu held, dropped inside. */
-static void renew_locked(struct dlock_client *c, struct dlock_lock *l, int64_t now)
+/* One lock of a batch: what was sent, to tell what came back. */
+struct renewal {
+	struct dlock_lock *l;
+	uint64_t generation;
+	int64_t lease_ns;
+};
+
+/* Apply the answer to one renewal sent at `sent`; c->mu held. */
+static void renewed_locked(struct dlock_client *c, const struct renewal *rn, int64_t sent, int64_t now,
+                           dlock_status st, const char *msg)
 {
-	dlock_error err = { "" };
-	uint64_t generation = l->generation;
-	int64_t lease_ns = l->lease_ns;
-	l->busy = 1;
-	pthread_mutex_unlock(&c->mu);
-
-	int64_t sent = dlock_monotonic_ns();
-	dlock_status st = c->driver->extend(c->backend, l->lk, lease_ns / NS_PER_MS, &err);
-
-	pthread_mutex_lock(&c->mu);
+	struct dlock_lock *l = rn->l;
 	l->busy = 0;
-	pthread_cond_broadcast(&c->cond);
 	/* A renewal that returns after the loss was declared changes nothing:
 	 * the holder has been told, and release cleans up what is still ours. */
-	if (!l->held || l->generation != generation || l->lost)
+	if (!l->held || l->generation != rn->generation || l->lost)
 		return;
 	if (st == DLOCK_OK) {
-		dlock_lock_lease_renewed(l, sent, lease_ns);
+		dlock_lock_lease_renewed(l, sent, rn->lease_ns);
 		c->stats.renewals++;
 	} else if (st == DLOCK_ENOTHELD) {
-		dlock_lock_declare_lost(l, dlock_lock_gone_reason(l, sent), err.msg[0] ? err.msg : "renewal found the lock gone");
+		dlock_lock_declare_lost(l, dlock_lock_gone_reason(l, sent), msg[0] ? msg : "renewal found the lock gone");
 	} else {
 		/* Transient: try again soon; the watch thread declares the loss
 		 * if no renewal succeeds in time. */
-		dlock_client_logf(c, DLOCK_LOG_WARN, "lease renewal failed (%s): %s; retrying", dlock_status_name(st),
-		                  err.msg);
-		l->next_renew = now + min64(lease_ns / 10, 1000 * NS_PER_MS);
+		dlock_client_logf(c, DLOCK_LOG_WARN, "lease renewal failed (%s): %s; retrying", dlock_status_name(st), msg);
+		l->next_renew = now + min64(rn->lease_ns / 10, 1000 * NS_PER_MS);
 	}
+}
+
+/*
+ * Renew batch[0..n) in one driver call (extend_many), or the one lock with
+ * extend(); c->mu held, dropped inside.  Each lock's new lease counts from
+ * the moment the batch was sent.
+ */
+static void renew_batch_locked(struct dlock_client *c, struct renewal *batch, size_t n, int64_t now)
+{
+	dlock_driver_extend_many_fn *many = dlock_driver_extend_many_of(c->driver);
+	void *lks[DLOCK_RENEW_BATCH_MAX];
+	int64_t lease_ms[DLOCK_RENEW_BATCH_MAX];
+	dlock_status st[DLOCK_RENEW_BATCH_MAX];
+	dlock_error err = { "" };
+	for (size_t i = 0; i < n; i++) {
+		batch[i].l->busy = 1;
+		lks[i] = batch[i].l->lk;
+		lease_ms[i] = batch[i].lease_ns / NS_PER_MS;
+	}
+	pthread_mutex_unlock(&c->mu);
+
+	int64_t sent = dlock_monotonic_ns();
+	if (many && n > 1)
+		many(c->backend, lks, lease_ms, n, st, &err);
+	else
+		for (size_t i = 0; i < n; i++)
+			st[i] = c->driver->extend(c->backend, lks[i], lease_ms[i], &err);
+
+	pthread_mutex_lock(&c->mu);
+	for (size_t i = 0; i < n; i++)
+		renewed_locked(c, &batch[i], sent, now, st[i], err.msg);
+	pthread_cond_broadcast(&c->cond);
+}
+
+/*
+ * How early a renewal may go out to join a batch: a twentieth of its lease,
+ * at most 100 ms.  Never later than its own schedule.
+ */
+static int64_t batch_slack(const struct dlock_lock *l)
+{
+	return min64(l->lease_ns / 20, 100 * NS_PER_MS);
 }
 
 /* Release a lost acquisition on the server and hand the name on; c->mu
@@ -156,18 +195,24 @@ static int64_t cleanup_due(const struct dlock_lock *l, int64_t now)
 	return l->lost_reason == DLOCK_LOST_EXPIRED && l->tracked ? l->lease_end : now;
 }
 
-/* Do one due cleanup or renewal; returns 1 if it did, else 0 and the next
- * due time. */
+/*
+ * Do one due cleanup, or the due renewals: with a driver that renews in
+ * batches, every lock due (and those due within their batch_slack()) up
+ * to DLOCK_RENEW_BATCH_MAX at once, else the first one due.  Returns 1 if
+ * it did something, else 0 and the next due time.
+ */
 static int renew_due_locked(struct dlock_client *c, int64_t *next_due)
 {
+	struct renewal batch[DLOCK_RENEW_BATCH_MAX];
+	size_t n = 0, max = dlock_driver_extend_many_of(c->driver) ? DLOCK_RENEW_BATCH_MAX : 1;
 	int64_t now = dlock_monotonic_ns();
 	*next_due = INT64_MAX;
-	for (struct dlock_lock *l = c->locks; l; l = l->next) {
+	for (struct dlock_lock *l = c->locks; l && n < max; l = l->next) {
 		if (l->held && l->lost && !l->loss_cleaned) {
 			int64_t due = cleanup_due(l, now);
 			if (l->busy || c->closing)
 				continue; /* end_call() wakes us; closing releases it */
-			if (now >= due) {
+			if (now >= due && n == 0) {
 				clean_lost_locked(c, l);
 				return 1;
 			}
@@ -176,13 +221,15 @@ static int renew_due_locked(struct dlock_client *c, int64_t *next_due)
 		}
 		if (!l->held || !l->tracked || !l->renew || l->lost || l->busy)
 			continue;
-		if (now >= l->next_renew) {
-			renew_locked(c, l, now);
-			return 1;
-		}
-		*next_due = min64(*next_due, l->next_renew);
+		if (now >= l->next_renew || (n > 0 && now + batch_slack(l) >= l->next_renew))
+			batch[n++] = (struct renewal){ .l = l, .generation = l->generation, .lease_ns = l->lease_ns };
+		else
+			*next_due = min64(*next_due, l->next_renew);
 	}
-	return 0;
+	if (n == 0)
+		return 0;
+	renew_batch_locked(c, batch, n, now);
+	return 1;
 }
 
 static void *renew_main(void *arg)

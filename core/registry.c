@@ -124,6 +124,11 @@ dlock_driver_lock_init_kind_fn *dlock_driver_lock_init_kind_of(const dlock_drive
 	return d && d->abi_version >= 3 ? d->lock_init_kind : NULL;
 }
 
+dlock_driver_extend_many_fn *dlock_driver_extend_many_of(const dlock_driver *d)
+{
+	return d && d->abi_version >= 3 && d->extend ? d->extend_many : NULL;
+}
+
 /* Register `d`, or write in why[] (size REASON_MAX) why not. */
 static dlock_status register_locked(const dlock_driver *d, char *why)
 {

@@ -38,6 +38,8 @@ dlock_driver_disarm_fn *dlock_driver_disarm_of(const dlock_driver *d);
 /** kind_capabilities() and lock_init_kind() of `d` (ABI version 3), or NULL: older drivers have mutexes only. */
 dlock_driver_kind_capabilities_fn *dlock_driver_kind_capabilities_of(const dlock_driver *d);
 dlock_driver_lock_init_kind_fn *dlock_driver_lock_init_kind_of(const dlock_driver *d);
+/** extend_many() of `d` (ABI version 3, with extend()), or NULL: the core then renews one lock at a time. */
+dlock_driver_extend_many_fn *dlock_driver_extend_many_of(const dlock_driver *d);
 
 /** The registry's per-driver shared object (see dlock_host_shared()). */
 void *dlock_registry_shared(const dlock_driver *driver, void *(*create)(void));

@@ -328,6 +328,69 @@ static void test_script_flush(void)
 	dlock_client_close(c);
 }
 
+struct renewed {
+	dlock_client *c;
+	uint64_t want;
+};
+
+static int renewed_enough(void *arg)
+{
+	struct renewed *r = arg;
+	dlock_client_stats st;
+	return dlock_client_get_stats(r->c, &st) == DLOCK_OK && st.renewals >= r->want;
+}
+
+/*
+ * Many locks held by one client at a short lease: the renewal thread sends
+ * them in batches (one pipeline per server), and none is lost — also
+ * across a SCRIPT FLUSH, after which each batch's replies say NOSCRIPT and
+ * the locks are renewed one by one (loading the script again), and on the
+ * cluster, where a batch is split by master.  Each lock is then still held.
+ */
+static void held_many(const char *base, int cluster)
+{
+	enum { N = 1500, LEASE_MS = 900 };
+	char prefix[64], uri[1024], name[32];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_uri(uri, sizeof uri, base, prefix, "");
+	dlock_client *c = open_uri(uri, NULL);
+	static dlock_lock *locks[N];
+	dlock_test_lost lost = { 0 };
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof name, "held-%d", i);
+		locks[i] = new_lock(c, name);
+		CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(locks[i], 0, LEASE_MS, 1, dlock_test_on_lost, &lost), DLOCK_OK);
+	}
+	dlock_client_stats st;
+	CU_ASSERT_EQUAL(dlock_client_get_stats(c, &st), DLOCK_OK);
+	struct renewed r = { c, st.renewals + 2 * N }; /* every lock renewed twice more */
+	CU_ASSERT(dlock_test_await(renewed_enough, &r, 20000));
+	if (!cluster) {
+		CU_ASSERT_FATAL(ctl_run("flush-scripts", redis_port));
+		r.want += 2 * N;
+		CU_ASSERT(dlock_test_await(renewed_enough, &r, 20000));
+	}
+	CU_ASSERT_EQUAL(atomic_load(&lost.count), 0);
+	int held = 0;
+	for (int i = 0; i < N; i++) {
+		held += dlock_check(locks[i]) == DLOCK_OK;
+		CU_ASSERT_EQUAL(dlock_release(locks[i]), DLOCK_OK);
+		dlock_lock_free(locks[i]);
+	}
+	printf("\n    %s: %d of %d locks held at a %d ms lease, %d lost", cluster ? "cluster" : "one server", held, N,
+	       LEASE_MS, atomic_load(&lost.count));
+	CU_ASSERT_EQUAL(held, N);
+	dlock_client_close(c);
+}
+
+static void test_held_many(void)
+{
+	held_many(redis_uri, 0);
+	const char *cluster = dlock_test_env("DLOCK_TEST_CLUSTER_URI");
+	if (cluster)
+		held_many(cluster, 1);
+}
+
 static void test_unix_socket(void)
 {
 	if (!unix_uri) {
@@ -960,6 +1023,7 @@ static void add_suites(void)
 	CU_add_test(s, "a name of DLOCK_NAME_MAX bytes", test_long_name);
 	CU_add_test(s, "a release during SUBSCRIBE is not missed", test_release_while_subscribing);
 	CU_add_test(s, "the subscriber reconnects and waiters wake", test_subscriber_reconnect);
+	CU_add_test(s, "many held locks renewed in batches, none lost", test_held_many);
 	CU_add_test(s, "SUBSCRIBE refused: waiters poll", test_subscribe_refused);
 	CU_add_test(s, "a lost acquire reply is undone, not left to its TTL", test_lost_reply_undone);
 	CU_add_test(s, "a server that stops answering: io_timeout", test_io_timeout);

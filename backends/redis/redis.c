@@ -446,6 +446,12 @@ static dlock_status redis_extend(void *backend, void *lk, int64_t lease_ms, dloc
 	return st != DLOCK_OK ? st : c->algo->extend(c, lk, lease_ms, err);
 }
 
+static void redis_extend_many(void *backend, void *const *lks, const int64_t *lease_ms, size_t n, dlock_status *out,
+                              dlock_error *err)
+{
+	dlock_redis_extend_many(backend, (struct redis_lock *const *)lks, lease_ms, n, out, err);
+}
+
 static dlock_status redis_check(void *backend, void *lk, dlock_error *err)
 {
 	struct redis_client *c = backend;
@@ -460,6 +466,7 @@ static dlock_status redis_check(void *backend, void *lk, dlock_error *err)
 		.knows_param = (knows_param_), .lock_init = redis_lock_init, .lock_fini = redis_lock_fini,        \
 		.acquire = redis_acquire, .try_acquire = redis_try_acquire, .disarm = redis_disarm,              \
 		.release = redis_release, .extend = redis_extend, .check = redis_check,                         \
+		.extend_many = redis_extend_many,                                                                \
 	}
 
 const dlock_driver dlock_redis_driver = REDIS_DRIVER("redis", redis_knows_param);

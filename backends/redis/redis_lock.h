@@ -197,5 +197,8 @@ dlock_status dlock_redis_release(struct redis_client *c, struct redis_lock *lk, 
 dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
                                 dlock_error *err);
 dlock_status dlock_redis_check(struct redis_client *c, struct redis_lock *lk, dlock_error *err);
+/** Renew lks[0..n) (n at most DLOCK_RENEW_BATCH_MAX), one pipeline per server (redis_renew.c); out[i] as extend. */
+void dlock_redis_extend_many(struct redis_client *c, struct redis_lock *const *lks, const int64_t *lease_ms, size_t n,
+                             dlock_status *out, dlock_error *err);
 
 #endif

@@ -68,7 +68,7 @@
  *   - version 2: control (the door for backend-specific operations),
  *     try_acquire and disarm (one attempt; the core owns the waiting);
  *   - version 3: kind_capabilities and lock_init_kind (kinds of lock other
- *     than the mutex: read-write locks).
+ *     than the mutex: read-write locks); extend_many (renewals batched).
  * Registration accepts every version from 1 through DLOCK_DRIVER_ABI_VERSION
  * (DLOCK_EVERSION otherwise: a driver built for a newer library), and the
  * core never reads a slot past the version a driver declares, so a driver
@@ -445,6 +445,20 @@ typedef dlock_status dlock_driver_release_fn(void *backend, void *lk, dlock_erro
 typedef dlock_status dlock_driver_extend_fn(void *backend, void *lk, int64_t lease_ms, dlock_error *err);
 
 /**
+ * Renew several held locks at once (ABI version 3; MAY): what extend()
+ * does for each of lks[0..n), with a lease of lease_ms[i] each, in as few
+ * round trips as the server allows (Redis: one pipeline per connection;
+ * a session backend: one heartbeat per session).  out[i] gets what
+ * extend() would have answered for lks[i]; `err` the message of the first
+ * failure.  Threads: the core's renewal thread, with at most
+ * DLOCK_RENEW_BATCH_MAX locks, each held and in no other call meanwhile.
+ * Without it the core calls extend() once per lock.
+ */
+#define DLOCK_RENEW_BATCH_MAX 128
+typedef void dlock_driver_extend_many_fn(void *backend, void *const *lks, const int64_t *lease_ms, size_t n,
+                                         dlock_status *out, dlock_error *err);
+
+/**
  * Ask the server whether held `lk` is still ours: DLOCK_OK, DLOCK_ENOTHELD
  * (the core then declares the loss), or DLOCK_EUNCERTAIN when it cannot
  * tell now (unreachable, session may live) — never another status.
@@ -583,6 +597,7 @@ typedef struct dlock_driver {
 	/* ABI version 3 */
 	dlock_driver_kind_capabilities_fn *kind_capabilities; /**< MAY; with lock_init_kind, or neither */
 	dlock_driver_lock_init_kind_fn *lock_init_kind;       /**< MAY; with kind_capabilities, or neither */
+	dlock_driver_extend_many_fn *extend_many;             /**< MAY; needs extend */
 } dlock_driver;
 
 /**
