@@ -912,6 +912,53 @@ static void add_mode_suite(const char *name, CU_InitializeFunc init)
 		CU_add_test(s, mode_tests[i].name, mode_tests[i].fn);
 }
 
+struct renewed {
+	dlock_client *c;
+	uint64_t want;
+};
+
+static int renewed_enough(void *arg)
+{
+	struct renewed *r = arg;
+	dlock_client_stats st;
+	return dlock_client_get_stats(r->c, &st) == DLOCK_OK && st.renewals >= r->want;
+}
+
+/*
+ * Many advisory locks held by one client at a short lease: they share a
+ * few sessions, and each batch of renewals sends one heartbeat per session
+ * (the idle timeout is the session's), not one per lock.  None is lost,
+ * and each is still held.
+ */
+static void test_held_many(void)
+{
+	enum { N = 1000, LEASE_MS = 1500 };
+	char name[32];
+	dlock_client *c = dlock_test_open(dlock_test_env("DLOCK_TEST_PG_URI"), NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	static dlock_lock *locks[N];
+	dlock_test_lost lost = { 0 };
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof name, "held-%d", i);
+		locks[i] = dlock_test_new_lock(c, name);
+		CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(locks[i], 0, LEASE_MS, 1, dlock_test_on_lost, &lost), DLOCK_OK);
+	}
+	dlock_client_stats st;
+	CU_ASSERT_EQUAL(dlock_client_get_stats(c, &st), DLOCK_OK);
+	struct renewed r = { c, st.renewals + 2 * N };
+	CU_ASSERT(dlock_test_await(renewed_enough, &r, 30000));
+	int held = 0;
+	for (int i = 0; i < N; i++) {
+		held += dlock_check(locks[i]) == DLOCK_OK;
+		CU_ASSERT_EQUAL(dlock_release(locks[i]), DLOCK_OK);
+		dlock_lock_free(locks[i]);
+	}
+	printf("\n    %d of %d locks held at a %d ms lease, %d lost", held, N, LEASE_MS, atomic_load(&lost.count));
+	CU_ASSERT_EQUAL(held, N);
+	CU_ASSERT_EQUAL(atomic_load(&lost.count), 0);
+	dlock_client_close(c);
+}
+
 /*
  * The server's lock table full (SQLSTATE 53200, "out of shared memory"): a
  * session of the test's own fills it with advisory locks (it holds about
@@ -960,6 +1007,7 @@ static void add_suites(void)
 	CU_add_test(s, "idle_session_ends", test_idle_session_ends);
 	CU_add_test(s, "first_token_own_session", test_first_token_own_session);
 	CU_add_test(s, "lock_table_full", test_lock_table_full);
+	CU_add_test(s, "held_many", test_held_many);
 	add_mode_suite("postgres-advisory", init_advisory);
 	add_mode_suite("postgres-row", init_row);
 	if (dlock_test_env("DLOCK_TEST_PG_BOUNCER_URI"))

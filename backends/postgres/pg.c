@@ -228,6 +228,19 @@ static dlock_status pg_extend(void *backend, void *lk, int64_t lease_ms, dlock_e
 	return ((struct dlock_pg_backend *)backend)->mode->extend(backend, lk, lease_ms, err);
 }
 
+/* The mode's batched renewal, or its extend() per lock (row mode: a session per lock anyway). */
+static void pg_extend_many(void *backend, void *const *lks, const int64_t *lease_ms, size_t n, dlock_status *out,
+                           dlock_error *err)
+{
+	const struct dlock_pg_mode *m = ((struct dlock_pg_backend *)backend)->mode;
+	if (m->extend_many) {
+		m->extend_many(backend, lks, lease_ms, n, out, err);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		out[i] = m->extend(backend, lks[i], lease_ms[i], err);
+}
+
 static dlock_status pg_check(void *backend, void *lk, dlock_error *err)
 {
 	return ((struct dlock_pg_backend *)backend)->mode->check(backend, lk, err);
@@ -260,6 +273,7 @@ static dlock_status pg_control(void *backend, void *lkp, int op, void *arg, dloc
 		.extend = pg_extend,                          \
 		.check = pg_check,                            \
 		.control = pg_control,                        \
+		.extend_many = pg_extend_many,                \
 	}
 
 const dlock_driver dlock_postgres_driver = PG_DRIVER("postgres");

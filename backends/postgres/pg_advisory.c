@@ -289,6 +289,51 @@ static dlock_status adv_extend(void *backend, void *lkp, int64_t lease_ms, dlock
 	return st;
 }
 
+/*
+ * Renewals of many locks: the lease is the session's idle timeout, so one
+ * heartbeat per session renews every lock of the batch that it holds (the
+ * timeout set covers the longest lease among them).  A session holds many
+ * of a client's locks (pg_pool.c pins it), so a batch is a few statements,
+ * not one per lock.
+ */
+static void adv_extend_many(void *backend, void *const *lks, const int64_t *lease_ms, size_t n, dlock_status *out,
+                            dlock_error *err)
+{
+	struct dlock_pg_backend *b = backend;
+	unsigned char done[DLOCK_RENEW_BATCH_MAX] = { 0 };
+	for (size_t i = 0; i < n && i < DLOCK_RENEW_BATCH_MAX; i++) {
+		if (done[i])
+			continue;
+		struct dlock_pg_conn *c = ((struct dlock_pg_lock *)lks[i])->conn;
+		char lease[24], sqlstate[6];
+		pthread_mutex_lock(&c->mu);
+		for (size_t j = i; j < n && j < DLOCK_RENEW_BATCH_MAX; j++) {
+			struct dlock_pg_lock *lk = lks[j];
+			if (done[j] || lk->conn != c)
+				continue;
+			out[j] = dlock_pg_lease_ok(lease_ms[j], err);
+			if (out[j] == DLOCK_OK)
+				lk->lease_ms = lease_ms[j];
+		}
+		int64_t idle_ms = dlock_pg_conn_lease(c, 0);
+		dlock_pg_ms_text(idle_ms, lease);
+		struct dlock_pg_stmt s = { .sql = sql_beat, .n = 1, .values = { lease }, .lengths = { -1 } };
+		dlock_status st = dlock_pg_run(b, c, &s, sqlstate, err);
+		if (st == DLOCK_OK)
+			c->idle_set_ms = idle_ms;
+		if (c->dead)
+			st = conn_gone(b, c, err);
+		for (size_t j = i; j < n && j < DLOCK_RENEW_BATCH_MAX; j++) {
+			if (done[j] || ((struct dlock_pg_lock *)lks[j])->conn != c)
+				continue;
+			done[j] = 1;
+			if (out[j] == DLOCK_OK)
+				out[j] = st;
+		}
+		pthread_mutex_unlock(&c->mu);
+	}
+}
+
 static dlock_status adv_check(void *backend, void *lkp, dlock_error *err)
 {
 	struct dlock_pg_backend *b = backend;
@@ -317,4 +362,5 @@ const struct dlock_pg_mode dlock_pg_advisory_mode = {
 	.release = adv_release,
 	.extend = adv_extend,
 	.check = adv_check,
+	.extend_many = adv_extend_many,
 };

@@ -135,6 +135,7 @@ struct dlock_pg_mode {
 	dlock_driver_release_fn *release;
 	dlock_driver_extend_fn *extend;
 	dlock_driver_check_fn *check;
+	dlock_driver_extend_many_fn *extend_many; /* or NULL: extend() per lock */
 };
 
 struct dlock_pg_backend {
