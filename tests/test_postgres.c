@@ -912,18 +912,6 @@ static void add_mode_suite(const char *name, CU_InitializeFunc init)
 		CU_add_test(s, mode_tests[i].name, mode_tests[i].fn);
 }
 
-struct renewed {
-	dlock_client *c;
-	uint64_t want;
-};
-
-static int renewed_enough(void *arg)
-{
-	struct renewed *r = arg;
-	dlock_client_stats st;
-	return dlock_client_get_stats(r->c, &st) == DLOCK_OK && st.renewals >= r->want;
-}
-
 /*
  * Many advisory locks held by one client at a short lease: they share a
  * few sessions, and each batch of renewals sends one heartbeat per session
@@ -945,8 +933,8 @@ static void test_held_many(void)
 	}
 	dlock_client_stats st;
 	CU_ASSERT_EQUAL(dlock_client_get_stats(c, &st), DLOCK_OK);
-	struct renewed r = { c, st.renewals + 2 * N };
-	CU_ASSERT(dlock_test_await(renewed_enough, &r, 30000));
+	dlock_test_count r = { c, st.renewals + 2 * N };
+	CU_ASSERT(dlock_test_await(dlock_test_renewed, &r, 30000));
 	int held = 0;
 	for (int i = 0; i < N; i++) {
 		held += dlock_check(locks[i]) == DLOCK_OK;

@@ -97,29 +97,11 @@ static int dead_port(void)
 	return ntohs(a.sin_port);
 }
 
-static int server_acquires_at_least(dlock_client *c, uint64_t n)
-{
-	dlock_client_stats s;
-	dlock_client_get_stats(c, &s);
-	return s.server_acquires >= n;
-}
-
-struct stats_wait {
-	dlock_client *c;
-	uint64_t n;
-};
-
-static int stats_reached(void *arg)
-{
-	struct stats_wait *sw = arg;
-	return server_acquires_at_least(sw->c, sw->n);
-}
-
 /* Await that a waiter's driver acquire has started (its first attempt failed). */
 static void await_first_attempt(dlock_client *c)
 {
-	struct stats_wait sw = { c, 1 };
-	CU_ASSERT_FATAL(dlock_test_await(stats_reached, &sw, AWAIT_MS));
+	dlock_test_count n = { c, 1 };
+	CU_ASSERT_FATAL(dlock_test_await(dlock_test_attempted, &n, AWAIT_MS));
 }
 
 /* ------------------------------------------------------------ URIs and errors */
@@ -328,18 +310,6 @@ static void test_script_flush(void)
 	dlock_client_close(c);
 }
 
-struct renewed {
-	dlock_client *c;
-	uint64_t want;
-};
-
-static int renewed_enough(void *arg)
-{
-	struct renewed *r = arg;
-	dlock_client_stats st;
-	return dlock_client_get_stats(r->c, &st) == DLOCK_OK && st.renewals >= r->want;
-}
-
 /*
  * Many locks held by one client at a short lease: the renewal thread sends
  * them in batches (one pipeline per server), and none is lost — also
@@ -363,12 +333,12 @@ static void held_many(const char *base, int cluster)
 	}
 	dlock_client_stats st;
 	CU_ASSERT_EQUAL(dlock_client_get_stats(c, &st), DLOCK_OK);
-	struct renewed r = { c, st.renewals + 2 * N }; /* every lock renewed twice more */
-	CU_ASSERT(dlock_test_await(renewed_enough, &r, 20000));
+	dlock_test_count r = { c, st.renewals + 2 * N }; /* every lock renewed twice more */
+	CU_ASSERT(dlock_test_await(dlock_test_renewed, &r, 20000));
 	if (!cluster) {
 		CU_ASSERT_FATAL(ctl_run("flush-scripts", redis_port));
 		r.want += 2 * N;
-		CU_ASSERT(dlock_test_await(renewed_enough, &r, 20000));
+		CU_ASSERT(dlock_test_await(dlock_test_renewed, &r, 20000));
 	}
 	CU_ASSERT_EQUAL(atomic_load(&lost.count), 0);
 	int held = 0;

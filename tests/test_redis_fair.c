@@ -292,6 +292,28 @@ static int entry_expired(void *arg)
 }
 
 /*
+ * A party of two on `name`, the first holding, and behind them in the
+ * queue a waiter that died (a child process queued, then SIGKILLed): its
+ * owner value into dead; then the second client waiting in w, queued after
+ * it.
+ */
+static void behind_dead_waiter(struct party *p, const char *name, char *dead, size_t len, dlock_test_waiter *w)
+{
+	int go;
+	fair_name_init(&p->n, name);
+	pid_t child = queue_in_child(&p->n, name, &go); /* before any thread of ours exists */
+	party_open(p, name, 2);
+	CU_ASSERT_FATAL(write(go, "g", 1) == 1);
+	close(go);
+	await_queued(&p->n, 1);
+	queued_owner(&p->n, 0, dead, len);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	dlock_test_waiter_start(w, p->l[1], LONG_WAIT_MS, LEASE_MS);
+	await_queued(&p->n, 2);
+}
+
+/*
  * A waiter that died is dropped once its deadline (3 refreshes) has passed
  * and never granted: the live waiter behind it gets the lock at once, not
  * after the dead one's lease.
@@ -299,22 +321,10 @@ static int entry_expired(void *arg)
 static void test_dead_waiter_skipped(void)
 {
 	struct party p;
-	fair_name_init(&p.n, "dead");
-	int go;
-	pid_t child = queue_in_child(&p.n, "dead", &go); /* before any thread of ours exists */
-	party_open(&p, "dead", 2);
-	dlock_lock *la = p.l[0], *lb = p.l[1];
-	CU_ASSERT_FATAL(write(go, "g", 1) == 1);
-	close(go);
-	await_queued(&p.n, 1);
 	char dead[64];
-	queued_owner(&p.n, 0, dead, sizeof dead);
-	kill(child, SIGKILL);
-	waitpid(child, NULL, 0);
-
 	dlock_test_waiter w;
-	dlock_test_waiter_start(&w, lb, LONG_WAIT_MS, LEASE_MS);
-	await_queued(&p.n, 2);
+	behind_dead_waiter(&p, "dead", dead, sizeof dead, &w);
+	dlock_lock *la = p.l[0], *lb = p.l[1];
 	struct deadline_passed d = { &p.n, dead };
 	CU_ASSERT(dlock_test_await(entry_expired, &d, AWAIT_MS));
 
@@ -337,22 +347,10 @@ static void test_dead_waiter_skipped(void)
 static void test_dead_waiter_granted_claims_nothing(void)
 {
 	struct party p;
-	fair_name_init(&p.n, "died");
-	int go;
-	pid_t child = queue_in_child(&p.n, "died", &go); /* before any thread of ours exists */
-	party_open(&p, "died", 2);
-	dlock_lock *la = p.l[0], *lb = p.l[1];
-	CU_ASSERT_FATAL(write(go, "g", 1) == 1);
-	close(go);
-	await_queued(&p.n, 1);
 	char dead[64];
-	queued_owner(&p.n, 0, dead, sizeof dead);
-	kill(child, SIGKILL);
-	waitpid(child, NULL, 0);
-
 	dlock_test_waiter w;
-	dlock_test_waiter_start(&w, lb, LONG_WAIT_MS, LEASE_MS);
-	await_queued(&p.n, 2);
+	behind_dead_waiter(&p, "died", dead, sizeof dead, &w);
+	dlock_lock *la = p.l[0], *lb = p.l[1];
 	struct deadline_passed d = { &p.n, dead };
 	int live = !entry_expired(&d); /* else a slow machine: the dead one is past its deadline, the case above */
 	int64_t released = dlock_test_now_ms();
@@ -372,19 +370,6 @@ static void test_dead_waiter_granted_claims_nothing(void)
 	}
 	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
 	party_close(&p);
-}
-
-struct attempts {
-	dlock_client *c;
-	uint64_t n;
-};
-
-/* The client has made at least n driver acquire calls. */
-static int attempted(void *arg)
-{
-	struct attempts *a = arg;
-	dlock_client_stats st;
-	return dlock_client_get_stats(a->c, &st) == DLOCK_OK && st.server_acquires >= a->n;
 }
 
 /*
@@ -428,10 +413,10 @@ static void test_mixed_with_fair0(void)
 		CU_ASSERT_EQUAL(dlock_test_acquire(lp, 0, LEASE_MS, 1, NULL, NULL), DLOCK_EBUSY); /* excluded */
 		dlock_client_stats st;
 		CU_ASSERT_EQUAL(dlock_client_get_stats(p, &st), DLOCK_OK);
-		struct attempts a = { p, st.server_acquires + 1 };
+		dlock_test_count a = { p, st.server_acquires + 1 };
 		dlock_test_waiter_start(&w, lp, LONG_WAIT_MS, LEASE_MS);
 		/* Its first attempt failed: it subscribes, and tries again once subscribed, so no release is missed. */
-		CU_ASSERT(dlock_test_await(attempted, &a, AWAIT_MS));
+		CU_ASSERT(dlock_test_await(dlock_test_attempted, &a, AWAIT_MS));
 		released = dlock_test_now_ms();
 		CU_ASSERT_EQUAL(dlock_release(lq), DLOCK_OK);
 		CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, LONG_WAIT_MS), DLOCK_OK);

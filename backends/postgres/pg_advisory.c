@@ -267,16 +267,10 @@ static dlock_status adv_release(void *backend, void *lkp, dlock_error *err)
 	return st;
 }
 
-static dlock_status adv_extend(void *backend, void *lkp, int64_t lease_ms, dlock_error *err)
+/* The session's heartbeat: its idle timeout set to the longest lease of its locks; c->mu held. */
+static dlock_status beat_locked(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
 {
-	struct dlock_pg_backend *b = backend;
-	struct dlock_pg_lock *lk = lkp;
-	struct dlock_pg_conn *c = lk->conn;
 	char lease[24], sqlstate[6];
-	if (dlock_pg_lease_ok(lease_ms, err) != DLOCK_OK)
-		return DLOCK_EINVAL;
-	pthread_mutex_lock(&c->mu);
-	lk->lease_ms = lease_ms;
 	int64_t idle_ms = dlock_pg_conn_lease(c, 0);
 	dlock_pg_ms_text(idle_ms, lease);
 	struct dlock_pg_stmt s = { .sql = sql_beat, .n = 1, .values = { lease }, .lengths = { -1 } };
@@ -285,6 +279,18 @@ static dlock_status adv_extend(void *backend, void *lkp, int64_t lease_ms, dlock
 		c->idle_set_ms = idle_ms;
 	if (c->dead)
 		st = conn_gone(b, c, err);
+	return st;
+}
+
+static dlock_status adv_extend(void *backend, void *lkp, int64_t lease_ms, dlock_error *err)
+{
+	struct dlock_pg_lock *lk = lkp;
+	struct dlock_pg_conn *c = lk->conn;
+	if (dlock_pg_lease_ok(lease_ms, err) != DLOCK_OK)
+		return DLOCK_EINVAL;
+	pthread_mutex_lock(&c->mu);
+	lk->lease_ms = lease_ms;
+	dlock_status st = beat_locked(backend, c, err);
 	pthread_mutex_unlock(&c->mu);
 	return st;
 }
@@ -305,7 +311,6 @@ static void adv_extend_many(void *backend, void *const *lks, const int64_t *leas
 		if (done[i])
 			continue;
 		struct dlock_pg_conn *c = ((struct dlock_pg_lock *)lks[i])->conn;
-		char lease[24], sqlstate[6];
 		pthread_mutex_lock(&c->mu);
 		for (size_t j = i; j < n && j < DLOCK_RENEW_BATCH_MAX; j++) {
 			struct dlock_pg_lock *lk = lks[j];
@@ -315,14 +320,7 @@ static void adv_extend_many(void *backend, void *const *lks, const int64_t *leas
 			if (out[j] == DLOCK_OK)
 				lk->lease_ms = lease_ms[j];
 		}
-		int64_t idle_ms = dlock_pg_conn_lease(c, 0);
-		dlock_pg_ms_text(idle_ms, lease);
-		struct dlock_pg_stmt s = { .sql = sql_beat, .n = 1, .values = { lease }, .lengths = { -1 } };
-		dlock_status st = dlock_pg_run(b, c, &s, sqlstate, err);
-		if (st == DLOCK_OK)
-			c->idle_set_ms = idle_ms;
-		if (c->dead)
-			st = conn_gone(b, c, err);
+		dlock_status st = beat_locked(b, c, err);
 		for (size_t j = i; j < n && j < DLOCK_RENEW_BATCH_MAX; j++) {
 			if (done[j] || ((struct dlock_pg_lock *)lks[j])->conn != c)
 				continue;

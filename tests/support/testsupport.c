@@ -182,6 +182,20 @@ int dlock_test_lost_seen(void *arg)
 	return atomic_load(&((dlock_test_lost *)arg)->count) > 0;
 }
 
+int dlock_test_attempted(void *arg)
+{
+	const dlock_test_count *n = arg;
+	dlock_client_stats st;
+	return dlock_client_get_stats(n->client, &st) == DLOCK_OK && st.server_acquires >= n->want;
+}
+
+int dlock_test_renewed(void *arg)
+{
+	const dlock_test_count *n = arg;
+	dlock_client_stats st;
+	return dlock_client_get_stats(n->client, &st) == DLOCK_OK && st.renewals >= n->want;
+}
+
 uint64_t dlock_test_token(dlock_lock *l)
 {
 	uint64_t t = 0;

@@ -140,6 +140,20 @@ void dlock_test_on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *
 /** For dlock_test_await(): `arg`, a dlock_test_lost, saw at least one loss. */
 int dlock_test_lost_seen(void *arg);
 
+/*
+ * A client's statistics reaching a count, for dlock_test_await(): set
+ * `want` from dlock_client_get_stats() before, plus what must happen.
+ */
+typedef struct dlock_test_count {
+	dlock_client *client;
+	uint64_t want;
+} dlock_test_count;
+
+/** For dlock_test_await(): `arg`, a dlock_test_count, whose client made at least `want` driver acquire calls. */
+int dlock_test_attempted(void *arg);
+/** For dlock_test_await(): `arg`, a dlock_test_count, whose client renewed leases at least `want` times. */
+int dlock_test_renewed(void *arg);
+
 /** The fencing token of the current acquisition; asserts (not fatally) that there is one. */
 uint64_t dlock_test_token(dlock_lock *l);
 
