@@ -181,6 +181,8 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 	/* The servers that hold locks: the URI's hosts, or the one master its sentinels name, or
 	 * (a cluster) the master of each lock's slot, one at a time. */
 	size_t servers = via->sentinel || via->cluster ? 1 : uri->nhosts;
+	if (servers == 0) /* the URI parser requires a host; said here for the allocations below */
+		return dlock_error_set(err, DLOCK_EURI, "redis: no host in %s", uri->masked);
 	/* The queue (fair=1) by default, where it works: one server (not RedLock), no replicas=N. */
 	int fair = 0, fair_given = dlock_uri_get(uri, "fair") != NULL;
 	if (fair_given && dlock_uri_get_bool(uri, "fair", &fair, err) != DLOCK_OK)
