@@ -399,6 +399,11 @@ static dlock_status resolve_params(const struct dlock_lock *l, const dlock_acqui
 	p->lease_ms = (!o || o->lease_ms == 0) ? u->ttl_ms : o->lease_ms;
 	p->renew = (!o || o->renew < 0) ? u->renew : o->renew != 0;
 	p->fencing = (!o || o->version < 2 || o->fencing < 0) ? u->fencing : o->fencing != 0;
+	/* A backend whose readers get no token (DLOCK_FEATURE_READ_FENCING NONE) is never asked for one:
+	 * the driver spares the work, and dlock_lock_fencing_token() says why there is none.  The kinds
+	 * never change once the client is handed out. */
+	if (p->mode == DLOCK_MODE_SHARED && l->client->kinds[DLOCK_KIND_RWLOCK].read_fencing == DLOCK_FENCING_NONE)
+		p->fencing = 0;
 	p->on_lost = o ? o->on_lost : NULL;
 	p->lost_userdata = o ? o->lost_userdata : NULL;
 	if (p->wait_ms < DLOCK_WAIT_FOREVER || p->lease_ms < 0 || p->lease_ms > INT64_MAX / NS_PER_MS / 2)
@@ -841,6 +846,8 @@ dlock_status dlock_lock_fencing_token(dlock_lock *l, uint64_t *token)
 		st = lock_fail(l, DLOCK_ENOTSUP, "this backend gives no fencing token");
 	else if (!l->held || l->lost || c->closing)
 		st = not_held_locked(l);
+	else if (l->mode == DLOCK_MODE_SHARED && c->kinds[DLOCK_KIND_RWLOCK].read_fencing == DLOCK_FENCING_NONE)
+		st = lock_fail(l, DLOCK_ENOTSUP, "readers get no fencing token on this backend (read fencing: none)");
 	else if (!l->has_token)
 		st = lock_fail(l, DLOCK_ENOTSUP, "this acquisition asked for no fencing token (fencing off)");
 	else

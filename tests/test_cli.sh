@@ -440,6 +440,20 @@ dl -s rwtoken -- sh -c 'echo "${DLOCK_FENCING_TOKEN-unset}"'
 tr=$(cat "$out")
 check "a reader's DLOCK_FENCING_TOKEN is the latest writer's ($tw = $tr)" \
 	eval '[[ "$tw" =~ ^[0-9]+$ ]] && [ "$tw" = "$tr" ]'
+if [ -n "${DLOCK_TEST_PG_URI:-}" ]; then
+	pg=(--uri "$DLOCK_TEST_PG_URI")
+	hold "$run_id-rw" p1 "${pg[@]}" --shared
+	expect_rc "postgres: --shared beside a --shared holder runs at once" 0 "${pg[@]}" -s -n "$run_id-rw" -- true
+	expect_rc "postgres: --exclusive on a read-held lock exits 75" 75 "${pg[@]}" -x -n "$run_id-rw" -- true
+	release "$hold_pid" p1
+	check "postgres: the --shared holder passes on its command's status" [ "$hold_rc" -eq 0 ]
+	dl "${pg[@]}" -s "$run_id-rw" -- sh -c 'echo "${DLOCK_FENCING_TOKEN-unset}"'
+	check "postgres: a reader has no DLOCK_FENCING_TOKEN (read fencing none)" [ "$(cat "$out")" = unset ]
+	dl "${pg[@]}" -x "$run_id-rw" -- sh -c 'echo "${DLOCK_FENCING_TOKEN-unset}"'
+	check "postgres: a writer has one" eval '[[ "$(cat "$out")" =~ ^[0-9]+$ ]]'
+else
+	echo "skip - --shared on postgres:// (DLOCK_TEST_PG_URI unset)"
+fi
 if [ -n "${DLOCK_TEST_REDIS_URI:-}" ]; then
 	expect_rc "--shared on a backend without read-write locks exits 78" 78 --uri "$DLOCK_TEST_REDIS_URI" -s rw -- true
 	check "... saying so" contains "$err" "^dlock: --shared: .*read-write"

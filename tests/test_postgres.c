@@ -11,6 +11,7 @@
  *
  * Without DLOCK_TEST_PG_URI the program says SKIPPED and exits 0 (1 when
  * DLOCK_TEST_REQUIRE_ALL=1).  The mode-specific suites run once per mode.
+ * The read-write tests (rw_*) look at pg_locks to see what the server holds.
  */
 #include <fcntl.h>
 #include <libpq-fe.h>
@@ -867,6 +868,269 @@ static void test_rollback(void)
 	dlock_client_close(b);
 }
 
+/* ------------------------------------------------------------ read-write locks */
+
+/* One acquire of a read-write handle on a thread of its own; the lock stays held (release from any thread). */
+typedef struct rw_taker {
+	dlock_lock *lock;
+	dlock_lock_mode mode;
+	int64_t wait_ms;
+	pthread_t thread;
+	atomic_int done;
+	dlock_status status;
+} rw_taker;
+
+static void *rw_taker_run(void *arg)
+{
+	rw_taker *t = arg;
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = t->wait_ms;
+	o.mode = t->mode;
+	t->status = dlock_acquire(t->lock, &o);
+	atomic_store(&t->done, 1);
+	return NULL;
+}
+
+static void rw_taker_start(rw_taker *t, dlock_lock *lock, dlock_lock_mode mode, int64_t wait_ms)
+{
+	memset(t, 0, sizeof *t);
+	t->lock = lock;
+	t->mode = mode;
+	t->wait_ms = wait_ms;
+	if (pthread_create(&t->thread, NULL, rw_taker_run, t) != 0)
+		abort();
+}
+
+static int rw_taker_done(void *arg)
+{
+	return atomic_load(&((rw_taker *)arg)->done);
+}
+
+/* The acquire's status, once it returned; the thread is left unjoined (see rw_taker_join). */
+static dlock_status rw_taker_status(rw_taker *t)
+{
+	int done = dlock_test_await(rw_taker_done, t, LONG_WAIT_MS);
+	CU_ASSERT(done);
+	while (!done) { /* a hang is a failure, not a hung test program */
+		dlock_cancel(t->lock);
+		done = dlock_test_await(rw_taker_done, t, 100);
+	}
+	return t->status;
+}
+
+/* Join the thread: only once the lock it took is released, as a joined thread's id may be given to
+ * the next thread, which the core would then take for the holder (one thread, two handles). */
+static dlock_status rw_taker_join(rw_taker *t)
+{
+	dlock_status st = rw_taker_status(t);
+	pthread_join(t->thread, NULL);
+	return st;
+}
+
+/* dlock_acquire() in `mode` on the calling thread. */
+static dlock_status rw_acquire(dlock_lock *l, dlock_lock_mode mode, int64_t wait_ms)
+{
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = wait_ms;
+	o.mode = mode;
+	return dlock_acquire(l, &o);
+}
+
+static uint64_t server_acquires(dlock_client *c)
+{
+	dlock_client_stats st;
+	CU_ASSERT_EQUAL(dlock_client_get_stats(c, &st), DLOCK_OK);
+	return st.server_acquires;
+}
+
+static dlock_lock *new_rwlock(dlock_client *c, const char *name)
+{
+	dlock_lock *l = NULL;
+	if (c)
+		CU_ASSERT_EQUAL(dlock_rwlock_new(c, name, &l), DLOCK_OK);
+	return l;
+}
+
+static int64_t key_of(dlock_lock *l)
+{
+	int64_t key = 0;
+	CU_ASSERT_EQUAL(dlock_lock_control(l, DLOCK_PG_CTL_ADVISORY_KEY, &key), DLOCK_OK);
+	return key;
+}
+
+/* Sessions that hold (granted 1) or wait for (0) advisory key `key` in `mode` ("ShareLock",
+ * "ExclusiveLock"); -1 on error. */
+static long long key_sessions(PGconn *pg, int64_t key, const char *mode, int granted)
+{
+	char k[24];
+	snprintf(k, sizeof k, "%lld", (long long)key);
+	const char *values[3] = { k, mode, granted ? "t" : "f" };
+	PGresult *r = PQexecParams(pg,
+	                           "SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory' "
+	                           "AND objsubid = 1 AND classid = (($1::int8 >> 32) & 4294967295)::oid "
+	                           "AND objid = ($1::int8 & 4294967295)::oid AND mode = $2 AND granted = $3::bool",
+	                           3, NULL, values, NULL, NULL, 0);
+	long long v = -1;
+	if (PQresultStatus(r) == PGRES_TUPLES_OK)
+		v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+	else
+		printf("\n    pg_locks: %s", PQresultErrorMessage(r));
+	PQclear(r);
+	return v;
+}
+
+typedef struct key_wait {
+	PGconn *mon;
+	int64_t key;
+} key_wait;
+
+/* For dlock_test_await(): a session waits for the key in exclusive mode. */
+static int writer_queued(void *arg)
+{
+	key_wait *k = arg;
+	return key_sessions(k->mon, k->key, "ExclusiveLock", 0) == 1;
+}
+
+/*
+ * Two readers of one client, then a writer of the same client: the writer
+ * waits until both readers have released.  In advisory mode the server
+ * shows the two readers as two sessions holding the key in ShareLock (each
+ * its own lock: the second reader was not sent on the first one's
+ * session), a release gives back one of them, and the writer then holds
+ * it in ExclusiveLock alone.
+ */
+static void test_rw_one_client(void)
+{
+	char name[128], app[64];
+	unique_name(name, sizeof name, "rw-one-client");
+	snprintf(app, sizeof app, "dlock-rw1-%ld-%u", (long)getpid(), name_counter);
+	dlock_client *a = open_app(app);
+	dlock_lock *r1 = new_rwlock(a, name), *r2 = new_rwlock(a, name), *w = new_rwlock(a, name);
+	PGconn *mon = monitor();
+	rw_taker t2, tw;
+	int64_t key = 0;
+	/* r1 on this thread; r2 and the writer on threads of their own, joined only at the end. */
+	if (!r1 || !r2 || !w || !expect(rw_acquire(r1, DLOCK_MODE_SHARED, 0), DLOCK_OK))
+		goto done;
+	key = key_of(r1);
+	CU_ASSERT_EQUAL(key_of(w), key);
+	rw_taker_start(&t2, r2, DLOCK_MODE_SHARED, 0);
+	if (expect(rw_taker_status(&t2), DLOCK_OK)) {
+		CU_ASSERT_EQUAL(backends_of(mon, app), 2);
+		if (!mode_is_row) { /* two sessions, each with its own shared lock of the key */
+			CU_ASSERT_EQUAL(key_sessions(mon, key, "ShareLock", 1), 2);
+			CU_ASSERT_EQUAL(key_sessions(mon, key, "ExclusiveLock", 1), 0);
+		}
+		CU_ASSERT_EQUAL(dlock_check(r2), DLOCK_OK);
+	}
+	CU_ASSERT_EQUAL(dlock_check(r1), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_lock_fencing_token(r1, &(uint64_t){ 0 }), DLOCK_ENOTSUP);
+	rw_taker_start(&tw, w, DLOCK_MODE_EXCLUSIVE, LONG_WAIT_MS);
+	CU_ASSERT_EQUAL(dlock_release(r1), DLOCK_OK);
+	if (!mode_is_row) /* one level given back: the other reader's lock stays */
+		CU_ASSERT_EQUAL(key_sessions(mon, key, "ShareLock", 1), 1);
+	CU_ASSERT_EQUAL(dlock_check(r2), DLOCK_OK);
+	CU_ASSERT(!rw_taker_done(&tw));
+	CU_ASSERT_EQUAL(dlock_release(r2), DLOCK_OK);
+	if (expect(rw_taker_status(&tw), DLOCK_OK)) {
+		CU_ASSERT(dlock_test_token(w) > 0);
+		if (!mode_is_row) {
+			CU_ASSERT_EQUAL(key_sessions(mon, key, "ShareLock", 1), 0);
+			CU_ASSERT_EQUAL(key_sessions(mon, key, "ExclusiveLock", 1), 1);
+		}
+		CU_ASSERT_EQUAL(dlock_release(w), DLOCK_OK);
+	}
+	if (!mode_is_row)
+		CU_ASSERT_EQUAL(key_sessions(mon, key, "ExclusiveLock", 1), 0);
+	rw_taker_join(&t2);
+	rw_taker_join(&tw);
+done:
+	PQfinish(mon);
+	dlock_lock_free(r1);
+	dlock_lock_free(r2);
+	dlock_lock_free(w);
+	dlock_client_close(a);
+}
+
+/*
+ * Advisory mode: a reader of client A holds, a writer of client B waits on
+ * the server, and a second reader of A, sent to the server beside A's own
+ * reader, must not get in (writer-first).  On the first reader's session
+ * PostgreSQL would grant it at once, queue or not, so this fails if the
+ * pool ever offers a session that holds the key.  Once the first reader
+ * leaves, the writer gets the lock.
+ */
+static void test_rw_writer_first_one_client(void)
+{
+	char name[128];
+	unique_name(name, sizeof name, "rw-writer-first");
+	const char *uri = dlock_test_env("DLOCK_TEST_PG_URI");
+	dlock_client *a = open_uri(uri), *b = open_uri(uri);
+	dlock_lock *r1 = new_rwlock(a, name), *r2 = new_rwlock(a, name), *w = new_rwlock(b, name);
+	PGconn *mon = monitor();
+	rw_taker tw, t2;
+	if (!r1 || !r2 || !w || !expect(rw_acquire(r1, DLOCK_MODE_SHARED, 0), DLOCK_OK))
+		goto done;
+	key_wait k = { .mon = mon, .key = key_of(r1) };
+	rw_taker_start(&tw, w, DLOCK_MODE_EXCLUSIVE, LONG_WAIT_MS);
+	CU_ASSERT(dlock_test_await(writer_queued, &k, AWAIT_MS));
+	uint64_t sent = server_acquires(a);
+	rw_taker_start(&t2, r2, DLOCK_MODE_SHARED, 0);
+	CU_ASSERT_EQUAL(rw_taker_join(&t2), DLOCK_EBUSY); /* not held: joining is harmless */
+	CU_ASSERT_EQUAL(server_acquires(a), sent + 1);   /* the server said no, not the core */
+	CU_ASSERT_EQUAL(key_sessions(mon, k.key, "ShareLock", 1), 1);
+	CU_ASSERT(!rw_taker_done(&tw));
+	CU_ASSERT_EQUAL(dlock_release(r1), DLOCK_OK);
+	if (expect(rw_taker_status(&tw), DLOCK_OK)) {
+		CU_ASSERT_EQUAL(rw_acquire(r2, DLOCK_MODE_SHARED, 0), DLOCK_EBUSY);
+		CU_ASSERT_EQUAL(dlock_release(w), DLOCK_OK);
+	}
+	rw_taker_join(&tw);
+	/* Free again: the second reader gets in. */
+	if (expect(rw_acquire(r2, DLOCK_MODE_SHARED, 0), DLOCK_OK))
+		CU_ASSERT_EQUAL(dlock_release(r2), DLOCK_OK);
+done:
+	PQfinish(mon);
+	dlock_lock_free(r1);
+	dlock_lock_free(r2);
+	dlock_lock_free(w);
+	dlock_client_close(a);
+	dlock_client_close(b);
+}
+
+/*
+ * A mutex and a read-write lock of one name meet on one advisory key (one
+ * row): a mutex holder keeps readers and writers of another client out,
+ * and a reader keeps the mutex out (KIND_CHECK 0: nothing to refuse).
+ */
+static void test_rw_mutex_same_key(void)
+{
+	char name[128];
+	unique_name(name, sizeof name, "rw-mutex");
+	dlock_client *a = open_uri(mode_uri), *b = open_uri(mode_uri);
+	dlock_lock *m = new_lock(a, name), *r = new_rwlock(b, name);
+	int64_t kc = -1;
+	if (!m || !r)
+		goto done;
+	CU_ASSERT_EQUAL(dlock_client_feature(a, DLOCK_FEATURE_KIND_CHECK, &kc), DLOCK_OK);
+	CU_ASSERT_EQUAL(kc, 0);
+	CU_ASSERT_EQUAL(key_of(m), key_of(r));
+	if (expect(acquire(m, 0, 0, NULL, NULL), DLOCK_OK)) { /* two clients: the server decides */
+		CU_ASSERT_EQUAL(rw_acquire(r, DLOCK_MODE_SHARED, 0), DLOCK_EBUSY);
+		CU_ASSERT_EQUAL(rw_acquire(r, DLOCK_MODE_EXCLUSIVE, 0), DLOCK_EBUSY);
+		CU_ASSERT_EQUAL(dlock_release(m), DLOCK_OK);
+	}
+	if (expect(rw_acquire(r, DLOCK_MODE_SHARED, 0), DLOCK_OK)) {
+		CU_ASSERT_EQUAL(acquire(m, 0, 0, NULL, NULL), DLOCK_EBUSY);
+		CU_ASSERT_EQUAL(dlock_release(r), DLOCK_OK);
+	}
+done:
+	dlock_lock_free(m);
+	dlock_lock_free(r);
+	dlock_client_close(a);
+	dlock_client_close(b);
+}
+
 /* ------------------------------------------------------------ suites */
 
 static int init_advisory(void)
@@ -903,6 +1167,8 @@ static const struct {
 	{ "many_locks_connections", test_many_locks_connections },
 	{ "rollback", test_rollback },
 	{ "contended", test_contended },
+	{ "rw_one_client", test_rw_one_client },
+	{ "rw_mutex_same_key", test_rw_mutex_same_key },
 };
 
 static void add_mode_suite(const char *name, CU_InitializeFunc init)
@@ -996,6 +1262,7 @@ static void add_suites(void)
 	CU_add_test(s, "first_token_own_session", test_first_token_own_session);
 	CU_add_test(s, "lock_table_full", test_lock_table_full);
 	CU_add_test(s, "held_many", test_held_many);
+	CU_add_test(s, "rw_writer_first_one_client", test_rw_writer_first_one_client);
 	add_mode_suite("postgres-advisory", init_advisory);
 	add_mode_suite("postgres-row", init_row);
 	if (dlock_test_env("DLOCK_TEST_PG_BOUNCER_URI"))

@@ -63,6 +63,8 @@ static void pg_close(void *backend)
 	free(b->sql_row_wait);
 	free(b->sql_row_try_token);
 	free(b->sql_row_wait_token);
+	free(b->sql_row_try_shared);
+	free(b->sql_row_wait_shared);
 	for (int i = 0; i < 4; i++)
 		free(b->sql_row_prepare[i]);
 	free(b);
@@ -204,6 +206,34 @@ static dlock_status pg_lock_init(void *backend, void *lkp, const char *name, siz
 	return DLOCK_OK;
 }
 
+/*
+ * Read-write locks in both modes, on the same server resource as the
+ * mutex of that name (the key, the row), so the kinds exclude each other
+ * and nothing needs refusing (KIND_CHECK 0).  Advisory mode is
+ * WRITER_FIRST (pg_advisory.c says why); in row mode a FOR SHARE request
+ * is granted beside the FOR SHARE holders even while a FOR UPDATE waits,
+ * so readers that keep overlapping can starve a writer (NO_PREFERENCE).
+ * Readers get no fencing token in either mode (pg_advisory.c).
+ */
+static void pg_kind_capabilities(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps)
+{
+	const struct dlock_pg_backend *b = backend;
+	caps->supported = kind == DLOCK_KIND_MUTEX || kind == DLOCK_KIND_RWLOCK;
+	caps->kind_checked = 0;
+	if (kind == DLOCK_KIND_RWLOCK) {
+		caps->policy = b->mode == &dlock_pg_row_mode ? DLOCK_RWLOCK_NO_PREFERENCE : DLOCK_RWLOCK_WRITER_FIRST;
+		caps->read_fencing = DLOCK_FENCING_NONE;
+	}
+}
+
+/* The kind changes nothing in the name's key or row: each acquisition's mode decides. */
+static dlock_status pg_lock_init_kind(void *backend, void *lkp, const char *name, size_t len,
+                                      const dlock_kind_spec *spec, dlock_error *err)
+{
+	(void)spec;
+	return pg_lock_init(backend, lkp, name, len, err);
+}
+
 static void pg_lock_fini(void *backend, void *lkp)
 {
 	struct dlock_pg_lock *lk = lkp;
@@ -273,6 +303,8 @@ static dlock_status pg_control(void *backend, void *lkp, int op, void *arg, dloc
 		.extend = pg_extend,                          \
 		.check = pg_check,                            \
 		.control = pg_control,                        \
+		.kind_capabilities = pg_kind_capabilities,    \
+		.lock_init_kind = pg_lock_init_kind,          \
 		.extend_many = pg_extend_many,                \
 	}
 

@@ -35,6 +35,24 @@
  * Applications never share dlock's connections, so no user ROLLBACK can
  * touch these locks either.
  *
+ * Read-write locks: a reader takes pg_advisory_lock_shared(key) (or the
+ * try form) and releases with pg_advisory_unlock_shared(key); a writer, or
+ * a mutex, takes the exclusive lock of the same key, so every kind of a
+ * name meets on one key and mixing kinds is safe (KIND_CHECK 0).  Shared
+ * and exclusive advisory locks of one key exclude each other, and
+ * PostgreSQL's lock manager makes a request that conflicts with a waiting
+ * one wait behind it (the wait queue's waitMask), the try form included:
+ * a waiting writer holds back the readers that come after it, and waiters
+ * are granted in queue order (WRITER_FIRST, fair).  That holds only
+ * between sessions — a session that holds the key gets it again at once,
+ * queue or not — hence the rule of pg_internal.h: no session ever takes a
+ * key it holds.  Readers take no fencing token (read fencing NONE): the
+ * token of a writer is nextval of one sequence for every name, and
+ * PostgreSQL keeps nothing per advisory key that another session could
+ * read, so a reader could learn the latest writer's token only if every
+ * writer also wrote it to a table — a row write per acquisition in a mode
+ * that otherwise writes nothing.
+ *
  * PgBouncer: session locks need one server session per client connection,
  * so advisory mode needs session pooling (or none); behind transaction
  * pooling use mode=row.
@@ -52,29 +70,35 @@
 #define SET_IDLE(n) "CASE WHEN $" n " IS NULL THEN false " \
 	"ELSE set_config('idle_session_timeout', $" n ", false) IS NULL END"
 
-/* The lock and the lease, then: the token (TOKEN set) or 0 (PLAIN set). */
-#define TRY(tail) "SELECT CASE WHEN NOT pg_try_advisory_lock($1) THEN NULL " \
+/* The lock (`fn`: "" exclusive, "_shared" a reader) and the lease, then: the token (TOKEN set) or 0
+ * (PLAIN set). */
+#define TRY(fn, tail) "SELECT CASE WHEN NOT pg_try_advisory_lock" fn "($1) THEN NULL " \
 	"WHEN " SET_IDLE("2") " THEN NULL ELSE " tail " END" ELAPSED
-#define WAIT(tail) "SELECT CASE " \
+#define WAIT(fn, tail) "SELECT CASE " \
 	"WHEN set_config('lock_timeout', $3, true) IS NULL THEN NULL " \
-	"WHEN pg_advisory_lock($1) IS NULL THEN NULL " \
+	"WHEN pg_advisory_lock" fn "($1) IS NULL THEN NULL " \
 	"WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL " \
 	"WHEN " SET_IDLE("2") " THEN NULL ELSE " tail " END" ELAPSED
 
-/* Prepared once per session (pg_exec.c); $1 key, $2 idle timeout or NULL, $3 wait. */
-#define PREPARE_PLAIN "PREPARE dlock_try(int8, text) AS " TRY("0") ";" \
-	"PREPARE dlock_wait(int8, text, text) AS " WAIT("0") ";" \
-	"PREPARE dlock_unlock(int8, text) AS SELECT pg_advisory_unlock($1), " SET_IDLE("2") ";"
-#define PREPARE_TOKEN "PREPARE dlock_try_token(int8, text) AS " TRY("nextval(" SEQ ")") ";" \
-	"PREPARE dlock_wait_token(int8, text, text) AS " WAIT("nextval(" SEQ ")") ";"
+/* Prepared once per session (pg_exec.c); $1 key, $2 idle timeout or NULL, $3 wait.  Readers take
+ * no token, so their statements are all in the PLAIN set. */
+#define PREPARE_PLAIN "PREPARE dlock_try(int8, text) AS " TRY("", "0") ";" \
+	"PREPARE dlock_wait(int8, text, text) AS " WAIT("", "0") ";" \
+	"PREPARE dlock_unlock(int8, text) AS SELECT pg_advisory_unlock($1), " SET_IDLE("2") ";" \
+	"PREPARE dlock_try_shared(int8, text) AS " TRY("_shared", "0") ";" \
+	"PREPARE dlock_wait_shared(int8, text, text) AS " WAIT("_shared", "0") ";" \
+	"PREPARE dlock_unlock_shared(int8, text) AS SELECT pg_advisory_unlock_shared($1), " SET_IDLE("2") ";"
+#define PREPARE_TOKEN "PREPARE dlock_try_token(int8, text) AS " TRY("", "nextval(" SEQ ")") ";" \
+	"PREPARE dlock_wait_token(int8, text, text) AS " WAIT("", "nextval(" SEQ ")") ";"
 /* The TOKEN set first: when it fails, nothing after it runs. */
 static const char sql_prepare_plain[] = PREPARE_PLAIN;
 static const char sql_prepare_token[] = PREPARE_TOKEN;
 static const char sql_prepare_both[] = PREPARE_TOKEN PREPARE_PLAIN;
 static const char sql_undo[] = "SELECT pg_advisory_unlock($1::int8)";
+static const char sql_undo_shared[] = "SELECT pg_advisory_unlock_shared($1::int8)";
 static const char sql_beat[] = "SELECT set_config('idle_session_timeout', $1, false)";
 static const char sql_check[] = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
-                                "AND pid = pg_backend_pid() AND granted AND objsubid = 1 "
+                                "AND pid = pg_backend_pid() AND granted AND objsubid = 1 AND mode = $2 "
                                 "AND classid = (($1::int8 >> 32) & 4294967295)::oid "
                                 "AND objid = ($1::int8 & 4294967295)::oid";
 
@@ -104,9 +128,11 @@ static const char *idle_text(const struct dlock_pg_conn *c, int64_t ms, char buf
 }
 
 /* Unlock after a failed attempt that may have locked; else drop the session. */
-static void undo(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *key)
+static void undo(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_lock *lk,
+                 const char *key)
 {
-	struct dlock_pg_stmt s = { .sql = sql_undo, .n = 1, .values = { key }, .lengths = { -1 } };
+	struct dlock_pg_stmt s = { .sql = lk->shared ? sql_undo_shared : sql_undo, .n = 1, .values = { key },
+		                   .lengths = { -1 } };
 	dlock_error ignored;
 	char sqlstate[6];
 	if (c->dead || c->nlocks == 0 || dlock_pg_run(b, c, &s, sqlstate, &ignored) != DLOCK_OK)
@@ -129,7 +155,7 @@ static dlock_status settle_attempt(struct dlock_pg_backend *b, struct dlock_pg_c
 		return DLOCK_OK;
 	}
 	if (st != DLOCK_EBUSY && !c->dead)
-		undo(b, c, key);
+		undo(b, c, lk, key);
 	if (c->dead)
 		dlock_pg_pool_broken(b, c, err->msg);
 	return st;
@@ -160,13 +186,13 @@ static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
 	}
 	int64_t idle_ms = dlock_pg_conn_lease(c, lk->lease_ms);
 	const char *idle = idle_text(c, idle_ms, lease);
-	struct dlock_pg_stmt s = { .prepared = fencing ? "dlock_try_token" : "dlock_try", .token = fencing, .n = 2,
-		                   .values = { key, idle }, .lengths = { -1, -1 } };
+	struct dlock_pg_stmt s = { .prepared = lk->shared ? "dlock_try_shared" : fencing ? "dlock_try_token" : "dlock_try",
+		                   .token = fencing, .n = 2, .values = { key, idle }, .lengths = { -1, -1 } };
 	int64_t deadline = dlock_pg_io_deadline(b);
 	if (w) {
 		int64_t left = dlock_wait_remaining_ms(w);
 		dlock_pg_ms_text(left < 0 ? 0 : left, wait);
-		s.prepared = fencing ? "dlock_wait_token" : "dlock_wait";
+		s.prepared = lk->shared ? "dlock_wait_shared" : fencing ? "dlock_wait_token" : "dlock_wait";
 		s.n = 3;
 		s.values[2] = wait;
 		s.lengths[2] = -1;
@@ -210,7 +236,9 @@ static dlock_status adv_acquire(void *backend, void *lkp, int64_t lease_ms, dloc
 	struct dlock_pg_backend *b = backend;
 	struct dlock_pg_lock *lk = lkp;
 	int waits = !dlock_wait_try_once(w) && dlock_wait_remaining_ms(w) != 0;
-	int fencing = dlock_wait_wants_token(w);
+	/* Readers take no token (read fencing NONE: the core asks none of them). */
+	lk->shared = dlock_wait_mode(w) == DLOCK_MODE_SHARED;
+	int fencing = dlock_wait_wants_token(w) && !lk->shared;
 	dlock_status st = dlock_pg_lease_ok(lease_ms, err);
 	if (st != DLOCK_OK)
 		return st;
@@ -219,7 +247,7 @@ static dlock_status adv_acquire(void *backend, void *lkp, int64_t lease_ms, dloc
 	 * transaction, perhaps waiting for another client's setup): never on a
 	 * session that other locks hold, whose heartbeats would wait for it. */
 	int setup = fencing && !atomic_load(&b->fence_ready);
-	struct dlock_pg_conn *c = setup ? NULL : dlock_pg_pool_share(b, lease_ms);
+	struct dlock_pg_conn *c = setup ? NULL : dlock_pg_pool_share(b, lease_ms, lk->key);
 	if (c) {
 		st = attempt(b, c, lk, NULL, fencing, out, err);
 		dlock_pg_pool_put(b, c);
@@ -251,7 +279,8 @@ static dlock_status adv_release(void *backend, void *lkp, dlock_error *err)
 	/* The last lock gone: the session keeps its timeout (pg_pool.c retires it). */
 	int64_t idle_ms = dlock_pg_conn_lease(c, 0);
 	const char *idle = idle_ms == 0 ? NULL : idle_text(c, idle_ms, lease);
-	struct dlock_pg_stmt s = { .prepared = "dlock_unlock", .n = 2, .values = { key, idle }, .lengths = { -1, -1 } };
+	struct dlock_pg_stmt s = { .prepared = lk->shared ? "dlock_unlock_shared" : "dlock_unlock", .n = 2,
+		                   .values = { key, idle }, .lengths = { -1, -1 } };
 	dlock_status st = dlock_pg_exec(b, c, &s, dlock_pg_io_deadline(b), &res, sqlstate, err);
 	if (st == DLOCK_OK && idle)
 		c->idle_set_ms = idle_ms;
@@ -342,7 +371,8 @@ static dlock_status adv_check(void *backend, void *lkp, dlock_error *err)
 	int isnull;
 	snprintf(key, sizeof key, "%lld", (long long)lk->key);
 	pthread_mutex_lock(&c->mu);
-	struct dlock_pg_stmt s = { .sql = sql_check, .n = 1, .values = { key }, .lengths = { -1 } };
+	struct dlock_pg_stmt s = { .sql = sql_check, .n = 2, .values = { key, lk->shared ? "ShareLock" : "ExclusiveLock" },
+		                   .lengths = { -1, -1 } };
 	dlock_status st = dlock_pg_exec(b, c, &s, dlock_pg_io_deadline(b), &res, sqlstate, err);
 	if (st == DLOCK_OK && dlock_pg_int_value(res, &isnull) != 1)
 		st = dlock_error_set(err, DLOCK_ENOTHELD, "the server shows no such lock for this session");

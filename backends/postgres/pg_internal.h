@@ -29,9 +29,16 @@
  *     held lock has its connection to itself.
  *   - A connection that holds nothing goes back to the idle list (a few
  *     are kept, the rest closed).
- *   - The core never asks for a name this client already holds or is
- *     acquiring, so no session ever takes the same advisory key twice and
- *     PostgreSQL's per-session reentrancy never comes into play.
+ *   - No session ever takes an advisory key it holds already, so
+ *     PostgreSQL's per-session reentrancy never comes into play.  The core
+ *     never asks for a name this client holds or is acquiring, except a
+ *     reader beside the client's own readers (read-write locks); a session
+ *     that holds the key in any mode is then never offered for the attempt
+ *     (dlock_pg_pool_share), so each reader holds on a session of its own.
+ *     On one session a second shared lock of a key would be granted at
+ *     once even while another client's writer waits (breaking
+ *     writer-first), and an exclusive one beside the session's own shared
+ *     lock would be granted at once (breaking exclusion).
  *
  * Lease.  The server enforces it: a holding session gets
  * idle_session_timeout (advisory) or idle_in_transaction_session_timeout
@@ -102,6 +109,7 @@ struct dlock_pg_lock {
 	struct dlock_pg_lock *next_on_conn;
 	int64_t lease_ms;                 /* of the current acquisition */
 	int fencing;                      /* row mode: the current acquisition wants a token */
+	int shared;                       /* the current acquisition is a reader's (DLOCK_MODE_SHARED) */
 	int64_t key;                      /* advisory key */
 	char *row_name;                   /* row mode: prefix ":" name (bytes) */
 	size_t row_len;
@@ -150,6 +158,7 @@ struct dlock_pg_backend {
 	atomic_int fence_ready;    /* the sequence exists and this role may use it (seen once) */
 	char *table;               /* row mode: quoted identifier */
 	char *sql_row_insert, *sql_row_try, *sql_row_wait, *sql_row_try_token, *sql_row_wait_token;
+	char *sql_row_try_shared, *sql_row_wait_shared; /* row mode: a reader's FOR SHARE */
 	char *sql_row_prepare[4];  /* row mode: its PREPAREs by DLOCK_PG_SET_* bits */
 	/* What a session runs before its first prepared statement of a set
 	 * (simple protocol, several statements), indexed by the DLOCK_PG_SET_*
@@ -233,8 +242,11 @@ dlock_status dlock_pg_conn_open(const struct dlock_pg_backend *b, struct dlock_p
  */
 dlock_status dlock_pg_pool_take(struct dlock_pg_backend *b, int *reused, struct dlock_pg_conn **out,
                                 dlock_error *err);
-/** A pinned connection set for `lease_ms` that no thread is using now, to share; NULL if none. */
-struct dlock_pg_conn *dlock_pg_pool_share(struct dlock_pg_backend *b, int64_t lease_ms);
+/**
+ * A pinned connection set for `lease_ms` that no thread is using now and that holds no lock of
+ * advisory key `key`, to share; NULL if none.
+ */
+struct dlock_pg_conn *dlock_pg_pool_share(struct dlock_pg_backend *b, int64_t lease_ms, int64_t key);
 /** Stop using `c`: it goes where it belongs (idle, shared, kept by its locks, or closed). */
 void dlock_pg_pool_put(struct dlock_pg_backend *b, struct dlock_pg_conn *c);
 /** `lk` is now held on `c` (c->mu held). */

@@ -181,16 +181,26 @@ dlock_status dlock_pg_pool_take(struct dlock_pg_backend *b, int *reused, struct 
 	return st;
 }
 
-struct dlock_pg_conn *dlock_pg_pool_share(struct dlock_pg_backend *b, int64_t lease_ms)
+/* 1 when a lock held on `c` has advisory key `key` (pool->mu held). */
+static int conn_holds_key(const struct dlock_pg_conn *c, int64_t key)
+{
+	for (const struct dlock_pg_lock *lk = c->locks; lk; lk = lk->next_on_conn)
+		if (lk->key == key)
+			return 1;
+	return 0;
+}
+
+struct dlock_pg_conn *dlock_pg_pool_share(struct dlock_pg_backend *b, int64_t lease_ms, int64_t key)
 {
 	struct dlock_pg_pool *p = &b->pool;
 	pthread_mutex_lock(&p->mu);
 	/* Share only when no idle connection is left, and never one that another
 	 * thread is using: we would wait for its statement.  Threads that acquire
 	 * at once then each get a session, and the sessions are still bounded by
-	 * those threads, not by the locks held. */
+	 * those threads, not by the locks held.  Never one that holds the key
+	 * (a reader beside the client's readers): see pg_internal.h. */
 	struct dlock_pg_conn *c = p->idle ? NULL : p->shared;
-	while (c && (c->lease_ms != lease_ms || c->users > 0))
+	while (c && (c->lease_ms != lease_ms || c->users > 0 || conn_holds_key(c, key)))
 		c = c->next;
 	if (c)
 		c->users++; /* stays listed: others may share it too */

@@ -1,6 +1,13 @@
 /*
  * mode=row: a row of the lock table (pg_setup.c), locked with SELECT ...
  * FOR UPDATE in a transaction that stays open while the lock is held.
+ * Readers of a read-write lock lock the same row FOR SHARE, which any
+ * number of transactions hold at once and FOR UPDATE excludes.  A FOR
+ * SHARE request is granted beside the FOR SHARE holders even while a FOR
+ * UPDATE waits (PostgreSQL queues row-lock waiters only among those that
+ * must wait), so readers that keep overlapping can starve a writer
+ * (policy NO_PREFERENCE).  Every held lock has its own transaction, hence
+ * its own session: two readers of one client never share one.
  *
  * Acquire, on a connection of its own (pg_internal.h says why):
  *   1. INSERT ... ON CONFLICT DO NOTHING of the name, in autocommit — inside
@@ -48,11 +55,11 @@ static int build(char **out, const char *fmt, const char *table)
 	return *out != NULL;
 }
 
-/* $1 name, $2 lease; the waiting one $3 wait. */
-#define TRY_SQL "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM %s WHERE name = $1 FOR UPDATE NOWAIT) THEN -1 "
-#define WAIT_SQL                                                                  \
+/* $1 name, $2 lease; the waiting one $3 wait.  `how`: "UPDATE" (a writer, a mutex) or "SHARE" (a reader). */
+#define TRY_SQL(how) "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM %s WHERE name = $1 FOR " how " NOWAIT) THEN -1 "
+#define WAIT_SQL(how)                                                             \
 	"SELECT CASE WHEN set_config('lock_timeout', $3, true) IS NULL THEN NULL " \
-	"WHEN NOT EXISTS (SELECT 1 FROM %s WHERE name = $1 FOR UPDATE) THEN -1 "   \
+	"WHEN NOT EXISTS (SELECT 1 FROM %s WHERE name = $1 FOR " how ") THEN -1 "  \
 	"WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL "
 
 dlock_status dlock_pg_row_prepare(struct dlock_pg_backend *b, dlock_error *err)
@@ -60,13 +67,18 @@ dlock_status dlock_pg_row_prepare(struct dlock_pg_backend *b, dlock_error *err)
 	const char *t = b->table;
 	char **p = b->sql_row_prepare;
 	if (!build(&b->sql_row_insert, "INSERT INTO %s (name) VALUES ($1) ON CONFLICT DO NOTHING", t) ||
-	    !build(&b->sql_row_try, TRY_SQL TAIL("0"), t) || !build(&b->sql_row_wait, WAIT_SQL TAIL("0"), t) ||
-	    !build(&b->sql_row_try_token, TRY_SQL TAIL(NEXTVAL), t) ||
-	    !build(&b->sql_row_wait_token, WAIT_SQL TAIL(NEXTVAL), t))
+	    !build(&b->sql_row_try, TRY_SQL("UPDATE") TAIL("0"), t) ||
+	    !build(&b->sql_row_wait, WAIT_SQL("UPDATE") TAIL("0"), t) ||
+	    !build(&b->sql_row_try_token, TRY_SQL("UPDATE") TAIL(NEXTVAL), t) ||
+	    !build(&b->sql_row_wait_token, WAIT_SQL("UPDATE") TAIL(NEXTVAL), t) ||
+	    !build(&b->sql_row_try_shared, TRY_SQL("SHARE") TAIL("0"), t) ||
+	    !build(&b->sql_row_wait_shared, WAIT_SQL("SHARE") TAIL("0"), t))
 		return dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
 	if (asprintf(&p[DLOCK_PG_SET_PLAIN],
-	             "PREPARE dlock_row_insert AS %s; PREPARE dlock_row_try AS %s; PREPARE dlock_row_wait AS %s",
-	             b->sql_row_insert, b->sql_row_try, b->sql_row_wait) < 0)
+	             "PREPARE dlock_row_insert AS %s; PREPARE dlock_row_try AS %s; PREPARE dlock_row_wait AS %s; "
+	             "PREPARE dlock_row_try_shared AS %s; PREPARE dlock_row_wait_shared AS %s",
+	             b->sql_row_insert, b->sql_row_try, b->sql_row_wait, b->sql_row_try_shared,
+	             b->sql_row_wait_shared) < 0)
 		p[DLOCK_PG_SET_PLAIN] = NULL;
 	if (asprintf(&p[DLOCK_PG_SET_TOKEN], "PREPARE dlock_row_try_token AS %s; PREPARE dlock_row_wait_token AS %s",
 	             b->sql_row_try_token, b->sql_row_wait_token) < 0)
@@ -125,16 +137,17 @@ static dlock_status lock_row(struct dlock_pg_backend *b, struct dlock_pg_conn *c
 	char lease[24], wait[24], sqlstate[6];
 	int fencing = lk->fencing;
 	dlock_pg_ms_text(lk->lease_ms, lease);
-	struct dlock_pg_stmt s = { .sql = fencing ? b->sql_row_try_token : b->sql_row_try,
-		                   .prepared = fencing ? "dlock_row_try_token" : "dlock_row_try", .token = fencing,
+	struct dlock_pg_stmt s = { .sql = lk->shared ? b->sql_row_try_shared : fencing ? b->sql_row_try_token : b->sql_row_try,
+		                   .prepared = lk->shared ? "dlock_row_try_shared" : fencing ? "dlock_row_try_token" : "dlock_row_try",
+		                   .token = fencing,
 		                   .begin = 1, .n = 2, .values = { lk->row_name, lease },
 		                   .lengths = { (int)lk->row_len, -1 }, .formats = { 1, 0 } };
 	int64_t deadline = dlock_pg_io_deadline(b);
 	if (w) {
 		int64_t left = dlock_wait_remaining_ms(w);
 		dlock_pg_ms_text(left < 0 ? 0 : left, wait);
-		s.sql = fencing ? b->sql_row_wait_token : b->sql_row_wait; /* $3 the wait */
-		s.prepared = fencing ? "dlock_row_wait_token" : "dlock_row_wait";
+		s.sql = lk->shared ? b->sql_row_wait_shared : fencing ? b->sql_row_wait_token : b->sql_row_wait; /* $3 the wait */
+		s.prepared = lk->shared ? "dlock_row_wait_shared" : fencing ? "dlock_row_wait_token" : "dlock_row_wait";
 		s.n = 3;
 		s.values[2] = wait;
 		s.lengths[2] = -1;
@@ -197,7 +210,9 @@ static dlock_status row_acquire(void *backend, void *lkp, int64_t lease_ms, dloc
 	if (st != DLOCK_OK)
 		return st;
 	lk->lease_ms = lease_ms;
-	lk->fencing = dlock_wait_wants_token(w);
+	/* A reader: FOR SHARE, and no token (read fencing NONE, pg_advisory.c says why). */
+	lk->shared = dlock_wait_mode(w) == DLOCK_MODE_SHARED;
+	lk->fencing = dlock_wait_wants_token(w) && !lk->shared;
 	/* An idle connection, or a new one when that is dead. */
 	for (int reused = 1;; reused = 0) {
 		struct dlock_pg_conn *c;

@@ -39,7 +39,8 @@
  *     Local coalescing guarantees that one client never asks the server for
  *     a name it already holds (advisory locks are reentrant per session),
  *     except a shared acquisition beside the client's own shared holders
- *     (read-write locks, which postgres:// does not have yet).
+ *     (read-write locks): that one is never sent on a session that holds
+ *     the name, so each reader holds on a session of its own.
  */
 #ifndef DLOCK_DLOCK_H
 #define DLOCK_DLOCK_H
@@ -410,14 +411,19 @@ typedef enum dlock_lock_kind {
  *     that come after it.  Across clients the backend decides, stated by
  *     DLOCK_FEATURE_RWLOCK: mem:// is WRITER_FIRST (a waiting writer holds
  *     back new readers); file:// is NO_PREFERENCE (fcntl locks give waiters
- *     no order: readers that keep overlapping can starve a writer).  The
- *     server backends (redis://, zk://, postgres://) have no read-write
- *     locks yet: DLOCK_RWLOCK_NONE, and this function answers DLOCK_ENOTSUP.
+ *     no order: readers that keep overlapping can starve a writer);
+ *     postgres:// is WRITER_FIRST in advisory mode (the server queues
+ *     waiters in order) and NO_PREFERENCE in row mode (FOR SHARE goes
+ *     beside FOR SHARE holders while a FOR UPDATE waits).  redis:// and
+ *     zk:// have no read-write locks yet: DLOCK_RWLOCK_NONE, and this
+ *     function answers DLOCK_ENOTSUP there.
  *   - Fencing: a writer's token is strictly greater than every token before
  *     it (as a mutex's).  A reader takes no new token: it gets the token of
  *     the latest writer (0 when the name has had no writer yet), which
  *     never goes back and tells storage which write the reader saw
- *     (DLOCK_FEATURE_READ_FENCING).
+ *     (DLOCK_FEATURE_READ_FENCING).  Where that feature is NONE, readers
+ *     get no token: dlock_lock_fencing_token() answers DLOCK_ENOTSUP for a
+ *     shared acquisition, and the backend is spared the work of one.
  * Thread-safe.
  */
 DLOCK_API dlock_status dlock_rwlock_new(dlock_client *client, const char *name, dlock_lock **out);

@@ -337,7 +337,8 @@ typedef struct dlock_kind_spec {
 typedef struct dlock_kind_caps {
 	int supported;              /**< 1: lock_init_kind() accepts this kind */
 	dlock_rwlock_policy policy; /**< read-write locks: who goes first (DLOCK_FEATURE_RWLOCK) */
-	dlock_fencing read_fencing; /**< read-write locks: the token of a shared acquisition */
+	dlock_fencing read_fencing; /**< read-write locks: the token of a shared acquisition; NONE: the core
+	                                 asks no token of a shared acquisition (dlock_wait_wants_token() is 0) */
 	int kind_checked;           /**< 1: acquire fails with DLOCK_EKIND while the server shows the name in use
 	                                 as another kind (DLOCK_FEATURE_KIND_CHECK); 0: the kinds exclude each
 	                                 other on this backend, so there is nothing to refuse */
