@@ -445,6 +445,9 @@ typedef dlock_status dlock_driver_release_fn(void *backend, void *lk, dlock_erro
  */
 typedef dlock_status dlock_driver_extend_fn(void *backend, void *lk, int64_t lease_ms, dlock_error *err);
 
+/** The most locks the core hands to one extend_many() call. */
+#define DLOCK_RENEW_BATCH_MAX 128
+
 /**
  * Renew several held locks at once (ABI version 3; MAY): what extend()
  * does for each of lks[0..n), with a lease of lease_ms[i] each, in as few
@@ -455,7 +458,6 @@ typedef dlock_status dlock_driver_extend_fn(void *backend, void *lk, int64_t lea
  * DLOCK_RENEW_BATCH_MAX locks, each held and in no other call meanwhile.
  * Without it the core calls extend() once per lock.
  */
-#define DLOCK_RENEW_BATCH_MAX 128
 typedef void dlock_driver_extend_many_fn(void *backend, void *const *lks, const int64_t *lease_ms, size_t n,
                                          dlock_status *out, dlock_error *err);
 
