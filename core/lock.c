@@ -843,6 +843,8 @@ dlock_status dlock_lock_fencing_token(dlock_lock *l, uint64_t *token)
 		st = not_held_locked(l);
 	else if (!l->has_token)
 		st = lock_fail(l, DLOCK_ENOTSUP, "this acquisition asked for no fencing token (fencing off)");
+	else if (l->mode == DLOCK_MODE_SHARED && c->kinds[l->kind].read_fencing == DLOCK_FENCING_NONE)
+		st = lock_fail(l, DLOCK_ENOTSUP, "this backend gives readers no fencing token (read fencing none)");
 	else
 		*token = l->token;
 	pthread_mutex_unlock(&c->mu);

@@ -417,7 +417,8 @@ typedef enum dlock_lock_kind {
  *     it (as a mutex's).  A reader takes no new token: it gets the token of
  *     the latest writer (0 when the name has had no writer yet), which
  *     never goes back and tells storage which write the reader saw
- *     (DLOCK_FEATURE_READ_FENCING).
+ *     (DLOCK_FEATURE_READ_FENCING); where that feature is NONE, a reader
+ *     gets none and dlock_lock_fencing_token() answers DLOCK_ENOTSUP.
  * Thread-safe.
  */
 DLOCK_API dlock_status dlock_rwlock_new(dlock_client *client, const char *name, dlock_lock **out);
