@@ -1491,7 +1491,8 @@ static void test_rw_watch_only_blocker(void)
 /*
  * A reader that comes after a waiting writer waits for it, though only
  * readers hold (writer-first; the waiting writer's node is what it
- * watches), and gets in once the writer has been and gone.
+ * watches), and gets in once the writer has been and gone.  Such a reader
+ * that gives up (try once, deadline, cancel) leaves no node.
  */
 static void test_rw_reader_behind_writer(void)
 {
@@ -1512,6 +1513,12 @@ static void test_rw_reader_behind_writer(void)
 	CU_ASSERT_EQUAL(acquire_mode(probe, DLOCK_MODE_SHARED, 0, NULL), DLOCK_EBUSY);
 	CU_ASSERT_EQUAL(acquire_mode(probe, DLOCK_MODE_SHARED, 200, NULL), DLOCK_ETIMEDOUT);
 	CU_ASSERT_EQUAL(raw_count(zh, parent), 3); /* the probe left nothing */
+	struct canceller k = { probe, zh, parent, 4 };
+	pthread_t th;
+	CU_ASSERT_FATAL(pthread_create(&th, NULL, cancel_when_queued, &k) == 0);
+	CU_ASSERT_EQUAL(acquire_mode(probe, DLOCK_MODE_SHARED, LONG_WAIT_MS, NULL), DLOCK_ECANCELED);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(raw_count(zh, parent), 3); /* nor did the cancelled one */
 	CU_ASSERT(!rwc_held(&r2) && !rwc_held(&w1));
 	CU_ASSERT_EQUAL(dlock_release(r0), DLOCK_OK);
 	CU_ASSERT(dlock_test_await(rwc_held, &w1, AWAIT_MS));
