@@ -460,6 +460,23 @@ if [ -n "${DLOCK_TEST_REDIS_URI:-}" ]; then
 else
 	echo "skip - --shared on a backend without read-write locks (DLOCK_TEST_REDIS_URI unset)"
 fi
+# ZooKeeper readers: Curator's __READ__ nodes, no fencing token for a reader (read fencing none).
+if [ -n "${DLOCK_TEST_ZK_URI:-}" ]; then
+	zk_rw=${DLOCK_TEST_ZK_URI#zk://}
+	zk_rw="zk://${zk_rw%%[/?]*}/dlock-cli-rw-$$-$RANDOM"
+	hold zrw zr1 --uri "$zk_rw" --shared
+	expect_rc "zk: --shared beside a --shared holder runs at once" 0 --uri "$zk_rw" -s -n zrw -- true
+	expect_rc "zk: --exclusive on a read-held lock exits 75" 75 --uri "$zk_rw" -x -n zrw -- true
+	dl --uri "$zk_rw" -s -n zrw -- sh -c 'echo "${DLOCK_FENCING_TOKEN-unset}"'
+	check "zk: a reader has no DLOCK_FENCING_TOKEN ($(cat "$out"))" eval '[ "$rc" -eq 0 ] && [ "$(cat "$out")" = unset ]'
+	release "$hold_pid" zr1
+	check "zk: the --shared holder passes on its command's status" [ "$hold_rc" -eq 0 ]
+	dl --uri "$zk_rw" -x -n zrw -- sh -c 'echo "${DLOCK_FENCING_TOKEN-unset}"'
+	check "zk: a writer's DLOCK_FENCING_TOKEN is a number ($(cat "$out"))" \
+		eval '[ "$rc" -eq 0 ] && [[ "$(cat "$out")" =~ ^[0-9]+$ ]]'
+else
+	echo "skip - zk:// --shared (DLOCK_TEST_ZK_URI unset)"
+fi
 
 # ------------------------------------------------------------- lost lock
 

@@ -10,9 +10,13 @@
  *     one only when the client holds nothing (the driver counts what it
  *     granted and flags a conflict);
  *   - a driver whose kind_capabilities() leaves read-write locks
- *     unsupported makes dlock_rwlock_new() DLOCK_ENOTSUP.
+ *     unsupported makes dlock_rwlock_new() DLOCK_ENOTSUP;
+ *   - a reader gets no fencing token where the read fencing is NONE,
+ *     while writers still get theirs.
  *
- * kinds://rw supports read-write locks, kinds://norw does not.  The
+ * kinds://rw supports read-write locks with no token for readers,
+ * kinds://rwfence with the writer's token for readers, kinds://norw does
+ * not support them.  The
  * driver's counters are read through its control door.
  */
 #include <pthread.h>
@@ -33,7 +37,7 @@ struct kinds_counts {
 };
 
 struct kinds_backend {
-	int rw;
+	int rw, read_fencing;
 	pthread_mutex_t mu;
 	int exclusive_held, shared_held;
 	struct kinds_counts counts;
@@ -50,7 +54,8 @@ static dlock_status kinds_open(const dlock_uri *uri, dlock_host *host, void **ba
 	struct kinds_backend *b = calloc(1, sizeof *b);
 	if (!b)
 		return dlock_error_set(err, DLOCK_ENOMEM, "kinds: out of memory");
-	b->rw = strcmp(uri->hosts[0].host, "rw") == 0;
+	b->read_fencing = strcmp(uri->hosts[0].host, "rwfence") == 0;
+	b->rw = b->read_fencing || strcmp(uri->hosts[0].host, "rw") == 0;
 	pthread_mutex_init(&b->mu, NULL);
 	*backend = b;
 	return DLOCK_OK;
@@ -66,15 +71,17 @@ static void kinds_close(void *backend)
 static void kinds_caps(void *backend, dlock_capabilities *caps)
 {
 	(void)backend;
-	*caps = (dlock_capabilities){ .backend = "kinds", .fencing_note = "" };
+	*caps = (dlock_capabilities){ .backend = "kinds", .fencing = DLOCK_FENCING_STRICT, .fencing_note = "" };
 }
 
 static void kinds_kind_caps(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps)
 {
 	struct kinds_backend *b = backend;
 	caps->supported = kind == DLOCK_KIND_MUTEX || (kind == DLOCK_KIND_RWLOCK && b->rw);
-	if (kind == DLOCK_KIND_RWLOCK && b->rw)
+	if (kind == DLOCK_KIND_RWLOCK && b->rw) {
 		caps->policy = DLOCK_RWLOCK_WRITER_FIRST;
+		caps->read_fencing = b->read_fencing ? DLOCK_FENCING_STRICT : DLOCK_FENCING_NONE;
+	}
 }
 
 static dlock_status kinds_init(void *backend, void *lk, const char *name, size_t len, dlock_error *err)
@@ -215,6 +222,37 @@ static void test_unsupported(void)
 	dlock_client_close(c);
 }
 
+/* A reader's token follows DLOCK_FEATURE_READ_FENCING; a writer's, and a writer's read level, the fencing. */
+static void test_read_fencing(void)
+{
+	static const char *uris[] = { "kinds://rw", "kinds://rwfence" };
+	for (int i = 0; i < 2; i++) {
+		dlock_client *c = dlock_test_open(uris[i], NULL, NULL);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+		int64_t rf = -1;
+		CU_ASSERT_EQUAL(dlock_client_feature(c, DLOCK_FEATURE_READ_FENCING, &rf), DLOCK_OK);
+		CU_ASSERT_EQUAL(rf, i == 0 ? DLOCK_FENCING_NONE : DLOCK_FENCING_STRICT);
+		dlock_lock *l = NULL;
+		uint64_t t = 0;
+		CU_ASSERT_EQUAL(dlock_rwlock_new(c, "f", &l), DLOCK_OK);
+		dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+		o.wait_ms = 0;
+		CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_OK);
+		o.mode = DLOCK_MODE_SHARED;
+		CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_OK); /* a writer's read level: still exclusive */
+		CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &t), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &t), i == 0 ? DLOCK_ENOTSUP : DLOCK_OK);
+		if (i == 0)
+			CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(c), "readers"));
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+		dlock_lock_free(l);
+		dlock_client_close(c);
+	}
+}
+
 struct worker {
 	dlock_client *client;
 	int writer;
@@ -270,6 +308,7 @@ static void add_suites(void)
 	CU_pSuite s = CU_add_suite("kinds", NULL, NULL);
 	CU_add_test(s, "lock_init_kind for every handle, the mode through the wait", test_init_and_mode);
 	CU_add_test(s, "read-write locks left unsupported are ENOTSUP", test_unsupported);
+	CU_add_test(s, "a reader's token follows the read fencing", test_read_fencing);
 	CU_add_test(s, "the core sends no acquisition that conflicts with its own holders", test_no_local_conflict);
 }
 

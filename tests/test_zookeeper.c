@@ -79,12 +79,24 @@ static void fresh_base(char *uri, size_t urilen, const char *query, char *parent
 
 /* What a client's log said. */
 struct logcap {
-	atomic_int woke;        /* predecessor watch events that woke a waiter */
+	atomic_int woke;        /* watch events on the node a waiter waits for that woke it */
 	atomic_int lines;       /* lines from the client library */
 	atomic_int secret_seen; /* a line carried the password */
 	atomic_int server_port; /* port of the latest "connected to" */
 	const char *secret;
+	atomic_int waits;       /* "zk: OURS waits for NODE" lines */
+	char waits_for[128];    /* NODE of the latest one (logcap_mu) */
 };
+
+static pthread_mutex_t logcap_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The node a client's waiter said it waits for, latest first ("" if none). */
+static void logcap_waits_for(struct logcap *l, char *out, size_t len)
+{
+	pthread_mutex_lock(&logcap_mu);
+	snprintf(out, len, "%s", l->waits_for);
+	pthread_mutex_unlock(&logcap_mu);
+}
 
 static void logcap_fn(void *userdata, dlock_log_level level, const char *msg)
 {
@@ -92,6 +104,13 @@ static void logcap_fn(void *userdata, dlock_log_level level, const char *msg)
 	(void)level;
 	if (strstr(msg, "woke a waiter"))
 		atomic_fetch_add(&l->woke, 1);
+	const char *wf = strncmp(msg, "zk: ", 4) == 0 ? strstr(msg, " waits for ") : NULL;
+	if (wf) {
+		pthread_mutex_lock(&logcap_mu);
+		snprintf(l->waits_for, sizeof l->waits_for, "%s", wf + 11);
+		pthread_mutex_unlock(&logcap_mu);
+		atomic_fetch_add(&l->waits, 1);
+	}
 	if (strncmp(msg, "zookeeper: ", 11) == 0)
 		atomic_fetch_add(&l->lines, 1);
 	if (l->secret && strstr(msg, l->secret))
@@ -884,6 +903,28 @@ static clientid_t session_of_client(dlock_client *client)
 	return id;
 }
 
+/*
+ * Close `client`'s session from outside (a second handle with its id) until
+ * the holder, watched by `r`, is told.  The holder's library may win its
+ * session back before the close: repeat until it is gone.  Told SESSION,
+ * or TAKEN when the library had won it back just before the close: the
+ * server then tells that connection of its node's deletion before it
+ * ends the session.
+ */
+static void expire_from_outside(dlock_client *client, struct lost_rec *r)
+{
+	clientid_t id = session_of_client(client);
+	for (int i = 0; i < 10 && !lost_called(r); i++) {
+		zookeeper_close(raw_open(zk_hosts, NULL, &id));
+		dlock_test_await(lost_called, r, 3000);
+	}
+	CU_ASSERT_FATAL(lost_called(r));
+	int reason = atomic_load(&r->reason);
+	if (reason != DLOCK_LOST_SESSION)
+		printf("\n    told with reason %s", reason == DLOCK_LOST_TAKEN ? "TAKEN" : "other");
+	CU_ASSERT(reason == DLOCK_LOST_SESSION || reason == DLOCK_LOST_TAKEN);
+}
+
 /* Expire the holder's session from outside (a second handle with its id closes it). */
 static void test_session_expiry_steal(void)
 {
@@ -898,14 +939,7 @@ static void test_session_expiry_steal(void)
 	struct waiter w;
 	atomic_uint order = 0;
 	start_queue(&w, 1, uri, "steal", zh, parent, &order);
-	clientid_t id = session_of_client(h);
-	/* The holder's library may win its session back before the close: repeat until it is gone. */
-	for (int i = 0; i < 10 && !lost_called(&r); i++) {
-		zookeeper_close(raw_open(zk_hosts, NULL, &id));
-		dlock_test_await(lost_called, &r, 3000);
-	}
-	CU_ASSERT_FATAL(lost_called(&r));
-	CU_ASSERT_EQUAL(atomic_load(&r.reason), DLOCK_LOST_SESSION);
+	expire_from_outside(h, &r);
 	CU_ASSERT(dlock_test_await(waiter_done, &w, AWAIT_MS));
 	finish_queue(&w, 1);
 	CU_ASSERT_EQUAL(w.status, DLOCK_OK);
@@ -1193,6 +1227,417 @@ static void test_ensemble_client_moves(void)
 	CU_ASSERT_EQUAL(dlock_client_close(b), DLOCK_OK);
 }
 
+/* ------------------------------------------------------------ read-write locks */
+
+static dlock_lock *new_rwlock(dlock_client *c, const char *name)
+{
+	dlock_lock *l = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_rwlock_new(c, name, &l), DLOCK_OK);
+	return l;
+}
+
+static dlock_status acquire_mode(dlock_lock *l, dlock_lock_mode mode, int64_t wait_ms, struct lost_rec *r)
+{
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = wait_ms;
+	o.mode = mode;
+	o.on_lost = r ? on_lost : NULL;
+	o.lost_userdata = r;
+	return dlock_acquire(l, &o);
+}
+
+/* A contender in its own client that holds until told to go: a reader, a writer, or a mutex. */
+enum rw_role { ROLE_READER, ROLE_WRITER, ROLE_MUTEX };
+
+struct rwc {
+	dlock_client *client;
+	dlock_lock *lock;
+	struct logcap log;
+	enum rw_role role;
+	atomic_uint *order;
+	pthread_t thread;
+	atomic_int held, go, done;
+	dlock_status status, release_st;
+	unsigned ticket;
+	uint64_t token;
+	dlock_status token_st;
+};
+
+static int rwc_go(void *arg)
+{
+	return atomic_load(&((struct rwc *)arg)->go);
+}
+
+static int rwc_held(void *arg)
+{
+	return atomic_load(&((struct rwc *)arg)->held);
+}
+
+static int rwc_done(void *arg)
+{
+	return atomic_load(&((struct rwc *)arg)->done);
+}
+
+static void *rwc_main(void *arg)
+{
+	struct rwc *w = arg;
+	w->status = acquire_mode(w->lock, w->role == ROLE_READER ? DLOCK_MODE_SHARED : DLOCK_MODE_EXCLUSIVE,
+	                         LONG_WAIT_MS, NULL);
+	if (w->status == DLOCK_OK) {
+		w->ticket = atomic_fetch_add(w->order, 1);
+		w->token_st = dlock_lock_fencing_token(w->lock, &w->token);
+		atomic_store(&w->held, 1);
+		dlock_test_await(rwc_go, w, 2 * LONG_WAIT_MS);
+		w->release_st = dlock_release(w->lock);
+	}
+	atomic_store(&w->done, 1);
+	return NULL;
+}
+
+/* Start a contender on `name` and await its node on the server (`parent` then has `children`). */
+static void rwc_start(struct rwc *w, enum rw_role role, const char *uri, const char *name, zhandle_t *zh,
+                      const char *parent, int children, atomic_uint *order)
+{
+	memset(w, 0, sizeof *w);
+	w->role = role;
+	w->order = order;
+	w->client = open_client(uri, &w->log);
+	w->lock = role == ROLE_MUTEX ? new_lock(w->client, name) : new_rwlock(w->client, name);
+	CU_ASSERT_FATAL(pthread_create(&w->thread, NULL, rwc_main, w) == 0);
+	CU_ASSERT_FATAL(await_count(zh, parent, children));
+}
+
+/* Let it release, join it, close its client. */
+static void rwc_finish(struct rwc *w)
+{
+	atomic_store(&w->go, 1);
+	pthread_join(w->thread, NULL);
+	if (w->status == DLOCK_OK)
+		CU_ASSERT_EQUAL(w->release_st, DLOCK_OK);
+	dlock_lock_free(w->lock);
+	CU_ASSERT_EQUAL(dlock_client_close(w->client), DLOCK_OK);
+}
+
+/* The children of `parent` in queue order (by sequence number, all of ours are positive); their count. */
+static int raw_queue(zhandle_t *zh, const char *parent, char names[][128], int max)
+{
+	struct String_vector v = { 0, NULL };
+	if (zoo_get_children(zh, parent, 0, &v) != ZOK)
+		return -1;
+	int n = 0;
+	for (int32_t i = 0; i < v.count && n < max; i++)
+		snprintf(names[n++], 128, "%s", v.data[i]);
+	deallocate_String_vector(&v);
+	for (int i = 1; i < n; i++) /* insertion sort on the 10 digits at the end */
+		for (int j = i; j > 0 && strcmp(names[j - 1] + strlen(names[j - 1]) - 10, names[j] + strlen(names[j]) - 10) > 0;
+		     j--) {
+			char t[128];
+			memcpy(t, names[j], sizeof t);
+			memcpy(names[j], names[j - 1], sizeof t);
+			memcpy(names[j - 1], t, sizeof t);
+		}
+	return n;
+}
+
+/* "_c_" + 32 lower-case hex digits + "-" + mark + 10 digits: the form Curator's recipes use. */
+static int curator_form(const char *node, const char *mark)
+{
+	size_t m = strlen(mark), n = strlen(node);
+	if (n != 3 + 32 + 1 + m + 10 || strncmp(node, "_c_", 3) != 0 || node[35] != '-' ||
+	    strncmp(node + 36, mark, m) != 0)
+		return 0;
+	return strspn(node + 3, "0123456789abcdef") >= 32 && strspn(node + 36 + m, "0123456789") == 10;
+}
+
+/*
+ * Node names as Curator's InterProcessReadWriteLock writes them, and its
+ * testGetParticipantNodes: readers hold, writers wait, and the parent has
+ * one __READ__ node per reader and one __WRIT__ node per writer.  Readers
+ * get no token; a writer's is its node's czxid.
+ */
+static void test_rw_node_names(void)
+{
+	enum { READERS = 3, WRITERS = 2 };
+	char uri[1024], parent[512], names[READERS + WRITERS][128];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "participants");
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	dlock_client *rc[READERS];
+	dlock_lock *rl[READERS];
+	for (int i = 0; i < READERS; i++) {
+		rc[i] = open_client(uri, NULL);
+		rl[i] = new_rwlock(rc[i], "participants");
+		CU_ASSERT_EQUAL_FATAL(acquire_mode(rl[i], DLOCK_MODE_SHARED, 0, NULL), DLOCK_OK);
+		uint64_t t;
+		CU_ASSERT_EQUAL(dlock_lock_fencing_token(rl[i], &t), DLOCK_ENOTSUP);
+	}
+	struct rwc ws[WRITERS];
+	atomic_uint order = 0;
+	for (int i = 0; i < WRITERS; i++)
+		rwc_start(&ws[i], ROLE_WRITER, uri, "participants", zh, parent, READERS + i + 1, &order);
+	CU_ASSERT_EQUAL_FATAL(raw_queue(zh, parent, names, READERS + WRITERS), READERS + WRITERS);
+	int reads = 0, writes = 0;
+	for (int i = 0; i < READERS + WRITERS; i++) {
+		reads += curator_form(names[i], "__READ__");
+		writes += curator_form(names[i], "__WRIT__");
+		CU_ASSERT(curator_form(names[i], i < READERS ? "__READ__" : "__WRIT__"));
+	}
+	CU_ASSERT_EQUAL(reads, READERS);
+	CU_ASSERT_EQUAL(writes, WRITERS);
+	for (int i = 0; i < READERS; i++)
+		CU_ASSERT_EQUAL(dlock_release(rl[i]), DLOCK_OK);
+	CU_ASSERT_FATAL(dlock_test_await(rwc_held, &ws[0], AWAIT_MS));
+	char node[1024];
+	struct Stat st;
+	snprintf(node, sizeof node, "%s/%s", parent, names[READERS]);
+	CU_ASSERT_EQUAL(zoo_exists(zh, node, 0, &st), ZOK);
+	CU_ASSERT_EQUAL(ws[0].token_st, DLOCK_OK);
+	CU_ASSERT_EQUAL(ws[0].token, (uint64_t)st.czxid);
+	CU_ASSERT(!rwc_held(&ws[1]));
+	for (int i = 0; i < WRITERS; i++)
+		rwc_finish(&ws[i]);
+	CU_ASSERT(ws[1].token > ws[0].token);
+	CU_ASSERT(raw_count(zh, parent) <= 0);
+	for (int i = 0; i < READERS; i++) {
+		dlock_lock_free(rl[i]);
+		CU_ASSERT_EQUAL(dlock_client_close(rc[i]), DLOCK_OK);
+	}
+	zookeeper_close(zh);
+}
+
+/* 1 once `w` said which node it waits for (after its watch was set). */
+static int rwc_waiting(void *arg)
+{
+	return atomic_load(&((struct rwc *)arg)->log.waits) > 0;
+}
+
+/* 1 when `w` said it waits for `node`. */
+static int waits_for(struct rwc *w, const char *node)
+{
+	char got[128];
+	logcap_waits_for(&w->log, got, sizeof got);
+	if (strcmp(got, node) != 0)
+		printf("\n    waits for \"%s\", not \"%s\"", got, node);
+	return strcmp(got, node) == 0;
+}
+
+/*
+ * Each waiter watches only the node that can block it, so a release wakes
+ * only those it lets in.  Queue: W0 (held) R1 R2 W3 R4 W5.  R1 and R2
+ * watch W0, W3 watches R2, R4 watches W3, W5 watches R4.  Then the order
+ * (kazoo's test_rw_lock): R1 and R2 together, then W3, R4, W5.
+ */
+static void test_rw_watch_only_blocker(void)
+{
+	enum { N = 5 };
+	static const enum rw_role roles[N] = { ROLE_READER, ROLE_READER, ROLE_WRITER, ROLE_READER, ROLE_WRITER };
+	char uri[1024], parent[512], names[N + 1][128];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "blocker");
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	dlock_client *h = open_client(uri, NULL);
+	dlock_lock *w0 = new_rwlock(h, "blocker");
+	CU_ASSERT_EQUAL_FATAL(acquire_mode(w0, DLOCK_MODE_EXCLUSIVE, 0, NULL), DLOCK_OK);
+	struct rwc ws[N];
+	atomic_uint order = 0;
+	for (int i = 0; i < N; i++)
+		rwc_start(&ws[i], roles[i], uri, "blocker", zh, parent, i + 2, &order);
+	CU_ASSERT_EQUAL_FATAL(raw_queue(zh, parent, names, N + 1), N + 1);
+	for (int i = 0; i < N; i++)
+		CU_ASSERT(dlock_test_await(rwc_waiting, &ws[i], AWAIT_MS));
+	CU_ASSERT(waits_for(&ws[0], names[0]));
+	CU_ASSERT(waits_for(&ws[1], names[0]));
+	CU_ASSERT(waits_for(&ws[2], names[2]));
+	CU_ASSERT(waits_for(&ws[3], names[3]));
+	CU_ASSERT(waits_for(&ws[4], names[4]));
+	for (int i = 0; i < N; i++)
+		CU_ASSERT_EQUAL(atomic_load(&ws[i].log.woke), 0);
+
+	/* W0 goes: R1 and R2 are woken and hold together; nobody else is woken. */
+	CU_ASSERT_EQUAL(dlock_release(w0), DLOCK_OK);
+	CU_ASSERT(dlock_test_await(rwc_held, &ws[0], AWAIT_MS));
+	CU_ASSERT(dlock_test_await(rwc_held, &ws[1], AWAIT_MS));
+	int expected_woke[N] = { 1, 1, 0, 0, 0 };
+	/* R1 goes: W3 waits for R2, which still holds. */
+	atomic_store(&ws[0].go, 1);
+	CU_ASSERT(dlock_test_await(rwc_done, &ws[0], AWAIT_MS));
+	/* R2 goes: W3 is woken and holds. */
+	atomic_store(&ws[1].go, 1);
+	CU_ASSERT(dlock_test_await(rwc_held, &ws[2], AWAIT_MS));
+	expected_woke[2] = 1;
+	CU_ASSERT(!rwc_held(&ws[3]) && !rwc_held(&ws[4]));
+	/* W3 goes: R4 holds; W5 watches R4's node, which is still there. */
+	atomic_store(&ws[2].go, 1);
+	CU_ASSERT(dlock_test_await(rwc_held, &ws[3], AWAIT_MS));
+	expected_woke[3] = 1;
+	CU_ASSERT(!rwc_held(&ws[4]));
+	for (int i = 0; i < N; i++) {
+		if (atomic_load(&ws[i].log.woke) != expected_woke[i])
+			printf("\n    contender %d was woken %d times", i + 1, atomic_load(&ws[i].log.woke));
+		CU_ASSERT_EQUAL(atomic_load(&ws[i].log.woke), expected_woke[i]);
+	}
+	atomic_store(&ws[3].go, 1);
+	CU_ASSERT(dlock_test_await(rwc_held, &ws[4], AWAIT_MS));
+	CU_ASSERT_EQUAL(atomic_load(&ws[4].log.woke), 1);
+	for (int i = 0; i < N; i++)
+		rwc_finish(&ws[i]);
+	CU_ASSERT(ws[0].ticket <= 1 && ws[1].ticket <= 1);
+	CU_ASSERT_EQUAL(ws[2].ticket, 2);
+	CU_ASSERT_EQUAL(ws[3].ticket, 3);
+	CU_ASSERT_EQUAL(ws[4].ticket, 4);
+	dlock_lock_free(w0);
+	CU_ASSERT_EQUAL(dlock_client_close(h), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
+/*
+ * A reader that comes after a waiting writer waits for it, though only
+ * readers hold (writer-first; the waiting writer's node is what it
+ * watches), and gets in once the writer has been and gone.  Such a reader
+ * that gives up (try once, deadline, cancel) leaves no node.
+ */
+static void test_rw_reader_behind_writer(void)
+{
+	char uri[1024], parent[512], names[3][128];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "behind");
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	dlock_client *a = open_client(uri, NULL), *b = open_client(uri, NULL);
+	dlock_lock *r0 = new_rwlock(a, "behind"), *probe = new_rwlock(b, "behind");
+	CU_ASSERT_EQUAL_FATAL(acquire_mode(r0, DLOCK_MODE_SHARED, 0, NULL), DLOCK_OK);
+	struct rwc w1, r2;
+	atomic_uint order = 0;
+	rwc_start(&w1, ROLE_WRITER, uri, "behind", zh, parent, 2, &order);
+	rwc_start(&r2, ROLE_READER, uri, "behind", zh, parent, 3, &order);
+	CU_ASSERT_EQUAL_FATAL(raw_queue(zh, parent, names, 3), 3);
+	CU_ASSERT(dlock_test_await(rwc_waiting, &r2, AWAIT_MS));
+	CU_ASSERT(waits_for(&r2, names[1]));
+	CU_ASSERT(!rwc_held(&r2));
+	CU_ASSERT_EQUAL(acquire_mode(probe, DLOCK_MODE_SHARED, 0, NULL), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(acquire_mode(probe, DLOCK_MODE_SHARED, 200, NULL), DLOCK_ETIMEDOUT);
+	CU_ASSERT_EQUAL(raw_count(zh, parent), 3); /* the probe left nothing */
+	struct canceller k = { probe, zh, parent, 4 };
+	pthread_t th;
+	CU_ASSERT_FATAL(pthread_create(&th, NULL, cancel_when_queued, &k) == 0);
+	CU_ASSERT_EQUAL(acquire_mode(probe, DLOCK_MODE_SHARED, LONG_WAIT_MS, NULL), DLOCK_ECANCELED);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(raw_count(zh, parent), 3); /* nor did the cancelled one */
+	CU_ASSERT(!rwc_held(&r2) && !rwc_held(&w1));
+	CU_ASSERT_EQUAL(dlock_release(r0), DLOCK_OK);
+	CU_ASSERT(dlock_test_await(rwc_held, &w1, AWAIT_MS));
+	CU_ASSERT(!rwc_held(&r2));
+	atomic_store(&w1.go, 1);
+	CU_ASSERT(dlock_test_await(rwc_held, &r2, AWAIT_MS));
+	CU_ASSERT_EQUAL(acquire_mode(probe, DLOCK_MODE_SHARED, 0, NULL), DLOCK_OK); /* beside the reader */
+	CU_ASSERT_EQUAL(dlock_release(probe), DLOCK_OK);
+	rwc_finish(&w1);
+	rwc_finish(&r2);
+	CU_ASSERT_EQUAL(w1.ticket, 0);
+	CU_ASSERT_EQUAL(r2.ticket, 1);
+	dlock_lock_free(r0);
+	dlock_lock_free(probe);
+	CU_ASSERT_EQUAL(dlock_client_close(a), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_client_close(b), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
+/*
+ * A lock lost with its session, in either mode: a reader whose session is
+ * closed from outside is told (SESSION) and a waiting writer gets in; a
+ * writer likewise, and a waiting reader of another client gets in
+ * (Curator's testLockPath).  The lost holder's node is gone, and its
+ * release is ENOTHELD.
+ */
+static void test_rw_lost_on_session_expiry(void)
+{
+	for (int m = 0; m < 2; m++) {
+		dlock_lock_mode mode = m == 0 ? DLOCK_MODE_SHARED : DLOCK_MODE_EXCLUSIVE;
+		char uri[1024], parent[512], held[1024];
+		fresh_base(uri, sizeof uri, "session_timeout=4s", parent, sizeof parent, "expired");
+		zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+		dlock_client *h = open_client(uri, NULL);
+		dlock_lock *l = new_rwlock(h, "expired");
+		struct lost_rec r = { 0 };
+		CU_ASSERT_EQUAL_FATAL(acquire_mode(l, mode, 0, &r), DLOCK_OK);
+		CU_ASSERT_FATAL(raw_only_child(zh, parent, held, sizeof held));
+		CU_ASSERT_PTR_NOT_NULL(strstr(held, m == 0 ? "-__READ__" : "-__WRIT__"));
+		struct rwc w;
+		atomic_uint order = 0;
+		rwc_start(&w, m == 0 ? ROLE_WRITER : ROLE_READER, uri, "expired", zh, parent, 2, &order);
+		expire_from_outside(h, &r);
+		CU_ASSERT(dlock_test_await(rwc_held, &w, AWAIT_MS));
+		struct Stat st;
+		CU_ASSERT_EQUAL(zoo_exists(zh, held, 0, &st), ZNONODE);
+		CU_ASSERT_EQUAL(dlock_check(l), DLOCK_ENOTHELD);
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_ENOTHELD);
+		rwc_finish(&w);
+		/* The client's next session serves the handle again. */
+		CU_ASSERT_EQUAL(acquire_mode(l, mode, LONG_WAIT_MS, NULL), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+		CU_ASSERT_EQUAL(atomic_load(&r.calls), 1);
+		dlock_lock_free(l);
+		CU_ASSERT_EQUAL(dlock_client_close(h), DLOCK_OK);
+		zookeeper_close(zh);
+	}
+}
+
+/*
+ * One kind per name needs no refusal across clients here: mutex and
+ * read-write nodes share one queue.  A reader queued behind another
+ * client's mutex waits for the mutex's node, a mutex behind the reader
+ * waits for the reader's; and a writer node made as Curator's own
+ * InterProcessReadWriteLock names it (a UUID for GUID) keeps dlock's
+ * readers and mutexes out.
+ */
+static void test_rw_mixed_kinds(void)
+{
+	char uri[1024], parent[512], names[3][128], curator[1024], made[1024];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "mixed");
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	dlock_client *a = open_client(uri, NULL), *b = open_client(uri, NULL);
+	dlock_lock *m = new_lock(a, "mixed"), *probe_r = new_rwlock(b, "mixed"), *probe_m = new_lock(b, "mixed");
+	CU_ASSERT_EQUAL_FATAL(acquire(m, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire_mode(probe_r, DLOCK_MODE_SHARED, 0, NULL), DLOCK_EBUSY); /* not EKIND */
+	CU_ASSERT_EQUAL(acquire_mode(probe_r, DLOCK_MODE_EXCLUSIVE, 0, NULL), DLOCK_EBUSY);
+	struct rwc r, m2;
+	atomic_uint order = 0;
+	rwc_start(&r, ROLE_READER, uri, "mixed", zh, parent, 2, &order);
+	rwc_start(&m2, ROLE_MUTEX, uri, "mixed", zh, parent, 3, &order);
+	CU_ASSERT_EQUAL_FATAL(raw_queue(zh, parent, names, 3), 3);
+	CU_ASSERT(curator_form(names[0], "lock-") && curator_form(names[1], "__READ__") &&
+	          curator_form(names[2], "lock-"));
+	CU_ASSERT(dlock_test_await(rwc_waiting, &r, AWAIT_MS) && waits_for(&r, names[0]));
+	CU_ASSERT(dlock_test_await(rwc_waiting, &m2, AWAIT_MS) && waits_for(&m2, names[1]));
+	CU_ASSERT_EQUAL(dlock_release(m), DLOCK_OK);
+	CU_ASSERT(dlock_test_await(rwc_held, &r, AWAIT_MS));
+	CU_ASSERT_EQUAL(acquire(probe_m, 0), DLOCK_EBUSY); /* a mutex is not let in beside a reader */
+	CU_ASSERT(!rwc_held(&m2));
+	atomic_store(&r.go, 1);
+	CU_ASSERT(dlock_test_await(rwc_held, &m2, AWAIT_MS));
+	rwc_finish(&r);
+	rwc_finish(&m2);
+	CU_ASSERT_EQUAL(r.ticket, 0);
+	CU_ASSERT_EQUAL(m2.ticket, 1);
+
+	/* Curator's writer, by hand: ephemeral sequential, its name as Curator writes it. */
+	snprintf(curator, sizeof curator, "%s/_c_8eb60557-ba51-40da-87ee-fc47467d3f34-__WRIT__", parent);
+	int rc = zoo_create(zh, curator, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, made, sizeof made);
+	if (rc == ZNONODE) { /* the container was reaped meanwhile */
+		zoo_create(zh, parent, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER, NULL, 0);
+		rc = zoo_create(zh, curator, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, made, sizeof made);
+	}
+	CU_ASSERT_EQUAL_FATAL(rc, ZOK);
+	CU_ASSERT_EQUAL(acquire_mode(probe_r, DLOCK_MODE_SHARED, 0, NULL), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(acquire(probe_m, 0), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(zoo_delete(zh, made, -1), ZOK);
+	CU_ASSERT_EQUAL(acquire_mode(probe_r, DLOCK_MODE_SHARED, 0, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(probe_r), DLOCK_OK);
+	dlock_lock_free(m);
+	dlock_lock_free(probe_r);
+	dlock_lock_free(probe_m);
+	CU_ASSERT_EQUAL(dlock_client_close(a), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_client_close(b), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
 /* ------------------------------------------------------------ teardown */
 
 /* Threads of this process; the client library runs two per open handle. */
@@ -1254,6 +1699,12 @@ static void add_suites(void)
 	CU_add_test(e, "disconnected: uncertain, then lost after the session timeout", test_disconnected_then_lost);
 	CU_add_test(e, "leader stopped: held lock survives, new locks work", test_ensemble_leader_down);
 	CU_add_test(e, "the holder's server stops: it moves, the lock stays", test_ensemble_client_moves);
+	CU_pSuite rw = CU_add_suite("zookeeper read-write", NULL, NULL);
+	CU_add_test(rw, "Curator's node names: one __READ__ per reader, one __WRIT__ per writer", test_rw_node_names);
+	CU_add_test(rw, "each waiter watches only its blocker; queue order", test_rw_watch_only_blocker);
+	CU_add_test(rw, "a reader behind a waiting writer waits for it", test_rw_reader_behind_writer);
+	CU_add_test(rw, "a read or write lock lost with its session; the other mode gets in", test_rw_lost_on_session_expiry);
+	CU_add_test(rw, "mutex, read-write and Curator's nodes share one queue", test_rw_mixed_kinds);
 	CU_pSuite t = CU_add_suite("zookeeper teardown", NULL, NULL);
 	CU_add_test(t, "every handle closed: no thread outlives its client", test_every_handle_closed);
 }

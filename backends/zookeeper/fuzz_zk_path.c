@@ -12,8 +12,10 @@
  *   - the lock parent is BASE/COMPONENT, one level below the base, and
  *     the longest node path under it fits in ZK_PATH_MAX;
  *   - a child is a lock node exactly when what follows its last "-lock-"
- *     is the server's "%010d" of a signed 32-bit value (it wraps to
- *     negative numbers), and its sequence number is that value.
+ *     (a mutex), "__READ__" (a reader) or "__WRIT__" (a writer) is the
+ *     server's "%010d" of a signed 32-bit value (it wraps to negative
+ *     numbers), of the kind of that mark (never two), and its sequence
+ *     number is that value.
  */
 #define THREADED /* zookeeper.h declares the synchronous API only then */
 
@@ -56,7 +58,7 @@ static void check_paths(const struct zk_config *cfg, const char *name)
 	snprintf(want, sizeof want, "%s/%s", cfg->base, comp);
 	FUZZ_CHECK(strcmp(lk.parent, want) == 0);
 	FUZZ_CHECK(!strchr(comp, '/') && strcmp(comp, ".") != 0 && strcmp(comp, "..") != 0);
-	size_t node = strlen(lk.parent) + 1 + strlen(ZK_NODE_PREFIX) + ZK_GUID_HEX + strlen(ZK_NODE_MARK) + 10;
+	size_t node = strlen(lk.parent) + 1 + strlen(ZK_NODE_PREFIX) + ZK_GUID_HEX + 1 + strlen(ZK_READ_MARK) + 11;
 	FUZZ_CHECK(node < ZK_PATH_MAX);
 	free(lk.parent);
 }
@@ -77,14 +79,22 @@ static int server_form(const char *t)
 static void check_child(const char *child)
 {
 	int32_t seq = 12345;
-	int ok = dlock_zk_child_seq(child, &seq);
-	const char *mark = NULL;
-	for (const char *p = strstr(child, ZK_NODE_MARK); p; p = strstr(p + 1, ZK_NODE_MARK))
-		mark = p;
-	const char *tail = mark ? mark + strlen(ZK_NODE_MARK) : NULL;
-	int form = tail && server_form(tail);
-	FUZZ_CHECK(ok == form);
-	if (ok) {
+	enum zk_node_kind got = dlock_zk_child_kind(child, &seq);
+	enum zk_node_kind want = ZK_NODE_NONE;
+	const char *tail = NULL;
+	for (int k = ZK_NODE_MUTEX; k <= ZK_NODE_WRITE; k++) {
+		const char *name = dlock_zk_node_mark((enum zk_node_kind)k), *mark = NULL;
+		for (const char *p = strstr(child, name); p; p = strstr(p + 1, name))
+			mark = p;
+		if (mark && server_form(mark + strlen(name))) {
+			FUZZ_CHECK(want == ZK_NODE_NONE); /* one kind at most */
+			want = (enum zk_node_kind)k;
+			tail = mark + strlen(name);
+		}
+	}
+	FUZZ_CHECK(got == want);
+	FUZZ_CHECK(dlock_zk_child_seq(child, &seq) == (want != ZK_NODE_NONE));
+	if (got != ZK_NODE_NONE) {
 		FUZZ_CHECK(seq == strtoll(tail, NULL, 10));
 		/* Serial order: antisymmetric, and a value is never before itself. */
 		FUZZ_CHECK(!dlock_zk_seq_before(seq, seq));

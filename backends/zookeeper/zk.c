@@ -10,6 +10,11 @@
  * alive by itself, so there is no extend(); check() asks the server.  A
  * node deleted by another client is reported lost at once (zk_own.c).
  *
+ * Read-write locks (Curator's InterProcessReadWriteLock, zk_recipe.c):
+ * writer-first in queue order, readers get no fencing token, and mutexes
+ * and read-write locks of one name share one queue, so they exclude each
+ * other and no kind check is needed across clients.
+ *
  * Descriptors: libzookeeper_mt 3.8 as built by Debian opens its socket and
  * its wake-up pipe without close-on-exec, and gives no way to reach them;
  * a process that execs while a zk:// client is open passes them on.
@@ -90,10 +95,24 @@ static int zk_knows_param(const char *key)
 	return strcmp(key, "session_timeout") == 0;
 }
 
-static dlock_status zk_lock_init(void *backend, void *lkp, const char *name, size_t len, dlock_error *err)
+/* Mutexes and read-write locks, in one queue per name (see the top of the file). */
+static void zk_kind_capabilities(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps)
+{
+	(void)backend;
+	caps->supported = kind == DLOCK_KIND_MUTEX || kind == DLOCK_KIND_RWLOCK;
+	caps->kind_checked = 0;
+	if (kind == DLOCK_KIND_RWLOCK) {
+		caps->policy = DLOCK_RWLOCK_WRITER_FIRST;
+		caps->read_fencing = DLOCK_FENCING_NONE;
+	}
+}
+
+static dlock_status zk_lock_init_kind(void *backend, void *lkp, const char *name, size_t len,
+                                      const dlock_kind_spec *spec, dlock_error *err)
 {
 	struct zk_client *c = backend;
 	struct zk_lock *lk = lkp;
+	lk->kind = spec->kind;
 	dlock_status st = dlock_zk_lock_paths(&c->cfg, lk, name, len, err);
 	if (st != DLOCK_OK)
 		return st;
@@ -104,6 +123,12 @@ static dlock_status zk_lock_init(void *backend, void *lkp, const char *name, siz
 		return dlock_error_set(err, DLOCK_ENOMEM, "zk://: out of memory");
 	}
 	return DLOCK_OK;
+}
+
+static dlock_status zk_lock_init(void *backend, void *lkp, const char *name, size_t len, dlock_error *err)
+{
+	dlock_kind_spec spec = { .kind = DLOCK_KIND_MUTEX, .permits = 1 };
+	return zk_lock_init_kind(backend, lkp, name, len, &spec, err);
 }
 
 static void zk_lock_fini(void *backend, void *lkp)
@@ -177,4 +202,6 @@ const dlock_driver dlock_zk_driver = {
 	.extend = NULL,
 	.check = zk_check,
 	.control = zk_control,
+	.kind_capabilities = zk_kind_capabilities,
+	.lock_init_kind = zk_lock_init_kind,
 };

@@ -11,7 +11,7 @@
  *   zk_error.c    ZooKeeper result codes -> dlock statuses
  *   zk_slot.c     watch contexts that wake a waiting acquire
  *   zk_own.c      the watch on our own node: a deleted node is a lost lock
- *   zk_recipe.c   the lock recipe: protected create, queue, predecessor watch
+ *   zk_recipe.c   the lock recipes (mutex, read-write): protected create, queue, blocker watch
  *   zk_hold.c     held locks: release, check, loss reports
  *
  * Locking: one mutex per client (`mu`) guards every field marked "mu".  It
@@ -33,11 +33,27 @@
 #include "dlock/sys/driver.h"
 
 #define ZK_DEFAULT_PORT 2181
-/* "_c_" + 32 hex digits of a per-acquisition GUID + "-lock-" (+ 10 digits from the server). */
+/*
+ * Node names, as Apache Curator's recipes write them: "_c_" + 32 hex digits
+ * of a per-acquisition GUID + "-" + the recipe's lock name (+ 10 digits from
+ * the server): "lock-" for a mutex (InterProcessMutex), "__READ__" for a
+ * reader and "__WRIT__" for a writer (InterProcessReadWriteLock).  The kind
+ * of a node is told by the mark just before its number.
+ */
 #define ZK_GUID_HEX 32
 #define ZK_NODE_PREFIX "_c_"
 #define ZK_NODE_MARK "-lock-"
+#define ZK_READ_MARK "__READ__"
+#define ZK_WRITE_MARK "__WRIT__"
 #define ZK_PATH_MAX 2048
+
+/* Kinds of node in a lock's queue. */
+enum zk_node_kind {
+	ZK_NODE_NONE = 0,  /* not a lock node: not in the queue */
+	ZK_NODE_MUTEX = 1, /* "-lock-": exclusive */
+	ZK_NODE_READ = 2,  /* "__READ__": shared */
+	ZK_NODE_WRITE = 3  /* "__WRIT__": exclusive */
+};
 
 /* ------------------------------------------------------------ config */
 
@@ -163,7 +179,7 @@ void dlock_zk_slot_give(struct zk_slot *slot);
 void dlock_zk_slot_attach(struct zk_slot *slot, dlock_wait *w);
 /* Wake every attached acquire (mu held): the session changed. */
 void dlock_zk_slots_wake_locked(struct zk_client *c);
-/* watcher_fn for the predecessor's exists-watch; the context is the slot. */
+/* watcher_fn for the exists-watch on the node a waiter waits for; the context is the slot. */
 void dlock_zk_slot_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
 void dlock_zk_slots_free(struct zk_client *c);
 
@@ -173,6 +189,7 @@ void dlock_zk_slots_free(struct zk_client *c);
 struct zk_lock {
 	char *parent;            /* base + "/" + escaped name */
 	struct zk_slot *slot;
+	dlock_lock_kind kind;    /* mutex or read-write lock, for the handle's life */
 	/* The current acquisition (while acquiring or held). */
 	char node[ZK_PATH_MAX];  /* our node's full path */
 	int64_t czxid;           /* the fencing token */
@@ -192,21 +209,29 @@ int dlock_zk_ensure_base(struct zk_session *s);
 /* Create the lock's parent (a container), and the base if needed.  Returns a ZooKeeper code. */
 int dlock_zk_ensure_parent(struct zk_session *s, const char *parent);
 /*
- * Sequence number of a child "..-lock-" + the server's "%010d" of a signed
- * 32-bit counter ("0000000042", "-000000002", "-2147483648"): 1 and *seq,
- * or 0 for a name that is not a lock node.
+ * Kind and sequence number of a child: a mark (ZK_NODE_MARK, ZK_READ_MARK,
+ * ZK_WRITE_MARK) + the server's "%010d" of a signed 32-bit counter
+ * ("0000000042", "-000000002", "-2147483648") at the end of its name: the
+ * kind and *seq, or ZK_NODE_NONE for a name that is not a lock node.
  */
+enum zk_node_kind dlock_zk_child_kind(const char *child, int32_t *seq);
+/* The same, 1 for a lock node of any kind, 0 otherwise. */
 int dlock_zk_child_seq(const char *child, int32_t *seq);
+/* The mark of a kind of node ("-lock-", "__READ__", "__WRIT__"); NULL for ZK_NODE_NONE. */
+const char *dlock_zk_node_mark(enum zk_node_kind kind);
 /* 1 if sequence number `a` was given before `b`, across the counter's wrap. */
 int dlock_zk_seq_before(int32_t a, int32_t b);
 /*
  * Where our node `own` stands among the children `kids` of its parent: 1 if
- * it is one of them, with *pred the index of the lock node just before it
- * (-1: it is first); 0 if it is gone.  Names that are not lock nodes, and
- * other nodes with our GUID (duplicates), are not in the queue.
+ * it is one of them, with *pred the index of the node that keeps it waiting
+ * (-1: none, the lock is ours); 0 if it is gone.  That node is the nearest
+ * one before ours that ours cannot be held beside: for a mutex or a writer,
+ * the lock node just before it, of any kind; for a reader, the nearest
+ * mutex or writer node before it.  Names that are not lock nodes, and other
+ * nodes with our GUID (duplicates), are not in the queue.
  */
 int dlock_zk_queue_place(char *const *kids, int32_t n, const char *own, const char *guid, int32_t *pred);
-/* 1 if `child` carries the GUID `guid` (ZK_GUID_HEX hex digits). */
+/* 1 if `child` carries the GUID `guid` (ZK_GUID_HEX hex digits) in our protected form "_c_GUID-". */
 int dlock_zk_child_has_guid(const char *child, const char *guid);
 
 /* ------------------------------------------------------------ own node */

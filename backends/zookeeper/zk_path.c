@@ -7,6 +7,9 @@
  *                             control or non-ASCII bytes; long names hashed)
  *   BASE/NAME/_c_GUID-lock-N  one ephemeral sequential node per contender;
  *                             GUID is per acquisition, N the server's sequence
+ *   BASE/NAME/_c_GUID-__READ__N, _c_GUID-__WRIT__N
+ *                             the same for a reader and a writer of a
+ *                             read-write lock, in the same queue
  *
  * ACLs: ZooKeeper checks the permission to delete a node on its parent.
  * With credentials, the base path, every parent and every lock node are
@@ -92,15 +95,11 @@ int dlock_zk_ensure_parent(struct zk_session *s, const char *parent)
  * -2147483648 after 2^31 creates: "0000000042", "-000000002",
  * "-2147483648".  Exactly those forms are accepted (parsed, then written
  * again and compared), so no other spelling of a number is a lock node.
+ * The number is at the end of the name: 1 and *seq if `text` is one.
  */
-int dlock_zk_child_seq(const char *child, int32_t *seq)
+static int server_number(const char *text, int32_t *seq)
 {
-	const char *mark = NULL;
-	for (const char *p = strstr(child, ZK_NODE_MARK); p; p = strstr(p + 1, ZK_NODE_MARK))
-		mark = p;
-	if (!mark)
-		return 0;
-	const char *text = mark + strlen(ZK_NODE_MARK), *p = text;
+	const char *p = text;
 	int neg = *p == '-';
 	p += neg;
 	if (*p == '\0' || strlen(p) > 10)
@@ -122,6 +121,39 @@ int dlock_zk_child_seq(const char *child, int32_t *seq)
 	return 1;
 }
 
+const char *dlock_zk_node_mark(enum zk_node_kind kind)
+{
+	switch (kind) {
+	case ZK_NODE_MUTEX: return ZK_NODE_MARK;
+	case ZK_NODE_READ: return ZK_READ_MARK;
+	case ZK_NODE_WRITE: return ZK_WRITE_MARK;
+	case ZK_NODE_NONE: break;
+	}
+	return NULL;
+}
+
+/*
+ * The number follows the last occurrence of its mark.  A name can end in a
+ * mark and a number for one mark at most: a number has no letters, so the
+ * last letter of the name would be the mark's last letter, 'k', 'D' or 'T'.
+ */
+enum zk_node_kind dlock_zk_child_kind(const char *child, int32_t *seq)
+{
+	for (int k = ZK_NODE_MUTEX; k <= ZK_NODE_WRITE; k++) {
+		const char *name = dlock_zk_node_mark((enum zk_node_kind)k), *mark = NULL;
+		for (const char *p = strstr(child, name); p; p = strstr(p + 1, name))
+			mark = p;
+		if (mark && server_number(mark + strlen(name), seq))
+			return (enum zk_node_kind)k;
+	}
+	return ZK_NODE_NONE;
+}
+
+int dlock_zk_child_seq(const char *child, int32_t *seq)
+{
+	return dlock_zk_child_kind(child, seq) != ZK_NODE_NONE;
+}
+
 /* Serial-number order (RFC 1982) on 32 bits: right across the wrap while
  * the live nodes of a parent span less than 2^31 creates, which they do. */
 int dlock_zk_seq_before(int32_t a, int32_t b)
@@ -130,22 +162,31 @@ int dlock_zk_seq_before(int32_t a, int32_t b)
 	return d != 0 && d < UINT32_C(0x80000000);
 }
 
+/* 1 for the kinds that hold the lock alone. */
+static int exclusive(enum zk_node_kind k)
+{
+	return k == ZK_NODE_MUTEX || k == ZK_NODE_WRITE;
+}
+
 int dlock_zk_queue_place(char *const *kids, int32_t n, const char *own, const char *guid, int32_t *pred)
 {
 	int32_t mine, best = 0;
 	int found = 0;
 	*pred = -1;
-	if (!dlock_zk_child_seq(own, &mine))
+	enum zk_node_kind ours = dlock_zk_child_kind(own, &mine);
+	if (ours == ZK_NODE_NONE)
 		return 0;
 	for (int32_t i = 0; i < n; i++) {
 		int32_t seq;
-		if (!dlock_zk_child_seq(kids[i], &seq))
+		enum zk_node_kind k = dlock_zk_child_kind(kids[i], &seq);
+		if (k == ZK_NODE_NONE)
 			continue; /* not a lock node: not in the queue */
 		if (strcmp(kids[i], own) == 0)
 			found = 1;
 		else if (dlock_zk_child_has_guid(kids[i], guid))
 			continue; /* a duplicate of ours: the recipe deletes it */
-		else if (dlock_zk_seq_before(seq, mine) && (*pred < 0 || dlock_zk_seq_before(best, seq))) {
+		else if ((exclusive(ours) || exclusive(k)) && dlock_zk_seq_before(seq, mine) &&
+		         (*pred < 0 || dlock_zk_seq_before(best, seq))) {
 			best = seq;
 			*pred = i;
 		}
@@ -157,5 +198,5 @@ int dlock_zk_child_has_guid(const char *child, const char *guid)
 {
 	size_t pre = strlen(ZK_NODE_PREFIX);
 	return strncmp(child, ZK_NODE_PREFIX, pre) == 0 && strncmp(child + pre, guid, ZK_GUID_HEX) == 0 &&
-	       strncmp(child + pre + ZK_GUID_HEX, ZK_NODE_MARK, strlen(ZK_NODE_MARK)) == 0;
+	       child[pre + ZK_GUID_HEX] == '-';
 }

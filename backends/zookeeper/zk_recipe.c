@@ -1,18 +1,31 @@
 /*
- * The lock recipe (as Apache Curator's InterProcessMutex does it):
+ * The lock recipes, as Apache Curator's InterProcessMutex and
+ * InterProcessReadWriteLock do them, in one queue per name:
  *
- *   1. Create PARENT/_c_GUID-lock- as EPHEMERAL_SEQUENTIAL, GUID fresh per
- *      acquisition.  If the parent is missing (never made, or an empty
+ *   1. Create PARENT/_c_GUID-lock- (a mutex), PARENT/_c_GUID-__WRIT__ (a
+ *      writer) or PARENT/_c_GUID-__READ__ (a reader) as
+ *      EPHEMERAL_SEQUENTIAL, GUID fresh per acquisition.  If the parent is missing (never made, or an empty
  *      container the server just reaped), make it and create again.  If
  *      the connection drops during the create, the node may or may not
  *      exist: after reconnecting, look for a child carrying our GUID and
  *      adopt it, else create again; a second node with our GUID found
  *      later is deleted.  So no node of ours is ever left behind to block
  *      everyone until the session ends.
- *   2. List the children.  The lowest sequence number holds the lock.
- *      Otherwise watch only the node just before ours (exists with a
- *      watch): one release wakes one waiter, not the whole queue.  When it
- *      goes, or if it is already gone, list again.
+ *   2. List the children.  A mutex or a writer holds the lock when its
+ *      node is the lowest of all; a reader when no mutex or writer node is
+ *      lower than its own.  Otherwise watch only the node that blocks us
+ *      (exists with a watch): a mutex or a writer the node just before its
+ *      own, of any kind; a reader the nearest mutex or writer node before
+ *      its own.  One release wakes only the waiters it can let in, not the
+ *      whole queue.  When that node goes, or if it is already gone, list
+ *      again.
+ *
+ * So the order is the queue's: a writer waits for everyone before it, and
+ * a reader that comes after a waiting writer waits for that writer (no
+ * writer starves: DLOCK_RWLOCK_WRITER_FIRST).  A mutex node counts as a
+ * writer and the mutex recipe sees readers and writers, so a name used as
+ * a mutex by one client and as a read-write lock by another is still
+ * exclusive: the kinds need no refusal across clients.
  *   3. Give up (deadline, cancel, try-once) by deleting our node with the
  *      version it was created with.
  *
@@ -20,10 +33,12 @@
  * node another client deletes is told the lock is lost; a contender whose
  * node goes looks again and starts over.
  *
- * The fencing token is the node's czxid: zxids order every change of the
- * ensemble, so successive holders get strictly larger tokens even when the
- * parent was deleted and created again in between (sequence numbers would
- * start again).
+ * The fencing token of a mutex or a writer is the node's czxid: zxids
+ * order every change of the ensemble, so successive holders get strictly
+ * larger tokens even when the parent was deleted and created again in
+ * between (sequence numbers would start again).  A reader gets none
+ * (read fencing NONE): the writer before it has left no node whose czxid
+ * it could give.
  *
  * If the session dies during an attempt, its node dies with it; the
  * attempt starts again on the next session while the wait allows.
@@ -41,6 +56,7 @@ struct attempt {
 	dlock_wait *w;
 	dlock_error *err;
 	char guid[ZK_GUID_HEX + 1];
+	enum zk_node_kind kind; /* of our node: mutex, reader or writer */
 	const char *own; /* our node's name: the last component of lk->node */
 	int again;       /* the session died or our node vanished: start over */
 };
@@ -111,7 +127,9 @@ static int find_by_guid(struct attempt *a, int *found)
 static dlock_status protected_create(struct attempt *a)
 {
 	char prefix[ZK_PATH_MAX];
-	snprintf(prefix, sizeof prefix, "%s/" ZK_NODE_PREFIX "%s" ZK_NODE_MARK, a->lk->parent, a->guid);
+	const char *mark = dlock_zk_node_mark(a->kind);
+	snprintf(prefix, sizeof prefix, "%s/" ZK_NODE_PREFIX "%s%s%s", a->lk->parent, a->guid, mark[0] == '-' ? "" : "-",
+	         mark);
 	for (int tries = 0; tries < 20; tries++) {
 		struct Stat st;
 		int64_t sent = dlock_monotonic_ns();
@@ -151,8 +169,9 @@ static void delete_duplicate(struct attempt *a, const char *child)
 }
 
 /*
- * One look at the queue.  ZOK with pred[0] == '\0': we are first.  ZOK with
- * pred set: the name of the node just before ours.  ZNONODE: our node is gone.
+ * One look at the queue.  ZOK with pred[0] == '\0': the lock is ours.  ZOK
+ * with pred set: the name of the node that blocks us.  ZNONODE: our node is
+ * gone.
  */
 static int scan(struct attempt *a, char *pred, size_t predlen)
 {
@@ -178,7 +197,7 @@ static int scan(struct attempt *a, char *pred, size_t predlen)
 	return found ? ZOK : ZNONODE;
 }
 
-/* Watch the predecessor; 1 if it is still there (sleep), 0 if gone (look again). */
+/* Watch the node that blocks us; 1 if it is still there (sleep), 0 if gone (look again). */
 static int watch_pred(struct attempt *a, const char *pred, int *rc_out)
 {
 	char path[ZK_PATH_MAX];
@@ -191,6 +210,8 @@ static int watch_pred(struct attempt *a, const char *pred, int *rc_out)
 	int64_t sent = dlock_monotonic_ns();
 	int rc = answered(a, zoo_wexists(a->s->zh, path, dlock_zk_slot_watcher, a->lk->slot, &st), sent);
 	*rc_out = rc == ZNONODE ? ZOK : rc;
+	if (rc == ZOK) /* node names are ours or the server's: no part of the lock's name */
+		dlock_host_log(a->c->host, DLOCK_LOG_DEBUG, "zk: %s waits for %s", a->own, pred);
 	return rc == ZOK;
 }
 
@@ -262,7 +283,7 @@ static dlock_status attempt(struct attempt *a, dlock_acquired *out)
 		a->again = 1; /* the session died just now, and the node with it, or the node was deleted */
 		return DLOCK_OK;
 	}
-	*out = (dlock_acquired){ .token = (uint64_t)a->lk->czxid, .sent_ns = 0 };
+	*out = (dlock_acquired){ .token = a->kind == ZK_NODE_READ ? 0 : (uint64_t)a->lk->czxid, .sent_ns = 0 };
 	return DLOCK_OK;
 }
 
@@ -282,6 +303,10 @@ dlock_status dlock_zk_acquire(struct zk_client *c, struct zk_lock *lk, dlock_wai
                               dlock_error *err)
 {
 	struct attempt a = { .c = c, .lk = lk, .w = w, .err = err };
+	if (lk->kind == DLOCK_KIND_RWLOCK)
+		a.kind = dlock_wait_mode(w) == DLOCK_MODE_SHARED ? ZK_NODE_READ : ZK_NODE_WRITE;
+	else
+		a.kind = ZK_NODE_MUTEX;
 	dlock_status st;
 	dlock_zk_slot_attach(lk->slot, w);
 	for (;;) {

@@ -76,7 +76,7 @@ void dlock_zk_slot_watcher(zhandle_t *zh, int type, int state, const char *path,
 	pthread_mutex_unlock(&c->mu);
 	/* Session events reach every watch; only node events say the queue moved. */
 	if (woke && type != ZOO_SESSION_EVENT)
-		dlock_host_log(c->host, DLOCK_LOG_DEBUG, "zk: watch event %d on the predecessor woke a waiter", type);
+		dlock_host_log(c->host, DLOCK_LOG_DEBUG, "zk: watch event %d on the node it waits for woke a waiter", type);
 }
 
 void dlock_zk_slots_free(struct zk_client *c)

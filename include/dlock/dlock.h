@@ -280,7 +280,7 @@ typedef enum dlock_feature {
 	DLOCK_FEATURE_KIND_CHECK = 12  /**< 1: a name in use as another kind of lock, in another client
 	                                    too, is refused with DLOCK_EKIND; 0: the backend's kinds
 	                                    exclude each other on one name, so mixing them is safe
-	                                    (file://); within one client the core always refuses */
+	                                    (file://, zk://); within one client the core always refuses */
 } dlock_feature;
 
 /**
@@ -409,21 +409,23 @@ typedef enum dlock_lock_kind {
  *   - Local order: the client's threads that wait for one name queue in
  *     FIFO order, so a local writer waiting holds back the local readers
  *     that come after it.  Across clients the backend decides, stated by
- *     DLOCK_FEATURE_RWLOCK: mem:// is WRITER_FIRST (a waiting writer holds
- *     back new readers); file:// is NO_PREFERENCE (fcntl locks give waiters
- *     no order: readers that keep overlapping can starve a writer);
- *     postgres:// is WRITER_FIRST in advisory mode (the server queues
- *     waiters in order) and NO_PREFERENCE in row mode (FOR SHARE goes
- *     beside FOR SHARE holders while a FOR UPDATE waits).  redis:// and
- *     zk:// have no read-write locks yet: DLOCK_RWLOCK_NONE, and this
- *     function answers DLOCK_ENOTSUP there.
+ *     DLOCK_FEATURE_RWLOCK: mem:// and zk:// are WRITER_FIRST (a waiting
+ *     writer holds back new readers; on zk:// in the order of the server's
+ *     queue, as Curator's InterProcessReadWriteLock); file:// is
+ *     NO_PREFERENCE (fcntl locks give waiters no order: readers that keep
+ *     overlapping can starve a writer); postgres:// is WRITER_FIRST in
+ *     advisory mode (the server queues waiters in order) and NO_PREFERENCE
+ *     in row mode (FOR SHARE goes beside FOR SHARE holders while a FOR
+ *     UPDATE waits).  redis:// has no read-write locks yet:
+ *     DLOCK_RWLOCK_NONE, and this function answers DLOCK_ENOTSUP there.
  *   - Fencing: a writer's token is strictly greater than every token before
  *     it (as a mutex's).  A reader takes no new token: it gets the token of
  *     the latest writer (0 when the name has had no writer yet), which
  *     never goes back and tells storage which write the reader saw
- *     (DLOCK_FEATURE_READ_FENCING).  Where that feature is NONE, readers
- *     get no token: dlock_lock_fencing_token() answers DLOCK_ENOTSUP for a
- *     shared acquisition, and the backend is spared the work of one.
+ *     (DLOCK_FEATURE_READ_FENCING).  Where that feature is NONE (postgres://,
+ *     zk://), readers get no token: dlock_lock_fencing_token() answers
+ *     DLOCK_ENOTSUP for a shared acquisition, and the backend is spared the
+ *     work of one.
  * Thread-safe.
  */
 DLOCK_API dlock_status dlock_rwlock_new(dlock_client *client, const char *name, dlock_lock **out);
