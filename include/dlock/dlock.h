@@ -410,14 +410,17 @@ typedef enum dlock_lock_kind {
  *     that come after it.  Across clients the backend decides, stated by
  *     DLOCK_FEATURE_RWLOCK: mem:// is WRITER_FIRST (a waiting writer holds
  *     back new readers); file:// is NO_PREFERENCE (fcntl locks give waiters
- *     no order: readers that keep overlapping can starve a writer).  The
- *     server backends (redis://, zk://, postgres://) have no read-write
- *     locks yet: DLOCK_RWLOCK_NONE, and this function answers DLOCK_ENOTSUP.
+ *     no order: readers that keep overlapping can starve a writer), and so
+ *     is redis:// on one server, Sentinel or Cluster (a waiting writer is
+ *     not kept on the server).  RedLock, zk:// and postgres:// have no
+ *     read-write locks yet: DLOCK_RWLOCK_NONE, and this function answers
+ *     DLOCK_ENOTSUP.
  *   - Fencing: a writer's token is strictly greater than every token before
  *     it (as a mutex's).  A reader takes no new token: it gets the token of
  *     the latest writer (0 when the name has had no writer yet), which
- *     never goes back and tells storage which write the reader saw
- *     (DLOCK_FEATURE_READ_FENCING).
+ *     tells storage which write the reader saw and goes back only where
+ *     the writers' tokens can (DLOCK_FEATURE_READ_FENCING: redis:// is
+ *     CONDITIONAL, as its writers' tokens are).
  * Thread-safe.
  */
 DLOCK_API dlock_status dlock_rwlock_new(dlock_client *client, const char *name, dlock_lock **out);
