@@ -215,13 +215,6 @@ static dlock_status rw_acquire(dlock_lock *l, dlock_lock_mode mode, int64_t leas
 	return dlock_acquire(l, &o);
 }
 
-static int renewed_twice_each(void *arg)
-{
-	dlock_client_stats s;
-	dlock_client_get_stats(arg, &s);
-	return s.renewals >= 2 * 2 * 8;
-}
-
 /*
  * A read-write lock's keys (:lock, "shared" while readers hold, and
  * :readers) share its slot and live on that slot's master, reached with no
@@ -269,7 +262,8 @@ static void test_rwlock_on_slot_master(void)
 	}
 	printf("\n    %d read-write locks on %d masters", NAMES, nmasters);
 	CU_ASSERT(nmasters >= 2);
-	CU_ASSERT(dlock_test_await(renewed_twice_each, a, AWAIT_MS));
+	dlock_test_count renewals = { a, 2 * NAMES }; /* each of a's readers twice */
+	CU_ASSERT(dlock_test_await(dlock_test_renewed, &renewals, AWAIT_MS));
 	for (int i = 0; i < NAMES; i++) {
 		CU_ASSERT_EQUAL(dlock_check(ra[i]), DLOCK_OK);
 		CU_ASSERT_EQUAL(dlock_release(rb[i]), DLOCK_OK); /* rb's handle and w share client b: one at a time */

@@ -239,10 +239,24 @@ static void dead_reader_child(const char *prefix, int fd)
 		pause();
 }
 
+/* A reader's entry, scored when it last acquired or renewed: renewed once the score moved. */
+struct reader_entry {
+	redisContext *ctx;
+	const char *readers;
+	int64_t first;
+};
+
+static int reader_renewed(void *arg)
+{
+	struct reader_entry *e = arg;
+	int64_t score = 0;
+	return reader_scores(e->ctx, e->readers, &score, 1) == 1 && score > e->first;
+}
+
 /*
- * A reader killed with SIGKILL while it holds (renewing every third of its
- * lease) blocks a waiting writer at most one lease after it died, and for
- * about as long as what remained of its lease (Redisson's
+ * A reader killed with SIGKILL while it holds, just after one of its
+ * renewals, blocks a waiting writer for what remained of its lease (about
+ * one lease) and never longer (Redisson's
  * testReadLockExpiration: a live reader with a shorter lease that leaves
  * meanwhile changes nothing).
  */
@@ -260,9 +274,14 @@ static void test_dead_reader(void)
 		dead_reader_child(prefix, fds[1]);
 	}
 	close(fds[1]);
-	char byte = 0;
+	char byte = 0, readers[256];
 	CU_ASSERT_FATAL(read(fds[0], &byte, 1) == 1); /* the child holds its read lock */
 	close(fds[0]);
+	dlock_testredis_key(readers, sizeof readers, prefix, "dead", "readers");
+	struct reader_entry e = { dlock_testredis_raw(redis_port), readers, 0 };
+	CU_ASSERT_EQUAL_FATAL(reader_scores(e.ctx, readers, &e.first, 1), 1);
+	CU_ASSERT(dlock_test_await(reader_renewed, &e, AWAIT_MS)); /* its renewals run */
+	redisFree(e.ctx);
 
 	dlock_client *a = open_prefixed(prefix, ""), *b = open_prefixed(prefix, "fair=0");
 	dlock_lock *live = rwlock(a, "dead"), *w = rwlock(b, "dead");
@@ -279,7 +298,7 @@ static void test_dead_reader(void)
 	CU_ASSERT_EQUAL_FATAL(dlock_test_waiter_join(&wt, LONG_WAIT_MS), DLOCK_OK);
 	int64_t waited = wt.at_ms - killed;
 	printf("\n    writer in %lld ms after the reader was killed (lease %d ms)", (long long)waited, DEAD_LEASE_MS);
-	CU_ASSERT(waited >= DEAD_LEASE_MS / 2);           /* what remained of a lease renewed every third */
+	CU_ASSERT(waited >= DEAD_LEASE_MS / 2);           /* the dead reader did hold the writer back */
 	CU_ASSERT(waited <= DEAD_LEASE_MS + SLACK_MS);   /* never past the lease */
 	CU_ASSERT_EQUAL(dlock_release(w), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_testredis_keys_under(redis_port, prefix), 1); /* the fence counter only */
@@ -295,13 +314,6 @@ static void test_dead_reader(void)
 #define RENEW_NAMES 4
 #define RENEW_CLIENTS 2
 #define RENEW_LEASE_MS 600
-
-static int renewed(void *arg)
-{
-	dlock_client_stats s;
-	dlock_client_get_stats(arg, &s);
-	return s.renewals >= 4 * (RENEW_NAMES + 1);
-}
 
 /*
  * Readers renewed by the renewal thread (in batches: one pipeline of each
@@ -333,8 +345,10 @@ static void test_readers_renewed(void)
 	}
 	dlock_lock *w = rwlock(c[0], "renew-w");
 	CU_ASSERT_EQUAL_FATAL(rw_acquire(w, WRITE, 0, RENEW_LEASE_MS, 1), DLOCK_OK);
-	for (int k = 0; k < RENEW_CLIENTS; k++)
-		CU_ASSERT(dlock_test_await(renewed, c[k], AWAIT_MS));
+	for (int k = 0; k < RENEW_CLIENTS; k++) {
+		dlock_test_count renewals = { c[k], 4 * (RENEW_NAMES + 1) }; /* four of each lease */
+		CU_ASSERT(dlock_test_await(dlock_test_renewed, &renewals, AWAIT_MS));
+	}
 	CU_ASSERT_EQUAL(atomic_load(&lost.count), 0);
 	for (int k = 0; k < RENEW_CLIENTS; k++)
 		for (int i = 0; i < RENEW_NAMES; i++)
@@ -390,13 +404,6 @@ static void *woken_main(void *arg)
 	return NULL;
 }
 
-static int all_waiting(void *arg)
-{
-	dlock_client_stats s;
-	dlock_client_get_stats(arg, &s);
-	return s.contending >= 1 && s.server_acquires >= 1;
-}
-
 /*
  * A writer's release wakes every waiting reader at once, and they all hold
  * together (Redisson's testWriteRead), with the queue's client and with
@@ -416,7 +423,8 @@ static void woken_readers(const char *extra)
 		wk[i] = (struct woken){ .lock = rwlock(rc, "woken"), .holding = &holding };
 		CU_ASSERT_FATAL(pthread_create(&wk[i].thread, NULL, woken_main, &wk[i]) == 0);
 	}
-	CU_ASSERT(dlock_test_await(all_waiting, rc, AWAIT_MS));
+	dlock_test_count waiting = { rc, 1 }; /* the first reader waits on the server */
+	CU_ASSERT(dlock_test_await(dlock_test_attempted, &waiting, AWAIT_MS));
 	int64_t released = dlock_test_now_ms();
 	CU_ASSERT_EQUAL(dlock_release(w), DLOCK_OK);
 	int64_t last = released;
@@ -470,9 +478,12 @@ static void test_kinds_across_clients(void)
 	CU_ASSERT_EQUAL(rw_acquire(w, WRITE, 0, 0, -1), DLOCK_EBUSY);
 
 	/* A mutex queued behind the readers (fair=1) gets the name when the last one leaves. */
+	dlock_client_stats before;
+	dlock_client_get_stats(d, &before);
+	dlock_test_count waiting = { d, before.server_acquires + 1 };
 	dlock_test_waiter mw;
 	dlock_test_waiter_start(&mw, m, LONG_WAIT_MS, 0);
-	CU_ASSERT(dlock_test_await(all_waiting, d, AWAIT_MS));
+	CU_ASSERT(dlock_test_await(dlock_test_attempted, &waiting, AWAIT_MS));
 	int64_t released = dlock_test_now_ms();
 	CU_ASSERT_EQUAL(dlock_release(r2), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_test_waiter_join(&mw, LONG_WAIT_MS), DLOCK_OK);
