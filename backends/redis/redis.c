@@ -22,6 +22,11 @@
  * on by default where it works: one server, no replicas=N) keeps waiters
  * in Redis and has each release grant the lock to the first of them
  * (redis_fair.c): a release wakes one waiter, not all of them.
+ *
+ * Read-write locks (one server, not RedLock): a writer is a mutex holder,
+ * readers run their own scripts (redis_scripts.c) through the same single
+ * instance functions (redis_lock.c), and their waiters always wait in the
+ * core's loop with pub/sub wake-ups, fair=1 or not (waiting_algo()).
  */
 #include <inttypes.h>
 #include <stdio.h>
