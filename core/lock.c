@@ -508,11 +508,13 @@ static dlock_status contend_locked(struct dlock_lock *l, const struct acquire_pa
 	l->lost_early = 0;
 	c->stats.server_acquires++;
 	c->stats.contending++;
+	/* A kind the server does not queue (core_waits) waits in the core's loop whatever the client's rule. */
+	int retry_loop = c->retry_loop || (c->kinds[l->kind].core_waits && dlock_driver_try_acquire_of(c->driver));
 	pthread_mutex_unlock(&c->mu);
 
 	int64_t started = dlock_monotonic_ns();
-	dlock_status st = c->retry_loop ? dlock_retry_loop(c, l->lk, p->lease_ms, w, &acq, err)
-	                                : c->driver->acquire(c->backend, l->lk, p->lease_ms, w, &acq, err);
+	dlock_status st = retry_loop ? dlock_retry_loop(c, l->lk, p->lease_ms, w, &acq, err)
+	                             : c->driver->acquire(c->backend, l->lk, p->lease_ms, w, &acq, err);
 
 	pthread_mutex_lock(&c->mu);
 	l->entry->contending = 0;

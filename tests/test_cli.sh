@@ -455,10 +455,22 @@ else
 	echo "skip - --shared on postgres:// (DLOCK_TEST_PG_URI unset)"
 fi
 if [ -n "${DLOCK_TEST_REDIS_URI:-}" ]; then
-	expect_rc "--shared on a backend without read-write locks exits 78" 78 --uri "$DLOCK_TEST_REDIS_URI" -s rw -- true
+	rwname="rw-$$-$RANDOM"
+	hold "$rwname" rr --uri "$DLOCK_TEST_REDIS_URI" --shared
+	expect_rc "--shared on Redis beside a Redis --shared holder runs at once" 0 \
+		--uri "$DLOCK_TEST_REDIS_URI" -s -n "$rwname" -- true
+	expect_rc "--exclusive on a Redis read-held lock exits 75" 75 --uri "$DLOCK_TEST_REDIS_URI" -x -n "$rwname" -- true
+	expect_rc "... and so does a mutex (plain dlock) there" 75 --uri "$DLOCK_TEST_REDIS_URI" -n "$rwname" -- true
+	release "$hold_pid" rr
+	expect_rc "--exclusive on Redis once the reader ended" 0 --uri "$DLOCK_TEST_REDIS_URI?fair=0" -x -n "$rwname" -- true
+else
+	echo "skip - --shared on Redis (DLOCK_TEST_REDIS_URI unset)"
+fi
+if [ -n "${DLOCK_TEST_REDLOCK_URI:-}" ]; then
+	expect_rc "--shared on RedLock, which has no read-write locks, exits 78" 78 --uri "$DLOCK_TEST_REDLOCK_URI" -s rw -- true
 	check "... saying so" contains "$err" "^dlock: --shared: .*read-write"
 else
-	echo "skip - --shared on a backend without read-write locks (DLOCK_TEST_REDIS_URI unset)"
+	echo "skip - --shared on a backend without read-write locks (DLOCK_TEST_REDLOCK_URI unset)"
 fi
 # ZooKeeper readers: Curator's __READ__ nodes, no fencing token for a reader (read fencing none).
 if [ -n "${DLOCK_TEST_ZK_URI:-}" ]; then

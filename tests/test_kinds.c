@@ -12,11 +12,13 @@
  *   - a driver whose kind_capabilities() leaves read-write locks
  *     unsupported makes dlock_rwlock_new() DLOCK_ENOTSUP;
  *   - a reader gets no fencing token where the read fencing is NONE,
- *     while writers still get theirs.
+ *     while writers still get theirs;
+ *   - on a client whose server queues the waiters (acquire()), a kind that
+ *     says core_waits goes through try_acquire() and the core's loop.
  *
  * kinds://rw supports read-write locks with no token for readers,
  * kinds://rwfence with the writer's token for readers, kinds://norw does
- * not support them.  The
+ * not support them; kinds://queue has them and queues mutex waiters.  The
  * driver's counters are read through its control door.
  */
 #include <pthread.h>
@@ -34,10 +36,12 @@
 
 struct kinds_counts {
 	int lock_inits, kind_inits[2], shared_sent, exclusive_sent, conflicts;
+	int acquire_calls[2]; /* per kind: through acquire() (the server's queue), not try_acquire() */
 };
 
 struct kinds_backend {
 	int rw, read_fencing;
+	int queue; /* kinds://queue: the server queues mutex waiters (acquire()), read-write locks say core_waits */
 	pthread_mutex_t mu;
 	int exclusive_held, shared_held;
 	struct kinds_counts counts;
@@ -55,7 +59,8 @@ static dlock_status kinds_open(const dlock_uri *uri, dlock_host *host, void **ba
 	if (!b)
 		return dlock_error_set(err, DLOCK_ENOMEM, "kinds: out of memory");
 	b->read_fencing = strcmp(uri->hosts[0].host, "rwfence") == 0;
-	b->rw = b->read_fencing || strcmp(uri->hosts[0].host, "rw") == 0;
+	b->queue = strcmp(uri->hosts[0].host, "queue") == 0;
+	b->rw = b->read_fencing || b->queue || strcmp(uri->hosts[0].host, "rw") == 0;
 	pthread_mutex_init(&b->mu, NULL);
 	*backend = b;
 	return DLOCK_OK;
@@ -70,8 +75,10 @@ static void kinds_close(void *backend)
 
 static void kinds_caps(void *backend, dlock_capabilities *caps)
 {
-	(void)backend;
+	struct kinds_backend *b = backend;
 	*caps = (dlock_capabilities){ .backend = "kinds", .fencing = DLOCK_FENCING_STRICT, .fencing_note = "" };
+	if (b->queue)
+		caps->wakeup = DLOCK_WAKEUP_SERVER_QUEUE;
 }
 
 static void kinds_kind_caps(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps)
@@ -81,6 +88,7 @@ static void kinds_kind_caps(void *backend, dlock_lock_kind kind, dlock_kind_caps
 	if (kind == DLOCK_KIND_RWLOCK && b->rw) {
 		caps->policy = DLOCK_RWLOCK_WRITER_FIRST;
 		caps->read_fencing = b->read_fencing ? DLOCK_FENCING_STRICT : DLOCK_FENCING_NONE;
+		caps->core_waits = b->queue;
 	}
 }
 
@@ -131,6 +139,19 @@ static dlock_status kinds_try(void *backend, void *lkp, int64_t lease_ms, dlock_
 	return DLOCK_OK;
 }
 
+/* kinds://queue's blocking acquire: counted, then granted as an attempt is. */
+static dlock_status kinds_acquire(void *backend, void *lkp, int64_t lease_ms, dlock_wait *w, dlock_acquired *out,
+                                  dlock_error *err)
+{
+	struct kinds_backend *b = backend;
+	struct kinds_lock *lk = lkp;
+	dlock_retry retry = { -1, 0, 0 };
+	pthread_mutex_lock(&b->mu);
+	b->counts.acquire_calls[lk->kind]++;
+	pthread_mutex_unlock(&b->mu);
+	return kinds_try(backend, lkp, lease_ms, w, &retry, out, err);
+}
+
 static dlock_status kinds_release(void *backend, void *lkp, dlock_error *err)
 {
 	struct kinds_backend *b = backend;
@@ -167,6 +188,7 @@ static const dlock_driver kinds_driver = {
 	.lock_init = kinds_init,
 	.release = kinds_release,
 	.control = kinds_control,
+	.acquire = kinds_acquire,
 	.try_acquire = kinds_try,
 	.kind_capabilities = kinds_kind_caps,
 	.lock_init_kind = kinds_init_kind,
@@ -299,6 +321,37 @@ static void test_no_local_conflict(void)
 	dlock_client_close(c);
 }
 
+/*
+ * A server that queues mutex waiters (acquire(), SERVER_QUEUE) but not the
+ * waiters of read-write locks (core_waits): mutexes go to acquire(), read-write
+ * locks, in either mode, to try_acquire() and the core's loop.
+ */
+static void test_core_waits(void)
+{
+	dlock_client *c = dlock_test_open("kinds://queue", NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	dlock_lock *m = NULL, *r = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, "a", &m), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_rwlock_new(c, "b", &r), DLOCK_OK);
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = 1000;
+	CU_ASSERT_EQUAL(dlock_acquire(m, &o), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_acquire(r, &o), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(r), DLOCK_OK);
+	o.mode = DLOCK_MODE_SHARED;
+	CU_ASSERT_EQUAL(dlock_acquire(r, &o), DLOCK_OK);
+	struct kinds_counts k = counts_of(c);
+	CU_ASSERT_EQUAL(k.acquire_calls[DLOCK_KIND_MUTEX], 1);
+	CU_ASSERT_EQUAL(k.acquire_calls[DLOCK_KIND_RWLOCK], 0);
+	CU_ASSERT_EQUAL(k.exclusive_sent, 2);
+	CU_ASSERT_EQUAL(k.shared_sent, 1);
+	CU_ASSERT_EQUAL(dlock_release(m), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(r), DLOCK_OK);
+	dlock_lock_free(m);
+	dlock_lock_free(r);
+	dlock_client_close(c);
+}
+
 static void add_suites(void)
 {
 	if (dlock_register_driver(&kinds_driver) != DLOCK_OK) {
@@ -310,6 +363,7 @@ static void add_suites(void)
 	CU_add_test(s, "read-write locks left unsupported are ENOTSUP", test_unsupported);
 	CU_add_test(s, "a reader's token follows the read fencing", test_read_fencing);
 	CU_add_test(s, "the core sends no acquisition that conflicts with its own holders", test_no_local_conflict);
+	CU_add_test(s, "core_waits: a kind the server does not queue goes through try_acquire", test_core_waits);
 }
 
 int main(void)

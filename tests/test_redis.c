@@ -642,9 +642,45 @@ static void proxy_stop(struct proxy *px)
 	close(px->lfd);
 }
 
+/* One acquisition whose reply the proxy drops; `shared`: a reader of a read-write lock. */
+static void lost_reply_undone(struct proxy *px, dlock_client *c, dlock_client *other, const char *prefix, int shared)
+{
+	char key[256], readers[256];
+	const char *name = shared ? "unlucky-reader" : "unlucky";
+	dlock_lock *l = NULL, *lo = new_lock(other, name);
+	if (shared) {
+		CU_ASSERT_EQUAL_FATAL(dlock_rwlock_new(c, name, &l), DLOCK_OK);
+	} else {
+		l = new_lock(c, name);
+	}
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = 0;
+	o.lease_ms = 60000;
+	o.mode = shared ? DLOCK_MODE_SHARED : DLOCK_MODE_EXCLUSIVE;
+
+	atomic_store(&px->drop_next_reply, 1);
+	CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_ECONNECT);
+	CU_ASSERT_EQUAL(atomic_load(&px->drop_next_reply), 0); /* the script ran, its reply was lost */
+	dlock_testredis_key(key, sizeof key, prefix, name, "lock");
+	dlock_testredis_key(readers, sizeof readers, prefix, name, "readers");
+	redisContext *ctx = dlock_testredis_raw(redis_port);
+	redisReply *r = redisCommand(ctx, "EXISTS %s %s", key, readers);
+	CU_ASSERT(r && r->type == REDIS_REPLY_INTEGER && r->integer == 0); /* undone, not left for 60 s */
+	freeReplyObject(r);
+	redisFree(ctx);
+	CU_ASSERT_EQUAL(acquire(lo, 0, 10000), DLOCK_OK); /* a mutex of the name: free again */
+	CU_ASSERT_EQUAL(dlock_release(lo), DLOCK_OK);
+	o.lease_ms = 10000;
+	CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_OK); /* and the client works on */
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_lock_free(l);
+	dlock_lock_free(lo);
+}
+
+/* A reply lost after the acquire ran is undone: a mutex's SET, and a reader's entry among the readers. */
 static void test_lost_reply_undone(void)
 {
-	char prefix[64], uri[512], base[128], key[256];
+	char prefix[64], uri[512], base[128];
 	struct proxy px;
 	proxy_start(&px, redis_port);
 	snprintf(base, sizeof base, "redis://127.0.0.1:%d", px.port);
@@ -653,23 +689,8 @@ static void test_lost_reply_undone(void)
 	dlock_client *c = open_uri(uri, NULL);
 	dlock_testredis_uri(uri, sizeof uri, redis_uri, prefix, "");
 	dlock_client *other = open_uri(uri, NULL);
-	dlock_lock *l = new_lock(c, "unlucky"), *lo = new_lock(other, "unlucky");
-
-	atomic_store(&px.drop_next_reply, 1);
-	CU_ASSERT_EQUAL(acquire(l, 0, 60000), DLOCK_ECONNECT);
-	CU_ASSERT_EQUAL(atomic_load(&px.drop_next_reply), 0); /* the script ran, its reply was lost */
-	dlock_testredis_key(key, sizeof key, prefix, "unlucky", "lock");
-	redisContext *ctx = dlock_testredis_raw(redis_port);
-	redisReply *r = redisCommand(ctx, "EXISTS %s", key);
-	CU_ASSERT(r && r->type == REDIS_REPLY_INTEGER && r->integer == 0); /* undone, not left for 60 s */
-	freeReplyObject(r);
-	redisFree(ctx);
-	CU_ASSERT_EQUAL(acquire(lo, 0, 10000), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_release(lo), DLOCK_OK);
-	CU_ASSERT_EQUAL(acquire(l, 0, 10000), DLOCK_OK); /* and the client works on */
-	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
-	dlock_lock_free(l);
-	dlock_lock_free(lo);
+	lost_reply_undone(&px, c, other, prefix, 0);
+	lost_reply_undone(&px, c, other, prefix, 1);
 	dlock_client_close(c);
 	dlock_client_close(other);
 	proxy_stop(&px);
@@ -995,7 +1016,8 @@ static void add_suites(void)
 	CU_add_test(s, "the subscriber reconnects and waiters wake", test_subscriber_reconnect);
 	CU_add_test(s, "many held locks renewed in batches, none lost", test_held_many);
 	CU_add_test(s, "SUBSCRIBE refused: waiters poll", test_subscribe_refused);
-	CU_add_test(s, "a lost acquire reply is undone, not left to its TTL", test_lost_reply_undone);
+	CU_add_test(s, "a lost acquire reply is undone (a mutex's, a reader's), not left to its TTL",
+	            test_lost_reply_undone);
 	CU_add_test(s, "a server that stops answering: io_timeout", test_io_timeout);
 	CU_add_test(s, "fencing increases over 10000 acquisitions by 4 processes", test_fencing_processes);
 	CU_add_test(s, "contended: 16 threads in 4 processes", test_contended);

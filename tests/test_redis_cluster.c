@@ -4,7 +4,8 @@
  * also speak TLS.  The conformance suite runs on the cluster URI too; this
  * program checks what only a cluster does.
  *
- * What is checked: locks land on every master, each on its slot's; bad
+ * What is checked: locks land on every master, each on its slot's, and
+ * so do a read-write lock's keys (readers and writer); bad
  * URIs, dead seeds, a seed that is not a cluster node, a plain redis:// on
  * a cluster node and a wrong CA are clear statuses; a slot migrated under
  * a held lock (begun, keys moved, ended: the ASK and then the MOVED
@@ -192,6 +193,99 @@ static void test_every_master(void)
 	for (int k = 0; k < nmasters; k++)
 		CU_ASSERT_EQUAL(dlock_testredis_keys_under(masters[k], prefix) >= 0, 1);
 	dlock_client_close(c);
+}
+
+static long long zcard_at(int port, const char *key)
+{
+	redisContext *raw = dlock_testredis_raw(port);
+	redisReply *r = redisCommand(raw, "ZCARD %s", key);
+	long long n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+	freeReplyObject(r);
+	redisFree(raw);
+	return n;
+}
+
+static dlock_status rw_acquire(dlock_lock *l, dlock_lock_mode mode, int64_t lease_ms, int renew)
+{
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = 0;
+	o.lease_ms = lease_ms;
+	o.renew = renew;
+	o.mode = mode;
+	return dlock_acquire(l, &o);
+}
+
+/*
+ * A read-write lock's keys (:lock, "shared" while readers hold, and
+ * :readers) share its slot and live on that slot's master, reached with no
+ * redirection, for names on every master and for a name with braces of its
+ * own (Redisson's testName: "{test}:abc:key"); readers of two clients
+ * (fair=1 and fair=0) overlap there and are renewed in batches, a writer
+ * waits for them and then holds the key as a mutex would.
+ */
+static void test_rwlock_on_slot_master(void)
+{
+	enum { NAMES = 8 };
+	char prefix[64], uri[1024], uri0[1024], name[32], key[512], readers[512], value[128];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	uri_with(uri, sizeof uri, cluster_uri, prefix, "");
+	uri_with(uri0, sizeof uri0, cluster_uri, prefix, "fair=0");
+	dlock_client *a = dlock_test_open(uri, NULL, NULL), *b = dlock_test_open(uri0, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+	dlock_lock *ra[NAMES], *rb[NAMES], *w[NAMES];
+	int masters[3] = { 0 }, nmasters = 0;
+	long long moved = moved_replies();
+	for (int i = 0; i < NAMES; i++) {
+		if (i == 0)
+			snprintf(name, sizeof name, "{test}:abc:key");
+		else
+			snprintf(name, sizeof name, "rw%d", i);
+		CU_ASSERT_EQUAL_FATAL(dlock_rwlock_new(a, name, &ra[i]), DLOCK_OK);
+		CU_ASSERT_EQUAL_FATAL(dlock_rwlock_new(b, name, &rb[i]), DLOCK_OK);
+		CU_ASSERT_EQUAL_FATAL(dlock_rwlock_new(b, name, &w[i]), DLOCK_OK);
+		CU_ASSERT_EQUAL_FATAL(rw_acquire(ra[i], DLOCK_MODE_SHARED, 900, 1), DLOCK_OK);
+		CU_ASSERT_EQUAL_FATAL(rw_acquire(rb[i], DLOCK_MODE_SHARED, 900, 1), DLOCK_OK);
+		dlock_testredis_key(key, sizeof key, prefix, name, "lock");
+		dlock_testredis_key(readers, sizeof readers, prefix, name, "readers");
+		unsigned slot = key_slot(key);
+		CU_ASSERT_EQUAL(key_slot(readers), slot);
+		int m = master_of(slot);
+		value_at(m, key, value, sizeof value);
+		CU_ASSERT_STRING_EQUAL(value, "shared");
+		CU_ASSERT_EQUAL(zcard_at(m, readers), 2);
+		int seen = 0;
+		for (int k = 0; k < nmasters; k++)
+			seen |= masters[k] == m;
+		if (!seen && nmasters < 3)
+			masters[nmasters++] = m;
+	}
+	printf("\n    %d read-write locks on %d masters", NAMES, nmasters);
+	CU_ASSERT(nmasters >= 2);
+	dlock_test_count renewals = { a, 2 * NAMES }; /* each of a's readers twice */
+	CU_ASSERT(dlock_test_await(dlock_test_renewed, &renewals, AWAIT_MS));
+	for (int i = 0; i < NAMES; i++) {
+		CU_ASSERT_EQUAL(dlock_check(ra[i]), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(rb[i]), DLOCK_OK); /* rb's handle and w share client b: one at a time */
+		dlock_client *c = dlock_test_open(uri0, NULL, NULL);
+		dlock_lock *other = NULL;
+		CU_ASSERT_EQUAL(dlock_rwlock_new(c, dlock_lock_name(w[i]), &other), DLOCK_OK);
+		CU_ASSERT_EQUAL(rw_acquire(other, DLOCK_MODE_EXCLUSIVE, 0, -1), DLOCK_EBUSY);
+		dlock_lock_free(other);
+		dlock_client_close(c);
+		CU_ASSERT_EQUAL(dlock_release(ra[i]), DLOCK_OK);
+		CU_ASSERT_EQUAL(rw_acquire(w[i], DLOCK_MODE_EXCLUSIVE, 0, -1), DLOCK_OK);
+		dlock_testredis_key(key, sizeof key, prefix, dlock_lock_name(w[i]), "lock");
+		value_at(master_of(key_slot(key)), key, value, sizeof value);
+		CU_ASSERT_EQUAL(strlen(value), 32);
+		CU_ASSERT_EQUAL(dlock_release(w[i]), DLOCK_OK);
+		dlock_lock_free(ra[i]);
+		dlock_lock_free(rb[i]);
+		dlock_lock_free(w[i]);
+	}
+	CU_ASSERT_EQUAL(moved_replies(), moved);
+	dlock_client_close(a);
+	dlock_client_close(b);
 }
 
 static void test_bad_input(void)
@@ -759,6 +853,7 @@ static void add_suites(void)
 {
 	CU_pSuite s = CU_add_suite("redis+cluster://", NULL, NULL);
 	CU_add_test(s, "locks land on every master, each on its slot's", test_every_master);
+	CU_add_test(s, "read-write locks: their keys on their slot's master", test_rwlock_on_slot_master);
 	CU_add_test(s, "bad URIs, dead seeds, not a cluster, redis:// on a cluster node, wrong CA", test_bad_input);
 	CU_add_test(s, "rediss+cluster://: through the TLS ports", test_tls);
 	CU_add_test(s, "a slot migrated under a held lock: begun, keys moved, ended", test_migration_under_holder);

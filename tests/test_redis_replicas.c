@@ -130,6 +130,30 @@ static void test_confirmed(void)
 }
 
 /* More replicas asked than exist, or the replica down: the acquire is undone and fails, in time. */
+/* A reader of a read-write lock waits for the replicas too, after its acquire and its renewals. */
+static void test_reader_confirmed(void)
+{
+	char prefix[64], key[512], on_replica[128];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_client *c = open_with(prefix, "replicas=1&replicas_timeout=5s");
+	dlock_lock *l = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_rwlock_new(c, "reader", &l), DLOCK_OK);
+	dlock_testredis_key(key, sizeof key, prefix, "reader", "lock");
+	long long before = wait_calls();
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = 0;
+	o.mode = DLOCK_MODE_SHARED;
+	CU_ASSERT_EQUAL_FATAL(dlock_acquire(l, &o), DLOCK_OK);
+	value_at(replica_port, key, on_replica, sizeof on_replica);
+	CU_ASSERT_STRING_EQUAL(on_replica, "shared"); /* WAIT returned: the replica has the readers' key */
+	CU_ASSERT(wait_calls() >= before + 1);
+	CU_ASSERT_EQUAL(dlock_extend(l, 0), DLOCK_OK);
+	CU_ASSERT(wait_calls() >= before + 2);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_lock_free(l);
+	dlock_client_close(c);
+}
+
 static void test_not_confirmed(void)
 {
 	char prefix[64], key[512], on_primary[128];
@@ -191,6 +215,7 @@ static void add_suites(void)
 	CU_pSuite s = CU_add_suite("redis replicas=N", NULL, NULL);
 	CU_add_test(s, "bad replicas= and replicas_timeout= are EURI", test_bad_params);
 	CU_add_test(s, "confirmed: the replica has the key when acquire returns", test_confirmed);
+	CU_add_test(s, "a reader of a read-write lock: confirmed too", test_reader_confirmed);
 	CU_add_test(s, "not confirmed in time: undone and failed", test_not_confirmed);
 	CU_add_test(s, "a renewal not confirmed: given up and reported lost", test_renewal_not_confirmed);
 }

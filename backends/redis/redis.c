@@ -22,6 +22,11 @@
  * on by default where it works: one server, no replicas=N) keeps waiters
  * in Redis and has each release grant the lock to the first of them
  * (redis_fair.c): a release wakes one waiter, not all of them.
+ *
+ * Read-write locks (one server, not RedLock): a writer is a mutex holder,
+ * readers run their own scripts (redis_scripts.c) through the same single
+ * instance functions (redis_lock.c), and their waiters always wait in the
+ * core's loop with pub/sub wake-ups, fair=1 or not (waiting_algo()).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -366,7 +371,7 @@ static dlock_status redis_lock_init(void *backend, void *lkp, const char *name, 
 	dlock_sha256(name, len, sum);
 	dlock_hex(sum, REDIS_DIGEST_HEX / 2, digest);
 	size_t each = c->prefixlen + REDIS_DIGEST_HEX + 16; /* ":{" "}:" "released" NUL */
-	lk->keys = malloc(6 * each + REDIS_OWNER_HEX); /* the grant key, last, gets the owner value appended */
+	lk->keys = malloc(7 * each + REDIS_OWNER_HEX); /* the grant key, last, gets the owner value appended */
 	if (!lk->keys)
 		return dlock_error_set(err, DLOCK_ENOMEM, "redis: out of memory");
 	char *p = lk->keys;
@@ -380,10 +385,45 @@ static dlock_status redis_lock_init(void *backend, void *lkp, const char *name, 
 	lk->waiterslen = key_name(p, c, digest, "waiters");
 	lk->chan = p += each;
 	lk->chanlen = key_name(p, c, digest, "released");
+	lk->readers = p += each;
+	lk->readerslen = key_name(p, c, digest, "readers");
 	lk->grant = p += each;
 	lk->grantlen = key_name(p, c, digest, "grant:");
 	lk->slot = dlock_redis_key_slot(lk->key, lk->keylen); /* a cluster routes every key of the lock by it */
 	return DLOCK_OK;
+}
+
+/* The kind only changes what a shared acquisition does (dlock_wait_mode), and that the queue is not used. */
+static dlock_status redis_lock_init_kind(void *backend, void *lkp, const char *name, size_t len,
+                                         const dlock_kind_spec *spec, dlock_error *err)
+{
+	struct redis_lock *lk = lkp;
+	lk->kind = spec->kind;
+	return redis_lock_init(backend, lkp, name, len, err);
+}
+
+/*
+ * Read-write locks on one server (any transport, Sentinel, Cluster), not
+ * RedLock.  A writer takes the key a mutex takes, and readers keep it
+ * "shared" while they hold (redis_scripts.c), so the kinds exclude each
+ * other and mixing them is safe: nothing to refuse.  A waiting writer is
+ * not kept in Redis, so it does not hold back new readers (no preference).
+ * Readers read the counter of the writers' tokens: conditional, as the
+ * tokens are.  Waiters of a read-write lock subscribe and try again in the
+ * core's loop, also with fair=1, whose queue serves mutexes only.
+ */
+static void redis_kind_capabilities(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps)
+{
+	struct redis_client *c = backend;
+	if (kind == DLOCK_KIND_MUTEX)
+		caps->supported = 1;
+	if (kind != DLOCK_KIND_RWLOCK || c->algo == &dlock_redis_redlock)
+		return;
+	caps->supported = 1;
+	caps->policy = DLOCK_RWLOCK_NO_PREFERENCE;
+	caps->read_fencing = c->algo->fencing;
+	caps->kind_checked = 0;
+	caps->core_waits = 1;
 }
 
 static void redis_lock_fini(void *backend, void *lkp)
@@ -414,25 +454,34 @@ static dlock_status redis_acquire(void *backend, void *lk, int64_t lease_ms, dlo
 	return st != DLOCK_OK ? st : c->algo->acquire(c, lk, lease_ms, w, out, err);
 }
 
+/* Who waits for lk: the algorithm, or, for a read-write lock on a client whose queue serves mutexes only,
+ * one instance's attempts in the core's loop (the release and the rest stay the algorithm's). */
+static const struct redis_algorithm *waiting_algo(const struct redis_client *c, const struct redis_lock *lk)
+{
+	return lk->kind == DLOCK_KIND_RWLOCK && !c->algo->try_acquire ? &dlock_redis_single : c->algo;
+}
+
 /* One attempt, the waiting being the core's; an algorithm whose server queues waits in it instead. */
-static dlock_status redis_try_acquire(void *backend, void *lk, int64_t lease_ms, dlock_wait *w, dlock_retry *retry,
+static dlock_status redis_try_acquire(void *backend, void *lkp, int64_t lease_ms, dlock_wait *w, dlock_retry *retry,
                                       dlock_acquired *out, dlock_error *err)
 {
 	struct redis_client *c = backend;
+	const struct redis_algorithm *algo = waiting_algo(c, lkp);
 	dlock_status st = check_lease(lease_ms, err);
 	if (st != DLOCK_OK)
 		return st;
-	if (!c->algo->try_acquire)
-		return c->algo->acquire(c, lk, lease_ms, w, out, err);
-	return c->algo->try_acquire(c, lk, lease_ms, w, retry, out, err);
+	if (!algo->try_acquire)
+		return algo->acquire(c, lkp, lease_ms, w, out, err);
+	return algo->try_acquire(c, lkp, lease_ms, w, retry, out, err);
 }
 
-static void redis_disarm(void *backend, void *lk, dlock_wait *w)
+static void redis_disarm(void *backend, void *lkp, dlock_wait *w)
 {
 	struct redis_client *c = backend;
+	const struct redis_algorithm *algo = waiting_algo(c, lkp);
 	(void)w;
-	if (c->algo->disarm)
-		c->algo->disarm(c, lk);
+	if (algo->disarm)
+		algo->disarm(c, lkp);
 }
 
 static dlock_status redis_release(void *backend, void *lk, dlock_error *err)
@@ -468,7 +517,8 @@ static dlock_status redis_check(void *backend, void *lk, dlock_error *err)
 		.knows_param = (knows_param_), .lock_init = redis_lock_init, .lock_fini = redis_lock_fini,        \
 		.acquire = redis_acquire, .try_acquire = redis_try_acquire, .disarm = redis_disarm,              \
 		.release = redis_release, .extend = redis_extend, .check = redis_check,                         \
-		.extend_many = redis_extend_many,                                                                \
+		.extend_many = redis_extend_many, .kind_capabilities = redis_kind_capabilities,                  \
+		.lock_init_kind = redis_lock_init_kind,                                                          \
 	}
 
 const dlock_driver dlock_redis_driver = REDIS_DRIVER("redis", redis_knows_param);

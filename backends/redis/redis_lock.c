@@ -130,13 +130,27 @@ dlock_status dlock_redis_run_idempotent(struct redis_client *c, const struct red
 	return st;
 }
 
-/* The algorithm's owner-only release script for lk->owner. */
+/* A reader's release: leave the readers; the last one out frees the key and publishes. */
+static enum redis_script_id read_release_script(const struct redis_client *c, struct redis_lock *lk,
+                                                struct redis_args *a, int *nkeys)
+{
+	dlock_redis_argn(a, lk->key, lk->keylen);
+	dlock_redis_argn(a, lk->readers, lk->readerslen);
+	dlock_redis_arg(a, lk->owner);
+	dlock_redis_argn(a, lk->chan, lk->chanlen);
+	dlock_redis_arg(a, c->publish);
+	*nkeys = 2;
+	return REDIS_SCRIPT_READ_RELEASE;
+}
+
+/* The owner-only release script for lk->owner: a reader's, or the algorithm's for the key's owner. */
 static dlock_status release_args_run(struct redis_client *c, struct redis_lock *lk, redisReply **out,
                                      dlock_error *err)
 {
 	struct redis_args a = { 0 };
 	int nkeys = 0;
-	enum redis_script_id id = c->algo->release_script(c, lk, &a, &nkeys);
+	enum redis_script_id id = lk->shared ? read_release_script(c, lk, &a, &nkeys)
+	                                     : c->algo->release_script(c, lk, &a, &nkeys);
 	return dlock_redis_run_idempotent(c, lk, id, nkeys, &a, "release", 0, out, err);
 }
 
@@ -232,27 +246,48 @@ static dlock_status try_set(struct redis_client *c, struct redis_lock *lk, int64
 	return st;
 }
 
+/*
+ * The arguments of one attempt with a script: a reader joins the readers
+ * (the latest writer's token read when `wants_token`), anyone else takes
+ * the key with a new token.
+ */
+static enum redis_script_id acquire_args(struct redis_lock *lk, int64_t lease_ms, int wants_token, char lease[24],
+                                         char fence_ttl[24], struct redis_args *a, int *nkeys)
+{
+	dlock_redis_argn(a, lk->key, lk->keylen);
+	if (lk->shared) {
+		dlock_redis_argn(a, lk->readers, lk->readerslen);
+		dlock_redis_argn(a, lk->fence, lk->fencelen);
+		dlock_redis_arg(a, lk->owner);
+		dlock_redis_argi(a, lease, lease_ms);
+		dlock_redis_arg(a, wants_token ? "1" : "0");
+		*nkeys = 3;
+		return REDIS_SCRIPT_READ_ACQUIRE;
+	}
+	dlock_redis_argn(a, lk->fence, lk->fencelen);
+	dlock_redis_arg(a, lk->owner);
+	dlock_redis_argi(a, lease, lease_ms);
+	dlock_redis_argi(a, fence_ttl, dlock_redis_fence_ttl_ms(lease_ms));
+	*nkeys = 2;
+	return REDIS_SCRIPT_ACQUIRE;
+}
+
 /* One attempt: DLOCK_OK (*out filled), DLOCK_EBUSY (*pttl_ms: the holder's TTL, <0 unknown) or an error. */
-static dlock_status try_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
+static dlock_status try_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, int wants_token,
                                 dlock_acquired *out, int64_t *pttl_ms, dlock_error *err)
 {
 	struct redis_args a = { 0 };
 	char lease[24], fence_ttl[24];
 	redisReply *r = NULL;
-	int maybe_ran = 0;
+	int maybe_ran = 0, nkeys = 0;
 	dlock_status st = dlock_redis_new_owner(lk, err);
 	if (st != DLOCK_OK)
 		return st;
-	dlock_redis_argn(&a, lk->key, lk->keylen);
-	dlock_redis_argn(&a, lk->fence, lk->fencelen);
-	dlock_redis_arg(&a, lk->owner);
-	dlock_redis_argi(&a, lease, lease_ms);
-	dlock_redis_argi(&a, fence_ttl, dlock_redis_fence_ttl_ms(lease_ms));
+	enum redis_script_id id = acquire_args(lk, lease_ms, wants_token, lease, fence_ttl, &a, &nkeys);
 
 	int64_t sent = dlock_monotonic_ns();
 	long long acked = c->replicas;
-	st = run_script_waiting(c, lk, REDIS_SCRIPT_ACQUIRE, 2, &a, "acquire", 1, acquire_wrote, &acked, &r,
-	                        &maybe_ran, err);
+	st = run_script_waiting(c, lk, id, nkeys, &a, "acquire", 1, acquire_wrote, &acked, &r, &maybe_ran, err);
 	if (st != DLOCK_OK)
 		goto fail;
 	if (acked < c->replicas) { /* ours on the primary only: undone, as a lost reply would be */
@@ -289,12 +324,13 @@ dlock_status dlock_redis_wait_failed(struct redis_client *c, dlock_status st, dl
 	return st;
 }
 
-/* The acquire script, or a plain SET NX PX when no token is wanted. */
+/* The acquire script (a reader's, for a shared acquisition), or a plain SET NX PX when no token is wanted. */
 dlock_status dlock_redis_attempt(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
                                  int no_pttl, dlock_acquired *out, int64_t *pttl_ms, dlock_error *err)
 {
-	return dlock_wait_wants_token(w)
-	               ? try_acquire(c, lk, lease_ms, out, pttl_ms, err)
+	lk->shared = dlock_wait_mode(w) == DLOCK_MODE_SHARED;
+	return dlock_wait_wants_token(w) || lk->shared
+	               ? try_acquire(c, lk, lease_ms, dlock_wait_wants_token(w), out, pttl_ms, err)
 	               : try_set(c, lk, lease_ms, dlock_wait_try_once(w) || no_pttl, out, pttl_ms, err);
 }
 
@@ -384,26 +420,39 @@ dlock_status dlock_redis_release(struct redis_client *c, struct redis_lock *lk, 
 	return st;
 }
 
+enum redis_script_id dlock_redis_extend_args(const struct redis_lock *lk, int64_t lease_ms, char lease[24],
+                                             struct redis_args *a, int *nkeys)
+{
+	*a = (struct redis_args){ 0 };
+	dlock_redis_argn(a, lk->key, lk->keylen);
+	*nkeys = 1;
+	if (lk->shared) {
+		dlock_redis_argn(a, lk->readers, lk->readerslen);
+		*nkeys = 2;
+	}
+	dlock_redis_arg(a, lk->owner);
+	dlock_redis_argi(a, lease, lease_ms);
+	return lk->shared ? REDIS_SCRIPT_READ_EXTEND : REDIS_SCRIPT_EXTEND;
+}
+
 dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_error *err)
 {
-	struct redis_args a = { 0 };
+	struct redis_args a;
 	char lease[24];
 	redisReply *r = NULL;
-	dlock_redis_argn(&a, lk->key, lk->keylen);
-	dlock_redis_arg(&a, lk->owner);
-	dlock_redis_argi(&a, lease, lease_ms);
+	int nkeys;
+	enum redis_script_id id = dlock_redis_extend_args(lk, lease_ms, lease, &a, &nkeys);
 	long long acked = c->replicas;
 	int maybe_ran;
-	dlock_status st = run_script_waiting(c, lk, REDIS_SCRIPT_EXTEND, 1, &a, "extend", 0, extend_wrote, &acked,
-	                                     &r, &maybe_ran, err);
+	dlock_status st = run_script_waiting(c, lk, id, nkeys, &a, "extend", 0, extend_wrote, &acked, &r, &maybe_ran,
+	                                     err);
 	/* Extending twice is extending once: one more try when the connection failed after sending, or
 	 * before WAIT answered (a failover kills the old master's clients mid-renewal). */
 	if ((st == DLOCK_ECONNECT && maybe_ran) || (st == DLOCK_OK && acked < 0)) {
 		freeReplyObject(r);
 		r = NULL;
 		acked = c->replicas;
-		st = run_script_waiting(c, lk, REDIS_SCRIPT_EXTEND, 1, &a, "extend", 0, extend_wrote, &acked, &r,
-		                        &maybe_ran, err);
+		st = run_script_waiting(c, lk, id, nkeys, &a, "extend", 0, extend_wrote, &acked, &r, &maybe_ran, err);
 	}
 	if (st == DLOCK_OK)
 		st = owner_only_result(c, r, "extend", err);
@@ -426,15 +475,25 @@ static dlock_status uncertain(dlock_error *err)
 	return dlock_error_set(err, DLOCK_EUNCERTAIN, "%s (cannot tell whether the lock is still ours)", msg);
 }
 
+/* The key's owner: GET, compared here; a reader: the check script, which compares its time with the server's. */
 dlock_status dlock_redis_check(struct redis_client *c, struct redis_lock *lk, dlock_error *err)
 {
 	struct redis_args a = { 0 };
 	redisReply *r = NULL;
 	int maybe_ran;
-	dlock_redis_arg(&a, "GET");
-	dlock_redis_argn(&a, lk->key, lk->keylen);
-	dlock_status st = run_script(c, lk, NOT_A_SCRIPT, 0, &a, "check", 0, &r, &maybe_ran, err);
-	if (st == DLOCK_OK && (r->type != REDIS_REPLY_STRING || strcmp(r->str, lk->owner) != 0))
+	dlock_status st;
+	if (lk->shared) {
+		dlock_redis_argn(&a, lk->key, lk->keylen);
+		dlock_redis_argn(&a, lk->readers, lk->readerslen);
+		dlock_redis_arg(&a, lk->owner);
+		st = run_script(c, lk, REDIS_SCRIPT_READ_CHECK, 2, &a, "check", 0, &r, &maybe_ran, err);
+	} else {
+		dlock_redis_arg(&a, "GET");
+		dlock_redis_argn(&a, lk->key, lk->keylen);
+		st = run_script(c, lk, NOT_A_SCRIPT, 0, &a, "check", 0, &r, &maybe_ran, err);
+	}
+	if (st == DLOCK_OK && (lk->shared ? r->type != REDIS_REPLY_INTEGER || r->integer != 1
+	                                  : r->type != REDIS_REPLY_STRING || strcmp(r->str, lk->owner) != 0))
 		st = dlock_error_set(err, DLOCK_ENOTHELD, "redis %s: the lock is no longer ours (expired or taken)",
 		                     c->label);
 	freeReplyObject(r);

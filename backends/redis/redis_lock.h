@@ -34,8 +34,10 @@
  * each waiter blocking on a connection of a second pool, the client's
  * `waits`, so that waiters never take the connections releases need.
  *
- * Keys of a lock: PREFIX:{D}:lock (owner value, TTL = lease), PREFIX:{D}:fence
- * (fencing counter), with fair=1 PREFIX:{D}:queue and PREFIX:{D}:waiters (the
+ * Keys of a lock: PREFIX:{D}:lock (owner value, TTL = lease; "shared" while
+ * readers of a read-write lock hold it), PREFIX:{D}:fence (fencing counter),
+ * PREFIX:{D}:readers (a read-write lock's readers, see redis_scripts.c),
+ * with fair=1 PREFIX:{D}:queue and PREFIX:{D}:waiters (the
  * waiter queue, see redis_scripts.c), and the channel PREFIX:{D}:released,
  * where D is the first 32 hex digits of the SHA-256 of the name.  They differ
  * only after the "}" that closes the digest, so they share a Redis Cluster
@@ -85,11 +87,13 @@ struct redis_client {
 };
 
 struct redis_lock {
-	char *keys;             /* one block holding the six names below */
-	const char *key, *fence, *queue, *waiters, *chan;
+	char *keys;             /* one block holding the seven names below */
+	const char *key, *fence, *queue, *waiters, *chan, *readers;
 	char *grant;            /* PREFIX:{D}:grant: then, with fair=1, the owner value (redis_fair.c) */
-	size_t keylen, fencelen, queuelen, waiterslen, chanlen, grantlen; /* grantlen: without the owner */
+	size_t keylen, fencelen, queuelen, waiterslen, chanlen, readerslen, grantlen; /* grantlen: without the owner */
 	char owner[REDIS_OWNER_HEX]; /* this acquisition's owner value, "" when none */
+	dlock_lock_kind kind;   /* DLOCK_KIND_MUTEX, or DLOCK_KIND_RWLOCK (whose waiters never queue: fair=1 too) */
+	int shared;             /* this acquisition (or attempt) is a reader's: the READ_ scripts */
 	unsigned slot;          /* the keys' hash slot (a cluster routes by it) */
 	int handed_off;         /* fair=1: our last release granted the lock to a queued waiter */
 	struct redis_watch watch; /* the channel's watch while `watching`: an acquisition's armed wake-up */
@@ -192,7 +196,11 @@ dlock_status dlock_redis_wait_failed(struct redis_client *c, dlock_status st, dl
  */
 dlock_status dlock_redis_attempt(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
                                  int no_pttl, dlock_acquired *out, int64_t *pttl_ms, dlock_error *err);
-/* One instance's release (through the algorithm's release_script), extend and check. */
+/** The extend script of lk's acquisition (a reader's or the key's owner's) for a lease of `lease_ms`:
+ *  its arguments into `a` (`lease` keeps the number), its number of keys into *nkeys. */
+enum redis_script_id dlock_redis_extend_args(const struct redis_lock *lk, int64_t lease_ms, char lease[24],
+                                             struct redis_args *a, int *nkeys);
+/* One instance's release (through the algorithm's release_script, or a reader's), extend and check. */
 dlock_status dlock_redis_release(struct redis_client *c, struct redis_lock *lk, dlock_error *err);
 dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
                                 dlock_error *err);

@@ -4,9 +4,10 @@
  *
  * The locks are grouped by the server that holds them (one server, or a
  * cluster's masters: each group is one node, so no script ever spans
- * nodes), and each group goes out as one pipeline of the extend script on
- * one pooled connection: the script per lock, written together, then the
- * replies read in order.  The core bounds a batch (DLOCK_RENEW_BATCH_MAX),
+ * nodes), and each group goes out as one pipeline of the extend scripts on
+ * one pooled connection: each lock's own script (a reader's renews its
+ * entry among the readers, anyone else the key), written together, then
+ * the replies read in order.  The core bounds a batch (DLOCK_RENEW_BATCH_MAX),
  * so no pipeline holds the server for long.
  *
  * Whatever a pipeline cannot settle is renewed alone, by the algorithm's
@@ -26,14 +27,6 @@
 /* What happened to each lock of the batch. */
 enum renewal { PENDING, ALONE, DONE };
 
-static void extend_args(struct redis_lock *lk, int64_t lease_ms, char lease[24], struct redis_args *a)
-{
-	*a = (struct redis_args){ 0 };
-	dlock_redis_argn(a, lk->key, lk->keylen);
-	dlock_redis_arg(a, lk->owner);
-	dlock_redis_argi(a, lease, lease_ms);
-}
-
 /*
  * One pipeline: the locks of `state` that are PENDING and go to `pool`, on
  * one connection.  Each one answered is DONE (out[i] set); the rest are left
@@ -51,10 +44,12 @@ static void pipeline(struct redis_client *c, struct redis_pool *pool, struct red
 		goto alone;
 	for (size_t i = 0; i < n; i++) {
 		struct redis_args a;
+		int nkeys;
 		if (state[i] != PENDING || pools[i] != pool)
 			continue;
-		extend_args(lks[i], lease_ms[i], lease[i], &a);
-		if (dlock_redis_script_append(ctx, &c->scripts, REDIS_SCRIPT_EXTEND, 1, &a) != REDIS_OK)
+		/* The lock's own extend script: a reader's renews its entry among the readers. */
+		enum redis_script_id id = dlock_redis_extend_args(lks[i], lease_ms[i], lease[i], &a, &nkeys);
+		if (dlock_redis_script_append(ctx, &c->scripts, id, nkeys, &a) != REDIS_OK)
 			break;
 		sent[nsent++] = i;
 	}

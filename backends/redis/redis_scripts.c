@@ -212,12 +212,97 @@ static const char handoff_lua[] =
 	"redis.pcall(ARGV[4], ARGV[2], '1')\n"
 	"return 1\n";
 
+/*
+ * Readers of a read-write lock.  A writer is a mutex holder: the acquire,
+ * release and extend scripts above, on the same key KEYS[1], so a mutex
+ * and a writer exclude each other.  Readers are kept in KEYS[2], a sorted
+ * set of their owner values scored by the server's time (ms) at which each
+ * one's lease ends, and while any is alive KEYS[1] holds the value
+ * 'shared', which no owner value (hex) can equal, with the TTL of the last
+ * of them: every SET NX, the mutex's and the writer's, then fails while
+ * readers hold the name, and a reader may join only while KEYS[1] is absent
+ * or 'shared'.  A reader that dies stops renewing: its entry's time passes
+ * and KEYS[1] expires with the last live reader's lease, never later, so it
+ * cannot block a writer beyond its own lease.  Each acquire, renewal and
+ * release drops the entries whose time has passed and sets KEYS[1] and
+ * KEYS[2] to expire with the last remaining reader (settle_readers); when
+ * none remains it deletes both and publishes, as a release does, for the
+ * waiters.  No writer preference: a waiting writer does not hold back new
+ * readers (it is not in Redis while it waits).  All times come from TIME,
+ * never from the client's clock.
+ */
+#define READERS_LUA                                                                         \
+	"local SHARED = 'shared'\n"                                                          \
+	"local function settle_readers(now)\n"                                               \
+	"  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('(%d', now))\n"      \
+	"  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]\n"            \
+	"  if not last then\n"                                                               \
+	"    redis.call('DEL', KEYS[1], KEYS[2])\n"                                          \
+	"    return false\n"                                                                 \
+	"  end\n"                                                                            \
+	"  local ttl = math.max(tonumber(last) - now, 1)\n"                                  \
+	"  redis.call('SET', KEYS[1], SHARED, 'PX', string.format('%d', ttl))\n"             \
+	"  redis.call('PEXPIRE', KEYS[2], string.format('%d', ttl))\n"                       \
+	"  return true\n"                                                                    \
+	"end\n"                                                                              \
+	"local function live_reader(now)\n"                                                  \
+	"  local score = redis.call('ZSCORE', KEYS[2], ARGV[1])\n"                           \
+	"  return score and tonumber(score) >= now and redis.call('GET', KEYS[1]) == SHARED\n" \
+	"end\n"
+
+/* Join the readers unless a writer (or a mutex) holds the name; the token is the latest writer's. */
+static const char read_acquire_lua[] =
+	TOKEN_LUA
+	READERS_LUA
+	"local holder = redis.call('GET', KEYS[1])\n"
+	"if holder and holder ~= SHARED then return {0, redis.call('PTTL', KEYS[1])} end\n"
+	"local now = now_ms()\n"
+	"if not holder then redis.call('DEL', KEYS[2]) end\n"
+	"redis.call('ZADD', KEYS[2], string.format('%d', now + tonumber(ARGV[2])), ARGV[1])\n"
+	"settle_readers(now)\n"
+	"local token = 0\n"
+	"if ARGV[3] == '1' then token = tonumber(redis.call('GET', KEYS[3]) or '0') or 0 end\n"
+	"return {1, token}\n";
+
+/* Owner-only: leave the readers; the last one out frees the name and wakes its waiters. */
+static const char read_release_lua[] =
+	TOKEN_LUA
+	READERS_LUA
+	"local now = now_ms()\n"
+	"local ours = live_reader(now)\n"
+	"redis.call('ZREM', KEYS[2], ARGV[1])\n"
+	"if redis.call('GET', KEYS[1]) == SHARED and not settle_readers(now) then\n"
+	"  redis.pcall(ARGV[3], ARGV[2], '1')\n"
+	"end\n"
+	"if ours then return 1 end\n"
+	"return 0\n";
+
+/* Owner-only: a live reader's lease runs again from now. */
+static const char read_extend_lua[] =
+	TOKEN_LUA
+	READERS_LUA
+	"local now = now_ms()\n"
+	"if not live_reader(now) then return 0 end\n"
+	"redis.call('ZADD', KEYS[2], string.format('%d', now + tonumber(ARGV[2])), ARGV[1])\n"
+	"settle_readers(now)\n"
+	"return 1\n";
+
+static const char read_check_lua[] =
+	TOKEN_LUA
+	READERS_LUA
+	"if live_reader(now_ms()) then return 1 end\n"
+	"return 0\n";
+
 static const char *const bodies[REDIS_SCRIPT_COUNT] = {
 	[REDIS_SCRIPT_ACQUIRE] = acquire_lua,
 	[REDIS_SCRIPT_RELEASE] = release_lua,
 	[REDIS_SCRIPT_EXTEND] = extend_lua,
 	[REDIS_SCRIPT_ENQUEUE] = enqueue_lua,
 	[REDIS_SCRIPT_HANDOFF] = handoff_lua,
+	[REDIS_SCRIPT_READ_ACQUIRE] = read_acquire_lua,
+	[REDIS_SCRIPT_READ_RELEASE] = read_release_lua,
+	[REDIS_SCRIPT_READ_EXTEND] = read_extend_lua,
+	[REDIS_SCRIPT_READ_CHECK] = read_check_lua,
 };
 
 dlock_status dlock_redis_scripts_load(struct redis_conn *ctx, const struct redis_endpoint *ep,

@@ -15,6 +15,12 @@ enum redis_script_id {
 	REDIS_SCRIPT_EXTEND,  /* KEYS lock; ARGV owner, lease ms -> 1 extended | 0 not ours */
 	REDIS_SCRIPT_ENQUEUE, /* fair=1, KEYS lock, queue, waiters, fence: wait in the queue (see the script) */
 	REDIS_SCRIPT_HANDOFF, /* fair=1, same KEYS: release to the next waiter, or withdraw from the queue */
+	/* Readers of a read-write lock (KEYS lock, readers[, fence]; see the scripts): */
+	REDIS_SCRIPT_READ_ACQUIRE, /* KEYS lock, readers, fence; ARGV owner, lease ms, "1" for a token
+	                              -> {1, latest token} | {0, pttl} */
+	REDIS_SCRIPT_READ_RELEASE, /* KEYS lock, readers; ARGV owner, channel, PUBLISH|SPUBLISH -> 1 | 0 not ours */
+	REDIS_SCRIPT_READ_EXTEND,  /* KEYS lock, readers; ARGV owner, lease ms -> 1 extended | 0 not ours */
+	REDIS_SCRIPT_READ_CHECK,   /* KEYS lock, readers; ARGV owner -> 1 ours | 0 not ours */
 	REDIS_SCRIPT_COUNT
 };
 

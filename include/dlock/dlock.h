@@ -413,19 +413,22 @@ typedef enum dlock_lock_kind {
  *     writer holds back new readers; on zk:// in the order of the server's
  *     queue, as Curator's InterProcessReadWriteLock); file:// is
  *     NO_PREFERENCE (fcntl locks give waiters no order: readers that keep
- *     overlapping can starve a writer); postgres:// is WRITER_FIRST in
- *     advisory mode (the server queues waiters in order) and NO_PREFERENCE
- *     in row mode (FOR SHARE goes beside FOR SHARE holders while a FOR
- *     UPDATE waits).  redis:// has no read-write locks yet:
- *     DLOCK_RWLOCK_NONE, and this function answers DLOCK_ENOTSUP there.
+ *     overlapping can starve a writer), and so is redis:// on one server,
+ *     Sentinel or Cluster (a waiting writer is not kept on the server);
+ *     postgres:// is WRITER_FIRST in advisory mode (the server queues
+ *     waiters in order) and NO_PREFERENCE in row mode (FOR SHARE goes
+ *     beside FOR SHARE holders while a FOR UPDATE waits).  RedLock has no
+ *     read-write locks: DLOCK_RWLOCK_NONE, and this function answers
+ *     DLOCK_ENOTSUP there.
  *   - Fencing: a writer's token is strictly greater than every token before
  *     it (as a mutex's).  A reader takes no new token: it gets the token of
  *     the latest writer (0 when the name has had no writer yet), which
- *     never goes back and tells storage which write the reader saw
- *     (DLOCK_FEATURE_READ_FENCING).  Where that feature is NONE (postgres://,
- *     zk://), readers get no token: dlock_lock_fencing_token() answers
- *     DLOCK_ENOTSUP for a shared acquisition, and the backend is spared the
- *     work of one.
+ *     tells storage which write the reader saw and goes back only where
+ *     the writers' tokens can (DLOCK_FEATURE_READ_FENCING: redis:// is
+ *     CONDITIONAL, as its writers' tokens are).  Where that feature is NONE
+ *     (postgres://, zk://), readers get no token: dlock_lock_fencing_token()
+ *     answers DLOCK_ENOTSUP for a shared acquisition, and the backend is
+ *     spared the work of one.
  * Thread-safe.
  */
 DLOCK_API dlock_status dlock_rwlock_new(dlock_client *client, const char *name, dlock_lock **out);

@@ -342,6 +342,10 @@ typedef struct dlock_kind_caps {
 	int kind_checked;           /**< 1: acquire fails with DLOCK_EKIND while the server shows the name in use
 	                                 as another kind (DLOCK_FEATURE_KIND_CHECK); 0: the kinds exclude each
 	                                 other on this backend, so there is nothing to refuse */
+	int core_waits;             /**< 1: acquisitions of this kind always go through try_acquire() and the core's
+	                                 waiting loop, also on a client whose wake-up is DLOCK_WAKEUP_SERVER_QUEUE
+	                                 (the server queues the waiters of the other kinds only); 0: the client's
+	                                 rule (see try_acquire) */
 } dlock_kind_caps;
 
 /*
@@ -518,7 +522,9 @@ typedef struct dlock_retry {
  * Which method the core calls: acquire() when the driver has no
  * try_acquire(), or when it has both and the client's capabilities say
  * DLOCK_WAKEUP_SERVER_QUEUE (the server queues the waiters itself, as a
- * fair queue does); try_acquire() otherwise.
+ * fair queue does), unless the handle's kind says core_waits
+ * (dlock_kind_caps: a queue that serves mutexes only); try_acquire()
+ * otherwise.
  */
 typedef dlock_status dlock_driver_try_acquire_fn(void *backend, void *lk, int64_t lease_ms, dlock_wait *w,
                                                  dlock_retry *retry, dlock_acquired *out, dlock_error *err);
