@@ -39,6 +39,14 @@ static int core_answer(const struct dlock_client *c, dlock_feature f, int64_t *v
 		                                               : DLOCK_FENCING_NONE;
 		return 1;
 	case DLOCK_FEATURE_KIND_CHECK: *value = c->kinds[DLOCK_KIND_RWLOCK].kind_checked != 0; return 1;
+	case DLOCK_FEATURE_SEMAPHORE:
+		*value = c->kinds[DLOCK_KIND_SEMAPHORE].supported ? c->kinds[DLOCK_KIND_SEMAPHORE].order
+		                                                  : DLOCK_SEMAPHORE_NONE;
+		return 1;
+	case DLOCK_FEATURE_PERMIT_FENCING:
+		*value = c->kinds[DLOCK_KIND_SEMAPHORE].supported ? c->kinds[DLOCK_KIND_SEMAPHORE].read_fencing
+		                                                  : DLOCK_FENCING_NONE;
+		return 1;
 	}
 	return 0;
 }
@@ -58,6 +66,8 @@ const char *dlock_feature_name(dlock_feature f)
 	case DLOCK_FEATURE_RWLOCK: return "rwlock";
 	case DLOCK_FEATURE_READ_FENCING: return "read-fencing";
 	case DLOCK_FEATURE_KIND_CHECK: return "kind-check";
+	case DLOCK_FEATURE_SEMAPHORE: return "semaphore";
+	case DLOCK_FEATURE_PERMIT_FENCING: return "permit-fencing";
 	}
 	return "unknown";
 }

@@ -14,7 +14,7 @@
 #include "dlock/sys/driver.h"
 
 /* Number of dlock_lock_kind values this library knows. */
-#define DLOCK_KINDS 2
+#define DLOCK_KINDS 3
 
 /* ------------------------------------------------------------------ waits */
 
@@ -88,6 +88,7 @@ struct dlock_lock {
 	struct dlock_lock *prev, *next; /* client's list of handles */
 	int driver_ready;               /* lock_init succeeded, lock_fini pending */
 	dlock_lock_kind kind;           /* fixed when the handle is made */
+	uint32_t permits;               /* holders allowed at once (N of a semaphore; else 1), fixed too */
 	struct dlock_lock *next_holder; /* in entry->holders while `holding` */
 	int holding;                    /* counted among the name's holders */
 
@@ -98,6 +99,7 @@ struct dlock_lock {
 	dlock_lock_mode mode; /* of the current acquisition */
 	uint64_t token;
 	int has_token;        /* the acquisition asked for a token (fencing on) */
+	uint32_t slot;        /* a semaphore's permit: its slot, where the driver reports slots */
 	uint64_t generation;  /* bumped by every acquisition and release */
 	int64_t lease_ns;
 	int renew;

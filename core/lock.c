@@ -5,13 +5,15 @@
  * and owner-only release happen here; the driver does the server's part.
  *
  * Kinds and modes: a handle has a kind for its life (mutex, read-write
- * lock); an acquisition has a mode (exclusive, shared).  A name of one
- * client has a list of holding handles: one exclusive holder, or any
- * number of shared ones.  The head of the local queue asks the server when
- * nobody of the client contends and its mode is compatible with the
- * holders', so a local writer waiting holds back the local readers queued
- * after it.  Within one client a name in use as another kind is refused
- * here (DLOCK_EKIND); across clients the driver tells.
+ * lock, semaphore of N permits); an acquisition has a mode (exclusive,
+ * shared).  A name of one client has a list of holding handles: one
+ * exclusive holder, any number of shared ones, or up to N permits.  The
+ * head of the local queue asks the server when nobody of the client
+ * contends and its acquisition is compatible with the holders', so a
+ * local writer waiting holds back the local readers queued after it.
+ * Within one client a name in use as another kind (or as a semaphore of
+ * another N) is refused here (DLOCK_EKIND); across clients the driver
+ * tells.
  */
 #include "internal.h"
 #include "registry.h"
@@ -138,12 +140,22 @@ static dlock_status driver_lock_init(struct dlock_client *c, struct dlock_lock *
 	dlock_driver_lock_init_kind_fn *init_kind = dlock_driver_lock_init_kind_of(c->driver);
 	if (!init_kind)
 		return c->driver->lock_init(c->backend, l->lk, name, len, err);
-	dlock_kind_spec spec = { .kind = l->kind, .permits = 1 };
+	dlock_kind_spec spec = { .kind = l->kind, .permits = l->permits };
 	return init_kind(c->backend, l->lk, name, len, &spec, err);
 }
 
-static dlock_status lock_new_kind(dlock_client *c, const char *name, dlock_lock_kind kind, const char *fn,
-                                  dlock_lock **out)
+static const char *kind_noun(dlock_lock_kind kind)
+{
+	switch (kind) {
+	case DLOCK_KIND_MUTEX: return "locks";
+	case DLOCK_KIND_RWLOCK: return "read-write locks";
+	case DLOCK_KIND_SEMAPHORE: return "semaphores";
+	}
+	return "locks of this kind";
+}
+
+static dlock_status lock_new_kind(dlock_client *c, const char *name, dlock_lock_kind kind, uint32_t permits,
+                                  const char *fn, dlock_lock **out)
 {
 	dlock_error err = { "" };
 	char msg[160];
@@ -156,8 +168,7 @@ static dlock_status lock_new_kind(dlock_client *c, const char *name, dlock_lock_
 		return dlock_client_fail(c, DLOCK_EINVAL, msg);
 	}
 	if (!c->kinds[kind].supported) {
-		snprintf(msg, sizeof msg, "%s: %s:// has no %s", fn, c->driver->scheme,
-		         kind == DLOCK_KIND_RWLOCK ? "read-write locks" : "locks of this kind");
+		snprintf(msg, sizeof msg, "%s: %s:// has no %s", fn, c->driver->scheme, kind_noun(kind));
 		return dlock_client_fail(c, DLOCK_ENOTSUP, msg);
 	}
 	size_t len = strnlen(name, DLOCK_NAME_MAX + 1);
@@ -170,6 +181,7 @@ static dlock_status lock_new_kind(dlock_client *c, const char *name, dlock_lock_
 		return dlock_client_fail(c, DLOCK_ENOMEM, "out of memory");
 	l->client = c;
 	l->kind = kind;
+	l->permits = permits;
 	l->lk = (char *)l + LK_OFFSET;
 
 	pthread_mutex_lock(&c->mu);
@@ -213,17 +225,35 @@ static dlock_status lock_new_kind(dlock_client *c, const char *name, dlock_lock_
 
 dlock_status dlock_lock_new(dlock_client *c, const char *name, dlock_lock **out)
 {
-	return lock_new_kind(c, name, DLOCK_KIND_MUTEX, "dlock_lock_new", out);
+	return lock_new_kind(c, name, DLOCK_KIND_MUTEX, 1, "dlock_lock_new", out);
 }
 
 dlock_status dlock_rwlock_new(dlock_client *c, const char *name, dlock_lock **out)
 {
-	return lock_new_kind(c, name, DLOCK_KIND_RWLOCK, "dlock_rwlock_new", out);
+	return lock_new_kind(c, name, DLOCK_KIND_RWLOCK, 1, "dlock_rwlock_new", out);
+}
+
+dlock_status dlock_semaphore_new(dlock_client *c, const char *name, uint32_t permits, dlock_lock **out)
+{
+	if (c && (permits == 0 || permits > DLOCK_PERMITS_MAX)) {
+		if (out)
+			*out = NULL;
+		char msg[96];
+		snprintf(msg, sizeof msg, "dlock_semaphore_new: permits must be 1 to %d, not %lu", DLOCK_PERMITS_MAX,
+		         (unsigned long)permits);
+		return dlock_client_fail(c, DLOCK_EINVAL, msg);
+	}
+	return lock_new_kind(c, name, DLOCK_KIND_SEMAPHORE, permits, "dlock_semaphore_new", out);
 }
 
 dlock_lock_kind dlock_lock_get_kind(const dlock_lock *l)
 {
 	return l ? l->kind : DLOCK_KIND_MUTEX;
+}
+
+uint32_t dlock_lock_get_permits(const dlock_lock *l)
+{
+	return l ? l->permits : 0;
 }
 
 /* Count `l` among the holders of its name (a new acquisition).  c->mu held. */
@@ -391,7 +421,9 @@ static dlock_status resolve_params(const struct dlock_lock *l, const dlock_acqui
 		return DLOCK_EINVAL;
 	}
 	if (p->mode == DLOCK_MODE_SHARED && l->kind != DLOCK_KIND_RWLOCK) {
-		*why = "dlock_acquire: shared mode needs a read-write lock (dlock_rwlock_new), not a mutex";
+		*why = l->kind == DLOCK_KIND_SEMAPHORE
+		               ? "dlock_acquire: a semaphore's acquisition takes one permit: its mode is exclusive"
+		               : "dlock_acquire: shared mode needs a read-write lock (dlock_rwlock_new), not a mutex";
 		return DLOCK_EINVAL;
 	}
 	*why = "dlock_acquire: bad options (wait_ms or lease_ms out of range)";
@@ -403,6 +435,8 @@ static dlock_status resolve_params(const struct dlock_lock *l, const dlock_acqui
 	 * the driver spares the work, and dlock_lock_fencing_token() says why there is none.  The kinds
 	 * never change once the client is handed out. */
 	if (p->mode == DLOCK_MODE_SHARED && l->client->kinds[DLOCK_KIND_RWLOCK].read_fencing == DLOCK_FENCING_NONE)
+		p->fencing = 0;
+	if (l->kind == DLOCK_KIND_SEMAPHORE && l->client->kinds[DLOCK_KIND_SEMAPHORE].read_fencing == DLOCK_FENCING_NONE)
 		p->fencing = 0;
 	p->on_lost = o ? o->on_lost : NULL;
 	p->lost_userdata = o ? o->lost_userdata : NULL;
@@ -451,17 +485,31 @@ static struct dlock_queued *queue_turn(const struct dlock_entry *e)
 	return q;
 }
 
+/* 1 when the holders of `e` leave room for `q`: nobody holds it, or only shared holders when it asks
+ * for shared, or fewer than N permits of a semaphore. */
+static int room_for(const struct dlock_entry *e, const struct dlock_queued *q)
+{
+	if (!e->holders)
+		return 1;
+	if (q->lock->kind == DLOCK_KIND_SEMAPHORE) {
+		uint32_t held = 0;
+		for (const struct dlock_lock *h = e->holders; h; h = h->next_holder)
+			held++;
+		return held < q->lock->permits;
+	}
+	return e->shared && q->mode == DLOCK_MODE_SHARED;
+}
+
 /* Wait for this contender's turn to ask the server: first in the local
- * queue, nobody of this client contending for the name, and nobody holding
- * it, or only shared holders when it asks for shared. */
+ * queue, nobody of this client contending for the name, and room among the
+ * holders (room_for()). */
 static dlock_status wait_turn_locked(struct dlock_client *c, struct dlock_entry *e, struct dlock_queued *q,
                                      struct dlock_wait *w)
 {
 	for (;;) {
 		if (c->closing || dlock_wait_cancelled(w) != DLOCK_OK)
 			return DLOCK_ECANCELED;
-		if (!e->contending && queue_turn(e) == q &&
-		    (!e->holders || (e->shared && q->mode == DLOCK_MODE_SHARED)))
+		if (!e->contending && queue_turn(e) == q && room_for(e, q))
 			return DLOCK_OK;
 		if (w->try_once)
 			return DLOCK_EBUSY;
@@ -481,6 +529,7 @@ static void become_holder_locked(struct dlock_lock *l, const struct acquire_para
 	l->mode = p->mode;
 	l->token = acq->token;
 	l->has_token = p->fencing;
+	l->slot = acq->slot;
 	l->generation++;
 	l->renew = p->renew;
 	l->lost = l->lost_pending = l->lost_delivered = l->loss_cleaned = 0;
@@ -502,7 +551,7 @@ static dlock_status contend_locked(struct dlock_lock *l, const struct acquire_pa
                                    dlock_error *err)
 {
 	struct dlock_client *c = l->client;
-	dlock_acquired acq = { 0, 0 };
+	dlock_acquired acq = { 0, 0, 0 };
 	l->entry->contending = 1;
 	l->contending = 1;
 	l->lost_early = 0;
@@ -557,27 +606,33 @@ static int reentry_locked(struct dlock_lock *l, const struct acquire_params *p, 
 		}
 		return 1;
 	}
-	for (const struct dlock_lock *h = l->entry->holders; h; h = h->next_holder) {
-		if (h != l && pthread_equal(h->owner, self)) {
-			*st = p->wait_ms == 0
-			              ? lock_fail(l, DLOCK_EBUSY, "held by this thread through another handle")
-			              : lock_fail(l, DLOCK_EDEADLK, "this thread holds it through another handle");
-			return 1;
-		}
-	}
-	return 0;
+	/* A semaphore: a thread may hold several permits, unless it holds every permit of the client. */
+	uint32_t mine = 0;
+	for (const struct dlock_lock *h = l->entry->holders; h; h = h->next_holder)
+		if (h != l && pthread_equal(h->owner, self))
+			mine++;
+	if (mine == 0 || (l->kind == DLOCK_KIND_SEMAPHORE && mine < l->permits))
+		return 0;
+	if (l->kind == DLOCK_KIND_SEMAPHORE)
+		*st = p->wait_ms == 0 ? lock_fail(l, DLOCK_EBUSY, "this thread holds every permit of this client")
+		                      : lock_fail(l, DLOCK_EDEADLK, "this thread holds every permit of this client");
+	else
+		*st = p->wait_ms == 0 ? lock_fail(l, DLOCK_EBUSY, "held by this thread through another handle")
+		                      : lock_fail(l, DLOCK_EDEADLK, "this thread holds it through another handle");
+	return 1;
 }
 
-/* 1 when another handle of the client holds or waits for the name as another kind.  c->mu held. */
-static int kind_conflict_locked(const struct dlock_lock *l)
+/* The handle of the client that holds or waits for the name as another kind (or as a semaphore of
+ * another N); NULL when none does.  c->mu held. */
+static const struct dlock_lock *kind_conflict_locked(const struct dlock_lock *l)
 {
 	for (const struct dlock_lock *h = l->entry->holders; h; h = h->next_holder)
-		if (h->kind != l->kind)
-			return 1;
+		if (h->kind != l->kind || h->permits != l->permits)
+			return h;
 	for (const struct dlock_queued *q = l->entry->queue_head; q; q = q->next)
-		if (q->lock->kind != l->kind)
-			return 1;
-	return 0;
+		if (q->lock->kind != l->kind || q->lock->permits != l->permits)
+			return q->lock;
+	return NULL;
 }
 
 dlock_status dlock_acquire(dlock_lock *l, const dlock_acquire_options *opts)
@@ -601,8 +656,15 @@ dlock_status dlock_acquire(dlock_lock *l, const dlock_acquire_options *opts)
 		pthread_mutex_unlock(&c->mu);
 		return st;
 	}
-	if (kind_conflict_locked(l)) {
-		st = lock_fail(l, DLOCK_EKIND, "another handle of this client uses the name as another kind of lock");
+	const struct dlock_lock *other = kind_conflict_locked(l);
+	if (other) {
+		char why[160];
+		if (other->kind == l->kind)
+			snprintf(why, sizeof why, "another handle of this client uses the name as a semaphore of %lu "
+			         "permits, not %lu", (unsigned long)other->permits, (unsigned long)l->permits);
+		else
+			snprintf(why, sizeof why, "another handle of this client uses the name as another kind of lock");
+		st = lock_fail(l, DLOCK_EKIND, why);
 		pthread_mutex_unlock(&c->mu);
 		return st;
 	}
@@ -850,10 +912,31 @@ dlock_status dlock_lock_fencing_token(dlock_lock *l, uint64_t *token)
 		st = not_held_locked(l);
 	else if (l->mode == DLOCK_MODE_SHARED && c->kinds[DLOCK_KIND_RWLOCK].read_fencing == DLOCK_FENCING_NONE)
 		st = lock_fail(l, DLOCK_ENOTSUP, "readers get no fencing token on this backend (read fencing: none)");
+	else if (l->kind == DLOCK_KIND_SEMAPHORE && c->kinds[DLOCK_KIND_SEMAPHORE].read_fencing == DLOCK_FENCING_NONE)
+		st = lock_fail(l, DLOCK_ENOTSUP, "permits get no fencing token on this backend (permit fencing: none)");
 	else if (!l->has_token)
 		st = lock_fail(l, DLOCK_ENOTSUP, "this acquisition asked for no fencing token (fencing off)");
 	else
 		*token = l->token;
+	pthread_mutex_unlock(&c->mu);
+	return st;
+}
+
+dlock_status dlock_lock_permit_slot(dlock_lock *l, uint32_t *slot)
+{
+	if (!l || !slot)
+		return DLOCK_EINVAL;
+	struct dlock_client *c = l->client;
+	dlock_status st = DLOCK_OK;
+	pthread_mutex_lock(&c->mu);
+	if (l->kind != DLOCK_KIND_SEMAPHORE)
+		st = lock_fail(l, DLOCK_ENOTSUP, "only a semaphore's permit has a slot");
+	else if (!c->kinds[DLOCK_KIND_SEMAPHORE].slots)
+		st = lock_fail(l, DLOCK_ENOTSUP, "permits have no slot on this backend (permit fencing: none)");
+	else if (!l->held || l->lost || c->closing)
+		st = not_held_locked(l);
+	else
+		*slot = l->slot;
 	pthread_mutex_unlock(&c->mu);
 	return st;
 }

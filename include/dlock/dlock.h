@@ -277,10 +277,14 @@ typedef enum dlock_feature {
 	DLOCK_FEATURE_RWLOCK = 10,     /**< a dlock_rwlock_policy: read-write locks, and who goes first */
 	DLOCK_FEATURE_READ_FENCING = 11, /**< a dlock_fencing: the token of a shared acquisition (see
 	                                      dlock_lock_fencing_token()); NONE when readers get none */
-	DLOCK_FEATURE_KIND_CHECK = 12  /**< 1: a name in use as another kind of lock, in another client
+	DLOCK_FEATURE_KIND_CHECK = 12, /**< 1: a name in use as another kind of lock, in another client
 	                                    too, is refused with DLOCK_EKIND; 0: the backend's kinds
 	                                    exclude each other on one name, so mixing them is safe
 	                                    (file://, zk://); within one client the core always refuses */
+	DLOCK_FEATURE_SEMAPHORE = 13,  /**< a dlock_semaphore_order: semaphores, and in which order waiters
+	                                    get a permit */
+	DLOCK_FEATURE_PERMIT_FENCING = 14 /**< a dlock_fencing: the token of a permit, which goes with its
+	                                       slot (see dlock_lock_permit_slot()); NONE when permits get none */
 } dlock_feature;
 
 /**
@@ -293,6 +297,18 @@ typedef enum dlock_rwlock_policy {
 	DLOCK_RWLOCK_NO_PREFERENCE = 2   /**< whoever tries while the lock is compatible gets it: a stream of
 	                                      overlapping readers can keep a writer waiting */
 } dlock_rwlock_policy;
+
+/**
+ * Semaphores on a backend (DLOCK_FEATURE_SEMAPHORE): whether it has them,
+ * and in which order waiters get a freed permit.  Codes are only ever
+ * appended.
+ */
+typedef enum dlock_semaphore_order {
+	DLOCK_SEMAPHORE_NONE = 0,     /**< no semaphores: dlock_semaphore_new() answers DLOCK_ENOTSUP */
+	DLOCK_SEMAPHORE_FIFO = 1,     /**< waiters get permits in the order they asked (the server queues them) */
+	DLOCK_SEMAPHORE_UNORDERED = 2 /**< whoever tries first once a permit is free gets it: a waiter can be
+	                                   overtaken, though every waiter is woken by (or polls for) a release */
+} dlock_semaphore_order;
 
 /**
  * Store in *value what the client's backend says of `feature`.  DLOCK_OK;
@@ -318,6 +334,8 @@ DLOCK_API const char *dlock_wakeup_name(dlock_wakeup w);
 DLOCK_API const char *dlock_scope_name(dlock_scope s);
 /** Static name of a read-write policy: "none", "writer-first", "no-preference". */
 DLOCK_API const char *dlock_rwlock_policy_name(dlock_rwlock_policy p);
+/** Static name of a semaphore order: "none", "fifo", "unordered". */
+DLOCK_API const char *dlock_semaphore_order_name(dlock_semaphore_order o);
 
 /**
  * Schemes of the registered backends, comma-separated ("file,mem,redis").
@@ -364,24 +382,27 @@ DLOCK_API const char *dlock_lock_name(const dlock_lock *lock);
 /**
  * Kinds of lock.  A handle has one kind for its life, set by the function
  * that made it; the kind tells the backend which server structure the name
- * maps to.  Codes are only ever appended (semaphores will be the next).
+ * maps to.  Codes are only ever appended.
  *
  * One kind per name: the server structures of two kinds need not exclude
  * each other (on Redis a `SET NX` key never conflicts with a hash of
  * readers), so a name must not be used as two kinds at once.  The kind is
  * therefore fixed when the handle is made, never per acquisition: each
- * kind has its own constructor (dlock_lock_new(), dlock_rwlock_new(), and
- * later dlock_semaphore_new(client, name, n, &lock)) and acquisitions of
+ * kind has its own constructor (dlock_lock_new(), dlock_rwlock_new(),
+ * dlock_semaphore_new()) and acquisitions of
  * every kind then go through the same dlock_acquire(), dlock_release(),
  * renewal, lost-lock callback and fencing.  An acquisition of a name that
  * is in use (held, or waited for) as another kind fails with DLOCK_EKIND:
  * always among the handles of one client; across clients where the
  * backend can tell (DLOCK_FEATURE_KIND_CHECK).  Once nobody holds or waits
- * for the name, it may be used as another kind.
+ * for the name, it may be used as another kind.  A semaphore's number of
+ * permits is part of its kind: a semaphore of N permits and one of M are
+ * two kinds while the name is in use.
  */
 typedef enum dlock_lock_kind {
 	DLOCK_KIND_MUTEX = 0, /**< one holder at a time (dlock_lock_new()) */
-	DLOCK_KIND_RWLOCK = 1 /**< any number of readers or one writer (dlock_rwlock_new()) */
+	DLOCK_KIND_RWLOCK = 1, /**< any number of readers or one writer (dlock_rwlock_new()) */
+	DLOCK_KIND_SEMAPHORE = 2 /**< at most N holders, each with one permit (dlock_semaphore_new()) */
 } dlock_lock_kind;
 
 /**
@@ -433,8 +454,55 @@ typedef enum dlock_lock_kind {
  */
 DLOCK_API dlock_status dlock_rwlock_new(dlock_client *client, const char *name, dlock_lock **out);
 
+/** Most permits a semaphore may have (dlock_semaphore_new()). */
+#define DLOCK_PERMITS_MAX 1024
+
+/**
+ * Create a semaphore handle for `name` on `client`: at most `permits`
+ * holders of the name at once, across every client of the backend.  Each
+ * handle holds at most one permit; an acquisition takes it (in exclusive
+ * mode, the default: shared is DLOCK_EINVAL), and it is renewed, released,
+ * reported lost and fenced like a lock, on its own lease.  A permit whose
+ * holder dies is freed after its lease (TTL backends) or with its session.
+ * Names, ownership, threads and freeing are as for dlock_lock_new().
+ * `permits` is 1 to DLOCK_PERMITS_MAX (else DLOCK_EINVAL).  DLOCK_ENOTSUP,
+ * with a message, when the backend has no semaphores
+ * (DLOCK_FEATURE_SEMAPHORE is DLOCK_SEMAPHORE_NONE: RedLock).
+ *
+ * Rules of a semaphore (the core's, the same on every backend):
+ *   - All users of a name agree on N.  An acquisition with another N than
+ *     the name's live holders and waiters fails with DLOCK_EKIND, naming
+ *     both; never are there more than the smaller N holders.  Within one
+ *     client the core compares; across clients the backend does, on every
+ *     backend that has semaphores, with N kept beside the holders on the
+ *     server (the README says where).  Once nobody holds or waits, a new
+ *     N applies.
+ *   - Several handles of one client may hold the name at once, up to N:
+ *     the client asks the server for one permit at a time, and the
+ *     (N+1)th local contender waits in the client until a local holder
+ *     releases or the server grants it a permit freed elsewhere.
+ *   - Reentrancy: the thread that holds a handle acquires it again with a
+ *     hold count (no second permit).  A thread may hold permits through
+ *     several handles; when it already holds all N of the client's, a
+ *     further acquisition is DLOCK_EDEADLK (DLOCK_EBUSY for try-once).
+ *   - Order among waiters: DLOCK_FEATURE_SEMAPHORE (FIFO on zk:// and
+ *     mem://, UNORDERED elsewhere).
+ *   - Fencing: a permit has a slot, 0 to N-1, that no other live permit
+ *     of the name has (dlock_lock_permit_slot()), and a token strictly
+ *     greater than every token of the name before it, as a mutex's, so
+ *     storage that keeps the last token per (name, slot) refuses a permit
+ *     whose lease has gone.  Where DLOCK_FEATURE_PERMIT_FENCING is NONE
+ *     (zk://, whose lease nodes have no slot), permits get neither.
+ * Thread-safe.
+ */
+DLOCK_API dlock_status dlock_semaphore_new(dlock_client *client, const char *name, uint32_t permits,
+                                           dlock_lock **out);
+
 /** The handle's kind; DLOCK_KIND_MUTEX for NULL. */
 DLOCK_API dlock_lock_kind dlock_lock_get_kind(const dlock_lock *lock);
+
+/** Holders allowed at once: N for a semaphore, 1 for a mutex and a read-write lock's writer; 0 for NULL. */
+DLOCK_API uint32_t dlock_lock_get_permits(const dlock_lock *lock);
 
 /** Wait bound meaning "wait until acquired, cancelled or the client closes". */
 #define DLOCK_WAIT_FOREVER (-1)
@@ -464,7 +532,8 @@ typedef void (*dlock_lost_fn)(dlock_lock *lock, dlock_lost_reason reason, const 
 /** Mode of one acquisition (dlock_acquire_options::mode).  Codes are only ever appended. */
 typedef enum dlock_lock_mode {
 	DLOCK_MODE_EXCLUSIVE = 0, /**< alone: a mutex, or the writer of a read-write lock */
-	DLOCK_MODE_SHARED = 1     /**< beside other shared holders: a reader of a read-write lock */
+	DLOCK_MODE_SHARED = 1     /**< beside other shared holders: a reader of a read-write lock (a
+	                               semaphore's acquisitions are exclusive: each takes one permit) */
 } dlock_lock_mode;
 
 /**
@@ -563,11 +632,24 @@ DLOCK_API dlock_status dlock_cancel(dlock_lock *lock);
  * holder of the name (see the fencing class in the capabilities); for a
  * shared acquisition, the token of the latest writer (see dlock_rwlock_new()
  * and DLOCK_FEATURE_READ_FENCING, which may say NONE).
+ * For a semaphore's permit, see dlock_semaphore_new(): the token goes with
+ * the permit's slot.
  * DLOCK_ENOTSUP when the backend has no fencing or the acquisition asked
  * for no token (fencing off), DLOCK_ENOTHELD when the handle does not hold
  * the lock.
  */
 DLOCK_API dlock_status dlock_lock_fencing_token(dlock_lock *lock, uint64_t *token);
+
+/**
+ * Slot of the permit a semaphore handle holds: 0 to N-1, held by no other
+ * live permit of the name.  With the fencing token it lets storage refuse
+ * a permit whose lease has gone (keep the last token per slot).
+ * DLOCK_ENOTSUP on a handle that is not a semaphore or on a backend whose
+ * permits have no slot (DLOCK_FEATURE_PERMIT_FENCING is NONE),
+ * DLOCK_ENOTHELD when the handle does not hold a permit, DLOCK_EINVAL for
+ * NULL.
+ */
+DLOCK_API dlock_status dlock_lock_permit_slot(dlock_lock *lock, uint32_t *slot);
 
 /* --------------------------------------------------------------- control */
 

@@ -22,10 +22,14 @@
  *     thread-safe.
  *   - acquire() is never called for a name that another handle of the same
  *     client holds or is acquiring (coalescing happens in the core), with
- *     one exception for read-write locks: a shared acquisition may be sent
- *     while other handles of the client hold the name shared (never while
- *     one holds it exclusive, and still never two acquisitions at once);
- *     and
+ *     two exceptions, for the kinds with several holders: a shared
+ *     acquisition of a read-write lock may be sent while other handles of
+ *     the client hold the name shared (never while one holds it
+ *     exclusive), and a semaphore's acquisition while fewer than N other
+ *     handles of the client hold a permit of the name (so a driver must
+ *     never count a permit that another `lk` of its client holds as this
+ *     one's: a session that holds slot 0 cannot take slot 0 again); still
+ *     never two acquisitions of one name at once; and
  *     release()/extend()/check() only on an `lk` whose acquire() succeeded
  *     and that was not released since.  One exception to the first: a
  *     handle whose loss the core declared (a report, an expired lease, an
@@ -41,8 +45,8 @@
  *     strength of this one (for example end that session).
  *   - Names reaching lock_init() are 1..DLOCK_NAME_MAX bytes without NUL;
  *     their content is untrusted (escape or hash it, pass it as a parameter).
- *   - Kinds (ABI version 3): a handle made by dlock_rwlock_new() (and, later,
- *     other kinds) reaches the driver through lock_init_kind() only, and
+ *   - Kinds (ABI version 3): a handle made by dlock_rwlock_new() or
+ *     dlock_semaphore_new() reaches the driver through lock_init_kind() only, and
  *     only when kind_capabilities() said the kind is supported; a driver
  *     without these slots has mutexes only, and the core answers
  *     DLOCK_ENOTSUP for every other kind.  For a driver that has them, the
@@ -51,7 +55,10 @@
  *     mode of an acquisition is read with dlock_wait_mode(); it is
  *     DLOCK_MODE_SHARED only on a handle of a kind that has a shared mode.
  *     Within one client the core refuses a name in use as another kind
- *     (DLOCK_EKIND) before calling the driver.
+ *     (DLOCK_EKIND), or as a semaphore of another N, before calling the
+ *     driver; across clients the driver compares N with what the server
+ *     keeps of the name's live holders and waiters (DLOCK_EKIND, with both
+ *     numbers in the message).
  *
  * What a driver promises:
  *   - Every method returns a dlock_status and, on failure, writes a message
@@ -68,7 +75,8 @@
  *   - version 2: control (the door for backend-specific operations),
  *     try_acquire and disarm (one attempt; the core owns the waiting);
  *   - version 3: kind_capabilities and lock_init_kind (kinds of lock other
- *     than the mutex: read-write locks); extend_many (renewals batched).
+ *     than the mutex: read-write locks, semaphores); extend_many (renewals
+ *     batched).
  * Registration accepts every version from 1 through DLOCK_DRIVER_ABI_VERSION
  * (DLOCK_EVERSION otherwise: a driver built for a newer library), and the
  * core never reads a slot past the version a driver declares, so a driver
@@ -317,6 +325,8 @@ typedef struct dlock_acquired {
 	int64_t sent_ns;     /**< drivers with extend(): monotonic time from which the lease runs (when the
 	                          winning request was sent, at the latest when the server granted it); 0: the
 	                          time acquire() was called */
+	uint32_t slot;       /**< semaphores, where dlock_kind_caps::slots: the permit's slot, 0..N-1, held by
+	                          no other live permit of the name (ABI version 3; the core zeroes it first) */
 } dlock_acquired;
 
 /**
@@ -324,9 +334,9 @@ typedef struct dlock_acquired {
  * the core; fields are only appended.
  */
 typedef struct dlock_kind_spec {
-	dlock_lock_kind kind; /**< DLOCK_KIND_MUTEX, DLOCK_KIND_RWLOCK */
-	uint32_t permits;     /**< holders allowed at once: 1 for a mutex and for the writers of a read-write lock
-	                           (reserved for semaphores) */
+	dlock_lock_kind kind; /**< DLOCK_KIND_MUTEX, DLOCK_KIND_RWLOCK, DLOCK_KIND_SEMAPHORE */
+	uint32_t permits;     /**< holders allowed at once: N (1..DLOCK_PERMITS_MAX) for a semaphore, 1 for a
+	                           mutex and a read-write lock */
 } dlock_kind_spec;
 
 /**
@@ -337,8 +347,9 @@ typedef struct dlock_kind_spec {
 typedef struct dlock_kind_caps {
 	int supported;              /**< 1: lock_init_kind() accepts this kind */
 	dlock_rwlock_policy policy; /**< read-write locks: who goes first (DLOCK_FEATURE_RWLOCK) */
-	dlock_fencing read_fencing; /**< read-write locks: the token of a shared acquisition; NONE: the core
-	                                 asks no token of a shared acquisition (dlock_wait_wants_token() is 0) */
+	dlock_fencing read_fencing; /**< read-write locks: the token of a shared acquisition; semaphores: the
+	                                 token of a permit (only with `slots`); NONE: the core asks no token
+	                                 of such an acquisition (dlock_wait_wants_token() is 0) */
 	int kind_checked;           /**< 1: acquire fails with DLOCK_EKIND while the server shows the name in use
 	                                 as another kind (DLOCK_FEATURE_KIND_CHECK); 0: the kinds exclude each
 	                                 other on this backend, so there is nothing to refuse */
@@ -346,6 +357,10 @@ typedef struct dlock_kind_caps {
 	                                 waiting loop, also on a client whose wake-up is DLOCK_WAKEUP_SERVER_QUEUE
 	                                 (the server queues the waiters of the other kinds only); 0: the client's
 	                                 rule (see try_acquire) */
+	dlock_semaphore_order order; /**< semaphores: in which order waiters get a permit (DLOCK_FEATURE_SEMAPHORE;
+	                                  NONE is taken as UNORDERED for a supported kind) */
+	int slots;                  /**< semaphores: 1: acquire() reports the permit's slot (dlock_acquired::slot);
+	                                 0: permits have no slot, and so no token either */
 } dlock_kind_caps;
 
 /*
