@@ -1133,6 +1133,293 @@ done:
 
 /* ------------------------------------------------------------ suites */
 
+/* ------------------------------------------------------------ semaphores */
+
+static dlock_lock *new_sem(dlock_client *c, const char *name, uint32_t n)
+{
+	dlock_lock *l = NULL;
+	if (c)
+		CU_ASSERT_EQUAL(dlock_semaphore_new(c, name, n, &l), DLOCK_OK);
+	return l;
+}
+
+static uint32_t slot_of(dlock_lock *l)
+{
+	uint32_t slot = 9999;
+	CU_ASSERT_EQUAL(dlock_lock_permit_slot(l, &slot), DLOCK_OK);
+	return slot;
+}
+
+/* The two-int keys of a semaphore, from the documentation (pg_hash.c): bytes 8..15 of the SHA-256 of
+ * "dlock:" name. */
+static void sem_keys(const char *name, long *hi, long *base)
+{
+	char ns[256];
+	unsigned char sum[32];
+	uint32_t a = 0, b = 0;
+	snprintf(ns, sizeof ns, "dlock:%s", name);
+	dlock_sha256(ns, strlen(ns), sum);
+	for (int i = 8; i < 12; i++)
+		a = a << 8 | sum[i];
+	for (int i = 12; i < 16; i++)
+		b = b << 8 | sum[i];
+	*hi = (long)(a & 0x7fffffffu);
+	*base = (long)(0x40000000u | (b & 0x3ffff000u));
+}
+
+/* The session that holds slot `slot` of semaphore `name`; -1 if none. */
+static long long slot_holder(PGconn *mon, const char *name, uint32_t slot)
+{
+	long hi, base;
+	char sql[320];
+	sem_keys(name, &hi, &base);
+	snprintf(sql, sizeof sql,
+	         "SELECT COALESCE(max(pid), -1) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 "
+	         "AND granted AND mode = 'ExclusiveLock' AND classid = %ld AND objid = %ld",
+	         hi, base + (long)slot);
+	return sql_num(mon, sql, NULL);
+}
+
+/*
+ * N permits across N clients, each with its own slot and a greater token;
+ * the (N+1)th client is refused a try and waits; a release wakes it by
+ * NOTIFY, well before the waiters' poll (500 ms), and it gets the freed
+ * slot.
+ */
+static void test_sem_permits(void)
+{
+	enum { N = 3 };
+	char name[128];
+	unique_name(name, sizeof name, "sem-permits");
+	const char *uri = dlock_test_env("DLOCK_TEST_PG_URI");
+	dlock_client *c[N + 1];
+	dlock_lock *l[N + 1];
+	uint64_t max_token = 0;
+	unsigned seen = 0;
+	for (int i = 0; i <= N; i++) {
+		c[i] = open_uri(uri);
+		l[i] = new_sem(c[i], name, N);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(l[i]);
+	}
+	for (int i = 0; i < N; i++) {
+		CU_ASSERT_EQUAL_FATAL(acquire(l[i], 0, 0, NULL, NULL), DLOCK_OK);
+		uint32_t s = slot_of(l[i]);
+		CU_ASSERT(s < N && !(seen & 1u << s));
+		seen |= 1u << s;
+		uint64_t t = dlock_test_token(l[i]);
+		CU_ASSERT(t > max_token);
+		max_token = t;
+	}
+	CU_ASSERT_EQUAL(acquire(l[N], 0, 0, NULL, NULL), DLOCK_EBUSY);
+	printf("\n    try with %d permits held: %s", N, dlock_client_errmsg(c[N]));
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, l[N], LONG_WAIT_MS, 0);
+	dlock_test_sleep_ms(800); /* past the first poll: it waits for a notification */
+	CU_ASSERT(!atomic_load(&w.done));
+	uint32_t freed = slot_of(l[1]);
+	int64_t t0 = dlock_test_now_ms();
+	CU_ASSERT_EQUAL(dlock_release(l[1]), DLOCK_OK);
+	if (expect(dlock_test_waiter_join(&w, LONG_WAIT_MS), DLOCK_OK)) {
+		printf("\n    handoff by NOTIFY: %lld ms", (long long)(w.at_ms - t0));
+		CU_ASSERT(w.at_ms - t0 < 250);
+		CU_ASSERT_EQUAL(slot_of(l[N]), freed);
+		CU_ASSERT(w.token > max_token);
+		CU_ASSERT_EQUAL(dlock_release(l[N]), DLOCK_OK);
+	}
+	for (int i = 0; i < N; i++)
+		if (i != 1)
+			CU_ASSERT_EQUAL(dlock_release(l[i]), DLOCK_OK);
+	for (int i = 0; i <= N; i++) {
+		dlock_lock_free(l[i]);
+		dlock_client_close(c[i]);
+	}
+}
+
+/*
+ * Two permits of one client: with N = 1 the second waits, and gets in once
+ * the first is released; with N = 2 both hold, on two slots (two sessions:
+ * a session never takes a slot it holds), and another client is refused.
+ */
+static void test_sem_one_client(void)
+{
+	char name[128], name2[128];
+	unique_name(name, sizeof name, "sem-one-client");
+	unique_name(name2, sizeof name2, "sem-one-client-2");
+	const char *uri = dlock_test_env("DLOCK_TEST_PG_URI");
+	dlock_client *a = open_uri(uri), *b = open_uri(uri);
+	dlock_lock *l1 = new_sem(a, name, 1), *l2 = new_sem(a, name, 1);
+	dlock_lock *m1 = new_sem(a, name2, 2), *m2 = new_sem(a, name2, 2), *m3 = new_sem(b, name2, 2);
+	PGconn *mon = monitor();
+	CU_ASSERT_EQUAL_FATAL(acquire(l1, 0, 0, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(slot_of(l1), 0);
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, l2, LONG_WAIT_MS, 0);
+	dlock_test_sleep_ms(600);
+	CU_ASSERT(!atomic_load(&w.done));
+	int64_t t0 = dlock_test_now_ms();
+	CU_ASSERT_EQUAL(dlock_release(l1), DLOCK_OK);
+	if (expect(dlock_test_waiter_join(&w, LONG_WAIT_MS), DLOCK_OK)) {
+		printf("\n    second permit of one client (N = 1) after %lld ms", (long long)(w.at_ms - t0));
+		CU_ASSERT_EQUAL(slot_of(l2), 0);
+		CU_ASSERT_EQUAL(dlock_release(l2), DLOCK_OK);
+	}
+	CU_ASSERT_EQUAL(acquire(m1, 0, 0, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(m2, 0, 0, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_NOT_EQUAL(slot_of(m1), slot_of(m2));
+	long long p1 = slot_holder(mon, name2, slot_of(m1)), p2 = slot_holder(mon, name2, slot_of(m2));
+	CU_ASSERT(p1 > 0 && p2 > 0 && p1 != p2);
+	CU_ASSERT_EQUAL(acquire(m3, 0, 0, NULL, NULL), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(dlock_release(m1), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(m3, 0, 0, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(m2), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(m3), DLOCK_OK);
+	PQfinish(mon);
+	dlock_lock_free(l1);
+	dlock_lock_free(l2);
+	dlock_lock_free(m1);
+	dlock_lock_free(m2);
+	dlock_lock_free(m3);
+	dlock_client_close(a);
+	dlock_client_close(b);
+}
+
+/*
+ * The session of a permit's holder ended from outside
+ * (pg_terminate_backend): the holder is told (DLOCK_LOST_SESSION, at its
+ * next heartbeat) and the permit is free: a waiter of another client gets
+ * it, by its bounded poll (no release sends a notification).
+ */
+static void test_sem_terminate(void)
+{
+	char name[128];
+	unique_name(name, sizeof name, "sem-terminate");
+	const char *uri = dlock_test_env("DLOCK_TEST_PG_URI");
+	dlock_client *a = open_uri(uri), *b = open_uri(uri);
+	dlock_lock *la = new_sem(a, name, 1), *lb = new_sem(b, name, 1);
+	PGconn *mon = monitor();
+	lost_rec lost;
+	lost_init(&lost);
+	CU_ASSERT_EQUAL_FATAL(acquire(la, 0, 1500, on_lost, &lost), DLOCK_OK);
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, lb, LONG_WAIT_MS, 0);
+	dlock_test_sleep_ms(300);
+	long long pid = slot_holder(mon, name, 0);
+	char p[24];
+	snprintf(p, sizeof p, "%lld", pid);
+	CU_ASSERT(pid > 0);
+	int64_t t0 = dlock_test_now_ms();
+	CU_ASSERT_EQUAL(sql_num(mon, "SELECT pg_terminate_backend($1::int)::int", p), 1);
+	if (expect(dlock_test_waiter_join(&w, LONG_WAIT_MS), DLOCK_OK)) {
+		printf("\n    permit of an ended session taken after %lld ms", (long long)(w.at_ms - t0));
+		CU_ASSERT(w.at_ms - t0 < 500 + SLACK_MS);
+		CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
+	}
+	CU_ASSERT(lost_await(&lost, AWAIT_MS) == 1);
+	CU_ASSERT_EQUAL(lost.reason, DLOCK_LOST_SESSION);
+	dlock_release(la);
+	lost_destroy(&lost);
+	PQfinish(mon);
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	dlock_client_close(a);
+	dlock_client_close(b);
+}
+
+/*
+ * All clients of a name agree on N: a semaphore of 4 beside holders of 3
+ * is DLOCK_EKIND naming both numbers, so is one beside a waiter of 3; once
+ * nobody holds or waits, 4 applies.
+ */
+static void test_sem_n_mismatch(void)
+{
+	char name[128];
+	unique_name(name, sizeof name, "sem-n");
+	const char *uri = dlock_test_env("DLOCK_TEST_PG_URI");
+	dlock_client *a = open_uri(uri), *b = open_uri(uri), *c = open_uri(uri);
+	dlock_lock *la = new_sem(a, name, 1), *lb = new_sem(b, name, 4), *lc = new_sem(c, name, 1);
+	CU_ASSERT_EQUAL_FATAL(acquire(la, 0, 0, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(lb, 0, 0, NULL, NULL), DLOCK_EKIND);
+	const char *msg = dlock_client_errmsg(b);
+	printf("\n    %s", msg);
+	CU_ASSERT_PTR_NOT_NULL(strstr(msg, "semaphore of 1 permits, not 4"));
+	/* A waiter of 1 counts too, also once the holder is gone. */
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, lc, LONG_WAIT_MS, 0);
+	dlock_test_sleep_ms(300);
+	CU_ASSERT_EQUAL(dlock_test_acquire(lb, 200, 0, -1, NULL, NULL), DLOCK_EKIND);
+	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
+	if (expect(dlock_test_waiter_join(&w, LONG_WAIT_MS), DLOCK_OK)) {
+		CU_ASSERT_EQUAL(acquire(lb, 0, 0, NULL, NULL), DLOCK_EKIND);
+		CU_ASSERT_EQUAL(dlock_release(lc), DLOCK_OK);
+	}
+	CU_ASSERT_EQUAL(acquire(lb, 0, 0, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	dlock_lock_free(lc);
+	dlock_client_close(a);
+	dlock_client_close(b);
+	dlock_client_close(c);
+}
+
+/*
+ * One kind per name across clients: a semaphore beside a mutex or a reader
+ * is refused (DLOCK_EKIND); a mutex or a writer beside a semaphore's
+ * holder is kept out (the holders hold the mutex's key shared).
+ */
+static void test_sem_kinds(void)
+{
+	char name[128];
+	unique_name(name, sizeof name, "sem-kinds");
+	const char *uri = dlock_test_env("DLOCK_TEST_PG_URI");
+	dlock_client *a = open_uri(uri), *b = open_uri(uri);
+	dlock_lock *mutex = new_lock(a, name), *rw = new_rwlock(a, name), *sem = new_sem(b, name, 2);
+	CU_ASSERT_EQUAL_FATAL(acquire(mutex, 0, 0, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(sem, 0, 0, NULL, NULL), DLOCK_EKIND);
+	printf("\n    %s", dlock_client_errmsg(b));
+	CU_ASSERT_EQUAL(dlock_release(mutex), DLOCK_OK);
+	CU_ASSERT_EQUAL(rw_acquire(rw, DLOCK_MODE_SHARED, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(sem, 0, 0, NULL, NULL), DLOCK_EKIND);
+	CU_ASSERT_EQUAL(dlock_release(rw), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(acquire(sem, 0, 0, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(mutex, 0, 0, NULL, NULL), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(rw_acquire(rw, DLOCK_MODE_EXCLUSIVE, 0), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(rw_acquire(rw, DLOCK_MODE_SHARED, 0), DLOCK_EKIND);
+	printf("\n    %s", dlock_client_errmsg(a));
+	/* A mutex that waits gets in once the permit is released. */
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, mutex, LONG_WAIT_MS, 0);
+	dlock_test_sleep_ms(200);
+	CU_ASSERT(!atomic_load(&w.done));
+	CU_ASSERT_EQUAL(dlock_release(sem), DLOCK_OK);
+	if (expect(dlock_test_waiter_join(&w, LONG_WAIT_MS), DLOCK_OK))
+		CU_ASSERT_EQUAL(dlock_release(mutex), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(sem, 0, 0, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(sem), DLOCK_OK);
+	dlock_lock_free(mutex);
+	dlock_lock_free(rw);
+	dlock_lock_free(sem);
+	dlock_client_close(a);
+	dlock_client_close(b);
+}
+
+/* Row mode (also behind PgBouncer) has no semaphores yet: DLOCK_ENOTSUP, and the feature says NONE. */
+static void test_sem_row_unsupported(void)
+{
+	const char *uris[2] = { dlock_test_env("DLOCK_TEST_PG_ROW_URI"), dlock_test_env("DLOCK_TEST_PG_BOUNCER_URI") };
+	for (int i = 0; i < 2; i++) {
+		if (!uris[i])
+			continue;
+		dlock_client *c = open_uri(uris[i]);
+		dlock_lock *l = NULL;
+		int64_t order = -1;
+		CU_ASSERT_EQUAL(dlock_semaphore_new(c, "sem-row", 2, &l), DLOCK_ENOTSUP);
+		CU_ASSERT_EQUAL(dlock_client_feature(c, DLOCK_FEATURE_SEMAPHORE, &order), DLOCK_OK);
+		CU_ASSERT_EQUAL(order, DLOCK_SEMAPHORE_NONE);
+		dlock_client_close(c);
+	}
+}
+
 static int init_advisory(void)
 {
 	mode_uri = dlock_test_env("DLOCK_TEST_PG_URI");
@@ -1249,8 +1536,24 @@ static void test_lock_table_full(void)
 	dlock_client_close(c);
 }
 
+static void add_sem_suite(void)
+{
+	CU_pSuite s = CU_add_suite("postgres-semaphore", NULL, NULL);
+	CU_add_test(s, "sem_permits", test_sem_permits);
+	CU_add_test(s, "sem_one_client", test_sem_one_client);
+	CU_add_test(s, "sem_terminate", test_sem_terminate);
+	CU_add_test(s, "sem_n_mismatch", test_sem_n_mismatch);
+	CU_add_test(s, "sem_kinds", test_sem_kinds);
+	CU_add_test(s, "sem_row_unsupported", test_sem_row_unsupported);
+}
+
+/* DLOCK_TEST_PG_SEM_ONLY=1: only the semaphore suite. */
 static void add_suites(void)
 {
+	if (dlock_test_env("DLOCK_TEST_PG_SEM_ONLY")) { /* the semaphore suite alone */
+		add_sem_suite();
+		return;
+	}
 	CU_pSuite s = CU_add_suite("postgres", NULL, NULL);
 	CU_add_test(s, "wrong_password", test_wrong_password);
 	CU_add_test(s, "missing_database", test_missing_database);
@@ -1263,6 +1566,7 @@ static void add_suites(void)
 	CU_add_test(s, "lock_table_full", test_lock_table_full);
 	CU_add_test(s, "held_many", test_held_many);
 	CU_add_test(s, "rw_writer_first_one_client", test_rw_writer_first_one_client);
+	add_sem_suite();
 	add_mode_suite("postgres-advisory", init_advisory);
 	add_mode_suite("postgres-row", init_row);
 	if (dlock_test_env("DLOCK_TEST_PG_BOUNCER_URI"))

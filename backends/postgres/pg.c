@@ -197,6 +197,7 @@ static dlock_status pg_lock_init(void *backend, void *lkp, const char *name, siz
 	if (!ns)
 		return dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
 	lk->key = dlock_pg_key(ns, n);
+	dlock_pg_sem_keys(ns, n, &lk->sem_hi, &lk->sem_base);
 	if (b->mode == &dlock_pg_row_mode) {
 		lk->row_name = ns;
 		lk->row_len = n;
@@ -218,20 +219,37 @@ static dlock_status pg_lock_init(void *backend, void *lkp, const char *name, siz
 static void pg_kind_capabilities(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps)
 {
 	const struct dlock_pg_backend *b = backend;
-	caps->supported = kind == DLOCK_KIND_MUTEX || kind == DLOCK_KIND_RWLOCK;
+	int row = b->mode == &dlock_pg_row_mode;
+	caps->supported = kind == DLOCK_KIND_MUTEX || kind == DLOCK_KIND_RWLOCK || (kind == DLOCK_KIND_SEMAPHORE && !row);
 	caps->kind_checked = 0;
 	if (kind == DLOCK_KIND_RWLOCK) {
-		caps->policy = b->mode == &dlock_pg_row_mode ? DLOCK_RWLOCK_NO_PREFERENCE : DLOCK_RWLOCK_WRITER_FIRST;
+		caps->policy = row ? DLOCK_RWLOCK_NO_PREFERENCE : DLOCK_RWLOCK_WRITER_FIRST;
 		caps->read_fencing = DLOCK_FENCING_NONE;
+	}
+	/*
+	 * Semaphores, advisory mode only (pg_sem.c): N slot keys, waiters woken
+	 * by NOTIFY or a bounded poll, in no order; a permit has its slot and a
+	 * token of the sequence.  Its holders hold the mutex's key shared, so a
+	 * mutex or a writer waits for them; a reader, or a semaphore of another
+	 * N, is refused (kind_checked).  Row mode has none yet.
+	 */
+	if (kind == DLOCK_KIND_SEMAPHORE && !row) {
+		caps->order = DLOCK_SEMAPHORE_UNORDERED;
+		caps->slots = 1;
+		caps->read_fencing = DLOCK_FENCING_STRICT;
+		caps->kind_checked = 1;
 	}
 }
 
-/* The kind changes nothing in the name's key or row: each acquisition's mode decides. */
+/* A mutex or read-write lock: the name's key or row, each acquisition's mode decides; a semaphore:
+ * its N slot keys (pg_sem.c). */
 static dlock_status pg_lock_init_kind(void *backend, void *lkp, const char *name, size_t len,
                                       const dlock_kind_spec *spec, dlock_error *err)
 {
-	(void)spec;
-	return pg_lock_init(backend, lkp, name, len, err);
+	struct dlock_pg_lock *lk = lkp;
+	dlock_status st = pg_lock_init(backend, lkp, name, len, err);
+	lk->permits = spec->kind == DLOCK_KIND_SEMAPHORE ? spec->permits : 0;
+	return st;
 }
 
 static void pg_lock_fini(void *backend, void *lkp)

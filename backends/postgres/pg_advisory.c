@@ -53,6 +53,9 @@
  * writer also wrote it to a table — a row write per acquisition in a mode
  * that otherwise writes nothing.
  *
+ * Semaphores: pg_sem.c, which a semaphore's handle (lk->permits) is
+ * handed to; a reader checks for them (SEM_USED).
+ *
  * PgBouncer: session locks need one server session per client connection,
  * so advisory mode needs session pooling (or none); behind transaction
  * pooling use mode=row.
@@ -80,13 +83,33 @@
 	"WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL " \
 	"WHEN " SET_IDLE("2") " THEN NULL ELSE " tail " END" ELAPSED
 
-/* Prepared once per session (pg_exec.c); $1 key, $2 idle timeout or NULL, $3 wait.  Readers take
- * no token, so their statements are all in the PLAIN set. */
+/* A reader, once it holds the key shared: whether a semaphore of the name holds or awaits it too
+ * (pg_sem.c: each holds the name's ANY key shared; $h, $b its two-int key).  Tried exclusive for the
+ * statement first; only when that fails (a semaphore, or another reader trying at once) pg_locks
+ * says which.  Then the reader lets the key go again and answers -1. */
+#define SEM_USED(h, b) "CASE WHEN pg_try_advisory_xact_lock($" h "::int4, $" b "::int4 + 2048) THEN false " \
+	"ELSE EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 " \
+	"AND pid <> pg_backend_pid() AND mode = 'ShareLock' AND classid::int8 = $" h " " \
+	"AND objid::int8 = $" b "::int4 + 2048) END"
+#define SEM_REFUSED "CASE WHEN pg_advisory_unlock_shared($1) THEN -1 END"
+#define TRY_SHARED "SELECT CASE WHEN NOT pg_try_advisory_lock_shared($1) THEN NULL " \
+	"WHEN " SEM_USED("3", "4") " THEN " SEM_REFUSED " " \
+	"WHEN " SET_IDLE("2") " THEN NULL ELSE 0 END" ELAPSED
+#define WAIT_SHARED "SELECT CASE " \
+	"WHEN set_config('lock_timeout', $3, true) IS NULL THEN NULL " \
+	"WHEN pg_advisory_lock_shared($1) IS NULL THEN NULL " \
+	"WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL " \
+	"WHEN " SEM_USED("4", "5") " THEN " SEM_REFUSED " " \
+	"WHEN " SET_IDLE("2") " THEN NULL ELSE 0 END" ELAPSED
+
+/* Prepared once per session (pg_exec.c); $1 key, $2 idle timeout or NULL, $3 wait; a reader's then
+ * the two-int key of the name's semaphores.  Readers take no token, so their statements are all in
+ * the PLAIN set. */
 #define PREPARE_PLAIN "PREPARE dlock_try(int8, text) AS " TRY("", "0") ";" \
 	"PREPARE dlock_wait(int8, text, text) AS " WAIT("", "0") ";" \
 	"PREPARE dlock_unlock(int8, text) AS SELECT pg_advisory_unlock($1), " SET_IDLE("2") ";" \
-	"PREPARE dlock_try_shared(int8, text) AS " TRY("_shared", "0") ";" \
-	"PREPARE dlock_wait_shared(int8, text, text) AS " WAIT("_shared", "0") ";" \
+	"PREPARE dlock_try_shared(int8, text, int4, int4) AS " TRY_SHARED ";" \
+	"PREPARE dlock_wait_shared(int8, text, text, int4, int4) AS " WAIT_SHARED ";" \
 	"PREPARE dlock_unlock_shared(int8, text) AS SELECT pg_advisory_unlock_shared($1), " SET_IDLE("2") ";"
 #define PREPARE_TOKEN "PREPARE dlock_try_token(int8, text) AS " TRY("", "nextval(" SEQ ")") ";" \
 	"PREPARE dlock_wait_token(int8, text, text) AS " WAIT("", "nextval(" SEQ ")") ";"
@@ -149,6 +172,9 @@ static dlock_status settle_attempt(struct dlock_pg_backend *b, struct dlock_pg_c
 		int64_t token = dlock_pg_int_value(res, &isnull);
 		if (isnull)
 			return dlock_error_set(err, DLOCK_EBUSY, "held by another session");
+		if (token < 0) /* a reader beside a semaphore of the name: let go already */
+			return dlock_error_set(err, DLOCK_EKIND, "%s: the name is in use as a semaphore, not a "
+			                       "read-write lock", b->masked);
 		*out = (dlock_acquired){ .token = (uint64_t)token, .sent_ns = acquired_at(sent, res) };
 		c->idle_set_ms = idle_ms;
 		dlock_pg_pool_hold(b, c, lk);
@@ -174,8 +200,10 @@ static dlock_status fence(struct dlock_pg_backend *b, struct dlock_pg_conn *c, d
 static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
                             dlock_wait *w, int fencing, dlock_acquired *out, dlock_error *err)
 {
-	char key[24], lease[24], wait[24], sqlstate[6];
+	char key[24], lease[24], wait[24], sqlstate[6], hi[16], base[16];
 	snprintf(key, sizeof key, "%lld", (long long)lk->key);
+	snprintf(hi, sizeof hi, "%ld", (long)lk->sem_hi);
+	snprintf(base, sizeof base, "%ld", (long)lk->sem_base);
 	pthread_mutex_lock(&c->mu);
 	if (fencing) {
 		dlock_status st = fence(b, c, err);
@@ -198,6 +226,12 @@ static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
 		s.lengths[2] = -1;
 		deadline = dlock_pg_wait_deadline(b, w);
 		dlock_pg_interrupt_arm(c, w);
+	}
+	if (lk->shared) {
+		s.values[s.n] = hi;
+		s.values[s.n + 1] = base;
+		s.lengths[s.n] = s.lengths[s.n + 1] = -1;
+		s.n += 2;
 	}
 	PGresult *res = NULL;
 	int64_t sent = dlock_monotonic_ns();
@@ -235,6 +269,8 @@ static dlock_status adv_acquire(void *backend, void *lkp, int64_t lease_ms, dloc
 {
 	struct dlock_pg_backend *b = backend;
 	struct dlock_pg_lock *lk = lkp;
+	if (lk->permits)
+		return dlock_pg_sem_acquire(b, lk, lease_ms, w, out, err);
 	int waits = !dlock_wait_try_once(w) && dlock_wait_remaining_ms(w) != 0;
 	/* Readers take no token (read fencing NONE: the core asks none of them). */
 	lk->shared = dlock_wait_mode(w) == DLOCK_MODE_SHARED;
@@ -270,6 +306,8 @@ static dlock_status adv_release(void *backend, void *lkp, dlock_error *err)
 {
 	struct dlock_pg_backend *b = backend;
 	struct dlock_pg_lock *lk = lkp;
+	if (lk->permits)
+		return dlock_pg_sem_release(b, lk, err);
 	struct dlock_pg_conn *c = lk->conn;
 	char key[24], lease[24], sqlstate[6];
 	PGresult *res = NULL;
@@ -365,6 +403,8 @@ static dlock_status adv_check(void *backend, void *lkp, dlock_error *err)
 {
 	struct dlock_pg_backend *b = backend;
 	struct dlock_pg_lock *lk = lkp;
+	if (lk->permits)
+		return dlock_pg_sem_check(b, lk, err);
 	struct dlock_pg_conn *c = lk->conn;
 	char key[24], sqlstate[6];
 	PGresult *res = NULL;

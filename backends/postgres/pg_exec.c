@@ -318,7 +318,7 @@ static int send_stmt(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, 
 {
 	if (b->prepare[DLOCK_PG_SET_PLAIN] && s->prepared)
 		return PQsendQueryPrepared(c->pg, s->prepared, s->n, s->values, s->lengths, s->formats, 0);
-	return PQsendQueryParams(c->pg, s->sql, s->n, NULL, s->values, s->lengths, s->formats, 0);
+	return PQsendQueryParams(c->pg, s->sql, s->n, s->types, s->values, s->lengths, s->formats, 0);
 }
 
 static dlock_status exec_after_begin(const struct dlock_pg_backend *b, struct dlock_pg_conn *c,

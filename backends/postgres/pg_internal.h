@@ -9,6 +9,7 @@
  *   pg_setup.c     the fencing sequence and the lock table, and who may use them
  *   pg_advisory.c  mode=advisory (default): session advisory locks
  *   pg_row.c       mode=row: SELECT ... FOR UPDATE in an open transaction
+ *   pg_sem.c       mode=advisory: semaphores (N slot keys in the two-int key space)
  *   pg_hash.c      the 64-bit advisory key of a name
  *
  * Connections and locks.  A lock belongs to the connection (the server
@@ -111,6 +112,9 @@ struct dlock_pg_lock {
 	int fencing;                      /* row mode: the current acquisition wants a token */
 	int shared;                       /* the current acquisition is a reader's (DLOCK_MODE_SHARED) */
 	int64_t key;                      /* advisory key */
+	int32_t sem_hi, sem_base;         /* the name's two-int keys (pg_hash.c): classid, objid of slot 0 */
+	uint32_t permits;                 /* a semaphore's N; 0 for a mutex or read-write lock */
+	uint32_t slot;                    /* a semaphore: the held permit's slot */
 	char *row_name;                   /* row mode: prefix ":" name (bytes) */
 	size_t row_len;
 	int row_exists;                   /* row mode: the row was seen */
@@ -173,6 +177,8 @@ struct dlock_pg_backend {
 char *dlock_pg_namespaced(const char *prefix, const char *name, size_t len, size_t *outlen);
 /** The advisory key of a namespaced name: first 8 bytes of its SHA-256, big-endian. */
 int64_t dlock_pg_key(const char *namespaced, size_t len);
+/** Its two-int keys (bytes 8..15 of the SHA-256): classid `hi`, and `base`, the objid of slot 0. */
+void dlock_pg_sem_keys(const char *namespaced, size_t len, int32_t *hi, int32_t *base);
 
 /* pg_conn.c */
 int dlock_pg_knows_param(const char *key);
@@ -186,7 +192,7 @@ dlock_status dlock_pg_connect(const struct dlock_pg_backend *b, PGconn **out, dl
 /**
  * A statement: its text, or the name of one of the statements of
  * b->prepare (used when that is set; sql may then be NULL), of the TOKEN
- * set when `token`; then up to 4 parameters (binary when len >= 0, text
+ * set when `token`; then up to 8 parameters (binary when len >= 0, text
  * when -1; NULL values are SQL NULL).  With `begin`, a BEGIN goes first in
  * the same round trip (libpq's pipeline mode) and the transaction stays
  * open after the statement, also when it failed.
@@ -197,9 +203,10 @@ struct dlock_pg_stmt {
 	int token;
 	int begin;
 	int n;
-	const char *values[4];
-	int lengths[4];
-	int formats[4];
+	const Oid *types; /* of the parameters of an unnamed statement; NULL: the server infers them */
+	const char *values[8];
+	int lengths[8];
+	int formats[8];
 };
 /**
  * Run `s` on `c` (c->mu held) and wait for its result until `deadline_ns`
@@ -275,6 +282,16 @@ dlock_status dlock_pg_fence(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
  */
 dlock_status dlock_pg_fence_failed(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_status st,
                                    const char *sqlstate, dlock_error *err);
+
+/* pg_sem.c */
+/** A semaphore's permit (lk->permits > 0), advisory mode: the mode's methods hand over to these. */
+dlock_status dlock_pg_sem_acquire(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, int64_t lease_ms,
+                                  dlock_wait *w, dlock_acquired *out, dlock_error *err);
+dlock_status dlock_pg_sem_release(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, dlock_error *err);
+dlock_status dlock_pg_sem_check(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, dlock_error *err);
+/** The two-int objid offsets from sem_base: slots 0..1023, a marker per N, the semaphores' common key. */
+#define DLOCK_PG_SEM_MARK 1023 /* + N: held shared by holders and waiters of a semaphore of N */
+#define DLOCK_PG_SEM_ANY 2048  /* held shared by every holder and waiter of a semaphore of the name */
 
 /* pg_advisory.c, pg_row.c */
 extern const struct dlock_pg_mode dlock_pg_advisory_mode;
