@@ -191,7 +191,7 @@ static dlock_status lock_new_kind(dlock_client *c, const char *name, dlock_lock_
 		pthread_mutex_unlock(&c->mu);
 		return DLOCK_ECLOSED;
 	}
-	l->entry = entry_get_locked(c, name, len);
+	l->entry = dlock_sched_reserve(c, c->nlocks + 1) == DLOCK_OK ? entry_get_locked(c, name, len) : NULL;
 	if (!l->entry) {
 		free(l);
 		dlock_client_fail_locked(c, DLOCK_ENOMEM, "out of memory");
@@ -286,13 +286,14 @@ void dlock_lock_begin_call(struct dlock_lock *l)
 	while (l->busy)
 		pthread_cond_wait(&l->client->cond, &l->client->mu);
 	l->busy = 1;
+	dlock_sched_update(l); /* renewals skip busy handles */
 }
 
 void dlock_lock_end_call(struct dlock_lock *l)
 {
 	l->busy = 0;
 	pthread_cond_broadcast(&l->client->cond);
-	dlock_background_due(l->client, l); /* renewals skip busy handles */
+	dlock_sched_update(l);
 }
 
 void dlock_lock_free(dlock_lock *l)
@@ -323,6 +324,7 @@ void dlock_lock_free(dlock_lock *l)
 	c->nlocks--;
 	entry_put_locked(c, l->entry);
 	l->busy = 0;
+	dlock_sched_forget(l);
 	pthread_cond_broadcast(&c->cond);
 	free(l);
 	dlock_client_maybe_free_locked(c);
@@ -346,7 +348,7 @@ void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lea
 	l->lease_end = sent_ns + lease_ns;
 	l->valid_until = sent_ns + lease_ns - lease_ns / 100 - 2 * NS_PER_MS - act;
 	l->next_renew = sent_ns + lease_ns / 3;
-	dlock_background_due(l->client, l);
+	dlock_sched_update(l);
 }
 
 dlock_lost_reason dlock_lock_gone_reason(const struct dlock_lock *l, int64_t sent_ns)
@@ -376,6 +378,8 @@ void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, con
 	printable_name(l->entry, name, sizeof name);
 	dlock_client_logf(l->client, l->on_lost ? DLOCK_LOG_INFO : DLOCK_LOG_WARN, "lock '%s' lost: %s", name,
 	                  l->lost_detail); /* with a callback, the application is told there */
+	l->client->losses_pending = 1;
+	dlock_sched_update(l);
 	dlock_background_kick(l->client);
 }
 
@@ -383,6 +387,7 @@ void dlock_lock_loss_cleaned(struct dlock_lock *l)
 {
 	l->loss_cleaned = 1;
 	holder_remove_locked(l);
+	dlock_sched_update(l);
 }
 
 void dlock_report_lost(dlock_host *host, void *lk, dlock_lost_reason reason, const char *detail)
@@ -541,6 +546,7 @@ static void become_holder_locked(struct dlock_lock *l, const struct acquire_para
 	if (l->tracked)
 		dlock_lock_lease_renewed(l, acq->sent_ns ? acq->sent_ns : started_ns, l->lease_ns);
 	holder_add_locked(l);
+	dlock_sched_update(l); /* also an acquisition without a lease: its loss is cleaned up */
 	c->stats.acquired++;
 	if (l->lost_early)
 		dlock_lock_declare_lost(l, l->lost_reason, l->lost_detail);
@@ -754,6 +760,7 @@ static void drop_hold_locked(struct dlock_lock *l)
 	l->lost_pending = 0;
 	l->generation++;
 	holder_remove_locked(l);
+	dlock_sched_update(l);
 }
 
 dlock_status dlock_release(dlock_lock *l)
@@ -973,6 +980,7 @@ void dlock_locks_shutdown(struct dlock_client *c)
 			drop_hold_locked(l);
 		l->driver_ready = 0;
 		l->busy = 0;
+		dlock_sched_update(l);
 		pthread_cond_broadcast(&c->cond);
 	}
 	pthread_mutex_unlock(&c->mu);
