@@ -43,8 +43,8 @@ static void deliver_lost_locked(struct dlock_client *c, struct dlock_lock *l)
 	dlock_lost_fn fn = l->on_lost;
 	void *ud = l->lost_userdata;
 	dlock_lost_reason reason = l->lost_reason;
-	char detail[sizeof l->lost_detail];
-	snprintf(detail, sizeof detail, "%s", l->lost_detail);
+	char detail[DLOCK_LOST_DETAIL_MAX + 1];
+	snprintf(detail, sizeof detail, "%s", dlock_lock_lost_text(l));
 	pthread_mutex_unlock(&c->mu);
 	fn(l, reason, detail, ud);
 	pthread_mutex_lock(&c->mu);

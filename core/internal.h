@@ -115,7 +115,7 @@ struct dlock_lock {
 	int lost;             /* loss declared (or reported) for this acquisition */
 	int lost_pending;     /* a report waits for the background thread */
 	dlock_lost_reason lost_reason;
-	char lost_detail[256];
+	char *lost_detail;    /* why, allocated when the loss is declared (NULL: none); lost_text() */
 	int lost_delivered;   /* the callback was called (or there was none) */
 	int loss_cleaned;     /* after a loss: the driver released what was left on the
 	                         server and the name went to the next local contender;
@@ -227,6 +227,10 @@ dlock_lost_reason dlock_lock_gone_reason(const struct dlock_lock *l, int64_t sen
 void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, const char *detail);
 /** After the driver released a lost acquisition: let the next local contender go.  c->mu held. */
 void dlock_lock_loss_cleaned(struct dlock_lock *l);
+/** Longest loss detail kept, in bytes. */
+#define DLOCK_LOST_DETAIL_MAX 255
+/** The loss detail of `l`, "" when none.  c->mu held. */
+const char *dlock_lock_lost_text(const struct dlock_lock *l);
 /** Lease accounting after a request sent at `sent_ns` succeeded.  c->mu held. */
 void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lease_ns);
 

@@ -326,6 +326,7 @@ void dlock_lock_free(dlock_lock *l)
 	l->busy = 0;
 	dlock_sched_forget(l);
 	pthread_cond_broadcast(&c->cond);
+	free(l->lost_detail);
 	free(l);
 	dlock_client_maybe_free_locked(c);
 }
@@ -351,6 +352,19 @@ void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lea
 	dlock_sched_update(l);
 }
 
+/* Keep `detail` (NULL or "": none) as the loss's text, cut at DLOCK_LOST_DETAIL_MAX bytes.  Out of
+ * memory, the loss keeps no text (callers then say "lock was lost"). */
+static void set_lost_detail(struct dlock_lock *l, const char *detail)
+{
+	free(l->lost_detail);
+	l->lost_detail = detail && detail[0] ? strndup(detail, DLOCK_LOST_DETAIL_MAX) : NULL;
+}
+
+const char *dlock_lock_lost_text(const struct dlock_lock *l)
+{
+	return l->lost_detail ? l->lost_detail : "";
+}
+
 dlock_lost_reason dlock_lock_gone_reason(const struct dlock_lock *l, int64_t sent_ns)
 {
 	return l->tracked && sent_ns >= l->lease_end ? DLOCK_LOST_EXPIRED : DLOCK_LOST_TAKEN;
@@ -363,7 +377,7 @@ void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, con
 		 * when the acquisition is recorded. */
 		l->lost_early = 1;
 		l->lost_reason = reason;
-		snprintf(l->lost_detail, sizeof l->lost_detail, "%s", detail ? detail : "");
+		set_lost_detail(l, detail);
 		return;
 	}
 	if (!l->held || l->lost)
@@ -372,12 +386,12 @@ void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, con
 	l->lost_pending = 1;
 	l->lost_reason = reason;
 	if (detail != l->lost_detail) /* a loss kept from acquire() is already there */
-		snprintf(l->lost_detail, sizeof l->lost_detail, "%s", detail ? detail : "");
+		set_lost_detail(l, detail);
 	l->client->stats.lost++;
 	char name[96];
 	printable_name(l->entry, name, sizeof name);
 	dlock_client_logf(l->client, l->on_lost ? DLOCK_LOG_INFO : DLOCK_LOG_WARN, "lock '%s' lost: %s", name,
-	                  l->lost_detail); /* with a callback, the application is told there */
+	                  dlock_lock_lost_text(l)); /* with a callback, the application is told there */
 	l->client->losses_pending = 1;
 	dlock_sched_update(l);
 	dlock_background_kick(l->client);
@@ -794,7 +808,7 @@ dlock_status dlock_release(dlock_lock *l)
 	if (l->loss_cleaned) { /* the background thread released it on the server */
 		drop_hold_locked(l);
 		dlock_lock_end_call(l);
-		dlock_status st = lock_fail(l, DLOCK_ENOTHELD, l->lost_detail[0] ? l->lost_detail : "lock was lost");
+		dlock_status st = lock_fail(l, DLOCK_ENOTHELD, l->lost_detail ? l->lost_detail : "lock was lost");
 		pthread_mutex_unlock(&c->mu);
 		return st;
 	}
@@ -809,7 +823,7 @@ dlock_status dlock_release(dlock_lock *l)
 	drop_hold_locked(l);
 	dlock_lock_end_call(l);
 	if (was_lost)
-		st = lock_fail(l, DLOCK_ENOTHELD, l->lost_detail[0] ? l->lost_detail : "lock was lost before release");
+		st = lock_fail(l, DLOCK_ENOTHELD, l->lost_detail ? l->lost_detail : "lock was lost before release");
 	else if (st == DLOCK_ENOTHELD) {
 		c->stats.lost++;
 		lock_fail(l, st, err.msg[0] ? err.msg : "no longer ours on the server (expired or taken)");
@@ -827,7 +841,7 @@ static dlock_status begin_held_call_locked(struct dlock_lock *l)
 	if (!l->held || l->client->closing)
 		return not_held_locked(l);
 	if (l->lost)
-		return lock_fail(l, DLOCK_ENOTHELD, l->lost_detail[0] ? l->lost_detail : "lock was lost");
+		return lock_fail(l, DLOCK_ENOTHELD, l->lost_detail ? l->lost_detail : "lock was lost");
 	dlock_lock_begin_call(l);
 	if (!l->held || l->lost) {
 		dlock_lock_end_call(l);
