@@ -78,19 +78,21 @@
 #define SEQ "nextval('" DLOCK_PG_SEQUENCE "')"
 #define ELAPSED ", (extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000000)::int8"
 
-/* What holds K or a marker of another N, in other sessions: NULL, -3, or -10000 - that N. */
+/* What holds K or a marker of another N, in other sessions: NULL, -3, or -10000 - that N.  One scan
+ * of pg_locks (each reads the lock table anew): in one snapshot a semaphore's session that holds K
+ * holds ANY too (it takes ANY before K, and lets go of K first). */
 #define CONFLICT                                                                                           \
-	"(SELECT CASE WHEN bool_or(x.other) THEN -3 ELSE -10000 - max(x.n) END FROM ("                        \
-	"SELECT false AS other, l.objid::int8 - " BASE " - 1023 AS n FROM pg_locks l "                       \
-	"WHERE l.locktype = 'advisory' AND l.granted AND l.pid <> pg_backend_pid() AND l.objsubid = 2 "      \
-	"AND l.classid::int8 = " HI " AND l.objid::int8 BETWEEN " BASE " + 1024 AND " BASE " + 2047 "        \
-	"AND l.objid::int8 <> " BASE " + 1023 + " NPERM " "                                                  \
-	"UNION ALL SELECT true, 0 FROM pg_locks r "                                                          \
-	"WHERE r.locktype = 'advisory' AND r.granted AND r.pid <> pg_backend_pid() AND r.objsubid = 1 "      \
-	"AND r.classid::int8 = ((" K " >> 32) & 4294967295) AND r.objid::int8 = (" K " & 4294967295) "      \
-	"AND NOT EXISTS (SELECT 1 FROM pg_locks m WHERE m.locktype = 'advisory' AND m.granted "               \
-	"AND m.pid = r.pid AND m.objsubid = 2 AND m.classid::int8 = " HI " AND m.objid::int8 = " BASE         \
-	" + 2048 AND m.mode = 'ShareLock')) x HAVING count(*) > 0)"
+	"(WITH a AS MATERIALIZED (SELECT pid, objsubid, objid::int8 AS o, mode FROM pg_locks "                \
+	"WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid() AND ((objsubid = 1 "             \
+	"AND classid::int8 = ((" K " >> 32) & 4294967295) AND objid::int8 = (" K " & 4294967295)) "          \
+	"OR (objsubid = 2 AND classid::int8 = " HI " AND objid::int8 BETWEEN " BASE " + 1024 AND " BASE       \
+	" + 2048))) "                                                                                         \
+	"SELECT CASE WHEN bool_or(x.other) THEN -3 ELSE -10000 - max(x.n) END FROM ("                         \
+	"SELECT false AS other, o - " BASE " - 1023 AS n FROM a WHERE objsubid = 2 AND o <= " BASE " + 2047 " \
+	"AND o <> " BASE " + 1023 + " NPERM " "                                                               \
+	"UNION ALL SELECT true, 0 FROM a r WHERE r.objsubid = 1 AND NOT EXISTS (SELECT 1 FROM a m "           \
+	"WHERE m.pid = r.pid AND m.objsubid = 2 AND m.o = " BASE " + 2048 AND m.mode = 'ShareLock')"          \
+	") x HAVING count(*) > 0)"
 
 /* Unlock K, the marker and ANY (always true: every unlock evaluated). */
 #define LEAVE                                                                                          \
