@@ -67,6 +67,8 @@ static void pg_close(void *backend)
 	free(b->sql_row_wait_shared);
 	for (int i = 0; i < 4; i++)
 		free(b->sql_row_prepare[i]);
+	for (int i = 0; i < DLOCK_PG_ROW_SEM_SQL; i++)
+		free(b->sql_row_sem[i]);
 	free(b);
 }
 
@@ -220,20 +222,21 @@ static void pg_kind_capabilities(void *backend, dlock_lock_kind kind, dlock_kind
 {
 	const struct dlock_pg_backend *b = backend;
 	int row = b->mode == &dlock_pg_row_mode;
-	caps->supported = kind == DLOCK_KIND_MUTEX || kind == DLOCK_KIND_RWLOCK || (kind == DLOCK_KIND_SEMAPHORE && !row);
+	caps->supported = kind == DLOCK_KIND_MUTEX || kind == DLOCK_KIND_RWLOCK || kind == DLOCK_KIND_SEMAPHORE;
 	caps->kind_checked = 0;
 	if (kind == DLOCK_KIND_RWLOCK) {
 		caps->policy = row ? DLOCK_RWLOCK_NO_PREFERENCE : DLOCK_RWLOCK_WRITER_FIRST;
 		caps->read_fencing = DLOCK_FENCING_NONE;
 	}
 	/*
-	 * Semaphores, advisory mode only (pg_sem.c): N slot keys, waiters woken
-	 * by NOTIFY or a bounded poll, in no order; a permit has its slot and a
-	 * token of the sequence.  Its holders hold the mutex's key shared, so a
-	 * mutex or a writer waits for them; a reader, or a semaphore of another
-	 * N, is refused (kind_checked).  Row mode has none yet.
+	 * Semaphores: N slot keys (pg_sem.c, waiters woken by NOTIFY or a
+	 * bounded poll) or N slot rows (pg_row_sem.c, a bounded poll), in no
+	 * order; a permit has its slot and a token of the sequence.  Its holders
+	 * hold the mutex's key (row) shared, so a mutex or a writer cannot
+	 * hold beside them; a semaphore beside a mutex, a reader, or a semaphore
+	 * of another N is refused (kind_checked).
 	 */
-	if (kind == DLOCK_KIND_SEMAPHORE && !row) {
+	if (kind == DLOCK_KIND_SEMAPHORE) {
 		caps->order = DLOCK_SEMAPHORE_UNORDERED;
 		caps->slots = 1;
 		caps->read_fencing = DLOCK_FENCING_STRICT;

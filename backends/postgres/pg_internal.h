@@ -10,6 +10,7 @@
  *   pg_advisory.c  mode=advisory (default): session advisory locks
  *   pg_row.c       mode=row: SELECT ... FOR UPDATE in an open transaction
  *   pg_sem.c       mode=advisory: semaphores (N slot keys in the two-int key space)
+ *   pg_row_sem.c   mode=row: semaphores (N slot rows)
  *   pg_hash.c      the 64-bit advisory key of a name
  *
  * Connections and locks.  A lock belongs to the connection (the server
@@ -68,6 +69,7 @@
 #define DLOCK_PG_SEQUENCE "dlock_fence"
 #define DLOCK_PG_TABLE_DEFAULT "dlock_locks"
 #define DLOCK_PG_IDLE_MAX 4
+#define DLOCK_PG_ROW_SEM_SQL 5
 
 /*
  * Prepared statements come in two sets, so that a session never prepares
@@ -164,6 +166,7 @@ struct dlock_pg_backend {
 	char *sql_row_insert, *sql_row_try, *sql_row_wait, *sql_row_try_token, *sql_row_wait_token;
 	char *sql_row_try_shared, *sql_row_wait_shared; /* row mode: a reader's FOR SHARE */
 	char *sql_row_prepare[4];  /* row mode: its PREPAREs by DLOCK_PG_SET_* bits */
+	char *sql_row_sem[DLOCK_PG_ROW_SEM_SQL]; /* row mode: a semaphore's statements (pg_row_sem.c) */
 	/* What a session runs before its first prepared statement of a set
 	 * (simple protocol, several statements), indexed by the DLOCK_PG_SET_*
 	 * bits of the sets it lacks; prepare[1] NULL: statements go unnamed.
@@ -289,9 +292,17 @@ dlock_status dlock_pg_sem_acquire(struct dlock_pg_backend *b, struct dlock_pg_lo
                                   dlock_wait *w, dlock_acquired *out, dlock_error *err);
 dlock_status dlock_pg_sem_release(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, dlock_error *err);
 dlock_status dlock_pg_sem_check(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, dlock_error *err);
+/** Sleep until a notification, `ms`, the wait's deadline (DLOCK_ETIMEDOUT) or cancellation (c->mu held). */
+dlock_status dlock_pg_sem_sleep(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_wait *w, int64_t ms,
+                                dlock_error *err);
+/* pg_row_sem.c */
+dlock_status dlock_pg_row_sem_prepare(struct dlock_pg_backend *b, dlock_error *err);
+dlock_status dlock_pg_row_sem_acquire(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, int64_t lease_ms,
+                                      dlock_wait *w, dlock_acquired *out, dlock_error *err);
 /** The two-int objid offsets from sem_base: slots 0..1023, a marker per N, the semaphores' common key. */
 #define DLOCK_PG_SEM_MARK 1023 /* + N: held shared by holders and waiters of a semaphore of N */
 #define DLOCK_PG_SEM_ANY 2048  /* held shared by every holder and waiter of a semaphore of the name */
+#define DLOCK_PG_SEM_READER 2049 /* row mode: held shared by every reader of a read-write lock */
 
 /* pg_advisory.c, pg_row.c */
 extern const struct dlock_pg_mode dlock_pg_advisory_mode;

@@ -25,6 +25,8 @@
  *      caller that wants no token, which never names the sequence (with
  *      fencing off the role needs no privilege on it; pg_setup.c checks it
  *      before the first token).
+ * Readers also hold a key that semaphores look for, and look for theirs
+ * (READER_CHECK; semaphores are pg_row_sem.c's).
  * Release: COMMIT.  Heartbeat: the idle-in-transaction timeout set again.
  *
  * No session state outlives a transaction, so this mode works behind
@@ -62,6 +64,17 @@ static int build(char **out, const char *fmt, const char *table)
 	"WHEN NOT EXISTS (SELECT 1 FROM %s WHERE name = $1 FOR " how ") THEN -1 "  \
 	"WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL "
 
+/* A reader, once it holds the row FOR SHARE: the READER key shared for the transaction (pg_row_sem.c
+ * looks for it), then whether a semaphore of the name holds or awaits ANY: a momentary session lock
+ * says no at once, else pg_locks says; -2 then, and the transaction is rolled back. */
+#define READER_CHECK(h, b)                                                                          \
+	"WHEN pg_advisory_xact_lock_shared($" h "::int4, $" b "::int4 + 2049) IS NULL THEN NULL "          \
+	"WHEN CASE WHEN pg_try_advisory_lock($" h "::int4, $" b "::int4 + 2048) THEN NOT "                \
+	"pg_advisory_unlock($" h "::int4, $" b "::int4 + 2048) ELSE EXISTS (SELECT 1 FROM pg_locks "      \
+	"WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND pid <> pg_backend_pid() "          \
+	"AND mode = 'ShareLock' AND classid::int8 = $" h "::int4 AND objid::int8 = $" b "::int4 + 2048) " \
+	"END THEN -2 "
+
 dlock_status dlock_pg_row_prepare(struct dlock_pg_backend *b, dlock_error *err)
 {
 	const char *t = b->table;
@@ -71,9 +84,11 @@ dlock_status dlock_pg_row_prepare(struct dlock_pg_backend *b, dlock_error *err)
 	    !build(&b->sql_row_wait, WAIT_SQL("UPDATE") TAIL("0"), t) ||
 	    !build(&b->sql_row_try_token, TRY_SQL("UPDATE") TAIL(NEXTVAL), t) ||
 	    !build(&b->sql_row_wait_token, WAIT_SQL("UPDATE") TAIL(NEXTVAL), t) ||
-	    !build(&b->sql_row_try_shared, TRY_SQL("SHARE") TAIL("0"), t) ||
-	    !build(&b->sql_row_wait_shared, WAIT_SQL("SHARE") TAIL("0"), t))
+	    !build(&b->sql_row_try_shared, TRY_SQL("SHARE") READER_CHECK("3", "4") TAIL("0"), t) ||
+	    !build(&b->sql_row_wait_shared, WAIT_SQL("SHARE") READER_CHECK("4", "5") TAIL("0"), t))
 		return dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
+	if (dlock_pg_row_sem_prepare(b, err) != DLOCK_OK)
+		return DLOCK_ENOMEM;
 	if (asprintf(&p[DLOCK_PG_SET_PLAIN],
 	             "PREPARE dlock_row_insert AS %s; PREPARE dlock_row_try AS %s; PREPARE dlock_row_wait AS %s; "
 	             "PREPARE dlock_row_try_shared AS %s; PREPARE dlock_row_wait_shared AS %s",
@@ -134,9 +149,11 @@ static int64_t acquired_at(int64_t sent, const PGresult *res)
 static dlock_status lock_row(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
                              dlock_wait *w, int64_t *token, int64_t *at, dlock_error *err)
 {
-	char lease[24], wait[24], sqlstate[6];
+	char lease[24], wait[24], sqlstate[6], hi[16], base[16];
 	int fencing = lk->fencing;
 	dlock_pg_ms_text(lk->lease_ms, lease);
+	snprintf(hi, sizeof hi, "%ld", (long)lk->sem_hi);
+	snprintf(base, sizeof base, "%ld", (long)lk->sem_base);
 	struct dlock_pg_stmt s = { .sql = lk->shared ? b->sql_row_try_shared : fencing ? b->sql_row_try_token : b->sql_row_try,
 		                   .prepared = lk->shared ? "dlock_row_try_shared" : fencing ? "dlock_row_try_token" : "dlock_row_try",
 		                   .token = fencing,
@@ -153,6 +170,12 @@ static dlock_status lock_row(struct dlock_pg_backend *b, struct dlock_pg_conn *c
 		s.lengths[2] = -1;
 		deadline = dlock_pg_wait_deadline(b, w);
 		dlock_pg_interrupt_arm(c, w);
+	}
+	if (lk->shared) { /* then the two-int key of the name's semaphores */
+		s.values[s.n] = hi;
+		s.values[s.n + 1] = base;
+		s.lengths[s.n] = s.lengths[s.n + 1] = -1;
+		s.n += 2;
 	}
 	PGresult *res = NULL;
 	int isnull = 0;
@@ -171,6 +194,9 @@ static dlock_status lock_row(struct dlock_pg_backend *b, struct dlock_pg_conn *c
 		st = dlock_error_set(err, DLOCK_ESERVER, "the lock statement returned no token");
 	if (st != DLOCK_OK || *token < 0)
 		rollback(b, c);
+	if (st == DLOCK_OK && *token == -2)
+		st = dlock_error_set(err, DLOCK_EKIND, "%s: the name is in use as a semaphore, not a read-write lock",
+		                     b->masked);
 	if (st != DLOCK_OK && fencing)
 		st = dlock_pg_fence_failed(b, c, st, sqlstate, err);
 	return st;
@@ -205,6 +231,8 @@ static dlock_status row_acquire(void *backend, void *lkp, int64_t lease_ms, dloc
 {
 	struct dlock_pg_backend *b = backend;
 	struct dlock_pg_lock *lk = lkp;
+	if (lk->permits)
+		return dlock_pg_row_sem_acquire(b, lk, lease_ms, w, out, err);
 	int waits = !dlock_wait_try_once(w) && dlock_wait_remaining_ms(w) != 0;
 	dlock_status st = dlock_pg_lease_ok(lease_ms, err);
 	if (st != DLOCK_OK)

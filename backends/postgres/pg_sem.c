@@ -276,8 +276,8 @@ static int drain_notifies(PGconn *pg)
  * cancellation (c->mu held).  DLOCK_OK: try again; DLOCK_ETIMEDOUT,
  * DLOCK_ECANCELED, DLOCK_ECONNECT (c->dead).
  */
-static dlock_status sleep_for(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_wait *w, int64_t ms,
-                              dlock_error *err)
+dlock_status dlock_pg_sem_sleep(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_wait *w, int64_t ms,
+                                dlock_error *err)
 {
 	int64_t now = dlock_monotonic_ns(), deadline = dlock_wait_deadline_ns(w);
 	if (now >= deadline)
@@ -363,7 +363,7 @@ static dlock_status run(struct dlock_pg_backend *b, struct dlock_pg_conn *c, str
 			listening = 1;
 			continue;
 		}
-		st = sleep_for(b, c, w, entered ? poll_ms(lk) : backoff, err);
+		st = dlock_pg_sem_sleep(b, c, w, entered ? poll_ms(lk) : backoff, err);
 		backoff = entered ? GATE_BACKOFF_MS : backoff * 2 > POLL_MS ? POLL_MS : backoff * 2;
 		if (st == DLOCK_ETIMEDOUT)
 			st = dlock_error_set(err, DLOCK_EBUSY, "all %lu permits stayed held", (unsigned long)lk->permits);
