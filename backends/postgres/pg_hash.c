@@ -12,14 +12,15 @@
  *                  PostgreSQL's bigint (two's complement), for
  *                  pg_advisory_lock(bigint).
  *
- *   semaphores (advisory mode): two-int keys, pg_advisory_lock(int4, int4)
+ *   semaphores:    two-int keys, pg_advisory_lock(int4, int4)
  *                  (objsubid 2 in pg_locks, a space apart from the bigint
  *                  keys): classid = bytes 8..11 of that SHA-256 (big-endian)
  *                  & 0x7fffffff; objid = 0x40000000 | (bytes 12..15 &
  *                  0x3ffff000) + offset, where offset 0..1023 is a permit's
  *                  slot, 1023 + N the marker of a semaphore of N permits, and
  *                  2048 the key every semaphore holder and waiter of the
- *                  name holds shared (pg_sem.c).  Both numbers are
+ *                  name holds shared (pg_sem.c, pg_row_sem.c), 2049 the key
+ *                  every reader of row mode holds shared (pg_row.c).  Both numbers are
  *                  non-negative, so int4 and oid agree; bit 30 keeps the
  *                  objid off the setup lock (objid 1, pg_setup.c).
  *
