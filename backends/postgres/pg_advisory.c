@@ -64,6 +64,7 @@
 #include <string.h>
 
 #include "pg_internal.h"
+#include "pg_sem_sql.h"
 
 #define SEQ "'" DLOCK_PG_SEQUENCE "'"
 /* Microseconds this statement took on the server (see acquired_at). */
@@ -110,9 +111,11 @@
 	"PREPARE dlock_unlock(int8, text) AS SELECT pg_advisory_unlock($1), " SET_IDLE("2") ";" \
 	"PREPARE dlock_try_shared(int8, text, int4, int4) AS " TRY_SHARED ";" \
 	"PREPARE dlock_wait_shared(int8, text, text, int4, int4) AS " WAIT_SHARED ";" \
-	"PREPARE dlock_unlock_shared(int8, text) AS SELECT pg_advisory_unlock_shared($1), " SET_IDLE("2") ";"
+	"PREPARE dlock_unlock_shared(int8, text) AS SELECT pg_advisory_unlock_shared($1), " SET_IDLE("2") ";" \
+	DLOCK_PG_SEM_PREPARE_PLAIN
 #define PREPARE_TOKEN "PREPARE dlock_try_token(int8, text) AS " TRY("", "nextval(" SEQ ")") ";" \
-	"PREPARE dlock_wait_token(int8, text, text) AS " WAIT("", "nextval(" SEQ ")") ";"
+	"PREPARE dlock_wait_token(int8, text, text) AS " WAIT("", "nextval(" SEQ ")") ";" \
+	DLOCK_PG_SEM_PREPARE_TOKEN
 /* The TOKEN set first: when it fails, nothing after it runs. */
 static const char sql_prepare_plain[] = PREPARE_PLAIN;
 static const char sql_prepare_token[] = PREPARE_TOKEN;

@@ -69,7 +69,9 @@
 #define DLOCK_PG_SEQUENCE "dlock_fence"
 #define DLOCK_PG_TABLE_DEFAULT "dlock_locks"
 #define DLOCK_PG_IDLE_MAX 4
-#define DLOCK_PG_ROW_SEM_SQL 5
+#define DLOCK_PG_ROW_SEM_SQL 5 /* insert, enter, enter with a token, retry, retry with a token */
+#define DLOCK_PG_ROW_SEM_ARGS "(bytea, int4, int4, int4, text)"
+#define DLOCK_PG_ROW_SEM_ARGS4 "(bytea, int4, int4, int4)"
 
 /*
  * Prepared statements come in two sets, so that a session never prepares

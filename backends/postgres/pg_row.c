@@ -89,14 +89,21 @@ dlock_status dlock_pg_row_prepare(struct dlock_pg_backend *b, dlock_error *err)
 		return dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
 	if (dlock_pg_row_sem_prepare(b, err) != DLOCK_OK)
 		return DLOCK_ENOMEM;
+	char *const *sem = b->sql_row_sem;
 	if (asprintf(&p[DLOCK_PG_SET_PLAIN],
 	             "PREPARE dlock_row_insert AS %s; PREPARE dlock_row_try AS %s; PREPARE dlock_row_wait AS %s; "
-	             "PREPARE dlock_row_try_shared AS %s; PREPARE dlock_row_wait_shared AS %s",
+	             "PREPARE dlock_row_try_shared AS %s; PREPARE dlock_row_wait_shared AS %s; "
+	             "PREPARE dlock_row_sem_insert" DLOCK_PG_ROW_SEM_ARGS4 " AS %s; "
+	             "PREPARE dlock_row_sem_enter" DLOCK_PG_ROW_SEM_ARGS " AS %s; "
+	             "PREPARE dlock_row_sem_retry" DLOCK_PG_ROW_SEM_ARGS " AS %s",
 	             b->sql_row_insert, b->sql_row_try, b->sql_row_wait, b->sql_row_try_shared,
-	             b->sql_row_wait_shared) < 0)
+	             b->sql_row_wait_shared, sem[0], sem[1], sem[3]) < 0)
 		p[DLOCK_PG_SET_PLAIN] = NULL;
-	if (asprintf(&p[DLOCK_PG_SET_TOKEN], "PREPARE dlock_row_try_token AS %s; PREPARE dlock_row_wait_token AS %s",
-	             b->sql_row_try_token, b->sql_row_wait_token) < 0)
+	if (asprintf(&p[DLOCK_PG_SET_TOKEN],
+	             "PREPARE dlock_row_try_token AS %s; PREPARE dlock_row_wait_token AS %s; "
+	             "PREPARE dlock_row_sem_enter_token" DLOCK_PG_ROW_SEM_ARGS " AS %s; "
+	             "PREPARE dlock_row_sem_retry_token" DLOCK_PG_ROW_SEM_ARGS " AS %s",
+	             b->sql_row_try_token, b->sql_row_wait_token, sem[2], sem[4]) < 0)
 		p[DLOCK_PG_SET_TOKEN] = NULL;
 	/* Both: the TOKEN set first, so that when it fails nothing after it runs. */
 	if (!p[DLOCK_PG_SET_PLAIN] || !p[DLOCK_PG_SET_TOKEN] ||

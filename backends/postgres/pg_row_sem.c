@@ -18,7 +18,8 @@
  *     when one of them is taken: DLOCK_EKIND naming both N.
  *
  * The rows are inserted once per handle (in autocommit, as pg_row.c does),
- * the statement runs behind BEGIN in one round trip, and the transaction
+ * the statement runs behind BEGIN in one round trip (prepared once per
+ * session on a direct connection, as pg_row.c's), and the transaction
  * is rolled back on any outcome but a permit.  A waiter keeps its
  * transaction (and so its N) open and tries the slots again after a poll
  * that starts at 10 ms and doubles up to 500 ms (at most a third of the
@@ -110,7 +111,12 @@ static dlock_status run_stmt(struct dlock_pg_backend *b, struct dlock_pg_conn *c
                              const struct args *a, int which, int begin, PGresult **res, char sqlstate[6],
                              dlock_error *err)
 {
-	struct dlock_pg_stmt s = { .sql = b->sql_row_sem[which], .types = types, .begin = begin,
+	static const char *const names[DLOCK_PG_ROW_SEM_SQL] = { "dlock_row_sem_insert", "dlock_row_sem_enter",
+		                                                 "dlock_row_sem_enter_token", "dlock_row_sem_retry",
+		                                                 "dlock_row_sem_retry_token" };
+	struct dlock_pg_stmt s = { .sql = b->sql_row_sem[which], .prepared = names[which],
+		                   .token = which == SQL_ENTER_TOKEN || which == SQL_RETRY_TOKEN,
+		                   .types = types, .begin = begin,
 		                   .n = which == SQL_INSERT ? 4 : 5,
 		                   .values = { lk->row_name, a->hi, a->base, a->n, a->lease },
 		                   .lengths = { (int)lk->row_len, -1, -1, -1, -1 }, .formats = { 1 } };

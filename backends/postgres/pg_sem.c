@@ -56,101 +56,30 @@
 #include <unistd.h>
 
 #include "pg_internal.h"
+#include "pg_sem_sql.h"
 
 #define POLL_MS 500       /* longest sleep of a waiter between two tries without a notification */
 #define POLL_MIN_MS 10
 #define GATE_BACKOFF_MS 5 /* first sleep when K is taken by another kind (grows to POLL_MS) */
-#define GATE_WAIT "20"    /* lock_timeout of K shared: a probe holds it exclusive for microseconds */
 #define CODE_BUSY (-1)
 #define CODE_WAITING (-2)
 #define CODE_OTHER_KIND (-3)
 #define CODE_FULL (-4) /* no free slot, and the attempt left (try once) */
 #define CODE_OTHER_N (-10000) /* minus the other N */
 
-/* Parameters: $1 K, $2 hi, $3 base, $4 N, $5 lease (idle timeout), $6 keep when no slot, $7 slots held
- * by this session, $8 unused. */
-#define K "$1::int8"
-#define HI "$2::int4"
-#define BASE "$3::int4"
-#define NPERM "$4::int4"
-#define ANY_KEY HI ", " BASE " + 2048"
-#define MARK_KEY HI ", " BASE " + 1023 + " NPERM
-#define SEQ "nextval('" DLOCK_PG_SEQUENCE "')"
-#define ELAPSED ", (extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000000)::int8"
-
-/* What holds K or a marker of another N, in other sessions: NULL, -3, or -10000 - that N.  One scan
- * of pg_locks (each reads the lock table anew): in one snapshot a semaphore's session that holds K
- * holds ANY too (it takes ANY before K, and lets go of K first). */
-#define CONFLICT                                                                                           \
-	"(WITH a AS MATERIALIZED (SELECT pid, objsubid, objid::int8 AS o, mode FROM pg_locks "                \
-	"WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid() AND ((objsubid = 1 "             \
-	"AND classid::int8 = ((" K " >> 32) & 4294967295) AND objid::int8 = (" K " & 4294967295)) "          \
-	"OR (objsubid = 2 AND classid::int8 = " HI " AND objid::int8 BETWEEN " BASE " + 1024 AND " BASE       \
-	" + 2048))) "                                                                                         \
-	"SELECT CASE WHEN bool_or(x.other) THEN -3 ELSE -10000 - max(x.n) END FROM ("                         \
-	"SELECT false AS other, o - " BASE " - 1023 AS n FROM a WHERE objsubid = 2 AND o <= " BASE " + 2047 " \
-	"AND o <> " BASE " + 1023 + " NPERM " "                                                               \
-	"UNION ALL SELECT true, 0 FROM a r WHERE r.objsubid = 1 AND NOT EXISTS (SELECT 1 FROM a m "           \
-	"WHERE m.pid = r.pid AND m.objsubid = 2 AND m.o = " BASE " + 2048 AND m.mode = 'ShareLock')"          \
-	") x HAVING count(*) > 0)"
-
-/* Unlock K, the marker and ANY (always true: every unlock evaluated). */
-#define LEAVE                                                                                          \
-	"(pg_advisory_unlock_shared(" K ")::int + pg_advisory_unlock_shared(" MARK_KEY ")::int + "        \
-	"pg_advisory_unlock_shared(" ANY_KEY ")::int >= 0)"
-
-/* The first free slot, kept in dlock.s (-1: none). */
-#define SLOTS                                                                                          \
-	"set_config('dlock.s', COALESCE((SELECT s FROM generate_series(0, " NPERM " - 1) s WHERE CASE "    \
-	"WHEN s = ANY($7::int4[]) THEN false ELSE pg_try_advisory_lock(" HI ", " BASE " + s) END "         \
-	"LIMIT 1), -1)::text, true) = '-1'"
-
-#define IDLE "set_config('idle_session_timeout', $5::text, false) IS NULL"
-
-#define ENTER(tail)                                                                                     \
-	"SELECT CASE WHEN pg_advisory_lock_shared(" ANY_KEY ") IS NULL THEN NULL "                          \
-	"WHEN pg_advisory_lock_shared(" MARK_KEY ") IS NULL THEN NULL "                                     \
-	"WHEN set_config('lock_timeout', '" GATE_WAIT "', true) IS NULL THEN NULL "                         \
-	"WHEN pg_advisory_lock_shared(" K ") IS NULL THEN NULL "                                            \
-	"WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL "                                     \
-	"WHEN " IDLE " THEN NULL "                                                                          \
-	"WHEN set_config('dlock.c', COALESCE(CASE WHEN pg_try_advisory_lock(" K ") THEN CASE WHEN "         \
-	"pg_advisory_unlock(" K ") THEN NULL::int8 END ELSE " CONFLICT " END, 0)::text, true) <> '0' "            \
-	"THEN CASE WHEN " LEAVE " THEN ARRAY[current_setting('dlock.c')::int8] END "                        \
-	"WHEN " SLOTS " THEN CASE WHEN $6::bool THEN ARRAY[-2]::int8[] WHEN " LEAVE " THEN ARRAY[-4]::int8[] END " \
-	"ELSE ARRAY[current_setting('dlock.s')::int8, " tail "] END" ELAPSED
-
-#define RETRY(tail)                                                                                     \
-	"SELECT CASE WHEN " IDLE " THEN NULL WHEN " SLOTS " THEN ARRAY[-2]::int8[] "                        \
-	"ELSE ARRAY[current_setting('dlock.s')::int8, " tail "] END" ELAPSED
-
-/* After ENTER's 55P03 (K not available): the markers it took dropped, and what holds K. */
-#define GATE_FAIL                                                                                       \
-	"SELECT COALESCE(" CONFLICT ", -1), pg_advisory_unlock_shared(" MARK_KEY ")::int + "               \
-	"pg_advisory_unlock_shared(" ANY_KEY ")::int"
-
-/* A waiter that gives up. */
-#define GIVE_UP "SELECT " LEAVE
-
-/* Release: $5 the slot, $6 the session's idle timeout or NULL (keep it), $7 the channel. */
-#define RELEASE                                                                                         \
-	"SELECT pg_advisory_unlock(" HI ", " BASE " + $5::int4), " LEAVE ", pg_notify($7::text, ''), "     \
-	"CASE WHEN $6::text IS NULL THEN false ELSE set_config('idle_session_timeout', $6::text, false) "   \
-	"IS NULL END"
-
-#define CHECK                                                                                           \
-	"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted " \
-	"AND objsubid = 2 AND mode = 'ExclusiveLock' AND classid::int8 = " HI " AND objid::int8 = " BASE    \
-	" + $5::int4 AND " K " IS NOT NULL AND " NPERM " > 0"
-
-static const char sql_enter[] = ENTER("0");
-static const char sql_enter_token[] = ENTER(SEQ);
-static const char sql_retry[] = RETRY("0");
-static const char sql_retry_token[] = RETRY(SEQ);
-static const char sql_gate_fail[] = GATE_FAIL;
-static const char sql_give_up[] = GIVE_UP;
-static const char sql_release[] = RELEASE;
-static const char sql_check[] = CHECK;
+/* A statement: its text, and its name where the session prepares them (pg_exec.c). */
+struct sql {
+	const char *text, *name;
+	int token;
+};
+static const struct sql sql_enter = { ENTER("0"), "dlock_sem_enter", 0 };
+static const struct sql sql_enter_token = { ENTER(SEM_SEQ), "dlock_sem_enter_token", 1 };
+static const struct sql sql_retry = { RETRY("0"), "dlock_sem_retry", 0 };
+static const struct sql sql_retry_token = { RETRY(SEM_SEQ), "dlock_sem_retry_token", 1 };
+static const struct sql sql_gate_fail = { GATE_FAIL, "dlock_sem_gate", 0 };
+static const struct sql sql_give_up = { GIVE_UP, "dlock_sem_give_up", 0 };
+static const struct sql sql_release = { RELEASE, "dlock_sem_release", 0 };
+static const struct sql sql_check = { CHECK, NULL, 0 };
 
 /* int8, int4, int4, int4, text, bool, int4[], and the release's: int4 slot, text, text. */
 static const Oid types_enter[8] = { 20, 23, 23, 23, 25, 16, 1007, 25 };
@@ -180,11 +109,12 @@ static void args_fill(const struct dlock_pg_conn *c, const struct dlock_pg_lock 
 	snprintf(a->held + o, sizeof a->held - o, "}");
 }
 
-static dlock_status query(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *sql, const Oid *types,
-                          const struct args *a, int keep, PGresult **res, char sqlstate[6], dlock_error *err)
+static dlock_status query(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct sql *sql,
+                          const Oid *types, const struct args *a, int keep, PGresult **res, char sqlstate[6],
+                          dlock_error *err)
 {
 	int release = types == types_release;
-	struct dlock_pg_stmt s = { .sql = sql, .types = types, .n = 7,
+	struct dlock_pg_stmt s = { .sql = sql->text, .prepared = sql->name, .token = sql->token, .types = types, .n = 8,
 		                   .values = { a->key, a->hi, a->base, a->n } };
 	for (int i = 0; i < 8; i++)
 		s.lengths[i] = -1;
@@ -225,12 +155,13 @@ static dlock_status try_slots(struct dlock_pg_backend *b, struct dlock_pg_conn *
 	char sqlstate[6];
 	PGresult *res = NULL;
 	args_fill(c, lk, &a);
-	const char *sql = entered ? (fencing ? sql_retry_token : sql_retry) : (fencing ? sql_enter_token : sql_enter);
+	const struct sql *sql = entered ? (fencing ? &sql_retry_token : &sql_retry)
+	                                : (fencing ? &sql_enter_token : &sql_enter);
 	int64_t sent = dlock_monotonic_ns();
 	dlock_status st = query(b, c, sql, types_enter, &a, keep, &res, sqlstate, err);
 	if (st == DLOCK_EBUSY && strcmp(sqlstate, "55P03") == 0 && !entered) {
 		/* K is held or awaited in exclusive mode: a mutex, a writer (or one waits behind readers). */
-		st = query(b, c, sql_gate_fail, types_enter, &a, 0, &res, sqlstate, err);
+		st = query(b, c, &sql_gate_fail, types_enter, &a, 0, &res, sqlstate, err);
 		*code = st == DLOCK_OK ? strtoll(PQgetvalue(res, 0, 0), NULL, 10) : 0;
 		PQclear(res);
 		return st;
@@ -376,7 +307,7 @@ static dlock_status run(struct dlock_pg_backend *b, struct dlock_pg_conn *c, str
 	char sqlstate[6];
 	if (!c->dead && entered && *code < 0) {
 		args_fill(c, lk, &a);
-		if (query(b, c, sql_give_up, types_enter, &a, 0, &res, sqlstate, &ignored) != DLOCK_OK)
+		if (query(b, c, &sql_give_up, types_enter, &a, 0, &res, sqlstate, &ignored) != DLOCK_OK)
 			c->dead = 1;
 		PQclear(res);
 	}
@@ -442,7 +373,7 @@ dlock_status dlock_pg_sem_release(struct dlock_pg_backend *b, struct dlock_pg_lo
 	args_fill(c, lk, &a);
 	if (idle_ms > 0)
 		dlock_pg_ms_text(idle_ms, a.lease);
-	dlock_status st = query(b, c, sql_release, types_release, &a, 0, &res, sqlstate, err);
+	dlock_status st = query(b, c, &sql_release, types_release, &a, 0, &res, sqlstate, err);
 	if (st == DLOCK_OK && idle_ms > 0)
 		c->idle_set_ms = idle_ms;
 	if (st == DLOCK_OK && strcmp(PQgetvalue(res, 0, 0), "t") != 0)
@@ -466,7 +397,7 @@ dlock_status dlock_pg_sem_check(struct dlock_pg_backend *b, struct dlock_pg_lock
 	int isnull;
 	pthread_mutex_lock(&c->mu);
 	args_fill(c, lk, &a);
-	dlock_status st = query(b, c, sql_check, types_release, &a, 0, &res, sqlstate, err);
+	dlock_status st = query(b, c, &sql_check, types_release, &a, 0, &res, sqlstate, err);
 	if (st == DLOCK_OK && dlock_pg_int_value(res, &isnull) != 1)
 		st = dlock_error_set(err, DLOCK_ENOTHELD, "the server shows no such permit for this session");
 	else if (c->dead) {
