@@ -60,7 +60,10 @@
  *     contenders), and the first it locks is its permit (UNORDERED: no
  *     queue; the core's loop polls, as for the other kinds).  Every handle
  *     has its own open file description, so two handles of one client
- *     hold two different slots, like two processes.
+ *     hold two different slots, like two processes.  An attempt costs up
+ *     to N + 3 fcntl() calls, each linear in the locks on the file: about
+ *     5 us with a permit free, 40 us at N = 64 with every permit held,
+ *     4 ms at N = 1000 (the core's polls are at most 50 ms apart).
  * A permit's token is the name's counter at offset 0, bumped under a
  * blocking F_OFD_SETLKW on bytes [0, 8): only other permit holders can
  * hold those bytes (a mutex or read-write lock cannot coexist with a
@@ -90,10 +93,10 @@
 
 #define FILE_SUFFIX ".lock"
 
-/* A semaphore's bytes in its lock file (see the top of the file). */
-#define SEM_SLOT_BASE ((off_t)1 << 30)                          /* slot i: SEM_SLOT_BASE + i */
+/* The token's bytes, and a semaphore's, in the lock file (see the top of the file). */
+#define TOKEN_LEN 8                                                  /* the token: bytes [0, 8) */
+#define SEM_SLOT_BASE ((off_t)1 << 30)                               /* slot i: SEM_SLOT_BASE + i */
 #define SEM_MARK_BASE (SEM_SLOT_BASE + 2 * (off_t)DLOCK_PERMITS_MAX) /* N in use: SEM_MARK_BASE + N */
-#define TOKEN_LEN 8                                              /* the token: bytes [0, 8) */
 
 struct file_client {
 	char *dir; /* absolute, without trailing '/' (except "/" itself) */
@@ -330,8 +333,9 @@ static dlock_status sem_check_permits(struct file_lock *lk, int fd, dlock_error 
 			continue;
 		if (fl.l_len == 1 && fl.l_start > SEM_MARK_BASE && fl.l_start <= SEM_MARK_BASE + DLOCK_PERMITS_MAX)
 			return dlock_error_set(err, DLOCK_EKIND,
-			                       "file://: %s is in use as a semaphore of %lld permits, not %lu", lk->path,
-			                       (long long)(fl.l_start - SEM_MARK_BASE), (unsigned long)lk->permits);
+			                       "file://: %s is in use as a semaphore of %lld permits, not %lu",
+			                       lk->path, (long long)(fl.l_start - SEM_MARK_BASE),
+			                       (unsigned long)lk->permits);
 		return dlock_error_set(err, DLOCK_EBUSY, "file://: %s is locked by another owner", lk->path);
 	}
 	return DLOCK_OK;

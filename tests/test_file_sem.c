@@ -387,8 +387,9 @@ static void test_mismatch_race(void)
 	for (int i = 0; i < NCLIENTS; i++) {
 		c[i] = open_dir(tmp);
 		uint32_t n = i % 2 ? 3 : 2;
-		r[i] = (struct race){ .lock = new_sem(c[i], "s", n), .n = n, .inside = inside, .violations = &violations,
-		                      .start = &start };
+		r[i] = (struct race){ .lock = new_sem(c[i], "s", n), .n = n, .inside = inside };
+		r[i].violations = &violations;
+		r[i].start = &start;
 		CU_ASSERT_FATAL(r[i].lock != NULL);
 	}
 	for (int i = 0; i < NCLIENTS; i++)
