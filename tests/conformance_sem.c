@@ -321,6 +321,39 @@ done:
 	conf_close(b);
 }
 
+/* A waiter gives up at its deadline, a cancelled one at once, and the handle then acquires as usual. */
+static void test_sem_cancel_timeout(void)
+{
+	dlock_client *a = conf_open(), *b = conf_open();
+	char name[128];
+	conf_name(name, sizeof name, "sem-cancel");
+	if (sem_unsupported(a) || !b)
+		goto done;
+	dlock_lock *held = sem_lock(a, name, 1), *w = sem_lock(b, name, 1);
+	CONF_ASSERT_ST(conf_acquire(held, 0), DLOCK_OK);
+	int64_t t0 = dlock_test_now_ms();
+	CONF_ASSERT_ST(conf_acquire(w, 300), DLOCK_ETIMEDOUT);
+	int64_t took = dlock_test_now_ms() - t0;
+	CU_ASSERT(took >= 290 && took < 300 + CONF_SLACK_MS);
+	uint64_t base = conf_stats(b).server_acquires;
+	sem_waiter waiter;
+	sem_waiter_start(&waiter, w, DLOCK_WAIT_FOREVER, 0);
+	sem_waiter_blocked(&waiter, b, base);
+	CONF_ASSERT_ST(dlock_cancel(w), DLOCK_OK);
+	CONF_ASSERT_ST(sem_waiter_join(&waiter), DLOCK_ECANCELED);
+	CONF_ASSERT_ST(dlock_release(held), DLOCK_OK);
+	CONF_ASSERT_ST(conf_acquire(w, CONF_LONG_WAIT_MS), DLOCK_OK); /* nothing of the cancelled wait is left */
+	CONF_ASSERT_ST(conf_acquire(held, 0), DLOCK_EBUSY);
+	CONF_ASSERT_ST(dlock_release(w), DLOCK_OK);
+	CONF_ASSERT_ST(conf_acquire(held, CONF_LONG_WAIT_MS), DLOCK_OK);
+	CONF_ASSERT_ST(dlock_release(held), DLOCK_OK);
+	dlock_lock_free(held);
+	dlock_lock_free(w);
+done:
+	conf_close(a);
+	conf_close(b);
+}
+
 static void lost_cb(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata)
 {
 	dlock_test_on_lost(lock, reason, detail, userdata);
@@ -673,6 +706,7 @@ const conf_test conf_sem_tests[] = {
 	{ "sem_one_client", test_sem_one_client },
 	{ "sem_reentrancy", test_sem_reentrancy },
 	{ "sem_fencing", test_sem_fencing },
+	{ "sem_cancel_timeout", test_sem_cancel_timeout },
 	{ "sem_lost_permit", test_sem_lost_permit },
 	{ "sem_holder_dies", test_sem_holder_dies },
 	{ "sem_permits_agree", test_sem_permits_agree },
