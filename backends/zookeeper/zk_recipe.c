@@ -1,6 +1,7 @@
 /*
  * The lock recipes, as Apache Curator's InterProcessMutex and
- * InterProcessReadWriteLock do them, in one queue per name:
+ * InterProcessReadWriteLock do them, in one queue per name (the
+ * semaphore's internal mutex is this recipe too, in its "locks" child):
  *
  *   1. Create PARENT/_c_GUID-lock- (a mutex), PARENT/_c_GUID-__WRIT__ (a
  *      writer) or PARENT/_c_GUID-__READ__ (a reader) as
@@ -25,7 +26,10 @@
  * writer starves: DLOCK_RWLOCK_WRITER_FIRST).  A mutex node counts as a
  * writer and the mutex recipe sees readers and writers, so a name used as
  * a mutex by one client and as a read-write lock by another is still
- * exclusive: the kinds need no refusal across clients.
+ * exclusive: these kinds need no refusal across clients.  A semaphore's
+ * nodes are elsewhere (zk_sem.c): the first look at the queue that shows
+ * a "leases" child lists it, and a lease node there refuses the name
+ * (DLOCK_EKIND); the semaphore looks for our nodes after making its own.
  *   3. Give up (deadline, cancel, try-once) by deleting our node with the
  *      version it was created with.
  *
