@@ -91,23 +91,25 @@ int dlock_zk_ensure_base(struct zk_session *s)
 /* The parent is a container: the server removes it some time after its
  * last child is gone, so a later create may find it missing again.  A
  * semaphore's "locks" and "leases" sit one level deeper, under the lock's
- * node: what is above them is made first, down to the base. */
+ * node: what is above them is made first, from the base down. */
 int dlock_zk_ensure_parent(struct zk_session *s, const char *parent)
 {
 	int rc = create_node(s, parent, ZOO_CONTAINER);
-	if (rc == ZNONODE) {
-		const char *base = s->c->cfg.base, *slash = strrchr(parent, '/');
-		size_t n = slash ? (size_t)(slash - parent) : 0;
-		char up[ZK_PATH_MAX];
-		if (n == strlen(base) || n == 0 || n >= sizeof up) {
-			rc = dlock_zk_ensure_base(s);
-		} else {
-			memcpy(up, parent, n);
-			up[n] = '\0';
-			rc = dlock_zk_ensure_parent(s, up);
-		}
-		if (rc == ZOK)
-			rc = create_node(s, parent, ZOO_CONTAINER);
+	if (rc != ZNONODE)
+		return rc;
+	rc = dlock_zk_ensure_base(s);
+	const char *base = s->c->cfg.base;
+	size_t blen = strlen(base), plen = strlen(parent);
+	char path[ZK_PATH_MAX];
+	if (plen >= sizeof path || plen <= blen || strncmp(parent, base, blen) != 0 || parent[blen] != '/')
+		return rc == ZOK ? create_node(s, parent, ZOO_CONTAINER) : rc;
+	/* Each container from the base down to `parent`. */
+	for (size_t i = blen + 1; rc == ZOK && i <= plen; i++) {
+		if (parent[i] != '/' && parent[i] != '\0')
+			continue;
+		memcpy(path, parent, i);
+		path[i] = '\0';
+		rc = create_node(s, path, ZOO_CONTAINER);
 	}
 	return rc;
 }
