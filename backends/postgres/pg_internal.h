@@ -40,7 +40,9 @@
  *     On one session a second shared lock of a key would be granted at
  *     once even while another client's writer waits (breaking
  *     writer-first), and an exclusive one beside the session's own shared
- *     lock would be granted at once (breaking exclusion).
+ *     lock would be granted at once (breaking exclusion).  A semaphore's
+ *     acquisition always runs on a session that holds nothing (pg_sem.c,
+ *     pg_row_sem.c), so no session holds two permits of one name.
  *
  * Lease.  The server enforces it: a holding session gets
  * idle_session_timeout (advisory) or idle_in_transaction_session_timeout

@@ -39,7 +39,11 @@
  * release's pg_notify wakes it, or after a bounded poll (POLL_MS, at most a
  * third of the lease, which also keeps the waiting session's idle timer
  * from ending it).  The poll is what frees a waiter when a holder's session
- * ends without a release (nothing notifies then).  Order: UNORDERED.
+ * ends without a release (nothing notifies then).  A waiter whose ENTER
+ * found K taken by another kind runs ENTER again, after 5 ms doubling up to
+ * POLL_MS.  Order: UNORDERED.  The statements are prepared once per
+ * session (pg_sem_sql.h, with the mode's sets); advisory mode never runs
+ * behind a pooler (pg.c refuses one), so LISTEN always has its session.
  *
  * Release: the slot, the markers and K unlocked, and pg_notify, in one
  * statement.  Renewal and loss are the mutex's (pg_advisory.c): the
