@@ -8,6 +8,7 @@ if(DLOCK_BACKEND_REDIS)
     backends/redis/redis_lock.c
     backends/redis/redis_fair.c
     backends/redis/redis_renew.c
+    backends/redis/redis_sem.c
     backends/redis/redis_conn.c
     backends/redis/redis_io.c
     backends/redis/redis_tls.c
