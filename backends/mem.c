@@ -28,10 +28,16 @@
  * FIFO wakes the waiters that may now go: the oldest, and the readers
  * after it up to the first writer.
  *
- * Kinds: a name in use (held, or waited for) as one kind refuses the other
- * with DLOCK_EKIND, so code that mixes them fails here, as it would break
- * on a server backend.  Fencing: a writer takes the next token; a reader
- * gets the current one (the latest writer's) without taking one.
+ * Semaphores: the permits are kept like readers (each with its own id,
+ * lease and slot, the lowest free one); a permit may be taken by the
+ * oldest waiter while fewer than N live permits are held, so permits go in
+ * arrival order (FIFO).  Each permit takes the next token.
+ *
+ * Kinds: a name in use (held, or waited for) as one kind, or as a
+ * semaphore of another N, refuses the other with DLOCK_EKIND, so code that
+ * mixes them fails here, as it would break on a server backend.  Fencing:
+ * a writer takes the next token; a reader gets the current one (the latest
+ * writer's) without taking one.
  *
  * Locking: one mutex per namespace guards all of it.  Under it the driver
  * calls only dlock_wait_wake() and dlock_report_lost(), which take nothing
@@ -69,8 +75,9 @@ struct mem_name {
 	void *owner_lk;
 	struct mem_waiter *head, *tail;  /* waiters, oldest first */
 	size_t nwaiters;
-	struct mem_lock *readers;        /* shared holders (list by rnext); expired ones until removed */
+	struct mem_lock *readers;        /* shared holders and permits (list by rnext); expired ones until removed */
 	dlock_lock_kind kind;            /* of the holders and waiters, while there are any */
+	uint32_t permits;                /* N of a semaphore's holders and waiters, while there are any */
 	size_t len;
 	char bytes[];                    /* the name (not NUL-terminated) */
 };
@@ -99,8 +106,10 @@ struct mem_lock {
 	struct mem_name *name;
 	struct mem_client *client;
 	dlock_lock_kind kind;
+	uint32_t permits;         /* N of a semaphore; 1 otherwise */
 	uint64_t owner;           /* our acquisition id while held, else 0 */
-	int shared;               /* held as a reader: in name->readers while `reading` */
+	int shared;               /* held as a reader or a permit: in name->readers while `reading` */
+	uint32_t slot;            /* a permit's slot */
 	int reading;
 	struct mem_lock *rprev, *rnext;
 	int64_t r_expiry_ns;      /* end of our lease as a reader (monotonic) */
@@ -377,14 +386,19 @@ static void mem_capabilities(void *backend, dlock_capabilities *caps)
 	};
 }
 
-/* Mutexes and read-write locks, natively; the kinds are told apart (DLOCK_EKIND). */
+/* Every kind, natively; the kinds are told apart (DLOCK_EKIND). */
 static void mem_kind_capabilities(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps)
 {
 	(void)backend;
-	caps->supported = kind == DLOCK_KIND_MUTEX || kind == DLOCK_KIND_RWLOCK;
+	caps->supported = 1;
 	caps->kind_checked = 1;
 	if (kind == DLOCK_KIND_RWLOCK) {
 		caps->policy = DLOCK_RWLOCK_WRITER_FIRST;
+		caps->read_fencing = DLOCK_FENCING_STRICT;
+	}
+	if (kind == DLOCK_KIND_SEMAPHORE) {
+		caps->order = DLOCK_SEMAPHORE_FIFO;
+		caps->slots = 1;
 		caps->read_fencing = DLOCK_FENCING_STRICT;
 	}
 }
@@ -396,6 +410,7 @@ static dlock_status mem_lock_init_kind(void *backend, void *lkp, const char *nam
 	struct mem_lock *lk = lkp;
 	lk->client = c;
 	lk->kind = spec->kind;
+	lk->permits = spec->permits ? spec->permits : 1;
 	pthread_mutex_lock(&c->ns->mu);
 	lk->name = name_get(c->ns, name, len);
 	pthread_mutex_unlock(&c->ns->mu);
@@ -441,23 +456,45 @@ static void drop_expired(struct mem_name *n, int64_t now)
 		next = r->rnext;
 		if (now >= r->r_expiry_ns) {
 			dlock_report_lost(r->client->host, r, DLOCK_LOST_EXPIRED,
-			                  "the read lease ran out and a writer took the lock");
+			                  r->kind == DLOCK_KIND_SEMAPHORE
+			                          ? "the permit's lease ran out and another holder took it"
+			                          : "the read lease ran out and a writer took the lock");
 			reader_unlink(n, r);
 		}
 	}
 }
 
-/* Make `lk` a holder: the writer (taking the next token) or one more reader (with the current
- * token).  Holders in the way had let their leases run out.  ns->mu held. */
+/* The lowest slot that no live permit of `n` has.  ns->mu held, expired permits dropped. */
+static uint32_t free_slot(const struct mem_name *n, uint32_t permits)
+{
+	for (uint32_t slot = 0; slot < permits; slot++) {
+		const struct mem_lock *r = n->readers;
+		while (r && r->slot != slot)
+			r = r->rnext;
+		if (!r)
+			return slot;
+	}
+	return permits; /* never: the caller saw fewer than `permits` live ones */
+}
+
+/* Make `lk` a holder: the writer (taking the next token), one more reader (with the current
+ * token), or one more permit (a slot and the next token).  Holders in the way had let their
+ * leases run out.  ns->mu held. */
 static void grant(struct mem_client *c, struct mem_lock *lk, int shared, int64_t now, int64_t lease_ms,
                   dlock_acquired *out)
 {
 	struct mem_name *n = lk->name;
+	int permit = lk->kind == DLOCK_KIND_SEMAPHORE;
 	drop_expired(n, now);
 	n->kind = lk->kind;
+	n->permits = lk->permits;
 	lk->owner = ++c->ns->last_owner;
-	lk->shared = shared;
-	if (shared) {
+	lk->shared = shared || permit;
+	if (permit) {
+		lk->slot = free_slot(n, lk->permits);
+		n->fence++;
+	}
+	if (shared || permit) {
 		lk->r_expiry_ns = lease_end(now, lease_ms);
 		lk->rprev = NULL;
 		lk->rnext = n->readers;
@@ -472,7 +509,21 @@ static void grant(struct mem_client *c, struct mem_lock *lk, int shared, int64_t
 		n->owner_client = c;
 		n->owner_lk = lk;
 	}
-	*out = (dlock_acquired){ .token = n->fence, .sent_ns = now };
+	*out = (dlock_acquired){ .token = n->fence, .sent_ns = now, .slot = permit ? lk->slot : 0 };
+}
+
+/* Live permits of `n`; *first gets the earliest end among them. */
+static uint32_t live_permits(const struct mem_name *n, int64_t now, int64_t *first)
+{
+	uint32_t live = 0;
+	for (const struct mem_lock *r = n->readers; r; r = r->rnext) {
+		if (now < r->r_expiry_ns) {
+			live++;
+			if (r->r_expiry_ns < *first)
+				*first = r->r_expiry_ns;
+		}
+	}
+	return live;
 }
 
 /* Whether `lk` may take the name now; else *until gets the end of the first lease in its way
@@ -484,6 +535,12 @@ static int may_take(const struct mem_name *n, const struct mem_lock *lk, int sha
 	*until = INT64_MAX;
 	if (shared ? writer_ahead(n, me) : (n->head != NULL && n->head != me))
 		return 0;
+	if (lk->kind == DLOCK_KIND_SEMAPHORE) {
+		if (live_permits(n, now, &first) < lk->permits)
+			return 1;
+		*until = first;
+		return 0;
+	}
 	int owner_live = n->owner != 0 && now < n->expiry_ns;
 	if (owner_live)
 		first = n->expiry_ns;
@@ -512,10 +569,19 @@ static dlock_status mem_try_acquire(void *backend, void *lkp, int64_t lease_ms, 
 	int64_t until;
 	pthread_mutex_lock(&c->ns->mu);
 	int64_t now = dlock_monotonic_ns();
-	if (!lk->queued && n->kind != lk->kind && name_in_use(n, now)) {
+	if (!lk->queued && (n->kind != lk->kind || n->permits != lk->permits) && name_in_use(n, now)) {
+		dlock_lock_kind kind = n->kind;
+		uint32_t permits = n->permits;
 		pthread_mutex_unlock(&c->ns->mu);
+		if (kind == DLOCK_KIND_SEMAPHORE && lk->kind == DLOCK_KIND_SEMAPHORE)
+			return dlock_error_set(err, DLOCK_EKIND,
+			                       "mem://%s: the name is in use as a semaphore of %" PRIu32
+			                       " permits, not %" PRIu32,
+			                       c->ns->id, permits, lk->permits);
 		return dlock_error_set(err, DLOCK_EKIND, "mem://%s: the name is in use as %s", c->ns->id,
-		                       lk->kind == DLOCK_KIND_MUTEX ? "a read-write lock" : "a mutex");
+		                       kind == DLOCK_KIND_MUTEX    ? "a mutex"
+		                       : kind == DLOCK_KIND_RWLOCK ? "a read-write lock"
+		                                                   : "a semaphore");
 	}
 	if (may_take(n, lk, shared, now, &until)) {
 		if (lk->queued)
@@ -532,6 +598,7 @@ static dlock_status mem_try_acquire(void *backend, void *lkp, int64_t lease_ms, 
 			lk->waiter.shared = shared;
 			waiter_push(n, &lk->waiter);
 			n->kind = lk->kind;
+			n->permits = lk->permits;
 			lk->queued = 1;
 		}
 		retry->armed = 1;
@@ -567,12 +634,14 @@ static dlock_status holder_check(struct mem_client *c, struct mem_lock *lk, dloc
 {
 	struct mem_name *n = lk->name;
 	if (lk->shared) {
+		const char *what = lk->kind == DLOCK_KIND_SEMAPHORE ? "permit" : "read lock";
 		if (lk->owner == 0 || !lk->reading)
-			return dlock_error_set(err, DLOCK_ENOTHELD, "mem://%s: the read lock is no longer ours",
-			                       c->ns->id);
+			return dlock_error_set(err, DLOCK_ENOTHELD, "mem://%s: the %s is no longer ours", c->ns->id,
+			                       what);
 		if (dlock_monotonic_ns() >= lk->r_expiry_ns) {
 			reader_unlink(n, lk);
-			return dlock_error_set(err, DLOCK_ENOTHELD, "mem://%s: the read lease ran out", c->ns->id);
+			return dlock_error_set(err, DLOCK_ENOTHELD, "mem://%s: the %s's lease ran out", c->ns->id,
+			                       what);
 		}
 		return DLOCK_OK;
 	}

@@ -131,7 +131,7 @@ done
 
 # ------------------------------------------------------ build examples
 step "build the examples against the prefix"
-examples=(create_order scheduled_job lost_lock_worker choose_backend)
+examples=(create_order scheduled_job lost_lock_worker choose_backend worker_pool)
 declare -A bin_dirs=()
 build_cmake() { # NAME STATIC
 	if cmake -S examples -B "$work/$1" -DDLOCK_EXAMPLES_STATIC="$2" >"$work/$1.log" 2>&1 &&
@@ -289,6 +289,19 @@ examples_on() { # DIR URI
 		fi
 	fi
 
+	# worker_pool: 6 processes, 2 permits: never more than 2 calls at once.
+	if [ "$scope" != process ]; then
+		run_n=$((run_n + 1))
+		rc=0
+		timeout 60 "$dir/worker_pool" "$uri" 6 2 >"$work/pool.$run_n" 2>&1 || rc=$?
+		if [ "$rc" = 2 ] && grep -q "has no semaphores" "$work/pool.$run_n"; then
+			ok "worker_pool: no semaphores on $(cap backend) here, and it says so"
+		else
+			expect "worker_pool: 6 processes under 2 permits" 0 "at most [12] at once (limit 2)" \
+				"$dir/worker_pool" "$uri" 6 2 || true
+		fi
+	fi
+
 	# lost_lock_worker: done when the lock stays; stopped when a lease that
 	# is not renewed runs out (TTL backends).
 	expect "lost_lock_worker: all steps done" 0 "all 3 steps done" "$dir/lost_lock_worker" "$uri" 3 || true
@@ -319,8 +332,10 @@ fi
 for d in cmake-static make-shared make-static; do
 	[ -n "${bin_dirs[$d]:-}" ] || continue
 	for e in "${examples[@]}"; do
-		# Extra arguments: ORDER_ID and STORE_DIR, SECONDS, STEPS.
-		expect "$d: $e" 0 . "${bin_dirs[$d]}/$e" "file://$work/locks-$d" 1 "$work/orders-$d" || true
+		# Extra arguments: ORDER_ID and STORE_DIR, SECONDS, STEPS, WORKERS and PERMITS.
+		extra=(1 "$work/orders-$d")
+		[ "$e" = worker_pool ] && extra=(2 1)
+		expect "$d: $e" 0 . "${bin_dirs[$d]}/$e" "file://$work/locks-$d" "${extra[@]}" || true
 	done
 done
 

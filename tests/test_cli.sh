@@ -167,9 +167,9 @@ check "--help exits 0" [ "$rc" -eq 0 ]
 check "--help prints usage on stdout" contains "$out" "^Usage: dlock"
 check "--help writes nothing on stderr" empty "$err"
 missing=""
-for word in --uri --wait --no-wait --ttl --conflict-exit-code --grace --shared --exclusive --quiet --help --version \
+for word in --uri --wait --no-wait --ttl --conflict-exit-code --grace --shared --exclusive --limit --quiet --help --version \
 	mem:// file:/// redis:// zk:// postgres:// DLOCK_URI XDG_RUNTIME_DIR /tmp/dlock- \
-	DLOCK_FENCING_TOKEN " 64 " " 69 " " 71 " " 75 " " 76 " " 77 " " 78 " " 126 " " 127 " "128+N"; do
+	DLOCK_FENCING_TOKEN DLOCK_PERMIT_SLOT " 64 " " 69 " " 71 " " 75 " " 76 " " 77 " " 78 " " 126 " " 127 " "128+N"; do
 	grep -q -F -e "$word" "$out" || missing="$missing '$word'"
 done
 check "--help documents options, URIs, environment and exit codes" [ -z "$missing" ]
@@ -488,6 +488,73 @@ if [ -n "${DLOCK_TEST_ZK_URI:-}" ]; then
 		eval '[ "$rc" -eq 0 ] && [[ "$(cat "$out")" =~ ^[0-9]+$ ]]'
 else
 	echo "skip - zk:// --shared (DLOCK_TEST_ZK_URI unset)"
+fi
+
+# ------------------------------------------------- semaphore (--limit N)
+
+# limit_checks LABEL NAME [DLOCK ARGS...]: two holders of a 2-permit semaphore; the third waits or is refused.
+limit_checks() {
+	local label=$1 name=$2 first second
+	shift 2
+	hold "$name" "$label-l1" "$@" --limit 2
+	first=$hold_pid
+	hold "$name" "$label-l2" "$@" -l 2
+	second=$hold_pid
+	rm -f "$tmp/ran"
+	expect_rc "$label: a third holder of --limit 2 exits 75" 75 "$@" --limit 2 -n "$name" -- touch "$tmp/ran"
+	check "$label: ... and its command did not run" [ ! -e "$tmp/ran" ]
+	expect_rc "$label: another N while the name is in use exits 64" 64 "$@" --limit 3 -n "$name" -- true
+	check "$label: ... naming both numbers" contains "$err" "2.*3\|3.*2"
+	dl "$@" -n "$name" -- true
+	check "$label: a plain lock on a semaphore's name is refused (64) or busy (75): $rc" \
+		eval '[ "$rc" -eq 64 ] || [ "$rc" -eq 75 ]'
+	"$DLOCK" "$@" --limit 2 --wait 20s "$name" -- sh -c 'echo third >>"$1"' sh "$tmp/$label-l1.log" \
+		2>"$tmp/$label-l3.err" &
+	local third=$!
+	release "$first" "$label-l1"
+	check "$label: a --limit holder passes on its command's status" [ "$hold_rc" -eq 0 ]
+	wait "$third"
+	local third_rc=$?
+	check "$label: a waiting third holder gets the permit once one ends (exit $third_rc)" [ "$third_rc" -eq 0 ]
+	printf 'hold start\nhold end\nthird\n' >"$tmp/expected"
+	check "$label: ... after the first holder's command, not during it" cmp -s "$tmp/$label-l1.log" "$tmp/expected"
+	release "$second" "$label-l2"
+	expect_rc "$label: once free, a new N applies" 0 "$@" --limit 3 -n "$name" -- true
+}
+
+limit_checks file "sem-$$"
+dl --limit 2 "sem-$$-slot" -- sh -c 'echo "${DLOCK_PERMIT_SLOT-unset} ${DLOCK_FENCING_TOKEN-unset}"'
+check "file: a permit's DLOCK_PERMIT_SLOT and DLOCK_FENCING_TOKEN are set ($(cat "$out"))" \
+	eval '[ "$rc" -eq 0 ] && [[ "$(cat "$out")" =~ ^[01]\ [0-9]+$ ]]'
+expect_rc "--limit 0 is a usage error" 64 --limit 0 sem -- true
+check "... saying what N may be" contains "$err" "^dlock: --limit: '0' is not a number of permits from 1 to 1024"
+expect_rc "--limit 1025 is a usage error" 64 --limit 1025 sem -- true
+expect_rc "--limit x is a usage error" 64 --limit x sem -- true
+expect_rc "--limit with --shared is a usage error" 64 --limit 2 -s sem -- true
+check "... saying they do not go together" contains "$err" "^dlock: --limit cannot be used with --shared or --exclusive"
+expect_rc "--exclusive with --limit is a usage error" 64 -x --limit 2 sem -- true
+if [ -n "${DLOCK_TEST_REDIS_URI:-}" ]; then
+	limit_checks redis "sem-$$-$RANDOM" --uri "$DLOCK_TEST_REDIS_URI"
+else
+	echo "skip - --limit on Redis (DLOCK_TEST_REDIS_URI unset)"
+fi
+if [ -n "${DLOCK_TEST_PG_URI:-}" ]; then
+	limit_checks postgres "sem-$$-$RANDOM" --uri "$DLOCK_TEST_PG_URI"
+else
+	echo "skip - --limit on postgres:// (DLOCK_TEST_PG_URI unset)"
+fi
+if [ -n "${DLOCK_TEST_ZK_URI:-}" ]; then
+	limit_checks zk "sem-$$-$RANDOM" --uri "$DLOCK_TEST_ZK_URI"
+	dl --uri "$DLOCK_TEST_ZK_URI" --limit 2 "sem-$$-zslot" -- sh -c 'echo "${DLOCK_PERMIT_SLOT-unset}"'
+	check "zk: a permit has no DLOCK_PERMIT_SLOT (permit fencing none)" [ "$(cat "$out")" = unset ]
+else
+	echo "skip - --limit on zk:// (DLOCK_TEST_ZK_URI unset)"
+fi
+if [ -n "${DLOCK_TEST_REDLOCK_URI:-}" ]; then
+	expect_rc "--limit on RedLock, which has no semaphores, exits 78" 78 --uri "$DLOCK_TEST_REDLOCK_URI" --limit 2 sem -- true
+	check "... saying so" contains "$err" "^dlock: --limit: .*semaphores"
+else
+	echo "skip - --limit on a backend without semaphores (DLOCK_TEST_REDLOCK_URI unset)"
 fi
 
 # ------------------------------------------------------------- lost lock

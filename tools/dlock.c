@@ -23,6 +23,7 @@
 
 #define DEFAULT_GRACE_MS 10000
 #define FENCING_VAR "DLOCK_FENCING_TOKEN"
+#define SLOT_VAR "DLOCK_PERMIT_SLOT"
 
 extern char **environ;
 
@@ -36,6 +37,7 @@ struct cli {
 	int quiet;
 	int rw;             /* --shared or --exclusive: NAME is a read-write lock */
 	int shared;         /* --shared: a reader of it */
+	uint32_t limit;     /* --limit N: NAME is a semaphore of N permits; 0: not one */
 	int wait_given;     /* --wait seen */
 	int no_wait;        /* --no-wait seen */
 	int dashdash_taken; /* getopt took a "--" as the end of the options */
@@ -52,6 +54,7 @@ struct session {
 	dlock_lock *lock;
 	int lost_reported;
 	char token_var[sizeof FENCING_VAR "=18446744073709551615"];
+	char slot_var[sizeof SLOT_VAR "=4294967295"];
 };
 
 void cli_say(const char *fmt, ...)
@@ -105,6 +108,10 @@ static const char help_text[] =
 	"                         no reader (as flock -x).  Without -s or -x, NAME\n"
 	"                         is a plain lock, another kind: a name is used with\n"
 	"                         -s/-x or without them, not both\n"
+	"  -l, --limit N          take NAME as a semaphore of N permits: at most N\n"
+	"                         holders at once (as consul lock -n); every user of\n"
+	"                         NAME gives the same N (another N is refused while\n"
+	"                         NAME is in use).  Not with -s or -x\n"
 	"  -q, --quiet            do not report a busy lock or an expired wait, nor\n"
 	"                         the library's warnings (errors are still shown)\n"
 	"  -h, --help             show this help and exit\n"
@@ -150,6 +157,10 @@ static const char help_text[] =
 	"                       acquisition, a decimal number that grows with each\n"
 	"                       new holder of NAME; removed from COMMAND's\n"
 	"                       environment when the backend has no fencing tokens\n"
+	"  DLOCK_PERMIT_SLOT    set for COMMAND with --limit: the permit's slot,\n"
+	"                       0..N-1, held by no other live permit of NAME (with\n"
+	"                       the token, storage can refuse a permit that is gone);\n"
+	"                       removed when the backend's permits have no slot\n"
 	"\n"
 	"Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dlock are passed on to\n"
 	"COMMAND's process group.  If dlock dies, COMMAND is killed (SIGKILL).  If the\n"
@@ -162,7 +173,8 @@ static const char help_text[] =
 	"  128+N  COMMAND was killed by signal N, or dlock got signal N before\n"
 	"         COMMAND started\n"
 	"  64     usage error (EX_USAGE), also NAME in use as another kind of lock\n"
-	"         (with -s/-x while others use it without, or the reverse)\n"
+	"         (with -s/-x while others use it without, or the reverse; with\n"
+	"         --limit N while others use another N or no --limit)\n"
 	"  69     lock service unreachable, authentication failed, server error, or it\n"
 	"         can hold no more locks (EX_UNAVAILABLE)\n"
 	"  71     system error: cannot fork, out of memory, I/O error (EX_OSERR)\n"
@@ -209,7 +221,7 @@ static int print_version(void)
 
 enum { OPT_URI = 256, OPT_TTL, OPT_GRACE };
 
-static const char short_options[] = "+:w:nE:sxqhV"; /* '+': stop at NAME */
+static const char short_options[] = "+:w:nE:sxl:qhV"; /* '+': stop at NAME */
 
 static const struct option long_options[] = {
 	{"uri", required_argument, NULL, OPT_URI},
@@ -220,6 +232,7 @@ static const struct option long_options[] = {
 	{"grace", required_argument, NULL, OPT_GRACE},
 	{"shared", no_argument, NULL, 's'},
 	{"exclusive", no_argument, NULL, 'x'},
+	{"limit", required_argument, NULL, 'l'},
 	{"quiet", no_argument, NULL, 'q'},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
@@ -265,6 +278,20 @@ static int exit_code_arg(const char *text, int *out)
 	return -1;
 }
 
+static int limit_arg(const char *text, uint32_t *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(text, &end, 10);
+	if (errno != 0 || end == text || *end != '\0' || text[0] == '-' || v < 1 || v > DLOCK_PERMITS_MAX)
+		return usage_error("--limit: '%s' is not a number of permits from 1 to %d", text,
+		                   DLOCK_PERMITS_MAX);
+	*out = (uint32_t)v;
+	return -1;
+}
+
 static int bad_option(char **argv)
 {
 	/* optopt: the short option at fault, 0 for an unknown long option; a
@@ -299,9 +326,15 @@ static int apply_option(struct cli *cli, int opt, char **argv)
 	case 'x':
 		if (cli->rw && cli->shared != (opt == 's'))
 			return usage_error("--shared and --exclusive cannot be used together");
+		if (cli->limit)
+			return usage_error("--limit cannot be used with --shared or --exclusive");
 		cli->rw = 1;
 		cli->shared = opt == 's';
 		return -1;
+	case 'l':
+		if (cli->rw)
+			return usage_error("--limit cannot be used with --shared or --exclusive");
+		return limit_arg(optarg, &cli->limit);
 	case 'q':
 		cli->quiet = 1;
 		return -1;
@@ -527,10 +560,15 @@ static int acquire(struct session *s, struct cli_watch *watch)
 		cli_say("cannot open the lock service: %s", err[0] ? err : dlock_strerror(st));
 		return status_exit(st, EX_CONFIG);
 	}
-	st = cli->rw ? dlock_rwlock_new(s->client, cli->name, &s->lock)
-	             : dlock_lock_new(s->client, cli->name, &s->lock);
+	if (cli->limit)
+		st = dlock_semaphore_new(s->client, cli->name, cli->limit, &s->lock);
+	else if (cli->rw)
+		st = dlock_rwlock_new(s->client, cli->name, &s->lock);
+	else
+		st = dlock_lock_new(s->client, cli->name, &s->lock);
 	if (st == DLOCK_ENOTSUP) {
-		cli_say("%s: %s", cli->shared ? "--shared" : "--exclusive", detail(s, st));
+		cli_say("%s: %s", cli->limit ? "--limit" : cli->shared ? "--shared" : "--exclusive",
+		        detail(s, st));
 		return status_exit(st, EX_USAGE);
 	}
 	if (st != DLOCK_OK) {
@@ -570,6 +608,7 @@ static char **command_env(struct session *s, int *rc)
 {
 	static const char prefix[] = FENCING_VAR "=";
 	uint64_t token;
+	uint32_t slot;
 	size_t n = 0, k = 0;
 	char **env;
 	dlock_status st = dlock_lock_fencing_token(s->lock, &token);
@@ -586,15 +625,20 @@ static char **command_env(struct session *s, int *rc)
 	}
 	while (environ[n] != NULL)
 		n++;
-	env = malloc((n + 2) * sizeof *env);
+	env = malloc((n + 3) * sizeof *env);
 	if (env == NULL) {
 		cli_say("out of memory");
 		*rc = EX_OSERR;
 		return NULL;
 	}
 	for (size_t i = 0; i < n; i++)
-		if (strncmp(environ[i], prefix, sizeof prefix - 1) != 0)
+		if (strncmp(environ[i], prefix, sizeof prefix - 1) != 0 &&
+		    strncmp(environ[i], SLOT_VAR "=", sizeof SLOT_VAR) != 0)
 			env[k++] = environ[i];
+	if (dlock_lock_permit_slot(s->lock, &slot) == DLOCK_OK) {
+		snprintf(s->slot_var, sizeof s->slot_var, "%s=%" PRIu32, SLOT_VAR, slot);
+		env[k++] = s->slot_var;
+	}
 	if (st == DLOCK_OK) {
 		snprintf(s->token_var, sizeof s->token_var, "%s%" PRIu64, prefix, token);
 		env[k++] = s->token_var;
