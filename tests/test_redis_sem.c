@@ -443,7 +443,7 @@ static void test_n_agreed(void)
  * the kinds exclude each other (DLOCK_FEATURE_KIND_CHECK 0: busy, not
  * refused), in both orders; a mutex queued (fair=1) behind the permits is
  * woken by the last one's release, and a permit waiting behind the mutex
- * by the mutex's.
+ * by the mutex's (meanwhile it counts as a waiter: another N is refused).
  */
 static void test_kinds_across_clients(void)
 {
@@ -485,6 +485,12 @@ static void test_kinds_across_clients(void)
 	dlock_test_waiter_start(&sw, s2, LONG_WAIT_MS, 0);
 	dlock_test_sleep_ms(200);
 	CU_ASSERT_EQUAL(atomic_load(&sw.done), 0);
+	/* The permit waiting behind the mutex keeps the name's N. */
+	dlock_client *e = open_prefixed(prefix, "");
+	dlock_lock *s3 = sem(e, "mixed", 3);
+	CU_ASSERT_EQUAL(sem_acquire(s3, 0, 0, -1), DLOCK_EKIND);
+	dlock_lock_free(s3);
+	dlock_client_close(e);
 	released = dlock_test_now_ms();
 	CU_ASSERT_EQUAL(dlock_release(m), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_test_waiter_join(&sw, LONG_WAIT_MS), DLOCK_OK);

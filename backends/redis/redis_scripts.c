@@ -373,17 +373,19 @@ static const char read_check_lua[] =
 
 /*
  * Take a permit: the lowest free slot, and a new token when asked.  Busy
- * ({0, ms}: when to look again, the first permit's end at the latest)
- * while another kind holds the name or N permits are live, the caller
- * then counted among the waiters (unless it tries once: no waiter id).
+ * ({0, ms}: when to look again, at most RETRY_MAX_MS: the end of the first
+ * permit's lease, or of the other kind's key) while another kind holds the
+ * name or N permits are live; the caller then counts among the waiters
+ * (unless it tries once: no waiter id), also behind another kind, so that
+ * its N is the name's while it waits.
  */
 static const char sem_acquire_lua[] =
 	TOKEN_LUA
 	PERMITS_LUA
-	"local holder = redis.call('GET', KEYS[1])\n"
-	"if holder and holder ~= MARK then return {0, redis.call('PTTL', KEYS[1]), 0} end\n"
 	"local now = now_ms()\n"
 	"local n = tonumber(ARGV[3])\n"
+	"local holder = redis.call('GET', KEYS[1])\n"
+	"local other_kind = holder and holder ~= MARK\n"
 	"local held = settle_permits(now)\n"
 	"local others = other_waiters(now, ARGV[4])\n"
 	"local agreed = tonumber(redis.call('GET', KEYS[5]) or '0') or 0\n"
@@ -392,7 +394,7 @@ static const char sem_acquire_lua[] =
 	"  return {-1, agreed, 0}\n"
 	"end\n"
 	"redis.call('SET', KEYS[5], ARGV[3])\n"
-	"if held < n then\n"
+	"if not other_kind and held < n then\n"
 	"  local used = {}\n"
 	"  for _, s in ipairs(redis.call('HVALS', KEYS[3])) do used[tonumber(s)] = true end\n"
 	"  local slot = 0\n"
@@ -407,8 +409,14 @@ static const char sem_acquire_lua[] =
 	"  if ARGV[5] ~= '0' then token = next_token(KEYS[6], ARGV[5]) end\n"
 	"  return {1, token, slot}\n"
 	"end\n"
-	"local first = tonumber(redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2])\n"
-	"local retry = math.min(math.max(first - now, 0) + 1, RETRY_MAX_MS)\n"
+	"local retry = RETRY_MAX_MS\n"
+	"if other_kind then\n"
+	"  local pttl = redis.call('PTTL', KEYS[1])\n"
+	"  if pttl >= 0 then retry = math.min(pttl + 1, RETRY_MAX_MS) end\n"
+	"else\n"
+	"  local first = tonumber(redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2])\n"
+	"  retry = math.min(math.max(first - now, 0) + 1, RETRY_MAX_MS)\n"
+	"end\n"
 	"if ARGV[4] ~= '' then\n"
 	"  redis.call('ZADD', KEYS[4], string.format('%d', now + retry + WAITER_GRACE_MS), ARGV[4])\n"
 	"end\n"
