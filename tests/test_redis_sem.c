@@ -12,6 +12,7 @@
  */
 #include <CUnit/CUnit.h>
 #include <hiredis/hiredis.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -557,6 +558,94 @@ static void test_permits_renewed(void)
 	dlock_client_close(c);
 }
 
+/* ------------------------------------------------------------ contention */
+
+#define BUSY_N 2
+#define BUSY_CLIENTS 4
+#define BUSY_THREADS 12
+#define BUSY_ROUNDS 10
+
+/* The server's count of `cmd` calls (INFO commandstats). */
+static long long command_calls(const char *cmd)
+{
+	redisContext *ctx = dlock_testredis_raw(redis_port);
+	redisReply *r = redisCommand(ctx, "INFO commandstats");
+	char field[64];
+	snprintf(field, sizeof field, "cmdstat_%s:calls=", cmd);
+	const char *at = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, field) : NULL;
+	long long calls = at ? atoll(at + strlen(field)) : 0;
+	freeReplyObject(r);
+	redisFree(ctx);
+	return calls;
+}
+
+struct busy {
+	dlock_lock *lock;
+	atomic_int *holding, *most;
+	pthread_t thread;
+	int failures;
+};
+
+static void *busy_main(void *arg)
+{
+	struct busy *b = arg;
+	for (int i = 0; i < BUSY_ROUNDS; i++) {
+		if (sem_acquire(b->lock, LONG_WAIT_MS, 0, -1) != DLOCK_OK) {
+			b->failures++;
+			continue;
+		}
+		int now = atomic_fetch_add(b->holding, 1) + 1;
+		for (int most = atomic_load(b->most); now > most && !atomic_compare_exchange_weak(b->most, &most, now);)
+			;
+		dlock_test_sleep_ms(5);
+		atomic_fetch_sub(b->holding, 1);
+		if (dlock_release(b->lock) != DLOCK_OK)
+			b->failures++;
+	}
+	return NULL;
+}
+
+/*
+ * Many threads of several clients contend for two permits: never more than
+ * two hold at once, and every one gets its turns.  Every release wakes
+ * every waiter (no queue for semaphores), so the scripts per acquisition
+ * grow with the waiters: printed, not bounded here.
+ */
+static void test_contended(void)
+{
+	char prefix[64];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_client *c[BUSY_CLIENTS];
+	struct busy b[BUSY_THREADS];
+	atomic_int holding, most;
+	atomic_init(&holding, 0);
+	atomic_init(&most, 0);
+	for (int k = 0; k < BUSY_CLIENTS; k++)
+		c[k] = open_prefixed(prefix, k % 2 ? "fair=0" : "");
+	long long scripts = command_calls("evalsha");
+	int64_t t0 = dlock_test_now_ms();
+	for (int i = 0; i < BUSY_THREADS; i++) {
+		b[i] = (struct busy){ .lock = sem(c[i % BUSY_CLIENTS], "busy", BUSY_N), .holding = &holding, .most = &most };
+		CU_ASSERT_FATAL(pthread_create(&b[i].thread, NULL, busy_main, &b[i]) == 0);
+	}
+	for (int i = 0; i < BUSY_THREADS; i++) {
+		pthread_join(b[i].thread, NULL);
+		CU_ASSERT_EQUAL(b[i].failures, 0);
+		dlock_lock_free(b[i].lock);
+	}
+	int64_t took = dlock_test_now_ms() - t0;
+	scripts = command_calls("evalsha") - scripts;
+	int total = BUSY_THREADS * BUSY_ROUNDS;
+	printf("\n    %d acquisitions of %d permits by %d threads in %lld ms (%.1f ms each, 5 ms held), "
+	       "%.1f scripts each (server-wide count)",
+	       total, BUSY_N, BUSY_THREADS, (long long)took, (double)took / total * BUSY_N, (double)scripts / total);
+	CU_ASSERT(atomic_load(&most) <= BUSY_N);
+	CU_ASSERT_EQUAL(atomic_load(&most), BUSY_N); /* both permits were used at once */
+	for (int k = 0; k < BUSY_CLIENTS; k++)
+		dlock_client_close(c[k]);
+	CU_ASSERT_EQUAL(dlock_testredis_keys_under(redis_port, prefix), 1);
+}
+
 /* ------------------------------------------------------------ topologies */
 
 /*
@@ -702,6 +791,7 @@ static void add_suites(void)
 	CU_add_test(s, "N agreed across clients, holders and waiters", test_n_agreed);
 	CU_add_test(s, "mutexes, read-write locks and semaphores of one name", test_kinds_across_clients);
 	CU_add_test(s, "permits renewed in batches stay held", test_permits_renewed);
+	CU_add_test(s, "contended: never more than N, every thread served", test_contended);
 	CU_add_test(s, "redis+unix: acquire, wait, release", test_unix);
 	CU_add_test(s, "rediss: acquire, wait, release", test_tls);
 	CU_add_test(s, "redis+sentinel: acquire, wait, release", test_sentinel);
