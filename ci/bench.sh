@@ -8,7 +8,8 @@
 #
 # Writes OUTDIR/results.jsonl (one JSON object per backend, scenario and
 # size), OUTDIR/table.txt, OUTDIR/table-fencing.txt (the same without fencing
-# tokens), OUTDIR/table-scale.txt (many waiters on one name, and many locks
+# tokens), OUTDIR/table-kinds.txt (a semaphore and a read-mostly read-write
+# lock), OUTDIR/table-scale.txt (many waiters on one name, and many locks
 # held by one client, with the servers' CPU time), OUTDIR/table-failover.txt
 # (the faults scenario with a failover), and OUTDIR/*.png, OUTDIR/scale/*.png
 # and OUTDIR/failover/*.png with the data and gnuplot scripts behind them.
@@ -95,6 +96,16 @@ echo "== dlock-bench: uncontended without fencing tokens"
 "$bench" --uri "file://$work/locks" --uri "$DLOCK_TEST_REDIS_URI" --uri "$DLOCK_TEST_PG_URI" \
 	--uri "$DLOCK_TEST_PG_ROW_URI" --scenario uncontended --clients 1,8 --processes 8 --duration "$duration" \
 	--fencing off --json --table "$out/table-fencing.txt" >>"$out/results.jsonl"
+# The other kinds of lock on one name: a semaphore of 4 permits and a
+# read-write lock taken shared 9 times in 10, 16 clients in a process each
+# (dlock-bench's defaults), 1 s each, with a 100 us critical section so that
+# holders meet (the column to read is the most seen at once).  A backend
+# without the kind gives a "not supported" row.
+echo "== dlock-bench: semaphore and read-mostly, 16 clients"
+"$bench" --uri "mem://bench" --uri "file://$work/locks" --uri "$DLOCK_TEST_REDIS_URI" \
+	--uri "$DLOCK_TEST_REDIS_URI?fair=0" --uri "$DLOCK_TEST_PG_URI" --uri "$DLOCK_TEST_PG_ROW_URI" \
+	--uri "$DLOCK_TEST_CLUSTER_URI" --uri "$zk_uri" --scenario semaphore --scenario read-mostly --duration 1s \
+	--cs-us 100 --json --table "$out/table-kinds.txt" >>"$out/results.jsonl"
 # Many waiters on one name (scale: 8, 32 and 64 processes), then 1,000 locks
 # held by one client for 6 s at a 3 s lease (held), with the servers' CPU
 # time from /proc: --server-pids prints each server's process (PostgreSQL's
@@ -155,5 +166,5 @@ done
 for member in 1 2 3; do
 	$DLOCK_TEST_ZK_CTL pid "$member" >/dev/null 2>&1 || $DLOCK_TEST_ZK_CTL start "$member"
 done
-cat "$out/table.txt" "$out/table-fencing.txt" "$out/table-scale.txt" "$out/table-failover.txt"
+cat "$out/table.txt" "$out/table-fencing.txt" "$out/table-kinds.txt" "$out/table-scale.txt" "$out/table-failover.txt"
 echo "== written: $out/table*.txt $out/results.jsonl $out/*.png $out/scale/*.png $out/failover/*.png"

@@ -43,8 +43,8 @@ static void deliver_lost_locked(struct dlock_client *c, struct dlock_lock *l)
 	dlock_lost_fn fn = l->on_lost;
 	void *ud = l->lost_userdata;
 	dlock_lost_reason reason = l->lost_reason;
-	char detail[sizeof l->lost_detail];
-	snprintf(detail, sizeof detail, "%s", l->lost_detail);
+	char detail[DLOCK_LOST_DETAIL_MAX + 1];
+	snprintf(detail, sizeof detail, "%s", dlock_lock_lost_text(l));
 	pthread_mutex_unlock(&c->mu);
 	fn(l, reason, detail, ud);
 	pthread_mutex_lock(&c->mu);
@@ -52,25 +52,27 @@ static void deliver_lost_locked(struct dlock_client *c, struct dlock_lock *l)
 	pthread_cond_broadcast(&c->cond);
 }
 
-/* Declare due expiries and deliver one queued loss; returns 1 after a
- * delivery (the list may have changed while c->mu was dropped), else 0
- * and the next expiry. */
+/* Declare due expiries (the first of the watch timetable) and deliver one
+ * queued loss; returns 1 after a delivery (handles may have changed while
+ * c->mu was dropped), else 0 and the next expiry.  Only a loss makes it
+ * walk the handles, to find the one with its report queued. */
 static int watch_locked(struct dlock_client *c, int64_t *next_due)
 {
 	int64_t now = dlock_monotonic_ns();
-	*next_due = INT64_MAX;
-	for (struct dlock_lock *l = c->locks; l; l = l->next) {
-		if (!l->held)
-			continue;
-		if (l->tracked && !l->lost && now >= l->valid_until)
-			dlock_lock_declare_lost(l, DLOCK_LOST_EXPIRED, "lease ran out without a successful renewal");
-		if (l->lost_pending) {
-			deliver_lost_locked(c, l);
-			return 1;
+	struct dlock_lock *l;
+	while ((l = dlock_sched_first(c, DLOCK_SCHED_WATCH)) != NULL && now >= l->valid_until)
+		dlock_lock_declare_lost(l, DLOCK_LOST_EXPIRED, "lease ran out without a successful renewal");
+	if (c->losses_pending) {
+		for (l = c->locks; l; l = l->next) {
+			if (l->held && l->lost_pending) {
+				deliver_lost_locked(c, l);
+				return 1;
+			}
 		}
-		if (l->tracked && !l->lost)
-			*next_due = min64(*next_due, l->valid_until);
+		c->losses_pending = 0;
 	}
+	l = dlock_sched_first(c, DLOCK_SCHED_WATCH);
+	*next_due = l ? l->valid_until : INT64_MAX;
 	return 0;
 }
 
@@ -107,8 +109,10 @@ static void renewed_locked(struct dlock_client *c, const struct renewal *rn, int
 	l->busy = 0;
 	/* A renewal that returns after the loss was declared changes nothing:
 	 * the holder has been told, and release cleans up what is still ours. */
-	if (!l->held || l->generation != rn->generation || l->lost)
+	if (!l->held || l->generation != rn->generation || l->lost) {
+		dlock_sched_update(l);
 		return;
+	}
 	if (st == DLOCK_OK) {
 		dlock_lock_lease_renewed(l, sent, rn->lease_ns);
 		c->stats.renewals++;
@@ -120,6 +124,7 @@ static void renewed_locked(struct dlock_client *c, const struct renewal *rn, int
 		dlock_client_logf(c, DLOCK_LOG_WARN, "lease renewal failed (%s): %s; retrying", dlock_status_name(st), msg);
 		l->next_renew = now + min64(rn->lease_ns / 10, 1000 * NS_PER_MS);
 	}
+	dlock_sched_update(l);
 }
 
 /*
@@ -136,6 +141,7 @@ static void renew_batch_locked(struct dlock_client *c, struct renewal *batch, si
 	dlock_error err = { "" };
 	for (size_t i = 0; i < n; i++) {
 		batch[i].l->busy = 1;
+		dlock_sched_update(batch[i].l);
 		lks[i] = batch[i].l->lk;
 		lease_ms[i] = batch[i].lease_ns / NS_PER_MS;
 	}
@@ -172,6 +178,7 @@ static void clean_lost_locked(struct dlock_client *c, struct dlock_lock *l)
 {
 	dlock_error err = { "" };
 	l->busy = 1;
+	dlock_sched_update(l);
 	pthread_mutex_unlock(&c->mu);
 
 	dlock_status st = c->driver->release(c->backend, l->lk, &err);
@@ -183,51 +190,53 @@ static void clean_lost_locked(struct dlock_client *c, struct dlock_lock *l)
 		                  dlock_status_name(st), err.msg);
 	dlock_lock_loss_cleaned(l);
 	l->busy = 0;
+	dlock_sched_update(l);
 	pthread_cond_broadcast(&c->cond);
 }
 
-/* When to clean up after a loss.  A lease that the client saw run out is
- * still the server's until its end: the margin before it is the holder's
- * time to act on the news before anyone else can have the lock, locally
- * too.  Any other loss means the server has already let go. */
-static int64_t cleanup_due(const struct dlock_lock *l, int64_t now)
-{
-	return l->lost_reason == DLOCK_LOST_EXPIRED && l->tracked ? l->lease_end : now;
-}
-
 /*
- * Do one due cleanup, or the due renewals: with a driver that renews in
- * batches, every lock due (and those due within their batch_slack()) up
- * to DLOCK_RENEW_BATCH_MAX at once, else the first one due.  Returns 1 if
- * it did something, else 0 and the next due time.
+ * Do one due cleanup, or the due renewals, taken from the front of the
+ * renewal timetable (sched.c: a lost acquisition is there until cleaned,
+ * keyed on when its cleanup is due; a lease that the client saw run out is
+ * still the server's until its end, the holder's time to act on the news
+ * before anyone else can have the lock).  With a driver that renews in
+ * batches, every lock due (and those due within their batch_slack()) up to
+ * DLOCK_RENEW_BATCH_MAX at once, else the first one due.  Returns 1 if it
+ * did something, else 0 and the next due time.  The cost is that of the
+ * locks due, whatever the number of locks held.
  */
 static int renew_due_locked(struct dlock_client *c, int64_t *next_due)
 {
 	struct renewal batch[DLOCK_RENEW_BATCH_MAX];
 	size_t n = 0, max = dlock_driver_extend_many_of(c->driver) ? DLOCK_RENEW_BATCH_MAX : 1;
 	int64_t now = dlock_monotonic_ns();
-	*next_due = INT64_MAX;
-	for (struct dlock_lock *l = c->locks; l && n < max; l = l->next) {
-		if (l->held && l->lost && !l->loss_cleaned) {
-			int64_t due = cleanup_due(l, now);
-			if (l->busy || c->closing)
-				continue; /* end_call() wakes us; closing releases it */
-			if (now >= due && n == 0) {
-				clean_lost_locked(c, l);
-				return 1;
+	struct dlock_lock *l;
+	while (n < max && (l = dlock_sched_first(c, DLOCK_SCHED_RENEW)) != NULL) {
+		int64_t due = l->sched_key[DLOCK_SCHED_RENEW];
+		if (l->lost) {
+			if (now < due || n > 0)
+				break; /* the batch goes first; the cleanup on the next turn */
+			if (c->closing) {
+				/* Closing releases it; the renewals of the others go on meanwhile. */
+				l->busy = 1;
+				dlock_sched_update(l);
+				l->busy = 0;
+				continue;
 			}
-			*next_due = min64(*next_due, due);
-			continue;
+			clean_lost_locked(c, l);
+			return 1;
 		}
-		if (!l->held || !l->tracked || !l->renew || l->lost || l->busy)
-			continue;
-		if (now >= l->next_renew || (n > 0 && now + batch_slack(l) >= l->next_renew))
-			batch[n++] = (struct renewal){ .l = l, .generation = l->generation, .lease_ns = l->lease_ns };
-		else
-			*next_due = min64(*next_due, l->next_renew);
+		if (now < due && (n == 0 || now + batch_slack(l) < due))
+			break;
+		batch[n++] = (struct renewal){ .l = l, .generation = l->generation, .lease_ns = l->lease_ns };
+		l->busy = 1; /* out of the timetable while its renewal is on the way */
+		dlock_sched_update(l);
 	}
-	if (n == 0)
+	if (n == 0) {
+		l = dlock_sched_first(c, DLOCK_SCHED_RENEW);
+		*next_due = l ? l->sched_key[DLOCK_SCHED_RENEW] : INT64_MAX;
 		return 0;
+	}
 	renew_batch_locked(c, batch, n, now);
 	return 1;
 }
@@ -289,21 +298,6 @@ void dlock_background_kick(struct dlock_client *c)
 {
 	pthread_cond_signal(&c->bg_cond);
 	pthread_cond_signal(&c->renew_cond);
-}
-
-/* Acquire and release happen far more often than renewals: signal a
- * thread only when it would otherwise sleep past the new due time.  While
- * awake, each rescans every lock after each piece of work anyway. */
-void dlock_background_due(struct dlock_client *c, const struct dlock_lock *l)
-{
-	if (l->held && l->lost && !l->loss_cleaned) /* a cleanup skipped while the handle was busy */
-		pthread_cond_signal(&c->renew_cond);
-	if (!l->held || !l->tracked || l->lost)
-		return;
-	if (l->valid_until < c->bg_sleep_until)
-		pthread_cond_signal(&c->bg_cond);
-	if (l->renew && l->next_renew < c->renew_sleep_until)
-		pthread_cond_signal(&c->renew_cond);
 }
 
 int dlock_background_is_self(struct dlock_client *c)

@@ -118,6 +118,7 @@ static void client_free(struct dlock_client *c)
 	dlock_errs_close(c->errs);
 	dlock_uri_free(c->uri);
 	free(c->buckets);
+	dlock_sched_free(c);
 	pthread_cond_destroy(&c->bg_cond);
 	pthread_cond_destroy(&c->renew_cond);
 	pthread_cond_destroy(&c->cond);

@@ -13,6 +13,11 @@
 
 #include "dlock/sys/driver.h"
 
+/* The background threads' timetables (sched.c): which heap. */
+#define DLOCK_SCHED_WATCH 0 /* valid_until of leases, for the watch thread */
+#define DLOCK_SCHED_RENEW 1 /* next_renew, or a lost acquisition's cleanup, for the renewal thread */
+#define DLOCK_SCHEDS 2
+
 /* Number of dlock_lock_kind values this library knows. */
 #define DLOCK_KINDS 3
 
@@ -110,7 +115,7 @@ struct dlock_lock {
 	int lost;             /* loss declared (or reported) for this acquisition */
 	int lost_pending;     /* a report waits for the background thread */
 	dlock_lost_reason lost_reason;
-	char lost_detail[256];
+	char *lost_detail;    /* why, allocated when the loss is declared (NULL: none); lost_text() */
 	int lost_delivered;   /* the callback was called (or there was none) */
 	int loss_cleaned;     /* after a loss: the driver released what was left on the
 	                         server and the name went to the next local contender;
@@ -125,7 +130,16 @@ struct dlock_lock {
 	int callback_running; /* its lost-lock callback is running */
 	struct dlock_wait *waits; /* acquires in progress on this handle */
 
+	size_t sched_pos[DLOCK_SCHEDS];  /* 1-based place in each timetable; 0: not in it (sched.c) */
+	int64_t sched_key[DLOCK_SCHEDS]; /* its due time there */
+
 	void *lk;             /* the driver's per-lock state (lock_size bytes) */
+};
+
+/* A binary min-heap of handles by due time (sched.c). */
+struct dlock_sched_heap {
+	struct dlock_lock **v;
+	size_t n, cap;
 };
 
 /* ----------------------------------------------------------------- client */
@@ -169,6 +183,8 @@ struct dlock_client {
 	int64_t bg_sleep_until;    /* when the sleeping thread wakes by itself; INT64_MIN while awake */
 	int64_t renew_sleep_until; /* the same for the renewal thread */
 	pthread_cond_t bg_cond, renew_cond;
+	struct dlock_sched_heap sched[DLOCK_SCHEDS]; /* what each thread has to do next (sched.c) */
+	int losses_pending;        /* a handle may have lost_pending set: the watch thread looks */
 };
 
 /* client.c */
@@ -211,6 +227,10 @@ dlock_lost_reason dlock_lock_gone_reason(const struct dlock_lock *l, int64_t sen
 void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, const char *detail);
 /** After the driver released a lost acquisition: let the next local contender go.  c->mu held. */
 void dlock_lock_loss_cleaned(struct dlock_lock *l);
+/** Longest loss detail kept, in bytes. */
+#define DLOCK_LOST_DETAIL_MAX 255
+/** The loss detail of `l`, "" when none.  c->mu held. */
+const char *dlock_lock_lost_text(const struct dlock_lock *l);
 /** Lease accounting after a request sent at `sent_ns` succeeded.  c->mu held. */
 void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lease_ns);
 
@@ -223,8 +243,19 @@ dlock_status dlock_background_start(struct dlock_client *c);
 void dlock_background_stop(struct dlock_client *c);
 /** Wake both background threads to look at the locks again.  c->mu held. */
 void dlock_background_kick(struct dlock_client *c);
-/** Wake the threads only if `l` falls due before they would wake by themselves.  c->mu held. */
-void dlock_background_due(struct dlock_client *c, const struct dlock_lock *l);
+
+/* sched.c: the background threads' timetables.  c->mu held throughout. */
+/** Grow the timetables to hold `handles` handles, so that updates never allocate.  DLOCK_ENOMEM. */
+dlock_status dlock_sched_reserve(struct dlock_client *c, size_t handles);
+/** Free the timetables (the client's last handle is gone). */
+void dlock_sched_free(struct dlock_client *c);
+/** Put `l` where its fields say (held, busy, lost, loss_cleaned, next_renew, valid_until), and wake a
+ *  background thread that would sleep past its new due time.  Call after every change of those. */
+void dlock_sched_update(struct dlock_lock *l);
+/** Take `l` out of both timetables (before it is freed). */
+void dlock_sched_forget(struct dlock_lock *l);
+/** The handle due first in timetable `which`, NULL when it is empty. */
+struct dlock_lock *dlock_sched_first(struct dlock_client *c, int which);
 /** 1 if the calling thread is `c`'s background thread. */
 int dlock_background_is_self(struct dlock_client *c);
 

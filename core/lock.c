@@ -191,7 +191,7 @@ static dlock_status lock_new_kind(dlock_client *c, const char *name, dlock_lock_
 		pthread_mutex_unlock(&c->mu);
 		return DLOCK_ECLOSED;
 	}
-	l->entry = entry_get_locked(c, name, len);
+	l->entry = dlock_sched_reserve(c, c->nlocks + 1) == DLOCK_OK ? entry_get_locked(c, name, len) : NULL;
 	if (!l->entry) {
 		free(l);
 		dlock_client_fail_locked(c, DLOCK_ENOMEM, "out of memory");
@@ -286,13 +286,14 @@ void dlock_lock_begin_call(struct dlock_lock *l)
 	while (l->busy)
 		pthread_cond_wait(&l->client->cond, &l->client->mu);
 	l->busy = 1;
+	dlock_sched_update(l); /* renewals skip busy handles */
 }
 
 void dlock_lock_end_call(struct dlock_lock *l)
 {
 	l->busy = 0;
 	pthread_cond_broadcast(&l->client->cond);
-	dlock_background_due(l->client, l); /* renewals skip busy handles */
+	dlock_sched_update(l);
 }
 
 void dlock_lock_free(dlock_lock *l)
@@ -323,7 +324,9 @@ void dlock_lock_free(dlock_lock *l)
 	c->nlocks--;
 	entry_put_locked(c, l->entry);
 	l->busy = 0;
+	dlock_sched_forget(l);
 	pthread_cond_broadcast(&c->cond);
+	free(l->lost_detail);
 	free(l);
 	dlock_client_maybe_free_locked(c);
 }
@@ -346,7 +349,20 @@ void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lea
 	l->lease_end = sent_ns + lease_ns;
 	l->valid_until = sent_ns + lease_ns - lease_ns / 100 - 2 * NS_PER_MS - act;
 	l->next_renew = sent_ns + lease_ns / 3;
-	dlock_background_due(l->client, l);
+	dlock_sched_update(l);
+}
+
+/* Keep `detail` (NULL or "": none) as the loss's text, cut at DLOCK_LOST_DETAIL_MAX bytes.  Out of
+ * memory, the loss keeps no text (callers then say "lock was lost"). */
+static void set_lost_detail(struct dlock_lock *l, const char *detail)
+{
+	free(l->lost_detail);
+	l->lost_detail = detail && detail[0] ? strndup(detail, DLOCK_LOST_DETAIL_MAX) : NULL;
+}
+
+const char *dlock_lock_lost_text(const struct dlock_lock *l)
+{
+	return l->lost_detail ? l->lost_detail : "";
 }
 
 dlock_lost_reason dlock_lock_gone_reason(const struct dlock_lock *l, int64_t sent_ns)
@@ -361,7 +377,7 @@ void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, con
 		 * when the acquisition is recorded. */
 		l->lost_early = 1;
 		l->lost_reason = reason;
-		snprintf(l->lost_detail, sizeof l->lost_detail, "%s", detail ? detail : "");
+		set_lost_detail(l, detail);
 		return;
 	}
 	if (!l->held || l->lost)
@@ -370,12 +386,14 @@ void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, con
 	l->lost_pending = 1;
 	l->lost_reason = reason;
 	if (detail != l->lost_detail) /* a loss kept from acquire() is already there */
-		snprintf(l->lost_detail, sizeof l->lost_detail, "%s", detail ? detail : "");
+		set_lost_detail(l, detail);
 	l->client->stats.lost++;
 	char name[96];
 	printable_name(l->entry, name, sizeof name);
 	dlock_client_logf(l->client, l->on_lost ? DLOCK_LOG_INFO : DLOCK_LOG_WARN, "lock '%s' lost: %s", name,
-	                  l->lost_detail); /* with a callback, the application is told there */
+	                  dlock_lock_lost_text(l)); /* with a callback, the application is told there */
+	l->client->losses_pending = 1;
+	dlock_sched_update(l);
 	dlock_background_kick(l->client);
 }
 
@@ -383,6 +401,7 @@ void dlock_lock_loss_cleaned(struct dlock_lock *l)
 {
 	l->loss_cleaned = 1;
 	holder_remove_locked(l);
+	dlock_sched_update(l);
 }
 
 void dlock_report_lost(dlock_host *host, void *lk, dlock_lost_reason reason, const char *detail)
@@ -541,6 +560,7 @@ static void become_holder_locked(struct dlock_lock *l, const struct acquire_para
 	if (l->tracked)
 		dlock_lock_lease_renewed(l, acq->sent_ns ? acq->sent_ns : started_ns, l->lease_ns);
 	holder_add_locked(l);
+	dlock_sched_update(l); /* also an acquisition without a lease: its loss is cleaned up */
 	c->stats.acquired++;
 	if (l->lost_early)
 		dlock_lock_declare_lost(l, l->lost_reason, l->lost_detail);
@@ -754,6 +774,7 @@ static void drop_hold_locked(struct dlock_lock *l)
 	l->lost_pending = 0;
 	l->generation++;
 	holder_remove_locked(l);
+	dlock_sched_update(l);
 }
 
 dlock_status dlock_release(dlock_lock *l)
@@ -787,7 +808,7 @@ dlock_status dlock_release(dlock_lock *l)
 	if (l->loss_cleaned) { /* the background thread released it on the server */
 		drop_hold_locked(l);
 		dlock_lock_end_call(l);
-		dlock_status st = lock_fail(l, DLOCK_ENOTHELD, l->lost_detail[0] ? l->lost_detail : "lock was lost");
+		dlock_status st = lock_fail(l, DLOCK_ENOTHELD, l->lost_detail ? l->lost_detail : "lock was lost");
 		pthread_mutex_unlock(&c->mu);
 		return st;
 	}
@@ -802,7 +823,7 @@ dlock_status dlock_release(dlock_lock *l)
 	drop_hold_locked(l);
 	dlock_lock_end_call(l);
 	if (was_lost)
-		st = lock_fail(l, DLOCK_ENOTHELD, l->lost_detail[0] ? l->lost_detail : "lock was lost before release");
+		st = lock_fail(l, DLOCK_ENOTHELD, l->lost_detail ? l->lost_detail : "lock was lost before release");
 	else if (st == DLOCK_ENOTHELD) {
 		c->stats.lost++;
 		lock_fail(l, st, err.msg[0] ? err.msg : "no longer ours on the server (expired or taken)");
@@ -820,7 +841,7 @@ static dlock_status begin_held_call_locked(struct dlock_lock *l)
 	if (!l->held || l->client->closing)
 		return not_held_locked(l);
 	if (l->lost)
-		return lock_fail(l, DLOCK_ENOTHELD, l->lost_detail[0] ? l->lost_detail : "lock was lost");
+		return lock_fail(l, DLOCK_ENOTHELD, l->lost_detail ? l->lost_detail : "lock was lost");
 	dlock_lock_begin_call(l);
 	if (!l->held || l->lost) {
 		dlock_lock_end_call(l);
@@ -973,6 +994,7 @@ void dlock_locks_shutdown(struct dlock_client *c)
 			drop_hold_locked(l);
 		l->driver_ready = 0;
 		l->busy = 0;
+		dlock_sched_update(l);
 		pthread_cond_broadcast(&c->cond);
 	}
 	pthread_mutex_unlock(&c->mu);

@@ -5,7 +5,10 @@
 # no two critical sections overlapped; then the faults scenario on file://
 # with a --failover command (about 8 s); then the scale and held scenarios
 # on file:// (the servers' columns unknown without --server-pids, measured
-# with it) and, when DLOCK_TEST_REDIS_URI is set, a short scale run on Redis.
+# with it) and, when DLOCK_TEST_REDIS_URI is set, a short scale run on Redis;
+# then the semaphore and read-mostly scenarios on mem:// and file:// (never
+# more holders than permits, never a writer beside anyone), and a "not
+# supported" row for RedLock, which has neither kind.
 #
 #   test_bench.sh /path/to/dlock-bench
 set -u
@@ -22,7 +25,8 @@ fields="backend uri scenario clients threads processes ops ops_per_s p50_us p99_
 raw_ops_per_s ratio_to_raw handoff_p50_us handoff_p99_us wait_p99_us reacquire_pct share_spread_pct
 overlaps stale_writes_rejected lost_reported unavailable_ms release_failed server_cpu_us_per_acq
 raw_server_cpu_us_per_acq redis_cmds_per_acq raw_redis_cmds_per_acq locks lease_ms renewals_per_s locks_lost
-client_bytes_per_lock server_cpu_ms server_cpu_pct"
+client_bytes_per_lock server_cpu_ms server_cpu_pct supported permits most_holders over_permits read_ratio
+most_readers writer_overlaps reader_wait_p99_us writer_wait_p99_us"
 failed=0
 fail() {
 	echo "FAIL: $*"
@@ -188,6 +192,53 @@ if [ -n "${DLOCK_TEST_CLUSTER_URI:-}" ]; then
 	fi
 else
 	echo "skip - the Redis Cluster rows (DLOCK_TEST_CLUSTER_URI unset)"
+fi
+
+# semaphore and read-mostly, briefly: 6 clients, 2 permits, a critical
+# section long enough for holders to meet.  file:// may not have semaphores
+# yet: then its row says "not supported", and the run still succeeds.
+if "$bench" --uri mem://bench-kinds --uri "file://$tmp/klocks" --scenario semaphore --scenario read-mostly \
+	--clients 6 --permits 2 --cs-us 200 --duration 600ms --json --table "$tmp/kinds.txt" \
+	>"$tmp/kinds.jsonl" 2>"$tmp/err"; then
+	check_lines "$tmp/kinds.jsonl" 4 "semaphore/read-mostly"
+	grep -q '"backend":"mem",.*"scenario":"semaphore",.*"supported":true,"permits":2,"most_holders":2,"over_permits":0,' \
+		"$tmp/kinds.jsonl" || fail "semaphore on mem://: not 2 holders at once, or more: $(cat "$tmp/kinds.jsonl")"
+	while IFS= read -r line; do
+		case "$line" in
+		*'"supported":false'*)
+			grep -q '"skipped":"not supported: ' <<<"$line" || fail "a row not supported does not say so: $line" ;;
+		*'"scenario":"semaphore"'*)
+			grep -Eq '"permits":2,"most_holders":[12],"over_permits":0,' <<<"$line" ||
+				fail "semaphore: more holders than permits, or none: $line" ;;
+		*'"scenario":"read-mostly"'*)
+			grep -Eq '"read_ratio":0.90,"most_readers":[1-9][0-9]*,"writer_overlaps":0,"reader_wait_p99_us":[0-9]+,"writer_wait_p99_us":[0-9]+' \
+				<<<"$line" || fail "read-mostly: a writer beside another holder, or no readers: $line" ;;
+		esac
+		grep -q '"ops":0,' <<<"$line" && fail "no operation measured: $line"
+	done <"$tmp/kinds.jsonl"
+	grep -q '"backend":"file",.*"scenario":"read-mostly",.*"supported":true' "$tmp/kinds.jsonl" ||
+		fail "read-mostly on file:// did not run: $(cat "$tmp/kinds.jsonl")"
+	if ! grep -Eq '^semaphore .* most/N$' "$tmp/kinds.txt" || ! grep -Eq '^mem .* 2/2$' "$tmp/kinds.txt"; then
+		fail "semaphore table: no most/N column, or not 2/2 on mem://: $(cat "$tmp/kinds.txt")"
+	fi
+	if ! grep -Eq '^read-mostly .* readers +wr ovl$' "$tmp/kinds.txt" || ! grep -Eq '^file .* 0$' "$tmp/kinds.txt"; then
+		fail "read-mostly table: no readers and wr ovl columns, or overlaps: $(cat "$tmp/kinds.txt")"
+	fi
+else
+	fail "dlock-bench --scenario semaphore --scenario read-mostly exited with an error: $(cat "$tmp/err")"
+fi
+"$bench" --uri mem://x --permits 0 >/dev/null 2>&1 && fail "--permits 0 was accepted"
+"$bench" --uri mem://x --read-ratio 1.5 >/dev/null 2>&1 && fail "--read-ratio 1.5 was accepted"
+if [ -n "${DLOCK_TEST_REDLOCK_URI:-}" ]; then
+	if "$bench" --uri "$DLOCK_TEST_REDLOCK_URI" --scenario semaphore --scenario read-mostly --clients 2 \
+		--duration 300ms --table "$tmp/redlock.txt" >/dev/null 2>"$tmp/err"; then
+		[ "$(grep -c 'not supported: DLOCK_FEATURE_' "$tmp/redlock.txt")" -eq 2 ] ||
+			fail "RedLock: no two 'not supported' rows: $(cat "$tmp/redlock.txt")"
+	else
+		fail "dlock-bench on RedLock failed instead of saying 'not supported': $(cat "$tmp/err")"
+	fi
+else
+	echo "skip - 'not supported' rows on RedLock (DLOCK_TEST_REDLOCK_URI unset)"
 fi
 
 if [ "$failed" -eq 0 ]; then

@@ -326,6 +326,11 @@ static void test_capabilities(void)
 	CU_ASSERT_EQUAL(caps.lease, DLOCK_LEASE_SESSION);
 	CU_ASSERT_EQUAL(caps.wakeup, DLOCK_WAKEUP_NOTIFY);
 	CU_ASSERT_EQUAL(caps.scope, DLOCK_SCOPE_NETWORK);
+	int64_t v = -1;
+	CU_ASSERT_EQUAL(dlock_client_feature(c, DLOCK_FEATURE_SEMAPHORE, &v), DLOCK_OK);
+	CU_ASSERT_EQUAL(v, DLOCK_SEMAPHORE_FIFO);
+	CU_ASSERT_EQUAL(dlock_client_feature(c, DLOCK_FEATURE_PERMIT_FENCING, &v), DLOCK_OK);
+	CU_ASSERT_EQUAL(v, DLOCK_FENCING_NONE);
 	dlock_lock *l = new_lock(c, "caps");
 	CU_ASSERT_EQUAL(acquire(l, 0), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_extend(l, 1000), DLOCK_ENOTSUP);
@@ -1640,6 +1645,392 @@ static void test_rw_mixed_kinds(void)
 	zookeeper_close(zh);
 }
 
+/* ------------------------------------------------------------ semaphores */
+
+static dlock_lock *new_sem(dlock_client *c, const char *name, uint32_t permits)
+{
+	dlock_lock *l = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_semaphore_new(c, name, permits, &l), DLOCK_OK);
+	return l;
+}
+
+/* The "locks" and "leases" children of a semaphore's node. */
+static void sem_paths(const char *parent, char *locks, char *leases, size_t len)
+{
+	snprintf(locks, len, "%s/locks", parent);
+	snprintf(leases, len, "%s/leases", parent);
+}
+
+/* A semaphore contender of N permits in its own client, started once `path` has `children` (its node queued). */
+static void semc_start(struct rwc *w, const char *uri, const char *name, uint32_t permits, zhandle_t *zh,
+                       const char *path, int children, atomic_uint *order)
+{
+	memset(w, 0, sizeof *w);
+	w->role = ROLE_MUTEX; /* exclusive mode, as every permit */
+	w->order = order;
+	w->client = open_client(uri, &w->log);
+	w->lock = new_sem(w->client, name, permits);
+	CU_ASSERT_FATAL(pthread_create(&w->thread, NULL, rwc_main, w) == 0);
+	CU_ASSERT_FATAL(await_count(zh, path, children));
+}
+
+/* The data of node `path` into out (NUL-terminated); 0 if it cannot be read. */
+static int raw_data(zhandle_t *zh, const char *path, char *out, int len)
+{
+	struct Stat st;
+	int n = len - 1;
+	if (zoo_get(zh, path, 0, out, &n, &st) != ZOK || n < 0)
+		return 0;
+	out[n] = '\0';
+	return 1;
+}
+
+/*
+ * N permits across clients, each a lease node named as Curator's
+ * InterProcessSemaphoreV2 names it (leases/_c_GUID-lease-N) with N in its
+ * data; the (N+1)th contender waits, holding the internal mutex
+ * (locks/_c_GUID-lock-N), and gets in when a holder leaves.  Permits get
+ * neither token nor slot; release leaves nothing.
+ */
+static void test_sem_permits(void)
+{
+	enum { N = 3 };
+	char uri[1024], parent[512], locks[600], leases[600], names[N + 1][128], node[2048], data[64];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "permits");
+	sem_paths(parent, locks, leases, sizeof locks);
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	dlock_client *cs[N];
+	dlock_lock *ls[N];
+	for (int i = 0; i < N; i++) {
+		cs[i] = open_client(uri, NULL);
+		ls[i] = new_sem(cs[i], "permits", N);
+		CU_ASSERT_EQUAL_FATAL(acquire(ls[i], i == 0 ? 0 : LONG_WAIT_MS), DLOCK_OK);
+		uint64_t t;
+		uint32_t slot;
+		CU_ASSERT_EQUAL(dlock_lock_fencing_token(ls[i], &t), DLOCK_ENOTSUP);
+		CU_ASSERT_EQUAL(dlock_lock_permit_slot(ls[i], &slot), DLOCK_ENOTSUP);
+		CU_ASSERT_EQUAL(dlock_check(ls[i]), DLOCK_OK);
+	}
+	CU_ASSERT_EQUAL(raw_count(zh, leases), N);
+	CU_ASSERT(raw_count(zh, locks) <= 0); /* the internal mutex is let go once a permit is held */
+	struct rwc w;
+	atomic_uint order = 0;
+	semc_start(&w, uri, "permits", N, zh, leases, N + 1, &order);
+	CU_ASSERT_EQUAL_FATAL(raw_queue(zh, leases, names, N + 1), N + 1);
+	for (int i = 0; i < N + 1; i++) {
+		CU_ASSERT(curator_form(names[i], "lease-"));
+		snprintf(node, sizeof node, "%s/%s", leases, names[i]);
+		CU_ASSERT(raw_data(zh, node, data, sizeof data) && strcmp(data, "dlock:permits=3") == 0);
+	}
+	char lock_node[1024];
+	CU_ASSERT_FATAL(raw_only_child(zh, locks, lock_node, sizeof lock_node));
+	CU_ASSERT(curator_form(strrchr(lock_node, '/') + 1, "lock-"));
+	CU_ASSERT(raw_data(zh, lock_node, data, sizeof data) && strcmp(data, "dlock:permits=3") == 0);
+	CU_ASSERT(dlock_test_await(rwc_waiting, &w, AWAIT_MS));
+	CU_ASSERT(!rwc_held(&w));
+	CU_ASSERT_EQUAL(dlock_release(ls[1]), DLOCK_OK);
+	CU_ASSERT(dlock_test_await(rwc_held, &w, AWAIT_MS));
+	CU_ASSERT(await_count(zh, locks, 0) || raw_count(zh, locks) < 0);
+	CU_ASSERT_EQUAL(raw_count(zh, leases), N);
+	CU_ASSERT_EQUAL(w.token_st, DLOCK_ENOTSUP);
+	rwc_finish(&w);
+	for (int i = 0; i < N; i++) {
+		if (i != 1)
+			CU_ASSERT_EQUAL(dlock_release(ls[i]), DLOCK_OK);
+		dlock_lock_free(ls[i]);
+		CU_ASSERT_EQUAL(dlock_client_close(cs[i]), DLOCK_OK);
+	}
+	CU_ASSERT(raw_count(zh, leases) <= 0);
+	zookeeper_close(zh);
+}
+
+/*
+ * Waiters get permits in the order they asked (Curator's internal mutex):
+ * the first holds the mutex and waits for the leases to change, the others
+ * queue for the mutex.  Each is let in by the previous one's release.
+ */
+static void test_sem_fifo(void)
+{
+	enum { W = 4 };
+	char uri[1024], parent[512], locks[600], leases[600];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "semfifo");
+	sem_paths(parent, locks, leases, sizeof locks);
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	dlock_client *h = open_client(uri, NULL);
+	dlock_lock *held = new_sem(h, "semfifo", 1);
+	CU_ASSERT_EQUAL_FATAL(acquire(held, 0), DLOCK_OK);
+	struct rwc ws[W];
+	atomic_uint order = 0;
+	for (int i = 0; i < W; i++)
+		semc_start(&ws[i], uri, "semfifo", 1, zh, locks, i + 1, &order);
+	CU_ASSERT_EQUAL(raw_count(zh, leases), 2); /* the holder's and the first waiter's */
+	CU_ASSERT_EQUAL(dlock_release(held), DLOCK_OK);
+	for (int i = 0; i < W; i++) {
+		CU_ASSERT(dlock_test_await(rwc_held, &ws[i], AWAIT_MS));
+		for (int j = i + 1; j < W; j++)
+			CU_ASSERT(!rwc_held(&ws[j]));
+		atomic_store(&ws[i].go, 1);
+	}
+	for (int i = 0; i < W; i++) {
+		rwc_finish(&ws[i]);
+		CU_ASSERT_EQUAL(ws[i].ticket, (unsigned)i);
+	}
+	CU_ASSERT(raw_count(zh, leases) <= 0);
+	CU_ASSERT(raw_count(zh, locks) <= 0);
+	dlock_lock_free(held);
+	CU_ASSERT_EQUAL(dlock_client_close(h), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
+/* Two handles of one client: with N = 1 the second waits for the first; with N = 2 both hold, two leases. */
+static void test_sem_one_client(void)
+{
+	char uri[1024], parent[512], locks[600], leases[600];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "oneclient");
+	sem_paths(parent, locks, leases, sizeof locks);
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	dlock_client *c = open_client(uri, NULL);
+	dlock_lock *a = new_sem(c, "oneclient", 1), *b = new_sem(c, "oneclient", 1);
+	CU_ASSERT_EQUAL_FATAL(acquire(a, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(b, 0), DLOCK_EBUSY);
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, b, LONG_WAIT_MS, 0);
+	dlock_test_sleep_ms(300);
+	CU_ASSERT(!atomic_load(&w.done));
+	CU_ASSERT_EQUAL(raw_count(zh, leases), 1);
+	CU_ASSERT_EQUAL(dlock_release(a), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, AWAIT_MS), DLOCK_OK);
+	CU_ASSERT_EQUAL(raw_count(zh, leases), 1);
+	CU_ASSERT_EQUAL(dlock_release(b), DLOCK_OK);
+	dlock_lock_free(a);
+	dlock_lock_free(b);
+
+	a = new_sem(c, "oneclient", 2);
+	b = new_sem(c, "oneclient", 2);
+	dlock_lock *third = new_sem(c, "oneclient", 2);
+	CU_ASSERT_EQUAL(acquire(a, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(b, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(raw_count(zh, leases), 2);
+	dlock_test_waiter_start(&w, third, 200, 0); /* another thread: this one holds all N */
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, AWAIT_MS), DLOCK_ETIMEDOUT);
+	CU_ASSERT_EQUAL(dlock_release(a), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(third, LONG_WAIT_MS), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(b), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(third), DLOCK_OK);
+	CU_ASSERT(raw_count(zh, leases) <= 0);
+	dlock_lock_free(a);
+	dlock_lock_free(b);
+	dlock_lock_free(third);
+	CU_ASSERT_EQUAL(dlock_client_close(c), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
+/*
+ * A client whose session is closed from outside loses both its permits
+ * (each reported once) and frees them: another client's waiter gets in,
+ * and the lost handles' release is ENOTHELD.
+ */
+static void test_sem_session_expiry(void)
+{
+	char uri[1024], parent[512], locks[600], leases[600];
+	fresh_base(uri, sizeof uri, "session_timeout=4s", parent, sizeof parent, "semexpired");
+	sem_paths(parent, locks, leases, sizeof locks);
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	dlock_client *h = open_client(uri, NULL);
+	dlock_lock *l1 = new_sem(h, "semexpired", 2), *l2 = new_sem(h, "semexpired", 2);
+	struct lost_rec r1 = { 0 }, r2 = { 0 };
+	CU_ASSERT_EQUAL_FATAL(acquire_watched(l1, 0, &r1), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(acquire_watched(l2, 0, &r2), DLOCK_OK);
+	struct rwc w;
+	atomic_uint order = 0;
+	semc_start(&w, uri, "semexpired", 2, zh, leases, 3, &order);
+	expire_from_outside(h, &r1);
+	CU_ASSERT(dlock_test_await(lost_called, &r2, AWAIT_MS));
+	CU_ASSERT(dlock_test_await(rwc_held, &w, AWAIT_MS));
+	CU_ASSERT(await_count(zh, leases, 1));
+	CU_ASSERT_EQUAL(dlock_check(l1), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(dlock_release(l1), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(dlock_release(l2), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(atomic_load(&r1.calls), 1);
+	CU_ASSERT_EQUAL(atomic_load(&r2.calls), 1);
+	/* The client's next session serves its handles again, beside the other holder. */
+	CU_ASSERT_EQUAL(acquire(l1, LONG_WAIT_MS), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(l2, 0), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(dlock_release(l1), DLOCK_OK);
+	rwc_finish(&w);
+	dlock_lock_free(l1);
+	dlock_lock_free(l2);
+	CU_ASSERT_EQUAL(dlock_client_close(h), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
+/* 1 if the client's last message names both numbers, as "of A permits, not B". */
+static int names_both(dlock_client *c, unsigned a, unsigned b)
+{
+	char want[64];
+	snprintf(want, sizeof want, "of %u permits, not %u", a, b);
+	const char *msg = dlock_client_errmsg(c);
+	if (!strstr(msg, want))
+		printf("\n    message \"%s\"", msg);
+	return strstr(msg, want) != NULL;
+}
+
+/*
+ * All clients agree on N: another N is refused (DLOCK_EKIND, naming both)
+ * against the holders' leases, and against a waiter queued for the
+ * internal mutex, and leaves no node.  A lease node of Curator's (its data
+ * the creator's address) counts as a permit but says no N.  Once nobody
+ * holds or waits, a new N applies.
+ */
+static void test_sem_n_mismatch(void)
+{
+	char uri[1024], parent[512], locks[600], leases[600], curator[1024], made[1024];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "semn");
+	sem_paths(parent, locks, leases, sizeof locks);
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	dlock_client *a = open_client(uri, NULL), *b = open_client(uri, NULL);
+	dlock_lock *held = new_sem(a, "semn", 2), *four = new_sem(b, "semn", 4);
+	CU_ASSERT_EQUAL_FATAL(acquire(held, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(four, 0), DLOCK_EKIND);
+	CU_ASSERT(names_both(b, 2, 4));
+	CU_ASSERT_EQUAL(acquire(four, LONG_WAIT_MS), DLOCK_EKIND);
+	CU_ASSERT(names_both(b, 2, 4));
+	CU_ASSERT_EQUAL(raw_count(zh, leases), 1);
+	CU_ASSERT(raw_count(zh, locks) <= 0);
+
+	/* Full, with a waiter holding the internal mutex and one queued behind it: refused behind them. */
+	dlock_lock *second = new_sem(a, "semn", 2);
+	CU_ASSERT_EQUAL_FATAL(acquire(second, 0), DLOCK_OK);
+	struct rwc w1, w2;
+	atomic_uint order = 0;
+	semc_start(&w1, uri, "semn", 2, zh, leases, 3, &order);
+	semc_start(&w2, uri, "semn", 2, zh, locks, 2, &order);
+	CU_ASSERT_EQUAL(acquire(four, LONG_WAIT_MS), DLOCK_EKIND);
+	CU_ASSERT(names_both(b, 2, 4));
+	CU_ASSERT_EQUAL(raw_count(zh, locks), 2);
+	CU_ASSERT_EQUAL(raw_count(zh, leases), 3);
+	CU_ASSERT_EQUAL(dlock_release(held), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(second), DLOCK_OK);
+	CU_ASSERT(dlock_test_await(rwc_held, &w1, AWAIT_MS) && dlock_test_await(rwc_held, &w2, AWAIT_MS));
+	rwc_finish(&w1);
+	rwc_finish(&w2);
+	CU_ASSERT(raw_count(zh, leases) <= 0);
+
+	/* Nobody holds or waits: N = 4 applies now. */
+	CU_ASSERT_EQUAL(acquire(four, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(held, 0), DLOCK_EKIND);
+	CU_ASSERT(names_both(a, 4, 2));
+	CU_ASSERT_EQUAL(dlock_release(four), DLOCK_OK);
+
+	/* Curator's lease, by hand, with N = 1 here: it takes the one permit, and says no N. */
+	snprintf(curator, sizeof curator, "%s/_c_8eb60557-ba51-40da-87ee-fc47467d3f34-lease-", leases);
+	int rc = ZNONODE;
+	for (int i = 0; i < 3 && rc == ZNONODE; i++) { /* the containers may be reaped meanwhile */
+		zoo_create(zh, parent, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER, NULL, 0);
+		zoo_create(zh, leases, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER, NULL, 0);
+		rc = zoo_create(zh, curator, "127.0.1.1", 9, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, made,
+		                sizeof made);
+	}
+	CU_ASSERT_EQUAL_FATAL(rc, ZOK);
+	dlock_lock *one = new_sem(b, "semn", 1);
+	CU_ASSERT_EQUAL(acquire(one, 0), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(zoo_delete(zh, made, -1), ZOK);
+	CU_ASSERT_EQUAL(acquire(one, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(one), DLOCK_OK);
+	dlock_lock_free(one);
+	dlock_lock_free(held);
+	dlock_lock_free(second);
+	dlock_lock_free(four);
+	CU_ASSERT_EQUAL(dlock_client_close(a), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_client_close(b), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
+/*
+ * One kind per name across clients: a semaphore's permit refuses another
+ * client's mutex and read-write lock, and a mutex or a writer (held, or
+ * waiting) refuses a semaphore, with DLOCK_EKIND and no node left behind.
+ */
+static void test_sem_vs_mutex(void)
+{
+	char uri[1024], parent[512], locks[600], leases[600];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "semkind");
+	sem_paths(parent, locks, leases, sizeof locks);
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	dlock_client *a = open_client(uri, NULL), *b = open_client(uri, NULL);
+	dlock_lock *sem = new_sem(a, "semkind", 2), *m = new_lock(b, "semkind"), *rw = new_rwlock(b, "semkind");
+	CU_ASSERT_EQUAL_FATAL(acquire(sem, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(m, 0), DLOCK_EKIND);
+	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(b), "semaphore"));
+	CU_ASSERT_EQUAL(acquire(m, LONG_WAIT_MS), DLOCK_EKIND);
+	CU_ASSERT_EQUAL(acquire_mode(rw, DLOCK_MODE_SHARED, 0, NULL), DLOCK_EKIND);
+	CU_ASSERT_EQUAL(acquire_mode(rw, DLOCK_MODE_EXCLUSIVE, LONG_WAIT_MS, NULL), DLOCK_EKIND);
+	CU_ASSERT_EQUAL(raw_count(zh, parent), 1); /* "leases" only: no mutex or read-write node left */
+	CU_ASSERT_EQUAL(dlock_release(sem), DLOCK_OK);
+	CU_ASSERT(await_count(zh, leases, 0) || raw_count(zh, leases) < 0);
+
+	CU_ASSERT_EQUAL_FATAL(acquire(m, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(sem, 0), DLOCK_EKIND);
+	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(a), "mutex"));
+	CU_ASSERT_EQUAL(acquire(sem, LONG_WAIT_MS), DLOCK_EKIND);
+	CU_ASSERT(raw_count(zh, leases) <= 0);
+	CU_ASSERT(raw_count(zh, locks) <= 0);
+	CU_ASSERT_EQUAL(dlock_release(m), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(acquire_mode(rw, DLOCK_MODE_SHARED, 0, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(sem, 0), DLOCK_EKIND);
+	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(a), "read-write"));
+	CU_ASSERT_EQUAL(dlock_release(rw), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(sem, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(sem), DLOCK_OK);
+	dlock_lock_free(sem);
+	dlock_lock_free(m);
+	dlock_lock_free(rw);
+	CU_ASSERT_EQUAL(dlock_client_close(a), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_client_close(b), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
+/*
+ * A waiter for a permit gives up on its deadline and on dlock_cancel(),
+ * leaving neither lease nor lock node, and the holders keep theirs; try
+ * once is EBUSY at once.
+ */
+static void test_sem_give_up(void)
+{
+	char uri[1024], parent[512], locks[600], leases[600];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "semgiveup");
+	sem_paths(parent, locks, leases, sizeof locks);
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	dlock_client *a = open_client(uri, NULL), *b = open_client(uri, NULL);
+	dlock_lock *held = new_sem(a, "semgiveup", 1), *other = new_sem(b, "semgiveup", 1);
+	CU_ASSERT_EQUAL_FATAL(acquire(held, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(other, 0), DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(raw_count(zh, leases), 1);
+	int64_t t0 = dlock_test_now_ms();
+	CU_ASSERT_EQUAL(acquire(other, 300), DLOCK_ETIMEDOUT);
+	CU_ASSERT(dlock_test_now_ms() - t0 >= 300 && dlock_test_now_ms() - t0 < 300 + SLACK_MS);
+	CU_ASSERT_EQUAL(raw_count(zh, leases), 1);
+	CU_ASSERT(raw_count(zh, locks) <= 0);
+	struct canceller k = { other, zh, leases, 2 };
+	pthread_t th;
+	CU_ASSERT_FATAL(pthread_create(&th, NULL, cancel_when_queued, &k) == 0);
+	t0 = dlock_test_now_ms();
+	CU_ASSERT_EQUAL(acquire(other, LONG_WAIT_MS), DLOCK_ECANCELED);
+	pthread_join(th, NULL);
+	CU_ASSERT(dlock_test_now_ms() - t0 < AWAIT_MS);
+	CU_ASSERT_EQUAL(raw_count(zh, leases), 1);
+	CU_ASSERT(raw_count(zh, locks) <= 0);
+	CU_ASSERT_EQUAL(dlock_check(held), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(held), DLOCK_OK);
+	CU_ASSERT_EQUAL(acquire(other, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(other), DLOCK_OK);
+	dlock_lock_free(held);
+	dlock_lock_free(other);
+	CU_ASSERT_EQUAL(dlock_client_close(a), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_client_close(b), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
 /* ------------------------------------------------------------ teardown */
 
 /* Threads of this process; the client library runs two per open handle. */
@@ -1707,6 +2098,14 @@ static void add_suites(void)
 	CU_add_test(rw, "a reader behind a waiting writer waits for it", test_rw_reader_behind_writer);
 	CU_add_test(rw, "a read or write lock lost with its session; the other mode gets in", test_rw_lost_on_session_expiry);
 	CU_add_test(rw, "mutex, read-write and Curator's nodes share one queue", test_rw_mixed_kinds);
+	CU_pSuite sem = CU_add_suite("zookeeper semaphore", NULL, NULL);
+	CU_add_test(sem, "N permits across clients, Curator's lease and lock nodes; the next waits", test_sem_permits);
+	CU_add_test(sem, "waiters get permits in FIFO order", test_sem_fifo);
+	CU_add_test(sem, "two permits of one client: N = 1 makes the second wait, N = 2 not", test_sem_one_client);
+	CU_add_test(sem, "a session closed from outside: every permit lost and freed", test_sem_session_expiry);
+	CU_add_test(sem, "another N is EKIND naming both, against holders and queued waiters", test_sem_n_mismatch);
+	CU_add_test(sem, "a semaphore and a mutex or read-write lock refuse each other", test_sem_vs_mutex);
+	CU_add_test(sem, "deadline, cancel and try once leave no node", test_sem_give_up);
 	CU_pSuite t = CU_add_suite("zookeeper teardown", NULL, NULL);
 	CU_add_test(t, "every handle closed: no thread outlives its client", test_every_handle_closed);
 }

@@ -12,6 +12,7 @@ if(DLOCK_BACKEND_ZOOKEEPER)
     ${_zk_dir}/zk_own.c
     ${_zk_dir}/zk_path.c
     ${_zk_dir}/zk_recipe.c
+    ${_zk_dir}/zk_sem.c
     ${_zk_dir}/zk_session.c
     ${_zk_dir}/zk_slot.c)
   # The header declares the synchronous API only for the threaded library

@@ -10,9 +10,11 @@
  *   - the base is /name[/name...] of printable ASCII, never "." or "..",
  *     never under /zookeeper, at most ZK_PATH_MAX / 2 bytes;
  *   - the lock parent is BASE/COMPONENT, one level below the base, and
- *     the longest node path under it fits in ZK_PATH_MAX;
+ *     the longest node path under it (a semaphore's lease) fits in
+ *     ZK_PATH_MAX;
  *   - a child is a lock node exactly when what follows its last "-lock-"
- *     (a mutex), "__READ__" (a reader) or "__WRIT__" (a writer) is the
+ *     (a mutex), "__READ__" (a reader), "__WRIT__" (a writer) or "-lease-"
+ *     (a semaphore's permit) is the
  *     server's "%010d" of a signed 32-bit value (it wraps to negative
  *     numbers), of the kind of that mark (never two), and its sequence
  *     number is that value.
@@ -60,6 +62,10 @@ static void check_paths(const struct zk_config *cfg, const char *name)
 	FUZZ_CHECK(!strchr(comp, '/') && strcmp(comp, ".") != 0 && strcmp(comp, "..") != 0);
 	size_t node = strlen(lk.parent) + 1 + strlen(ZK_NODE_PREFIX) + ZK_GUID_HEX + 1 + strlen(ZK_READ_MARK) + 11;
 	FUZZ_CHECK(node < ZK_PATH_MAX);
+	/* A semaphore's lease node, one level deeper. */
+	node = strlen(lk.parent) + 1 + strlen(ZK_SEM_LEASES) + 1 + strlen(ZK_NODE_PREFIX) + ZK_GUID_HEX +
+	       strlen(ZK_LEASE_MARK) + 11;
+	FUZZ_CHECK(node < ZK_PATH_MAX);
 	free(lk.parent);
 }
 
@@ -82,7 +88,7 @@ static void check_child(const char *child)
 	enum zk_node_kind got = dlock_zk_child_kind(child, &seq);
 	enum zk_node_kind want = ZK_NODE_NONE;
 	const char *tail = NULL;
-	for (int k = ZK_NODE_MUTEX; k <= ZK_NODE_WRITE; k++) {
+	for (int k = ZK_NODE_MUTEX; k <= ZK_NODE_LEASE; k++) {
 		const char *name = dlock_zk_node_mark((enum zk_node_kind)k), *mark = NULL;
 		for (const char *p = strstr(child, name); p; p = strstr(p + 1, name))
 			mark = p;

@@ -108,6 +108,12 @@ static void test_node_kinds(void)
 		{ "__read__0000000001", ZK_NODE_NONE, 0 },
 		{ "514e5a831836450cb1a56c741e990fd8__lock__0000000032", ZK_NODE_NONE, 0 }, /* kazoo's: not in our queue */
 		{ "__READ__0000000001x", ZK_NODE_NONE, 0 },
+		{ "_c_8eb60557-ba51-40da-87ee-fc47467d3f34-lease-0000000034", ZK_NODE_LEASE, 34 },
+		{ "x-lock-lease-0000000001", ZK_NODE_LEASE, 1 },
+		{ "x-lease-lock-0000000001", ZK_NODE_MUTEX, 1 },
+		{ "lease-0000000001", ZK_NODE_NONE, 0 },
+		{ "leases", ZK_NODE_NONE, 0 },
+		{ "locks", ZK_NODE_NONE, 0 },
 	};
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
 		int32_t seq = 7;
@@ -126,6 +132,33 @@ static void test_node_kinds(void)
 	CU_ASSERT(dlock_zk_child_has_guid(name, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"));
 	CU_ASSERT(!dlock_zk_child_has_guid(name, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab"));
 	CU_ASSERT_PTR_NULL(dlock_zk_node_mark(ZK_NODE_NONE));
+	kind_node(name, sizeof name, 'a', ZK_NODE_LEASE, "0000000005");
+	CU_ASSERT_STRING_EQUAL(name, "_c_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-lease-0000000005");
+	/* A lease node is never in a lock queue. */
+	char *kids[] = { name };
+	int32_t pred = 7;
+	CU_ASSERT_EQUAL(dlock_zk_queue_place(kids, 1, name, "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", &pred), 0);
+}
+
+/* A semaphore's N in its nodes' data: exactly "dlock:permits=N", N 1..DLOCK_PERMITS_MAX; anything else says none. */
+static void test_permits_data(void)
+{
+	char buf[ZK_PERMITS_DATA_MAX];
+	uint32_t n = 0;
+	int len = dlock_zk_permits_format(3, buf);
+	CU_ASSERT_STRING_EQUAL(buf, "dlock:permits=3");
+	CU_ASSERT(dlock_zk_permits_parse(buf, len, &n) && n == 3);
+	len = dlock_zk_permits_format(DLOCK_PERMITS_MAX, buf);
+	CU_ASSERT(dlock_zk_permits_parse(buf, len, &n) && n == DLOCK_PERMITS_MAX);
+	static const char *bad[] = { "dlock:permits=0", "dlock:permits=01", "dlock:permits=1025", "dlock:permits=",
+		                     "dlock:permits=12345", "dlock:permits=3x", "dlock:permits= 3", "127.0.1.1",
+		                     "permits=3", "DLOCK:permits=3", "" };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		n = 7;
+		CU_ASSERT(!dlock_zk_permits_parse(bad[i], (int)strlen(bad[i]), &n) && n == 7);
+	}
+	CU_ASSERT(!dlock_zk_permits_parse(NULL, -1, &n)); /* a node without data */
+	CU_ASSERT(!dlock_zk_permits_parse("dlock:permits=3", 14, &n)); /* cut short */
 }
 
 /*
@@ -184,6 +217,7 @@ static void add_suites(void)
 	CU_add_test(s, "sequence numbers past 2^31: negative forms, serial order", test_seq_wrap);
 	CU_add_test(s, "node kinds: Curator's names, ours, and others", test_node_kinds);
 	CU_add_test(s, "the node each kind waits for, in a mixed queue", test_queue_kinds);
+	CU_add_test(s, "a semaphore's N in its nodes' data", test_permits_data);
 }
 
 int main(void)

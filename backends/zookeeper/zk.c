@@ -13,7 +13,14 @@
  * Read-write locks (Curator's InterProcessReadWriteLock, zk_recipe.c):
  * writer-first in queue order, readers get no fencing token, and mutexes
  * and read-write locks of one name share one queue, so they exclude each
- * other and no kind check is needed across clients.
+ * other and no kind check is needed between them across clients.
+ *
+ * Semaphores (Curator's InterProcessSemaphoreV2, zk_sem.c): FIFO (an
+ * internal mutex queues the acquirers), a permit per lease node with
+ * neither slot nor fencing token, N compared through the nodes' data.  A
+ * semaphore's nodes sit in other directories than the mutex's queue, so
+ * the kinds are checked: each acquirer, once its node is made, looks for
+ * the other kind's nodes and refuses the name (DLOCK_EKIND).
  *
  * Descriptors: libzookeeper_mt 3.8 as built by Debian opens its socket and
  * its wake-up pipe without close-on-exec, and gives no way to reach them;
@@ -95,15 +102,21 @@ static int zk_knows_param(const char *key)
 	return strcmp(key, "session_timeout") == 0;
 }
 
-/* Mutexes and read-write locks, in one queue per name (see the top of the file). */
+/* Mutexes and read-write locks in one queue per name, semaphores beside it (see the top of the file). */
 static void zk_kind_capabilities(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps)
 {
 	(void)backend;
-	caps->supported = kind == DLOCK_KIND_MUTEX || kind == DLOCK_KIND_RWLOCK;
+	caps->supported = kind == DLOCK_KIND_MUTEX || kind == DLOCK_KIND_RWLOCK || kind == DLOCK_KIND_SEMAPHORE;
 	caps->kind_checked = 0;
 	if (kind == DLOCK_KIND_RWLOCK) {
 		caps->policy = DLOCK_RWLOCK_WRITER_FIRST;
 		caps->read_fencing = DLOCK_FENCING_NONE;
+	}
+	if (kind == DLOCK_KIND_SEMAPHORE) {
+		caps->order = DLOCK_SEMAPHORE_FIFO;
+		caps->slots = 0;
+		caps->read_fencing = DLOCK_FENCING_NONE;
+		caps->kind_checked = 1; /* refused against a mutex or read-write lock of the name */
 	}
 }
 
@@ -113,6 +126,7 @@ static dlock_status zk_lock_init_kind(void *backend, void *lkp, const char *name
 	struct zk_client *c = backend;
 	struct zk_lock *lk = lkp;
 	lk->kind = spec->kind;
+	lk->permits = spec->permits;
 	dlock_status st = dlock_zk_lock_paths(&c->cfg, lk, name, len, err);
 	if (st != DLOCK_OK)
 		return st;

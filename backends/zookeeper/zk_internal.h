@@ -12,6 +12,7 @@
  *   zk_slot.c     watch contexts that wake a waiting acquire
  *   zk_own.c      the watch on our own node: a deleted node is a lost lock
  *   zk_recipe.c   the lock recipes (mutex, read-write): protected create, queue, blocker watch
+ *   zk_sem.c      the semaphore recipe: an internal mutex, then a lease node counted among the leases
  *   zk_hold.c     held locks: release, check, loss reports
  *
  * Locking: one mutex per client (`mu`) guards every field marked "mu".  It
@@ -37,7 +38,9 @@
  * Node names, as Apache Curator's recipes write them: "_c_" + 32 hex digits
  * of a per-acquisition GUID + "-" + the recipe's lock name (+ 10 digits from
  * the server): "lock-" for a mutex (InterProcessMutex), "__READ__" for a
- * reader and "__WRIT__" for a writer (InterProcessReadWriteLock).  The kind
+ * reader and "__WRIT__" for a writer (InterProcessReadWriteLock), "lease-"
+ * for a semaphore's permit (InterProcessSemaphoreV2, in the name's
+ * "leases" child; its internal mutex's "lock-" nodes in "locks").  The kind
  * of a node is told by the mark just before its number.
  */
 #define ZK_GUID_HEX 32
@@ -45,6 +48,12 @@
 #define ZK_NODE_MARK "-lock-"
 #define ZK_READ_MARK "__READ__"
 #define ZK_WRITE_MARK "__WRIT__"
+#define ZK_LEASE_MARK "-lease-"
+#define ZK_SEM_LOCKS "locks"   /* child of a semaphore's node: its internal mutex's queue */
+#define ZK_SEM_LEASES "leases" /* child of a semaphore's node: one lease node per permit held or awaited */
+/* Data of a semaphore's lock and lease nodes: "dlock:permits=" + N in decimal (zk_path.c). */
+#define ZK_PERMITS_DATA "dlock:permits="
+#define ZK_PERMITS_DATA_MAX 32
 #define ZK_PATH_MAX 2048
 
 /* Kinds of node in a lock's queue. */
@@ -52,7 +61,8 @@ enum zk_node_kind {
 	ZK_NODE_NONE = 0,  /* not a lock node: not in the queue */
 	ZK_NODE_MUTEX = 1, /* "-lock-": exclusive */
 	ZK_NODE_READ = 2,  /* "__READ__": shared */
-	ZK_NODE_WRITE = 3  /* "__WRIT__": exclusive */
+	ZK_NODE_WRITE = 3, /* "__WRIT__": exclusive */
+	ZK_NODE_LEASE = 4  /* "-lease-": a semaphore's permit, in its "leases" child; never in a queue */
 };
 
 /* ------------------------------------------------------------ config */
@@ -189,7 +199,8 @@ void dlock_zk_slots_free(struct zk_client *c);
 struct zk_lock {
 	char *parent;            /* base + "/" + escaped name */
 	struct zk_slot *slot;
-	dlock_lock_kind kind;    /* mutex or read-write lock, for the handle's life */
+	dlock_lock_kind kind;    /* mutex, read-write lock or semaphore, for the handle's life */
+	uint32_t permits;        /* a semaphore's N (1 for the other kinds) */
 	/* The current acquisition (while acquiring or held). */
 	char node[ZK_PATH_MAX];  /* our node's full path */
 	int64_t czxid;           /* the fencing token */
@@ -206,7 +217,11 @@ dlock_status dlock_zk_lock_paths(const struct zk_config *cfg, struct zk_lock *lk
 struct ACL_vector *dlock_zk_acl(const struct zk_client *c);
 /* Create the base path's missing components (persistent).  Returns a ZooKeeper code. */
 int dlock_zk_ensure_base(struct zk_session *s);
-/* Create the lock's parent (a container), and the base if needed.  Returns a ZooKeeper code. */
+/*
+ * Create `parent` (a container) and whatever it needs below the base: the
+ * lock's node, and for a semaphore its "locks" or "leases" child under it
+ * (containers too), and the base.  Returns a ZooKeeper code.
+ */
 int dlock_zk_ensure_parent(struct zk_session *s, const char *parent);
 /*
  * Kind and sequence number of a child: a mark (ZK_NODE_MARK, ZK_READ_MARK,
@@ -217,7 +232,7 @@ int dlock_zk_ensure_parent(struct zk_session *s, const char *parent);
 enum zk_node_kind dlock_zk_child_kind(const char *child, int32_t *seq);
 /* The same, 1 for a lock node of any kind, 0 otherwise. */
 int dlock_zk_child_seq(const char *child, int32_t *seq);
-/* The mark of a kind of node ("-lock-", "__READ__", "__WRIT__"); NULL for ZK_NODE_NONE. */
+/* The mark of a kind of node ("-lock-", "__READ__", "__WRIT__", "-lease-"); NULL for ZK_NODE_NONE. */
 const char *dlock_zk_node_mark(enum zk_node_kind kind);
 /* 1 if sequence number `a` was given before `b`, across the counter's wrap. */
 int dlock_zk_seq_before(int32_t a, int32_t b);
@@ -227,10 +242,19 @@ int dlock_zk_seq_before(int32_t a, int32_t b);
  * (-1: none, the lock is ours); 0 if it is gone.  That node is the nearest
  * one before ours that ours cannot be held beside: for a mutex or a writer,
  * the lock node just before it, of any kind; for a reader, the nearest
- * mutex or writer node before it.  Names that are not lock nodes, and other
- * nodes with our GUID (duplicates), are not in the queue.
+ * mutex or writer node before it.  Names that are not lock nodes (lease
+ * nodes included), and other nodes with our GUID (duplicates), are not in
+ * the queue.
  */
 int dlock_zk_queue_place(char *const *kids, int32_t n, const char *own, const char *guid, int32_t *pred);
+/* The data of a semaphore's nodes for N permits into buf (ZK_PERMITS_DATA_MAX bytes); its length. */
+int dlock_zk_permits_format(uint32_t permits, char *buf);
+/*
+ * N from the data of a node: 1 and *permits for exactly ZK_PERMITS_DATA + a
+ * decimal 1..DLOCK_PERMITS_MAX without leading zeros; 0 for anything else
+ * (a node of Curator's, whose data is the creator's address or the user's).
+ */
+int dlock_zk_permits_parse(const char *data, int len, uint32_t *permits);
 /* 1 if `child` carries the GUID `guid` (ZK_GUID_HEX hex digits) in our protected form "_c_GUID-". */
 int dlock_zk_child_has_guid(const char *child, const char *guid);
 
@@ -260,6 +284,41 @@ int dlock_zk_rc_answered(int rc);
 dlock_status dlock_zk_fail(dlock_error *err, int rc, const char *what);
 
 /* ------------------------------------------------------------ recipe, holds */
+
+/* One attempt to acquire, on one session (zk_recipe.c, zk_sem.c). */
+struct zk_attempt {
+	struct zk_client *c;
+	struct zk_session *s;
+	struct zk_lock *lk;
+	dlock_wait *w;
+	dlock_error *err;
+	char guid[ZK_GUID_HEX + 1];
+	enum zk_node_kind kind;  /* of the node we create now: mutex, reader, writer or lease */
+	const char *parent;      /* where it goes: lk->parent, or a semaphore's "locks" or "leases" child */
+	const char *data;        /* its data, or NULL */
+	int datalen;
+	int check_leases;        /* a mutex or read-write node: refuse a name in use as a semaphore */
+	int sem_queue;           /* a semaphore's internal mutex: refuse a node ahead with another N */
+	const char *own;         /* our node's name: the last component of lk->node */
+	int again;               /* the session died or our node vanished: start over */
+};
+
+/* rc, after noting that the server answered a request sent at `sent` (the session lived then). */
+int dlock_zk_answered(struct zk_attempt *a, int rc, int64_t sent);
+/* A ZooKeeper code that ends this attempt: set `again` (session gone) or an error. */
+dlock_status dlock_zk_attempt_failed(struct zk_attempt *a, int rc, const char *what);
+/* After a connection error: 1 to retry the call, 0 when the session died (again is set). */
+int dlock_zk_reconnected(struct zk_attempt *a);
+/* A fresh GUID for the next node. */
+dlock_status dlock_zk_new_guid(struct zk_attempt *a);
+/* Create a->parent/_c_GUID-MARK as ephemeral sequential into lk->node, across lost answers. */
+dlock_status dlock_zk_protected_create(struct zk_attempt *a);
+/* Wait in a->parent's queue until our node leads (mutex recipe); EBUSY for try-once, EKIND. */
+dlock_status dlock_zk_queue_wait(struct zk_attempt *a);
+/* Delete our node (lk->node) after failure `st`; returns the status to report. */
+dlock_status dlock_zk_give_up(struct zk_attempt *a, dlock_status st);
+/* The semaphore's attempt (zk_sem.c): same contract as the mutex's. */
+dlock_status dlock_zk_sem_attempt(struct zk_attempt *a, dlock_acquired *out);
 
 dlock_status dlock_zk_acquire(struct zk_client *c, struct zk_lock *lk, dlock_wait *w, dlock_acquired *out,
                               dlock_error *err);

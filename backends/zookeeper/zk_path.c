@@ -10,6 +10,18 @@
  *   BASE/NAME/_c_GUID-__READ__N, _c_GUID-__WRIT__N
  *                             the same for a reader and a writer of a
  *                             read-write lock, in the same queue
+ *   BASE/NAME/locks/_c_GUID-lock-N
+ *                             a semaphore's internal mutex (zk_sem.c)
+ *   BASE/NAME/leases/_c_GUID-lease-N
+ *                             one per permit held or awaited; "locks" and
+ *                             "leases" are containers, as Curator's
+ *                             InterProcessSemaphoreV2 lays them out
+ *
+ * A semaphore's lock and lease nodes carry "dlock:permits=N" (ASCII, no
+ * NUL) as data: the N its client uses, which the next acquirers compare
+ * with theirs.  Curator writes the creator's address or the user's bytes
+ * there and never reads them back, so it is not disturbed; a node whose
+ * data is not exactly that form (Curator's own) is not compared.
  *
  * ACLs: ZooKeeper checks the permission to delete a node on its parent.
  * With credentials, the base path, every parent and every lock node are
@@ -77,14 +89,27 @@ int dlock_zk_ensure_base(struct zk_session *s)
 }
 
 /* The parent is a container: the server removes it some time after its
- * last child is gone, so a later create may find it missing again. */
+ * last child is gone, so a later create may find it missing again.  A
+ * semaphore's "locks" and "leases" sit one level deeper, under the lock's
+ * node: what is above them is made first, from the base down. */
 int dlock_zk_ensure_parent(struct zk_session *s, const char *parent)
 {
 	int rc = create_node(s, parent, ZOO_CONTAINER);
-	if (rc == ZNONODE) {
-		rc = dlock_zk_ensure_base(s);
-		if (rc == ZOK)
-			rc = create_node(s, parent, ZOO_CONTAINER);
+	if (rc != ZNONODE)
+		return rc;
+	rc = dlock_zk_ensure_base(s);
+	const char *base = s->c->cfg.base;
+	size_t blen = strlen(base), plen = strlen(parent);
+	char path[ZK_PATH_MAX];
+	if (plen >= sizeof path || plen <= blen || strncmp(parent, base, blen) != 0 || parent[blen] != '/')
+		return rc == ZOK ? create_node(s, parent, ZOO_CONTAINER) : rc;
+	/* Each container from the base down to `parent`. */
+	for (size_t i = blen + 1; rc == ZOK && i <= plen; i++) {
+		if (parent[i] != '/' && parent[i] != '\0')
+			continue;
+		memcpy(path, parent, i);
+		path[i] = '\0';
+		rc = create_node(s, path, ZOO_CONTAINER);
 	}
 	return rc;
 }
@@ -127,6 +152,7 @@ const char *dlock_zk_node_mark(enum zk_node_kind kind)
 	case ZK_NODE_MUTEX: return ZK_NODE_MARK;
 	case ZK_NODE_READ: return ZK_READ_MARK;
 	case ZK_NODE_WRITE: return ZK_WRITE_MARK;
+	case ZK_NODE_LEASE: return ZK_LEASE_MARK;
 	case ZK_NODE_NONE: break;
 	}
 	return NULL;
@@ -135,11 +161,12 @@ const char *dlock_zk_node_mark(enum zk_node_kind kind)
 /*
  * The number follows the last occurrence of its mark.  A name can end in a
  * mark and a number for one mark at most: a number has no letters, so the
- * last letter of the name would be the mark's last letter, 'k', 'D' or 'T'.
+ * last letter of the name would be the mark's last letter, 'k', 'D', 'T' or
+ * 'e'.
  */
 enum zk_node_kind dlock_zk_child_kind(const char *child, int32_t *seq)
 {
-	for (int k = ZK_NODE_MUTEX; k <= ZK_NODE_WRITE; k++) {
+	for (int k = ZK_NODE_MUTEX; k <= ZK_NODE_LEASE; k++) {
 		const char *name = dlock_zk_node_mark((enum zk_node_kind)k), *mark = NULL;
 		for (const char *p = strstr(child, name); p; p = strstr(p + 1, name))
 			mark = p;
@@ -174,12 +201,12 @@ int dlock_zk_queue_place(char *const *kids, int32_t n, const char *own, const ch
 	int found = 0;
 	*pred = -1;
 	enum zk_node_kind ours = dlock_zk_child_kind(own, &mine);
-	if (ours == ZK_NODE_NONE)
+	if (ours == ZK_NODE_NONE || ours == ZK_NODE_LEASE)
 		return 0;
 	for (int32_t i = 0; i < n; i++) {
 		int32_t seq;
 		enum zk_node_kind k = dlock_zk_child_kind(kids[i], &seq);
-		if (k == ZK_NODE_NONE)
+		if (k == ZK_NODE_NONE || k == ZK_NODE_LEASE)
 			continue; /* not a lock node: not in the queue */
 		if (strcmp(kids[i], own) == 0)
 			found = 1;
@@ -199,4 +226,27 @@ int dlock_zk_child_has_guid(const char *child, const char *guid)
 	size_t pre = strlen(ZK_NODE_PREFIX);
 	return strncmp(child, ZK_NODE_PREFIX, pre) == 0 && strncmp(child + pre, guid, ZK_GUID_HEX) == 0 &&
 	       child[pre + ZK_GUID_HEX] == '-';
+}
+
+int dlock_zk_permits_format(uint32_t permits, char *buf)
+{
+	return snprintf(buf, ZK_PERMITS_DATA_MAX, ZK_PERMITS_DATA "%lu", (unsigned long)permits);
+}
+
+int dlock_zk_permits_parse(const char *data, int len, uint32_t *permits)
+{
+	size_t pre = strlen(ZK_PERMITS_DATA);
+	if (!data || len <= (int)pre || len > (int)pre + 4 || memcmp(data, ZK_PERMITS_DATA, pre) != 0 ||
+	    data[pre] == '0')
+		return 0;
+	uint32_t v = 0;
+	for (int i = (int)pre; i < len; i++) {
+		if (data[i] < '0' || data[i] > '9')
+			return 0;
+		v = v * 10 + (uint32_t)(data[i] - '0');
+	}
+	if (v > DLOCK_PERMITS_MAX)
+		return 0;
+	*permits = v;
+	return 1;
 }

@@ -1,6 +1,7 @@
 /*
  * The lock recipes, as Apache Curator's InterProcessMutex and
- * InterProcessReadWriteLock do them, in one queue per name:
+ * InterProcessReadWriteLock do them, in one queue per name (the
+ * semaphore's internal mutex is this recipe too, in its "locks" child):
  *
  *   1. Create PARENT/_c_GUID-lock- (a mutex), PARENT/_c_GUID-__WRIT__ (a
  *      writer) or PARENT/_c_GUID-__READ__ (a reader) as
@@ -25,7 +26,10 @@
  * writer starves: DLOCK_RWLOCK_WRITER_FIRST).  A mutex node counts as a
  * writer and the mutex recipe sees readers and writers, so a name used as
  * a mutex by one client and as a read-write lock by another is still
- * exclusive: the kinds need no refusal across clients.
+ * exclusive: these kinds need no refusal across clients.  A semaphore's
+ * nodes are elsewhere (zk_sem.c): the first look at the queue that shows
+ * a "leases" child lists it, and a lease node there refuses the name
+ * (DLOCK_EKIND); the semaphore looks for our nodes after making its own.
  *   3. Give up (deadline, cancel, try-once) by deleting our node with the
  *      version it was created with.
  *
@@ -49,27 +53,14 @@
 
 #include "zk_internal.h"
 
-struct attempt {
-	struct zk_client *c;
-	struct zk_session *s;
-	struct zk_lock *lk;
-	dlock_wait *w;
-	dlock_error *err;
-	char guid[ZK_GUID_HEX + 1];
-	enum zk_node_kind kind; /* of our node: mutex, reader or writer */
-	const char *own; /* our node's name: the last component of lk->node */
-	int again;       /* the session died or our node vanished: start over */
-};
-
-static int answered(struct attempt *a, int rc, int64_t sent)
+int dlock_zk_answered(struct zk_attempt *a, int rc, int64_t sent)
 {
 	if (dlock_zk_rc_answered(rc))
 		dlock_zk_session_answered(a->s, sent);
 	return rc;
 }
 
-/* A ZooKeeper code that ends this attempt: set `again` or an error. */
-static dlock_status attempt_failed(struct attempt *a, int rc, const char *what)
+dlock_status dlock_zk_attempt_failed(struct zk_attempt *a, int rc, const char *what)
 {
 	if (dlock_zk_rc_session_gone(rc)) {
 		a->again = 1;
@@ -78,8 +69,7 @@ static dlock_status attempt_failed(struct attempt *a, int rc, const char *what)
 	return dlock_zk_fail(a->err, rc, what);
 }
 
-/* After a connection error: 1 to retry the call, 0 when the session died (again is set). */
-static int reconnected(struct attempt *a)
+int dlock_zk_reconnected(struct zk_attempt *a)
 {
 	if (dlock_zk_session_await(a->s, 1))
 		return 1;
@@ -87,14 +77,23 @@ static int reconnected(struct attempt *a)
 	return 0;
 }
 
+dlock_status dlock_zk_new_guid(struct zk_attempt *a)
+{
+	unsigned char raw[ZK_GUID_HEX / 2];
+	if (dlock_random_bytes(raw, sizeof raw) != DLOCK_OK)
+		return dlock_error_set(a->err, DLOCK_EIO, "zk://: no random bytes for the node's GUID");
+	dlock_hex(raw, sizeof raw, a->guid);
+	return DLOCK_OK;
+}
+
 /* ------------------------------------------------------------ create */
 
-static int adopt(struct attempt *a, const char *child)
+static int adopt(struct zk_attempt *a, const char *child)
 {
 	struct Stat st;
-	snprintf(a->lk->node, sizeof a->lk->node, "%s/%s", a->lk->parent, child);
+	snprintf(a->lk->node, sizeof a->lk->node, "%s/%s", a->parent, child);
 	int64_t sent = dlock_monotonic_ns();
-	int rc = answered(a, zoo_exists(a->s->zh, a->lk->node, 0, &st), sent);
+	int rc = dlock_zk_answered(a, zoo_exists(a->s->zh, a->lk->node, 0, &st), sent);
 	if (rc == ZOK) {
 		a->lk->czxid = st.czxid;
 		a->lk->version = st.version;
@@ -103,11 +102,11 @@ static int adopt(struct attempt *a, const char *child)
 }
 
 /* Did a create whose answer was lost make our node?  ZOK with *found set or not. */
-static int find_by_guid(struct attempt *a, int *found)
+static int find_by_guid(struct zk_attempt *a, int *found)
 {
 	struct String_vector kids = { 0, NULL };
 	int64_t sent = dlock_monotonic_ns();
-	int rc = answered(a, zoo_get_children(a->s->zh, a->lk->parent, 0, &kids), sent);
+	int rc = dlock_zk_answered(a, zoo_get_children(a->s->zh, a->parent, 0, &kids), sent);
 	*found = 0;
 	if (rc == ZNONODE)
 		return ZOK;
@@ -124,26 +123,29 @@ static int find_by_guid(struct attempt *a, int *found)
 	return rc;
 }
 
-static dlock_status protected_create(struct attempt *a)
+dlock_status dlock_zk_protected_create(struct zk_attempt *a)
 {
 	char prefix[ZK_PATH_MAX];
 	const char *mark = dlock_zk_node_mark(a->kind);
-	snprintf(prefix, sizeof prefix, "%s/" ZK_NODE_PREFIX "%s%s%s", a->lk->parent, a->guid, mark[0] == '-' ? "" : "-",
+	snprintf(prefix, sizeof prefix, "%s/" ZK_NODE_PREFIX "%s%s%s", a->parent, a->guid, mark[0] == '-' ? "" : "-",
 	         mark);
 	for (int tries = 0; tries < 20; tries++) {
 		struct Stat st;
 		int64_t sent = dlock_monotonic_ns();
-		int rc = answered(a, zoo_create2(a->s->zh, prefix, NULL, -1, dlock_zk_acl(a->c), ZOO_EPHEMERAL_SEQUENTIAL,
-		                                 a->lk->node, sizeof a->lk->node, &st), sent);
+		int rc = dlock_zk_answered(a,
+		                           zoo_create2(a->s->zh, prefix, a->data, a->data ? a->datalen : -1,
+		                                       dlock_zk_acl(a->c), ZOO_EPHEMERAL_SEQUENTIAL, a->lk->node,
+		                                       sizeof a->lk->node, &st),
+		                           sent);
 		if (rc == ZOK) {
 			a->lk->czxid = st.czxid;
 			a->lk->version = st.version;
 			return DLOCK_OK;
 		}
 		if (rc == ZNONODE)
-			rc = dlock_zk_ensure_parent(a->s, a->lk->parent);
+			rc = dlock_zk_ensure_parent(a->s, a->parent);
 		while (dlock_zk_rc_connection(rc)) {
-			if (!reconnected(a))
+			if (!dlock_zk_reconnected(a))
 				return DLOCK_OK;
 			int found;
 			rc = find_by_guid(a, &found);
@@ -151,7 +153,7 @@ static dlock_status protected_create(struct attempt *a)
 				return DLOCK_OK;
 		}
 		if (rc != ZOK)
-			return attempt_failed(a, rc, "creating the lock node");
+			return dlock_zk_attempt_failed(a, rc, "creating the lock node");
 	}
 	return dlock_error_set(a->err, DLOCK_ESERVER, "zk://: the lock node could not be created (parent keeps vanishing)");
 }
@@ -159,10 +161,10 @@ static dlock_status protected_create(struct attempt *a)
 /* ------------------------------------------------------------ queue */
 
 /* A second node of ours (a create that went through after all): remove it. */
-static void delete_duplicate(struct attempt *a, const char *child)
+static void delete_duplicate(struct zk_attempt *a, const char *child)
 {
 	char path[ZK_PATH_MAX];
-	snprintf(path, sizeof path, "%s/%s", a->lk->parent, child);
+	snprintf(path, sizeof path, "%s/%s", a->parent, child);
 	int rc = zoo_delete(a->s->zh, path, -1);
 	if (rc != ZOK && rc != ZNONODE)
 		dlock_host_log(a->c->host, DLOCK_LOG_WARN, "zk: could not delete a duplicate lock node: %s", zerror(rc));
@@ -171,17 +173,20 @@ static void delete_duplicate(struct attempt *a, const char *child)
 /*
  * One look at the queue.  ZOK with pred[0] == '\0': the lock is ours.  ZOK
  * with pred set: the name of the node that blocks us.  ZNONODE: our node is
- * gone.
+ * gone.  *sem: 1 when a semaphore's "leases" child is among the children.
  */
-static int scan(struct attempt *a, char *pred, size_t predlen)
+static int scan(struct zk_attempt *a, char *pred, size_t predlen, int *sem)
 {
 	struct String_vector kids = { 0, NULL };
 	int64_t sent = dlock_monotonic_ns();
 	/* The child watch tells of our node's deletion (zk_own.c): set by the look that finds us first. */
-	int rc = answered(a, zoo_wget_children(a->s->zh, a->lk->parent, dlock_zk_own_watcher, a->lk->slot, &kids),
-	                  sent);
+	int rc = dlock_zk_answered(
+		a, zoo_wget_children(a->s->zh, a->parent, dlock_zk_own_watcher, a->lk->slot, &kids), sent);
 	if (rc != ZOK)
 		return rc;
+	*sem = 0;
+	for (int32_t i = 0; i < kids.count; i++)
+		*sem |= strcmp(kids.data[i], ZK_SEM_LEASES) == 0;
 	int32_t at;
 	int found = dlock_zk_queue_place(kids.data, kids.count, a->own, a->guid, &at);
 	pred[0] = '\0';
@@ -197,34 +202,94 @@ static int scan(struct attempt *a, char *pred, size_t predlen)
 	return found ? ZOK : ZNONODE;
 }
 
-/* Watch the node that blocks us; 1 if it is still there (sleep), 0 if gone (look again). */
-static int watch_pred(struct attempt *a, const char *pred, int *rc_out)
+/*
+ * Watch the node that blocks us; 1 if it is still there (sleep), 0 if gone
+ * (look again), -1 (err set) when it is a semaphore's waiter with another N.
+ * In a semaphore's internal queue the watch reads the node's data too: the
+ * N of the waiter ahead, at no extra request.
+ */
+static int watch_pred(struct zk_attempt *a, const char *pred, int *rc_out)
 {
-	char path[ZK_PATH_MAX];
+	char path[ZK_PATH_MAX], data[ZK_PERMITS_DATA_MAX];
+	int datalen = (int)sizeof data;
 	struct Stat st;
-	int n = snprintf(path, sizeof path, "%s/%s", a->lk->parent, pred);
+	int n = snprintf(path, sizeof path, "%s/%s", a->parent, pred);
 	if (n < 0 || (size_t)n >= sizeof path) { /* never watch a cut path: it would look "gone" */
 		*rc_out = ZBADARGUMENTS;
 		return 0;
 	}
 	int64_t sent = dlock_monotonic_ns();
-	int rc = answered(a, zoo_wexists(a->s->zh, path, dlock_zk_slot_watcher, a->lk->slot, &st), sent);
+	int rc = a->sem_queue ? zoo_wget(a->s->zh, path, dlock_zk_slot_watcher, a->lk->slot, data, &datalen, &st)
+	                      : zoo_wexists(a->s->zh, path, dlock_zk_slot_watcher, a->lk->slot, &st);
+	rc = dlock_zk_answered(a, rc, sent);
 	*rc_out = rc == ZNONODE ? ZOK : rc;
+	uint32_t other;
+	if (rc == ZOK && a->sem_queue && dlock_zk_permits_parse(data, datalen, &other) && other != a->lk->permits) {
+		dlock_error_set(a->err, DLOCK_EKIND, "zk://: the name is in use as a semaphore of %lu permits, not %lu",
+		                (unsigned long)other, (unsigned long)a->lk->permits);
+		return -1;
+	}
 	if (rc == ZOK) /* node names are ours or the server's: no part of the lock's name */
 		dlock_host_log(a->c->host, DLOCK_LOG_DEBUG, "zk: %s waits for %s", a->own, pred);
 	return rc == ZOK;
 }
 
-static dlock_status queue_wait(struct attempt *a)
+/*
+ * One kind per name: is it in use as a semaphore?  Asked once, after our
+ * node is made (and only when the name has a "leases" child): a semaphore's
+ * acquirer makes its lease node, then looks for ours, so of two racing
+ * acquirers at least the later one sees the other.
+ */
+static dlock_status refuse_semaphore(struct zk_attempt *a)
+{
+	char path[ZK_PATH_MAX];
+	snprintf(path, sizeof path, "%s/" ZK_SEM_LEASES, a->lk->parent);
+	for (;;) {
+		struct String_vector kids = { 0, NULL };
+		int64_t sent = dlock_monotonic_ns();
+		int rc = dlock_zk_answered(a, zoo_get_children(a->s->zh, path, 0, &kids), sent);
+		if (rc == ZNONODE)
+			return DLOCK_OK;
+		if (rc == ZOK) {
+			int leases = 0;
+			for (int32_t i = 0; i < kids.count; i++) {
+				int32_t seq;
+				leases += dlock_zk_child_kind(kids.data[i], &seq) == ZK_NODE_LEASE;
+			}
+			deallocate_String_vector(&kids);
+			if (!leases)
+				return DLOCK_OK;
+			return dlock_error_set(a->err, DLOCK_EKIND, "zk://: the name is in use as a semaphore, not as a %s",
+			                       a->kind == ZK_NODE_MUTEX ? "mutex" : "read-write lock");
+		}
+		if (!dlock_zk_rc_connection(rc))
+			return dlock_zk_attempt_failed(a, rc, "looking for a semaphore's leases");
+		if (!dlock_zk_reconnected(a))
+			return DLOCK_OK;
+	}
+}
+
+dlock_status dlock_zk_queue_wait(struct zk_attempt *a)
 {
 	char pred[ZK_PATH_MAX];
+	int first = a->check_leases;
 	for (;;) {
-		int rc = scan(a, pred, sizeof pred);
+		int sem = 0;
+		int rc = scan(a, pred, sizeof pred, &sem);
+		if (rc == ZOK && first) {
+			first = 0;
+			dlock_status st = sem ? refuse_semaphore(a) : DLOCK_OK;
+			if (st != DLOCK_OK || a->again)
+				return st;
+		}
 		if (rc == ZOK && !pred[0])
 			return DLOCK_OK;
 		if (rc == ZOK && dlock_wait_try_once(a->w))
 			return dlock_error_set(a->err, DLOCK_EBUSY, "zk://: the lock is held by another owner");
-		if (rc == ZOK && watch_pred(a, pred, &rc)) {
+		int blocked = rc == ZOK ? watch_pred(a, pred, &rc) : 0;
+		if (blocked < 0)
+			return DLOCK_EKIND;
+		if (blocked) {
 			dlock_status st = dlock_wait_sleep(a->w, -1);
 			if (st != DLOCK_OK)
 				return st;
@@ -237,17 +302,17 @@ static dlock_status queue_wait(struct attempt *a)
 			return DLOCK_OK;
 		}
 		if (dlock_zk_rc_connection(rc)) {
-			if (!reconnected(a))
+			if (!dlock_zk_reconnected(a))
 				return DLOCK_OK;
 			continue;
 		}
-		return attempt_failed(a, rc, "looking at the lock queue");
+		return dlock_zk_attempt_failed(a, rc, "looking at the lock queue");
 	}
 }
 
 /* ------------------------------------------------------------ attempt */
 
-static dlock_status give_up(struct attempt *a, dlock_status st)
+dlock_status dlock_zk_give_up(struct zk_attempt *a, dlock_status st)
 {
 	dlock_zk_own_forget(a->c, a->lk); /* our own delete is no loss */
 	int rc = dlock_zk_delete_own(a->s, a->lk->node, a->lk->version);
@@ -256,29 +321,32 @@ static dlock_status give_up(struct attempt *a, dlock_status st)
 		               "zk: could not delete an abandoned lock node (%s); it goes when the session ends",
 		               zerror(rc));
 	if (st == DLOCK_ETIMEDOUT)
-		return dlock_error_set(a->err, DLOCK_EBUSY, "zk://: the lock stayed held by another owner");
+		return dlock_error_set(a->err, DLOCK_EBUSY,
+		                       a->lk->kind == DLOCK_KIND_SEMAPHORE ? "zk://: every permit stayed held"
+		                                                           : "zk://: the lock stayed held by another owner");
 	if (st == DLOCK_ECANCELED)
 		return dlock_error_set(a->err, st, "zk://: acquire cancelled");
 	return st;
 }
 
-static dlock_status attempt(struct attempt *a, dlock_acquired *out)
+static dlock_status attempt(struct zk_attempt *a, dlock_acquired *out)
 {
-	unsigned char raw[ZK_GUID_HEX / 2];
-	if (dlock_random_bytes(raw, sizeof raw) != DLOCK_OK)
-		return dlock_error_set(a->err, DLOCK_EIO, "zk://: no random bytes for the node's GUID");
-	dlock_hex(raw, sizeof raw, a->guid);
 	a->lk->gen = a->s->gen;
-	dlock_status st = protected_create(a);
+	if (a->lk->kind == DLOCK_KIND_SEMAPHORE)
+		return dlock_zk_sem_attempt(a, out);
+	dlock_status st = dlock_zk_new_guid(a);
+	if (st != DLOCK_OK)
+		return st;
+	st = dlock_zk_protected_create(a);
 	if (st != DLOCK_OK || a->again)
 		return st;
 	a->own = strrchr(a->lk->node, '/') + 1;
 	dlock_zk_own_start(a->c, a->lk);
-	st = queue_wait(a);
+	st = dlock_zk_queue_wait(a);
 	if (a->again)
 		return st;
 	if (st != DLOCK_OK)
-		return give_up(a, st);
+		return dlock_zk_give_up(a, st);
 	if (!dlock_zk_hold(a->c, a->s, a->lk)) {
 		a->again = 1; /* the session died just now, and the node with it, or the node was deleted */
 		return DLOCK_OK;
@@ -288,7 +356,7 @@ static dlock_status attempt(struct attempt *a, dlock_acquired *out)
 }
 
 /* After a dead session: start over on the next one, if the wait allows. */
-static dlock_status may_start_over(struct attempt *a)
+static dlock_status may_start_over(struct zk_attempt *a)
 {
 	if (dlock_wait_cancelled(a->w) != DLOCK_OK)
 		return dlock_error_set(a->err, DLOCK_ECANCELED, "zk://: acquire cancelled");
@@ -302,7 +370,7 @@ static dlock_status may_start_over(struct attempt *a)
 dlock_status dlock_zk_acquire(struct zk_client *c, struct zk_lock *lk, dlock_wait *w, dlock_acquired *out,
                               dlock_error *err)
 {
-	struct attempt a = { .c = c, .lk = lk, .w = w, .err = err };
+	struct zk_attempt a = { .c = c, .lk = lk, .w = w, .err = err, .parent = lk->parent, .check_leases = 1 };
 	if (lk->kind == DLOCK_KIND_RWLOCK)
 		a.kind = dlock_wait_mode(w) == DLOCK_MODE_SHARED ? ZK_NODE_READ : ZK_NODE_WRITE;
 	else

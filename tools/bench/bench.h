@@ -32,13 +32,27 @@
 #define BENCH_NS_PER_MS 1000000LL
 #define BENCH_NS_PER_S 1000000000LL
 
-enum bench_scenario { BENCH_UNCONTENDED, BENCH_CONTENDED, BENCH_FAULTS, BENCH_SCALE, BENCH_HELD, BENCH_SCENARIOS };
+enum bench_scenario { BENCH_UNCONTENDED, BENCH_CONTENDED, BENCH_FAULTS, BENCH_SCALE, BENCH_HELD, BENCH_SEMAPHORE,
+	              BENCH_READ_MOSTLY, BENCH_SCENARIOS };
 
 /* The scenarios whose workers all take one name: the contended workload, with few waiters or many. */
 static inline int bench_one_name(enum bench_scenario sc)
 {
 	return sc == BENCH_CONTENDED || sc == BENCH_SCALE;
 }
+
+/*
+ * The contended workload on the other kinds of lock, where several holders
+ * at once are the point: a semaphore of N permits, a read-write lock taken
+ * mostly shared.  Holders are counted in the shared region, not by intervals.
+ */
+static inline int bench_other_kind(enum bench_scenario sc)
+{
+	return sc == BENCH_SEMAPHORE || sc == BENCH_READ_MOSTLY;
+}
+
+/* Clients of the semaphore and read-mostly scenarios without --clients. */
+#define BENCH_KIND_CLIENTS 16
 
 /* ------------------------------------------------------------ options */
 
@@ -68,7 +82,11 @@ struct bench_opts {
 	int64_t hold_ms;     /* held: how long the locks are held */
 	int64_t lease_ms;    /* lease of the faults' (and with lease_given, held's) acquisitions */
 	int lease_given;     /* --lease was given: held uses it, else the URI's ttl */
-	int cs_us;           /* critical section of the contended and scale scenarios */
+	int cs_us;           /* critical section of the contended, scale, semaphore and read-mostly scenarios */
+	int clients_given;   /* --clients was given: semaphore and read-mostly use it, else BENCH_KIND_CLIENTS */
+	int processes_given; /* --processes was given: semaphore and read-mostly use it, else one per client */
+	uint32_t permits;    /* semaphore: N */
+	double read_ratio;   /* read-mostly: share of the acquisitions that are shared */
 	int fencing;         /* uncontended, contended, scale, held: acquisitions, dlock's and raw's, take tokens */
 	int json;
 	const char *table_path; /* --table: the table to this file as well */
@@ -123,6 +141,7 @@ struct bench_slot {
 	uint64_t st_acquired, st_server_acquires, st_server_releases;
 	int has_stats;
 	struct bench_hist acq, rel, handoff;
+	struct bench_hist acq_read, acq_write; /* read-mostly: acq, shared and exclusive apart */
 	char err[200];
 	/* held: what the one worker saw of its locks (ops: locks acquired) */
 	_Atomic uint64_t released;
@@ -150,6 +169,15 @@ struct bench_shared {
 	_Atomic uint64_t lost_reported;
 	/* held: a bench_held_state, moved on by the worker and the controller in turn */
 	_Atomic int held_state;
+	/*
+	 * semaphore, read-mostly: holders inside the critical section now (a
+	 * read-write lock's readers and writers apart), the most seen at once,
+	 * and entries that found more than the lock allows (a semaphore: more
+	 * than N; a writer: anyone beside it).
+	 */
+	_Atomic int holders, readers, writers;
+	_Atomic int most_holders, most_readers;
+	_Atomic uint64_t violations;
 	int nworkers;
 	uint64_t int_cap; /* intervals per worker */
 	size_t size;
@@ -219,6 +247,13 @@ struct bench_raw {
 	 * server does not count them.
 	 */
 	int (*commands)(void *conn, uint64_t *calls);
+	/*
+	 * read-mostly: a shared acquisition of `name` (a reader), and its
+	 * release, as acquire and release are the exclusive ones; NULL: the
+	 * server has no plain-client read-write lock to compare with.
+	 */
+	int (*acquire_shared)(void *conn, const char *name, const _Atomic int *stop, char *err, size_t errlen);
+	int (*release_shared)(void *conn, const char *name, char *err, size_t errlen);
 };
 
 /* The raw client for a URI, or NULL (mem://, file://, RedLock, library not built). */
@@ -305,6 +340,13 @@ void bench_work_dlock(struct bench_worker *w);
 void bench_work_raw(struct bench_worker *w);
 void bench_work_faults(struct bench_worker *w);
 void bench_work_held(struct bench_worker *w);
+void bench_work_kind(struct bench_worker *w);
+void bench_work_kind_raw(struct bench_worker *w);
+/* semaphore, read-mostly: 1 when the backend of `uri` has the scenario's kind, 0 not (why in `why`), -1 error. */
+int bench_kind_supported(const struct bench_opts *o, const char *uri, enum bench_scenario sc, char *why,
+                         size_t whylen);
+/* Count one completed cycle that ended inside the measured window (its acquire and release times). */
+void bench_count_cycle(struct bench_worker *w, int64_t acquire_ns, int64_t release_ns, int64_t t2);
 void bench_slot_error(struct bench_slot *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The contended name's handoff bookkeeping, shared by dlock and raw loops. */
 void bench_note_acquired(struct bench_worker *w, int64_t t_call, int64_t t_acq);
@@ -371,6 +413,14 @@ struct bench_result {
 	uint64_t locks_lost;
 	double renewals_per_s, client_bytes_per_lock;
 	double server_cpu_ms;   /* during the hold; -1: unknown */
+	/* semaphore, read-mostly */
+	int unsupported;        /* the backend has no such kind: a "not supported" row (why in error) */
+	uint32_t permits;       /* semaphore: N */
+	double read_ratio;      /* read-mostly */
+	int most_holders;       /* semaphore: holders seen at once, at most */
+	int most_readers;       /* read-mostly: readers seen at once, at most */
+	uint64_t violations;    /* semaphore: entries that found N others in; read-mostly: a writer beside anyone */
+	struct bench_hist acq_read, acq_write;
 };
 
 int bench_run_perf(const struct bench_opts *o, const struct bench_target *t, const char *masked,

@@ -71,6 +71,27 @@ static void emit(const struct bench_opts *o, const struct bench_result *r)
 	}
 }
 
+/*
+ * A run of the semaphore or read-mostly scenario: a "not supported" row
+ * (no failure) when the backend has no such kind.
+ */
+static int run_kind(const struct bench_opts *o, const struct bench_target *t, const dlock_capabilities *caps,
+                    enum bench_scenario sc, int clients, int threads, int index, struct bench_result *r)
+{
+	int rc = bench_kind_supported(o, t->uri, sc, r->error, sizeof r->error);
+	if (rc <= 0) {
+		r->sc = sc;
+		r->clients = clients;
+		r->threads = threads;
+		r->permits = sc == BENCH_SEMAPHORE ? o->permits : 0;
+		r->read_ratio = o->read_ratio;
+		r->unsupported = rc == 0;
+		r->failed = rc == 0 ? 2 : 1;
+		return rc == 0 ? 0 : -1;
+	}
+	return bench_run_perf(o, t, r->uri, caps, sc, clients, threads, index, r);
+}
+
 /* Every run of one target; returns the number of results added, *failures counts failed runs. */
 static int run_target(const struct bench_opts *o, const struct bench_target *t, struct bench_result *out,
                       int *index, int *failures)
@@ -85,7 +106,8 @@ static int run_target(const struct bench_opts *o, const struct bench_target *t, 
 		(*failures)++;
 		return n;
 	}
-	if (o->scenario[BENCH_UNCONTENDED] || o->scenario[BENCH_CONTENDED] || o->scenario[BENCH_SCALE])
+	if (o->scenario[BENCH_UNCONTENDED] || o->scenario[BENCH_CONTENDED] || o->scenario[BENCH_SCALE] ||
+	    o->scenario[BENCH_READ_MOSTLY])
 		bench_warm_up(o, t, proto.uri, &caps, (*index)++);
 	for (int sc = BENCH_UNCONTENDED; sc <= BENCH_CONTENDED; sc++) {
 		for (int i = 0; o->scenario[sc] && i < o->nclients; i++) {
@@ -103,6 +125,18 @@ static int run_target(const struct bench_opts *o, const struct bench_target *t, 
 		if (bench_run_perf(o, t, proto.uri, &caps, BENCH_SCALE, o->waiters[i], 1, (*index)++, r) != 0)
 			(*failures)++;
 		emit(o, r);
+	}
+	/* Without --clients, one run of BENCH_KIND_CLIENTS clients. */
+	for (int sc = BENCH_SEMAPHORE; sc <= BENCH_READ_MOSTLY; sc++) {
+		for (int i = 0; o->scenario[sc] && i < (o->clients_given ? o->nclients : 1); i++) {
+			struct bench_result *r = &out[n++];
+			*r = proto;
+			int clients = o->clients_given ? o->clients[i] : BENCH_KIND_CLIENTS;
+			int threads = o->clients_given && o->size_threads[i] ? o->size_threads[i] : o->threads;
+			if (run_kind(o, t, &caps, (enum bench_scenario)sc, clients, threads, (*index)++, r) != 0)
+				(*failures)++;
+			emit(o, r);
+		}
 	}
 	for (int i = 0; o->scenario[BENCH_HELD] && i < o->nheld; i++) {
 		struct bench_result *r = &out[n++];
@@ -140,7 +174,7 @@ int main(int argc, char **argv)
 		return rc > 0 ? 0 : 2;
 	/* A server killed under a worker must not kill the bench with it. */
 	signal(SIGPIPE, SIG_IGN);
-	size_t per_target = (size_t)(2 * o.nclients + o.nwaiters + o.nheld + 1);
+	size_t per_target = (size_t)(4 * o.nclients + o.nwaiters + o.nheld + 1);
 	struct bench_result *results = calloc((size_t)o.ntargets * per_target, sizeof *results);
 	if (!results) {
 		fprintf(stderr, "dlock-bench: out of memory\n");

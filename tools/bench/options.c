@@ -14,6 +14,8 @@ static const char *const scenario_names[BENCH_SCENARIOS] = {
 	[BENCH_FAULTS] = "faults",
 	[BENCH_SCALE] = "scale",
 	[BENCH_HELD] = "held",
+	[BENCH_SEMAPHORE] = "semaphore",
+	[BENCH_READ_MOSTLY] = "read-mostly",
 };
 
 const char *bench_scenario_name(enum bench_scenario sc)
@@ -38,14 +40,18 @@ static void usage(FILE *f)
 	      "  --server-pids CMD     shell command that prints the PIDs of the server processes of the\n"
 	      "                      last --uri (their children are counted too): scale, held measure\n"
 	      "                      the servers' CPU time from /proc (without it: unknown)\n"
-	      "  --scenario NAME       uncontended, contended, faults, scale, held or all (repeatable;\n"
-	      "                      default: uncontended, contended and faults)\n"
-	      "  --clients N[,N...]    independent dlock clients, one run per value (default 1);\n"
-	      "                      NxT: N clients with T threads each\n"
+	      "  --scenario NAME       uncontended, contended, faults, scale, held, semaphore, read-mostly\n"
+	      "                      or all (repeatable; default: uncontended, contended and faults)\n"
+	      "  --clients N[,N...]    independent dlock clients, one run per value (default 1; semaphore\n"
+	      "                      and read-mostly: 16); NxT: N clients with T threads each\n"
 	      "  --threads T           threads per client (default 1)\n"
-	      "  --processes P         spread the clients over P processes (default 1; at most one per client)\n"
+	      "  --processes P         spread the clients over P processes (default 1; at most one per client;\n"
+	      "                      semaphore and read-mostly: one per client)\n"
 	      "  --duration T          length of each measured phase (default 5s; a bare number is seconds)\n"
-	      "  --cs-us N             contended, scale: busy critical section of N microseconds (default 0)\n"
+	      "  --cs-us N             contended, scale, semaphore, read-mostly: busy critical section of N\n"
+	      "                      microseconds (default 0)\n"
+	      "  --permits N           semaphore: permits of the one semaphore the clients share (default 4)\n"
+	      "  --read-ratio R        read-mostly: share of shared (reader) acquisitions, 0 to 1 (default 0.9)\n"
 	      "  --waiters N[,N...]    scale: clients on one name, one process each, one run per value\n"
 	      "                      (default 8,32,64)\n"
 	      "  --held N[,N...]       held: locks one client holds, one run per value (default 1000)\n"
@@ -79,6 +85,16 @@ static int positive(const char *text, int max, int *out)
 	if (end == text || *end || v < 1 || v > max)
 		return -1;
 	*out = (int)v;
+	return 0;
+}
+
+static int ratio(const char *text, double *out)
+{
+	char *end;
+	double v = strtod(text, &end);
+	if (end == text || *end || !(v >= 0 && v <= 1))
+		return -1;
+	*out = v;
 	return 0;
 }
 
@@ -133,7 +149,7 @@ static int scenario_arg(struct bench_opts *o, const char *name, int *any)
 
 enum { OPT_URI = 256, OPT_STOP, OPT_START, OPT_FAILOVER, OPT_SERVER_PIDS, OPT_SCENARIO, OPT_CLIENTS, OPT_THREADS,
        OPT_PROCESSES, OPT_DURATION, OPT_CS, OPT_WAITERS, OPT_HELD, OPT_HOLD, OPT_FENCING, OPT_LEASE, OPT_FAULT_CLIENTS,
-       OPT_JSON, OPT_TABLE, OPT_PLOT, OPT_HELP };
+       OPT_JSON, OPT_TABLE, OPT_PLOT, OPT_HELP, OPT_PERMITS, OPT_READ_RATIO };
 
 /* --server-stop, --server-start, --failover or --server-pids: a command for the last --uri. */
 static int target_cmd(struct bench_opts *o, int opt, const char *cmd)
@@ -174,6 +190,8 @@ static const struct option long_options[] = {
 	{ "table", required_argument, NULL, OPT_TABLE },
 	{ "plot", required_argument, NULL, OPT_PLOT },
 	{ "help", no_argument, NULL, OPT_HELP },
+	{ "permits", required_argument, NULL, OPT_PERMITS },
+	{ "read-ratio", required_argument, NULL, OPT_READ_RATIO },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -194,10 +212,12 @@ static int apply(struct bench_opts *o, int opt, const char *arg, int *any_scenar
 	case OPT_SCENARIO:
 		return scenario_arg(o, arg, any_scenario) == 0 ? 0 : bad("unknown scenario '%s'", arg);
 	case OPT_CLIENTS:
+		o->clients_given = 1;
 		return client_list(o, arg) == 0 ? 0 : bad("--clients: '%s' is not a list of counts (1..256)", arg);
 	case OPT_THREADS:
 		return positive(arg, 64, &o->threads) == 0 ? 0 : bad("--threads: '%s' is not 1..64", arg);
 	case OPT_PROCESSES:
+		o->processes_given = 1;
 		return positive(arg, BENCH_MAX_WORKERS, &o->processes) == 0 ? 0 : bad("--processes: bad value '%s'", arg);
 	case OPT_FAULT_CLIENTS:
 		return positive(arg, 32, &o->fault_clients) == 0 ? 0 : bad("--fault-clients: '%s' is not 1..32", arg);
@@ -224,6 +244,15 @@ static int apply(struct bench_opts *o, int opt, const char *arg, int *any_scenar
 		o->lease_given = 1;
 		return dlock_duration_parse(arg, 1000, &o->lease_ms) == DLOCK_OK && o->lease_ms >= 100
 		               ? 0 : bad("--lease: '%s' is not a duration of 100ms or more", arg);
+	case OPT_PERMITS: {
+		int n;
+		if (positive(arg, DLOCK_PERMITS_MAX, &n) != 0)
+			return bad("--permits: '%s' is not 1..1024", arg);
+		o->permits = (uint32_t)n;
+		return 0;
+	}
+	case OPT_READ_RATIO:
+		return ratio(arg, &o->read_ratio) == 0 ? 0 : bad("--read-ratio: '%s' is not a number from 0 to 1", arg);
 	case OPT_JSON:
 		o->json = 1;
 		return 0;
@@ -246,7 +275,8 @@ int bench_opts_parse(struct bench_opts *o, int argc, char **argv)
 	int opt, any_scenario = 0;
 	*o = (struct bench_opts){ .clients = { 1 }, .nclients = 1, .threads = 1, .processes = 1, .fault_clients = 3,
 		                  .waiters = { 8, 32, 64 }, .nwaiters = 3, .held = { 1000 }, .nheld = 1,
-		                  .fencing = 1, .duration_ms = 5000, .hold_ms = 30000, .lease_ms = 2000 };
+		                  .fencing = 1, .duration_ms = 5000, .hold_ms = 30000, .lease_ms = 2000, .permits = 4,
+		                  .read_ratio = 0.9 };
 	while ((opt = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
 		int rc = apply(o, opt, optarg, &any_scenario);
 		if (rc != 0)
@@ -259,6 +289,9 @@ int bench_opts_parse(struct bench_opts *o, int argc, char **argv)
 	for (int i = 0; i < o->nclients; i++)
 		if ((o->size_threads[i] ? o->size_threads[i] : o->threads) * o->clients[i] > BENCH_MAX_WORKERS)
 			return bad("too many workers (clients x threads > 256)%s", "");
+	if ((o->scenario[BENCH_SEMAPHORE] || o->scenario[BENCH_READ_MOSTLY]) && !o->clients_given &&
+	    BENCH_KIND_CLIENTS * o->threads > BENCH_MAX_WORKERS)
+		return bad("too many workers (16 clients x threads > 256)%s", "");
 	/* By default the scenarios of every run; scale and held are asked for by name (or all). */
 	for (int i = 0; !any_scenario && i <= BENCH_FAULTS; i++)
 		o->scenario[i] = 1;

@@ -64,6 +64,10 @@ struct totals {
 	double secs;
 	struct bench_hist acq, rel, handoff;
 	uint64_t overlaps, dropped;
+	/* semaphore, read-mostly */
+	int most_holders, most_readers;
+	uint64_t violations;
+	struct bench_hist acq_read, acq_write;
 	/* scale: the servers' work over every phase of this side; unknown once one phase's is */
 	int metered, cpu_unknown, cmds_unknown;
 	double server_cpu_us, server_cmds;
@@ -86,7 +90,13 @@ static void add_up(struct bench_shared *sh, struct totals *t)
 		bench_hist_merge(&t->acq, &s->acq);
 		bench_hist_merge(&t->rel, &s->rel);
 		bench_hist_merge(&t->handoff, &s->handoff);
+		bench_hist_merge(&t->acq_read, &s->acq_read);
+		bench_hist_merge(&t->acq_write, &s->acq_write);
 	}
+	int most = atomic_load(&sh->most_holders), readers = atomic_load(&sh->most_readers);
+	t->most_holders = most > t->most_holders ? most : t->most_holders;
+	t->most_readers = readers > t->most_readers ? readers : t->most_readers;
+	t->violations += atomic_load(&sh->violations);
 	t->secs += (double)(atomic_load(&sh->stop_ns) - sh->go_ns) / 1e9;
 }
 
@@ -164,6 +174,11 @@ static void keep_dlock(struct bench_result *r, const struct totals *t, const str
 	r->server_calls_per_acq = t->acquired ? (double)t->server_calls / (double)t->acquired : -1;
 	r->overlaps = t->overlaps;
 	r->dropped = t->dropped;
+	r->most_holders = t->most_holders;
+	r->most_readers = t->most_readers;
+	r->violations = t->violations;
+	r->acq_read = t->acq_read;
+	r->acq_write = t->acq_write;
 	r->rtt_p50_us = probe ? bench_hist_pct_us(&probe->rtt, 50) : -1;
 	r->server_cpu_us_per_acq = per_acq(t, t->server_cpu_us, t->cpu_unknown);
 	r->redis_cmds_per_acq = per_acq(t, t->server_cmds, t->cmds_unknown);
@@ -178,6 +193,7 @@ static void keep_raw(struct bench_result *r, const struct totals *t)
 	r->raw_handoff = t->handoff;
 	r->raw_reacquire_pct = pct(t->reacquired, t->ops);
 	r->overlaps += t->overlaps;
+	r->violations += t->violations; /* raw's are the bench's own check failing: never hidden */
 	r->raw_server_cpu_us_per_acq = per_acq(t, t->server_cpu_us, t->cpu_unknown);
 	r->raw_redis_cmds_per_acq = per_acq(t, t->server_cmds, t->cmds_unknown);
 }
@@ -208,22 +224,58 @@ static int run_rounds(struct bench_phase *ph, const struct bench_raw *raw, struc
 	return rc != 0 ? -1 : raw && !raw_ok ? 1 : 0;
 }
 
+/*
+ * Worker processes: mem:// clients contend only inside one process; scale
+ * gives each waiter a process of its own, and so do semaphore and
+ * read-mostly unless --processes says otherwise.
+ */
+static int processes_of(const struct bench_opts *o, const dlock_capabilities *caps, enum bench_scenario sc,
+                        int clients)
+{
+	if (caps->scope == DLOCK_SCOPE_PROCESS)
+		return 1;
+	if (sc == BENCH_SCALE || (bench_other_kind(sc) && !o->processes_given) || o->processes > clients)
+		return clients;
+	return o->processes;
+}
+
+/*
+ * The raw client of the scenario's phases, or NULL with the reason in
+ * `note`: a semaphore has no plain-client equivalent to compare with, and
+ * read-mostly only where the raw client has a shared acquisition.
+ */
+static const struct bench_raw *phase_raw(enum bench_scenario sc, const struct bench_raw *raw, char *note,
+                                         size_t notelen)
+{
+	if (raw && sc == BENCH_SEMAPHORE) {
+		snprintf(note, notelen, "no raw baseline: a semaphore is no single command or statement of %s's plain "
+		         "client (docs/BENCHMARKS.md)", raw->name);
+		return NULL;
+	}
+	if (raw && sc == BENCH_READ_MOSTLY && !raw->acquire_shared) {
+		snprintf(note, notelen, "no raw baseline: a read-write lock is no single command or statement of %s's "
+		         "plain client (docs/BENCHMARKS.md)", raw->name);
+		return NULL;
+	}
+	return raw;
+}
+
 int bench_run_perf(const struct bench_opts *o, const struct bench_target *t, const char *masked,
                    const dlock_capabilities *caps, enum bench_scenario sc, int clients, int threads, int index,
                    struct bench_result *r)
 {
-	/* mem:// clients contend only inside one process; scale gives each waiter a process of its own. */
-	int procs = caps->scope == DLOCK_SCOPE_PROCESS ? 1 : sc == BENCH_SCALE || o->processes > clients ? clients
-	                                                                                                 : o->processes;
+	int procs = processes_of(o, caps, sc, clients);
 	struct bench_phase ph = { .o = o, .uri = t->uri, .masked = masked, .sc = sc, .clients = clients,
 		                  .threads = threads, .processes = procs, .duration_ms = o->duration_ms };
-	const struct bench_raw *raw = bench_raw_find(t->uri);
+	const struct bench_raw *server = bench_raw_find(t->uri), *raw = phase_raw(sc, server, r->raw_note,
+	                                                                          sizeof r->raw_note);
 	struct bench_meter meter;
-	bench_meter_init(&meter, t, raw);
+	bench_meter_init(&meter, t, server);
 	if (sc == BENCH_SCALE)
 		ph.meter = &meter;
 	static const struct totals zero;
-	struct probe probe = { .raw = raw, .uri = t->uri };
+	/* The round-trip probe needs only the server's raw client, baseline or not. */
+	struct probe probe = { .raw = server, .uri = t->uri };
 	struct totals *mine = malloc(sizeof *mine), *theirs = malloc(sizeof *theirs);
 	char raw_err[200] = "";
 	r->sc = sc;
@@ -231,6 +283,8 @@ int bench_run_perf(const struct bench_opts *o, const struct bench_target *t, con
 	r->threads = threads;
 	r->processes = procs;
 	r->duration_ms = o->duration_ms;
+	r->permits = sc == BENCH_SEMAPHORE ? o->permits : 0;
+	r->read_ratio = o->read_ratio;
 	r->server_cpu_us_per_acq = r->raw_server_cpu_us_per_acq = r->redis_cmds_per_acq = r->raw_redis_cmds_per_acq = -1;
 	snprintf(ph.name, sizeof ph.name, "bench-%s-%d-%d", bench_scenario_name(sc), (int)getpid(), index);
 	if (!mine || !theirs) {
@@ -240,21 +294,21 @@ int bench_run_perf(const struct bench_opts *o, const struct bench_target *t, con
 	}
 	*mine = zero;
 	*theirs = zero;
-	int rc = run_rounds(&ph, raw, raw ? &probe : NULL, mine, theirs, r->error, sizeof r->error, raw_err,
+	int rc = run_rounds(&ph, raw, server ? &probe : NULL, mine, theirs, r->error, sizeof r->error, raw_err,
 	                    sizeof raw_err);
 	if (rc < 0) {
 		r->failed = 1;
 		goto out;
 	}
-	keep_dlock(r, mine, raw ? &probe : NULL);
-	if (!raw)
+	keep_dlock(r, mine, server ? &probe : NULL);
+	if (!server)
 		snprintf(r->raw_note, sizeof r->raw_note, "no raw client: %s",
 		         caps->scope == DLOCK_SCOPE_NETWORK ? "several hosts, or its library is not built"
 		                                            : "no server (in-process or local files)");
-	else if (rc > 0)
+	else if (raw && rc > 0)
 		snprintf(r->raw_note, sizeof r->raw_note, "raw phase failed: %s", raw_err);
-	else
-		keep_raw(r, theirs);
+	else if (raw)
+		keep_raw(r, theirs); /* else phase_raw() said why there is none */
 out:
 	bench_meter_close(&meter);
 	free(mine);

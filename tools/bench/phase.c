@@ -48,6 +48,10 @@ static void *worker_main(void *arg)
 		bench_work_faults(w);
 	else if (w->ph->sc == BENCH_HELD)
 		bench_work_held(w);
+	else if (bench_other_kind(w->ph->sc) && w->ph->raw)
+		bench_work_kind_raw(w);
+	else if (bench_other_kind(w->ph->sc))
+		bench_work_kind(w);
 	else if (w->ph->raw)
 		bench_work_raw(w);
 	else

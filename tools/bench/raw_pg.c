@@ -8,6 +8,9 @@
  *                       a table of its own
  * With fencing, the lock statement also takes nextval() of a sequence of its
  * own once the lock is held (a CASE orders the two), as dlock's does.
+ * A reader (read-mostly) takes the same key shared: pg_advisory_lock_shared($1)
+ * / pg_advisory_unlock_shared($1), or SELECT ... FOR SHARE in row mode, and
+ * no token (dlock's readers on PostgreSQL take none).
  * The connection string is the URI without its query (the query holds
  * dlock's parameters, which libpq would refuse).  A worker keeps one name:
  * its key (or name) is made into a parameter once.
@@ -33,6 +36,12 @@ static const char *const lock_sql[2][2] = {
 	{ "SELECT 1 FROM dlock_bench_raw WHERE name = $1 FOR UPDATE",
 	  "SELECT CASE WHEN EXISTS (SELECT 1 FROM dlock_bench_raw WHERE name = $1 FOR UPDATE) "
 	  "THEN nextval('" SEQ "') END" },
+};
+
+/* $1 as above: a reader's lock, advisory and row. */
+static const char *const lock_shared_sql[2] = {
+	"SELECT pg_advisory_lock_shared($1::int8)",
+	"SELECT 1 FROM dlock_bench_raw WHERE name = $1 FOR SHARE",
 };
 
 struct pconn {
@@ -97,7 +106,9 @@ static void *pconn_connect(const char *uri, int fencing, char *err, size_t errle
 	if ((c->row && create(c, "CREATE TABLE IF NOT EXISTS dlock_bench_raw (name text PRIMARY KEY)") != 0) ||
 	    (fencing && create(c, "CREATE SEQUENCE IF NOT EXISTS " SEQ) != 0) ||
 	    prepare(c, "lock", lock_sql[c->row][fencing]) != 0 ||
+	    prepare(c, "lock_shared", lock_shared_sql[c->row]) != 0 ||
 	    (!c->row && prepare(c, "unlock", "SELECT pg_advisory_unlock($1::int8)") != 0) ||
+	    (!c->row && prepare(c, "unlock_shared", "SELECT pg_advisory_unlock_shared($1::int8)") != 0) ||
 	    (c->row && prepare(c, "insert", "INSERT INTO dlock_bench_raw VALUES ($1) ON CONFLICT DO NOTHING") != 0)) {
 		snprintf(err, errlen, "postgres: cannot set up: %s", PQerrorMessage(c->pg));
 		pconn_close(c);
@@ -144,16 +155,17 @@ static int exec_one(struct pconn *c, const char *stmt, const char *param)
 }
 
 /*
- * BEGIN and the row lock in one round trip (pipeline mode); the lock's
- * results: 1 locked, 0 no row (nothing locked, transaction open), -1 error.
+ * BEGIN and the row lock (prepared statement `stmt`) in one round trip
+ * (pipeline mode); the lock's results: 1 locked, 0 no row (nothing locked,
+ * transaction open), -1 error.
  */
-static int row_pipeline(struct pconn *c, const char *param)
+static int row_pipeline(struct pconn *c, const char *stmt, const char *param)
 {
 	int locked = -1, begun = 0;
 	if (!PQenterPipelineMode(c->pg))
 		return -1;
 	if (PQsendQueryParams(c->pg, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) &&
-	    PQsendQueryPrepared(c->pg, "lock", 1, &param, NULL, NULL, 0) && PQpipelineSync(c->pg)) {
+	    PQsendQueryPrepared(c->pg, stmt, 1, &param, NULL, NULL, 0) && PQpipelineSync(c->pg)) {
 		PGresult *r;
 		/* BEGIN's result, the lock's, each followed by NULL, then the sync. */
 		for (int step = 0; step < 3; step++) {
@@ -174,11 +186,11 @@ static int row_pipeline(struct pconn *c, const char *param)
 	return locked;
 }
 
-static int row_lock(struct pconn *c, const char *name, char *err, size_t errlen)
+static int row_lock(struct pconn *c, const char *stmt, const char *name, char *err, size_t errlen)
 {
 	const char *param = param_of(c, name);
 	for (int tries = 0; tries < 2; tries++) {
-		int locked = row_pipeline(c, param);
+		int locked = row_pipeline(c, stmt, param);
 		if (locked == 1)
 			return 1;
 		if (run(c, "ROLLBACK", PGRES_COMMAND_OK) != 0 || locked < 0)
@@ -189,24 +201,44 @@ static int row_lock(struct pconn *c, const char *name, char *err, size_t errlen)
 	return failed(c, err, errlen);
 }
 
+/* The server queues the wait (`stop` unused): holders keep releasing until every worker is out. */
+static int lock_with(struct pconn *c, const char *stmt, const char *name, char *err, size_t errlen)
+{
+	if (c->row)
+		return row_lock(c, stmt, name, err, errlen);
+	return exec_one(c, stmt, param_of(c, name)) >= 0 ? 1 : failed(c, err, errlen);
+}
+
+static int unlock_with(struct pconn *c, const char *stmt, const char *name, char *err, size_t errlen)
+{
+	if (c->row)
+		return run(c, "COMMIT", PGRES_COMMAND_OK) == 0 ? 0 : failed(c, err, errlen);
+	int rc = exec_one(c, stmt, param_of(c, name));
+	if (rc == 0)
+		snprintf(err, errlen, "postgres: pg_advisory_%s: not held", stmt);
+	return rc == 1 ? 0 : rc == 0 ? -1 : failed(c, err, errlen);
+}
+
 static int pconn_acquire(void *p, const char *name, const _Atomic int *stop, char *err, size_t errlen)
 {
-	struct pconn *c = p;
-	(void)stop; /* the server queues the wait; holders keep releasing until every worker is out */
-	if (c->row)
-		return row_lock(c, name, err, errlen);
-	return exec_one(c, "lock", param_of(c, name)) >= 0 ? 1 : failed(c, err, errlen);
+	(void)stop;
+	return lock_with(p, "lock", name, err, errlen);
 }
 
 static int pconn_release(void *p, const char *name, char *err, size_t errlen)
 {
-	struct pconn *c = p;
-	if (c->row)
-		return run(c, "COMMIT", PGRES_COMMAND_OK) == 0 ? 0 : failed(c, err, errlen);
-	int rc = exec_one(c, "unlock", param_of(c, name));
-	if (rc == 0)
-		snprintf(err, errlen, "postgres: pg_advisory_unlock: not held");
-	return rc == 1 ? 0 : rc == 0 ? -1 : failed(c, err, errlen);
+	return unlock_with(p, "unlock", name, err, errlen);
+}
+
+static int pconn_acquire_shared(void *p, const char *name, const _Atomic int *stop, char *err, size_t errlen)
+{
+	(void)stop;
+	return lock_with(p, "lock_shared", name, err, errlen);
+}
+
+static int pconn_release_shared(void *p, const char *name, char *err, size_t errlen)
+{
+	return unlock_with(p, "unlock_shared", name, err, errlen);
 }
 
 static int pconn_ping(void *p)
@@ -235,11 +267,14 @@ const struct bench_raw bench_raw_postgres = {
 	.name = "postgres",
 	.schemes = schemes,
 	.what = "prepared pg_advisory_lock($1)/pg_advisory_unlock($1) (mode=row: BEGIN and prepared SELECT FOR UPDATE "
-	        "in one pipeline / COMMIT); with fencing, nextval() of a sequence once held, in the lock statement",
+	        "in one pipeline / COMMIT); with fencing, nextval() of a sequence once held, in the lock statement; "
+	        "readers: pg_advisory_lock_shared($1)/pg_advisory_unlock_shared($1) (mode=row: FOR SHARE)",
 	.connect = pconn_connect,
 	.acquire = pconn_acquire,
 	.release = pconn_release,
 	.ping = pconn_ping,
 	.cut = pconn_cut,
 	.close = pconn_close,
+	.acquire_shared = pconn_acquire_shared,
+	.release_shared = pconn_release_shared,
 };

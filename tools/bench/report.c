@@ -76,11 +76,28 @@ static void json_faults(const struct bench_result *r)
 	putchar(']');
 }
 
+/* semaphore, read-mostly: the kind's own fields, null on the other scenarios. */
+static void json_kinds(const struct bench_result *r, int sem, int rw, int *f)
+{
+	int kind_sc = bench_other_kind(r->sc);
+	printf(",\"supported\":%s", !kind_sc ? "null" : r->unsupported ? "false" : "true");
+	json_num("permits", r->permits, kind_sc && r->sc == BENCH_SEMAPHORE, f);
+	json_num("most_holders", r->most_holders, sem, f);
+	json_num("over_permits", (double)r->violations, sem, f);
+	json_num("read_ratio", r->read_ratio, kind_sc && r->sc == BENCH_READ_MOSTLY, f);
+	json_num("most_readers", r->most_readers, rw, f);
+	json_num("writer_overlaps", (double)r->violations, rw, f);
+	json_pct("reader_wait_p99_us", rw ? &r->acq_read : &no_samples, 99, f);
+	json_pct("writer_wait_p99_us", rw ? &r->acq_write : &no_samples, 99, f);
+}
+
 void bench_print_json(const struct bench_result *r)
 {
 	int f = 1, ok = !r->failed, perf = ok && r->sc != BENCH_FAULTS && r->sc != BENCH_HELD;
 	int cont = perf && bench_one_name(r->sc), scale = perf && r->sc == BENCH_SCALE, held = ok && r->sc == BENCH_HELD;
 	int fl = ok && r->sc == BENCH_FAULTS, raw = perf && r->has_raw;
+	int sem = perf && r->sc == BENCH_SEMAPHORE, rw = perf && r->sc == BENCH_READ_MOSTLY, kind = sem || rw;
+	int hand = cont || sem; /* a waiter takes over from a releaser */
 	double rtt = r->rtt_p50_us;
 	json_str("backend", r->backend, &f);
 	json_str("uri", r->uri, &f);
@@ -107,14 +124,14 @@ void bench_print_json(const struct bench_result *r)
 	json_num("server_calls_per_acq", r->server_calls_per_acq, perf && r->server_calls_per_acq >= 0, &f);
 	json_pct("handoff_p50_us", &r->handoff, 50, &f);
 	json_pct("handoff_p99_us", &r->handoff, 99, &f);
-	json_num("handoff_p50_rtt", bench_hist_pct_us(&r->handoff, 50) / rtt, cont && rtt > 0 && r->handoff.count, &f);
-	json_num("handoff_p99_rtt", bench_hist_pct_us(&r->handoff, 99) / rtt, cont && rtt > 0 && r->handoff.count, &f);
+	json_num("handoff_p50_rtt", bench_hist_pct_us(&r->handoff, 50) / rtt, hand && rtt > 0 && r->handoff.count, &f);
+	json_num("handoff_p99_rtt", bench_hist_pct_us(&r->handoff, 99) / rtt, hand && rtt > 0 && r->handoff.count, &f);
 	json_pct("raw_handoff_p50_us", &r->raw_handoff, 50, &f);
 	json_pct("raw_handoff_p99_us", &r->raw_handoff, 99, &f);
-	json_pct("wait_p99_us", cont ? &r->acq : &no_samples, 99, &f);
+	json_pct("wait_p99_us", cont || kind ? &r->acq : &no_samples, 99, &f);
 	json_num("reacquire_pct", r->reacquire_pct, cont, &f);
 	json_num("raw_reacquire_pct", r->raw_reacquire_pct, cont && raw, &f);
-	json_num("share_spread_pct", r->share_spread_pct, cont, &f);
+	json_num("share_spread_pct", r->share_spread_pct, cont || kind, &f);
 	json_num("overlaps", (double)r->overlaps, cont || fl, &f);
 	json_num("stale_writes_rejected", (double)r->stale_rejected, fl, &f);
 	json_num("lost_reported", (double)r->lost_reported, fl || held, &f);
@@ -136,6 +153,7 @@ void bench_print_json(const struct bench_result *r)
 	json_num("client_bytes_per_lock", r->client_bytes_per_lock, held && r->client_bytes_per_lock >= 0, &f);
 	json_num("server_cpu_ms", r->server_cpu_ms, held && r->server_cpu_ms >= 0, &f);
 	json_num("server_cpu_pct", held_cpu_pct(r), held && held_cpu_pct(r) >= 0, &f);
+	json_kinds(r, sem, rw, &f);
 	if (r->raw_note[0])
 		json_str("raw_note", r->raw_note, &f);
 	if ((scale || held) && r->server_note[0])
@@ -225,6 +243,67 @@ static void held_row(FILE *out, const struct bench_result *r)
 	        (unsigned long long)r->locks_lost, mem, cpu, pct, (unsigned long long)r->errors);
 }
 
+/*
+ * A field of `w` columns for `v`: printf pads by bytes, and the ratio's
+ * "—" (no baseline by design, as against "-", no server) is 3 bytes wide.
+ */
+static int cols(const char *v, int w)
+{
+	for (const unsigned char *p = (const unsigned char *)v; *p; p++)
+		w += (*p & 0xC0) == 0x80;
+	return w;
+}
+
+/* The raw side of a semaphore or read-mostly row: ops/s and ratio, "—" where the server has no baseline. */
+static void kind_raw_cells(const struct bench_result *r, char *raw, char *ratio, size_t len)
+{
+	int by_design = strncmp(r->raw_note, "no raw baseline", 15) == 0;
+	snprintf(raw, len, "-");
+	snprintf(ratio, len, "%s", by_design ? "\u2014" : "-");
+	if (r->has_raw) {
+		snprintf(raw, len, "%.0f", r->raw_ops_per_s);
+		if (r->raw_ops_per_s > 0)
+			snprintf(ratio, len, "%.2f", r->ops_per_s / r->raw_ops_per_s);
+	}
+}
+
+static int kind_unsupported_row(FILE *out, const struct bench_result *r)
+{
+	if (!r->unsupported)
+		return 0;
+	fprintf(out, "%-20s %3dx%-2d  %s\n", r->backend, r->clients, r->threads, r->error);
+	return 1;
+}
+
+static void semaphore_row(FILE *out, const struct bench_result *r)
+{
+	char h50[16], h99[16], w99[16], raw[16], ratio[16], most[24];
+	if (kind_unsupported_row(out, r))
+		return;
+	cell_us(h50, sizeof h50, &r->handoff, 50);
+	cell_us(h99, sizeof h99, &r->handoff, 99);
+	cell_us(w99, sizeof w99, &r->acq, 99);
+	kind_raw_cells(r, raw, ratio, sizeof raw);
+	snprintf(most, sizeof most, "%d/%u", r->most_holders, r->permits);
+	fprintf(out, "%-20s %3dx%-2d %3d %7u %9.0f %9s %*s %8s %8s %8s %6.0f %7s\n", r->backend, r->clients, r->threads,
+	        r->processes, r->permits, r->ops_per_s, raw, cols(ratio, 5), ratio, h50, h99, w99, r->share_spread_pct,
+	        most);
+}
+
+static void read_mostly_row(FILE *out, const struct bench_result *r)
+{
+	char rd99[16], wr99[16], w99[16], raw[16], ratio[16];
+	if (kind_unsupported_row(out, r))
+		return;
+	cell_us(rd99, sizeof rd99, &r->acq_read, 99);
+	cell_us(wr99, sizeof wr99, &r->acq_write, 99);
+	cell_us(w99, sizeof w99, &r->acq, 99);
+	kind_raw_cells(r, raw, ratio, sizeof raw);
+	fprintf(out, "%-20s %3dx%-2d %3d %5.0f %9.0f %9s %*s %8s %8s %8s %6.0f %7d %6llu\n", r->backend, r->clients,
+	        r->threads, r->processes, r->read_ratio * 100.0, r->ops_per_s, raw, cols(ratio, 5), ratio, rd99, wr99,
+	        w99, r->share_spread_pct, r->most_readers, (unsigned long long)r->violations);
+}
+
 static void fault_row(FILE *out, const struct bench_result *r)
 {
 	char faults[256] = "";
@@ -271,6 +350,25 @@ void bench_print_table(FILE *out, const struct bench_result *r, int n)
 			        "errors");
 		held_row(out, &r[i]);
 	}
+	int sem = 0, rw = 0;
+	for (int i = 0; i < n; i++) {
+		if ((r[i].failed && !r[i].unsupported) || r[i].sc != BENCH_SEMAPHORE)
+			continue;
+		if (!sem++)
+			fprintf(out, "%s%-20s %6s %3s %7s %9s %9s %5s %8s %8s %8s %6s %7s\n", perf || scale || held ? "\n" : "",
+			        "semaphore", "c x t", "prc", "permits", "ops/s", "raw ops/s", "ratio", "hand p50", "hand p99",
+			        "wait p99", "spread", "most/N");
+		semaphore_row(out, &r[i]);
+	}
+	for (int i = 0; i < n; i++) {
+		if ((r[i].failed && !r[i].unsupported) || r[i].sc != BENCH_READ_MOSTLY)
+			continue;
+		if (!rw++)
+			fprintf(out, "%s%-20s %6s %3s %5s %9s %9s %5s %8s %8s %8s %6s %7s %6s\n",
+			        perf || scale || held || sem ? "\n" : "", "read-mostly", "c x t", "prc", "read%", "ops/s",
+			        "raw ops/s", "ratio", "rd p99", "wr p99", "wait p99", "spread", "readers", "wr ovl");
+		read_mostly_row(out, &r[i]);
+	}
 	for (int i = 0; i < n; i++) {
 		if (r[i].failed || r[i].sc != BENCH_FAULTS)
 			continue;
@@ -280,7 +378,7 @@ void bench_print_table(FILE *out, const struct bench_result *r, int n)
 		fault_row(out, &r[i]);
 	}
 	for (int i = 0; i < n; i++)
-		if (r[i].failed)
+		if (r[i].failed && !r[i].unsupported)
 			fprintf(out, "%s %s %s: %s\n", r[i].failed == 2 ? "skipped" : "FAILED", r[i].uri,
 			       bench_scenario_name(r[i].sc), r[i].error);
 	fflush(out);

@@ -48,8 +48,7 @@ void bench_note_releasing(struct bench_worker *w, int64_t t_end)
 	atomic_store_explicit(&sh->last_releaser, w->id, memory_order_release);
 }
 
-/* Count one completed cycle if it ended inside the measured window. */
-static void count_cycle(struct bench_worker *w, int64_t acquire_ns, int64_t release_ns, int64_t t2)
+void bench_count_cycle(struct bench_worker *w, int64_t acquire_ns, int64_t release_ns, int64_t t2)
 {
 	if (t2 > atomic_load(&w->ph->sh->stop_ns))
 		return;
@@ -93,7 +92,7 @@ static int dlock_cycle(struct bench_worker *w, dlock_lock *lock, const dlock_acq
 		bench_slot_error(w->slot, "release: %s: %s", dlock_status_name(st), dlock_client_errmsg(w->client));
 		return -1;
 	}
-	count_cycle(w, t1 - t0, t2 - t_end, t2);
+	bench_count_cycle(w, t1 - t0, t2 - t_end, t2);
 	return 0;
 }
 
@@ -142,7 +141,7 @@ static int raw_cycle(struct bench_worker *w, const char *name)
 		bench_slot_error(w->slot, "raw release: %s", err);
 		return -1;
 	}
-	count_cycle(w, t1 - t0, t2 - t_end, t2);
+	bench_count_cycle(w, t1 - t0, t2 - t_end, t2);
 	return 0;
 }
 
