@@ -10,6 +10,7 @@
  *   redlock.c          algorithm "redlock": several independent instances, majority
  *   redis_lock.c       algorithm "single": one instance; also the lock values and
  *                      attempts that fair builds on
+ *   redis_sem.c        a semaphore's permits: the arguments and replies of their scripts
  *   redis_route.c      where a lock's commands go (the one instance, or the cluster's master
  *                      of its slot) and one command sent there, redirections followed
  *   redis_cluster.c    redis+cluster: the nodes, the slot map, MOVED and ASK
