@@ -154,6 +154,35 @@ static void test_reader_confirmed(void)
 	dlock_client_close(c);
 }
 
+/* A semaphore's permit waits for the replicas too; one not confirmed is undone (no permit left on the primary). */
+static void test_permit_confirmed(void)
+{
+	char prefix[64], key[512], value[128];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_client *c = open_with(prefix, "replicas=1&replicas_timeout=5s");
+	dlock_lock *l = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_semaphore_new(c, "permit", 2, &l), DLOCK_OK);
+	dlock_testredis_key(key, sizeof key, prefix, "permit", "lock");
+	long long before = wait_calls();
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 0, 0, NULL, NULL), DLOCK_OK);
+	value_at(replica_port, key, value, sizeof value);
+	CU_ASSERT_STRING_EQUAL(value, "semaphore"); /* WAIT returned: the replica has the permits' key */
+	CU_ASSERT(wait_calls() >= before + 1);
+	CU_ASSERT_EQUAL(dlock_extend(l, 0), DLOCK_OK);
+	CU_ASSERT(wait_calls() >= before + 2);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_lock_free(l);
+	dlock_client_close(c);
+
+	c = open_with(prefix, "replicas=2&replicas_timeout=200ms");
+	CU_ASSERT_EQUAL_FATAL(dlock_semaphore_new(c, "permit", 2, &l), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_acquire(l, 0, 0, 0, NULL, NULL), DLOCK_ECONNECT);
+	value_at(primary_port, key, value, sizeof value);
+	CU_ASSERT_STRING_EQUAL(value, ""); /* undone, not left for its lease */
+	dlock_lock_free(l);
+	dlock_client_close(c);
+}
+
 static void test_not_confirmed(void)
 {
 	char prefix[64], key[512], on_primary[128];
@@ -216,6 +245,7 @@ static void add_suites(void)
 	CU_add_test(s, "bad replicas= and replicas_timeout= are EURI", test_bad_params);
 	CU_add_test(s, "confirmed: the replica has the key when acquire returns", test_confirmed);
 	CU_add_test(s, "a reader of a read-write lock: confirmed too", test_reader_confirmed);
+	CU_add_test(s, "a semaphore's permit: confirmed too, or undone", test_permit_confirmed);
 	CU_add_test(s, "not confirmed in time: undone and failed", test_not_confirmed);
 	CU_add_test(s, "a renewal not confirmed: given up and reported lost", test_renewal_not_confirmed);
 }

@@ -27,6 +27,9 @@
  * readers run their own scripts (redis_scripts.c) through the same single
  * instance functions (redis_lock.c), and their waiters always wait in the
  * core's loop with pub/sub wake-ups, fair=1 or not (waiting_algo()).
+ * Semaphores likewise (one server, not RedLock): permits run their own
+ * scripts (redis_sem.c), hold the mutex's key while any is live, and wait
+ * in the core's loop.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -371,7 +374,7 @@ static dlock_status redis_lock_init(void *backend, void *lkp, const char *name, 
 	dlock_sha256(name, len, sum);
 	dlock_hex(sum, REDIS_DIGEST_HEX / 2, digest);
 	size_t each = c->prefixlen + REDIS_DIGEST_HEX + 16; /* ":{" "}:" "released" NUL */
-	lk->keys = malloc(7 * each + REDIS_OWNER_HEX); /* the grant key, last, gets the owner value appended */
+	lk->keys = malloc(11 * each + REDIS_OWNER_HEX); /* the grant key, last, gets the owner value appended */
 	if (!lk->keys)
 		return dlock_error_set(err, DLOCK_ENOMEM, "redis: out of memory");
 	char *p = lk->keys;
@@ -387,18 +390,28 @@ static dlock_status redis_lock_init(void *backend, void *lkp, const char *name, 
 	lk->chanlen = key_name(p, c, digest, "released");
 	lk->readers = p += each;
 	lk->readerslen = key_name(p, c, digest, "readers");
+	lk->permits = p += each;
+	lk->permitslen = key_name(p, c, digest, "permits");
+	lk->pslots = p += each;
+	lk->pslotslen = key_name(p, c, digest, "slots");
+	lk->pwaiters = p += each;
+	lk->pwaiterslen = key_name(p, c, digest, "pwaiters");
+	lk->npermits = p += each;
+	lk->npermitslen = key_name(p, c, digest, "npermits");
 	lk->grant = p += each;
 	lk->grantlen = key_name(p, c, digest, "grant:");
 	lk->slot = dlock_redis_key_slot(lk->key, lk->keylen); /* a cluster routes every key of the lock by it */
 	return DLOCK_OK;
 }
 
-/* The kind only changes what a shared acquisition does (dlock_wait_mode), and that the queue is not used. */
+/* The kind changes what a shared acquisition does (dlock_wait_mode), which scripts a semaphore's permits run
+ * (redis_sem.c), and that the queue is not used. */
 static dlock_status redis_lock_init_kind(void *backend, void *lkp, const char *name, size_t len,
                                          const dlock_kind_spec *spec, dlock_error *err)
 {
 	struct redis_lock *lk = lkp;
 	lk->kind = spec->kind;
+	lk->permits_n = spec->permits;
 	return redis_lock_init(backend, lkp, name, len, err);
 }
 
@@ -411,19 +424,31 @@ static dlock_status redis_lock_init_kind(void *backend, void *lkp, const char *n
  * Readers read the counter of the writers' tokens: conditional, as the
  * tokens are.  Waiters of a read-write lock subscribe and try again in the
  * core's loop, also with fair=1, whose queue serves mutexes only.
+ *
+ * Semaphores: the same servers.  While permits are held the mutex's key
+ * says "semaphore" (redis_sem.c), so the kinds still exclude each other
+ * (a mutex waits for the last permit, a permit for the mutex), and only
+ * another N is refused (DLOCK_EKIND).  Waiters try again in the core's
+ * loop, whoever tries first after a release wins (unordered); a permit has
+ * a slot and a token from the name's counter (conditional, as a mutex's).
  */
 static void redis_kind_capabilities(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps)
 {
 	struct redis_client *c = backend;
 	if (kind == DLOCK_KIND_MUTEX)
 		caps->supported = 1;
-	if (kind != DLOCK_KIND_RWLOCK || c->algo == &dlock_redis_redlock)
+	if (kind == DLOCK_KIND_MUTEX || c->algo == &dlock_redis_redlock)
 		return;
 	caps->supported = 1;
-	caps->policy = DLOCK_RWLOCK_NO_PREFERENCE;
 	caps->read_fencing = c->algo->fencing;
 	caps->kind_checked = 0;
 	caps->core_waits = 1;
+	if (kind == DLOCK_KIND_RWLOCK)
+		caps->policy = DLOCK_RWLOCK_NO_PREFERENCE;
+	if (kind == DLOCK_KIND_SEMAPHORE) {
+		caps->order = DLOCK_SEMAPHORE_UNORDERED;
+		caps->slots = 1;
+	}
 }
 
 static void redis_lock_fini(void *backend, void *lkp)
@@ -454,11 +479,11 @@ static dlock_status redis_acquire(void *backend, void *lk, int64_t lease_ms, dlo
 	return st != DLOCK_OK ? st : c->algo->acquire(c, lk, lease_ms, w, out, err);
 }
 
-/* Who waits for lk: the algorithm, or, for a read-write lock on a client whose queue serves mutexes only,
+/* Who waits for lk: the algorithm, or, for a read-write lock or a semaphore on a client whose queue serves mutexes only,
  * one instance's attempts in the core's loop (the release and the rest stay the algorithm's). */
 static const struct redis_algorithm *waiting_algo(const struct redis_client *c, const struct redis_lock *lk)
 {
-	return lk->kind == DLOCK_KIND_RWLOCK && !c->algo->try_acquire ? &dlock_redis_single : c->algo;
+	return lk->kind != DLOCK_KIND_MUTEX && !c->algo->try_acquire ? &dlock_redis_single : c->algo;
 }
 
 /* One attempt, the waiting being the core's; an algorithm whose server queues waits in it instead. */

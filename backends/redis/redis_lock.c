@@ -97,7 +97,7 @@ static int set_wrote(const redisReply *r)
 
 static int acquire_wrote(const redisReply *r)
 {
-	return r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
+	return r->type == REDIS_REPLY_ARRAY && r->elements >= 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
 	       r->element[0]->integer == 1;
 }
 
@@ -143,14 +143,15 @@ static enum redis_script_id read_release_script(const struct redis_client *c, st
 	return REDIS_SCRIPT_READ_RELEASE;
 }
 
-/* The owner-only release script for lk->owner: a reader's, or the algorithm's for the key's owner. */
+/* The owner-only release script for lk->owner: a permit's, a reader's, or the algorithm's for the key's owner. */
 static dlock_status release_args_run(struct redis_client *c, struct redis_lock *lk, redisReply **out,
                                      dlock_error *err)
 {
 	struct redis_args a = { 0 };
 	int nkeys = 0;
-	enum redis_script_id id = lk->shared ? read_release_script(c, lk, &a, &nkeys)
-	                                     : c->algo->release_script(c, lk, &a, &nkeys);
+	enum redis_script_id id = lk->kind == DLOCK_KIND_SEMAPHORE ? dlock_redis_sem_release_args(c, lk, &a, &nkeys)
+	                          : lk->shared                     ? read_release_script(c, lk, &a, &nkeys)
+	                                                           : c->algo->release_script(c, lk, &a, &nkeys);
 	return dlock_redis_run_idempotent(c, lk, id, nkeys, &a, "release", 0, out, err);
 }
 
@@ -272,18 +273,25 @@ static enum redis_script_id acquire_args(struct redis_lock *lk, int64_t lease_ms
 	return REDIS_SCRIPT_ACQUIRE;
 }
 
-/* One attempt: DLOCK_OK (*out filled), DLOCK_EBUSY (*pttl_ms: the holder's TTL, <0 unknown) or an error. */
+/*
+ * One attempt: DLOCK_OK (*out filled), DLOCK_EBUSY (*pttl_ms: the holder's
+ * TTL, <0 unknown; for a permit, when to look again) or an error.  A
+ * permit's attempt that waits (`listed`) counts lk->waiter among the
+ * name's waiters when it finds no free permit.
+ */
 static dlock_status try_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, int wants_token,
-                                dlock_acquired *out, int64_t *pttl_ms, dlock_error *err)
+                                int listed, dlock_acquired *out, int64_t *pttl_ms, dlock_error *err)
 {
 	struct redis_args a = { 0 };
-	char lease[24], fence_ttl[24];
+	char bufs[3][24];
 	redisReply *r = NULL;
 	int maybe_ran = 0, nkeys = 0;
 	dlock_status st = dlock_redis_new_owner(lk, err);
 	if (st != DLOCK_OK)
 		return st;
-	enum redis_script_id id = acquire_args(lk, lease_ms, wants_token, lease, fence_ttl, &a, &nkeys);
+	int sem = lk->kind == DLOCK_KIND_SEMAPHORE;
+	enum redis_script_id id = sem ? dlock_redis_sem_acquire_args(lk, lease_ms, wants_token, listed, bufs, &a, &nkeys)
+	                              : acquire_args(lk, lease_ms, wants_token, bufs[0], bufs[1], &a, &nkeys);
 
 	int64_t sent = dlock_monotonic_ns();
 	long long acked = c->replicas;
@@ -293,6 +301,19 @@ static dlock_status try_acquire(struct redis_client *c, struct redis_lock *lk, i
 	if (acked < c->replicas) { /* ours on the primary only: undone, as a lost reply would be */
 		st = too_few_replicas(c, acked, DLOCK_ECONNECT, "acquire (undone)", err);
 		goto fail;
+	}
+	if (sem) {
+		st = dlock_redis_sem_reply(c, lk, r, out, pttl_ms, err);
+		lk->listed = listed && st == DLOCK_EBUSY;
+		if (st == DLOCK_ESERVER)
+			goto fail;
+		freeReplyObject(r);
+		if (st != DLOCK_OK) { /* busy, or another N: no permit of ours was written */
+			lk->owner[0] = '\0';
+			return st;
+		}
+		out->sent_ns = sent;
+		return DLOCK_OK;
 	}
 	if (!is_int_pair(r)) {
 		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to the acquire script", c->label);
@@ -324,13 +345,26 @@ dlock_status dlock_redis_wait_failed(struct redis_client *c, dlock_status st, dl
 	return st;
 }
 
-/* The acquire script (a reader's, for a shared acquisition), or a plain SET NX PX when no token is wanted. */
+/*
+ * The acquire script (a reader's, for a shared acquisition; a permit's, for
+ * a semaphore), or a plain SET NX PX when no token is wanted.
+ */
 dlock_status dlock_redis_attempt(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
                                  int no_pttl, dlock_acquired *out, int64_t *pttl_ms, dlock_error *err)
 {
 	lk->shared = dlock_wait_mode(w) == DLOCK_MODE_SHARED;
+	if (lk->kind == DLOCK_KIND_SEMAPHORE) {
+		int listed = !dlock_wait_try_once(w); /* a waiter counts among the name's waiters (N agreement) */
+		if (listed && !lk->waiter[0]) {
+			dlock_status st = dlock_redis_new_owner(lk, err); /* a random value, kept as the waiter id */
+			if (st != DLOCK_OK)
+				return st;
+			memcpy(lk->waiter, lk->owner, sizeof lk->waiter);
+		}
+		return try_acquire(c, lk, lease_ms, dlock_wait_wants_token(w), listed, out, pttl_ms, err);
+	}
 	return dlock_wait_wants_token(w) || lk->shared
-	               ? try_acquire(c, lk, lease_ms, dlock_wait_wants_token(w), out, pttl_ms, err)
+	               ? try_acquire(c, lk, lease_ms, dlock_wait_wants_token(w), 0, out, pttl_ms, err)
 	               : try_set(c, lk, lease_ms, dlock_wait_try_once(w) || no_pttl, out, pttl_ms, err);
 }
 
@@ -385,10 +419,10 @@ static dlock_status single_try_acquire(struct redis_client *c, struct redis_lock
 
 static void single_disarm(struct redis_client *c, struct redis_lock *lk)
 {
-	(void)c;
 	if (lk->watching)
 		dlock_redis_sub_unwatch(lk->watch_sub, &lk->watch);
 	lk->watching = 0;
+	dlock_redis_sem_unlist(c, lk); /* a semaphore's waiter that gave up no longer counts */
 }
 
 /* ------------------------------------------------------------ release, extend, check */
@@ -423,6 +457,8 @@ dlock_status dlock_redis_release(struct redis_client *c, struct redis_lock *lk, 
 enum redis_script_id dlock_redis_extend_args(const struct redis_lock *lk, int64_t lease_ms, char lease[24],
                                              struct redis_args *a, int *nkeys)
 {
+	if (lk->kind == DLOCK_KIND_SEMAPHORE)
+		return dlock_redis_sem_extend_args(lk, lease_ms, lease, a, nkeys);
 	*a = (struct redis_args){ 0 };
 	dlock_redis_argn(a, lk->key, lk->keylen);
 	*nkeys = 1;
@@ -482,7 +518,12 @@ dlock_status dlock_redis_check(struct redis_client *c, struct redis_lock *lk, dl
 	redisReply *r = NULL;
 	int maybe_ran;
 	dlock_status st;
-	if (lk->shared) {
+	int scripted = lk->shared || lk->kind == DLOCK_KIND_SEMAPHORE;
+	if (lk->kind == DLOCK_KIND_SEMAPHORE) {
+		int nkeys;
+		enum redis_script_id id = dlock_redis_sem_check_args(lk, &a, &nkeys);
+		st = run_script(c, lk, id, nkeys, &a, "check", 0, &r, &maybe_ran, err);
+	} else if (lk->shared) {
 		dlock_redis_argn(&a, lk->key, lk->keylen);
 		dlock_redis_argn(&a, lk->readers, lk->readerslen);
 		dlock_redis_arg(&a, lk->owner);
@@ -492,7 +533,7 @@ dlock_status dlock_redis_check(struct redis_client *c, struct redis_lock *lk, dl
 		dlock_redis_argn(&a, lk->key, lk->keylen);
 		st = run_script(c, lk, NOT_A_SCRIPT, 0, &a, "check", 0, &r, &maybe_ran, err);
 	}
-	if (st == DLOCK_OK && (lk->shared ? r->type != REDIS_REPLY_INTEGER || r->integer != 1
+	if (st == DLOCK_OK && (scripted ? r->type != REDIS_REPLY_INTEGER || r->integer != 1
 	                                  : r->type != REDIS_REPLY_STRING || strcmp(r->str, lk->owner) != 0))
 		st = dlock_error_set(err, DLOCK_ENOTHELD, "redis %s: the lock is no longer ours (expired or taken)",
 		                     c->label);

@@ -10,6 +10,7 @@
  *   redlock.c          algorithm "redlock": several independent instances, majority
  *   redis_lock.c       algorithm "single": one instance; also the lock values and
  *                      attempts that fair builds on
+ *   redis_sem.c        a semaphore's permits: the arguments and replies of their scripts
  *   redis_route.c      where a lock's commands go (the one instance, or the cluster's master
  *                      of its slot) and one command sent there, redirections followed
  *   redis_cluster.c    redis+cluster: the nodes, the slot map, MOVED and ASK
@@ -35,8 +36,11 @@
  * `waits`, so that waiters never take the connections releases need.
  *
  * Keys of a lock: PREFIX:{D}:lock (owner value, TTL = lease; "shared" while
- * readers of a read-write lock hold it), PREFIX:{D}:fence (fencing counter),
+ * readers of a read-write lock hold it, "semaphore" while permits of a
+ * semaphore do), PREFIX:{D}:fence (fencing counter),
  * PREFIX:{D}:readers (a read-write lock's readers, see redis_scripts.c),
+ * PREFIX:{D}:permits, :slots, :pwaiters and :npermits (a semaphore's
+ * permits, their slots, its waiters and its N, see redis_sem.c),
  * with fair=1 PREFIX:{D}:queue and PREFIX:{D}:waiters (the
  * waiter queue, see redis_scripts.c), and the channel PREFIX:{D}:released,
  * where D is the first 32 hex digits of the SHA-256 of the name.  They differ
@@ -87,12 +91,17 @@ struct redis_client {
 };
 
 struct redis_lock {
-	char *keys;             /* one block holding the seven names below */
+	char *keys;             /* one block holding the eleven names below */
 	const char *key, *fence, *queue, *waiters, *chan, *readers;
+	const char *permits, *pslots, *pwaiters, *npermits; /* a semaphore's (redis_sem.c) */
 	char *grant;            /* PREFIX:{D}:grant: then, with fair=1, the owner value (redis_fair.c) */
 	size_t keylen, fencelen, queuelen, waiterslen, chanlen, readerslen, grantlen; /* grantlen: without the owner */
+	size_t permitslen, pslotslen, pwaiterslen, npermitslen;
 	char owner[REDIS_OWNER_HEX]; /* this acquisition's owner value, "" when none */
-	dlock_lock_kind kind;   /* DLOCK_KIND_MUTEX, or DLOCK_KIND_RWLOCK (whose waiters never queue: fair=1 too) */
+	dlock_lock_kind kind;   /* DLOCK_KIND_MUTEX, RWLOCK or SEMAPHORE (whose waiters never queue: fair=1 too) */
+	uint32_t permits_n;     /* a semaphore's N */
+	char waiter[REDIS_OWNER_HEX]; /* a semaphore's id among the waiters, made once per handle ("" before) */
+	int listed;             /* a semaphore: the last attempt left `waiter` among the waiters */
 	int shared;             /* this acquisition (or attempt) is a reader's: the READ_ scripts */
 	unsigned slot;          /* the keys' hash slot (a cluster routes by it) */
 	int handed_off;         /* fair=1: our last release granted the lock to a queued waiter */
@@ -205,6 +214,28 @@ dlock_status dlock_redis_release(struct redis_client *c, struct redis_lock *lk, 
 dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
                                 dlock_error *err);
 dlock_status dlock_redis_check(struct redis_client *c, struct redis_lock *lk, dlock_error *err);
+/* ------------------------------------------------------------ redis_sem.c: a semaphore's permits */
+
+/** The acquire script of a permit into `a` (`bufs` keeps the numbers); `listed`: count lk among the waiters
+ *  when no permit is free.  Its number of keys into *nkeys. */
+enum redis_script_id dlock_redis_sem_acquire_args(const struct redis_lock *lk, int64_t lease_ms, int wants_token,
+                                                  int listed, char bufs[3][24], struct redis_args *a, int *nkeys);
+/** A permit's release (nkeys 5), extend (5) and check (2) scripts for lk->owner. */
+enum redis_script_id dlock_redis_sem_release_args(const struct redis_client *c, const struct redis_lock *lk,
+                                                  struct redis_args *a, int *nkeys);
+enum redis_script_id dlock_redis_sem_extend_args(const struct redis_lock *lk, int64_t lease_ms, char lease[24],
+                                                 struct redis_args *a, int *nkeys);
+enum redis_script_id dlock_redis_sem_check_args(const struct redis_lock *lk, struct redis_args *a, int *nkeys);
+/**
+ * The acquire script's reply: DLOCK_OK (*out: token and slot), DLOCK_EBUSY
+ * (*retry_ms: when to look again), DLOCK_EKIND (another N, both named) or
+ * DLOCK_ESERVER for a reply of another shape.
+ */
+dlock_status dlock_redis_sem_reply(const struct redis_client *c, const struct redis_lock *lk, const redisReply *r,
+                                   dlock_acquired *out, int64_t *retry_ms, dlock_error *err);
+/** A waiter that gives up: no longer counted among the waiters (best effort: its entry expires anyway). */
+void dlock_redis_sem_unlist(struct redis_client *c, struct redis_lock *lk);
+
 /** Renew lks[0..n) (n at most DLOCK_RENEW_BATCH_MAX), one pipeline per server (redis_renew.c); out[i] as extend. */
 void dlock_redis_extend_many(struct redis_client *c, struct redis_lock *const *lks, const int64_t *lease_ms, size_t n,
                              dlock_status *out, dlock_error *err);

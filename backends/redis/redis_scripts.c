@@ -293,6 +293,175 @@ static const char read_check_lua[] =
 	"if live_reader(now_ms()) then return 1 end\n"
 	"return 0\n";
 
+/*
+ * Permits of a semaphore of N.  Like readers, permits are kept per owner
+ * in KEYS[2], a sorted set of owner values scored by the server's time
+ * (ms) at which each one's lease ends, with the slot of each in KEYS[3]
+ * (a hash owner -> slot, 0..N-1, unique among the live permits), and while
+ * any is alive KEYS[1] holds the value 'semaphore' (no owner value, hex,
+ * can equal it) with the TTL of the last of them: a mutex, a writer and
+ * readers (whose SET NX, or whose join, needs KEYS[1] absent or theirs)
+ * then wait while permits are held, and a permit is granted only while
+ * KEYS[1] is absent or 'semaphore': the kinds exclude each other.  A holder
+ * that dies stops renewing: its entry's time passes and it is dropped by
+ * the next script that looks (settle_permits), never later than its lease.
+ *
+ * N agreement: KEYS[5] holds the N of the name's live holders and waiters,
+ * and lives as long as the last of them.  Waiters are kept in KEYS[4], a
+ * sorted set of waiter ids scored by the server's time until which each
+ * counts as waiting: every attempt that finds no free permit refreshes it
+ * to the time of its next attempt plus WAITER_GRACE_MS, so a waiter that
+ * died or gave up stops counting soon after.  An acquisition with another
+ * N while any holder or other waiter is live is refused ({-1, N}); once
+ * none is left, its N applies.
+ *
+ * The work of each call is bounded by N (at most DLOCK_PERMITS_MAX entries
+ * in KEYS[2] and KEYS[3]: a permit is added only while fewer than N live).
+ * All times come from TIME, never from the client's clock.
+ */
+#define PERMITS_LUA                                                                                  \
+	"local MARK = 'semaphore'\n"                                                                  \
+	"local RETRY_MAX_MS = 5000\n"                                                                 \
+	"local WAITER_GRACE_MS = 2000\n"                                                              \
+	"local function settle_permits(now)\n"                                                        \
+	"  if redis.call('GET', KEYS[1]) ~= MARK then\n"                                              \
+	"    redis.call('DEL', KEYS[2], KEYS[3])\n"                                                   \
+	"    return 0\n"                                                                              \
+	"  end\n"                                                                                     \
+	"  local past = string.format('(%d', now)\n"                                                  \
+	"  local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', past)\n"                          \
+	"  if #gone > 0 then\n"                                                                       \
+	"    redis.call('HDEL', KEYS[3], unpack(gone))\n"                                             \
+	"    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', past)\n"                                 \
+	"  end\n"                                                                                     \
+	"  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]\n"                     \
+	"  if not last then\n"                                                                        \
+	"    redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])\n"                                          \
+	"    return 0\n"                                                                              \
+	"  end\n"                                                                                     \
+	"  local ttl = string.format('%d', math.max(tonumber(last) - now, 1))\n"                      \
+	"  redis.call('SET', KEYS[1], MARK, 'PX', ttl)\n"                                             \
+	"  redis.call('PEXPIRE', KEYS[2], ttl)\n"                                                     \
+	"  redis.call('PEXPIRE', KEYS[3], ttl)\n"                                                     \
+	"  return redis.call('ZCARD', KEYS[2])\n"                                                     \
+	"end\n"                                                                                       \
+	"local function live_permit(now)\n"                                                           \
+	"  local score = redis.call('ZSCORE', KEYS[2], ARGV[1])\n"                                    \
+	"  return score and tonumber(score) >= now and redis.call('GET', KEYS[1]) == MARK\n"          \
+	"end\n"                                                                                       \
+	"local function other_waiters(now, me)\n"                                                     \
+	"  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', string.format('(%d', now))\n"               \
+	"  local n = redis.call('ZCARD', KEYS[4])\n"                                                  \
+	"  if me ~= '' and redis.call('ZSCORE', KEYS[4], me) then n = n - 1 end\n"                    \
+	"  return n\n"                                                                                \
+	"end\n"                                                                                       \
+	"local function settle_n(now)\n"                                                              \
+	"  local ttl = 0\n"                                                                           \
+	"  if redis.call('GET', KEYS[1]) == MARK then ttl = redis.call('PTTL', KEYS[1]) end\n"        \
+	"  local w = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')[2]\n"                        \
+	"  if w then\n"                                                                               \
+	"    local wttl = math.max(tonumber(w) - now, 1)\n"                                           \
+	"    redis.call('PEXPIRE', KEYS[4], string.format('%d', wttl))\n"                             \
+	"    ttl = math.max(ttl, wttl)\n"                                                             \
+	"  end\n"                                                                                     \
+	"  if ttl > 0 then\n"                                                                         \
+	"    redis.call('PEXPIRE', KEYS[5], string.format('%d', ttl))\n"                              \
+	"  else\n"                                                                                    \
+	"    redis.call('DEL', KEYS[5])\n"                                                            \
+	"  end\n"                                                                                     \
+	"end\n"
+
+/*
+ * Take a permit: the lowest free slot, and a new token when asked.  Busy
+ * ({0, ms}: when to look again, at most RETRY_MAX_MS: the end of the first
+ * permit's lease, or of the other kind's key) while another kind holds the
+ * name or N permits are live; the caller then counts among the waiters
+ * (unless it tries once: no waiter id), also behind another kind, so that
+ * its N is the name's while it waits.
+ */
+static const char sem_acquire_lua[] =
+	TOKEN_LUA
+	PERMITS_LUA
+	"local now = now_ms()\n"
+	"local n = tonumber(ARGV[3])\n"
+	"local holder = redis.call('GET', KEYS[1])\n"
+	"local other_kind = holder and holder ~= MARK\n"
+	"local held = settle_permits(now)\n"
+	"local others = other_waiters(now, ARGV[4])\n"
+	"local agreed = tonumber(redis.call('GET', KEYS[5]) or '0') or 0\n"
+	"if (held > 0 or others > 0) and agreed > 0 and agreed ~= n then\n"
+	"  settle_n(now)\n"
+	"  return {-1, agreed, 0}\n"
+	"end\n"
+	"redis.call('SET', KEYS[5], ARGV[3])\n"
+	"if not other_kind and held < n then\n"
+	"  local used = {}\n"
+	"  for _, s in ipairs(redis.call('HVALS', KEYS[3])) do used[tonumber(s)] = true end\n"
+	"  local slot = 0\n"
+	"  while used[slot] do slot = slot + 1 end\n"
+	"  redis.call('SET', KEYS[1], MARK)\n"
+	"  redis.call('ZADD', KEYS[2], string.format('%d', now + tonumber(ARGV[2])), ARGV[1])\n"
+	"  redis.call('HSET', KEYS[3], ARGV[1], string.format('%d', slot))\n"
+	"  if ARGV[4] ~= '' then redis.call('ZREM', KEYS[4], ARGV[4]) end\n"
+	"  settle_permits(now)\n"
+	"  settle_n(now)\n"
+	"  local token = 0\n"
+	"  if ARGV[5] ~= '0' then token = next_token(KEYS[6], ARGV[5]) end\n"
+	"  return {1, token, slot}\n"
+	"end\n"
+	"local retry = RETRY_MAX_MS\n"
+	"if other_kind then\n"
+	"  local pttl = redis.call('PTTL', KEYS[1])\n"
+	"  if pttl >= 0 then retry = math.min(pttl + 1, RETRY_MAX_MS) end\n"
+	"else\n"
+	"  local first = tonumber(redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2])\n"
+	"  retry = math.min(math.max(first - now, 0) + 1, RETRY_MAX_MS)\n"
+	"end\n"
+	"if ARGV[4] ~= '' then\n"
+	"  redis.call('ZADD', KEYS[4], string.format('%d', now + retry + WAITER_GRACE_MS), ARGV[4])\n"
+	"end\n"
+	"settle_n(now)\n"
+	"return {0, retry, 0}\n";
+
+/*
+ * Owner-only: give the permit back and wake the waiters (also when it was
+ * no longer ours: permits whose lease passed were dropped here, and their
+ * waiters may not have heard of it).
+ */
+static const char sem_release_lua[] =
+	TOKEN_LUA
+	PERMITS_LUA
+	"local now = now_ms()\n"
+	"local ours = live_permit(now)\n"
+	"if redis.call('GET', KEYS[1]) == MARK then\n"
+	"  redis.call('ZREM', KEYS[2], ARGV[1])\n"
+	"  redis.call('HDEL', KEYS[3], ARGV[1])\n"
+	"  settle_permits(now)\n"
+	"  redis.pcall(ARGV[3], ARGV[2], '1')\n"
+	"end\n"
+	"other_waiters(now, '')\n"
+	"settle_n(now)\n"
+	"if ours then return 1 end\n"
+	"return 0\n";
+
+/* Owner-only: a live permit's lease runs again from now; one that ended is never taken again here. */
+static const char sem_extend_lua[] =
+	TOKEN_LUA
+	PERMITS_LUA
+	"local now = now_ms()\n"
+	"if not live_permit(now) then return 0 end\n"
+	"redis.call('ZADD', KEYS[2], string.format('%d', now + tonumber(ARGV[2])), ARGV[1])\n"
+	"settle_permits(now)\n"
+	"other_waiters(now, '')\n"
+	"settle_n(now)\n"
+	"return 1\n";
+
+static const char sem_check_lua[] =
+	TOKEN_LUA
+	PERMITS_LUA
+	"if live_permit(now_ms()) then return 1 end\n"
+	"return 0\n";
+
 static const char *const bodies[REDIS_SCRIPT_COUNT] = {
 	[REDIS_SCRIPT_ACQUIRE] = acquire_lua,
 	[REDIS_SCRIPT_RELEASE] = release_lua,
@@ -303,6 +472,10 @@ static const char *const bodies[REDIS_SCRIPT_COUNT] = {
 	[REDIS_SCRIPT_READ_RELEASE] = read_release_lua,
 	[REDIS_SCRIPT_READ_EXTEND] = read_extend_lua,
 	[REDIS_SCRIPT_READ_CHECK] = read_check_lua,
+	[REDIS_SCRIPT_SEM_ACQUIRE] = sem_acquire_lua,
+	[REDIS_SCRIPT_SEM_RELEASE] = sem_release_lua,
+	[REDIS_SCRIPT_SEM_EXTEND] = sem_extend_lua,
+	[REDIS_SCRIPT_SEM_CHECK] = sem_check_lua,
 };
 
 dlock_status dlock_redis_scripts_load(struct redis_conn *ctx, const struct redis_endpoint *ep,

@@ -1,0 +1,129 @@
+/*
+ * Semaphores on one Redis server (any transport, Sentinel, Cluster; not
+ * RedLock): the arguments of the permit scripts (redis_scripts.c) and what
+ * their replies mean.  The attempts, releases, renewals and checks run
+ * through the single instance's functions (redis_lock.c), which pick these
+ * for a handle of kind DLOCK_KIND_SEMAPHORE.
+ *
+ * A permit is the entry of its owner value in PREFIX:{D}:permits, a sorted
+ * set scored by the server's time at which its lease ends, with its slot in
+ * PREFIX:{D}:slots; PREFIX:{D}:lock holds "semaphore" while any permit is
+ * live, so mutexes and read-write locks of the name wait for the last
+ * permit and a permit waits for them (the kinds exclude each other).  The
+ * name's N is kept in PREFIX:{D}:npermits for as long as a holder or a
+ * waiter is live; waiters are kept in PREFIX:{D}:pwaiters, each under the
+ * id its handle made once, refreshed by every attempt.  All keys share the
+ * name's {D}, so a cluster keeps them in one slot.
+ *
+ * Waiting is the core's loop (core_waits): a busy attempt subscribes to
+ * the name's channel, where every release publishes, and the core looks
+ * again on a message or when the first permit's lease ends (at most
+ * RETRY_MAX_MS in the script), polling when the subscription cannot be
+ * made.
+ *
+ * Threads: as the lock functions: one acquisition per handle at a time,
+ * the client shared.
+ */
+#include <stdio.h>
+
+#include "redis_lock.h"
+
+/* KEYS 1..5: every permit script but the check reads them. */
+static void permit_keys(const struct redis_lock *lk, struct redis_args *a)
+{
+	dlock_redis_argn(a, lk->key, lk->keylen);
+	dlock_redis_argn(a, lk->permits, lk->permitslen);
+	dlock_redis_argn(a, lk->pslots, lk->pslotslen);
+	dlock_redis_argn(a, lk->pwaiters, lk->pwaiterslen);
+	dlock_redis_argn(a, lk->npermits, lk->npermitslen);
+}
+
+enum redis_script_id dlock_redis_sem_acquire_args(const struct redis_lock *lk, int64_t lease_ms, int wants_token,
+                                                  int listed, char bufs[3][24], struct redis_args *a, int *nkeys)
+{
+	*a = (struct redis_args){ 0 };
+	permit_keys(lk, a);
+	dlock_redis_argn(a, lk->fence, lk->fencelen);
+	dlock_redis_arg(a, lk->owner);
+	dlock_redis_argi(a, bufs[0], lease_ms);
+	dlock_redis_argi(a, bufs[1], lk->permits_n);
+	dlock_redis_arg(a, listed ? lk->waiter : "");
+	dlock_redis_argi(a, bufs[2], wants_token ? dlock_redis_fence_ttl_ms(lease_ms) : 0);
+	*nkeys = 6;
+	return REDIS_SCRIPT_SEM_ACQUIRE;
+}
+
+enum redis_script_id dlock_redis_sem_release_args(const struct redis_client *c, const struct redis_lock *lk,
+                                                  struct redis_args *a, int *nkeys)
+{
+	*a = (struct redis_args){ 0 };
+	permit_keys(lk, a);
+	dlock_redis_arg(a, lk->owner);
+	dlock_redis_argn(a, lk->chan, lk->chanlen);
+	dlock_redis_arg(a, c->publish);
+	*nkeys = 5;
+	return REDIS_SCRIPT_SEM_RELEASE;
+}
+
+enum redis_script_id dlock_redis_sem_extend_args(const struct redis_lock *lk, int64_t lease_ms, char lease[24],
+                                                 struct redis_args *a, int *nkeys)
+{
+	*a = (struct redis_args){ 0 };
+	permit_keys(lk, a);
+	dlock_redis_arg(a, lk->owner);
+	dlock_redis_argi(a, lease, lease_ms);
+	*nkeys = 5;
+	return REDIS_SCRIPT_SEM_EXTEND;
+}
+
+enum redis_script_id dlock_redis_sem_check_args(const struct redis_lock *lk, struct redis_args *a, int *nkeys)
+{
+	*a = (struct redis_args){ 0 };
+	dlock_redis_argn(a, lk->key, lk->keylen);
+	dlock_redis_argn(a, lk->permits, lk->permitslen);
+	dlock_redis_arg(a, lk->owner);
+	*nkeys = 2;
+	return REDIS_SCRIPT_SEM_CHECK;
+}
+
+dlock_status dlock_redis_sem_reply(const struct redis_client *c, const struct redis_lock *lk, const redisReply *r,
+                                   dlock_acquired *out, int64_t *retry_ms, dlock_error *err)
+{
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3)
+		goto odd;
+	for (size_t i = 0; i < 3; i++)
+		if (r->element[i]->type != REDIS_REPLY_INTEGER)
+			goto odd;
+	long long what = r->element[0]->integer, value = r->element[1]->integer, slot = r->element[2]->integer;
+	if (what == 1 && slot >= 0 && slot < (long long)lk->permits_n) {
+		*out = (dlock_acquired){ .token = (uint64_t)value, .slot = (uint32_t)slot };
+		return DLOCK_OK;
+	}
+	if (what == 0) {
+		*retry_ms = value;
+		return DLOCK_EBUSY;
+	}
+	if (what == -1)
+		return dlock_error_set(err, DLOCK_EKIND, "redis %s: the name is in use as a semaphore of %lld permits, not %lu",
+		                       c->label, value, (unsigned long)lk->permits_n);
+odd:
+	return dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to the semaphore's acquire script",
+	                       c->label);
+}
+
+void dlock_redis_sem_unlist(struct redis_client *c, struct redis_lock *lk)
+{
+	if (!lk->listed)
+		return;
+	lk->listed = 0;
+	struct redis_args a = { 0 };
+	dlock_redis_arg(&a, "ZREM");
+	dlock_redis_argn(&a, lk->pwaiters, lk->pwaiterslen);
+	dlock_redis_arg(&a, lk->waiter);
+	struct redis_call call = { .id = REDIS_SCRIPT_COUNT, .a = &a, .what = "give up waiting" };
+	redisReply *r = NULL;
+	int maybe_ran;
+	dlock_error ignored = { "" };
+	(void)dlock_redis_call(c, lk, &call, NULL, &r, &maybe_ran, &ignored);
+	freeReplyObject(r);
+}
