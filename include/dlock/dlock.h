@@ -280,7 +280,9 @@ typedef enum dlock_feature {
 	DLOCK_FEATURE_KIND_CHECK = 12, /**< 1: a name in use as another kind of lock, in another client
 	                                    too, is refused with DLOCK_EKIND; 0: the backend's kinds
 	                                    exclude each other on one name, so mixing them is safe
-	                                    (file://, zk://); within one client the core always refuses */
+	                                    (file://, zk://); within one client the core always refuses.
+	                                    This answer is about mutexes and read-write locks; how each
+	                                    backend keeps a semaphore apart from them is in the README */
 	DLOCK_FEATURE_SEMAPHORE = 13,  /**< a dlock_semaphore_order: semaphores, and in which order waiters
 	                                    get a permit */
 	DLOCK_FEATURE_PERMIT_FENCING = 14 /**< a dlock_fencing: the token of a permit, which goes with its
