@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define CONF_MAX_BACKENDS 32
@@ -231,6 +232,26 @@ static void *watchdog_run(void *arg)
 		dlock_test_sleep_ms(20);
 	}
 	return NULL;
+}
+
+void conf_run_children(int children, int (*child)(int index, void *arg), void *arg)
+{
+	pid_t pids[64];
+	CU_ASSERT_FATAL(children > 0 && children <= 64);
+	fflush(NULL);
+	for (int i = 0; i < children; i++) {
+		pids[i] = fork();
+		CU_ASSERT(pids[i] >= 0);
+		if (pids[i] == 0)
+			_exit(child(i, arg));
+	}
+	for (int i = 0; i < children; i++) {
+		int status = 0;
+		if (pids[i] <= 0)
+			continue;
+		CU_ASSERT_EQUAL(waitpid(pids[i], &status, 0), pids[i]);
+		CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
 }
 
 void conf_watchdog_start(conf_watchdog *d, dlock_lock *lock, int64_t after_ms)

@@ -114,6 +114,15 @@ int conf_waiter_done(const conf_waiter *w);
  */
 dlock_status conf_waiter_join(conf_waiter *w, int64_t timeout_ms);
 
+/* ------------------------------------------------------- processes */
+
+/**
+ * Fork `children` processes, each running child(index, arg) and exiting
+ * with what it returns (never back into CUnit); wait for them all and
+ * assert that each exited with 0.
+ */
+void conf_run_children(int children, int (*child)(int index, void *arg), void *arg);
+
 /* ------------------------------------------------------- watchdog */
 
 /**

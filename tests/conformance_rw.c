@@ -437,7 +437,9 @@ typedef struct rw_record {
 	atomic_uint violations;
 	atomic_uint reads, writes;
 	atomic_int ready;
-	int children;      /* set before the fork */
+	int children;      /* set before the fork, as the two below */
+	const char *name;
+	size_t per_thread;
 	atomic_int failed; /* a dlock_status + 1 of the first failure, 0 if none */
 } rw_record;
 
@@ -511,8 +513,12 @@ static int rw_all_ready(void *arg)
 }
 
 /* A child: RW_CLIENTS_PER_CHILD clients, each with one writer and some readers, on threads. */
-static int rw_child(const char *name, size_t per_thread, rw_record *rec)
+static int rw_child(int index, void *arg)
 {
+	rw_record *rec = arg;
+	const char *name = rec->name;
+	size_t per_thread = rec->per_thread;
+	(void)index;
 	dlock_client *clients[RW_CLIENTS_PER_CHILD] = { NULL };
 	rw_worker workers[RW_CLIENTS_PER_CHILD * RW_THREADS_PER_CLIENT];
 	int rc = 0;
@@ -559,21 +565,9 @@ static void test_rw_load(void)
 	size_t per_thread = conf_scaled(RW_LOAD_TOTAL) / threads + 1;
 	rw_record *rec = dlock_test_shared_alloc(sizeof *rec);
 	rec->children = children;
-	pid_t pids[RW_CHILDREN];
-	fflush(NULL);
-	for (int i = 0; i < children; i++) {
-		pids[i] = fork();
-		CU_ASSERT(pids[i] >= 0);
-		if (pids[i] == 0)
-			_exit(rw_child(name, per_thread, rec));
-	}
-	for (int i = 0; i < children; i++) {
-		int status = 0;
-		if (pids[i] <= 0)
-			continue;
-		CU_ASSERT_EQUAL(waitpid(pids[i], &status, 0), pids[i]);
-		CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	}
+	rec->name = name;
+	rec->per_thread = per_thread;
+	conf_run_children(children, rw_child, rec);
 	int failed = atomic_load(&rec->failed);
 	if (failed)
 		printf("\n    a worker failed: %s", dlock_status_name(failed - 1));

@@ -570,7 +570,9 @@ typedef struct sem_record {
 	atomic_uint violations;
 	atomic_uint acquisitions;
 	atomic_int ready;
-	int children;      /* set before the fork */
+	int children;      /* set before the fork, as the two below */
+	const char *name;
+	size_t per_thread;
 	atomic_int failed; /* a dlock_status + 1 of the first failure, 0 if none */
 } sem_record;
 
@@ -627,8 +629,12 @@ static int sem_all_ready(void *arg)
 }
 
 /* A child: SEM_CLIENTS_PER_CHILD clients, each with SEM_THREADS_PER_CLIENT threads. */
-static int sem_child(const char *name, size_t per_thread, sem_record *rec)
+static int sem_child(int index, void *arg)
 {
+	sem_record *rec = arg;
+	const char *name = rec->name;
+	size_t per_thread = rec->per_thread;
+	(void)index;
 	dlock_client *clients[SEM_CLIENTS_PER_CHILD] = { NULL };
 	sem_worker workers[SEM_CLIENTS_PER_CHILD * SEM_THREADS_PER_CLIENT];
 	int rc = 0;
@@ -674,21 +680,9 @@ static void test_sem_load(void)
 	size_t per_thread = conf_scaled(SEM_LOAD_TOTAL) / threads + 1;
 	sem_record *rec = dlock_test_shared_alloc(sizeof *rec);
 	rec->children = children;
-	pid_t pids[SEM_CHILDREN];
-	fflush(NULL);
-	for (int i = 0; i < children; i++) {
-		pids[i] = fork();
-		CU_ASSERT(pids[i] >= 0);
-		if (pids[i] == 0)
-			_exit(sem_child(name, per_thread, rec));
-	}
-	for (int i = 0; i < children; i++) {
-		int status = 0;
-		if (pids[i] <= 0)
-			continue;
-		CU_ASSERT_EQUAL(waitpid(pids[i], &status, 0), pids[i]);
-		CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	}
+	rec->name = name;
+	rec->per_thread = per_thread;
+	conf_run_children(children, sem_child, rec);
 	int failed = atomic_load(&rec->failed);
 	if (failed)
 		printf("\n    a worker failed: %s", dlock_status_name(failed - 1));
