@@ -200,7 +200,8 @@ struct dlock_pg_conn *dlock_pg_pool_share(struct dlock_pg_backend *b, int64_t le
 	 * those threads, not by the locks held.  Never one that holds the key
 	 * (a reader beside the client's readers): see pg_internal.h. */
 	struct dlock_pg_conn *c = p->idle ? NULL : p->shared;
-	while (c && (c->lease_ms != lease_ms || c->users > 0 || conn_holds_key(c, key)))
+	while (c && (c->lease_ms != lease_ms || c->users > 0 || c->nlocks >= DLOCK_PG_SESSION_LOCKS_MAX ||
+	             conn_holds_key(c, key)))
 		c = c->next;
 	if (c)
 		c->users++; /* stays listed: others may share it too */
