@@ -21,10 +21,10 @@
 #include <unistd.h>
 
 /* Acquisitions in total of the load test, before DLOCK_TEST_SCALE. */
-#define SEM_LOAD_TOTAL 10000
+#define SEM_LOAD_TOTAL 1600
 #define SEM_LOAD_PERMITS 3
 #define SEM_CHILDREN 2
-#define SEM_CLIENTS_PER_CHILD 32
+#define SEM_CLIENTS_PER_CHILD 8
 #define SEM_THREADS_PER_CLIENT 2
 #define SEM_SHORT_LEASE_MS 300
 #define SEM_DEAD_LEASE_MS 1500

@@ -7,6 +7,12 @@
  *     which commits every create and delete through its log at about 900
  *     a second here: 3,000); zero overlapping holders, and each name's
  *     fencing tokens strictly increase in the order the holders entered.
+ *   - 64 clients, each on its own thread, take permits of one semaphore
+ *     of 3 permits, and then read (nine times in ten) and write one
+ *     read-write lock, at least 10,000 acquisitions each on every backend:
+ *     never more than 3 holders at once, never a writer beside anyone (a
+ *     sequentially consistent count of who is inside), and the tokens of
+ *     each permit's slot strictly increase in entry order.
  *   - one client cycles acquire/release 100,000 times (ZooKeeper 10,000)
  *     on 4 threads; resident memory and open descriptors are measured
  *     after a warm-up and at the end, printed, and must stay flat: the
@@ -21,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "faults.h"
@@ -42,6 +49,9 @@
 #define CYCLE_THREADS 4
 #define RSS_TOLERANCE_KIB 2048
 #define SAMPLES 10
+#define KIND_ACQUISITIONS 10000
+#define PERMITS 3
+#define READS_IN_TEN 9
 
 struct backend {
 	const char *label, *uri;
@@ -160,6 +170,135 @@ static void test_many_clients(void)
 	pthread_barrier_destroy(&start);
 }
 
+/* ------------------------------------------------------------ semaphore, read-write lock */
+
+/* Who is inside one name, shared by the contenders of a kinds test. */
+struct kind_log {
+	atomic_int inside, writers, most;
+	atomic_uint violations, acquisitions, failures;
+	uint64_t last_token[PERMITS]; /* per slot, written by the slot's holder only */
+	atomic_uint backwards;
+};
+
+struct kind_contender {
+	const char *uri, *name;
+	int semaphore;     /* else a read-write lock */
+	unsigned rounds;
+	unsigned seed;
+	pthread_barrier_t *start;
+	struct kind_log *log;
+};
+
+static dlock_status kind_acquire(dlock_lock *l, int exclusive)
+{
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = FT_LONG_WAIT_MS;
+	o.mode = exclusive ? DLOCK_MODE_EXCLUSIVE : DLOCK_MODE_SHARED;
+	return dlock_acquire(l, &o);
+}
+
+/* Inside: count, check the kind's rule, and for a permit its slot's token order. */
+static void kind_inside(struct kind_contender *c, dlock_lock *l, int writer)
+{
+	struct kind_log *log = c->log;
+	int n = atomic_fetch_add(&log->inside, 1) + 1;
+	if (writer && atomic_fetch_add(&log->writers, 1) != 0)
+		atomic_fetch_add(&log->violations, 1);
+	if ((c->semaphore && n > PERMITS) || (!c->semaphore && (writer ? n > 1 : atomic_load(&log->writers) != 0)))
+		atomic_fetch_add(&log->violations, 1);
+	int most = atomic_load(&log->most);
+	while (n > most && !atomic_compare_exchange_weak(&log->most, &most, n))
+		;
+	/* Stay a moment, so that holders that may overlap do, and one that may not would be seen. */
+	nanosleep(&(struct timespec){ .tv_nsec = 200 * 1000 }, NULL);
+	uint32_t slot;
+	uint64_t token;
+	if (c->semaphore && dlock_lock_permit_slot(l, &slot) == DLOCK_OK && slot < PERMITS &&
+	    dlock_lock_fencing_token(l, &token) == DLOCK_OK) {
+		if (token <= log->last_token[slot])
+			atomic_fetch_add(&log->backwards, 1);
+		log->last_token[slot] = token;
+	}
+	if (writer)
+		atomic_fetch_sub(&log->writers, 1);
+	atomic_fetch_sub(&log->inside, 1);
+	atomic_fetch_add(&log->acquisitions, 1);
+}
+
+static void *kind_contender_main(void *arg)
+{
+	struct kind_contender *c = arg;
+	dlock_client *client = NULL;
+	dlock_lock *l = NULL;
+	char err[512];
+	dlock_status st = dlock_client_open(&client, c->uri, NULL, err, sizeof err);
+	if (st == DLOCK_OK)
+		st = c->semaphore ? dlock_semaphore_new(client, c->name, PERMITS, &l) : dlock_rwlock_new(client, c->name, &l);
+	pthread_barrier_wait(c->start);
+	for (unsigned i = 0; st == DLOCK_OK && i < c->rounds; i++) {
+		/* A permit is taken in exclusive mode, and is no writer: N of them may be inside. */
+		int writer = !c->semaphore && (unsigned)rand_r(&c->seed) % 10 >= READS_IN_TEN;
+		if (kind_acquire(l, writer || c->semaphore) != DLOCK_OK) {
+			atomic_fetch_add(&c->log->failures, 1);
+			continue;
+		}
+		kind_inside(c, l, writer);
+		if (dlock_release(l) != DLOCK_OK)
+			atomic_fetch_add(&c->log->failures, 1);
+	}
+	if (st != DLOCK_OK)
+		atomic_fetch_add(&c->log->failures, c->rounds);
+	dlock_lock_free(l);
+	dlock_client_close(client);
+	return NULL;
+}
+
+static void kinds_run(int semaphore)
+{
+	static struct kind_contender cs[CLIENTS];
+	static pthread_t th[CLIENTS];
+	static struct kind_log log;
+	char name[64];
+	unsigned rounds = (KIND_ACQUISITIONS + CLIENTS - 1) / CLIENTS;
+	pthread_barrier_t start;
+	memset(&log, 0, sizeof log);
+	ft_name(name, sizeof name, semaphore ? "load-sem" : "load-rw");
+	pthread_barrier_init(&start, NULL, CLIENTS + 1);
+	for (int i = 0; i < CLIENTS; i++) {
+		cs[i] = (struct kind_contender){ .uri = cur->uri, .name = name, .semaphore = semaphore,
+			                         .rounds = rounds, .seed = (unsigned)i * 7919u + 1, .start = &start,
+			                         .log = &log };
+		CU_ASSERT_FATAL(pthread_create(&th[i], NULL, kind_contender_main, &cs[i]) == 0);
+	}
+	pthread_barrier_wait(&start);
+	int64_t t0 = dlock_test_now_ms();
+	for (int i = 0; i < CLIENTS; i++)
+		pthread_join(th[i], NULL);
+	int64_t dt = dlock_test_now_ms() - t0;
+	unsigned total = atomic_load(&log.acquisitions);
+	printf("\n    %s: %u acquisitions of a %s by %d clients in %lld ms (%.0f/s); at most %d inside%s, "
+	       "violations %u, slot tokens out of order %u, failures %u",
+	       cur->label, total, semaphore ? "semaphore of 3 permits" : "read-write lock (9 reads in 10)", CLIENTS,
+	       (long long)dt, dt ? total * 1000.0 / (double)dt : 0.0, atomic_load(&log.most),
+	       semaphore ? "" : " (readers)", atomic_load(&log.violations), atomic_load(&log.backwards),
+	       atomic_load(&log.failures));
+	CU_ASSERT(total >= KIND_ACQUISITIONS);
+	CU_ASSERT_EQUAL(atomic_load(&log.violations), 0);
+	CU_ASSERT_EQUAL(atomic_load(&log.backwards), 0);
+	CU_ASSERT_EQUAL(atomic_load(&log.failures), 0);
+	pthread_barrier_destroy(&start);
+}
+
+static void test_semaphore_load(void)
+{
+	kinds_run(1);
+}
+
+static void test_rwlock_load(void)
+{
+	kinds_run(0);
+}
+
 /* ------------------------------------------------------------ flat resources */
 
 struct cycler {
@@ -265,6 +404,8 @@ static void add_suites(void)
 	for (size_t i = 0; i < nbackends; i++) {
 		CU_pSuite s = CU_add_suite(backends[i].label, inits[i], NULL);
 		CU_add_test(s, "64 clients, 8 names: no overlap, tokens in order", test_many_clients);
+		CU_add_test(s, "64 clients, a semaphore of 3: never more than 3 inside", test_semaphore_load);
+		CU_add_test(s, "64 clients, a read-write lock: never a writer beside anyone", test_rwlock_load);
 		CU_add_test(s, "acquire/release cycles: memory and descriptors flat", test_flat);
 	}
 }
