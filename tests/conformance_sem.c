@@ -354,6 +354,77 @@ done:
 	conf_close(b);
 }
 
+/* Many permits of one client at once, on a name of the longest length with bytes that no key, path or
+ * SQL may take as they are, and the most permits a semaphore may have (madelson's high ticket count). */
+static void test_sem_many_permits(void)
+{
+	enum { HANDLES = 20 };
+	dlock_client *a = conf_open(), *b = conf_open();
+	if (sem_unsupported(a) || !b)
+		goto done;
+	static char name[DLOCK_NAME_MAX + 1];
+	char tag[128];
+	conf_name(tag, sizeof tag, "sem-many");
+	memset(name, 'x', DLOCK_NAME_MAX);
+	memcpy(name, tag, strlen(tag));
+	memcpy(name + DLOCK_NAME_MAX - 7, "/%'\"\xff:{", 7); /* 7 bytes, the NUL left out */
+	name[DLOCK_NAME_MAX] = '\0';
+	int fenced = feature_of(a, DLOCK_FEATURE_PERMIT_FENCING) != DLOCK_FENCING_NONE;
+	dlock_lock *l[HANDLES];
+	uint32_t slots[HANDLES];
+	for (int i = 0; i < HANDLES; i++) {
+		l[i] = sem_lock(a, name, DLOCK_PERMITS_MAX);
+		CONF_ASSERT_ST(conf_acquire(l[i], 0), DLOCK_OK);
+		slots[i] = DLOCK_PERMITS_MAX;
+		if (fenced)
+			CONF_ASSERT_ST(dlock_lock_permit_slot(l[i], &slots[i]), DLOCK_OK);
+	}
+	for (int i = 0; fenced && i < HANDLES; i++) {
+		CU_ASSERT(slots[i] < DLOCK_PERMITS_MAX);
+		for (int k = 0; k < i; k++)
+			CU_ASSERT(slots[k] != slots[i]);
+	}
+	dlock_lock *other = sem_lock(b, name, DLOCK_PERMITS_MAX);
+	CONF_ASSERT_ST(conf_acquire(other, 0), DLOCK_OK);
+	CONF_ASSERT_ST(dlock_release(other), DLOCK_OK);
+	for (int i = 0; i < HANDLES; i++) {
+		CONF_ASSERT_ST(dlock_release(l[i]), DLOCK_OK);
+		dlock_lock_free(l[i]);
+	}
+	dlock_lock_free(other);
+done:
+	conf_close(a);
+	conf_close(b);
+}
+
+/* Closing a client gives back its permits: a waiter elsewhere gets in (Curator's client close). */
+static void test_sem_close_releases(void)
+{
+	dlock_client *a = conf_open(), *b = conf_open();
+	char name[128];
+	conf_name(name, sizeof name, "sem-close");
+	if (sem_unsupported(a) || !b)
+		goto done;
+	dlock_lock *p1 = sem_lock(a, name, 2), *p2 = sem_lock(a, name, 2), *w = sem_lock(b, name, 2);
+	CONF_ASSERT_ST(conf_acquire(p1, 0), DLOCK_OK);
+	CONF_ASSERT_ST(conf_acquire(p2, 0), DLOCK_OK);
+	uint64_t base = conf_stats(b).server_acquires;
+	sem_waiter waiter;
+	sem_waiter_start(&waiter, w, CONF_LONG_WAIT_MS, 0);
+	sem_waiter_blocked(&waiter, b, base);
+	conf_close(a); /* with both permits held */
+	a = NULL;
+	CONF_ASSERT_ST(sem_waiter_join(&waiter), DLOCK_OK);
+	CONF_ASSERT_ST(dlock_release(p1), DLOCK_ENOTHELD);
+	dlock_lock_free(p1);
+	dlock_lock_free(p2);
+	CONF_ASSERT_ST(dlock_release(w), DLOCK_OK);
+	dlock_lock_free(w);
+done:
+	conf_close(a);
+	conf_close(b);
+}
+
 static void lost_cb(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata)
 {
 	dlock_test_on_lost(lock, reason, detail, userdata);
@@ -705,6 +776,8 @@ const conf_test conf_sem_tests[] = {
 	{ "sem_reentrancy", test_sem_reentrancy },
 	{ "sem_fencing", test_sem_fencing },
 	{ "sem_cancel_timeout", test_sem_cancel_timeout },
+	{ "sem_many_permits", test_sem_many_permits },
+	{ "sem_close_releases", test_sem_close_releases },
 	{ "sem_lost_permit", test_sem_lost_permit },
 	{ "sem_holder_dies", test_sem_holder_dies },
 	{ "sem_permits_agree", test_sem_permits_agree },
