@@ -365,6 +365,22 @@ static size_t key_name(char *out, const struct redis_client *c, const char *dige
 	return n;
 }
 
+/* One key of a lock's block: where its name goes, and its suffix. */
+struct key_slot {
+	const char **name;
+	size_t *len;
+	const char *suffix;
+};
+
+/*
+ * The names of the lock's keys, packed in one block: those of every kind
+ * (the key, the counter, the channel, the queue's three, the grant key last
+ * with room for the owner value that fair=1 appends), and only for the kind
+ * that uses them the readers' set (a read-write lock) or the four keys of a
+ * semaphore.  The others stay NULL: no script of the handle's kind names
+ * them.  A client holding 10,000 mutexes keeps six names per lock, not
+ * eleven.
+ */
 static dlock_status redis_lock_init(void *backend, void *lkp, const char *name, size_t len, dlock_error *err)
 {
 	struct redis_client *c = backend;
@@ -373,33 +389,36 @@ static dlock_status redis_lock_init(void *backend, void *lkp, const char *name, 
 	char digest[REDIS_DIGEST_HEX + 1];
 	dlock_sha256(name, len, sum);
 	dlock_hex(sum, REDIS_DIGEST_HEX / 2, digest);
-	size_t each = c->prefixlen + REDIS_DIGEST_HEX + 16; /* ":{" "}:" "released" NUL */
-	lk->keys = malloc(11 * each + REDIS_OWNER_HEX); /* the grant key, last, gets the owner value appended */
+	const char *grant = NULL;
+	struct key_slot keys[] = {
+		{ &lk->key, &lk->keylen, "lock" },
+		{ &lk->fence, &lk->fencelen, "fence" },
+		{ &lk->queue, &lk->queuelen, "queue" },
+		{ &lk->waiters, &lk->waiterslen, "waiters" },
+		{ &lk->chan, &lk->chanlen, "released" },
+		{ lk->kind == DLOCK_KIND_RWLOCK ? &lk->readers : NULL, &lk->readerslen, "readers" },
+		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &lk->permits : NULL, &lk->permitslen, "permits" },
+		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &lk->pslots : NULL, &lk->pslotslen, "slots" },
+		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &lk->pwaiters : NULL, &lk->pwaiterslen, "pwaiters" },
+		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &lk->npermits : NULL, &lk->npermitslen, "npermits" },
+		{ &grant, &lk->grantlen, "grant:" }, /* last: the owner value is appended */
+	};
+	size_t total = REDIS_OWNER_HEX;
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+		if (keys[i].name)
+			total += c->prefixlen + REDIS_DIGEST_HEX + 4 + strlen(keys[i].suffix) + 1; /* ":{" "}:" NUL */
+	lk->keys = malloc(total);
 	if (!lk->keys)
 		return dlock_error_set(err, DLOCK_ENOMEM, "redis: out of memory");
 	char *p = lk->keys;
-	lk->key = p;
-	lk->keylen = key_name(p, c, digest, "lock");
-	lk->fence = p += each;
-	lk->fencelen = key_name(p, c, digest, "fence");
-	lk->queue = p += each;
-	lk->queuelen = key_name(p, c, digest, "queue");
-	lk->waiters = p += each;
-	lk->waiterslen = key_name(p, c, digest, "waiters");
-	lk->chan = p += each;
-	lk->chanlen = key_name(p, c, digest, "released");
-	lk->readers = p += each;
-	lk->readerslen = key_name(p, c, digest, "readers");
-	lk->permits = p += each;
-	lk->permitslen = key_name(p, c, digest, "permits");
-	lk->pslots = p += each;
-	lk->pslotslen = key_name(p, c, digest, "slots");
-	lk->pwaiters = p += each;
-	lk->pwaiterslen = key_name(p, c, digest, "pwaiters");
-	lk->npermits = p += each;
-	lk->npermitslen = key_name(p, c, digest, "npermits");
-	lk->grant = p += each;
-	lk->grantlen = key_name(p, c, digest, "grant:");
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+		if (!keys[i].name)
+			continue;
+		*keys[i].name = p;
+		*keys[i].len = key_name(p, c, digest, keys[i].suffix);
+		p += *keys[i].len + 1;
+	}
+	lk->grant = lk->keys + (grant - lk->keys); /* the block is ours to write: fair=1 appends the owner */
 	lk->slot = dlock_redis_key_slot(lk->key, lk->keylen); /* a cluster routes every key of the lock by it */
 	return DLOCK_OK;
 }

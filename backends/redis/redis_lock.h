@@ -91,7 +91,7 @@ struct redis_client {
 };
 
 struct redis_lock {
-	char *keys;             /* one block holding the eleven names below */
+	char *keys;             /* one block holding the names below that the handle's kind uses (NULL: unused) */
 	const char *key, *fence, *queue, *waiters, *chan, *readers;
 	const char *permits, *pslots, *pwaiters, *npermits; /* a semaphore's (redis_sem.c) */
 	char *grant;            /* PREFIX:{D}:grant: then, with fair=1, the owner value (redis_fair.c) */
