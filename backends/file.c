@@ -64,11 +64,12 @@
  *     to N + 3 fcntl() calls, each linear in the locks on the file: about
  *     5 us with a permit free, 40 us at N = 64 with every permit held,
  *     4 ms at N = 1000 (the core's polls are at most 50 ms apart).
- * A permit's token is the name's counter at offset 0, bumped under a
- * blocking F_OFD_SETLKW on bytes [0, 8): only other permit holders can
- * hold those bytes (a mutex or read-write lock cannot coexist with a
- * held slot), and only for the read-modify-write and fdatasync, so the
- * wait is short and cannot deadlock.  The token is strictly greater than
+ * A permit's token is the name's counter at offset 0, bumped with bytes
+ * [0, 8) locked: only other permit holders can hold those bytes (a mutex
+ * or read-write lock cannot coexist with a held slot), and only for the
+ * read-modify-write and fdatasync, so the wait is short; it is tried
+ * without blocking, with short pauses, and ends on cancellation
+ * (sem_bump_token()).  The token is strictly greater than
  * every earlier token of the name, mutexes' included (STRICT), so it is
  * increasing per (name, slot) too.  Release unlocks the whole file (slot
  * and marker) and closes the descriptor; a holder that dies frees its
@@ -87,6 +88,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dlock/sys/driver.h"
@@ -95,6 +97,7 @@
 
 /* The token's bytes, and a semaphore's, in the lock file (see the top of the file). */
 #define TOKEN_LEN 8                                                  /* the token: bytes [0, 8) */
+#define TOKEN_WAIT_LATE_NS (100 * 1000000LL) /* how long past its deadline a permit waits for the token bytes */
 #define SEM_SLOT_BASE ((off_t)1 << 30)                               /* slot i: SEM_SLOT_BASE + i */
 #define SEM_MARK_BASE (SEM_SLOT_BASE + 2 * (off_t)DLOCK_PERMITS_MAX) /* N in use: SEM_MARK_BASE + N */
 
@@ -370,12 +373,30 @@ static dlock_status sem_take_slot(struct file_lock *lk, int fd, uint32_t *slot, 
 	                       lk->path);
 }
 
-/* Bump the name's token while holding a slot: the other permit holders wait on bytes [0, 8) meanwhile. */
-static dlock_status sem_bump_token(struct file_client *c, struct file_lock *lk, int fd, uint64_t *token,
-                                   dlock_error *err)
+/*
+ * Bump the name's token while holding a slot, with bytes [0, 8) locked.  Another permit holder keeps
+ * those bytes only for its own bump (read, write, fdatasync: well under a millisecond), so the lock
+ * is tried without blocking and again after a short pause, doubling from 20 us to 2 ms: a blocking
+ * F_OFD_SETLKW could not be cancelled, nor bounded if that holder were stopped half way (and under
+ * valgrind, which does not know the OFD command blocks, it would stall every thread of the process).
+ * Cancellation ends the wait; past the acquisition's deadline (at once for try-once), 100 ms more.
+ */
+static dlock_status sem_bump_token(struct file_client *c, struct file_lock *lk, int fd, dlock_wait *w,
+                                   uint64_t *token, dlock_error *err)
 {
-	if (ofd_range(fd, F_OFD_SETLKW, F_WRLCK, 0, TOKEN_LEN) != 0)
-		return fail_errno(err, errno, "cannot lock the fencing token of", lk->path);
+	int64_t pause_ns = 20000, late_ns = 0;
+	while (ofd_range(fd, F_OFD_SETLK, F_WRLCK, 0, TOKEN_LEN) != 0) {
+		if (errno != EAGAIN && errno != EACCES)
+			return fail_errno(err, errno, "cannot lock the fencing token of", lk->path);
+		if (dlock_wait_cancelled(w) != DLOCK_OK)
+			return dlock_error_set(err, DLOCK_ECANCELED, "file://: acquire cancelled");
+		if (dlock_wait_remaining_ms(w) == 0 && (late_ns += pause_ns) > TOKEN_WAIT_LATE_NS)
+			return dlock_error_set(err, DLOCK_EBUSY, "file://: the fencing token of %s stayed locked",
+			                       lk->path);
+		nanosleep(&(struct timespec){ .tv_sec = 0, .tv_nsec = pause_ns }, NULL);
+		if (pause_ns < 2000000)
+			pause_ns *= 2;
+	}
 	dlock_status st = bump_token(c, fd, lk->path, token, err);
 	if (ofd_range(fd, F_OFD_SETLK, F_UNLCK, 0, TOKEN_LEN) != 0 && st == DLOCK_OK)
 		st = fail_errno(err, errno, "cannot unlock the fencing token of", lk->path);
@@ -404,7 +425,7 @@ static dlock_status sem_attempt(struct file_client *c, struct file_lock *lk, dlo
 	if (st == DLOCK_OK)
 		st = sem_take_slot(lk, fd, &slot, err);
 	if (st == DLOCK_OK && dlock_wait_wants_token(w))
-		st = sem_bump_token(c, lk, fd, &token, err);
+		st = sem_bump_token(c, lk, fd, w, &token, err);
 	if (st == DLOCK_OK)
 		*out = (dlock_acquired){ .token = token, .sent_ns = sent_ns, .slot = slot };
 	return st;
