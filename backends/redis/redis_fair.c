@@ -106,8 +106,9 @@ struct fair_waiter {
 	struct redis_pool *waits; /* the waits pool of the lock's server (a cluster: of its slot's master) */
 	int unreachable;         /* the last look could not reach the server at all, or a cluster did not serve
 	                            the slot now (TRYAGAIN, CLUSTERDOWN): look again after a backoff */
-	pthread_mutex_t mu;      /* guards `blocked`, which the subscriber's thread reads (on_release) */
+	pthread_mutex_t mu;      /* guards the two below, which the subscriber's thread uses (on_release) */
 	struct redis_conn *blocked; /* `conn` while a BLPOP on it may be blocked, else NULL */
+	int heard;               /* a message came while nothing was blocked, since the last enqueue was sent */
 };
 
 static void fair_waiter_init(struct fair_waiter *fw, int64_t lease_ms, int wants_token)
@@ -129,13 +130,17 @@ static void fair_waiter_init(struct fair_waiter *fw, int64_t lease_ms, int wants
 	fw->unreachable = 0;
 	pthread_mutex_init(&fw->mu, NULL);
 	fw->blocked = NULL;
+	fw->heard = 0;
 }
 
 /*
  * A message on the lock's channel (the subscriber's thread): a release by a
  * client that does not queue, or our subscription confirmed (a release
  * before it was not heard).  Shut the blocked BLPOP's socket down: the
- * waiter drops that connection and looks again at once.
+ * waiter drops that connection and looks again at once.  A message that
+ * comes before the BLPOP blocks (the waiter is still reading the enqueue's
+ * reply: the release ran after the enqueue) is kept, and set_blocked()
+ * acts on it.
  */
 static void on_release(void *arg)
 {
@@ -143,6 +148,16 @@ static void on_release(void *arg)
 	pthread_mutex_lock(&fw->mu);
 	if (fw->blocked)
 		shutdown(fw->blocked->fd, SHUT_RDWR);
+	else
+		fw->heard = 1;
+	pthread_mutex_unlock(&fw->mu);
+}
+
+/* Before the enqueue is sent: a message heard until now told of a release that the enqueue will see. */
+static void forget_heard(struct fair_waiter *fw)
+{
+	pthread_mutex_lock(&fw->mu);
+	fw->heard = 0;
 	pthread_mutex_unlock(&fw->mu);
 }
 
@@ -150,6 +165,9 @@ static void set_blocked(struct fair_waiter *fw, struct redis_conn *conn)
 {
 	pthread_mutex_lock(&fw->mu);
 	fw->blocked = conn;
+	if (conn && fw->heard) /* a release came after the enqueue: do not block for the next look */
+		shutdown(conn->fd, SHUT_RDWR);
+	fw->heard = 0;
 	pthread_mutex_unlock(&fw->mu);
 }
 
@@ -327,6 +345,7 @@ static dlock_status enqueue_and_block(struct redis_client *c, struct redis_lock 
 	blpop_timeout(c, ms, secs);
 	const char *argv[3] = { "BLPOP", lk->grant, secs };
 	size_t len[3] = { 5, grant_key(lk), strlen(secs) };
+	forget_heard(fw);
 	if (dlock_redis_script_append(fw->conn, &c->scripts, REDIS_SCRIPT_ENQUEUE, 4, &a) != REDIS_OK ||
 	    dlock_redis_append_argv(fw->conn, 3, argv, len) != REDIS_OK ||
 	    dlock_redis_script_append(fw->conn, &c->scripts, REDIS_SCRIPT_EXTEND, 1, &claim) != REDIS_OK)
