@@ -60,6 +60,13 @@ void dlock_host_log(dlock_host *host, dlock_log_level level, const char *fmt, ..
 	va_end(ap);
 }
 
+const char *dlock_host_owner(dlock_host *host, size_t *len)
+{
+	if (len)
+		*len = host->client->owner.record_len;
+	return host->client->owner.record;
+}
+
 void *dlock_host_shared(dlock_host *host, void *(*create)(void))
 {
 	return dlock_registry_shared(host->client->driver, create);
@@ -137,9 +144,12 @@ dlock_status dlock_client_open(dlock_client **out, const char *text, const dlock
 		*out = NULL;
 	if (!out || !text)
 		return fail_open(errbuf, errlen, DLOCK_EINVAL, "dlock_client_open: out and uri must not be NULL");
-	if (opts && opts->version != DLOCK_CLIENT_OPTIONS_VERSION)
+	if (opts && (opts->version < 1 || opts->version > DLOCK_CLIENT_OPTIONS_VERSION))
 		return fail_open(errbuf, errlen, DLOCK_EVERSION,
-		                 "dlock_client_options.version is not DLOCK_CLIENT_OPTIONS_VERSION");
+		                 "dlock_client_options.version is not 1 to DLOCK_CLIENT_OPTIONS_VERSION");
+	const char *identity = opts && opts->version >= 2 ? opts->identity : NULL;
+	if (identity && dlock_identity_check(identity, &err) != DLOCK_OK)
+		return fail_open(errbuf, errlen, DLOCK_EINVAL, err.msg);
 	c = client_new(opts);
 	if (!c)
 		return fail_open(errbuf, errlen, DLOCK_ENOMEM, "out of memory");
@@ -160,6 +170,8 @@ dlock_status dlock_client_open(dlock_client **out, const char *text, const dlock
 	st = check_params(c->driver, c->uri, &err);
 	if (st != DLOCK_OK)
 		goto fail;
+	dlock_owner_init(&c->owner, identity ? identity : c->uri->identity);
+	c->uri->identity = c->owner.identity;
 	st = c->driver->open(c->uri, &c->host, &c->backend, &err);
 	if (st != DLOCK_OK) {
 		c->backend = NULL;

@@ -47,6 +47,30 @@ static int core_answer(const struct dlock_client *c, dlock_feature f, int64_t *v
 		*value = c->kinds[DLOCK_KIND_SEMAPHORE].supported ? c->kinds[DLOCK_KIND_SEMAPHORE].read_fencing
 		                                                  : DLOCK_FENCING_NONE;
 		return 1;
+	case DLOCK_FEATURE_INSPECT:
+		if (dlock_driver_inspect_of(c->driver))
+			return 0; /* the driver says what it sees */
+		*value = 0;
+		return 1;
+	case DLOCK_FEATURE_BREAK:
+		if (dlock_driver_break_of(c->driver))
+			return 0;
+		*value = DLOCK_BREAK_NONE;
+		return 1;
+	}
+	return 0;
+}
+
+/* The core's answer when a driver with inspection or breaking does not say more: the least it sees. */
+static int core_default(const struct dlock_client *c, dlock_feature f, int64_t *value)
+{
+	if (f == DLOCK_FEATURE_INSPECT) {
+		*value = DLOCK_INSPECT_HELD | (dlock_driver_list_of(c->driver) ? DLOCK_INSPECT_LIST : 0);
+		return 1;
+	}
+	if (f == DLOCK_FEATURE_BREAK) {
+		*value = DLOCK_BREAK_DELETE;
+		return 1;
 	}
 	return 0;
 }
@@ -68,6 +92,8 @@ const char *dlock_feature_name(dlock_feature f)
 	case DLOCK_FEATURE_KIND_CHECK: return "kind-check";
 	case DLOCK_FEATURE_SEMAPHORE: return "semaphore";
 	case DLOCK_FEATURE_PERMIT_FENCING: return "permit-fencing";
+	case DLOCK_FEATURE_INSPECT: return "inspect";
+	case DLOCK_FEATURE_BREAK: return "break";
 	}
 	return "unknown";
 }
@@ -97,6 +123,10 @@ dlock_status dlock_client_feature(dlock_client *c, dlock_feature f, int64_t *val
 	}
 	dlock_driver_control_fn *control = dlock_driver_control_of(c->driver);
 	if (!control) {
+		if (core_default(c, f, value)) {
+			pthread_mutex_unlock(&c->mu);
+			return DLOCK_OK;
+		}
 		dlock_status st = unknown_locked(c, f);
 		pthread_mutex_unlock(&c->mu);
 		return st;
@@ -113,6 +143,8 @@ dlock_status dlock_client_feature(dlock_client *c, dlock_feature f, int64_t *val
 	pthread_cond_broadcast(&c->cond);
 	if (st == DLOCK_OK)
 		*value = q.value;
+	else if (st == DLOCK_ENOTSUP && core_default(c, f, value))
+		st = DLOCK_OK;
 	else if (st == DLOCK_ENOTSUP)
 		unknown_locked(c, f);
 	else

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "dlock/sys/driver.h"
+#include "owner.h"
 
 /* The background threads' timetables (sched.c): which heap. */
 #define DLOCK_SCHED_WATCH 0 /* valid_until of leases, for the watch thread */
@@ -159,6 +160,7 @@ struct dlock_client {
 	dlock_capabilities caps;
 	dlock_kind_caps kinds[DLOCK_KINDS]; /* per dlock_lock_kind, from the driver (kind.c) */
 	int retry_loop;            /* 1: acquisitions go through dlock_retry_loop(), else the driver's acquire() */
+	struct dlock_owner owner;  /* identity and owner record (owner.c), fixed at open */
 	dlock_log_fn log;
 	void *log_userdata;
 	dlock_log_level log_level;

@@ -129,6 +129,21 @@ dlock_driver_extend_many_fn *dlock_driver_extend_many_of(const dlock_driver *d)
 	return d && d->abi_version >= 3 && d->extend ? d->extend_many : NULL;
 }
 
+dlock_driver_inspect_fn *dlock_driver_inspect_of(const dlock_driver *d)
+{
+	return d && d->abi_version >= 4 ? d->inspect : NULL;
+}
+
+dlock_driver_list_fn *dlock_driver_list_of(const dlock_driver *d)
+{
+	return d && d->abi_version >= 4 ? d->list : NULL;
+}
+
+dlock_driver_break_fn *dlock_driver_break_of(const dlock_driver *d)
+{
+	return d && d->abi_version >= 4 ? d->break_lock : NULL;
+}
+
 /* Register `d`, or write in why[] (size REASON_MAX) why not. */
 static dlock_status register_locked(const dlock_driver *d, char *why)
 {

@@ -40,6 +40,10 @@ dlock_driver_kind_capabilities_fn *dlock_driver_kind_capabilities_of(const dlock
 dlock_driver_lock_init_kind_fn *dlock_driver_lock_init_kind_of(const dlock_driver *d);
 /** extend_many() of `d` (ABI version 3, with extend()), or NULL: the core then renews one lock at a time. */
 dlock_driver_extend_many_fn *dlock_driver_extend_many_of(const dlock_driver *d);
+/** inspect(), list() and break_lock() of `d` (ABI version 4), or NULL. */
+dlock_driver_inspect_fn *dlock_driver_inspect_of(const dlock_driver *d);
+dlock_driver_list_fn *dlock_driver_list_of(const dlock_driver *d);
+dlock_driver_break_fn *dlock_driver_break_of(const dlock_driver *d);
 
 /** The registry's per-driver shared object (see dlock_host_shared()). */
 void *dlock_registry_shared(const dlock_driver *driver, void *(*create)(void));

@@ -343,7 +343,19 @@ static dlock_status parse_hosts(struct parser *p, const char *s, const char *end
 
 /* ------------------------------------------------------------ parameters */
 
-enum { P_TTL, P_WAIT, P_RENEW, P_FENCING, P_PREFIX, P_OPEN_TIMEOUT, P_IO_TIMEOUT, P_COUNT };
+enum {
+	P_TTL,
+	P_WAIT,
+	P_RENEW,
+	P_FENCING,
+	P_PREFIX,
+	P_OPEN_TIMEOUT,
+	P_IO_TIMEOUT,
+	P_IDENTITY,
+	P_MIN_HOLD,
+	P_MAX_HOLD,
+	P_COUNT
+};
 
 static const char *const common_keys[P_COUNT] = {
 	[P_TTL] = "ttl",
@@ -353,6 +365,9 @@ static const char *const common_keys[P_COUNT] = {
 	[P_PREFIX] = "prefix",
 	[P_OPEN_TIMEOUT] = "open_timeout",
 	[P_IO_TIMEOUT] = "io_timeout",
+	[P_IDENTITY] = "identity",
+	[P_MIN_HOLD] = "min_hold",
+	[P_MAX_HOLD] = "max_hold",
 };
 
 static int common_index(const char *key)
@@ -438,6 +453,16 @@ static dlock_status apply_common(struct parser *p, int idx, const char *key, con
 		return DLOCK_OK;
 	case P_OPEN_TIMEOUT:
 		return set_positive_duration(p, key, value, &u->connect_timeout_ms);
+	case P_IDENTITY:
+		if (dlock_identity_check(value, NULL) != DLOCK_OK)
+			return bad_value(p, key, value, "1 to 128 bytes without control characters");
+		u->identity = value;
+		return DLOCK_OK;
+	case P_MIN_HOLD:
+	case P_MAX_HOLD:
+		if (dlock_duration_parse(value, 1, idx == P_MIN_HOLD ? &u->min_hold_ms : &u->max_hold_ms) != DLOCK_OK)
+			return bad_value(p, key, value, "a duration such as 0, 500ms, 10s or 2m");
+		return DLOCK_OK;
 	default:
 		return set_positive_duration(p, key, value, &u->io_timeout_ms);
 	}
@@ -500,10 +525,16 @@ static dlock_status parse_query(struct parser *p, const char *s)
 		const char *amp = strchr(item, '&');
 		const char *end = amp ? amp : item + strlen(item);
 		dlock_status rc = parse_param(p, item, end, idx);
-		if (rc != DLOCK_OK || !amp)
+		if (rc != DLOCK_OK)
 			return rc;
+		if (!amp)
+			break;
 		item = amp + 1;
 	}
+	const dlock_uri *u = &p->st->pub;
+	if (u->max_hold_ms > 0 && u->max_hold_ms < u->min_hold_ms)
+		return dlock_error_set(p->err, DLOCK_EURI, "URI parameter 'max_hold' is less than 'min_hold'");
+	return DLOCK_OK;
 }
 
 /* ------------------------------------------------------------------ URI */

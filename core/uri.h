@@ -17,7 +17,7 @@
  *   query     key[=value] *("&" key[=value]) (percent-decoded, '+' is a literal '+')
  *
  * Common parameters (ttl, wait, renew, fencing, prefix, open_timeout,
- * io_timeout) are removed from params and resolved into the struct with their
+ * io_timeout, identity, min_hold, max_hold) are removed from params and resolved into the struct with their
  * defaults (prefix_given records whether prefix was written);
  * durations are number+unit, a bare number is milliseconds; renew takes
  * 1/0/true/false/on/off/yes/no.  A repeated parameter, a bad value, a
@@ -33,5 +33,12 @@
  * input too, for error messages.
  */
 void dlock_uri_mask(const char *text, char *out, size_t outlen);
+
+/**
+ * DLOCK_OK when `identity` may name a client: 1 to DLOCK_IDENTITY_MAX
+ * bytes, no control byte (0x00-0x1f, 0x7f); else DLOCK_EINVAL with the
+ * reason in `err` (may be NULL).  Pure.
+ */
+dlock_status dlock_identity_check(const char *identity, dlock_error *err);
 
 #endif

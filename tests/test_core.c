@@ -353,12 +353,12 @@ static dlock_acquire_options opts_lease(int64_t lease_ms, int renew, struct lost
 static void test_registry_versions(void)
 {
 	dlock_driver d = ctl_driver;
-	d.scheme = "ctlv4";
-	d.abi_version = 4;
+	d.scheme = "ctlv5";
+	d.abi_version = DLOCK_DRIVER_ABI_VERSION + 1;
 	CU_ASSERT_EQUAL(dlock_register_driver(&d), DLOCK_EVERSION);
 	d.abi_version = 0;
 	CU_ASSERT_EQUAL(dlock_register_driver(&d), DLOCK_EVERSION);
-	CU_ASSERT_PTR_NULL(strstr(dlock_backends(), "ctlv4"));
+	CU_ASSERT_PTR_NULL(strstr(dlock_backends(), "ctlv5"));
 	/* Version 3: kind_capabilities and lock_init_kind come together or not at all. */
 	d.scheme = "ctlkinds";
 	d.abi_version = 3;
@@ -498,7 +498,7 @@ static void test_refused_builtins(void)
 	CU_ASSERT_EQUAL(dlock_client_open(&c, "badabi://x?ttl=1s", NULL, err, sizeof err), DLOCK_ENOBACKEND);
 	CU_ASSERT_PTR_NULL(c);
 	CU_ASSERT_PTR_NOT_NULL(
-	        strstr(err, "driver 'badabi' refused at registration: ABI version 9, this library accepts 1 to 3"));
+	        strstr(err, "driver 'badabi' refused at registration: ABI version 9, this library accepts 1 to 4"));
 	CU_ASSERT_EQUAL(dlock_client_open(&c, "norelease://x", NULL, err, sizeof err), DLOCK_ENOBACKEND);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "driver 'norelease' refused at registration: "));
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "'release'"));
@@ -516,7 +516,7 @@ static void test_refused_builtins(void)
 	while (dlock_backend_refused(n, &scheme, &reason) == DLOCK_OK) {
 		if (n == 0) {
 			CU_ASSERT_STRING_EQUAL(scheme, "badabi");
-			CU_ASSERT_STRING_EQUAL(reason, "ABI version 9, this library accepts 1 to 3");
+			CU_ASSERT_STRING_EQUAL(reason, "ABI version 9, this library accepts 1 to 4");
 		} else if (n == 2) {
 			CU_ASSERT_STRING_EQUAL(scheme, "mem");
 			CU_ASSERT_PTR_NOT_NULL(strstr(reason, "'mem'"));

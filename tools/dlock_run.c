@@ -212,6 +212,8 @@ const char *cli_lost_reason_name(dlock_lost_reason reason)
 		return "session ended";
 	case DLOCK_LOST_CLOSED:
 		return "client closed";
+	case DLOCK_LOST_MAX_HOLD:
+		return "held for its maximum";
 	}
 	return "unknown reason";
 }

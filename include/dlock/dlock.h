@@ -65,11 +65,11 @@ extern "C" {
 /** Major version of this header; the SONAME is libdlock.so.MAJOR, and it changes when the ABI breaks. */
 #define DLOCK_VERSION_MAJOR 0
 /** Minor version of this header: raised when functions or options are added. */
-#define DLOCK_VERSION_MINOR 2
+#define DLOCK_VERSION_MINOR 3
 /** Patch version of this header: raised for fixes only. */
 #define DLOCK_VERSION_PATCH 0
 /** Version of this header as "MAJOR.MINOR.PATCH"; dlock_version() gives the library's at run time. */
-#define DLOCK_VERSION_STRING "0.2.0"
+#define DLOCK_VERSION_STRING "0.3.0"
 
 /** Run-time version of the library, as "MAJOR.MINOR.PATCH". Static string. */
 DLOCK_API const char *dlock_version(void);
@@ -144,8 +144,11 @@ typedef struct dlock_client dlock_client;
 /** A reusable handle for one lock name on a client (opaque). */
 typedef struct dlock_lock dlock_lock;
 
-/** Current value of dlock_client_options::version. */
-#define DLOCK_CLIENT_OPTIONS_VERSION 1
+/** Current value of dlock_client_options::version; version 1 (without `identity`) is still accepted. */
+#define DLOCK_CLIENT_OPTIONS_VERSION 2
+
+/** Longest identity of a client (dlock_client_options::identity, URI `identity`), in bytes. */
+#define DLOCK_IDENTITY_MAX 128
 
 /** Options for dlock_client_open().  Initialise with DLOCK_CLIENT_OPTIONS_INIT. */
 typedef struct dlock_client_options {
@@ -153,10 +156,15 @@ typedef struct dlock_client_options {
 	dlock_log_fn log;          /**< NULL: messages are dropped */
 	void *log_userdata;        /**< Passed to `log` as is. */
 	dlock_log_level log_level; /**< most verbose level passed to `log` */
+	/** Who this client is, as inspection shows its locks to others (dlock_inspect()): 1 to
+	 *  DLOCK_IDENTITY_MAX bytes, no control byte (else DLOCK_EINVAL).  NULL: the URI's `identity`,
+	 *  else "HOST:PID".  Stored on the server beside every lock the client holds, so it must not
+	 *  hold a secret.  (Version 2.) */
+	const char *identity;
 } dlock_client_options;
 
-/** Default client options: no log callback, level DLOCK_LOG_WARN. */
-#define DLOCK_CLIENT_OPTIONS_INIT { DLOCK_CLIENT_OPTIONS_VERSION, NULL, NULL, DLOCK_LOG_WARN }
+/** Default client options: no log callback, level DLOCK_LOG_WARN, the URI's identity. */
+#define DLOCK_CLIENT_OPTIONS_INIT { DLOCK_CLIENT_OPTIONS_VERSION, NULL, NULL, DLOCK_LOG_WARN, NULL }
 
 /**
  * Open a client for `uri` (copied).  `opts` may be NULL for defaults.
@@ -285,9 +293,37 @@ typedef enum dlock_feature {
 	                                    backend keeps a semaphore apart from them is in the README */
 	DLOCK_FEATURE_SEMAPHORE = 13,  /**< a dlock_semaphore_order: semaphores, and in which order waiters
 	                                    get a permit */
-	DLOCK_FEATURE_PERMIT_FENCING = 14 /**< a dlock_fencing: the token of a permit, which goes with its
+	DLOCK_FEATURE_PERMIT_FENCING = 14, /**< a dlock_fencing: the token of a permit, which goes with its
 	                                       slot (see dlock_lock_permit_slot()); NONE when permits get none */
+	DLOCK_FEATURE_INSPECT = 15,    /**< dlock_inspect_flags, OR-ed: what dlock_inspect() and dlock_list()
+	                                    can see; 0 when the backend has no inspection */
+	DLOCK_FEATURE_BREAK = 16       /**< a dlock_break_effect: what dlock_break() does to the holder */
 } dlock_feature;
+
+/**
+ * What inspection sees on a backend (DLOCK_FEATURE_INSPECT), OR-ed.  A
+ * field of dlock_holder whose flag is absent stays at its "unknown" value.
+ */
+typedef enum dlock_inspect_flags {
+	DLOCK_INSPECT_HELD = 1,      /**< whether the name is held, and every holder (readers, permits) */
+	DLOCK_INSPECT_OWNER = 2,     /**< each holder's identity, host and process id */
+	DLOCK_INSPECT_ACQUIRED = 4,  /**< when each holder acquired it, on the server's clock */
+	DLOCK_INSPECT_LEASE = 8,     /**< the lease each holder has left (TTL backends) */
+	DLOCK_INSPECT_TOKEN = 16,    /**< each holder's fencing token */
+	DLOCK_INSPECT_WAITERS = 32,  /**< how many wait for the name */
+	DLOCK_INSPECT_LIST = 64,     /**< dlock_list() enumerates the held names of the client's prefix */
+	DLOCK_INSPECT_NAMES = 128,   /**< dlock_list() gives each lock's name (else only where the server keeps it) */
+	DLOCK_INSPECT_SESSION = 256  /**< each holder's session or connection, as the server names it */
+} dlock_inspect_flags;
+
+/** What dlock_break() does to the holder (DLOCK_FEATURE_BREAK).  Codes are only ever appended. */
+typedef enum dlock_break_effect {
+	DLOCK_BREAK_NONE = 0,    /**< no breaking: dlock_break() answers DLOCK_ENOTSUP */
+	DLOCK_BREAK_DELETE = 1,  /**< the lock is deleted on the server: the holder's other locks are untouched,
+	                              and it learns of the loss (DLOCK_LOST_TAKEN) at its next renewal or event */
+	DLOCK_BREAK_SESSION = 2  /**< the holder's session is ended on the server: every lock of that session
+	                              goes with it, and the holder sees a session loss (DLOCK_LOST_SESSION) */
+} dlock_break_effect;
 
 /**
  * Read-write locks on a backend (DLOCK_FEATURE_RWLOCK).  Codes are only
@@ -338,6 +374,8 @@ DLOCK_API const char *dlock_scope_name(dlock_scope s);
 DLOCK_API const char *dlock_rwlock_policy_name(dlock_rwlock_policy p);
 /** Static name of a semaphore order: "none", "fifo", "unordered". */
 DLOCK_API const char *dlock_semaphore_order_name(dlock_semaphore_order o);
+/** Static name of a break effect: "none", "delete", "session". */
+DLOCK_API const char *dlock_break_effect_name(dlock_break_effect e);
 
 /**
  * Schemes of the registered backends, comma-separated ("file,mem,redis").
@@ -516,7 +554,9 @@ typedef enum dlock_lost_reason {
 	DLOCK_LOST_EXPIRED = 0,   /**< lease ran out without a successful renewal */
 	DLOCK_LOST_TAKEN = 1,     /**< the server says another owner has it / it is gone */
 	DLOCK_LOST_SESSION = 2,   /**< session or connection holding it ended */
-	DLOCK_LOST_CLOSED = 3     /**< reserved */
+	DLOCK_LOST_CLOSED = 3,    /**< reserved */
+	DLOCK_LOST_MAX_HOLD = 4   /**< held for its maximum (dlock_acquire_options::max_hold_ms): the core
+	                               released it */
 } dlock_lost_reason;
 
 /**
@@ -539,11 +579,11 @@ typedef enum dlock_lock_mode {
 } dlock_lock_mode;
 
 /**
- * Current value of dlock_acquire_options::version.  Versions 1 and 2 are
- * still accepted: version 1 has no `fencing` (-1) and neither has `mode`
- * (exclusive).
+ * Current value of dlock_acquire_options::version.  Versions 1 to 3 are
+ * still accepted: version 1 has no `fencing` (-1), versions 1 and 2 no
+ * `mode` (exclusive), and versions 1 to 3 no hold bounds (the URI's).
  */
-#define DLOCK_ACQUIRE_OPTIONS_VERSION 3
+#define DLOCK_ACQUIRE_OPTIONS_VERSION 4
 
 /** Options of one acquisition.  Initialise with DLOCK_ACQUIRE_OPTIONS_INIT. */
 typedef struct dlock_acquire_options {
@@ -560,11 +600,24 @@ typedef struct dlock_acquire_options {
 	/** DLOCK_MODE_EXCLUSIVE (the default) or DLOCK_MODE_SHARED; shared only on a read-write handle
 	 *  (dlock_rwlock_new()), DLOCK_EINVAL on a mutex or for a value out of range.  (Version 3.) */
 	dlock_lock_mode mode;
+	/** Minimum hold, after ShedLock's "lock at least for": -1: the URI's `min_hold` (default 0: none).
+	 *  A release sooner than this after the acquisition returns DLOCK_OK at once, but the name stays
+	 *  held until the bound has passed since the acquisition: on TTL backends the lease is set to end
+	 *  at the bound (so it holds even if the process dies), on session backends the core keeps the
+	 *  session's hold and releases it at the bound — a process that exits (or a client closed) before
+	 *  then frees it with its session.  Meanwhile the handle counts as not held, and acquiring it
+	 *  again waits for the bound.  (Version 4.) */
+	int64_t min_hold_ms;
+	/** Maximum hold, after ShedLock's "lock at most for": -1: the URI's `max_hold` (default 0: none).
+	 *  When the acquisition has held the name this long, the core releases it on the server and
+	 *  reports it lost with DLOCK_LOST_MAX_HOLD, as any loss (renewal does not carry it past the
+	 *  bound).  At least `min_hold_ms` when both are set (else DLOCK_EINVAL).  (Version 4.) */
+	int64_t max_hold_ms;
 } dlock_acquire_options;
 
-/** Default acquire options: exclusive; the URI's wait bound, lease, renewal and fencing; no callback. */
+/** Default acquire options: exclusive; the URI's wait bound, lease, renewal, fencing and hold bounds; no callback. */
 #define DLOCK_ACQUIRE_OPTIONS_INIT \
-	{ DLOCK_ACQUIRE_OPTIONS_VERSION, DLOCK_WAIT_DEFAULT, 0, -1, NULL, NULL, -1, DLOCK_MODE_EXCLUSIVE }
+	{ DLOCK_ACQUIRE_OPTIONS_VERSION, DLOCK_WAIT_DEFAULT, 0, -1, NULL, NULL, -1, DLOCK_MODE_EXCLUSIVE, -1, -1 }
 
 /**
  * Acquire the lock.  `opts` may be NULL for defaults.
@@ -652,6 +705,101 @@ DLOCK_API dlock_status dlock_lock_fencing_token(dlock_lock *lock, uint64_t *toke
  * NULL.
  */
 DLOCK_API dlock_status dlock_lock_permit_slot(dlock_lock *lock, uint32_t *slot);
+
+/* ------------------------------------------------------------ inspection */
+
+/**
+ * One holder of a lock, as the server shows it to dlock_inspect() and
+ * dlock_list().  Owned by the dlock_lock_info it belongs to.  Each field
+ * is known where DLOCK_FEATURE_INSPECT has its flag, else it keeps the
+ * "unknown" value given here.  Strings come from other processes: they
+ * may hold any byte but NUL (escape them before printing), never a
+ * password.  Fields are only appended (the library allocates it).
+ */
+typedef struct dlock_holder {
+	const char *identity;   /**< the holder client's identity (dlock_client_options::identity); "" unknown */
+	const char *host;       /**< the holder's host name; "" unknown */
+	int64_t pid;            /**< the holder's process id; 0 unknown */
+	int64_t acquired_ms;    /**< when it acquired, Unix time in ms on the server's clock; -1 unknown */
+	int64_t lease_left_ms;  /**< ms until the server lets it go unless renewed; -1 unknown or bound to a session */
+	uint64_t token;         /**< the acquisition's fencing token; 0 none or unknown */
+	dlock_lock_mode mode;   /**< DLOCK_MODE_SHARED for a reader of a read-write lock, else exclusive */
+	int64_t slot;           /**< a semaphore's permit: its slot; -1 none or unknown */
+	const char *session;    /**< the holder's session or connection as the server names it (ZooKeeper
+	                             session id, PostgreSQL backend pid); "" unknown */
+} dlock_holder;
+
+/**
+ * What one lock name looks like on the server: dlock_inspect() answers
+ * one, dlock_list() several.  Owned by the library until
+ * dlock_lock_info_free() (or dlock_lock_list_free()).  Fields are only
+ * appended.
+ */
+typedef struct dlock_lock_info {
+	const char *name;       /**< the lock's name; NULL when a listing cannot tell it (names are hashed on the
+	                             server and this one was not kept there) */
+	const char *resource;   /**< where the server keeps it, printable: a Redis key, a znode path, a
+	                             PostgreSQL advisory key, a file */
+	dlock_lock_kind kind;   /**< the kind it is in use as; DLOCK_KIND_MUTEX when free */
+	uint32_t permits;       /**< a semaphore's N; 1 for the other kinds; 0 unknown */
+	size_t nholders;        /**< holders now: 0 when the name is free */
+	const dlock_holder *const *holders; /**< `nholders` holders */
+	int64_t waiters;        /**< acquisitions waiting on the server; -1 unknown (DLOCK_INSPECT_WAITERS) */
+} dlock_lock_info;
+
+/**
+ * Ask the server who holds `name` (1 to DLOCK_NAME_MAX bytes, as for
+ * dlock_lock_new()), in any kind.  On success *out is a new
+ * dlock_lock_info (held when `nholders` > 0, every holder of a shared lock
+ * or a semaphore listed), to be freed with dlock_lock_info_free().  The
+ * answer is a snapshot: the lock may change hands right after.
+ * DLOCK_ENOTSUP when the backend has no inspection (DLOCK_FEATURE_INSPECT
+ * is 0), DLOCK_EINVAL for a bad name or NULL, DLOCK_ECLOSED after close,
+ * or a server error.  Thread-safe; one or a few round trips.
+ */
+DLOCK_API dlock_status dlock_inspect(dlock_client *client, const char *name, dlock_lock_info **out);
+
+/** Free what dlock_inspect() answered (NULL is fine). */
+DLOCK_API void dlock_lock_info_free(dlock_lock_info *info);
+
+/** What dlock_list() answers: `count` locks, sorted by name (those without a name last, by resource). */
+typedef struct dlock_lock_list {
+	size_t count;                        /**< number of `items` */
+	const dlock_lock_info *const *items; /**< the held locks */
+} dlock_lock_list;
+
+/**
+ * List the names held now under the client's prefix (the URI's `prefix`,
+ * or its directory, or its namespace), with their holders.  `name_prefix`
+ * (NULL or "": all) keeps the names that start with it; a lock whose name
+ * the server does not keep is listed only when `name_prefix` is empty.
+ * A snapshot, as dlock_inspect()'s.  DLOCK_ENOTSUP where the server cannot
+ * enumerate (DLOCK_INSPECT_LIST absent).  Free with dlock_lock_list_free().
+ * Thread-safe; may take several round trips on a server with many keys.
+ */
+DLOCK_API dlock_status dlock_list(dlock_client *client, const char *name_prefix, dlock_lock_list **out);
+
+/** Free what dlock_list() answered (NULL is fine). */
+DLOCK_API void dlock_lock_list_free(dlock_lock_list *list);
+
+/**
+ * Break `name`: take it from every holder, whoever they are — an
+ * administrator's act for a lock whose holder is stuck, never done by
+ * anything else in the library.  What it does depends on the backend
+ * (DLOCK_FEATURE_BREAK): DLOCK_BREAK_DELETE removes the lock on the server
+ * (on Redis the lock key, never the fencing counter, so the next token is
+ * still larger), DLOCK_BREAK_SESSION ends each holder's session
+ * (PostgreSQL advisory: pg_terminate_backend, which frees every lock of
+ * that session).  The old holder learns of it at its next renewal or event
+ * (its lost-lock callback runs), so until then it and the next holder can
+ * overlap: that is what the fencing token is for.  Stores in *broken (may
+ * be NULL) how many holders were removed: 0 when the name was free, which
+ * is not an error.  DLOCK_ENOTSUP where the backend cannot break
+ * (file://: another process's lock), DLOCK_EPERM when the server refuses
+ * (credentials), DLOCK_EINVAL, DLOCK_ECLOSED or a server error.
+ * Thread-safe.
+ */
+DLOCK_API dlock_status dlock_break(dlock_client *client, const char *name, size_t *broken);
 
 /* --------------------------------------------------------------- control */
 

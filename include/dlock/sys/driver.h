@@ -77,6 +77,8 @@
  *   - version 3: kind_capabilities and lock_init_kind (kinds of lock other
  *     than the mutex: read-write locks, semaphores); extend_many (renewals
  *     batched).
+ *   - version 4: inspect, list and break_lock (who holds a lock, and taking
+ *     it from a stuck holder); dlock_host_owner() and the owner record.
  * Registration accepts every version from 1 through DLOCK_DRIVER_ABI_VERSION
  * (DLOCK_EVERSION otherwise: a driver built for a newer library), and the
  * core never reads a slot past the version a driver declares, so a driver
@@ -102,7 +104,7 @@ extern "C" {
 #endif
 
 /** Version of struct dlock_driver; raised with each appended block of methods. */
-#define DLOCK_DRIVER_ABI_VERSION 3
+#define DLOCK_DRIVER_ABI_VERSION 4
 
 /* ------------------------------------------------------------ error text */
 
@@ -170,6 +172,11 @@ typedef struct dlock_uri {
 	 * at the end never changes what an older driver reads. */
 	int prefix_given;           /**< 1 when the URI gave `prefix`, 0 when `prefix` is the default: a backend
 	                                 whose names never take a prefix (file://, mem://) refuses it (DLOCK_EURI) */
+	const char *identity;       /**< `identity`: who the client is, shown by inspection (ABI version 4); after
+	                                 dlock_uri_parse() NULL when absent, and in the URI a driver's open() gets
+	                                 never NULL: dlock_client_options::identity, the parameter, or "HOST:PID" */
+	int64_t min_hold_ms;        /**< `min_hold`: default minimum hold of an acquisition, 0 none (ABI version 4) */
+	int64_t max_hold_ms;        /**< `max_hold`: default maximum hold, 0 none (ABI version 4) */
 } dlock_uri;
 
 /** Value of backend parameter `key` in `uri`, or NULL when absent. */
@@ -293,6 +300,55 @@ DLOCK_API void dlock_report_lost(dlock_host *host, void *lk, dlock_lost_reason r
  * process share state (mem://).  NULL if create() returned NULL.
  */
 DLOCK_API void *dlock_host_shared(dlock_host *host, void *(*create)(void));
+
+/**
+ * The client's owner record (ABI version 4): its identity, host name and
+ * process id, encoded as `id=IDENTITY&host=HOST&pid=PID` with every byte
+ * outside [A-Za-z0-9._~:-] written as %XX, at most DLOCK_OWNER_MAX bytes.
+ * A driver stores it beside each lock the client holds (in the value, the
+ * node's data) so that inspection in any process can show the holder
+ * (dlock_info_holder() reads it back).  Static for the client's life;
+ * *len (may be NULL) gets its length.  Holds no secret.
+ */
+DLOCK_API const char *dlock_host_owner(dlock_host *host, size_t *len);
+
+/** Longest owner record of dlock_host_owner(), in bytes without the NUL. */
+#define DLOCK_OWNER_MAX 640
+
+/* ------------------------------------------------------------ inspection */
+
+/**
+ * Where a driver writes what inspect() or list() found (ABI version 4).
+ * Owned by the core; valid during that call.
+ */
+typedef struct dlock_info dlock_info;
+
+/**
+ * Begin the description of one lock: its `name` (`len` bytes; NULL when
+ * the server does not keep it), the `resource` where the server keeps it
+ * (a key, a path: printable, NULL for none; cut at 512 bytes), the `kind`
+ * it is in use as, `permits` (N of a semaphore, 1 otherwise, 0 unknown)
+ * and `waiters` (-1 unknown).  inspect() calls it at most once (the core
+ * fills in the name and an empty lock when it does not); list() once per
+ * lock.  Strings are copied.  DLOCK_ENOMEM, or DLOCK_EINVAL after a
+ * second call from inspect().
+ */
+DLOCK_API dlock_status dlock_info_lock(dlock_info *info, const char *name, size_t len, const char *resource,
+                                       dlock_lock_kind kind, uint32_t permits, int64_t waiters);
+
+/**
+ * Add a holder to the lock begun last: what the server says of it in `h`
+ * (strings copied, NULL taken as ""), and, when `owner` is not NULL, the
+ * holder's owner record (`owner_len` bytes, as dlock_host_owner() made it,
+ * possibly by an older or newer library): its identity, host and pid
+ * replace those of `h`; a record that does not parse is ignored.
+ * DLOCK_ENOMEM, or DLOCK_EINVAL when no lock was begun.
+ */
+DLOCK_API dlock_status dlock_info_holder(dlock_info *info, const dlock_holder *h, const char *owner,
+                                         size_t owner_len);
+
+/** A dlock_holder with every field "unknown" (pass to dlock_info_holder() after setting what is known). */
+#define DLOCK_HOLDER_INIT { "", "", 0, -1, -1, 0, DLOCK_MODE_EXCLUSIVE, -1, "" }
 
 /* ------------------------------------------------------- helpers */
 
@@ -591,6 +647,39 @@ typedef dlock_status dlock_driver_lock_init_kind_fn(void *backend, void *lk, con
                                                     const dlock_kind_spec *spec, dlock_error *err);
 
 /**
+ * Describe the lock `name` (`len` bytes, untrusted, as for lock_init()) as
+ * the server has it now, in any kind, through dlock_info_lock() and
+ * dlock_info_holder() on `info` (ABI version 4; MAY: without it
+ * dlock_inspect() answers DLOCK_ENOTSUP).  Read-only: it must not change
+ * the lock.  Held by nobody is DLOCK_OK with no holder.  What it can see
+ * the driver says through DLOCK_FEATURE_INSPECT on its control door (the
+ * core answers DLOCK_INSPECT_HELD when the door does not know the code).
+ * Threads: any; may run beside every other call of the client.
+ */
+typedef dlock_status dlock_driver_inspect_fn(void *backend, const char *name, size_t len, dlock_info *info,
+                                             dlock_error *err);
+
+/**
+ * Describe every lock held now under the client's prefix, one
+ * dlock_info_lock() each with its holders (ABI version 4; MAY).  The core
+ * filters by name prefix and sorts.  Bounded work per round trip (SCAN,
+ * not KEYS).  Threads: any.
+ */
+typedef dlock_status dlock_driver_list_fn(void *backend, dlock_info *info, dlock_error *err);
+
+/**
+ * Take `name` from every holder (ABI version 4; MAY: without it
+ * dlock_break() answers DLOCK_ENOTSUP): delete the lock on the server, or
+ * end each holder's session (say which through DLOCK_FEATURE_BREAK), never
+ * resetting anything a later fencing token is counted from.  *broken gets
+ * the number of holders removed (0: the name was free: DLOCK_OK).  The
+ * holders of this very client are not spared: they learn of it as any
+ * other holder does.  Threads: any.
+ */
+typedef dlock_status dlock_driver_break_fn(void *backend, const char *name, size_t len, size_t *broken,
+                                           dlock_error *err);
+
+/**
  * A backend: one const object per URI scheme, written with designated
  * initializers and passed to dlock_register_driver().  Each method is
  * marked MUST (registration refuses NULL) or MAY (NULL: the matching API
@@ -622,6 +711,11 @@ typedef struct dlock_driver {
 	dlock_driver_kind_capabilities_fn *kind_capabilities; /**< MAY; with lock_init_kind, or neither */
 	dlock_driver_lock_init_kind_fn *lock_init_kind;       /**< MAY; with kind_capabilities, or neither */
 	dlock_driver_extend_many_fn *extend_many;             /**< MAY; needs extend */
+
+	/* ABI version 4 */
+	dlock_driver_inspect_fn *inspect;  /**< MAY */
+	dlock_driver_list_fn *list;        /**< MAY */
+	dlock_driver_break_fn *break_lock; /**< MAY */
 } dlock_driver;
 
 /**
