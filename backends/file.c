@@ -327,7 +327,8 @@ static int64_t wall_ms(void)
 /* The owner block of an exclusive acquisition of `kind` with `token` (0: none) into `out`; its length. */
 static size_t owner_block(const struct file_client *c, dlock_lock_kind kind, uint64_t token, unsigned char *out)
 {
-	memcpy(out, "dlk1", 4);
+	static const unsigned char magic[4] = { 'd', 'l', 'k', '1' };
+	memcpy(out, magic, sizeof magic);
 	out[4] = (unsigned char)kind;
 	put_le(out + 5, c->owner_len, 2);
 	put_le(out + 7, (uint64_t)wall_ms(), 8);
@@ -819,23 +820,42 @@ static size_t count_readers(int fd)
 }
 
 /*
- * The permits held in the slots [lo, hi), in slot order.  GETLK shows one
- * lock of a range, not the lowest, so each one found splits the range:
- * 2k + 1 calls for k permits held.
+ * The permits held of a semaphore of `permits`, in slot order.  GETLK
+ * shows one lock of a range, not the lowest, so each one found splits its
+ * range in two (2k + 1 calls for k permits held); the ranges still to ask
+ * wait on a stack, the slots found in a bitmap.
  */
-static dlock_status describe_permits(dlock_info *info, int fd, off_t lo, off_t hi)
+static dlock_status describe_permits(dlock_info *info, int fd, uint32_t permits)
 {
-	struct flock fl;
-	if (lo >= hi || first_lock(fd, lo, hi - lo, &fl) != 0 || fl.l_type == F_UNLCK || fl.l_start < lo ||
-	    fl.l_start >= hi)
-		return DLOCK_OK;
-	off_t at = fl.l_start;
-	dlock_status st = describe_permits(info, fd, lo, at);
-	dlock_holder h = DLOCK_HOLDER_INIT;
-	h.slot = at - SEM_SLOT_BASE;
-	if (st == DLOCK_OK)
+	uint16_t stack[DLOCK_PERMITS_MAX + 1][2];
+	unsigned char held[(DLOCK_PERMITS_MAX + 7) / 8] = { 0 };
+	size_t top = 0;
+	stack[top][0] = 0;
+	stack[top++][1] = (uint16_t)permits;
+	while (top > 0) {
+		struct flock fl;
+		off_t lo = stack[top - 1][0], hi = stack[top - 1][1];
+		top--;
+		if (lo >= hi || first_lock(fd, SEM_SLOT_BASE + lo, hi - lo, &fl) != 0 || fl.l_type == F_UNLCK)
+			continue;
+		off_t at = fl.l_start - SEM_SLOT_BASE;
+		if (at < lo || at >= hi)
+			continue;
+		held[at / 8] |= (unsigned char)(1u << (at % 8));
+		stack[top][0] = (uint16_t)lo; /* room: each range popped leaves at most two */
+		stack[top++][1] = (uint16_t)at;
+		stack[top][0] = (uint16_t)(at + 1);
+		stack[top++][1] = (uint16_t)hi;
+	}
+	dlock_status st = DLOCK_OK;
+	for (uint32_t slot = 0; slot < permits && st == DLOCK_OK; slot++) {
+		if (!(held[slot / 8] & (1u << (slot % 8))))
+			continue;
+		dlock_holder h = DLOCK_HOLDER_INIT;
+		h.slot = slot;
 		st = dlock_info_holder(info, &h, NULL, 0);
-	return st == DLOCK_OK ? describe_permits(info, fd, at + 1, hi) : st;
+	}
+	return st;
 }
 
 /*
@@ -879,11 +899,12 @@ static dlock_status describe_file(dlock_info *info, const char *name, size_t len
 			h.token = token;
 			st = dlock_info_holder(info, &h, NULL, 0);
 		}
-	} else if (mark.l_type != F_UNLCK) {
+	} else if (mark.l_type != F_UNLCK && mark.l_start > SEM_MARK_BASE &&
+	           mark.l_start <= SEM_MARK_BASE + DLOCK_PERMITS_MAX) { /* else a lock taken between the calls */
 		uint32_t permits = (uint32_t)(mark.l_start - SEM_MARK_BASE);
 		st = dlock_info_lock(info, name, len, path, DLOCK_KIND_SEMAPHORE, permits, -1);
 		if (st == DLOCK_OK)
-			st = describe_permits(info, fd, SEM_SLOT_BASE, SEM_SLOT_BASE + (off_t)permits);
+			st = describe_permits(info, fd, permits);
 	} else if (!listing) {
 		st = dlock_info_lock(info, name, len, path, DLOCK_KIND_MUTEX, 1, -1);
 	}
