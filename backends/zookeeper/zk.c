@@ -38,6 +38,7 @@ static dlock_status zk_open(const dlock_uri *uri, dlock_host *host, void **backe
 	if (!c)
 		return dlock_error_set(err, DLOCK_ENOMEM, "zk://: out of memory");
 	c->host = host;
+	c->owner = dlock_host_owner(host, &c->owner_len);
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_condattr_t attr;
 	pthread_condattr_init(&attr);
@@ -132,8 +133,7 @@ static dlock_status zk_lock_init_kind(void *backend, void *lkp, const char *name
 		return st;
 	lk->slot = dlock_zk_slot_take(c, lk);
 	if (!lk->slot) {
-		free(lk->parent);
-		lk->parent = NULL;
+		dlock_zk_lock_paths_free(lk);
 		return dlock_error_set(err, DLOCK_ENOMEM, "zk://: out of memory");
 	}
 	return DLOCK_OK;
@@ -151,8 +151,7 @@ static void zk_lock_fini(void *backend, void *lkp)
 	struct zk_lock *lk = lkp;
 	dlock_zk_unhold(c, lk);
 	dlock_zk_slot_give(lk->slot);
-	free(lk->parent);
-	lk->parent = NULL;
+	dlock_zk_lock_paths_free(lk);
 }
 
 static dlock_status zk_acquire(void *backend, void *lkp, int64_t lease_ms, dlock_wait *w, dlock_acquired *out,

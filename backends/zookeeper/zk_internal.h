@@ -54,6 +54,10 @@
 /* Data of a semaphore's lock and lease nodes: "dlock:permits=" + N in decimal (zk_path.c). */
 #define ZK_PERMITS_DATA "dlock:permits="
 #define ZK_PERMITS_DATA_MAX 32
+/* Between the permits and the owner record in a lease node's data (zk_path.c). */
+#define ZK_DATA_SEP '\n'
+/* Longest data we write on a lock or lease node: "dlock:permits=N" + ZK_DATA_SEP + the owner record. */
+#define ZK_NODE_DATA_MAX (ZK_PERMITS_DATA_MAX + 1 + DLOCK_OWNER_MAX)
 #define ZK_PATH_MAX 2048
 
 /* Kinds of node in a lock's queue. */
@@ -133,6 +137,8 @@ struct zk_client {
 	uint64_t next_gen;           /* mu */
 	struct zk_slot *slots;       /* mu */
 	struct zk_lock *held;        /* locks held now (mu) */
+	const char *owner;           /* the owner record written on every lock and lease node (core's, static) */
+	size_t owner_len;
 	int stop;                    /* mu */
 	pthread_t monitor;
 	int monitor_started;
@@ -198,6 +204,9 @@ void dlock_zk_slots_free(struct zk_client *c);
 /* Per lock handle: the driver's `lk`. */
 struct zk_lock {
 	char *parent;            /* base + "/" + escaped name */
+	char *kept;              /* the name itself when its component is hashed, written as the data of
+	                            `parent` when we create it (zk_path.c), else NULL */
+	size_t kept_len;
 	struct zk_slot *slot;
 	dlock_lock_kind kind;    /* mutex, read-write lock or semaphore, for the handle's life */
 	uint32_t permits;        /* a semaphore's N (1 for the other kinds) */
@@ -213,16 +222,19 @@ struct zk_lock {
 /* Paths of one lock name; DLOCK_ENOMEM. */
 dlock_status dlock_zk_lock_paths(const struct zk_config *cfg, struct zk_lock *lk, const char *name,
                                  size_t len, dlock_error *err);
+/* Free what dlock_zk_lock_paths() allocated. */
+void dlock_zk_lock_paths_free(struct zk_lock *lk);
 /* The ACL for every node we create: creator-only with credentials, else open. */
 struct ACL_vector *dlock_zk_acl(const struct zk_client *c);
 /* Create the base path's missing components (persistent).  Returns a ZooKeeper code. */
 int dlock_zk_ensure_base(struct zk_session *s);
 /*
  * Create `parent` (a container) and whatever it needs below the base: the
- * lock's node, and for a semaphore its "locks" or "leases" child under it
- * (containers too), and the base.  Returns a ZooKeeper code.
+ * lock's node (lk->parent, with lk->kept as its data), and for a semaphore
+ * its "locks" or "leases" child under it (containers too), and the base.
+ * Returns a ZooKeeper code.
  */
-int dlock_zk_ensure_parent(struct zk_session *s, const char *parent);
+int dlock_zk_ensure_parent(struct zk_session *s, const char *parent, const struct zk_lock *lk);
 /*
  * Kind and sequence number of a child: a mark (ZK_NODE_MARK, ZK_READ_MARK,
  * ZK_WRITE_MARK) + the server's "%010d" of a signed 32-bit counter
@@ -255,6 +267,18 @@ int dlock_zk_permits_format(uint32_t permits, char *buf);
  * (a node of Curator's, whose data is the creator's address or the user's).
  */
 int dlock_zk_permits_parse(const char *data, int len, uint32_t *permits);
+/*
+ * A lease node's data: ZK_PERMITS_DATA + N, ZK_DATA_SEP, the owner record
+ * (dlock_host_owner()), into buf (ZK_NODE_DATA_MAX bytes); its length.
+ */
+int dlock_zk_lease_data_format(uint32_t permits, const char *owner, size_t owner_len, char *buf);
+/*
+ * The owner record inside a node's data: the whole data of a mutex, reader
+ * or writer node, what follows ZK_DATA_SEP after a semaphore's permits;
+ * NULL (and *olen 0) when there is none (a node of the previous release,
+ * or Curator's, whose data is its creator's address or the user's).
+ */
+const char *dlock_zk_data_owner(const char *data, int len, size_t *olen);
 /* 1 if `child` carries the GUID `guid` (ZK_GUID_HEX hex digits) in our protected form "_c_GUID-". */
 int dlock_zk_child_has_guid(const char *child, const char *guid);
 
