@@ -14,6 +14,7 @@
  *   zk_recipe.c   the lock recipes (mutex, read-write): protected create, queue, blocker watch
  *   zk_sem.c      the semaphore recipe: an internal mutex, then a lease node counted among the leases
  *   zk_hold.c     held locks: release, check, loss reports
+ *   zk_inspect.c  inspection, listing and breaking: who holds a name, taking it from them
  *
  * Locking: one mutex per client (`mu`) guards every field marked "mu".  It
  * is never held across a ZooKeeper call, so the library's completion thread
@@ -355,5 +356,17 @@ dlock_status dlock_zk_release(struct zk_client *c, struct zk_lock *lk, dlock_err
 dlock_status dlock_zk_check(struct zk_client *c, struct zk_lock *lk, dlock_error *err);
 /* Delete our node of session `s` with its version, across connection loss; a ZooKeeper code. */
 int dlock_zk_delete_own(struct zk_session *s, const char *node, int32_t version);
+
+/* ------------------------------------------------------------ inspection (zk_inspect.c) */
+
+/* What inspection sees (DLOCK_FEATURE_INSPECT) and what breaking does (DLOCK_FEATURE_BREAK). */
+#define ZK_INSPECT_FLAGS                                                                                   \
+	(DLOCK_INSPECT_HELD | DLOCK_INSPECT_OWNER | DLOCK_INSPECT_ACQUIRED | DLOCK_INSPECT_TOKEN |              \
+	 DLOCK_INSPECT_WAITERS | DLOCK_INSPECT_LIST | DLOCK_INSPECT_NAMES | DLOCK_INSPECT_SESSION)
+
+dlock_status dlock_zk_inspect(struct zk_client *c, const char *name, size_t len, dlock_info *info,
+                              dlock_error *err);
+dlock_status dlock_zk_list(struct zk_client *c, dlock_info *info, dlock_error *err);
+dlock_status dlock_zk_break(struct zk_client *c, const char *name, size_t len, size_t *broken, dlock_error *err);
 
 #endif
