@@ -447,6 +447,13 @@ static void test_break_acl(void)
 	if (st == DLOCK_OK)
 		CU_ASSERT_EQUAL(i->nholders, 1);
 	dlock_lock_info_free(i);
+	/* The base path is the creator's too: another identity cannot list it; the creator's clients can. */
+	dlock_lock_list *list = NULL;
+	CU_ASSERT_EQUAL(dlock_list(b, NULL, &list), DLOCK_EPERM);
+	CU_ASSERT_PTR_NULL(list);
+	CU_ASSERT_EQUAL_FATAL(dlock_list(a2, NULL, &list), DLOCK_OK);
+	CU_ASSERT_EQUAL(list->count, 1);
+	dlock_lock_list_free(list);
 	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_break(a2, "acl", &broken), DLOCK_OK);
 	CU_ASSERT_EQUAL(broken, 1);
@@ -636,7 +643,7 @@ static void add_suites(void)
 	CU_add_test(s, "every reader listed; the waiting writer counted, then alone", test_rwlock);
 	CU_add_test(s, "a semaphore's permits with N; broken, the waiter gets in", test_semaphore);
 	CU_add_test(s, "break: the holder told TAKEN, the next token larger; readers all taken", test_break);
-	CU_add_test(s, "break under ACLs: EPERM for another identity, the creator may", test_break_acl);
+	CU_add_test(s, "under ACLs another identity may neither break, inspect nor list; the creator may", test_break_acl);
 	CU_add_test(s, "list: names back as bytes, a hashed one from its node; prefix", test_list);
 	CU_add_test(s, "nodes of the previous release and of Curator: held, owner unknown", test_foreign_nodes);
 	CU_add_test(s, "hostile names and identities", test_bad_input);

@@ -25,9 +25,10 @@
  * the component (dlock_name_component() escapes reversibly), or, for a
  * hashed component, from the data of the lock's node, which the create of
  * that node wrote; names are bytes, checked by encoding them again.  A
- * component that is not ours (another application's node) is skipped; a
- * hashed one without the name (made by the previous release) is listed
- * without a name.
+ * component that is not ours (another application's node) is skipped, and
+ * so is a name whose nodes another identity made under credentials (not
+ * readable by us); a hashed one without the name (made by the previous
+ * release) is listed without a name.
  *
  * Breaking deletes the holders' nodes (any version).  The watches fire: the
  * holder reports the loss (DLOCK_LOST_TAKEN, zk_own.c) and the next waiter
@@ -415,6 +416,8 @@ dlock_status dlock_zk_list(struct zk_client *c, dlock_info *info, dlock_error *e
 		;
 	if (rc == ZNONODE)
 		rc = ZOK; /* no base: nothing held */
+	else if (rc == ZNOAUTH)
+		st = dlock_error_set(err, DLOCK_EPERM, "zk://: ZooKeeper refused to list the base path: " ACL_NOTE);
 	else if (rc != ZOK)
 		st = dlock_zk_fail(err, rc, "listing the base path");
 	for (int32_t i = 0; rc == ZOK && st == DLOCK_OK && i < kids.count; i++) {
@@ -424,6 +427,11 @@ dlock_status dlock_zk_list(struct zk_client *c, dlock_info *info, dlock_error *e
 		if (len < 0 || n < 0 || (size_t)n >= sizeof parent)
 			continue; /* not one of our names */
 		st = look(s, &v, parent, err);
+		if (st == DLOCK_EPERM) { /* another identity's name (credentials): not ours to see */
+			err->msg[0] = '\0';
+			st = DLOCK_OK;
+			continue;
+		}
 		if (st == DLOCK_OK && v.n > 0) {
 			if (len == 0)
 				len = kept_name(s, parent, kids.data[i], name);

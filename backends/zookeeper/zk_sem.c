@@ -217,13 +217,12 @@ static dlock_status take_internal_mutex(struct zk_attempt *a, const char *locks)
 }
 
 /* Step 2: the lease, checked, then counted. */
-static dlock_status take_lease(struct zk_attempt *a, const char *leases, dlock_acquired *out)
+static dlock_status take_lease(struct zk_attempt *a, const char *leases, char *data, dlock_acquired *out)
 {
-	char data[ZK_NODE_DATA_MAX];
 	a->parent = leases;
 	a->kind = ZK_NODE_LEASE;
 	a->datalen = dlock_zk_lease_data_format(a->lk->permits, a->c->owner, a->c->owner_len, data);
-	a->data = data; /* N and the owner record (zk_path.c); reset by the caller */
+	a->data = data; /* N and the owner record (zk_path.c) */
 	dlock_status st = dlock_zk_new_guid(a);
 	if (st == DLOCK_OK)
 		st = dlock_zk_protected_create(a);
@@ -259,6 +258,7 @@ static void release_internal_mutex(struct zk_attempt *a, const char *node, int32
 dlock_status dlock_zk_sem_attempt(struct zk_attempt *a, dlock_acquired *out)
 {
 	char locks[ZK_PATH_MAX], leases[ZK_PATH_MAX], lock_node[ZK_PATH_MAX] = "", data[ZK_PERMITS_DATA_MAX];
+	char lease_data[ZK_NODE_DATA_MAX];
 	int32_t lock_version = 0;
 	snprintf(locks, sizeof locks, "%s/" ZK_SEM_LOCKS, a->lk->parent);
 	snprintf(leases, sizeof leases, "%s/" ZK_SEM_LEASES, a->lk->parent);
@@ -274,7 +274,7 @@ dlock_status dlock_zk_sem_attempt(struct zk_attempt *a, dlock_acquired *out)
 		}
 	}
 	if (st == DLOCK_OK && !a->again && (lock_node[0] || dlock_wait_try_once(a->w)))
-		st = take_lease(a, leases, out);
+		st = take_lease(a, leases, lease_data, out);
 	if (lock_node[0])
 		release_internal_mutex(a, lock_node, lock_version);
 	a->data = NULL; /* the buffers were this call's */
