@@ -984,10 +984,27 @@ static dlock_status file_control(void *backend, void *lkp, int op, void *arg, dl
 	struct dlock_feature_query *q = arg;
 	(void)backend;
 	(void)err;
-	if (op != DLOCK_CTL_FEATURE || lkp || !q || q->feature != DLOCK_FEATURE_INSPECT)
+	if (op != DLOCK_CTL_FEATURE || lkp || !q)
 		return DLOCK_ENOTSUP;
-	q->value = FILE_INSPECT;
+	if (q->feature == DLOCK_FEATURE_INSPECT)
+		q->value = FILE_INSPECT;
+	else if (q->feature == DLOCK_FEATURE_BREAK)
+		q->value = DLOCK_BREAK_NONE;
+	else
+		return DLOCK_ENOTSUP;
 	return DLOCK_OK;
+}
+
+/* Breaking: never possible here.  A method of its own only to say why, after the core's checks. */
+static dlock_status file_break_lock(void *backend, const char *name, size_t len, size_t *broken, dlock_error *err)
+{
+	(void)backend;
+	(void)name;
+	(void)len;
+	*broken = 0;
+	return dlock_error_set(err, DLOCK_ENOTSUP,
+	                       "file:// cannot break a lock: an OFD lock is released only by the process that holds "
+	                       "it (or when that process exits); stop the holder to free it");
 }
 
 const dlock_driver dlock_file_driver = {
@@ -1009,4 +1026,5 @@ const dlock_driver dlock_file_driver = {
 	.control = file_control,
 	.inspect = file_inspect,
 	.list = file_list,
+	.break_lock = file_break_lock,
 };

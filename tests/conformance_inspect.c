@@ -286,11 +286,10 @@ static void test_inspect_free_and_bad_input(void)
 	size_t broken = 7;
 	CONF_ASSERT_ST(dlock_break(NULL, name, &broken), DLOCK_EINVAL);
 	CU_ASSERT_EQUAL(broken, 0);
-	dlock_status bad = feature_of(client, DLOCK_FEATURE_BREAK) == DLOCK_BREAK_NONE ? DLOCK_ENOTSUP
-	                                                                              : DLOCK_EINVAL;
-	ASSERT_REFUSED(client, dlock_break(client, NULL, &broken), bad);
-	ASSERT_REFUSED(client, dlock_break(client, "", &broken), bad);
-	ASSERT_REFUSED(client, dlock_break(client, too_long, &broken), bad);
+	/* Bad input is refused as such, also where breaking is not possible. */
+	ASSERT_REFUSED(client, dlock_break(client, NULL, &broken), DLOCK_EINVAL);
+	ASSERT_REFUSED(client, dlock_break(client, "", &broken), DLOCK_EINVAL);
+	ASSERT_REFUSED(client, dlock_break(client, too_long, &broken), DLOCK_EINVAL);
 	CU_ASSERT_EQUAL(broken, 0);
 done:
 	free(too_long);
@@ -778,8 +777,13 @@ static void check_identity_shown(dlock_client *viewer, const char *uri, unsigned
 	dlock_lock *lock = conf_lock(holder, name);
 	if (lock && CONF_ASSERT_ST(hold(lock, INSP_LEASE_MS, DLOCK_MODE_EXCLUSIVE), DLOCK_OK)) {
 		dlock_lock_info *info = inspect_ok(viewer, name);
-		if (holders_are(info, 1))
-			CU_ASSERT_STRING_EQUAL(info->holders[0]->identity, want);
+		if (holders_are(info, 1) && strcmp(info->holders[0]->identity, want) != 0) {
+			/* A backend that keeps fewer bytes cuts a long identity: its first bytes, '+', a hash. */
+			const char *shown = info->holders[0]->identity;
+			size_t n = strlen(shown);
+			CU_ASSERT(strlen(want) > 40 && n >= 40 && n < strlen(want));
+			CU_ASSERT(n > 9 && shown[n - 9] == '+' && strncmp(shown, want, n - 9) == 0);
+		}
 		dlock_lock_info_free(info);
 		CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
 	}
