@@ -27,6 +27,10 @@ enum redis_script_id {
 	REDIS_SCRIPT_SEM_RELEASE, /* ARGV owner, channel, PUBLISH|SPUBLISH -> 1 released | 0 not ours */
 	REDIS_SCRIPT_SEM_EXTEND,  /* ARGV owner, lease ms -> 1 extended | 0 not ours */
 	REDIS_SCRIPT_SEM_CHECK,   /* KEYS lock, permits; ARGV owner -> 1 ours | 0 not ours */
+	/* Every kind at once (KEYS lock, queue, waiters, fence, readers, permits, slots, holders, pwaiters,
+	 * npermits; see the scripts): */
+	REDIS_SCRIPT_INSPECT, /* read-only -> {value, pttl, now, queue length, semaphore waiters, N, holders...} */
+	REDIS_SCRIPT_BREAK,   /* ARGV channel, PUBLISH|SPUBLISH -> live holders removed */
 	REDIS_SCRIPT_COUNT
 };
 
