@@ -378,7 +378,7 @@ static dlock_status scan_pool(struct redis_client *c, struct redis_pool *pool, c
 		else if (r->type == REDIS_REPLY_ERROR)
 			st = dlock_redis_reply_error(r, &pool->ep, "SCAN", err);
 		dlock_redis_pool_put(pool, ctx);
-		if (st == DLOCK_OK && (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !str_at(r, 0) ||
+		if (st == DLOCK_OK && (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !str_at(r, 0) ||
 		                       r->element[1]->type != REDIS_REPLY_ARRAY || r->element[0]->len >= sizeof cursor))
 			st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to SCAN", pool->ep.label);
 		if (st == DLOCK_OK) {
@@ -401,16 +401,15 @@ dlock_status dlock_redis_list(void *backend, dlock_info *info, dlock_error *err)
 		return dlock_error_set(err, DLOCK_ENOTSUP,
 		                       "RedLock: no listing (the instances are independent: a key on one says nothing of "
 		                       "the lock); inspect a name instead");
-	char *pattern = malloc(2 * c->prefixlen + REDIS_DIGEST_HEX + 16);
+	/* PREFIX:{32 times ?}:lock, the prefix's glob characters escaped */
+	size_t room = 2 * c->prefixlen + REDIS_DIGEST_HEX + 16;
+	char *pattern = malloc(room);
 	if (!pattern)
 		return dlock_error_set(err, DLOCK_ENOMEM, "redis: out of memory");
 	size_t n = glob_escape(c->prefix, c->prefixlen, pattern);
-	memcpy(pattern + n, ":{", 2);
-	n += 2;
-	memset(pattern + n, '?', REDIS_DIGEST_HEX);
-	n += REDIS_DIGEST_HEX;
-	memcpy(pattern + n, "}:lock", 6);
-	n += 6;
+	int tail = snprintf(pattern + n, room - n, ":{%.*s}:lock", REDIS_DIGEST_HEX,
+	                    "????????????????????????????????????????");
+	n += tail > 0 ? (size_t)tail : 0;
 	dlock_status st = DLOCK_OK;
 	if (!c->cluster) {
 		st = scan_pool(c, &c->pools[0], pattern, n, info, err);

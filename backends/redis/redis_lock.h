@@ -36,12 +36,15 @@
  * each waiter blocking on a connection of a second pool, the client's
  * `waits`, so that waiters never take the connections releases need.
  *
- * Keys of a lock: PREFIX:{D}:lock (owner value, TTL = lease; "shared" while
+ * Keys of a lock: PREFIX:{D}:lock ("OWNER TOKEN ACQUIRED_MS RECORD": the
+ * owner value, then what inspection shows of the holder (redis_scripts.c),
+ * or the owner value alone as the previous release wrote it; TTL = lease; "shared" while
  * readers of a read-write lock hold it, "semaphore" while permits of a
  * semaphore do), PREFIX:{D}:fence (fencing counter),
  * PREFIX:{D}:readers (a read-write lock's readers, see redis_scripts.c),
  * PREFIX:{D}:permits, :slots, :pwaiters and :npermits (a semaphore's
  * permits, their slots, its waiters and its N, see redis_sem.c),
+ * PREFIX:{D}:holders (each reader's or permit's "TOKEN ACQUIRED_MS RECORD"),
  * with fair=1 PREFIX:{D}:queue and PREFIX:{D}:waiters (the
  * waiter queue, see redis_scripts.c), and the channel PREFIX:{D}:released,
  * where D is the first 32 hex digits of the SHA-256 of the name.  They differ

@@ -50,7 +50,14 @@
 	"  return string.format('%s %d %d %s', o, token, now_ms(), rec)\n"        \
 	"end\n"
 
-/* Acquire in one round trip, with a token. */
+/*
+ * Acquire in one round trip, with a token.  The key's value is the owner
+ * value, then what inspection shows (redis_inspect.c): the token, the
+ * server's time of the acquisition in ms and the client's owner record
+ * (ARGV[4], dlock_host_owner(): percent-encoded, no space).  The owner-only
+ * scripts compare the first word (owns()), so a value that is the owner
+ * alone — the previous release's, or a grant by its queue — is still ours.
+ */
 static const char acquire_lua[] =
 	TOKEN_LUA
 	"if redis.call('EXISTS', KEYS[1]) == 1 then\n"
@@ -131,7 +138,10 @@ static const char extend_lua[] =
  * ARGV owner, lease ms, fence ttl ms ("0": no token), liveness ms, queue
  * keys' ttl ms, grant key, "1" when the caller's BLPOP on its grant key
  * follows in the same pipeline (a success then pushes a "0" for it to pop
- * at once, instead of blocking), claim ms.  -> {1, token, 1} taken now;
+ * at once, instead of blocking), claim ms, owner record (kept in KEYS[3]
+ * under "@OWNER" while queued, for the grant to write into the value; a
+ * waiter of the previous release has none and is granted the owner value
+ * alone, which its scripts compare).  -> {1, token, 1} taken now;
  * {1, token, 0} granted by a release since the last call and claimed here
  * (the grant is consumed, the key gets the whole lease; the token is the
  * counter's value: nobody can have taken one since, the lock being ours);
@@ -252,7 +262,8 @@ static const char handoff_lua[] =
  * none remains it deletes both and publishes, as a release does, for the
  * waiters.  No writer preference: a waiting writer does not hold back new
  * readers (it is not in Redis while it waits).  All times come from TIME,
- * never from the client's clock.
+ * never from the client's clock.  The last key (HOLDERS) maps each reader
+ * to "TOKEN ACQUIRED_MS RECORD" for inspection, and goes with its entry.
  */
 #define READERS_LUA                                                                         \
 	"local SHARED = 'shared'\n"                                                          \
@@ -344,6 +355,9 @@ static const char read_check_lua[] =
  * died or gave up stops counting soon after.  An acquisition with another
  * N while any holder or other waiter is live is refused ({-1, N}); once
  * none is left, its N applies.
+ *
+ * The last key (HOLDERS) maps each permit to "TOKEN ACQUIRED_MS RECORD"
+ * for inspection, and goes with its entry.
  *
  * The work of each call is bounded by N (at most DLOCK_PERMITS_MAX entries
  * in KEYS[2] and KEYS[3]: a permit is added only while fewer than N live).
