@@ -925,37 +925,14 @@ static dlock_status file_inspect(void *backend, const char *name, size_t len, dl
 	return st;
 }
 
-static int hex_digit(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-}
-
 /* The name of the lock file `file` (a DIR entry, untrusted) into `name`: -1 when it is not a lock file
  * dlock_name_component() made, 0 when the name was hashed (too long to keep), else its length. */
 static int name_of_file(const char *file, char *name)
 {
-	size_t n = strlen(file), suffix = sizeof FILE_SUFFIX - 1, len = 0;
-	if (n <= suffix || n - suffix > DLOCK_COMPONENT_MAX || strcmp(file + n - suffix, FILE_SUFFIX) != 0)
+	size_t n = strlen(file), suffix = sizeof FILE_SUFFIX - 1;
+	if (n <= suffix || strcmp(file + n - suffix, FILE_SUFFIX) != 0)
 		return -1;
-	n -= suffix;
-	for (size_t i = 0; i < n; i++) {
-		if (file[i] == '~')
-			return 0;
-		if (file[i] != '%') {
-			name[len++] = file[i];
-			continue;
-		}
-		int hi = i + 2 < n ? hex_digit(file[i + 1]) : -1, lo = i + 2 < n ? hex_digit(file[i + 2]) : -1;
-		if (hi < 0 || lo < 0 || (hi | lo) == 0)
-			return -1;
-		name[len++] = (char)(hi << 4 | lo);
-		i += 2;
-	}
-	return (int)len;
+	return dlock_name_component_decode(file, n - suffix, name);
 }
 
 /* Every lock file of DIR that someone holds, its name recovered from the file's (as bytes). */

@@ -180,21 +180,8 @@ static int64_t batch_slack(const struct dlock_lock *l)
  * it released ends the session that held it. */
 static void clean_lost_locked(struct dlock_client *c, struct dlock_lock *l)
 {
-	dlock_error err = { "" };
-	l->busy = 1;
-	dlock_sched_update(l);
-	pthread_mutex_unlock(&c->mu);
-
-	dlock_status st = c->driver->release(c->backend, l->lk, &err);
-
-	pthread_mutex_lock(&c->mu);
-	c->stats.server_releases++;
-	if (st != DLOCK_OK && st != DLOCK_ENOTHELD)
-		dlock_client_logf(c, DLOCK_LOG_DEBUG, "releasing a lost lock on the server (%s): %s",
-		                  dlock_status_name(st), err.msg);
+	dlock_lock_server_release_locked(l, DLOCK_LOG_DEBUG, "releasing a lost lock on the server");
 	dlock_lock_loss_cleaned(l);
-	l->busy = 0;
-	dlock_sched_update(l);
 	pthread_cond_broadcast(&c->cond);
 }
 

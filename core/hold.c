@@ -96,20 +96,8 @@ int dlock_hold_linger_locked(struct dlock_lock *l)
 void dlock_hold_end_linger_locked(struct dlock_lock *l, int leave_ttl)
 {
 	struct dlock_client *c = l->client;
-	if (!(leave_ttl && l->linger_ttl) && !l->loss_cleaned) {
-		dlock_error err = { "" };
-		int was_busy = l->busy;
-		l->busy = 1;
-		dlock_sched_update(l);
-		pthread_mutex_unlock(&c->mu);
-		dlock_status st = c->driver->release(c->backend, l->lk, &err);
-		pthread_mutex_lock(&c->mu);
-		c->stats.server_releases++;
-		if (st != DLOCK_OK && st != DLOCK_ENOTHELD)
-			dlock_client_logf(c, DLOCK_LOG_WARN, "minimum hold: releasing at the bound failed (%s): %s",
-			                  dlock_status_name(st), err.msg);
-		l->busy = was_busy;
-	}
+	if (!(leave_ttl && l->linger_ttl) && !l->loss_cleaned)
+		dlock_lock_server_release_locked(l, DLOCK_LOG_WARN, "minimum hold: releasing at the bound failed");
 	dlock_lock_drop_hold_locked(l);
 	pthread_cond_broadcast(&c->cond);
 }

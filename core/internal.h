@@ -233,6 +233,12 @@ void dlock_lock_end_call(struct dlock_lock *l);
 dlock_lost_reason dlock_lock_gone_reason(const struct dlock_lock *l, int64_t sent_ns);
 /** Declare the current acquisition lost and queue its callback.  c->mu held. */
 void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, const char *detail);
+/**
+ * Release `l` on the server for the core (a loss cleaned up, a linger ended), whoever holds it: the
+ * handle is busy meanwhile (it may already be), server_releases counts it, and a failure other than
+ * DLOCK_ENOTHELD is logged at `level` after `what`.  c->mu held, dropped inside.
+ */
+void dlock_lock_server_release_locked(struct dlock_lock *l, dlock_log_level level, const char *what);
 /** Mark `l` free locally (no level left) and let the next local contender go.  c->mu held. */
 void dlock_lock_drop_hold_locked(struct dlock_lock *l);
 /** After the driver released a lost acquisition: let the next local contender go.  c->mu held. */

@@ -408,6 +408,23 @@ void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, con
 	dlock_background_kick(l->client);
 }
 
+void dlock_lock_server_release_locked(struct dlock_lock *l, dlock_log_level level, const char *what)
+{
+	struct dlock_client *c = l->client;
+	dlock_error err = { "" };
+	int was_busy = l->busy;
+	l->busy = 1;
+	dlock_sched_update(l);
+	pthread_mutex_unlock(&c->mu);
+	dlock_status st = c->driver->release(c->backend, l->lk, &err);
+	pthread_mutex_lock(&c->mu);
+	c->stats.server_releases++;
+	if (st != DLOCK_OK && st != DLOCK_ENOTHELD)
+		dlock_client_logf(c, level, "%s (%s): %s", what, dlock_status_name(st), err.msg);
+	l->busy = was_busy;
+	dlock_sched_update(l);
+}
+
 void dlock_lock_loss_cleaned(struct dlock_lock *l)
 {
 	l->loss_cleaned = 1;

@@ -83,17 +83,6 @@ void dlock_owner_init(struct dlock_owner *o, const char *identity)
 	o->record_len = n < sizeof o->record ? n : sizeof o->record - 1;
 }
 
-static int hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Decode [s, end) into out (cap bytes, NUL-terminated); 0 on a bad escape or a NUL byte. */
 static int unescape(const char *s, const char *end, char *out, size_t cap)
 {
@@ -101,9 +90,9 @@ static int unescape(const char *s, const char *end, char *out, size_t cap)
 	while (s < end) {
 		int ch = (unsigned char)*s;
 		if (ch == '%') {
-			if (end - s < 3 || hex_value(s[1]) < 0 || hex_value(s[2]) < 0)
+			if (end - s < 3 || dlock_hex_digit(s[1]) < 0 || dlock_hex_digit(s[2]) < 0)
 				return 0;
-			ch = hex_value(s[1]) * 16 + hex_value(s[2]);
+			ch = dlock_hex_digit(s[1]) * 16 + dlock_hex_digit(s[2]);
 			s += 3;
 		} else {
 			s++;

@@ -135,17 +135,6 @@ static dlock_status no_memory(struct parser *p)
 	return dlock_error_set(p->err, DLOCK_ENOMEM, "out of memory while parsing the URI");
 }
 
-static int hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /*
  * Percent-decode [s, s+n) into the arena and store it in *out.  `what`
  * names the part in the message and must not contain its text.
@@ -161,8 +150,8 @@ static dlock_status decode(struct parser *p, const char *s, size_t n, const char
 			dst[o++] = s[i];
 			continue;
 		}
-		int hi = i + 2 < n ? hex_value(s[i + 1]) : -1;
-		int lo = i + 2 < n ? hex_value(s[i + 2]) : -1;
+		int hi = i + 2 < n ? dlock_hex_digit(s[i + 1]) : -1;
+		int lo = i + 2 < n ? dlock_hex_digit(s[i + 2]) : -1;
 		if (hi < 0 || lo < 0)
 			return dlock_error_set(p->err, DLOCK_EURI,
 			                       "bad percent escape in %s (expected '%%' and two hex digits)", what);

@@ -41,4 +41,7 @@ void dlock_uri_mask(const char *text, char *out, size_t outlen);
  */
 dlock_status dlock_identity_check(const char *identity, dlock_error *err);
 
+/** The value of one hex digit (either case), -1 for any other character.  Pure. */
+int dlock_hex_digit(char ch);
+
 #endif

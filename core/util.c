@@ -8,6 +8,7 @@
 #include <openssl/evp.h>
 
 #include "dlock/sys/driver.h"
+#include "uri.h"
 
 int64_t dlock_monotonic_ns(void)
 {
@@ -123,4 +124,44 @@ void dlock_name_component(const char *name, size_t len, char *out)
 	dlock_sha256(raw, len, digest);
 	out[n++] = '~';
 	dlock_hex(digest, sizeof digest, out + n);
+}
+
+int dlock_hex_digit(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+int dlock_name_component_decode(const char *comp, size_t comp_len, char *out)
+{
+	if (!comp || comp_len == 0 || comp_len > DLOCK_COMPONENT_MAX)
+		return -1;
+	if (memchr(comp, '~', comp_len))
+		return 0;
+	size_t n = 0;
+	for (size_t i = 0; i < comp_len; n++) {
+		if (n >= DLOCK_NAME_MAX)
+			return -1;
+		if (comp[i] != '%') {
+			out[n] = comp[i++];
+			continue;
+		}
+		int hi = i + 2 < comp_len ? dlock_hex_digit(comp[i + 1]) : -1;
+		int lo = i + 2 < comp_len ? dlock_hex_digit(comp[i + 2]) : -1;
+		if (hi < 0 || lo < 0)
+			return -1;
+		out[n] = (char)(hi << 4 | lo);
+		i += 3;
+	}
+	if (memchr(out, '\0', n))
+		return -1;
+	/* Only the one spelling dlock_name_component() writes stands for a name. */
+	char again[DLOCK_COMPONENT_MAX + 1];
+	dlock_name_component(out, n, again);
+	return strlen(again) == comp_len && memcmp(again, comp, comp_len) == 0 ? (int)n : -1;
 }

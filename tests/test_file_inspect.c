@@ -26,14 +26,6 @@ static dlock_client *open_as(const char *identity)
 	return c;
 }
 
-static dlock_lock_info *inspect(dlock_client *c, const char *name)
-{
-	dlock_lock_info *info = NULL;
-	CU_ASSERT_EQUAL_FATAL(dlock_inspect(c, name, &info), DLOCK_OK);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(info);
-	return info;
-}
-
 static dlock_status acquire_opts(dlock_lock *l, dlock_lock_mode mode, int fencing)
 {
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
@@ -52,7 +44,7 @@ static void test_writer_owner(void)
 	dlock_lock *l = dlock_test_new_lock(c, "w");
 	for (int fencing = 1; fencing >= 0; fencing--) {
 		CU_ASSERT_EQUAL_FATAL(acquire_opts(l, DLOCK_MODE_EXCLUSIVE, fencing), DLOCK_OK);
-		dlock_lock_info *info = inspect(v, "w");
+		dlock_lock_info *info = dlock_test_inspect(v, "w");
 		CU_ASSERT_EQUAL(info->kind, DLOCK_KIND_MUTEX);
 		CU_ASSERT_FATAL(info->nholders == 1);
 		const dlock_holder *h = info->holders[0];
@@ -65,7 +57,7 @@ static void test_writer_owner(void)
 		dlock_lock_info_free(info);
 		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
 	}
-	dlock_lock_info *info = inspect(v, "w");
+	dlock_lock_info *info = dlock_test_inspect(v, "w");
 	CU_ASSERT_EQUAL(info->nholders, 0);
 	dlock_lock_info_free(info);
 	size_t broken = 5;
@@ -85,14 +77,14 @@ static void test_readers_and_writer(void)
 	CU_ASSERT_EQUAL_FATAL(dlock_rwlock_new(b, "rw", &lb), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(acquire_opts(la, DLOCK_MODE_EXCLUSIVE, 1), DLOCK_OK);
 	uint64_t wtoken = dlock_test_token(la);
-	dlock_lock_info *info = inspect(v, "rw");
+	dlock_lock_info *info = dlock_test_inspect(v, "rw");
 	CU_ASSERT_EQUAL(info->kind, DLOCK_KIND_RWLOCK);
 	CU_ASSERT(info->nholders == 1 && strcmp(info->holders[0]->identity, "ra") == 0);
 	dlock_lock_info_free(info);
 	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(acquire_opts(la, DLOCK_MODE_SHARED, 1), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(acquire_opts(lb, DLOCK_MODE_SHARED, 1), DLOCK_OK);
-	info = inspect(v, "rw");
+	info = dlock_test_inspect(v, "rw");
 	CU_ASSERT_EQUAL(info->kind, DLOCK_KIND_RWLOCK);
 	CU_ASSERT_EQUAL_FATAL(info->nholders, 2);
 	for (size_t i = 0; i < 2; i++) {
@@ -118,7 +110,7 @@ static void test_permits(void)
 		CU_ASSERT_EQUAL_FATAL(dlock_semaphore_new(c, "sem", 5, &p[i]), DLOCK_OK);
 		CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(p[i], 0, 0, -1, NULL, NULL), DLOCK_OK);
 	}
-	dlock_lock_info *info = inspect(c, "sem");
+	dlock_lock_info *info = dlock_test_inspect(c, "sem");
 	CU_ASSERT_EQUAL(info->kind, DLOCK_KIND_SEMAPHORE);
 	CU_ASSERT_EQUAL(info->permits, 5);
 	CU_ASSERT_EQUAL_FATAL(info->nholders, 3);
@@ -149,7 +141,7 @@ static void test_torn_and_old_holder(void)
 	int fd = open(path, O_RDWR | O_CLOEXEC);
 	CU_ASSERT_FATAL(fd >= 0);
 	CU_ASSERT_EQUAL(pwrite(fd, "X", 1, 40), 1); /* inside the record: the check fails */
-	dlock_lock_info *info = inspect(v, "old");
+	dlock_lock_info *info = dlock_test_inspect(v, "old");
 	CU_ASSERT(info->nholders == 1 && strcmp(info->holders[0]->identity, "") == 0 && info->holders[0]->pid == 0);
 	dlock_lock_info_free(info);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
@@ -160,7 +152,7 @@ static void test_torn_and_old_holder(void)
 	CU_ASSERT_EQUAL_FATAL(fcntl(fd, F_OFD_SETLK, &fl), 0);
 	unsigned char tok[8] = { 0xff, 0xff, 0, 0, 0, 0, 0, 0 };
 	CU_ASSERT_EQUAL(pwrite(fd, tok, 8, 0), 8);
-	info = inspect(v, "old");
+	info = dlock_test_inspect(v, "old");
 	CU_ASSERT(info->nholders == 1 && strcmp(info->holders[0]->identity, "") == 0 && info->holders[0]->token == 0);
 	dlock_lock_info_free(info);
 	CU_ASSERT_EQUAL(dlock_test_probe(v, "old"), DLOCK_EBUSY);

@@ -28,17 +28,9 @@ static dlock_client *open_ns(const char *ns, const char *identity)
 	return c;
 }
 
-static dlock_lock_info *inspect(dlock_client *c, const char *name)
-{
-	dlock_lock_info *info = NULL;
-	CU_ASSERT_EQUAL_FATAL(dlock_inspect(c, name, &info), DLOCK_OK);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(info);
-	return info;
-}
-
 static size_t holders(dlock_client *c, const char *name)
 {
-	dlock_lock_info *info = inspect(c, name);
+	dlock_lock_info *info = dlock_test_inspect(c, name);
 	size_t n = info->nholders;
 	dlock_lock_info_free(info);
 	return n;
@@ -54,7 +46,7 @@ static void test_features(void)
 	                           DLOCK_INSPECT_NAMES);
 	CU_ASSERT_EQUAL(dlock_client_feature(c, DLOCK_FEATURE_BREAK, &v), DLOCK_OK);
 	CU_ASSERT_EQUAL(v, DLOCK_BREAK_DELETE);
-	dlock_lock_info *info = inspect(c, "never-used");
+	dlock_lock_info *info = dlock_test_inspect(c, "never-used");
 	CU_ASSERT_EQUAL(info->nholders, 0);
 	CU_ASSERT_EQUAL(info->waiters, 0);
 	CU_ASSERT_EQUAL(info->kind, DLOCK_KIND_MUTEX);
@@ -104,12 +96,12 @@ static void test_lease_left(void)
 	dlock_client *c = open_ns("lease", NULL);
 	dlock_lock *l = dlock_test_new_lock(c, "l");
 	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 5000, 0, NULL, NULL), DLOCK_OK);
-	dlock_lock_info *info = inspect(c, "l");
+	dlock_lock_info *info = dlock_test_inspect(c, "l");
 	CU_ASSERT(info->nholders == 1 && info->holders[0]->lease_left_ms > 0 &&
 	          info->holders[0]->lease_left_ms <= 5000);
 	dlock_lock_info_free(info);
 	CU_ASSERT_EQUAL(dlock_extend(l, 60000), DLOCK_OK);
-	info = inspect(c, "l");
+	info = dlock_test_inspect(c, "l");
 	CU_ASSERT(info->nholders == 1 && info->holders[0]->lease_left_ms > 50000 &&
 	          info->holders[0]->lease_left_ms <= 60000);
 	dlock_lock_info_free(info);
@@ -246,7 +238,7 @@ static void test_break_permits_and_own(void)
 		CU_ASSERT_EQUAL_FATAL(dlock_semaphore_new(c, "sem", 2, &p[i]), DLOCK_OK);
 		CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(p[i], 0, 0, -1, dlock_test_on_lost, &lost[i]), DLOCK_OK);
 	}
-	dlock_lock_info *info = inspect(admin, "sem");
+	dlock_lock_info *info = dlock_test_inspect(admin, "sem");
 	CU_ASSERT_EQUAL(info->kind, DLOCK_KIND_SEMAPHORE);
 	CU_ASSERT_EQUAL(info->permits, 2);
 	CU_ASSERT_EQUAL(info->nholders, 2);

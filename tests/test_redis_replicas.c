@@ -129,7 +129,6 @@ static void test_confirmed(void)
 	dlock_client_close(c);
 }
 
-/* More replicas asked than exist, or the replica down: the acquire is undone and fails, in time. */
 /* A reader of a read-write lock waits for the replicas too, after its acquire and its renewals. */
 static void test_reader_confirmed(void)
 {
@@ -183,6 +182,7 @@ static void test_permit_confirmed(void)
 	dlock_client_close(c);
 }
 
+/* More replicas asked than exist, or the replica down: the acquire is undone and fails, in time. */
 static void test_not_confirmed(void)
 {
 	char prefix[64], key[512], on_primary[128];

@@ -67,32 +67,6 @@ static dlock_status rw_acquire(dlock_lock *l, dlock_lock_mode mode, int64_t wait
 #define READ DLOCK_MODE_SHARED
 #define WRITE DLOCK_MODE_EXCLUSIVE
 
-/* The server's clock, in ms. */
-static int64_t server_ms(redisContext *ctx)
-{
-	redisReply *r = redisCommand(ctx, "TIME");
-	CU_ASSERT_FATAL(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
-	int64_t ms = strtoll(r->element[0]->str, NULL, 10) * 1000 + strtoll(r->element[1]->str, NULL, 10) / 1000;
-	freeReplyObject(r);
-	return ms;
-}
-
-static long long integer_reply(redisContext *ctx, const char *cmd, const char *key)
-{
-	redisReply *r = redisCommand(ctx, cmd, key);
-	long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -99;
-	freeReplyObject(r);
-	return v;
-}
-
-/* The value of `key`, "" when absent. */
-static void string_reply(redisContext *ctx, const char *key, char *out, size_t len)
-{
-	redisReply *r = redisCommand(ctx, "GET %s", key);
-	snprintf(out, len, "%s", r && r->type == REDIS_REPLY_STRING ? r->str : "");
-	freeReplyObject(r);
-}
-
 /* Scores of the readers in `readers`, lowest first, into out[0..max); returns how many there are. */
 static size_t reader_scores(redisContext *ctx, const char *readers, int64_t *out, size_t max)
 {
@@ -129,41 +103,41 @@ static void test_keys_and_ttls(void)
 
 	CU_ASSERT_EQUAL_FATAL(rw_acquire(ra, READ, 0, 10000, 0), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_test_token(ra), 0); /* no writer yet */
-	string_reply(ctx, key, value, sizeof value);
+	dlock_testredis_get(ctx, key, value, sizeof value);
 	CU_ASSERT_STRING_EQUAL(value, "shared");
-	long long pttl = integer_reply(ctx, "PTTL %s", key);
+	long long pttl = dlock_testredis_integer(ctx, "PTTL %s", key);
 	CU_ASSERT(pttl > 5000 && pttl <= 10000);
-	CU_ASSERT(integer_reply(ctx, "PTTL %s", readers) > 5000);
+	CU_ASSERT(dlock_testredis_integer(ctx, "PTTL %s", readers) > 5000);
 	int64_t scores[4];
-	int64_t now = server_ms(ctx);
+	int64_t now = dlock_testredis_server_ms(ctx);
 	CU_ASSERT_EQUAL_FATAL(reader_scores(ctx, readers, scores, 4), 1);
 	CU_ASSERT(scores[0] > now + 5000 && scores[0] <= now + 10000); /* the server's clock plus the lease */
 
 	CU_ASSERT_EQUAL_FATAL(rw_acquire(rb, READ, 0, 20000, 0), DLOCK_OK);
 	CU_ASSERT_EQUAL(reader_scores(ctx, readers, scores, 4), 2);
-	CU_ASSERT(integer_reply(ctx, "PTTL %s", key) > 15000); /* the last reader's */
+	CU_ASSERT(dlock_testredis_integer(ctx, "PTTL %s", key) > 15000); /* the last reader's */
 	CU_ASSERT_EQUAL(dlock_check(ra), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_check(rb), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(rb), DLOCK_OK);
-	pttl = integer_reply(ctx, "PTTL %s", key);
+	pttl = dlock_testredis_integer(ctx, "PTTL %s", key);
 	CU_ASSERT(pttl > 0 && pttl <= 10000); /* back to the remaining reader's */
 	CU_ASSERT_EQUAL(dlock_extend(ra, 15000), DLOCK_OK);
-	CU_ASSERT(integer_reply(ctx, "PTTL %s", key) > 10000);
+	CU_ASSERT(dlock_testredis_integer(ctx, "PTTL %s", key) > 10000);
 	CU_ASSERT_EQUAL(dlock_release(ra), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_testredis_keys_under(redis_port, prefix), 0);
 
 	CU_ASSERT_EQUAL_FATAL(rw_acquire(ra, WRITE, 0, 10000, 0), DLOCK_OK);
 	uint64_t tw = dlock_test_token(ra);
-	string_reply(ctx, key, value, sizeof value);
+	dlock_testredis_get(ctx, key, value, sizeof value);
 	CU_ASSERT_EQUAL(strcspn(value, " "), 32); /* an owner value, then its token, time and record, as a mutex's */
-	CU_ASSERT(integer_reply(ctx, "EXISTS %s", readers) == 0);
+	CU_ASSERT(dlock_testredis_integer(ctx, "EXISTS %s", readers) == 0);
 	CU_ASSERT_EQUAL(rw_acquire(rb, READ, 0, 10000, 0), DLOCK_EBUSY);
 	CU_ASSERT_EQUAL(dlock_release(ra), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(rw_acquire(rb, READ, 0, 10000, 0), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_test_token(rb), tw); /* the latest writer's */
 	CU_ASSERT_EQUAL(dlock_release(rb), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_testredis_keys_under(redis_port, prefix), 1); /* the fence counter only */
-	CU_ASSERT(integer_reply(ctx, "PTTL %s", fence) > 6LL * 24 * 3600 * 1000);
+	CU_ASSERT(dlock_testredis_integer(ctx, "PTTL %s", fence) > 6LL * 24 * 3600 * 1000);
 
 	redisFree(ctx);
 	dlock_lock_free(ra);
@@ -195,7 +169,7 @@ static void test_server_clock_decides(void)
 	char owner[64];
 	snprintf(owner, sizeof owner, "%s", r->element[0]->str);
 	freeReplyObject(r);
-	freeReplyObject(redisCommand(ctx, "ZADD %s XX %lld %s", readers, (long long)server_ms(ctx) - 1, owner));
+	freeReplyObject(redisCommand(ctx, "ZADD %s XX %lld %s", readers, (long long)dlock_testredis_server_ms(ctx) - 1, owner));
 	CU_ASSERT_EQUAL(dlock_check(ra), DLOCK_ENOTHELD);
 
 	/* The next reader drops it: the key then lives for rb only. */
@@ -356,7 +330,7 @@ static void test_readers_renewed(void)
 	CU_ASSERT_EQUAL(dlock_check(w), DLOCK_OK);
 	dlock_testredis_key(key, sizeof key, prefix, "renew-0", "lock");
 	redisContext *ctx = dlock_testredis_raw(redis_port);
-	long long pttl = integer_reply(ctx, "PTTL %s", key);
+	long long pttl = dlock_testredis_integer(ctx, "PTTL %s", key);
 	CU_ASSERT(pttl > 0 && pttl <= RENEW_LEASE_MS);
 	redisFree(ctx);
 	for (int k = 0; k < RENEW_CLIENTS; k++) {

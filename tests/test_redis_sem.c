@@ -68,32 +68,6 @@ static uint32_t slot_of(dlock_lock *l)
 	return slot;
 }
 
-/* The server's clock, in ms. */
-static int64_t server_ms(redisContext *ctx)
-{
-	redisReply *r = redisCommand(ctx, "TIME");
-	CU_ASSERT_FATAL(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
-	int64_t ms = strtoll(r->element[0]->str, NULL, 10) * 1000 + strtoll(r->element[1]->str, NULL, 10) / 1000;
-	freeReplyObject(r);
-	return ms;
-}
-
-static long long integer_reply(redisContext *ctx, const char *cmd, const char *key)
-{
-	redisReply *r = redisCommand(ctx, cmd, key);
-	long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -99;
-	freeReplyObject(r);
-	return v;
-}
-
-/* The value of `key`, "" when absent. */
-static void string_reply(redisContext *ctx, const char *key, char *out, size_t len)
-{
-	redisReply *r = redisCommand(ctx, "GET %s", key);
-	snprintf(out, len, "%s", r && r->type == REDIS_REPLY_STRING ? r->str : "");
-	freeReplyObject(r);
-}
-
 /* Members of the sorted set `key`, lowest score first: owners into owners[0..max), scores into scores. */
 static size_t zset_entries(redisContext *ctx, const char *key, char owners[][64], int64_t *scores, size_t max)
 {
@@ -147,7 +121,7 @@ static void test_keys_slots_tokens(void)
 
 	int seen[KEYS_N] = { 0 };
 	uint64_t last = 0;
-	int64_t before = server_ms(ctx);
+	int64_t before = dlock_testredis_server_ms(ctx);
 	for (int i = 0; i < KEYS_N; i++) {
 		CU_ASSERT_EQUAL_FATAL(sem_acquire(l[i], 0, 10000 + 1000 * i, 0), DLOCK_OK);
 		uint32_t s = slot_of(l[i]);
@@ -157,18 +131,18 @@ static void test_keys_slots_tokens(void)
 		CU_ASSERT(t > last);
 		last = t;
 	}
-	string_reply(ctx, key, value, sizeof value);
+	dlock_testredis_get(ctx, key, value, sizeof value);
 	CU_ASSERT_STRING_EQUAL(value, "semaphore");
-	long long pttl = integer_reply(ctx, "PTTL %s", key);
+	long long pttl = dlock_testredis_integer(ctx, "PTTL %s", key);
 	CU_ASSERT(pttl > 10000 && pttl <= 12000); /* the last permit's */
-	string_reply(ctx, npermits, value, sizeof value);
+	dlock_testredis_get(ctx, npermits, value, sizeof value);
 	CU_ASSERT_STRING_EQUAL(value, "3");
 	int64_t scores[KEYS_N + 1];
 	CU_ASSERT_EQUAL_FATAL(zset_entries(ctx, permits, NULL, scores, KEYS_N + 1), KEYS_N);
-	CU_ASSERT(scores[0] >= before + 10000 && scores[0] <= server_ms(ctx) + 10000); /* the server's clock + lease */
+	CU_ASSERT(scores[0] >= before + 10000 && scores[0] <= dlock_testredis_server_ms(ctx) + 10000); /* the server's clock + lease */
 
 	CU_ASSERT_EQUAL(sem_acquire(l[KEYS_N], 0, 0, 0), DLOCK_EBUSY);
-	CU_ASSERT_EQUAL(integer_reply(ctx, "EXISTS %s", pwaiters), 0); /* trying once is not waiting */
+	CU_ASSERT_EQUAL(dlock_testredis_integer(ctx, "EXISTS %s", pwaiters), 0); /* trying once is not waiting */
 
 	int freed = -1;
 	for (int i = 0; i < KEYS_N; i++)
@@ -341,7 +315,7 @@ static void test_server_clock_decides(void)
 	CU_ASSERT_EQUAL(sem_acquire(lb, 0, 30000, 0), DLOCK_EBUSY);
 	char owners[2][64];
 	CU_ASSERT_EQUAL_FATAL(zset_entries(ctx, permits, owners, NULL, 2), 1);
-	freeReplyObject(redisCommand(ctx, "ZADD %s XX %lld %s", permits, (long long)server_ms(ctx) - 1, owners[0]));
+	freeReplyObject(redisCommand(ctx, "ZADD %s XX %lld %s", permits, (long long)dlock_testredis_server_ms(ctx) - 1, owners[0]));
 	CU_ASSERT_EQUAL(dlock_check(la), DLOCK_ENOTHELD);
 	CU_ASSERT_EQUAL(dlock_extend(la, 30000), DLOCK_ENOTHELD);
 	CU_ASSERT_EQUAL_FATAL(sem_acquire(lb, 0, 30000, 0), DLOCK_OK);
@@ -404,23 +378,23 @@ static void test_n_agreed(void)
 	redisContext *raw = ctx;
 	int listed = 0;
 	for (int i = 0; i < 100 && !listed; i++, dlock_test_sleep_ms(10))
-		listed = integer_reply(raw, "ZCARD %s", pwaiters) == 1;
+		listed = dlock_testredis_integer(raw, "ZCARD %s", pwaiters) == 1;
 	CU_ASSERT_FATAL(listed);
 	/* The holder leaves without waking anyone (its entry dropped on the server): only the waiter is live. */
 	char permits[256], owners[1][64];
 	dlock_testredis_key(permits, sizeof permits, prefix, "agreed-w", "permits");
 	CU_ASSERT_EQUAL_FATAL(zset_entries(ctx, permits, owners, NULL, 1), 1);
-	freeReplyObject(redisCommand(ctx, "ZADD %s XX %lld %s", permits, (long long)server_ms(ctx) - 1, owners[0]));
+	freeReplyObject(redisCommand(ctx, "ZADD %s XX %lld %s", permits, (long long)dlock_testredis_server_ms(ctx) - 1, owners[0]));
 	refused_n(a, two, 0, "1", "2");
 	CU_ASSERT_EQUAL(dlock_release(one_b), DLOCK_ENOTHELD); /* its lease had passed; the release wakes the waiter */
 	CU_ASSERT_EQUAL_FATAL(dlock_test_waiter_join(&wt, LONG_WAIT_MS), DLOCK_OK); /* it takes the freed permit */
-	CU_ASSERT_EQUAL(integer_reply(ctx, "EXISTS %s", pwaiters), 0);
+	CU_ASSERT_EQUAL(dlock_testredis_integer(ctx, "EXISTS %s", pwaiters), 0);
 	CU_ASSERT_EQUAL(dlock_release(one_c), DLOCK_OK);
 
 	/* A waiter that gives up is no longer counted: N = 2 applies at once after the holder leaves. */
 	CU_ASSERT_EQUAL_FATAL(sem_acquire(one_b, 0, 0, -1), DLOCK_OK);
 	CU_ASSERT_EQUAL(sem_acquire(one_c, 200, 0, -1), DLOCK_ETIMEDOUT);
-	CU_ASSERT_EQUAL(integer_reply(ctx, "ZCARD %s", pwaiters), 0);
+	CU_ASSERT_EQUAL(dlock_testredis_integer(ctx, "ZCARD %s", pwaiters), 0);
 	CU_ASSERT_EQUAL(dlock_release(one_b), DLOCK_OK);
 	CU_ASSERT_EQUAL(sem_acquire(two, 0, 0, -1), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(two), DLOCK_OK);

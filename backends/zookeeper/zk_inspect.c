@@ -343,17 +343,6 @@ dlock_status dlock_zk_inspect(struct zk_client *c, const char *name, size_t len,
 
 /* ------------------------------------------------------------ listing */
 
-static int hex_value(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
-
 /*
  * The name a component stands for, into out (DLOCK_NAME_MAX bytes): its
  * length, 0 for a hashed component (the name is in the node's data), -1 for
@@ -361,26 +350,7 @@ static int hex_value(char ch)
  */
 static int component_name(const char *comp, char *out)
 {
-	if (strchr(comp, '~'))
-		return 0;
-	size_t n = 0;
-	for (const char *p = comp; *p; n++) {
-		if (n >= DLOCK_NAME_MAX)
-			return -1;
-		if (*p == '%') {
-			if (hex_value(p[1]) < 0 || hex_value(p[2]) < 0)
-				return -1;
-			out[n] = (char)(hex_value(p[1]) * 16 + hex_value(p[2]));
-			p += 3;
-		} else {
-			out[n] = *p++;
-		}
-	}
-	if (n == 0 || memchr(out, '\0', n))
-		return -1;
-	char again[DLOCK_COMPONENT_MAX + 1];
-	dlock_name_component(out, n, again);
-	return strcmp(again, comp) == 0 ? (int)n : -1;
+	return dlock_name_component_decode(comp, strlen(comp), out);
 }
 
 /* A hashed component's name from the data of its node (bytes, checked); its length, 0 unknown. */

@@ -84,3 +84,27 @@ void dlock_testredis_open_fails(const char *uri, dlock_status want, const char *
 		CU_ASSERT_PTR_NULL(strstr(err, *secrets));
 	dlock_client_close(c);
 }
+
+int64_t dlock_testredis_server_ms(redisContext *ctx)
+{
+	redisReply *r = redisCommand(ctx, "TIME");
+	CU_ASSERT_FATAL(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+	int64_t ms = strtoll(r->element[0]->str, NULL, 10) * 1000 + strtoll(r->element[1]->str, NULL, 10) / 1000;
+	freeReplyObject(r);
+	return ms;
+}
+
+long long dlock_testredis_integer(redisContext *ctx, const char *cmd, const char *key)
+{
+	redisReply *r = redisCommand(ctx, cmd, key);
+	long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -99;
+	freeReplyObject(r);
+	return v;
+}
+
+void dlock_testredis_get(redisContext *ctx, const char *key, char *out, size_t len)
+{
+	redisReply *r = redisCommand(ctx, "GET %s", key);
+	snprintf(out, len, "%s", r && r->type == REDIS_REPLY_STRING ? r->str : "");
+	freeReplyObject(r);
+}

@@ -9,6 +9,7 @@
 
 #include <hiredis/hiredis.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "dlock/dlock.h"
 
@@ -37,6 +38,15 @@ int dlock_testredis_ctl(const char *ctl, const char *what);
 
 /** The same for a verb that prints a port ("PORT" or "HOST PORT"): that port, 0 when it failed. */
 int dlock_testredis_ctl_port(const char *ctl, const char *what);
+
+/** The clock of the server behind `ctx`, in ms (TIME; fatal when it does not answer). */
+int64_t dlock_testredis_server_ms(redisContext *ctx);
+
+/** The integer reply of `cmd` (a format with one %s) for `key`; -99 for any other reply. */
+long long dlock_testredis_integer(redisContext *ctx, const char *cmd, const char *key);
+
+/** The value of `key` into out[len], "" when absent. */
+void dlock_testredis_get(redisContext *ctx, const char *key, char *out, size_t len);
 
 /** PREFIX:{first 32 hex digits of SHA-256(name)}:SUFFIX, as the backend names its keys. */
 void dlock_testredis_key(char *out, size_t len, const char *prefix, const char *name, const char *suffix);

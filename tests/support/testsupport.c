@@ -331,3 +331,11 @@ int dlock_test_run(const char *cmd, char *out, size_t outlen)
 		;
 	return pclose(p);
 }
+
+dlock_lock_info *dlock_test_inspect(dlock_client *c, const char *name)
+{
+	dlock_lock_info *info = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_inspect(c, name, &info), DLOCK_OK);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(info);
+	return info;
+}

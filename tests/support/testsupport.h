@@ -154,6 +154,9 @@ int dlock_test_attempted(void *arg);
 /** For dlock_test_await(): `arg`, a dlock_test_count, whose client renewed leases at least `want` times. */
 int dlock_test_renewed(void *arg);
 
+/** dlock_inspect() of `name` on `c`, asserting (fatally) that it answers. */
+dlock_lock_info *dlock_test_inspect(dlock_client *c, const char *name);
+
 /** The fencing token of the current acquisition; asserts (not fatally) that there is one. */
 uint64_t dlock_test_token(dlock_lock *l);
 

@@ -373,6 +373,17 @@ DLOCK_API void dlock_hex(const unsigned char *bytes, size_t len, char *out);
 #define DLOCK_COMPONENT_MAX 200 /**< Longest result of dlock_name_component(), in bytes without the NUL. */
 DLOCK_API void dlock_name_component(const char *name, size_t len, char *out);
 
+/**
+ * The name a component of dlock_name_component() stands for (ABI version
+ * 4), for a driver that lists what it finds on its server (file names,
+ * znodes): `comp_len` bytes of `comp` (untrusted) decoded into `out`
+ * (DLOCK_NAME_MAX bytes, not NUL-terminated).  Returns the name's length;
+ * 0 for a long name's cut-and-digest form (the name is not in it); -1 for
+ * anything dlock_name_component() does not write (checked by encoding the
+ * result again).  Pure, thread-safe.
+ */
+DLOCK_API int dlock_name_component_decode(const char *comp, size_t comp_len, char *out);
+
 /* --------------------------------------------------------------- driver */
 
 /** What an acquire() reports on success. */
