@@ -126,9 +126,12 @@ static void text_status(const dlock_lock_info *info)
 {
 	fputs("name: ", stdout);
 	cli_out_text(stdout, info->name ? info->name : "");
-	fputs("\nresource: ", stdout);
-	cli_out_text(stdout, info->resource);
 	putchar('\n');
+	if (info->resource[0] != '\0') {
+		fputs("resource: ", stdout);
+		cli_out_text(stdout, info->resource);
+		putchar('\n');
+	}
 	if (info->nholders == 0) {
 		puts("held: no");
 	} else {
