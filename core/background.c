@@ -60,8 +60,12 @@ static int watch_locked(struct dlock_client *c, int64_t *next_due)
 {
 	int64_t now = dlock_monotonic_ns();
 	struct dlock_lock *l;
-	while ((l = dlock_sched_first(c, DLOCK_SCHED_WATCH)) != NULL && now >= l->valid_until)
-		dlock_lock_declare_lost(l, DLOCK_LOST_EXPIRED, "lease ran out without a successful renewal");
+	while ((l = dlock_sched_first(c, DLOCK_SCHED_WATCH)) != NULL && now >= l->sched_key[DLOCK_SCHED_WATCH]) {
+		if (dlock_hold_due_reason(l, now) == DLOCK_LOST_MAX_HOLD)
+			dlock_lock_declare_lost(l, DLOCK_LOST_MAX_HOLD, "held for its maximum hold: released");
+		else
+			dlock_lock_declare_lost(l, DLOCK_LOST_EXPIRED, "lease ran out without a successful renewal");
+	}
 	if (c->losses_pending) {
 		for (l = c->locks; l; l = l->next) {
 			if (l->held && l->lost_pending) {
@@ -72,7 +76,7 @@ static int watch_locked(struct dlock_client *c, int64_t *next_due)
 		c->losses_pending = 0;
 	}
 	l = dlock_sched_first(c, DLOCK_SCHED_WATCH);
-	*next_due = l ? l->valid_until : INT64_MAX;
+	*next_due = l ? l->sched_key[DLOCK_SCHED_WATCH] : INT64_MAX;
 	return 0;
 }
 
@@ -226,9 +230,20 @@ static int renew_due_locked(struct dlock_client *c, int64_t *next_due)
 			clean_lost_locked(c, l);
 			return 1;
 		}
+		if (l->lingering) {
+			if (now >= l->min_until) { /* its minimum hold has passed: release it now */
+				if (n > 0)
+					break;
+				dlock_hold_end_linger_locked(l, 0);
+				return 1;
+			}
+			if (now < due)
+				break;
+		}
 		if (now < due && (n == 0 || now + batch_slack(l) < due))
 			break;
-		batch[n++] = (struct renewal){ .l = l, .generation = l->generation, .lease_ns = l->lease_ns };
+		batch[n++] = (struct renewal){ .l = l, .generation = l->generation,
+			                       .lease_ns = dlock_hold_renew_lease(l, now) };
 		l->busy = 1; /* out of the timetable while its renewal is on the way */
 		dlock_sched_update(l);
 	}

@@ -123,6 +123,12 @@ struct dlock_lock {
 	                         dlock_release() then makes no server call */
 	int contending;       /* inside the driver's acquire() */
 	int lost_early;       /* a loss reported while acquire() was returning */
+	int64_t held_since;   /* monotonic ns of the acquisition: the hold bounds count from it */
+	int64_t min_until;    /* minimum hold: a release sooner lingers until then; 0: none */
+	int64_t max_at;       /* maximum hold: declared lost (DLOCK_LOST_MAX_HOLD) then; INT64_MAX: none */
+	int lingering;        /* released by its owner before min_until: still held on the server until then,
+	                         by the core (the handle counts as not held; see hold.c) */
+	int linger_ttl;       /* lingering on a lease set to end at min_until: no renewal, and closing leaves it */
 	dlock_lost_fn on_lost;
 	void *lost_userdata;
 
@@ -227,6 +233,8 @@ void dlock_lock_end_call(struct dlock_lock *l);
 dlock_lost_reason dlock_lock_gone_reason(const struct dlock_lock *l, int64_t sent_ns);
 /** Declare the current acquisition lost and queue its callback.  c->mu held. */
 void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, const char *detail);
+/** Mark `l` free locally (no level left) and let the next local contender go.  c->mu held. */
+void dlock_lock_drop_hold_locked(struct dlock_lock *l);
 /** After the driver released a lost acquisition: let the next local contender go.  c->mu held. */
 void dlock_lock_loss_cleaned(struct dlock_lock *l);
 /** Longest loss detail kept, in bytes. */
@@ -235,6 +243,25 @@ void dlock_lock_loss_cleaned(struct dlock_lock *l);
 const char *dlock_lock_lost_text(const struct dlock_lock *l);
 /** Lease accounting after a request sent at `sent_ns` succeeded.  c->mu held. */
 void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lease_ns);
+
+/* hold.c: minimum and maximum hold.  c->mu held throughout (dropped where said). */
+/** Set the bounds of the acquisition that `l` just made (held_since now). */
+void dlock_hold_begin(struct dlock_lock *l, int64_t min_hold_ms, int64_t max_hold_ms);
+/** The lease to ask of a renewal of `l` at `now`: its lease, cut so that it ends at max_at. */
+int64_t dlock_hold_renew_lease(const struct dlock_lock *l, int64_t now);
+/** Why the watch thread finds `l` due: DLOCK_LOST_MAX_HOLD when its maximum is what ran out. */
+dlock_lost_reason dlock_hold_due_reason(const struct dlock_lock *l, int64_t now);
+/**
+ * A release of the last level of `l` (held, not lost, a call begun on it): when its minimum hold has
+ * not passed, make it linger (on a TTL backend the lease is first set to end at the bound, c->mu
+ * dropped for that driver call) and return 1; else 0 (release it now).
+ */
+int dlock_hold_linger_locked(struct dlock_lock *l);
+/** End the linger of `l` (its bound passed, or the handle is freed): release it on the server
+ *  (unless `leave_ttl` and its lease ends at the bound by itself) and let the name go.  c->mu dropped inside. */
+void dlock_hold_end_linger_locked(struct dlock_lock *l, int leave_ttl);
+/** Forget the hold of `l` (no longer held). */
+void dlock_hold_clear(struct dlock_lock *l);
 
 /* kind.c */
 /** Ask the driver what it does with each kind (or fill in "mutexes only").  Right after open(). */

@@ -309,6 +309,8 @@ void dlock_lock_free(dlock_lock *l)
 	while (l->callback_running)
 		pthread_cond_wait(&c->cond, &c->mu);
 	dlock_lock_begin_call(l);
+	if (l->held && l->lingering) /* its bound has not passed: a lease ends there by itself */
+		dlock_hold_end_linger_locked(l, 1);
 	if (l->driver_ready && !c->closing && c->driver->lock_fini) {
 		pthread_mutex_unlock(&c->mu);
 		c->driver->lock_fini(c->backend, l->lk);
@@ -382,6 +384,15 @@ void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, con
 	}
 	if (!l->held || l->lost)
 		return;
+	if (l->lingering) {
+		/* Its owner released it: nobody is told, what is left is only cleaned up. */
+		l->lost = 1;
+		l->lost_reason = reason;
+		l->lost_delivered = 1;
+		dlock_sched_update(l);
+		dlock_background_kick(l->client);
+		return;
+	}
 	l->lost = 1;
 	l->lost_pending = 1;
 	l->lost_reason = reason;
@@ -402,6 +413,8 @@ void dlock_lock_loss_cleaned(struct dlock_lock *l)
 	l->loss_cleaned = 1;
 	holder_remove_locked(l);
 	dlock_sched_update(l);
+	if (l->lingering) /* released by its owner already: nothing waits for a release */
+		dlock_lock_drop_hold_locked(l);
 }
 
 void dlock_report_lost(dlock_host *host, void *lk, dlock_lost_reason reason, const char *detail)
@@ -421,6 +434,7 @@ struct acquire_params {
 	dlock_lock_mode mode;
 	dlock_lost_fn on_lost;
 	void *lost_userdata;
+	int64_t min_hold_ms, max_hold_ms; /* 0: none */
 };
 
 /* The acquisition's parameters from `o` and the URI; on failure *why says what is wrong. */
@@ -431,7 +445,7 @@ static dlock_status resolve_params(const struct dlock_lock *l, const dlock_acqui
 	/* Version 1 is version 2 without `fencing`; version 2 is version 3 without `mode`.  Fields past
 	 * the caller's version are never read: its struct ends before them. */
 	if (o && (o->version < 1 || o->version > DLOCK_ACQUIRE_OPTIONS_VERSION)) {
-		*why = "dlock_acquire: options version not known to this library (1 to 3)";
+		*why = "dlock_acquire: options version not known to this library (1 to 4)";
 		return DLOCK_EVERSION;
 	}
 	p->mode = (o && o->version >= 3) ? o->mode : DLOCK_MODE_EXCLUSIVE;
@@ -459,8 +473,22 @@ static dlock_status resolve_params(const struct dlock_lock *l, const dlock_acqui
 		p->fencing = 0;
 	p->on_lost = o ? o->on_lost : NULL;
 	p->lost_userdata = o ? o->lost_userdata : NULL;
+	p->min_hold_ms = (!o || o->version < 4 || o->min_hold_ms == -1) ? u->min_hold_ms : o->min_hold_ms;
+	p->max_hold_ms = (!o || o->version < 4 || o->max_hold_ms == -1) ? u->max_hold_ms : o->max_hold_ms;
 	if (p->wait_ms < DLOCK_WAIT_FOREVER || p->lease_ms < 0 || p->lease_ms > INT64_MAX / NS_PER_MS / 2)
 		return DLOCK_EINVAL;
+	if (p->min_hold_ms < 0 || p->max_hold_ms < 0 || p->min_hold_ms > INT64_MAX / NS_PER_MS / 2 ||
+	    p->max_hold_ms > INT64_MAX / NS_PER_MS / 2) {
+		*why = "dlock_acquire: min_hold_ms and max_hold_ms are -1 (the URI's), 0 (none) or a duration";
+		return DLOCK_EINVAL;
+	}
+	if (p->max_hold_ms > 0 && p->max_hold_ms < p->min_hold_ms) {
+		*why = "dlock_acquire: max_hold_ms is less than min_hold_ms";
+		return DLOCK_EINVAL;
+	}
+	/* A lease never outlives the maximum hold: the server lets it go at the bound by itself. */
+	if (p->max_hold_ms > 0 && p->lease_ms > p->max_hold_ms)
+		p->lease_ms = p->max_hold_ms;
 	if (p->wait_ms > INT64_MAX / NS_PER_MS / 2) /* a century and more: forever, not an overflow */
 		p->wait_ms = DLOCK_WAIT_FOREVER;
 	return DLOCK_OK;
@@ -554,6 +582,7 @@ static void become_holder_locked(struct dlock_lock *l, const struct acquire_para
 	l->lost = l->lost_pending = l->lost_delivered = l->loss_cleaned = 0;
 	l->on_lost = p->on_lost;
 	l->lost_userdata = p->lost_userdata;
+	dlock_hold_begin(l, p->min_hold_ms, p->max_hold_ms);
 	/* A driver with extend() has a lease to keep; others hold by session. */
 	l->tracked = c->driver->extend != NULL;
 	l->lease_ns = p->lease_ms * NS_PER_MS;
@@ -611,7 +640,7 @@ static const char *acquire_failure_text(dlock_status st, char *buf, size_t len, 
 static int reentry_locked(struct dlock_lock *l, const struct acquire_params *p, dlock_status *st)
 {
 	pthread_t self = pthread_self();
-	if (l->held && pthread_equal(l->owner, self)) {
+	if (l->held && !l->lingering && pthread_equal(l->owner, self)) {
 		if (l->lost) {
 			*st = lock_fail(l, DLOCK_ENOTHELD, "was lost; release it before acquiring again");
 		} else if (l->mode == DLOCK_MODE_SHARED && p->mode == DLOCK_MODE_EXCLUSIVE) {
@@ -629,7 +658,7 @@ static int reentry_locked(struct dlock_lock *l, const struct acquire_params *p, 
 	/* A semaphore: a thread may hold several permits, unless it holds every permit of the client. */
 	uint32_t mine = 0;
 	for (const struct dlock_lock *h = l->entry->holders; h; h = h->next_holder)
-		if (h != l && pthread_equal(h->owner, self))
+		if (h != l && !h->lingering && pthread_equal(h->owner, self))
 			mine++;
 	if (mine == 0 || (l->kind == DLOCK_KIND_SEMAPHORE && mine < l->permits))
 		return 0;
@@ -766,9 +795,9 @@ static dlock_status not_held_locked(struct dlock_lock *l)
 	return lock_fail(l, DLOCK_ENOTHELD, "not held by this handle");
 }
 
-/* Mark the handle free locally and let the next local contender go. */
-static void drop_hold_locked(struct dlock_lock *l)
+void dlock_lock_drop_hold_locked(struct dlock_lock *l)
 {
+	dlock_hold_clear(l);
 	l->held = 0;
 	l->depth = 0;
 	l->lost_pending = 0;
@@ -784,7 +813,7 @@ dlock_status dlock_release(dlock_lock *l)
 	struct dlock_client *c = l->client;
 	dlock_error err = { "" };
 	pthread_mutex_lock(&c->mu);
-	if (!l->held || c->closing) {
+	if (!l->held || l->lingering || c->closing) {
 		dlock_status st = not_held_locked(l);
 		pthread_mutex_unlock(&c->mu);
 		return st;
@@ -798,7 +827,7 @@ dlock_status dlock_release(dlock_lock *l)
 	while (l->callback_running && !dlock_background_is_self(c))
 		pthread_cond_wait(&c->cond, &c->mu);
 	dlock_lock_begin_call(l);
-	if (!l->held) { /* another thread released it meanwhile */
+	if (!l->held || l->lingering) { /* another thread released it meanwhile */
 		dlock_lock_end_call(l);
 		dlock_status st = not_held_locked(l);
 		pthread_mutex_unlock(&c->mu);
@@ -806,12 +835,18 @@ dlock_status dlock_release(dlock_lock *l)
 	}
 	int was_lost = l->lost;
 	if (l->loss_cleaned) { /* the background thread released it on the server */
-		drop_hold_locked(l);
+		dlock_lock_drop_hold_locked(l);
 		dlock_lock_end_call(l);
 		dlock_status st = lock_fail(l, DLOCK_ENOTHELD, l->lost_detail ? l->lost_detail : "lock was lost");
 		pthread_mutex_unlock(&c->mu);
 		return st;
 	}
+	if (!was_lost && dlock_hold_linger_locked(l)) { /* its minimum hold keeps it until the bound */
+		dlock_lock_end_call(l);
+		pthread_mutex_unlock(&c->mu);
+		return DLOCK_OK;
+	}
+	was_lost = l->lost; /* the linger's driver call may have found it gone */
 	pthread_mutex_unlock(&c->mu);
 
 	/* Even a lock declared lost is released on the server: the driver's
@@ -820,7 +855,7 @@ dlock_status dlock_release(dlock_lock *l)
 
 	pthread_mutex_lock(&c->mu);
 	c->stats.server_releases++;
-	drop_hold_locked(l);
+	dlock_lock_drop_hold_locked(l);
 	dlock_lock_end_call(l);
 	if (was_lost)
 		st = lock_fail(l, DLOCK_ENOTHELD, l->lost_detail ? l->lost_detail : "lock was lost before release");
@@ -838,12 +873,12 @@ dlock_status dlock_release(dlock_lock *l)
 /* Start a driver call on a held, not-lost handle; c->mu held. */
 static dlock_status begin_held_call_locked(struct dlock_lock *l)
 {
-	if (!l->held || l->client->closing)
+	if (!l->held || l->lingering || l->client->closing)
 		return not_held_locked(l);
 	if (l->lost)
 		return lock_fail(l, DLOCK_ENOTHELD, l->lost_detail ? l->lost_detail : "lock was lost");
 	dlock_lock_begin_call(l);
-	if (!l->held || l->lost) {
+	if (!l->held || l->lost || l->lingering) {
 		dlock_lock_end_call(l);
 		return not_held_locked(l);
 	}
@@ -929,7 +964,7 @@ dlock_status dlock_lock_fencing_token(dlock_lock *l, uint64_t *token)
 	pthread_mutex_lock(&c->mu);
 	if (c->caps.fencing == DLOCK_FENCING_NONE)
 		st = lock_fail(l, DLOCK_ENOTSUP, "this backend gives no fencing token");
-	else if (!l->held || l->lost || c->closing)
+	else if (!l->held || l->lost || l->lingering || c->closing)
 		st = not_held_locked(l);
 	else if (l->mode == DLOCK_MODE_SHARED && c->kinds[DLOCK_KIND_RWLOCK].read_fencing == DLOCK_FENCING_NONE)
 		st = lock_fail(l, DLOCK_ENOTSUP, "readers get no fencing token on this backend (read fencing: none)");
@@ -954,7 +989,7 @@ dlock_status dlock_lock_permit_slot(dlock_lock *l, uint32_t *slot)
 		st = lock_fail(l, DLOCK_ENOTSUP, "only a semaphore's permit has a slot");
 	else if (!c->kinds[DLOCK_KIND_SEMAPHORE].slots)
 		st = lock_fail(l, DLOCK_ENOTSUP, "permits have no slot on this backend (permit fencing: none)");
-	else if (!l->held || l->lost || c->closing)
+	else if (!l->held || l->lost || l->lingering || c->closing)
 		st = not_held_locked(l);
 	else
 		*slot = l->slot;
@@ -983,7 +1018,9 @@ void dlock_locks_shutdown(struct dlock_client *c)
 	pthread_mutex_lock(&c->mu);
 	struct dlock_lock *l;
 	while ((l = next_unshut_locked(c)) != NULL) {
-		int held = l->held, ready = l->driver_ready, on_server = held && !l->loss_cleaned;
+		/* A lingering lease ends at its bound by itself; a session's hold goes with the session. */
+		int held = l->held, ready = l->driver_ready;
+		int on_server = held && !l->loss_cleaned && !(l->lingering && l->linger_ttl);
 		pthread_mutex_unlock(&c->mu);
 		if (on_server && c->driver->release(c->backend, l->lk, &err) != DLOCK_OK)
 			dlock_client_logf(c, DLOCK_LOG_WARN, "closing: a held lock could not be released: %s", err.msg);
@@ -991,7 +1028,7 @@ void dlock_locks_shutdown(struct dlock_client *c)
 			c->driver->lock_fini(c->backend, l->lk);
 		pthread_mutex_lock(&c->mu);
 		if (held)
-			drop_hold_locked(l);
+			dlock_lock_drop_hold_locked(l);
 		l->driver_ready = 0;
 		l->busy = 0;
 		dlock_sched_update(l);

@@ -3,17 +3,19 @@
  * handles, so that finding what is due costs O(log n) in the handles held,
  * never a walk over all of them (a client may hold ten thousand locks).
  *
- *   DLOCK_SCHED_WATCH   held, tracked (a lease), not lost: keyed on
- *                       valid_until, when the watch thread declares the
+ *   DLOCK_SCHED_WATCH   held, not lost, with a lease (tracked) or a
+ *                       maximum hold: keyed on the earlier of valid_until
+ *                       and max_at, when the watch thread declares the
  *                       loss if no renewal came first.
  *   DLOCK_SCHED_RENEW   held and not busy, and either renewed (tracked,
- *                       renew on, not lost: keyed on next_renew) or lost
+ *                       renew on, not lost: keyed on next_renew), lost
  *                       and not cleaned up yet (keyed on when the cleanup
- *                       is due).
+ *                       is due), or lingering (keyed on its minimum hold,
+ *                       or its renewal if sooner; see hold.c).
  *
  * Which heap a handle is in, and where, follows from its fields alone:
- * every change of held, busy, lost, loss_cleaned, next_renew or
- * valid_until is followed by dlock_sched_update(), which puts the handle
+ * every change of held, busy, lost, loss_cleaned, next_renew,
+ * valid_until or the hold bounds is followed by dlock_sched_update(), which puts the handle
  * where those fields say.  Each handle keeps its position (1-based, 0:
  * absent) and key per heap; the arrays are grown when a handle is made
  * (dlock_sched_reserve()), so updating never allocates and cannot fail.
@@ -134,14 +136,23 @@ static int64_t cleanup_due(const struct dlock_lock *l)
 void dlock_sched_update(struct dlock_lock *l)
 {
 	struct dlock_client *c = l->client;
-	int watched = l->held && l->tracked && !l->lost;
-	heap_set(&c->sched[DLOCK_SCHED_WATCH], DLOCK_SCHED_WATCH, l, watched, l->valid_until);
+	/* Hold bounds (hold.c): a maximum is watched like a lease; a lease already cut to end at the
+	 * maximum is not renewed; a lingering handle is released at its minimum. */
+	int64_t max_at = l->lingering ? INT64_MAX : l->max_at;
+	int64_t watch_key = l->tracked && l->valid_until < max_at ? l->valid_until : max_at;
+	int watched = l->held && !l->lost && !l->linger_ttl && (l->tracked || max_at != INT64_MAX);
+	heap_set(&c->sched[DLOCK_SCHED_WATCH], DLOCK_SCHED_WATCH, l, watched, watch_key);
 	int cleanup = l->held && l->lost && !l->loss_cleaned;
-	int renewing = l->held && l->tracked && l->renew && !l->lost;
+	int lingering = l->held && l->lingering && !l->lost;
+	int capped = max_at != INT64_MAX && l->lease_end + 2000000 >= max_at;
+	int renewing = l->held && l->tracked && l->renew && !l->lost && !l->linger_ttl && !capped;
 	int64_t due = cleanup ? cleanup_due(l) : l->next_renew;
-	heap_set(&c->sched[DLOCK_SCHED_RENEW], DLOCK_SCHED_RENEW, l, !l->busy && (cleanup || renewing), due);
+	if (!cleanup && lingering && (!renewing || l->min_until < due))
+		due = l->min_until;
+	heap_set(&c->sched[DLOCK_SCHED_RENEW], DLOCK_SCHED_RENEW, l, !l->busy && (cleanup || renewing || lingering),
+	         due);
 	/* Wake a thread that would otherwise sleep past the new due time. */
-	if (watched && l->valid_until < c->bg_sleep_until)
+	if (watched && watch_key < c->bg_sleep_until)
 		pthread_cond_signal(&c->bg_cond);
 	if (l->sched_pos[DLOCK_SCHED_RENEW] && due < c->renew_sleep_until)
 		pthread_cond_signal(&c->renew_cond);

@@ -296,10 +296,14 @@ static void test_backend_available(void)
 	CU_FAIL("backend not available (DLOCK_TEST_REQUIRE_ALL=1 or not a connection failure)");
 }
 
+/* Every test of `tests`, or only those whose name holds DLOCK_TEST_MATCH when it is set (to run a
+ * part of the suite while working on it). */
 static void add_table(CU_pSuite suite, const conf_test *tests)
 {
+	const char *match = getenv("DLOCK_TEST_MATCH");
 	for (const conf_test *t = tests; t->name; t++)
-		CU_add_test(suite, t->name, t->fn);
+		if (!match || !*match || strstr(t->name, match))
+			CU_add_test(suite, t->name, t->fn);
 }
 
 static int require_all(void)
@@ -360,6 +364,7 @@ static void add_backend(const char *uri)
 	add_table(b->suite, conf_names_tests);
 	add_table(b->suite, conf_rw_tests);
 	add_table(b->suite, conf_sem_tests);
+	add_table(b->suite, conf_hold_tests);
 }
 
 static void add_env_backends(void)
