@@ -64,8 +64,11 @@ void cli_out_text(FILE *f, const char *s)
 {
 	char one[4];
 
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-		fwrite(one, 1, text_escape(*p, one), f);
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		size_t n = text_escape(*p, one);
+
+		fwrite(one, 1, n, f);
+	}
 }
 
 const char *cli_text(char *buf, size_t len, const char *s)
