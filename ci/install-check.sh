@@ -287,6 +287,18 @@ examples_on() { # DIR URI
 			bad "scheduled_job: first run: exit $rc:"
 			sed 's/^/        /' "$work/job1"
 		fi
+		# A short run keeps the lock for its minimum hold: a late run on another host skips.
+		timeout 60 "$dir/scheduled_job" "$uri" 0 3 >"$work/job1" 2>&1 &
+		pid=$!
+		bg_pids+=("$pid")
+		for _ in $(seq 1 100); do
+			grep -q done "$work/job1" && break
+			sleep 0.1
+		done
+		expect "scheduled_job: a run just after a short one skips (minimum hold)" 0 skipped \
+			"$dir/scheduled_job" "$uri" 0 0 || true
+		wait "$pid" || true
+		bg_pids=()
 	fi
 
 	# worker_pool: 6 processes, 2 permits: never more than 2 calls at once.

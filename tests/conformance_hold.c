@@ -13,8 +13,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define LEASE_MS 3000
+#define LEASE_MS 900
 #define RENEWAL_PERIOD_MS (LEASE_MS / 3)
+/* The bounds: short, as the suite runs on every URI, yet several renewal periods long. */
+#define MIN_MS 600
+#define MAX_MS 700
+#define EXIT_MIN_MS 1000
 
 static dlock_status acquire_bounded(dlock_lock *lock, int64_t wait_ms, int64_t min_ms, int64_t max_ms,
                                     dlock_test_lost *lost)
@@ -39,7 +43,7 @@ static void test_min_hold_keeps_the_lock(void)
 	if (!la || !lb)
 		goto out;
 	int64_t before = dlock_test_now_ms();
-	if (!CONF_ASSERT_ST(acquire_bounded(la, 0, 1500, 0, NULL), DLOCK_OK))
+	if (!CONF_ASSERT_ST(acquire_bounded(la, 0, MIN_MS, 0, NULL), DLOCK_OK))
 		goto out;
 	CONF_ASSERT_ST(dlock_release(la), DLOCK_OK);
 	uint64_t token;
@@ -51,8 +55,8 @@ static void test_min_hold_keeps_the_lock(void)
 	dlock_test_waiter w;
 	dlock_test_waiter_start(&w, lb, CONF_LONG_WAIT_MS, LEASE_MS);
 	CONF_ASSERT_ST(dlock_test_waiter_join(&w, CONF_LONG_WAIT_MS), DLOCK_OK);
-	CU_ASSERT(w.at_ms >= before + 1500);
-	CU_ASSERT(w.at_ms <= before + 1500 + RENEWAL_PERIOD_MS + CONF_SLACK_MS);
+	CU_ASSERT(w.at_ms >= before + MIN_MS);
+	CU_ASSERT(w.at_ms <= before + MIN_MS + RENEWAL_PERIOD_MS + CONF_SLACK_MS);
 	if (w.status == DLOCK_OK)
 		CONF_ASSERT_ST(dlock_release(lb), DLOCK_OK);
 out:
@@ -72,13 +76,13 @@ static void test_min_hold_same_handle_waits(void)
 	if (!la || !other)
 		goto out;
 	int64_t before = dlock_test_now_ms();
-	if (!CONF_ASSERT_ST(acquire_bounded(la, 0, 1000, 0, NULL), DLOCK_OK))
+	if (!CONF_ASSERT_ST(acquire_bounded(la, 0, MIN_MS, 0, NULL), DLOCK_OK))
 		goto out;
 	CONF_ASSERT_ST(dlock_release(la), DLOCK_OK);
 	CONF_ASSERT_ST(acquire_bounded(other, 0, 0, 0, NULL), DLOCK_EBUSY); /* another handle of the client */
 	CONF_ASSERT_ST(acquire_bounded(la, 0, 0, 0, NULL), DLOCK_EBUSY);
 	CONF_ASSERT_ST(acquire_bounded(la, CONF_LONG_WAIT_MS, 0, 0, NULL), DLOCK_OK);
-	CU_ASSERT(dlock_test_now_ms() >= before + 1000);
+	CU_ASSERT(dlock_test_now_ms() >= before + MIN_MS);
 	CONF_ASSERT_ST(dlock_release(la), DLOCK_OK); /* no minimum this time: free at once */
 	CONF_ASSERT_ST(acquire_bounded(other, 0, 0, 0, NULL), DLOCK_OK);
 	CONF_ASSERT_ST(dlock_release(other), DLOCK_OK);
@@ -97,14 +101,14 @@ static void test_min_hold_levels_and_passed_bound(void)
 	dlock_lock *la = conf_lock(a, name);
 	if (!la || !b)
 		goto out;
-	if (!CONF_ASSERT_ST(acquire_bounded(la, 0, 300, 0, NULL), DLOCK_OK))
+	if (!CONF_ASSERT_ST(acquire_bounded(la, 0, 150, 0, NULL), DLOCK_OK))
 		goto out;
-	CONF_ASSERT_ST(acquire_bounded(la, 0, 300, 0, NULL), DLOCK_OK); /* reentry */
+	CONF_ASSERT_ST(acquire_bounded(la, 0, 150, 0, NULL), DLOCK_OK); /* reentry */
 	CONF_ASSERT_ST(dlock_release(la), DLOCK_OK);
 	uint64_t token;
 	if (conf_caps()->fencing != DLOCK_FENCING_NONE)
 		CONF_ASSERT_ST(dlock_lock_fencing_token(la, &token), DLOCK_OK); /* still held: one level left */
-	dlock_test_sleep_ms(400); /* the bound itself is what is tested: time must pass */
+	dlock_test_sleep_ms(200); /* the bound itself is what is tested: time must pass */
 	CONF_ASSERT_ST(dlock_release(la), DLOCK_OK);
 	CONF_ASSERT_ST(dlock_test_probe(b, name), DLOCK_OK);
 out:
@@ -124,14 +128,14 @@ static void test_max_hold_releases_and_reports(void)
 	if (!la || !b)
 		goto out;
 	int64_t before = dlock_test_now_ms();
-	if (!CONF_ASSERT_ST(acquire_bounded(la, 0, 0, 1500, &lost), DLOCK_OK))
+	if (!CONF_ASSERT_ST(acquire_bounded(la, 0, 0, MAX_MS, &lost), DLOCK_OK))
 		goto out;
-	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, 1500 + RENEWAL_PERIOD_MS + CONF_SLACK_MS));
+	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, MAX_MS + RENEWAL_PERIOD_MS + CONF_SLACK_MS));
 	int64_t at = dlock_test_now_ms();
 	CU_ASSERT_EQUAL(atomic_load(&lost.count), 1);
 	CU_ASSERT_EQUAL(atomic_load(&lost.reason), DLOCK_LOST_MAX_HOLD);
 	/* Told before the server can hand it on: at most the lease's safety margins early. */
-	CU_ASSERT(at >= before + 1500 - 1500 / 10 - 60);
+	CU_ASSERT(at >= before + MAX_MS - MAX_MS / 10 - 60);
 	dlock_test_waiter w;
 	dlock_lock *lb = conf_lock(b, name);
 	if (lb) {
@@ -166,18 +170,18 @@ static void test_max_hold_renews_until_the_bound(void)
 		goto out;
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 	o.wait_ms = 0;
-	o.lease_ms = 400;
-	o.max_hold_ms = 2000;
+	o.lease_ms = 200;
+	o.max_hold_ms = 1000;
 	o.on_lost = dlock_test_on_lost;
 	o.lost_userdata = &lost;
 	int64_t before = dlock_test_now_ms();
 	if (!CONF_ASSERT_ST(dlock_acquire(la, &o), DLOCK_OK))
 		goto out;
-	dlock_test_sleep_ms(1200); /* three leases: only renewal keeps it */
+	dlock_test_sleep_ms(600); /* three leases: only renewal keeps it */
 	CONF_ASSERT_ST(dlock_check(la), DLOCK_OK);
-	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, 2000 + CONF_SLACK_MS));
+	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, 1000 + CONF_SLACK_MS));
 	CU_ASSERT_EQUAL(atomic_load(&lost.reason), DLOCK_LOST_MAX_HOLD);
-	CU_ASSERT(dlock_test_now_ms() >= before + 2000 - 2000 / 10 - 60);
+	CU_ASSERT(dlock_test_now_ms() >= before + 1000 - 1000 / 10 - 60);
 	CONF_ASSERT_ST(dlock_release(la), DLOCK_ENOTHELD);
 out:
 	dlock_lock_free(la);
@@ -222,7 +226,7 @@ static void test_hold_uri_parameters(void)
 		CU_ASSERT(strstr(err, "hold") != NULL);
 		dlock_client_close(c);
 	}
-	snprintf(text, sizeof text, "%s%cmin_hold=800ms", uri, strchr(uri, '?') ? '&' : '?');
+	snprintf(text, sizeof text, "%s%cmin_hold=500ms", uri, strchr(uri, '?') ? '&' : '?');
 	dlock_client *a = NULL, *b = conf_open();
 	char err[256] = "";
 	if (!CONF_ASSERT_ST(dlock_client_open(&a, text, NULL, err, sizeof err), DLOCK_OK) || !b) {
@@ -239,7 +243,7 @@ static void test_hold_uri_parameters(void)
 		dlock_lock *lb = conf_lock(b, name);
 		if (lb) {
 			CONF_ASSERT_ST(acquire_bounded(lb, CONF_LONG_WAIT_MS, 0, 0, NULL), DLOCK_OK);
-			CU_ASSERT(dlock_test_now_ms() >= before + 800);
+			CU_ASSERT(dlock_test_now_ms() >= before + 500);
 			dlock_release(lb);
 			dlock_lock_free(lb);
 		}
@@ -266,7 +270,7 @@ static int exiting_holder(int index, void *argp)
 		return 1;
 	dlock_lock *l = NULL;
 	int rc = 2;
-	if (dlock_lock_new(c, arg->name, &l) == DLOCK_OK && acquire_bounded(l, 0, 2000, 0, NULL) == DLOCK_OK) {
+	if (dlock_lock_new(c, arg->name, &l) == DLOCK_OK && acquire_bounded(l, 0, EXIT_MIN_MS, 0, NULL) == DLOCK_OK) {
 		*arg->acquired_ms = dlock_test_now_ms();
 		rc = dlock_release(l) == DLOCK_OK ? 0 : 3;
 	}
@@ -294,9 +298,9 @@ static void test_min_hold_after_the_process_exits(void)
 	if (lb && CONF_ASSERT_ST(acquire_bounded(lb, CONF_LONG_WAIT_MS, 0, 0, NULL), DLOCK_OK)) {
 		int64_t at = dlock_test_now_ms();
 		if (conf_caps()->lease == DLOCK_LEASE_TTL) {
-			CU_ASSERT(at >= before + 2000); /* the lease outlived its process */
+			CU_ASSERT(at >= before + EXIT_MIN_MS); /* the lease outlived its process */
 		} else {
-			CU_ASSERT(at < *arg.acquired_ms + 2000); /* freed with the session, early */
+			CU_ASSERT(at < *arg.acquired_ms + EXIT_MIN_MS); /* freed with the session, early */
 		}
 		CONF_ASSERT_ST(dlock_release(lb), DLOCK_OK);
 	}

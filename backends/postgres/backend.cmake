@@ -12,7 +12,10 @@ if(DLOCK_BACKEND_POSTGRES)
     backends/postgres/pg_row.c
     backends/postgres/pg_sem.c
     backends/postgres/pg_row_sem.c
-    backends/postgres/pg_hash.c)
-  list(APPEND DLOCK_BACKEND_TESTS test_postgres test_pg_privileges test_pg_standby)
+    backends/postgres/pg_hash.c
+    backends/postgres/pg_owner.c
+    backends/postgres/pg_names.c
+    backends/postgres/pg_inspect.c)
+  list(APPEND DLOCK_BACKEND_TESTS test_postgres test_pg_privileges test_pg_standby test_pg_inspect)
   list(APPEND DLOCK_BACKEND_UNIT_TESTS ${CMAKE_CURRENT_LIST_DIR}/test_pg_key.c)
 endif()

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dlock/sys/control.h"
 #include "dlock/sys/postgres.h"
 #include "pg_internal.h"
 
@@ -57,6 +58,8 @@ static void pg_close(void *backend)
 		return;
 	dlock_pg_pool_destroy(&b->pool);
 	dlock_pg_params_free(&b->params);
+	dlock_pg_names_free(b);
+	pthread_mutex_destroy(&b->names_mu);
 	PQfreemem(b->table);
 	free(b->sql_row_insert);
 	free(b->sql_row_try);
@@ -138,6 +141,8 @@ static dlock_status first_connection(struct dlock_pg_backend *b, const char *tab
 	pthread_mutex_unlock(&c->mu);
 	if (st == DLOCK_OK)
 		st = dlock_pg_setup(b, c, table, err);
+	if (st == DLOCK_OK && b->mode == &dlock_pg_advisory_mode)
+		st = dlock_pg_names_setup(b, c);
 	pthread_mutex_lock(&c->mu);
 	if (st != DLOCK_OK || c->dead)
 		dlock_pg_pool_broken(b, c, "");
@@ -156,12 +161,18 @@ static dlock_status pg_open(const dlock_uri *uri, dlock_host *host, void **out, 
 		                        .open_timeout_ms = uri->connect_timeout_ms,
 		                        .io_timeout_ms = uri->io_timeout_ms, .fencing = uri->fencing };
 	dlock_pg_pool_init(&b->pool);
+	pthread_mutex_init(&b->names_mu, NULL);
 	dlock_status st = read_mode(uri, b, &table, err);
 	if (st == DLOCK_OK && table && !identifier_ok(table))
 		st = dlock_error_set(err, DLOCK_EURI,
 		                     "bad 'table' in %s: letters, digits and '_' (not first), at most 63", uri->masked);
+	size_t olen = 0;
+	const char *owner = dlock_host_owner(host, &olen);
+	char app[DLOCK_PG_APP_NAME_SIZE];
+	if (owner)
+		dlock_pg_app_name(owner, olen, app);
 	if (st == DLOCK_OK)
-		st = dlock_pg_params_build(uri, &b->params, err);
+		st = dlock_pg_params_build(uri, owner ? app : NULL, &b->params, err);
 	if (st == DLOCK_OK)
 		st = first_connection(b, table, err);
 	if (st != DLOCK_OK)
@@ -200,12 +211,8 @@ static dlock_status pg_lock_init(void *backend, void *lkp, const char *name, siz
 		return dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
 	lk->key = dlock_pg_key(ns, n);
 	dlock_pg_sem_keys(ns, n, &lk->sem_hi, &lk->sem_base);
-	if (b->mode == &dlock_pg_row_mode) {
-		lk->row_name = ns;
-		lk->row_len = n;
-	} else {
-		free(ns);
-	}
+	lk->row_name = ns; /* row mode's row; advisory mode writes it to dlock_names once (pg_names.c) */
+	lk->row_len = n;
 	return DLOCK_OK;
 }
 
@@ -300,8 +307,11 @@ static dlock_status pg_check(void *backend, void *lk, dlock_error *err)
 /* Operations of dlock/sys/postgres.h. */
 static dlock_status pg_control(void *backend, void *lkp, int op, void *arg, dlock_error *err)
 {
-	(void)backend;
 	(void)err;
+	if (op == DLOCK_CTL_FEATURE && !lkp) {
+		struct dlock_feature_query *q = arg;
+		return dlock_pg_feature(backend, q->feature, &q->value);
+	}
 	if (op != DLOCK_PG_CTL_ADVISORY_KEY || !lkp)
 		return DLOCK_ENOTSUP;
 	*(int64_t *)arg = ((struct dlock_pg_lock *)lkp)->key;
@@ -327,6 +337,9 @@ static dlock_status pg_control(void *backend, void *lkp, int op, void *arg, dloc
 		.kind_capabilities = pg_kind_capabilities,    \
 		.lock_init_kind = pg_lock_init_kind,          \
 		.extend_many = pg_extend_many,                \
+		.inspect = dlock_pg_inspect,                  \
+		.list = dlock_pg_list,                        \
+		.break_lock = dlock_pg_break,                 \
 	}
 
 const dlock_driver dlock_postgres_driver = PG_DRIVER("postgres");

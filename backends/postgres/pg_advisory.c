@@ -215,6 +215,12 @@ static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
 			return st;
 		}
 	}
+	dlock_status named = dlock_pg_names_write(b, c, lk, err); /* once per name (pg_names.c) */
+	if (named != DLOCK_OK) {
+		dlock_pg_pool_broken(b, c, err->msg);
+		pthread_mutex_unlock(&c->mu);
+		return named;
+	}
 	int64_t idle_ms = dlock_pg_conn_lease(c, lk->lease_ms);
 	const char *idle = idle_text(c, idle_ms, lease);
 	struct dlock_pg_stmt s = { .prepared = lk->shared ? "dlock_try_shared" : fencing ? "dlock_try_token" : "dlock_try",

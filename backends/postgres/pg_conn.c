@@ -8,8 +8,9 @@
  * sslmode, options, application_name, ...) passes through unchanged;
  * dlock's own `mode` and `table` are read by pg.c.  Unless the URI says
  * otherwise, dlock adds keepalives and tcp_user_timeout (from io_timeout),
- * connect_timeout (open_timeout in whole seconds, rounded up) and
- * fallback_application_name=dlock.
+ * connect_timeout (open_timeout in whole seconds, rounded up),
+ * application_name (the client's owner, pg_owner.c: inspection reads it
+ * back) and fallback_application_name=dlock.
  *
  * Connecting uses PQconnectStartParams and a poll loop, bounded by
  * open_timeout for each host of the list.  Errors the server sends while
@@ -111,9 +112,10 @@ static void host_lists(const dlock_uri *uri, char **cursor, const char **hosts, 
 	*cursor = pt;
 }
 
-dlock_status dlock_pg_params_build(const dlock_uri *uri, struct dlock_pg_params *p, dlock_error *err)
+dlock_status dlock_pg_params_build(const dlock_uri *uri, const char *app_name, struct dlock_pg_params *p,
+                                   dlock_error *err)
 {
-	size_t textlen = 16 * 32;
+	size_t textlen = 16 * 32 + DLOCK_PG_APP_NAME_SIZE;
 	for (size_t i = 0; i < uri->nhosts; i++)
 		textlen += strlen(uri->hosts[i].host) + 8;
 	*p = (struct dlock_pg_params){ 0 };
@@ -149,6 +151,10 @@ dlock_status dlock_pg_params_build(const dlock_uri *uri, struct dlock_pg_params 
 	add(p, uri, "keepalives_interval", num(&cur, io_s));
 	add(p, uri, "keepalives_count", "3");
 	add(p, uri, "tcp_user_timeout", num(&cur, uri->io_timeout_ms));
+	if (app_name && !dlock_uri_get(uri, "application_name")) {
+		add(p, NULL, "application_name", cur); /* the owner of the session (pg_owner.c) */
+		cur += snprintf(cur, DLOCK_PG_APP_NAME_SIZE, "%s", app_name) + 1;
+	}
 	add(p, uri, "fallback_application_name", "dlock");
 	p->keys[p->n] = NULL;
 	p->values[p->n] = NULL;

@@ -12,6 +12,9 @@
  *   pg_sem.c       mode=advisory: semaphores (N slot keys in the two-int key space)
  *   pg_row_sem.c   mode=row: semaphores (N slot rows)
  *   pg_hash.c      the 64-bit advisory key of a name
+ *   pg_owner.c     the owner of a session, in its application_name
+ *   pg_names.c     advisory mode: the names behind the keys, for listing
+ *   pg_inspect.c   who holds a name, listing, breaking (advisory mode)
  *
  * Connections and locks.  A lock belongs to the connection (the server
  * session) that took it, so the client keeps a small pool:
@@ -71,6 +74,7 @@
 
 #define DLOCK_PG_SEQUENCE "dlock_fence"
 #define DLOCK_PG_TABLE_DEFAULT "dlock_locks"
+#define DLOCK_PG_NAMES "dlock_names" /* advisory mode: key -> name, for listing (pg_names.c) */
 #define DLOCK_PG_IDLE_MAX 4
 /* Most locks one advisory session takes on by sharing: every statement on a session costs more the
  * more locks it holds (a SELECT 1 took 133 us with none, 866 us with 10,000), so a client holding
@@ -126,7 +130,7 @@ struct dlock_pg_lock {
 	int32_t sem_hi, sem_base;         /* the name's two-int keys (pg_hash.c): classid, objid of slot 0 */
 	uint32_t permits;                 /* a semaphore's N; 0 for a mutex or read-write lock */
 	uint32_t slot;                    /* a semaphore: the held permit's slot */
-	char *row_name;                   /* row mode: prefix ":" name (bytes) */
+	char *row_name;                   /* prefix ":" name (bytes): row mode's key, advisory mode's dlock_names */
 	size_t row_len;
 	int row_exists;                   /* row mode: the row was seen */
 };
@@ -182,6 +186,11 @@ struct dlock_pg_backend {
 	 * Set while the client opens, read-only after. */
 	const char *prepare[4];
 	struct dlock_pg_pool pool;
+	atomic_int names_ready;    /* advisory: dlock_names exists and this role may insert (pg_names.c) */
+	atomic_int names_listed;   /* advisory: dlock_names exists (listing joins it) */
+	pthread_mutex_t names_mu;  /* guards the cache of keys whose name is written */
+	int64_t *names_seen;
+	size_t names_cap, names_n;
 };
 
 /* pg_hash.c */
@@ -192,10 +201,24 @@ int64_t dlock_pg_key(const char *namespaced, size_t len);
 /** Its two-int keys (bytes 8..15 of the SHA-256): classid `hi`, and `base`, the objid of slot 0. */
 void dlock_pg_sem_keys(const char *namespaced, size_t len, int32_t *hi, int32_t *base);
 
+/* pg_owner.c */
+#define DLOCK_PG_APP_NAME_SIZE 64 /* NAMEDATALEN: 63 bytes and the NUL */
+/** The application_name of the client whose owner record (dlock_host_owner) is `record`. */
+void dlock_pg_app_name(const char *record, size_t len, char out[DLOCK_PG_APP_NAME_SIZE]);
+/**
+ * Back from a session's application_name to an owner record (for
+ * dlock_info_holder) in rec (cap >= 3 * DLOCK_PG_APP_NAME_SIZE); the
+ * client's address as the server sees it stands for the host when the
+ * name does not carry it.  Its length, 0 when `app` is not dlock's.
+ */
+size_t dlock_pg_app_owner(const char *app, const char *client_host, char *rec, size_t cap);
+
 /* pg_conn.c */
 int dlock_pg_knows_param(const char *key);
-/** Build the libpq keywords of `uri`; DLOCK_EURI for a bad value. */
-dlock_status dlock_pg_params_build(const dlock_uri *uri, struct dlock_pg_params *p, dlock_error *err);
+/** Build the libpq keywords of `uri`, with `app_name` (pg_owner.c; NULL: none) unless the URI gives
+ *  application_name; DLOCK_EURI for a bad value. */
+dlock_status dlock_pg_params_build(const dlock_uri *uri, const char *app_name, struct dlock_pg_params *p,
+                                   dlock_error *err);
 void dlock_pg_params_free(struct dlock_pg_params *p);
 /** Connect within open_timeout; maps the failure (EAUTH, ENOTFOUND, ECONNECT ...). */
 dlock_status dlock_pg_connect(const struct dlock_pg_backend *b, PGconn **out, dlock_error *err);
@@ -294,6 +317,23 @@ dlock_status dlock_pg_fence(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
  */
 dlock_status dlock_pg_fence_failed(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_status st,
                                    const char *sqlstate, dlock_error *err);
+
+/* pg_names.c */
+/** At open (advisory mode), on `c`: dlock_names created if missing and the role may; never fails but
+ *  for a lost connection. */
+dlock_status dlock_pg_names_setup(struct dlock_pg_backend *b, struct dlock_pg_conn *c);
+/** Before `lk` is taken on `c` (c->mu held): its name written, once per name per client.  Only
+ *  DLOCK_ECONNECT (c->dead) fails. */
+dlock_status dlock_pg_names_write(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_lock *lk,
+                                  dlock_error *err);
+void dlock_pg_names_free(struct dlock_pg_backend *b);
+
+/* pg_inspect.c */
+dlock_status dlock_pg_inspect(void *backend, const char *name, size_t len, dlock_info *info, dlock_error *err);
+dlock_status dlock_pg_list(void *backend, dlock_info *info, dlock_error *err);
+dlock_status dlock_pg_break(void *backend, const char *name, size_t len, size_t *broken, dlock_error *err);
+/** DLOCK_FEATURE_INSPECT and DLOCK_FEATURE_BREAK of the client; DLOCK_ENOTSUP for another feature. */
+dlock_status dlock_pg_feature(struct dlock_pg_backend *b, int feature, int64_t *value);
 
 /* pg_sem.c */
 /** A semaphore's permit (lk->permits > 0), advisory mode: the mode's methods hand over to these. */

@@ -343,6 +343,8 @@ dlock_status dlock_pg_sem_acquire(struct dlock_pg_backend *b, struct dlock_pg_lo
 			return st;
 		pthread_mutex_lock(&c->mu);
 		st = fencing ? dlock_pg_fence(b, c, err) : DLOCK_OK;
+		if (st == DLOCK_OK)
+			st = dlock_pg_names_write(b, c, lk, err); /* once per name (pg_names.c) */
 		if (st == DLOCK_OK) {
 			if (waits)
 				dlock_pg_interrupt_arm(c, w);

@@ -7,6 +7,7 @@ if(DLOCK_BACKEND_ZOOKEEPER)
     ${_zk_dir}/zk_config.c
     ${_zk_dir}/zk_error.c
     ${_zk_dir}/zk_hold.c
+    ${_zk_dir}/zk_inspect.c
     ${_zk_dir}/zk_log.c
     ${_zk_dir}/zk_monitor.c
     ${_zk_dir}/zk_own.c
@@ -20,6 +21,6 @@ if(DLOCK_BACKEND_ZOOKEEPER)
   set_source_files_properties(${_zk_sources} PROPERTIES COMPILE_DEFINITIONS THREADED)
   list(APPEND DLOCK_DRIVERS zk)
   list(APPEND DLOCK_BACKEND_SOURCES ${_zk_sources})
-  list(APPEND DLOCK_BACKEND_TESTS test_zookeeper)
+  list(APPEND DLOCK_BACKEND_TESTS test_zookeeper test_zk_inspect)
   list(APPEND DLOCK_BACKEND_UNIT_TESTS ${_zk_dir}/test_zk_seq.c)
 endif()

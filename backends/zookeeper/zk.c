@@ -22,6 +22,11 @@
  * the kinds are checked: each acquirer, once its node is made, looks for
  * the other kind's nodes and refuses the name (DLOCK_EKIND).
  *
+ * Inspection (zk_inspect.c): every node carries its client's owner record
+ * as data, written by the create; inspection reads the queue and the
+ * holders' nodes, listing the children of the base path; breaking deletes
+ * the holders' nodes, which their clients see as a loss (DLOCK_LOST_TAKEN).
+ *
  * Descriptors: libzookeeper_mt 3.8 as built by Debian opens its socket and
  * its wake-up pipe without close-on-exec, and gives no way to reach them;
  * a process that execs while a zk:// client is open passes them on.
@@ -29,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dlock/sys/control.h"
 #include "dlock/sys/zookeeper.h"
 #include "zk_internal.h"
 
@@ -38,6 +44,7 @@ static dlock_status zk_open(const dlock_uri *uri, dlock_host *host, void **backe
 	if (!c)
 		return dlock_error_set(err, DLOCK_ENOMEM, "zk://: out of memory");
 	c->host = host;
+	c->owner = dlock_host_owner(host, &c->owner_len);
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_condattr_t attr;
 	pthread_condattr_init(&attr);
@@ -132,8 +139,7 @@ static dlock_status zk_lock_init_kind(void *backend, void *lkp, const char *name
 		return st;
 	lk->slot = dlock_zk_slot_take(c, lk);
 	if (!lk->slot) {
-		free(lk->parent);
-		lk->parent = NULL;
+		dlock_zk_lock_paths_free(lk);
 		return dlock_error_set(err, DLOCK_ENOMEM, "zk://: out of memory");
 	}
 	return DLOCK_OK;
@@ -151,8 +157,7 @@ static void zk_lock_fini(void *backend, void *lkp)
 	struct zk_lock *lk = lkp;
 	dlock_zk_unhold(c, lk);
 	dlock_zk_slot_give(lk->slot);
-	free(lk->parent);
-	lk->parent = NULL;
+	dlock_zk_lock_paths_free(lk);
 }
 
 static dlock_status zk_acquire(void *backend, void *lkp, int64_t lease_ms, dlock_wait *w, dlock_acquired *out,
@@ -184,12 +189,53 @@ static dlock_status zk_check(void *backend, void *lkp, dlock_error *err)
 	return st;
 }
 
-/* Operations of dlock/sys/zookeeper.h. */
+/* Features the core asks through the control door: what inspection sees, what breaking does. */
+static dlock_status zk_feature(struct dlock_feature_query *q)
+{
+	if (q->feature == DLOCK_FEATURE_INSPECT)
+		q->value = ZK_INSPECT_FLAGS;
+	else if (q->feature == DLOCK_FEATURE_BREAK)
+		q->value = DLOCK_BREAK_DELETE;
+	else
+		return DLOCK_ENOTSUP;
+	return DLOCK_OK;
+}
+
+static dlock_status zk_inspect(void *backend, const char *name, size_t len, dlock_info *info, dlock_error *err)
+{
+	struct zk_client *c = backend;
+	struct zk_client *prev = dlock_zk_log_enter(c);
+	dlock_status st = dlock_zk_inspect(c, name, len, info, err);
+	dlock_zk_log_leave(prev);
+	return st;
+}
+
+static dlock_status zk_list(void *backend, dlock_info *info, dlock_error *err)
+{
+	struct zk_client *c = backend;
+	struct zk_client *prev = dlock_zk_log_enter(c);
+	dlock_status st = dlock_zk_list(c, info, err);
+	dlock_zk_log_leave(prev);
+	return st;
+}
+
+static dlock_status zk_break(void *backend, const char *name, size_t len, size_t *broken, dlock_error *err)
+{
+	struct zk_client *c = backend;
+	struct zk_client *prev = dlock_zk_log_enter(c);
+	dlock_status st = dlock_zk_break(c, name, len, broken, err);
+	dlock_zk_log_leave(prev);
+	return st;
+}
+
+/* Operations of dlock/sys/zookeeper.h, and the core's feature queries. */
 static dlock_status zk_control(void *backend, void *lkp, int op, void *arg, dlock_error *err)
 {
 	struct zk_client *c = backend;
 	dlock_status st = DLOCK_OK;
 	(void)lkp; /* the session is the client's, whichever handle asks */
+	if (op == DLOCK_CTL_FEATURE)
+		return zk_feature(arg);
 	if (op != DLOCK_ZK_CTL_SESSION_ID)
 		return DLOCK_ENOTSUP;
 	pthread_mutex_lock(&c->mu);
@@ -218,4 +264,7 @@ const dlock_driver dlock_zk_driver = {
 	.control = zk_control,
 	.kind_capabilities = zk_kind_capabilities,
 	.lock_init_kind = zk_lock_init_kind,
+	.inspect = zk_inspect,
+	.list = zk_list,
+	.break_lock = zk_break,
 };

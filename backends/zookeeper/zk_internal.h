@@ -14,6 +14,7 @@
  *   zk_recipe.c   the lock recipes (mutex, read-write): protected create, queue, blocker watch
  *   zk_sem.c      the semaphore recipe: an internal mutex, then a lease node counted among the leases
  *   zk_hold.c     held locks: release, check, loss reports
+ *   zk_inspect.c  inspection, listing and breaking: who holds a name, taking it from them
  *
  * Locking: one mutex per client (`mu`) guards every field marked "mu".  It
  * is never held across a ZooKeeper call, so the library's completion thread
@@ -54,6 +55,10 @@
 /* Data of a semaphore's lock and lease nodes: "dlock:permits=" + N in decimal (zk_path.c). */
 #define ZK_PERMITS_DATA "dlock:permits="
 #define ZK_PERMITS_DATA_MAX 32
+/* Between the permits and the owner record in a lease node's data (zk_path.c). */
+#define ZK_DATA_SEP '\n'
+/* Longest data we write on a lock or lease node: "dlock:permits=N" + ZK_DATA_SEP + the owner record. */
+#define ZK_NODE_DATA_MAX (ZK_PERMITS_DATA_MAX + 1 + DLOCK_OWNER_MAX)
 #define ZK_PATH_MAX 2048
 
 /* Kinds of node in a lock's queue. */
@@ -133,6 +138,8 @@ struct zk_client {
 	uint64_t next_gen;           /* mu */
 	struct zk_slot *slots;       /* mu */
 	struct zk_lock *held;        /* locks held now (mu) */
+	const char *owner;           /* the owner record written on every lock and lease node (core's, static) */
+	size_t owner_len;
 	int stop;                    /* mu */
 	pthread_t monitor;
 	int monitor_started;
@@ -198,6 +205,9 @@ void dlock_zk_slots_free(struct zk_client *c);
 /* Per lock handle: the driver's `lk`. */
 struct zk_lock {
 	char *parent;            /* base + "/" + escaped name */
+	char *kept;              /* the name itself when its component is hashed, written as the data of
+	                            `parent` when we create it (zk_path.c), else NULL */
+	size_t kept_len;
 	struct zk_slot *slot;
 	dlock_lock_kind kind;    /* mutex, read-write lock or semaphore, for the handle's life */
 	uint32_t permits;        /* a semaphore's N (1 for the other kinds) */
@@ -213,16 +223,19 @@ struct zk_lock {
 /* Paths of one lock name; DLOCK_ENOMEM. */
 dlock_status dlock_zk_lock_paths(const struct zk_config *cfg, struct zk_lock *lk, const char *name,
                                  size_t len, dlock_error *err);
+/* Free what dlock_zk_lock_paths() allocated. */
+void dlock_zk_lock_paths_free(struct zk_lock *lk);
 /* The ACL for every node we create: creator-only with credentials, else open. */
 struct ACL_vector *dlock_zk_acl(const struct zk_client *c);
 /* Create the base path's missing components (persistent).  Returns a ZooKeeper code. */
 int dlock_zk_ensure_base(struct zk_session *s);
 /*
  * Create `parent` (a container) and whatever it needs below the base: the
- * lock's node, and for a semaphore its "locks" or "leases" child under it
- * (containers too), and the base.  Returns a ZooKeeper code.
+ * lock's node (lk->parent, with lk->kept as its data), and for a semaphore
+ * its "locks" or "leases" child under it (containers too), and the base.
+ * Returns a ZooKeeper code.
  */
-int dlock_zk_ensure_parent(struct zk_session *s, const char *parent);
+int dlock_zk_ensure_parent(struct zk_session *s, const char *parent, const struct zk_lock *lk);
 /*
  * Kind and sequence number of a child: a mark (ZK_NODE_MARK, ZK_READ_MARK,
  * ZK_WRITE_MARK) + the server's "%010d" of a signed 32-bit counter
@@ -255,6 +268,18 @@ int dlock_zk_permits_format(uint32_t permits, char *buf);
  * (a node of Curator's, whose data is the creator's address or the user's).
  */
 int dlock_zk_permits_parse(const char *data, int len, uint32_t *permits);
+/*
+ * A lease node's data: ZK_PERMITS_DATA + N, ZK_DATA_SEP, the owner record
+ * (dlock_host_owner()), into buf (ZK_NODE_DATA_MAX bytes); its length.
+ */
+int dlock_zk_lease_data_format(uint32_t permits, const char *owner, size_t owner_len, char *buf);
+/*
+ * The owner record inside a node's data: the whole data of a mutex, reader
+ * or writer node, what follows ZK_DATA_SEP after a semaphore's permits;
+ * NULL (and *olen 0) when there is none (a node of the previous release,
+ * or Curator's, whose data is its creator's address or the user's).
+ */
+const char *dlock_zk_data_owner(const char *data, int len, size_t *olen);
 /* 1 if `child` carries the GUID `guid` (ZK_GUID_HEX hex digits) in our protected form "_c_GUID-". */
 int dlock_zk_child_has_guid(const char *child, const char *guid);
 
@@ -331,5 +356,17 @@ dlock_status dlock_zk_release(struct zk_client *c, struct zk_lock *lk, dlock_err
 dlock_status dlock_zk_check(struct zk_client *c, struct zk_lock *lk, dlock_error *err);
 /* Delete our node of session `s` with its version, across connection loss; a ZooKeeper code. */
 int dlock_zk_delete_own(struct zk_session *s, const char *node, int32_t version);
+
+/* ------------------------------------------------------------ inspection (zk_inspect.c) */
+
+/* What inspection sees (DLOCK_FEATURE_INSPECT) and what breaking does (DLOCK_FEATURE_BREAK). */
+#define ZK_INSPECT_FLAGS                                                                                   \
+	(DLOCK_INSPECT_HELD | DLOCK_INSPECT_OWNER | DLOCK_INSPECT_ACQUIRED | DLOCK_INSPECT_TOKEN |              \
+	 DLOCK_INSPECT_WAITERS | DLOCK_INSPECT_LIST | DLOCK_INSPECT_NAMES | DLOCK_INSPECT_SESSION)
+
+dlock_status dlock_zk_inspect(struct zk_client *c, const char *name, size_t len, dlock_info *info,
+                              dlock_error *err);
+dlock_status dlock_zk_list(struct zk_client *c, dlock_info *info, dlock_error *err);
+dlock_status dlock_zk_break(struct zk_client *c, const char *name, size_t len, size_t *broken, dlock_error *err);
 
 #endif

@@ -17,11 +17,25 @@
  *                             "leases" are containers, as Curator's
  *                             InterProcessSemaphoreV2 lays them out
  *
- * A semaphore's lock and lease nodes carry "dlock:permits=N" (ASCII, no
- * NUL) as data: the N its client uses, which the next acquirers compare
- * with theirs.  Curator writes the creator's address or the user's bytes
- * there and never reads them back, so it is not disturbed; a node whose
- * data is not exactly that form (Curator's own) is not compared.
+ * Data, all ASCII without NUL:
+ *   - a mutex, reader or writer node: the client's owner record
+ *     (dlock_host_owner(): "id=..&host=..&pid=.."), for inspection in any
+ *     process (zk_inspect.c);
+ *   - a semaphore's lock node (its internal mutex): "dlock:permits=N", the
+ *     N its client uses, which the next acquirers compare with theirs;
+ *   - a lease node: "dlock:permits=N", a newline, the owner record.
+ *   Each is written by the create that makes the node: no extra request.
+ *   Readers are tolerant: N is read up to the newline or the end (a node
+ *   of the previous release has no record; it still counts, its owner
+ *   unknown), a record is taken only when it parses.  Curator writes the
+ *   creator's address or the user's bytes there and never reads them back,
+ *   so it is not disturbed; a node whose data is not in these forms
+ *   (Curator's own) is neither compared nor named.  The previous release
+ *   compares N only on data that is exactly "dlock:permits=N": it still
+ *   does so on the lock nodes of the internal queue, not on the leases.
+ *   - the lock's node BASE/NAME: nothing, unless the name was hashed into
+ *     its component (too long): then the name's bytes, so that a listing
+ *     can give it back (checked against the hash before it is believed).
  *
  * ACLs: ZooKeeper checks the permission to delete a node on its parent.
  * With credentials, the base path, every parent and every lock node are
@@ -48,7 +62,24 @@ dlock_status dlock_zk_lock_paths(const struct zk_config *cfg, struct zk_lock *lk
 	if (!lk->parent)
 		return dlock_error_set(err, DLOCK_ENOMEM, "zk://: out of memory");
 	snprintf(lk->parent, n, "%s/%s", cfg->base, comp);
+	if (strchr(comp, '~')) { /* hashed: keep the name on the server, for listings */
+		lk->kept = malloc(len);
+		if (!lk->kept) {
+			dlock_zk_lock_paths_free(lk);
+			return dlock_error_set(err, DLOCK_ENOMEM, "zk://: out of memory");
+		}
+		memcpy(lk->kept, name, len);
+		lk->kept_len = len;
+	}
 	return DLOCK_OK;
+}
+
+void dlock_zk_lock_paths_free(struct zk_lock *lk)
+{
+	free(lk->parent);
+	free(lk->kept);
+	lk->parent = lk->kept = NULL;
+	lk->kept_len = 0;
 }
 
 struct ACL_vector *dlock_zk_acl(const struct zk_client *c)
@@ -56,10 +87,10 @@ struct ACL_vector *dlock_zk_acl(const struct zk_client *c)
 	return c->cfg.auth ? &ZOO_CREATOR_ALL_ACL : &ZOO_OPEN_ACL_UNSAFE;
 }
 
-static int create_node(struct zk_session *s, const char *path, int mode)
+static int create_node(struct zk_session *s, const char *path, int mode, const char *data, size_t len)
 {
 	int64_t sent = dlock_monotonic_ns();
-	int rc = zoo_create(s->zh, path, NULL, -1, dlock_zk_acl(s->c), mode, NULL, 0);
+	int rc = zoo_create(s->zh, path, data, data ? (int)len : -1, dlock_zk_acl(s->c), mode, NULL, 0);
 	if (dlock_zk_rc_answered(rc))
 		dlock_zk_session_answered(s, sent);
 	return rc == ZNODEEXISTS ? ZOK : rc;
@@ -82,7 +113,7 @@ int dlock_zk_ensure_base(struct zk_session *s)
 		if (dlock_zk_rc_answered(rc))
 			dlock_zk_session_answered(s, sent);
 		if (rc == ZNONODE)
-			rc = create_node(s, path, ZOO_PERSISTENT);
+			rc = create_node(s, path, ZOO_PERSISTENT, NULL, 0);
 		if (rc != ZOK || base[i] == '\0')
 			return rc;
 	}
@@ -92,9 +123,10 @@ int dlock_zk_ensure_base(struct zk_session *s)
  * last child is gone, so a later create may find it missing again.  A
  * semaphore's "locks" and "leases" sit one level deeper, under the lock's
  * node: what is above them is made first, from the base down. */
-int dlock_zk_ensure_parent(struct zk_session *s, const char *parent)
+int dlock_zk_ensure_parent(struct zk_session *s, const char *parent, const struct zk_lock *lk)
 {
-	int rc = create_node(s, parent, ZOO_CONTAINER);
+	int top = strcmp(parent, lk->parent) == 0;
+	int rc = create_node(s, parent, ZOO_CONTAINER, top ? lk->kept : NULL, lk->kept_len);
 	if (rc != ZNONODE)
 		return rc;
 	rc = dlock_zk_ensure_base(s);
@@ -102,14 +134,15 @@ int dlock_zk_ensure_parent(struct zk_session *s, const char *parent)
 	size_t blen = strlen(base), plen = strlen(parent);
 	char path[ZK_PATH_MAX];
 	if (plen >= sizeof path || plen <= blen || strncmp(parent, base, blen) != 0 || parent[blen] != '/')
-		return rc == ZOK ? create_node(s, parent, ZOO_CONTAINER) : rc;
+		return rc == ZOK ? create_node(s, parent, ZOO_CONTAINER, NULL, 0) : rc;
 	/* Each container from the base down to `parent`. */
 	for (size_t i = blen + 1; rc == ZOK && i <= plen; i++) {
 		if (parent[i] != '/' && parent[i] != '\0')
 			continue;
 		memcpy(path, parent, i);
 		path[i] = '\0';
-		rc = create_node(s, path, ZOO_CONTAINER);
+		top = strcmp(path, lk->parent) == 0;
+		rc = create_node(s, path, ZOO_CONTAINER, top ? lk->kept : NULL, lk->kept_len);
 	}
 	return rc;
 }
@@ -233,9 +266,15 @@ int dlock_zk_permits_format(uint32_t permits, char *buf)
 	return snprintf(buf, ZK_PERMITS_DATA_MAX, ZK_PERMITS_DATA "%lu", (unsigned long)permits);
 }
 
+/* N is read up to ZK_DATA_SEP or the end: a lease node carries the owner record after it. */
 int dlock_zk_permits_parse(const char *data, int len, uint32_t *permits)
 {
 	size_t pre = strlen(ZK_PERMITS_DATA);
+	if (data && len > (int)pre) {
+		const char *sep = memchr(data + pre, ZK_DATA_SEP, (size_t)len - pre);
+		if (sep)
+			len = (int)(sep - data);
+	}
 	if (!data || len <= (int)pre || len > (int)pre + 4 || memcmp(data, ZK_PERMITS_DATA, pre) != 0 ||
 	    data[pre] == '0')
 		return 0;
@@ -249,4 +288,33 @@ int dlock_zk_permits_parse(const char *data, int len, uint32_t *permits)
 		return 0;
 	*permits = v;
 	return 1;
+}
+
+int dlock_zk_lease_data_format(uint32_t permits, const char *owner, size_t owner_len, char *buf)
+{
+	int n = dlock_zk_permits_format(permits, buf);
+	if (owner_len > DLOCK_OWNER_MAX)
+		owner_len = DLOCK_OWNER_MAX;
+	buf[n++] = ZK_DATA_SEP;
+	memcpy(buf + n, owner, owner_len);
+	return n + (int)owner_len;
+}
+
+const char *dlock_zk_data_owner(const char *data, int len, size_t *olen)
+{
+	*olen = 0;
+	if (!data || len <= 0)
+		return NULL;
+	size_t pre = strlen(ZK_PERMITS_DATA);
+	if ((size_t)len > pre && memcmp(data, ZK_PERMITS_DATA, pre) == 0) {
+		const char *sep = memchr(data, ZK_DATA_SEP, (size_t)len);
+		if (!sep)
+			return NULL;
+		len -= (int)(sep + 1 - data);
+		data = sep + 1;
+	}
+	if (len < 3 || memcmp(data, "id=", 3) != 0)
+		return NULL;
+	*olen = (size_t)len;
+	return data;
 }

@@ -37,6 +37,9 @@
  * node another client deletes is told the lock is lost; a contender whose
  * node goes looks again and starts over.
  *
+ * Every node carries the client's owner record as its data (zk_path.c),
+ * written by the create itself, so that inspection can name the holder.
+ *
  * The fencing token of a mutex or a writer is the node's czxid: zxids
  * order every change of the ensemble, so successive holders get strictly
  * larger tokens even when the parent was deleted and created again in
@@ -143,7 +146,7 @@ dlock_status dlock_zk_protected_create(struct zk_attempt *a)
 			return DLOCK_OK;
 		}
 		if (rc == ZNONODE)
-			rc = dlock_zk_ensure_parent(a->s, a->parent);
+			rc = dlock_zk_ensure_parent(a->s, a->parent, a->lk);
 		while (dlock_zk_rc_connection(rc)) {
 			if (!dlock_zk_reconnected(a))
 				return DLOCK_OK;
@@ -370,7 +373,9 @@ static dlock_status may_start_over(struct zk_attempt *a)
 dlock_status dlock_zk_acquire(struct zk_client *c, struct zk_lock *lk, dlock_wait *w, dlock_acquired *out,
                               dlock_error *err)
 {
-	struct zk_attempt a = { .c = c, .lk = lk, .w = w, .err = err, .parent = lk->parent, .check_leases = 1 };
+	/* The owner record is the data of every mutex, reader and writer node (zk_path.c). */
+	struct zk_attempt a = { .c = c, .lk = lk, .w = w, .err = err, .parent = lk->parent, .check_leases = 1,
+		                .data = c->owner, .datalen = (int)c->owner_len };
 	if (lk->kind == DLOCK_KIND_RWLOCK)
 		a.kind = dlock_wait_mode(w) == DLOCK_MODE_SHARED ? ZK_NODE_READ : ZK_NODE_WRITE;
 	else

@@ -22,7 +22,8 @@
  *        next acquirers queue behind us: waiters get permits in FIFO order.
  *   3. Delete our lock node, whether we got a permit or gave up.
  *
- * Both kinds of node carry "dlock:permits=N" as data (zk_path.c), so N is
+ * Both kinds of node carry "dlock:permits=N" as data (zk_path.c), a
+ * lease node the owner record after it (for inspection), so N is
  * compared with the holders (their leases), the waiter holding the
  * internal mutex (its lease) and the waiters queued for it (lock nodes).
  *
@@ -216,10 +217,12 @@ static dlock_status take_internal_mutex(struct zk_attempt *a, const char *locks)
 }
 
 /* Step 2: the lease, checked, then counted. */
-static dlock_status take_lease(struct zk_attempt *a, const char *leases, dlock_acquired *out)
+static dlock_status take_lease(struct zk_attempt *a, const char *leases, char *data, dlock_acquired *out)
 {
 	a->parent = leases;
 	a->kind = ZK_NODE_LEASE;
+	a->datalen = dlock_zk_lease_data_format(a->lk->permits, a->c->owner, a->c->owner_len, data);
+	a->data = data; /* N and the owner record (zk_path.c) */
 	dlock_status st = dlock_zk_new_guid(a);
 	if (st == DLOCK_OK)
 		st = dlock_zk_protected_create(a);
@@ -255,6 +258,7 @@ static void release_internal_mutex(struct zk_attempt *a, const char *node, int32
 dlock_status dlock_zk_sem_attempt(struct zk_attempt *a, dlock_acquired *out)
 {
 	char locks[ZK_PATH_MAX], leases[ZK_PATH_MAX], lock_node[ZK_PATH_MAX] = "", data[ZK_PERMITS_DATA_MAX];
+	char lease_data[ZK_NODE_DATA_MAX];
 	int32_t lock_version = 0;
 	snprintf(locks, sizeof locks, "%s/" ZK_SEM_LOCKS, a->lk->parent);
 	snprintf(leases, sizeof leases, "%s/" ZK_SEM_LEASES, a->lk->parent);
@@ -270,10 +274,11 @@ dlock_status dlock_zk_sem_attempt(struct zk_attempt *a, dlock_acquired *out)
 		}
 	}
 	if (st == DLOCK_OK && !a->again && (lock_node[0] || dlock_wait_try_once(a->w)))
-		st = take_lease(a, leases, out);
+		st = take_lease(a, leases, lease_data, out);
 	if (lock_node[0])
 		release_internal_mutex(a, lock_node, lock_version);
-	a->data = NULL; /* the buffers are this call's */
+	a->data = NULL; /* the buffers were this call's */
+	a->datalen = 0;
 	a->parent = a->lk->parent;
 	a->own = NULL;
 	return st;

@@ -1,0 +1,164 @@
+/*
+ * mode=advisory: the names behind the keys.  An advisory key is a hash
+ * (pg_hash.c), so pg_locks cannot tell a listing which name a lock has.
+ * The name is written once per name, not per acquisition, to
+ *
+ *   CREATE TABLE dlock_names (
+ *       key  int8 PRIMARY KEY,  -- the name's bigint key (mutex, read-write lock)
+ *       hi   int4 NOT NULL,     -- its two-int keys (semaphores): classid,
+ *       base int4 NOT NULL,     --   objid of slot 0
+ *       name bytea NOT NULL);   -- prefix ":" name, the bytes as given
+ *
+ * by INSERT ... ON CONFLICT DO NOTHING in the session that is about to
+ * take the name for the first time in this client (one round trip, then
+ * never again while the name stays in the client's cache of written
+ * keys).  The table is created when the client opens, if missing and the
+ * role may (serialised with pg_setup.c's other objects); when it is
+ * missing or the role may not insert, nothing is written, listing shows
+ * such names by their keys, and locking is unchanged.  A role that should
+ * write names needs INSERT, and one that lists needs SELECT, on
+ * dlock_names.  Rows are never deleted: a name's row outlives its locks
+ * (a few dozen bytes per distinct name ever locked).
+ *
+ * Threads: the cache has its own mutex (names_mu); the write runs on the
+ * caller's connection with c->mu held.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pg_internal.h"
+
+#define SETUP_LOCK "SELECT pg_advisory_xact_lock(1684828003, 1)"
+#define CREATE_NAMES                                                                                      \
+	"CREATE TABLE IF NOT EXISTS " DLOCK_PG_NAMES " (key int8 PRIMARY KEY, hi int4 NOT NULL, base int4 NOT " \
+	"NULL, name bytea NOT NULL)"
+#define CREATE_INDEX "CREATE INDEX IF NOT EXISTS " DLOCK_PG_NAMES "_sem ON " DLOCK_PG_NAMES " (hi, base)"
+#define CACHE_MAX (1u << 16) /* keys remembered; when full the cache starts again */
+
+static dlock_status run(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *sql, dlock_error *err)
+{
+	struct dlock_pg_stmt s = { .sql = sql };
+	char sqlstate[6];
+	return dlock_pg_run(b, c, &s, sqlstate, err);
+}
+
+/* 1: exists and the role may insert; 0: exists, may not; -1: missing; -2: the question failed. */
+static int table_state(struct dlock_pg_backend *b, struct dlock_pg_conn *c)
+{
+	struct dlock_pg_stmt q = { .sql = "SELECT CASE WHEN to_regclass('" DLOCK_PG_NAMES "') IS NULL THEN -1 "
+		                          "WHEN has_table_privilege('" DLOCK_PG_NAMES "', 'INSERT') THEN 1 ELSE 0 END" };
+	PGresult *res;
+	char sqlstate[6];
+	dlock_error ignored;
+	int isnull = 1;
+	if (dlock_pg_exec(b, c, &q, dlock_pg_io_deadline(b), &res, sqlstate, &ignored) != DLOCK_OK)
+		return -2;
+	int64_t v = dlock_pg_int_value(res, &isnull);
+	PQclear(res);
+	return isnull ? -2 : (int)v;
+}
+
+dlock_status dlock_pg_names_setup(struct dlock_pg_backend *b, struct dlock_pg_conn *c)
+{
+	dlock_error ignored;
+	int state = table_state(b, c);
+	if (state == -1) {
+		dlock_status st = run(b, c, "BEGIN", &ignored);
+		if (st == DLOCK_OK)
+			st = run(b, c, SETUP_LOCK, &ignored);
+		if (st == DLOCK_OK)
+			st = run(b, c, CREATE_NAMES, &ignored);
+		if (st == DLOCK_OK)
+			st = run(b, c, CREATE_INDEX, &ignored);
+		if (st == DLOCK_OK)
+			st = run(b, c, "COMMIT", &ignored);
+		else if (!c->dead)
+			run(b, c, "ROLLBACK", &ignored); /* may not create it: listing shows keys */
+		state = st == DLOCK_OK ? table_state(b, c) : 0;
+	}
+	atomic_store(&b->names_ready, state == 1);
+	atomic_store(&b->names_listed, state >= 0);
+	return c->dead ? DLOCK_ECONNECT : DLOCK_OK;
+}
+
+/* Slot of `key` in the cache (names_mu held): where it is, or the empty slot where it goes. */
+static size_t slot_of(const struct dlock_pg_backend *b, int64_t key)
+{
+	size_t mask = b->names_cap - 1;
+	size_t i = (size_t)((uint64_t)key * 0x9e3779b97f4a7c15ull >> 16) & mask;
+	while (b->names_seen[i] != 0 && b->names_seen[i] != key)
+		i = (i + 1) & mask;
+	return i;
+}
+
+static int cache_has(struct dlock_pg_backend *b, int64_t key)
+{
+	pthread_mutex_lock(&b->names_mu);
+	int has = key == 0 || (b->names_cap && b->names_seen[slot_of(b, key)] == key);
+	pthread_mutex_unlock(&b->names_mu);
+	return has;
+}
+
+static void cache_add(struct dlock_pg_backend *b, int64_t key)
+{
+	pthread_mutex_lock(&b->names_mu);
+	if (2 * (b->names_n + 1) > b->names_cap) {
+		size_t cap = b->names_cap ? b->names_cap * 2 : 64;
+		int64_t *old = b->names_seen;
+		size_t oldcap = b->names_cap;
+		if (cap > CACHE_MAX)
+			cap = CACHE_MAX; /* full: forget them all, they are written again once each */
+		int64_t *v = calloc(cap, sizeof *v);
+		if (!v) {
+			pthread_mutex_unlock(&b->names_mu);
+			return;
+		}
+		b->names_seen = v;
+		b->names_cap = cap;
+		b->names_n = 0;
+		for (size_t i = 0; i < oldcap && cap > oldcap; i++)
+			if (old[i] != 0) {
+				b->names_seen[slot_of(b, old[i])] = old[i];
+				b->names_n++;
+			}
+		free(old);
+	}
+	size_t i = slot_of(b, key);
+	if (b->names_seen[i] == 0) {
+		b->names_seen[i] = key;
+		b->names_n++;
+	}
+	pthread_mutex_unlock(&b->names_mu);
+}
+
+void dlock_pg_names_free(struct dlock_pg_backend *b)
+{
+	free(b->names_seen);
+	b->names_seen = NULL;
+	b->names_cap = b->names_n = 0;
+}
+
+dlock_status dlock_pg_names_write(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_lock *lk,
+                                  dlock_error *err)
+{
+	if (!atomic_load(&b->names_ready) || !lk->row_name || cache_has(b, lk->key))
+		return DLOCK_OK;
+	char key[24], hi[16], base[16], sqlstate[6];
+	snprintf(key, sizeof key, "%lld", (long long)lk->key);
+	snprintf(hi, sizeof hi, "%ld", (long)lk->sem_hi);
+	snprintf(base, sizeof base, "%ld", (long)lk->sem_base);
+	struct dlock_pg_stmt s = { .sql = "INSERT INTO " DLOCK_PG_NAMES " (key, hi, base, name) "
+		                          "VALUES ($1::int8, $2::int4, $3::int4, $4::bytea) ON CONFLICT DO NOTHING",
+		                   .n = 4, .values = { key, hi, base, lk->row_name },
+		                   .lengths = { -1, -1, -1, (int)lk->row_len }, .formats = { 0, 0, 0, 1 } };
+	dlock_error why;
+	dlock_status st = dlock_pg_run(b, c, &s, sqlstate, &why);
+	if (st == DLOCK_OK)
+		cache_add(b, lk->key);
+	else if (strcmp(sqlstate, "42501") == 0 || strcmp(sqlstate, "42P01") == 0)
+		atomic_store(&b->names_ready, 0); /* revoked or dropped since open: write no more */
+	if (c->dead)
+		return dlock_error_set(err, DLOCK_ECONNECT, "%s", why.msg);
+	return DLOCK_OK; /* a name not written only makes a listing show the key */
+}
