@@ -203,7 +203,35 @@ static void json_holder(const dlock_holder *h)
 	putchar('}');
 }
 
-static void json_status(const dlock_lock_info *info)
+/* What inspection sees on the backend (DLOCK_FEATURE_INSPECT), as "sees":[...]. */
+static void json_sees(dlock_client *c)
+{
+	static const struct {
+		int flag;
+		const char *name;
+	} flags[] = {
+		{DLOCK_INSPECT_HELD, "held"},       {DLOCK_INSPECT_OWNER, "owner"},
+		{DLOCK_INSPECT_ACQUIRED, "acquired"}, {DLOCK_INSPECT_LEASE, "lease"},
+		{DLOCK_INSPECT_TOKEN, "token"},     {DLOCK_INSPECT_WAITERS, "waiters"},
+		{DLOCK_INSPECT_LIST, "list"},       {DLOCK_INSPECT_NAMES, "names"},
+		{DLOCK_INSPECT_SESSION, "session"},
+	};
+	int64_t seen = 0;
+	int first = 1;
+
+	if (dlock_client_feature(c, DLOCK_FEATURE_INSPECT, &seen) != DLOCK_OK)
+		seen = 0;
+	fputs(",\"sees\":[", stdout);
+	for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+		if ((seen & flags[i].flag) == 0)
+			continue;
+		printf("%s\"%s\"", first ? "" : ",", flags[i].name);
+		first = 0;
+	}
+	putchar(']');
+}
+
+static void json_status(const dlock_lock_info *info, dlock_client *c)
 {
 	putchar('{');
 	cli_out_json_field(stdout, "name", info->name);
@@ -212,6 +240,8 @@ static void json_status(const dlock_lock_info *info)
 	printf(",\"held\":%s,\"kind\":\"%s\"", info->nholders > 0 ? "true" : "false", kind_name(info->kind));
 	json_int("permits", info->permits, info->permits > 0);
 	json_int("waiters", info->waiters, info->waiters >= 0);
+	if (c != NULL)
+		json_sees(c);
 	fputs(",\"holders\":[", stdout);
 	for (size_t i = 0; i < info->nholders; i++) {
 		if (i > 0)
@@ -235,7 +265,7 @@ static int run_status(dlock_client *c, const struct cli_verb_args *a)
 	if (a->quiet) {
 		/* the exit status only */
 	} else if (a->json) {
-		json_status(info);
+		json_status(info, c);
 		putchar('\n');
 	} else {
 		text_status(info);
@@ -258,7 +288,7 @@ static int run_list(dlock_client *c, const struct cli_verb_args *a)
 		for (size_t i = 0; i < list->count; i++) {
 			if (i > 0)
 				fputs(",\n", stdout);
-			json_status(list->items[i]);
+			json_status(list->items[i], NULL);
 		}
 		puts("]");
 	} else {
