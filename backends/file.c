@@ -75,11 +75,28 @@
  * and marker) and closes the descriptor; a holder that dies frees its
  * permit with it.
  *
+ * Inspection reads the lock file without locking it (F_OFD_GETLK from a
+ * description of its own): a whole-file F_WRLCK is a mutex or writer, a
+ * whole-file F_RDLCK readers (GETLK shows one; their number comes from the
+ * kernel's table, /proc/locks, else 1), a semaphore's marker gives its N
+ * and each locked slot byte one permit.  A mutex or writer writes an owner
+ * block after the token: "dlk1", its kind, its record's length, the wall
+ * clock, its token, the owner record (dlock_host_owner) and an FNV-1a
+ * check, in the token's own write (no extra call), or alone without a
+ * token (one pwrite, no sync).  A torn block (read while written) fails the
+ * check and is read again, then left unknown; a block whose token is not
+ * the file's is an earlier holder's and is ignored.  Readers and permits
+ * write none: their owners stay unknown (only HELD is promised), and no
+ * waiter is visible (fcntl keeps no queue).  A listing reads DIR: names
+ * come back from the file names, except hashed long ones (NULL).  Breaking
+ * is not possible: only the holding description can drop an OFD lock.
+ *
  * Lease: the lock lives as long as the descriptor (SESSION); lease_ms does
  * not apply and is ignored, and there is no extend().  OFD locks have no
  * timed wait, so each try_acquire() makes one attempt and the core's
  * waiting loop polls with its backoff.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -88,9 +105,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "dlock/sys/control.h"
 #include "dlock/sys/driver.h"
 
 #define FILE_SUFFIX ".lock"
@@ -101,9 +120,17 @@
 #define SEM_SLOT_BASE ((off_t)1 << 30)                               /* slot i: SEM_SLOT_BASE + i */
 #define SEM_MARK_BASE (SEM_SLOT_BASE + 2 * (off_t)DLOCK_PERMITS_MAX) /* N in use: SEM_MARK_BASE + N */
 
+/* The exclusive holder's owner block, after the token: "dlk1", kind, record length, acquisition time,
+ * token, record, FNV-1a of all that (see "Inspection" at the top of the file). */
+#define OWNER_AT TOKEN_LEN
+#define OWNER_HEAD 23
+#define OWNER_BLOCK_MAX (OWNER_HEAD + DLOCK_OWNER_MAX + 4)
+
 struct file_client {
 	char *dir; /* absolute, without trailing '/' (except "/" itself) */
 	dlock_host *host;
+	const char *owner; /* the client's owner record (dlock_host_owner) */
+	size_t owner_len;
 };
 
 struct file_lock {
@@ -112,6 +139,7 @@ struct file_lock {
 	short type; /* F_RDLCK or F_WRLCK while held */
 	uint32_t permits; /* a semaphore's N; 0 for a mutex or read-write lock */
 	uint32_t slot;    /* a semaphore's slot while held */
+	dlock_lock_kind kind;
 };
 
 /* --------------------------------------------------------------- errors */
@@ -266,15 +294,60 @@ static dlock_status read_token(int fd, const char *path, uint64_t *token, dlock_
 	return DLOCK_OK;
 }
 
-/*
- * Bump the token of the locked file `fd` and make it durable.  A file with
- * no token yet is new: its directory entry is synced too, or a crash could
- * take the file, and the token, away.
- */
-static dlock_status bump_token(struct file_client *c, int fd, const char *path, uint64_t *token,
-                               dlock_error *err)
+/* FNV-1a, 32 bits: tells a whole owner block from a torn one. */
+static uint32_t fnv32(const unsigned char *p, size_t n)
 {
-	unsigned char b[8];
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 16777619u;
+	return h;
+}
+
+static void put_le(unsigned char *p, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get_le(const unsigned char *p, int n)
+{
+	uint64_t v = 0;
+	for (int i = n - 1; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static int64_t wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The owner block of an exclusive acquisition of `kind` with `token` (0: none) into `out`; its length. */
+static size_t owner_block(const struct file_client *c, dlock_lock_kind kind, uint64_t token, unsigned char *out)
+{
+	static const unsigned char magic[4] = { 'd', 'l', 'k', '1' };
+	memcpy(out, magic, sizeof magic);
+	out[4] = (unsigned char)kind;
+	put_le(out + 5, c->owner_len, 2);
+	put_le(out + 7, (uint64_t)wall_ms(), 8);
+	put_le(out + 15, token, 8);
+	memcpy(out + OWNER_HEAD, c->owner, c->owner_len);
+	put_le(out + OWNER_HEAD + c->owner_len, fnv32(out, OWNER_HEAD + c->owner_len), 4);
+	return OWNER_HEAD + c->owner_len + 4;
+}
+
+/*
+ * Bump the token of the locked file `fd` and make it durable; with
+ * `owner`, the owner block goes after the token in the same write.  A
+ * file with no token yet is new: its directory entry is synced too, or a
+ * crash could take the file, and the token, away.
+ */
+static dlock_status bump_token_with(struct file_client *c, int fd, const char *path, uint64_t *token,
+                                    const struct file_lock *owner, dlock_error *err)
+{
+	unsigned char b[TOKEN_LEN + OWNER_BLOCK_MAX];
 	uint64_t t = 0;
 	dlock_status st = read_token(fd, path, &t, err);
 	if (st != DLOCK_OK)
@@ -282,10 +355,10 @@ static dlock_status bump_token(struct file_client *c, int fd, const char *path, 
 	if (t == UINT64_MAX)
 		return dlock_error_set(err, DLOCK_EIO, "file://: the fencing token of %s is exhausted", path);
 	uint64_t next = t + 1;
-	for (int i = 0; i < 8; i++)
-		b[i] = (unsigned char)(next >> (8 * i));
-	ssize_t n = pwrite(fd, b, sizeof b, 0);
-	if (n != (ssize_t)sizeof b)
+	put_le(b, next, TOKEN_LEN);
+	size_t len = TOKEN_LEN + (owner ? owner_block(c, owner->kind, next, b + TOKEN_LEN) : 0);
+	ssize_t n = pwrite(fd, b, len, 0);
+	if (n != (ssize_t)len)
 		return fail_errno(err, n < 0 ? errno : EIO, "cannot write the fencing token of", path);
 	if (fdatasync(fd) != 0)
 		return fail_errno(err, errno, "cannot sync the fencing token of", path);
@@ -293,6 +366,12 @@ static dlock_status bump_token(struct file_client *c, int fd, const char *path, 
 		return fail_errno(err, errno, "cannot sync directory", c->dir);
 	*token = next;
 	return DLOCK_OK;
+}
+
+static dlock_status bump_token(struct file_client *c, int fd, const char *path, uint64_t *token,
+                               dlock_error *err)
+{
+	return bump_token_with(c, fd, path, token, NULL, err);
 }
 
 /* What a failed F_OFD_SETLK on `lk` means: DLOCK_EBUSY when another owner holds a conflicting lock. */
@@ -310,6 +389,17 @@ static dlock_status lock_fd(struct file_lock *lk, int fd, short type, int64_t *s
 	if (ofd_lock(fd, type) == 0)
 		return DLOCK_OK;
 	return lock_failed(lk, errno, err);
+}
+
+/* Without a token: the owner block alone after the token bytes (one write, no sync: it is only shown). */
+static dlock_status write_owner(struct file_client *c, const struct file_lock *lk, int fd, dlock_error *err)
+{
+	unsigned char b[OWNER_BLOCK_MAX];
+	size_t len = owner_block(c, lk->kind, 0, b);
+	ssize_t n = pwrite(fd, b, len, OWNER_AT);
+	if (n != (ssize_t)len)
+		return fail_errno(err, n < 0 ? errno : EIO, "cannot write the owner of", lk->path);
+	return DLOCK_OK;
 }
 
 /* ----------------------------------------------------------- semaphores */
@@ -478,6 +568,7 @@ static dlock_status file_open(const dlock_uri *uri, dlock_host *host, void **bac
 	for (size_t n = strlen(c->dir); n > 1 && c->dir[n - 1] == '/'; n--)
 		c->dir[n - 1] = '\0';
 	c->host = host;
+	c->owner = dlock_host_owner(host, &c->owner_len);
 	st = make_dirs(c->dir, err);
 	if (st != DLOCK_OK)
 		goto fail;
@@ -540,6 +631,7 @@ static dlock_status file_lock_init(void *backend, void *lkp, const char *name, s
 
 	lk->fd = -1;
 	lk->permits = 0;
+	lk->kind = DLOCK_KIND_MUTEX;
 	lk->path = malloc(size);
 	if (!lk->path)
 		return dlock_error_set(err, DLOCK_ENOMEM, "file://: out of memory");
@@ -555,6 +647,7 @@ static dlock_status file_lock_init_kind(void *backend, void *lkp, const char *na
 {
 	struct file_lock *lk = lkp;
 	dlock_status st = file_lock_init(backend, lkp, name, len, err);
+	lk->kind = spec->kind;
 	if (st == DLOCK_OK && spec->kind == DLOCK_KIND_SEMAPHORE)
 		lk->permits = spec->permits;
 	return st;
@@ -600,8 +693,12 @@ static dlock_status file_try_acquire(void *backend, void *lkp, int64_t lease_ms,
 	st = lock_fd(lk, fd, type, &sent_ns, err);
 	if (st != DLOCK_OK)
 		goto fail;
-	if (dlock_wait_wants_token(w))
-		st = type == F_RDLCK ? read_token(fd, lk->path, &token, err) : bump_token(c, fd, lk->path, &token, err);
+	if (type == F_RDLCK && dlock_wait_wants_token(w))
+		st = read_token(fd, lk->path, &token, err);
+	else if (type == F_WRLCK && dlock_wait_wants_token(w))
+		st = bump_token_with(c, fd, lk->path, &token, lk, err);
+	else if (type == F_WRLCK)
+		st = write_owner(c, lk, fd, err);
 	if (st != DLOCK_OK)
 		goto fail;
 	lk->fd = fd;
@@ -659,6 +756,257 @@ static dlock_status file_check(void *backend, void *lkp, dlock_error *err)
 	return DLOCK_OK;
 }
 
+/* ------------------------------------------------------------ inspection */
+
+/* What inspection sees here (see "Inspection" at the top of the file). */
+#define FILE_INSPECT (DLOCK_INSPECT_HELD | DLOCK_INSPECT_LIST | DLOCK_INSPECT_NAMES)
+
+/* The first lock of another open file description in [start, start + len) (F_UNLCK: none). */
+static int first_lock(int fd, off_t start, off_t len, struct flock *fl)
+{
+	*fl = (struct flock){ .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = start, .l_len = len };
+	return fcntl(fd, F_OFD_GETLK, fl);
+}
+
+/*
+ * The exclusive holder's owner block, read without a lock (inspection
+ * takes none): a torn block (a write in progress) is read again, then
+ * left unknown; a block whose token is not the file's was written by an
+ * earlier holder (the holder now wrote none: an older library) and is
+ * ignored.  *rlen 0: unknown.
+ */
+static void read_owner(int fd, dlock_holder *h, dlock_lock_kind *kind, char *record, size_t *rlen)
+{
+	unsigned char b[TOKEN_LEN + OWNER_BLOCK_MAX];
+	*rlen = 0;
+	for (int tries = 0; tries < 3; tries++) {
+		ssize_t n = pread(fd, b, sizeof b, 0);
+		const unsigned char *o = b + TOKEN_LEN;
+		if (n < TOKEN_LEN + OWNER_HEAD + 4 || memcmp(o, "dlk1", 4) != 0)
+			return;
+		size_t len = (size_t)get_le(o + 5, 2);
+		if (len > DLOCK_OWNER_MAX || (size_t)n < TOKEN_LEN + OWNER_HEAD + len + 4 ||
+		    get_le(o + OWNER_HEAD + len, 4) != fnv32(o, OWNER_HEAD + len))
+			continue;
+		uint64_t token = get_le(o + 15, 8);
+		if (token != 0 && token != get_le(b, TOKEN_LEN))
+			return;
+		*kind = o[4] == DLOCK_KIND_RWLOCK ? DLOCK_KIND_RWLOCK : DLOCK_KIND_MUTEX;
+		h->acquired_ms = (int64_t)get_le(o + 7, 8);
+		h->token = token;
+		memcpy(record, o + OWNER_HEAD, len);
+		*rlen = len;
+		return;
+	}
+}
+
+/* Readers of the file: the kernel's table of locks (/proc/locks) lists each; GETLK shows only one. */
+static size_t count_readers(int fd)
+{
+	struct stat sb;
+	char want[96], line[256];
+	size_t n = 0;
+	if (fstat(fd, &sb) != 0)
+		return 1;
+	snprintf(want, sizeof want, " %02x:%02x:%llu 0 EOF", major(sb.st_dev), minor(sb.st_dev),
+	         (unsigned long long)sb.st_ino);
+	FILE *f = fopen("/proc/locks", "re");
+	if (!f)
+		return 1;
+	while (fgets(line, sizeof line, f))
+		n += strstr(line, "OFDLCK") && strstr(line, " READ ") && !strstr(line, "->") && strstr(line, want);
+	fclose(f);
+	return n ? n : 1;
+}
+
+/*
+ * The permits held of a semaphore of `permits`, in slot order.  GETLK
+ * shows one lock of a range, not the lowest, so each one found splits its
+ * range in two (2k + 1 calls for k permits held); the ranges still to ask
+ * wait on a stack, the slots found in a bitmap.
+ */
+static dlock_status describe_permits(dlock_info *info, int fd, uint32_t permits)
+{
+	uint16_t stack[DLOCK_PERMITS_MAX + 1][2];
+	unsigned char held[(DLOCK_PERMITS_MAX + 7) / 8] = { 0 };
+	size_t top = 0;
+	stack[top][0] = 0;
+	stack[top++][1] = (uint16_t)permits;
+	while (top > 0) {
+		struct flock fl;
+		off_t lo = stack[top - 1][0], hi = stack[top - 1][1];
+		top--;
+		if (lo >= hi || first_lock(fd, SEM_SLOT_BASE + lo, hi - lo, &fl) != 0 || fl.l_type == F_UNLCK)
+			continue;
+		off_t at = fl.l_start - SEM_SLOT_BASE;
+		if (at < lo || at >= hi)
+			continue;
+		held[at / 8] |= (unsigned char)(1u << (at % 8));
+		stack[top][0] = (uint16_t)lo; /* room: each range popped leaves at most two */
+		stack[top++][1] = (uint16_t)at;
+		stack[top][0] = (uint16_t)(at + 1);
+		stack[top++][1] = (uint16_t)hi;
+	}
+	dlock_status st = DLOCK_OK;
+	for (uint32_t slot = 0; slot < permits && st == DLOCK_OK; slot++) {
+		if (!(held[slot / 8] & (1u << (slot % 8))))
+			continue;
+		dlock_holder h = DLOCK_HOLDER_INIT;
+		h.slot = slot;
+		st = dlock_info_holder(info, &h, NULL, 0);
+	}
+	return st;
+}
+
+/*
+ * Describe the lock file `path` of `name` (NULL: a hashed name).  For a
+ * listing (`listing`), a file nobody holds is left out.
+ */
+static dlock_status describe_file(dlock_info *info, const char *name, size_t len, const char *path, int listing,
+                                  dlock_error *err)
+{
+	struct flock fl, mark = { .l_type = F_UNLCK };
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 && errno == ENOENT)
+		return listing ? DLOCK_OK : dlock_info_lock(info, name, len, path, DLOCK_KIND_MUTEX, 1, -1);
+	if (fd < 0)
+		return fail_errno(err, errno, "cannot open lock file", path);
+	dlock_status st = DLOCK_OK;
+	if (first_lock(fd, 0, SEM_SLOT_BASE, &fl) != 0 ||
+	    first_lock(fd, SEM_MARK_BASE + 1, DLOCK_PERMITS_MAX, &mark) != 0) {
+		st = fail_errno(err, errno, "cannot query the locks on", path);
+		goto done;
+	}
+	int whole = fl.l_type != F_UNLCK && !(fl.l_start == 0 && fl.l_len == TOKEN_LEN); /* not a permit's bump */
+	if (whole && fl.l_type == F_WRLCK) {
+		dlock_holder h = DLOCK_HOLDER_INIT;
+		dlock_lock_kind kind = DLOCK_KIND_MUTEX;
+		char record[DLOCK_OWNER_MAX];
+		size_t rlen = 0;
+		read_owner(fd, &h, &kind, record, &rlen);
+		st = dlock_info_lock(info, name, len, path, kind, 1, -1);
+		if (st == DLOCK_OK)
+			st = dlock_info_holder(info, &h, rlen ? record : NULL, rlen);
+	} else if (whole) {
+		size_t n = count_readers(fd);
+		uint64_t token = 0;
+		dlock_error ignored;
+		read_token(fd, path, &token, &ignored);
+		st = dlock_info_lock(info, name, len, path, DLOCK_KIND_RWLOCK, 1, -1);
+		for (size_t i = 0; i < n && st == DLOCK_OK; i++) {
+			dlock_holder h = DLOCK_HOLDER_INIT;
+			h.mode = DLOCK_MODE_SHARED;
+			h.token = token;
+			st = dlock_info_holder(info, &h, NULL, 0);
+		}
+	} else if (mark.l_type != F_UNLCK && mark.l_start > SEM_MARK_BASE &&
+	           mark.l_start <= SEM_MARK_BASE + DLOCK_PERMITS_MAX) { /* else a lock taken between the calls */
+		uint32_t permits = (uint32_t)(mark.l_start - SEM_MARK_BASE);
+		st = dlock_info_lock(info, name, len, path, DLOCK_KIND_SEMAPHORE, permits, -1);
+		if (st == DLOCK_OK)
+			st = describe_permits(info, fd, permits);
+	} else if (!listing) {
+		st = dlock_info_lock(info, name, len, path, DLOCK_KIND_MUTEX, 1, -1);
+	}
+done:
+	close(fd);
+	if (st == DLOCK_ENOMEM)
+		dlock_error_set(err, st, "file://: out of memory describing %s", path);
+	return st;
+}
+
+static dlock_status file_inspect(void *backend, const char *name, size_t len, dlock_info *info, dlock_error *err)
+{
+	struct file_lock lk = { .fd = -1 };
+	dlock_status st = file_lock_init(backend, &lk, name, len, err);
+	if (st == DLOCK_OK)
+		st = describe_file(info, name, len, lk.path, 0, err);
+	free(lk.path);
+	return st;
+}
+
+static int hex_digit(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+}
+
+/* The name of the lock file `file` (a DIR entry, untrusted) into `name`: -1 when it is not a lock file
+ * dlock_name_component() made, 0 when the name was hashed (too long to keep), else its length. */
+static int name_of_file(const char *file, char *name)
+{
+	size_t n = strlen(file), suffix = sizeof FILE_SUFFIX - 1, len = 0;
+	if (n <= suffix || n - suffix > DLOCK_COMPONENT_MAX || strcmp(file + n - suffix, FILE_SUFFIX) != 0)
+		return -1;
+	n -= suffix;
+	for (size_t i = 0; i < n; i++) {
+		if (file[i] == '~')
+			return 0;
+		if (file[i] != '%') {
+			name[len++] = file[i];
+			continue;
+		}
+		int hi = i + 2 < n ? hex_digit(file[i + 1]) : -1, lo = i + 2 < n ? hex_digit(file[i + 2]) : -1;
+		if (hi < 0 || lo < 0 || (hi | lo) == 0)
+			return -1;
+		name[len++] = (char)(hi << 4 | lo);
+		i += 2;
+	}
+	return (int)len;
+}
+
+/* Every lock file of DIR that someone holds, its name recovered from the file's (as bytes). */
+static dlock_status file_list(void *backend, dlock_info *info, dlock_error *err)
+{
+	struct file_client *c = backend;
+	DIR *d = opendir(c->dir);
+	if (!d)
+		return fail_errno(err, errno, "cannot read directory", c->dir);
+	dlock_status st = DLOCK_OK;
+	char path[PATH_MAX], name[DLOCK_COMPONENT_MAX + 1];
+	for (struct dirent *e = readdir(d); e && st == DLOCK_OK; e = readdir(d)) {
+		int len = name_of_file(e->d_name, name);
+		if (len < 0 || e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "%s%s%s", c->dir, strcmp(c->dir, "/") ? "/" : "", e->d_name);
+		st = describe_file(info, len ? name : NULL, (size_t)len, path, 1, err);
+	}
+	closedir(d);
+	return st;
+}
+
+/* The control door answers only what inspection sees (breaking: none, the core says so). */
+static dlock_status file_control(void *backend, void *lkp, int op, void *arg, dlock_error *err)
+{
+	struct dlock_feature_query *q = arg;
+	(void)backend;
+	(void)err;
+	if (op != DLOCK_CTL_FEATURE || lkp || !q)
+		return DLOCK_ENOTSUP;
+	if (q->feature == DLOCK_FEATURE_INSPECT)
+		q->value = FILE_INSPECT;
+	else if (q->feature == DLOCK_FEATURE_BREAK)
+		q->value = DLOCK_BREAK_NONE;
+	else
+		return DLOCK_ENOTSUP;
+	return DLOCK_OK;
+}
+
+/* Breaking: never possible here.  A method of its own only to say why, after the core's checks. */
+static dlock_status file_break_lock(void *backend, const char *name, size_t len, size_t *broken, dlock_error *err)
+{
+	(void)backend;
+	(void)name;
+	(void)len;
+	*broken = 0;
+	return dlock_error_set(err, DLOCK_ENOTSUP,
+	                       "file:// cannot break a lock: an OFD lock is released only by the process that holds "
+	                       "it (or when that process exits); stop the holder to free it");
+}
+
 const dlock_driver dlock_file_driver = {
 	.abi_version = DLOCK_DRIVER_ABI_VERSION,
 	.scheme = "file",
@@ -675,4 +1023,8 @@ const dlock_driver dlock_file_driver = {
 	.release = file_release,
 	.extend = NULL,
 	.check = file_check,
+	.control = file_control,
+	.inspect = file_inspect,
+	.list = file_list,
+	.break_lock = file_break_lock,
 };

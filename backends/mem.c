@@ -39,6 +39,15 @@
  * a writer takes the next token; a reader gets the current one (the latest
  * writer's) without taking one.
  *
+ * Inspection sees everything but a session: each holder's owner record
+ * (its client's, kept at open), the wall-clock time and token of its
+ * acquisition, its lease left, and the waiters in the FIFO; a listing walks
+ * the namespace's names.  Inspection is read-only and creates no record
+ * for a name never used.  Breaking removes every holder (DLOCK_BREAK_DELETE)
+ * and tells each at once through dlock_report_lost(DLOCK_LOST_TAKEN): the
+ * holder need not wait for a renewal to learn of it.  The fencing counter
+ * stays.  The control door answers only those two features.
+ *
  * Locking: one mutex per namespace guards all of it.  Under it the driver
  * calls only dlock_wait_wake() and dlock_report_lost(), which take nothing
  * but short-lived core locks and never call back into a driver.
@@ -46,9 +55,12 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "dlock/sys/control.h"
 #include "dlock/sys/driver.h"
 
 #define MEM_BUCKETS_MIN 64
@@ -100,6 +112,8 @@ struct mem_table {
 struct mem_client {
 	struct mem_ns *ns;
 	dlock_host *host;
+	const char *owner; /* the client's owner record (dlock_host_owner), shown by inspection */
+	size_t owner_len;
 };
 
 struct mem_lock {
@@ -113,6 +127,8 @@ struct mem_lock {
 	int reading;
 	struct mem_lock *rprev, *rnext;
 	int64_t r_expiry_ns;      /* end of our lease as a reader (monotonic) */
+	int64_t acquired_ms;      /* wall clock of our acquisition, for inspection */
+	uint64_t token;           /* its fencing token (a reader's: the latest writer's) */
 	struct mem_waiter waiter; /* our place in the name's FIFO while `queued` (the armed wake-up) */
 	int queued;
 };
@@ -353,6 +369,7 @@ static dlock_status mem_open(const dlock_uri *uri, dlock_host *host, void **back
 		return dlock_error_set(err, DLOCK_ENOMEM, "mem://: out of memory");
 	c->ns = ns;
 	c->host = host;
+	c->owner = dlock_host_owner(host, &c->owner_len);
 	*backend = c;
 	return DLOCK_OK;
 }
@@ -509,6 +526,10 @@ static void grant(struct mem_client *c, struct mem_lock *lk, int shared, int64_t
 		n->owner_client = c;
 		n->owner_lk = lk;
 	}
+	struct timespec wall;
+	clock_gettime(CLOCK_REALTIME, &wall);
+	lk->acquired_ms = (int64_t)wall.tv_sec * 1000 + wall.tv_nsec / 1000000;
+	lk->token = n->fence;
 	*out = (dlock_acquired){ .token = n->fence, .sent_ns = now, .slot = permit ? lk->slot : 0 };
 }
 
@@ -702,6 +723,131 @@ static dlock_status mem_check(void *backend, void *lkp, dlock_error *err)
 	return st;
 }
 
+/* ------------------------------------------------------------ inspection */
+
+/* What inspection sees here: everything but a session (there is none). */
+#define MEM_INSPECT                                                                                    \
+	(DLOCK_INSPECT_HELD | DLOCK_INSPECT_OWNER | DLOCK_INSPECT_ACQUIRED | DLOCK_INSPECT_LEASE |      \
+	 DLOCK_INSPECT_TOKEN | DLOCK_INSPECT_WAITERS | DLOCK_INSPECT_LIST | DLOCK_INSPECT_NAMES)
+
+/* The record of `bytes`, or NULL when the name was never used (inspection creates none).  ns->mu held. */
+static struct mem_name *name_find(const struct mem_ns *ns, const char *bytes, size_t len)
+{
+	uint64_t h = name_hash(bytes, len);
+	struct mem_name *n = ns->buckets[h % ns->nbuckets];
+	while (n && !(n->hash == h && n->len == len && memcmp(n->bytes, bytes, len) == 0))
+		n = n->next_in_bucket;
+	return n;
+}
+
+/* One holder, its lease running until `expiry_ns` (after `now`). */
+static dlock_status describe_holder(dlock_info *info, const struct mem_lock *lk, int64_t expiry_ns, int64_t now)
+{
+	dlock_holder h = DLOCK_HOLDER_INIT;
+	h.acquired_ms = lk->acquired_ms;
+	h.lease_left_ms = expiry_ns == INT64_MAX ? INT64_MAX / 1000000 : (expiry_ns - now + 999999) / 1000000;
+	h.token = lk->token;
+	h.mode = lk->shared && lk->kind != DLOCK_KIND_SEMAPHORE ? DLOCK_MODE_SHARED : DLOCK_MODE_EXCLUSIVE;
+	h.slot = lk->kind == DLOCK_KIND_SEMAPHORE ? (int64_t)lk->slot : -1;
+	return dlock_info_holder(info, &h, lk->client->owner, lk->client->owner_len);
+}
+
+/* `n` as it is now: its holders whose leases still run, and its waiters.  ns->mu held. */
+static dlock_status describe(dlock_info *info, const struct mem_ns *ns, const char *bytes, size_t len,
+                             const struct mem_name *n, int64_t now)
+{
+	char component[DLOCK_COMPONENT_MAX + 1], resource[DLOCK_COMPONENT_MAX + 320];
+	dlock_name_component(bytes, len, component);
+	snprintf(resource, sizeof resource, "mem://%.300s/%s", ns->id, component);
+	int in_use = n && name_in_use(n, now);
+	dlock_status st = dlock_info_lock(info, bytes, len, resource, in_use ? n->kind : DLOCK_KIND_MUTEX,
+	                                  in_use ? n->permits : 1, n ? (int64_t)n->nwaiters : 0);
+	if (st == DLOCK_OK && n && n->owner != 0 && now < n->expiry_ns)
+		st = describe_holder(info, n->owner_lk, n->expiry_ns, now);
+	for (const struct mem_lock *r = n ? n->readers : NULL; r && st == DLOCK_OK; r = r->rnext)
+		if (now < r->r_expiry_ns)
+			st = describe_holder(info, r, r->r_expiry_ns, now);
+	return st;
+}
+
+static dlock_status mem_inspect(void *backend, const char *name, size_t len, dlock_info *info, dlock_error *err)
+{
+	struct mem_client *c = backend;
+	pthread_mutex_lock(&c->ns->mu);
+	const struct mem_name *n = name_find(c->ns, name, len);
+	dlock_status st = describe(info, c->ns, name, len, n, dlock_monotonic_ns());
+	pthread_mutex_unlock(&c->ns->mu);
+	if (st != DLOCK_OK)
+		return dlock_error_set(err, st, "mem://%s: out of memory describing a lock", c->ns->id);
+	return DLOCK_OK;
+}
+
+/* Every name of the namespace held now. */
+static dlock_status mem_list(void *backend, dlock_info *info, dlock_error *err)
+{
+	struct mem_client *c = backend;
+	struct mem_ns *ns = c->ns;
+	dlock_status st = DLOCK_OK;
+	pthread_mutex_lock(&ns->mu);
+	int64_t now = dlock_monotonic_ns(), first = INT64_MAX;
+	for (size_t i = 0; i < ns->nbuckets && st == DLOCK_OK; i++)
+		for (const struct mem_name *n = ns->buckets[i]; n && st == DLOCK_OK; n = n->next_in_bucket)
+			if ((n->owner != 0 && now < n->expiry_ns) || live_readers(n, now, &first))
+				st = describe(info, ns, n->bytes, n->len, n, now);
+	pthread_mutex_unlock(&ns->mu);
+	if (st != DLOCK_OK)
+		return dlock_error_set(err, st, "mem://%s: out of memory listing locks", ns->id);
+	return DLOCK_OK;
+}
+
+/*
+ * Take the name from every holder: each is told at once (DLOCK_LOST_TAKEN)
+ * and the oldest waiters are woken.  The fencing counter stays, so the
+ * next holder's token is larger.
+ */
+static dlock_status mem_break(void *backend, const char *name, size_t len, size_t *broken, dlock_error *err)
+{
+	static const char detail[] = "the lock was broken (dlock_break) by an administrator";
+	struct mem_client *c = backend;
+	(void)err;
+	*broken = 0;
+	pthread_mutex_lock(&c->ns->mu);
+	struct mem_name *n = name_find(c->ns, name, len);
+	if (n) {
+		drop_expired(n, dlock_monotonic_ns());
+		if (n->owner != 0) {
+			dlock_report_lost(n->owner_client->host, n->owner_lk, DLOCK_LOST_TAKEN, detail);
+			clear_owner(n);
+			++*broken;
+		}
+		while (n->readers) {
+			struct mem_lock *r = n->readers;
+			dlock_report_lost(r->client->host, r, DLOCK_LOST_TAKEN, detail);
+			reader_unlink(n, r);
+			++*broken;
+		}
+	}
+	pthread_mutex_unlock(&c->ns->mu);
+	return DLOCK_OK;
+}
+
+/* The control door answers only the features the core asks of it. */
+static dlock_status mem_control(void *backend, void *lkp, int op, void *arg, dlock_error *err)
+{
+	struct dlock_feature_query *q = arg;
+	(void)backend;
+	(void)err;
+	if (op != DLOCK_CTL_FEATURE || lkp || !q)
+		return DLOCK_ENOTSUP;
+	if (q->feature == DLOCK_FEATURE_INSPECT)
+		q->value = MEM_INSPECT;
+	else if (q->feature == DLOCK_FEATURE_BREAK)
+		q->value = DLOCK_BREAK_DELETE;
+	else
+		return DLOCK_ENOTSUP;
+	return DLOCK_OK;
+}
+
 const dlock_driver dlock_mem_driver = {
 	.abi_version = DLOCK_DRIVER_ABI_VERSION,
 	.scheme = "mem",
@@ -719,4 +865,8 @@ const dlock_driver dlock_mem_driver = {
 	.release = mem_release,
 	.extend = mem_extend,
 	.check = mem_check,
+	.control = mem_control,
+	.inspect = mem_inspect,
+	.list = mem_list,
+	.break_lock = mem_break,
 };

@@ -158,20 +158,24 @@ static void info_clear(struct dlock_info *info)
 
 /* ------------------------------------------------------------- the calls */
 
-/* Check the client and a name; count a call in progress.  DLOCK_OK or the failure, recorded. */
-static dlock_status begin(struct dlock_client *c, const char *name, int need_name)
+/* DLOCK_OK for a name a lock may have, else DLOCK_EINVAL, recorded: bad input is refused first. */
+static dlock_status check_name(struct dlock_client *c, const char *name)
 {
-	if (need_name) {
-		if (!name)
-			return dlock_client_fail(c, DLOCK_EINVAL, "the name must not be NULL");
-		size_t len = strnlen(name, DLOCK_NAME_MAX + 1);
-		if (len == 0 || len > DLOCK_NAME_MAX) {
-			char buf[96];
-			snprintf(buf, sizeof buf, "a name is 1 to %d bytes, this one is %s", DLOCK_NAME_MAX,
-			         len ? "longer" : "empty");
-			return dlock_client_fail(c, DLOCK_EINVAL, buf);
-		}
+	if (!name)
+		return dlock_client_fail(c, DLOCK_EINVAL, "the name must not be NULL");
+	size_t len = strnlen(name, DLOCK_NAME_MAX + 1);
+	if (len == 0 || len > DLOCK_NAME_MAX) {
+		char buf[96];
+		snprintf(buf, sizeof buf, "a name is 1 to %d bytes, this one is %s", DLOCK_NAME_MAX,
+		         len ? "longer" : "empty");
+		return dlock_client_fail(c, DLOCK_EINVAL, buf);
 	}
+	return DLOCK_OK;
+}
+
+/* Check that the client is open; count a call in progress.  DLOCK_OK or the failure, recorded. */
+static dlock_status begin(struct dlock_client *c)
+{
 	pthread_mutex_lock(&c->mu);
 	if (c->closing) {
 		dlock_client_fail_locked(c, DLOCK_ECLOSED, "client is closed");
@@ -210,10 +214,13 @@ dlock_status dlock_inspect(dlock_client *c, const char *name, dlock_lock_info **
 		return DLOCK_EINVAL;
 	if (!out)
 		return dlock_client_fail(c, DLOCK_EINVAL, "dlock_inspect: out must not be NULL");
+	dlock_status st = check_name(c, name);
+	if (st != DLOCK_OK)
+		return st;
 	dlock_driver_inspect_fn *inspect = dlock_driver_inspect_of(c->driver);
 	if (!inspect)
 		return not_supported(c, "inspection");
-	dlock_status st = begin(c, name, 1);
+	st = begin(c);
 	if (st != DLOCK_OK)
 		return st;
 	struct dlock_info info = { .single = 1 };
@@ -284,7 +291,7 @@ dlock_status dlock_list(dlock_client *c, const char *prefix, dlock_lock_list **o
 		return not_supported(c, "listing of held locks");
 	if (prefix && strnlen(prefix, DLOCK_NAME_MAX + 1) > DLOCK_NAME_MAX)
 		return dlock_client_fail(c, DLOCK_EINVAL, "the name prefix is longer than a name can be");
-	dlock_status st = begin(c, NULL, 0);
+	dlock_status st = begin(c);
 	if (st != DLOCK_OK)
 		return st;
 	struct dlock_info info = { .single = 0 };
@@ -334,10 +341,13 @@ dlock_status dlock_break(dlock_client *c, const char *name, size_t *broken)
 		*broken = 0;
 	if (!c)
 		return DLOCK_EINVAL;
+	dlock_status st = check_name(c, name);
+	if (st != DLOCK_OK)
+		return st;
 	dlock_driver_break_fn *brk = dlock_driver_break_of(c->driver);
 	if (!brk)
 		return not_supported(c, "breaking of locks");
-	dlock_status st = begin(c, name, 1);
+	st = begin(c);
 	if (st != DLOCK_OK)
 		return st;
 	size_t n = 0;

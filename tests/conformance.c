@@ -365,6 +365,7 @@ static void add_backend(const char *uri)
 	add_table(b->suite, conf_rw_tests);
 	add_table(b->suite, conf_sem_tests);
 	add_table(b->suite, conf_hold_tests);
+	add_table(b->suite, conf_inspect_tests);
 }
 
 static void add_env_backends(void)

@@ -136,7 +136,9 @@ static int holder_is(const struct fair_name *n, const char *owner)
 {
 	redisContext *ctx = dlock_testredis_raw(redis_port);
 	redisReply *r = redisCommand(ctx, "GET %s", n->lock);
-	int is = r && r->type == REDIS_REPLY_STRING && strcmp(r->str, owner) == 0;
+	size_t len = strlen(owner); /* the value's first word: "OWNER TOKEN ACQUIRED_MS RECORD" */
+	int is = r && r->type == REDIS_REPLY_STRING && r->len >= len && memcmp(r->str, owner, len) == 0 &&
+	         (r->len == len || r->str[len] == ' ');
 	freeReplyObject(r);
 	redisFree(ctx);
 	return is;

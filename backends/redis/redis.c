@@ -227,6 +227,7 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 	c->replicas_timeout_ms = replicas_timeout_ms;
 	c->prefix = uri->prefix;
 	c->prefixlen = strlen(uri->prefix);
+	c->record = dlock_host_owner(host, &c->recordlen);
 	c->publish = via->cluster ? "SPUBLISH" : "PUBLISH";
 	if (via->cluster) {
 		st = open_cluster(c, uri, via, fair, err);
@@ -401,6 +402,7 @@ static dlock_status redis_lock_init(void *backend, void *lkp, const char *name, 
 		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &lk->pslots : NULL, &lk->pslotslen, "slots" },
 		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &lk->pwaiters : NULL, &lk->pwaiterslen, "pwaiters" },
 		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &lk->npermits : NULL, &lk->npermitslen, "npermits" },
+		{ lk->kind != DLOCK_KIND_MUTEX ? &lk->holders : NULL, &lk->holderslen, "holders" },
 		{ &grant, &lk->grantlen, "grant:" }, /* last: the owner value is appended */
 	};
 	size_t total = REDIS_OWNER_HEX;
@@ -562,7 +564,8 @@ static dlock_status redis_check(void *backend, void *lk, dlock_error *err)
 		.acquire = redis_acquire, .try_acquire = redis_try_acquire, .disarm = redis_disarm,              \
 		.release = redis_release, .extend = redis_extend, .check = redis_check,                         \
 		.extend_many = redis_extend_many, .kind_capabilities = redis_kind_capabilities,                  \
-		.lock_init_kind = redis_lock_init_kind,                                                          \
+		.lock_init_kind = redis_lock_init_kind, .control = dlock_redis_control,                           \
+		.inspect = dlock_redis_inspect, .list = dlock_redis_list, .break_lock = dlock_redis_break,         \
 	}
 
 const dlock_driver dlock_redis_driver = REDIS_DRIVER("redis", redis_knows_param);

@@ -380,6 +380,30 @@ dlock_status dlock_redis_cluster_node(struct redis_cluster *cl, unsigned slot, s
 	return DLOCK_OK;
 }
 
+dlock_status dlock_redis_cluster_masters(struct redis_cluster *cl, struct redis_node **out, size_t max, size_t *n,
+                                         dlock_error *err)
+{
+	struct redis_node *first = NULL;
+	dlock_status st = dlock_redis_cluster_node(cl, 0, &first, err); /* a map, asked for when stale */
+	if (st != DLOCK_OK)
+		return st;
+	*n = 0;
+	pthread_mutex_lock(&cl->mu);
+	for (unsigned s = 0; s < REDIS_CLUSTER_SLOTS; s++) {
+		unsigned idx = cl->slots[s];
+		if (idx == 0 || (s > 0 && cl->slots[s - 1] == idx))
+			continue;
+		struct redis_node *node = cl->nodes[idx - 1];
+		size_t i = 0;
+		while (i < *n && out[i] != node)
+			i++;
+		if (i == *n && *n < max)
+			out[(*n)++] = node;
+	}
+	pthread_mutex_unlock(&cl->mu);
+	return DLOCK_OK;
+}
+
 dlock_status dlock_redis_cluster_redirect(struct redis_cluster *cl, unsigned slot, int moved, const char *addr,
                                           size_t len, struct redis_node **out, dlock_error *err)
 {

@@ -62,6 +62,13 @@ dlock_status dlock_redis_cluster_node(struct redis_cluster *cl, unsigned slot, s
  */
 dlock_status dlock_redis_cluster_redirect(struct redis_cluster *cl, unsigned slot, int moved, const char *addr,
                                           size_t len, struct redis_node **out, dlock_error *err);
+/**
+ * The masters that serve slots in the map now (asked for first when it is
+ * stale or empty), at most `max` of them into out[]; their number into *n.
+ * For what runs on every master (a listing's SCAN).
+ */
+dlock_status dlock_redis_cluster_masters(struct redis_cluster *cl, struct redis_node **out, size_t max, size_t *n,
+                                         dlock_error *err);
 /** Something changed (a node unreachable, a channel moved): ask for the map before the next lookup. */
 void dlock_redis_cluster_stale(struct redis_cluster *cl);
 /** The node's subscriber (sharded: SSUBSCRIBE), made on first use; NULL when it cannot be made (poll). */

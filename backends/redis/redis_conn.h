@@ -22,7 +22,7 @@
 #include "dlock/sys/driver.h"
 
 #define REDIS_POOL_MAX 16
-#define REDIS_ARGS_MAX 12
+#define REDIS_ARGS_MAX 16
 #define REDIS_REDLOCK_MAX 15 /* instances in one RedLock URI */
 #define REDIS_NS_PER_MS 1000000LL
 

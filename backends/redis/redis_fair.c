@@ -172,7 +172,8 @@ static void set_blocked(struct fair_waiter *fw, struct redis_conn *conn)
 }
 
 /* The enqueue script's arguments; `then_blpop`: our BLPOP follows it in the same pipeline. */
-static void enqueue_args(struct redis_lock *lk, const struct fair_waiter *fw, int then_blpop, struct redis_args *a)
+static void enqueue_args(const struct redis_client *c, struct redis_lock *lk, const struct fair_waiter *fw,
+                         int then_blpop, struct redis_args *a)
 {
 	*a = (struct redis_args){ 0 };
 	dlock_redis_argn(a, lk->key, lk->keylen);
@@ -187,6 +188,7 @@ static void enqueue_args(struct redis_lock *lk, const struct fair_waiter *fw, in
 	dlock_redis_argn(a, lk->grant, grant_key(lk));
 	dlock_redis_arg(a, then_blpop ? "1" : "0");
 	dlock_redis_arg(a, fw->claim);
+	dlock_redis_argn(a, c->record, c->recordlen);
 }
 
 /* The claim of a grant: the extend script, with the whole lease. */
@@ -231,7 +233,7 @@ static dlock_status enqueue(struct redis_client *c, struct redis_lock *lk, const
 {
 	struct redis_args a;
 	redisReply *r = NULL;
-	enqueue_args(lk, fw, 0, &a);
+	enqueue_args(c, lk, fw, 0, &a);
 	dlock_status st = dlock_redis_run_idempotent(c, lk, REDIS_SCRIPT_ENQUEUE, 4, &a, "acquire", 1, &r, err);
 	return st == DLOCK_OK ? enqueue_result(c, fw, r, token, from_send, pttl_ms, err) : st;
 }
@@ -340,7 +342,7 @@ static dlock_status enqueue_and_block(struct redis_client *c, struct redis_lock 
 {
 	struct redis_args a, claim;
 	char secs[32];
-	enqueue_args(lk, fw, 1, &a);
+	enqueue_args(c, lk, fw, 1, &a);
 	claim_args(lk, fw, &claim);
 	blpop_timeout(c, ms, secs);
 	const char *argv[3] = { "BLPOP", lk->grant, secs };

@@ -33,20 +33,27 @@ dlock_status dlock_redis_new_owner(struct redis_lock *lk, dlock_error *err)
 	return DLOCK_OK;
 }
 
-dlock_status dlock_redis_set_nx(struct redis_lock *lk, int64_t lease_ms, char lease[24], struct redis_args *a,
-                               dlock_error *err)
+dlock_status dlock_redis_set_nx(const struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, char lease[24],
+                               char value[REDIS_VALUE_MAX], struct redis_args *a, dlock_error *err)
 {
 	dlock_status st = dlock_redis_new_owner(lk, err);
 	if (st != DLOCK_OK)
 		return st;
+	int n = snprintf(value, REDIS_VALUE_MAX, "%s 0 -1 %.*s", lk->owner, (int)c->recordlen, c->record);
 	*a = (struct redis_args){ 0 };
 	dlock_redis_arg(a, "SET");
 	dlock_redis_argn(a, lk->key, lk->keylen);
-	dlock_redis_arg(a, lk->owner);
+	dlock_redis_argn(a, value, n > 0 && n < REDIS_VALUE_MAX ? (size_t)n : strlen(value));
 	dlock_redis_arg(a, "NX");
 	dlock_redis_arg(a, "PX");
 	dlock_redis_argi(a, lease, lease_ms);
 	return DLOCK_OK;
+}
+
+int dlock_redis_owns(const char *v, size_t len, const char *owner)
+{
+	size_t n = strlen(owner);
+	return n > 0 && len >= n && memcmp(v, owner, n) == 0 && (len == n || v[n] == ' ');
 }
 
 /* The fencing counter outlives any lease by far, and at least a week. */
@@ -136,10 +143,11 @@ static enum redis_script_id read_release_script(const struct redis_client *c, st
 {
 	dlock_redis_argn(a, lk->key, lk->keylen);
 	dlock_redis_argn(a, lk->readers, lk->readerslen);
+	dlock_redis_argn(a, lk->holders, lk->holderslen);
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_argn(a, lk->chan, lk->chanlen);
 	dlock_redis_arg(a, c->publish);
-	*nkeys = 2;
+	*nkeys = 3;
 	return REDIS_SCRIPT_READ_RELEASE;
 }
 
@@ -202,10 +210,10 @@ static dlock_status try_set(struct redis_client *c, struct redis_lock *lk, int64
                             dlock_acquired *out, int64_t *pttl_ms, dlock_error *err)
 {
 	struct redis_args a;
-	char lease[24];
+	char lease[24], value[REDIS_VALUE_MAX];
 	redisReply *r = NULL;
 	int maybe_ran = 0;
-	dlock_status st = dlock_redis_set_nx(lk, lease_ms, lease, &a, err);
+	dlock_status st = dlock_redis_set_nx(c, lk, lease_ms, lease, value, &a, err);
 	if (st != DLOCK_OK)
 		return st;
 	int64_t sent = dlock_monotonic_ns();
@@ -252,23 +260,27 @@ static dlock_status try_set(struct redis_client *c, struct redis_lock *lk, int64
  * (the latest writer's token read when `wants_token`), anyone else takes
  * the key with a new token.
  */
-static enum redis_script_id acquire_args(struct redis_lock *lk, int64_t lease_ms, int wants_token, char lease[24],
-                                         char fence_ttl[24], struct redis_args *a, int *nkeys)
+static enum redis_script_id acquire_args(const struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
+                                         int wants_token, char lease[24], char fence_ttl[24], struct redis_args *a,
+                                         int *nkeys)
 {
 	dlock_redis_argn(a, lk->key, lk->keylen);
 	if (lk->shared) {
 		dlock_redis_argn(a, lk->readers, lk->readerslen);
 		dlock_redis_argn(a, lk->fence, lk->fencelen);
+		dlock_redis_argn(a, lk->holders, lk->holderslen);
 		dlock_redis_arg(a, lk->owner);
 		dlock_redis_argi(a, lease, lease_ms);
 		dlock_redis_arg(a, wants_token ? "1" : "0");
-		*nkeys = 3;
+		dlock_redis_argn(a, c->record, c->recordlen);
+		*nkeys = 4;
 		return REDIS_SCRIPT_READ_ACQUIRE;
 	}
 	dlock_redis_argn(a, lk->fence, lk->fencelen);
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_argi(a, lease, lease_ms);
 	dlock_redis_argi(a, fence_ttl, dlock_redis_fence_ttl_ms(lease_ms));
+	dlock_redis_argn(a, c->record, c->recordlen);
 	*nkeys = 2;
 	return REDIS_SCRIPT_ACQUIRE;
 }
@@ -290,8 +302,9 @@ static dlock_status try_acquire(struct redis_client *c, struct redis_lock *lk, i
 	if (st != DLOCK_OK)
 		return st;
 	int sem = lk->kind == DLOCK_KIND_SEMAPHORE;
-	enum redis_script_id id = sem ? dlock_redis_sem_acquire_args(lk, lease_ms, wants_token, listed, bufs, &a, &nkeys)
-	                              : acquire_args(lk, lease_ms, wants_token, bufs[0], bufs[1], &a, &nkeys);
+	enum redis_script_id id = sem ? dlock_redis_sem_acquire_args(c, lk, lease_ms, wants_token, listed, bufs, &a,
+	                                                             &nkeys)
+	                              : acquire_args(c, lk, lease_ms, wants_token, bufs[0], bufs[1], &a, &nkeys);
 
 	int64_t sent = dlock_monotonic_ns();
 	long long acked = c->replicas;
@@ -464,7 +477,8 @@ enum redis_script_id dlock_redis_extend_args(const struct redis_lock *lk, int64_
 	*nkeys = 1;
 	if (lk->shared) {
 		dlock_redis_argn(a, lk->readers, lk->readerslen);
-		*nkeys = 2;
+		dlock_redis_argn(a, lk->holders, lk->holderslen);
+		*nkeys = 3;
 	}
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_argi(a, lease, lease_ms);
@@ -534,7 +548,7 @@ dlock_status dlock_redis_check(struct redis_client *c, struct redis_lock *lk, dl
 		st = run_script(c, lk, NOT_A_SCRIPT, 0, &a, "check", 0, &r, &maybe_ran, err);
 	}
 	if (st == DLOCK_OK && (scripted ? r->type != REDIS_REPLY_INTEGER || r->integer != 1
-	                                  : r->type != REDIS_REPLY_STRING || strcmp(r->str, lk->owner) != 0))
+	                                  : r->type != REDIS_REPLY_STRING || !dlock_redis_owns(r->str, r->len, lk->owner)))
 		st = dlock_error_set(err, DLOCK_ENOTHELD, "redis %s: the lock is no longer ours (expired or taken)",
 		                     c->label);
 	freeReplyObject(r);

@@ -11,6 +11,7 @@
  *   redis_lock.c       algorithm "single": one instance; also the lock values and
  *                      attempts that fair builds on
  *   redis_sem.c        a semaphore's permits: the arguments and replies of their scripts
+ *   redis_inspect.c    inspection, listing and breaking of any kind, and the control door
  *   redis_route.c      where a lock's commands go (the one instance, or the cluster's master
  *                      of its slot) and one command sent there, redirections followed
  *   redis_cluster.c    redis+cluster: the nodes, the slot map, MOVED and ASK
@@ -35,12 +36,15 @@
  * each waiter blocking on a connection of a second pool, the client's
  * `waits`, so that waiters never take the connections releases need.
  *
- * Keys of a lock: PREFIX:{D}:lock (owner value, TTL = lease; "shared" while
+ * Keys of a lock: PREFIX:{D}:lock ("OWNER TOKEN ACQUIRED_MS RECORD": the
+ * owner value, then what inspection shows of the holder (redis_scripts.c),
+ * or the owner value alone as the previous release wrote it; TTL = lease; "shared" while
  * readers of a read-write lock hold it, "semaphore" while permits of a
  * semaphore do), PREFIX:{D}:fence (fencing counter),
  * PREFIX:{D}:readers (a read-write lock's readers, see redis_scripts.c),
  * PREFIX:{D}:permits, :slots, :pwaiters and :npermits (a semaphore's
  * permits, their slots, its waiters and its N, see redis_sem.c),
+ * PREFIX:{D}:holders (each reader's or permit's "TOKEN ACQUIRED_MS RECORD"),
  * with fair=1 PREFIX:{D}:queue and PREFIX:{D}:waiters (the
  * waiter queue, see redis_scripts.c), and the channel PREFIX:{D}:released,
  * where D is the first 32 hex digits of the SHA-256 of the name.  They differ
@@ -63,6 +67,8 @@
 #define REDIS_OWNER_BYTES 16 /* 128 random bits per acquisition */
 #define REDIS_OWNER_HEX (2 * REDIS_OWNER_BYTES + 1)
 #define REDIS_DIGEST_HEX 32
+/* A lock key's value: "OWNER TOKEN ACQUIRED_MS RECORD" (redis_scripts.c), at most this long. */
+#define REDIS_VALUE_MAX (REDIS_OWNER_HEX + 48 + DLOCK_OWNER_MAX)
 
 /* ------------------------------------------------------------ client, lock */
 
@@ -88,15 +94,18 @@ struct redis_client {
 	size_t prefixlen;
 	int replicas;             /* replicas=N: WAIT for N replicas after each acquire and renewal (0: none) */
 	int64_t replicas_timeout_ms; /* replicas_timeout: WAIT's bound */
+	const char *record;       /* the client's owner record (dlock_host_owner), stored beside each hold */
+	size_t recordlen;
 };
 
 struct redis_lock {
 	char *keys;             /* one block holding the names below that the handle's kind uses (NULL: unused) */
 	const char *key, *fence, *queue, *waiters, *chan, *readers;
 	const char *permits, *pslots, *pwaiters, *npermits; /* a semaphore's (redis_sem.c) */
+	const char *holders;    /* readers' and permits' records: owner -> "TOKEN ACQUIRED_MS RECORD" */
 	char *grant;            /* PREFIX:{D}:grant: then, with fair=1, the owner value (redis_fair.c) */
 	size_t keylen, fencelen, queuelen, waiterslen, chanlen, readerslen, grantlen; /* grantlen: without the owner */
-	size_t permitslen, pslotslen, pwaiterslen, npermitslen;
+	size_t permitslen, pslotslen, pwaiterslen, npermitslen, holderslen;
 	char owner[REDIS_OWNER_HEX]; /* this acquisition's owner value, "" when none */
 	dlock_lock_kind kind;   /* DLOCK_KIND_MUTEX, RWLOCK or SEMAPHORE (whose waiters never queue: fair=1 too) */
 	uint32_t permits_n;     /* a semaphore's N */
@@ -186,9 +195,13 @@ dlock_status dlock_redis_call(struct redis_client *c, const struct redis_lock *l
 
 /** A fresh random owner value into lk->owner. */
 dlock_status dlock_redis_new_owner(struct redis_lock *lk, dlock_error *err);
-/** A new owner value, and in `a` the command SET key owner NX PX lease_ms (`lease` keeps the number). */
-dlock_status dlock_redis_set_nx(struct redis_lock *lk, int64_t lease_ms, char lease[24], struct redis_args *a,
-                               dlock_error *err);
+/** A new owner value, and in `a` the command SET key value NX PX lease_ms, the value "OWNER 0 -1 RECORD"
+ *  written into `value` (no token, acquisition time unknown), `lease` keeping the number. */
+dlock_status dlock_redis_set_nx(const struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, char lease[24],
+                               char value[REDIS_VALUE_MAX], struct redis_args *a, dlock_error *err);
+/** 1 when a lock key's value `v` (`len` bytes) is `owner`'s: the value itself (an older release's) or its
+ *  first word. */
+int dlock_redis_owns(const char *v, size_t len, const char *owner);
 /** The fencing counter's expiry for acquisitions of `lease_ms`: far longer than any lease. */
 int64_t dlock_redis_fence_ttl_ms(int64_t lease_ms);
 /** Run script `id` (one retry when the connection failed after sending).  Error replies become statuses.
@@ -218,9 +231,10 @@ dlock_status dlock_redis_check(struct redis_client *c, struct redis_lock *lk, dl
 
 /** The acquire script of a permit into `a` (`bufs` keeps the numbers); `listed`: count lk among the waiters
  *  when no permit is free.  Its number of keys into *nkeys. */
-enum redis_script_id dlock_redis_sem_acquire_args(const struct redis_lock *lk, int64_t lease_ms, int wants_token,
-                                                  int listed, char bufs[3][24], struct redis_args *a, int *nkeys);
-/** A permit's release (nkeys 5), extend (5) and check (2) scripts for lk->owner. */
+enum redis_script_id dlock_redis_sem_acquire_args(const struct redis_client *c, const struct redis_lock *lk,
+                                                  int64_t lease_ms, int wants_token, int listed, char bufs[3][24],
+                                                  struct redis_args *a, int *nkeys);
+/** A permit's release (nkeys 6), extend (6) and check (2) scripts for lk->owner. */
 enum redis_script_id dlock_redis_sem_release_args(const struct redis_client *c, const struct redis_lock *lk,
                                                   struct redis_args *a, int *nkeys);
 enum redis_script_id dlock_redis_sem_extend_args(const struct redis_lock *lk, int64_t lease_ms, char lease[24],
@@ -235,6 +249,14 @@ dlock_status dlock_redis_sem_reply(const struct redis_client *c, const struct re
                                    dlock_acquired *out, int64_t *retry_ms, dlock_error *err);
 /** A waiter that gives up: no longer counted among the waiters (best effort: its entry expires anyway). */
 void dlock_redis_sem_unlist(struct redis_client *c, struct redis_lock *lk);
+
+/* ------------------------------------------------------------ redis_inspect.c: who holds a lock */
+
+/* The driver's inspect, list and break_lock methods and its control door (dlock/sys/driver.h). */
+dlock_status dlock_redis_inspect(void *backend, const char *name, size_t len, dlock_info *info, dlock_error *err);
+dlock_status dlock_redis_list(void *backend, dlock_info *info, dlock_error *err);
+dlock_status dlock_redis_break(void *backend, const char *name, size_t len, size_t *broken, dlock_error *err);
+dlock_status dlock_redis_control(void *backend, void *lk, int op, void *arg, dlock_error *err);
 
 /** Renew lks[0..n) (n at most DLOCK_RENEW_BATCH_MAX), one pipeline per server (redis_renew.c); out[i] as extend. */
 void dlock_redis_extend_many(struct redis_client *c, struct redis_lock *const *lks, const int64_t *lease_ms, size_t n,

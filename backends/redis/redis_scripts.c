@@ -41,15 +41,31 @@
 	"local function now_ms()\n"                                               \
 	"  local t = redis.call('TIME')\n"                                        \
 	"  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"    \
+	"end\n"                                                                   \
+	"local function owns(v, o)\n"                                             \
+	"  return type(v) == 'string' and (v == o or\n"                           \
+	"    string.sub(v, 1, #o + 1) == o .. ' ')\n"                             \
+	"end\n"                                                                   \
+	"local function owner_value(o, token, rec)\n"                             \
+	"  return string.format('%s %d %d %s', o, token, now_ms(), rec)\n"        \
 	"end\n"
 
-/* Acquire in one round trip, with a token. */
+/*
+ * Acquire in one round trip, with a token.  The key's value is the owner
+ * value, then what inspection shows (redis_inspect.c): the token, the
+ * server's time of the acquisition in ms and the client's owner record
+ * (ARGV[4], dlock_host_owner(): percent-encoded, no space).  The owner-only
+ * scripts compare the first word (owns()), so a value that is the owner
+ * alone — the previous release's, or a grant by its queue — is still ours.
+ */
 static const char acquire_lua[] =
 	TOKEN_LUA
-	"if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+	"if redis.call('EXISTS', KEYS[1]) == 1 then\n"
 	"  return {0, redis.call('PTTL', KEYS[1])}\n"
 	"end\n"
-	"return {1, next_token(KEYS[2], ARGV[3])}\n";
+	"local token = next_token(KEYS[2], ARGV[3])\n"
+	"redis.call('SET', KEYS[1], owner_value(ARGV[1], token, ARGV[4]), 'PX', ARGV[2])\n"
+	"return {1, token}\n";
 
 /*
  * Owner-only delete; the message wakes the waiters subscribed to the lock.
@@ -59,7 +75,8 @@ static const char acquire_lua[] =
  * turn a release that happened into an error (its waiters poll anyway).
  */
 static const char release_lua[] =
-	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+	TOKEN_LUA
+	"if owns(redis.call('GET', KEYS[1]), ARGV[1]) then\n"
 	"  redis.call('DEL', KEYS[1])\n"
 	"  redis.pcall(ARGV[3], ARGV[2], '1')\n"
 	"  return 1\n"
@@ -68,7 +85,8 @@ static const char release_lua[] =
 
 /* Owner-only new TTL. */
 static const char extend_lua[] =
-	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+	TOKEN_LUA
+	"if owns(redis.call('GET', KEYS[1]), ARGV[1]) then\n"
 	"  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
 	"end\n"
 	"return 0\n";
@@ -90,12 +108,15 @@ static const char extend_lua[] =
 	"    if not head then return false end\n"                                                  \
 	"    now = now or now_ms()\n"                                                              \
 	"    local e = redis.call('HGET', KEYS[3], head)\n"                                        \
-	"    redis.call('HDEL', KEYS[3], head)\n"                                                  \
+	"    local rec = redis.call('HGET', KEYS[3], '@' .. head)\n"                               \
+	"    redis.call('HDEL', KEYS[3], head, '@' .. head)\n"                                     \
 	"    local deadline, lease, fttl, gk = string.match(e or '', '^(%d+) (%d+) (%d+) (.*)$')\n" \
 	"    if deadline and tonumber(deadline) >= now then\n"                                     \
-	"      redis.call('SET', KEYS[1], head, 'PX', lease)\n"                                    \
 	"      local token = 0\n"                                                                  \
 	"      if fttl ~= '0' then token = next_token(KEYS[4], fttl) end\n"                        \
+	"      local v = head\n"                                                                   \
+	"      if rec then v = owner_value(head, token, rec) end\n"                                \
+	"      redis.call('SET', KEYS[1], v, 'PX', lease)\n"                                       \
 	"      redis.call('RPUSH', gk, string.format('%d', token))\n"                              \
 	"      redis.call('PEXPIRE', gk, lease)\n"                                                 \
 	"      return true\n"                                                                      \
@@ -117,7 +138,10 @@ static const char extend_lua[] =
  * ARGV owner, lease ms, fence ttl ms ("0": no token), liveness ms, queue
  * keys' ttl ms, grant key, "1" when the caller's BLPOP on its grant key
  * follows in the same pipeline (a success then pushes a "0" for it to pop
- * at once, instead of blocking), claim ms.  -> {1, token, 1} taken now;
+ * at once, instead of blocking), claim ms, owner record (kept in KEYS[3]
+ * under "@OWNER" while queued, for the grant to write into the value; a
+ * waiter of the previous release has none and is granted the owner value
+ * alone, which its scripts compare).  -> {1, token, 1} taken now;
  * {1, token, 0} granted by a release since the last call and claimed here
  * (the grant is consumed, the key gets the whole lease; the token is the
  * counter's value: nobody can have taken one since, the lock being ours);
@@ -147,12 +171,17 @@ static const char enqueue_lua[] =
 	"  end\n"
 	"end\n"
 	"local holder = redis.call('GET', KEYS[1])\n"
-	"if holder == ARGV[1] then\n"
-	"  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+	"if owns(holder, ARGV[1]) then\n"
+	"  redis.call('HDEL', KEYS[3], '@' .. ARGV[1])\n"
 	"  redis.call('DEL', ARGV[6])\n"
 	"  end_own_blpop()\n"
 	"  local token = 0\n"
 	"  if ARGV[3] ~= '0' then token = tonumber(redis.call('GET', KEYS[4]) or '0') or 0 end\n"
+	"  if holder == ARGV[1] then\n"
+	"    redis.call('SET', KEYS[1], owner_value(ARGV[1], token, ARGV[9]), 'PX', ARGV[2])\n"
+	"  else\n"
+	"    redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+	"  end\n"
 	"  return {1, token, 0}\n"
 	"end\n"
 	"local now = now_ms()\n"
@@ -162,25 +191,28 @@ static const char enqueue_lua[] =
 	"  local e = redis.call('HGET', KEYS[3], head)\n"
 	"  if e and tonumber(string.match(e, '^%d+')) >= now then break end\n"
 	"  redis.call('LPOP', KEYS[2])\n"
-	"  redis.call('HDEL', KEYS[3], head)\n"
+	"  redis.call('HDEL', KEYS[3], head, '@' .. head)\n"
 	"end\n"
 	"if not holder then\n"
 	"  local head = redis.call('LINDEX', KEYS[2], 0)\n"
 	"  if not head or head == ARGV[1] then\n"
 	"    if head then\n"
 	"      redis.call('LPOP', KEYS[2])\n"
-	"      redis.call('HDEL', KEYS[3], head)\n"
+	"      redis.call('HDEL', KEYS[3], head, '@' .. head)\n"
 	"    end\n"
-	"    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
-	"    end_own_blpop()\n"
 	"    local token = 0\n"
 	"    if ARGV[3] ~= '0' then token = next_token(KEYS[4], ARGV[3]) end\n"
+	"    redis.call('SET', KEYS[1], owner_value(ARGV[1], token, ARGV[9]), 'PX', ARGV[2])\n"
+	"    end_own_blpop()\n"
 	"    return {1, token, 1}\n"
 	"  end\n"
 	"  if grant_first_live() then holder = head end\n"
 	"end\n"
 	"local entry = string.format('%d %s %s %s', now + tonumber(ARGV[4]), ARGV[8], ARGV[3], ARGV[6])\n"
-	"if redis.call('HSET', KEYS[3], ARGV[1], entry) == 1 then redis.call('RPUSH', KEYS[2], ARGV[1]) end\n"
+	"if redis.call('HSET', KEYS[3], ARGV[1], entry) == 1 then\n"
+	"  redis.call('HSET', KEYS[3], '@' .. ARGV[1], ARGV[9])\n"
+	"  redis.call('RPUSH', KEYS[2], ARGV[1])\n"
+	"end\n"
 	"redis.call('PEXPIRE', KEYS[2], ARGV[5])\n"
 	"redis.call('PEXPIRE', KEYS[3], ARGV[5])\n"
 	"if holder then return {0, redis.call('PTTL', KEYS[1]), 0} end\n"
@@ -201,7 +233,8 @@ static const char handoff_lua[] =
 	TOKEN_LUA
 	GRANT_LUA
 	"local holder = redis.call('GET', KEYS[1])\n"
-	"if holder ~= ARGV[1] then\n"
+	"redis.call('HDEL', KEYS[3], '@' .. ARGV[1])\n"
+	"if not owns(holder, ARGV[1]) then\n"
 	"  redis.call('DEL', ARGV[3])\n"
 	"  if redis.call('HDEL', KEYS[3], ARGV[1]) == 1 then redis.call('LREM', KEYS[2], 1, ARGV[1]) end\n"
 	"  if not holder then grant_first_live() end\n"
@@ -229,20 +262,26 @@ static const char handoff_lua[] =
  * none remains it deletes both and publishes, as a release does, for the
  * waiters.  No writer preference: a waiting writer does not hold back new
  * readers (it is not in Redis while it waits).  All times come from TIME,
- * never from the client's clock.
+ * never from the client's clock.  The last key (HOLDERS) maps each reader
+ * to "TOKEN ACQUIRED_MS RECORD" for inspection, and goes with its entry.
  */
 #define READERS_LUA                                                                         \
 	"local SHARED = 'shared'\n"                                                          \
+	"local HOLDERS = KEYS[#KEYS]\n"                                                      \
 	"local function settle_readers(now)\n"                                               \
-	"  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('(%d', now))\n"      \
+	"  local past = string.format('(%d', now)\n"                                         \
+	"  local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', past)\n"                 \
+	"  if #gone > 0 then redis.call('HDEL', HOLDERS, unpack(gone)) end\n"                \
+	"  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', past)\n"                          \
 	"  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]\n"            \
 	"  if not last then\n"                                                               \
-	"    redis.call('DEL', KEYS[1], KEYS[2])\n"                                          \
+	"    redis.call('DEL', KEYS[1], KEYS[2], HOLDERS)\n"                                 \
 	"    return false\n"                                                                 \
 	"  end\n"                                                                            \
-	"  local ttl = math.max(tonumber(last) - now, 1)\n"                                  \
-	"  redis.call('SET', KEYS[1], SHARED, 'PX', string.format('%d', ttl))\n"             \
-	"  redis.call('PEXPIRE', KEYS[2], string.format('%d', ttl))\n"                       \
+	"  local ttl = string.format('%d', math.max(tonumber(last) - now, 1))\n"             \
+	"  redis.call('SET', KEYS[1], SHARED, 'PX', ttl)\n"                                  \
+	"  redis.call('PEXPIRE', KEYS[2], ttl)\n"                                            \
+	"  redis.call('PEXPIRE', HOLDERS, ttl)\n"                                            \
 	"  return true\n"                                                                    \
 	"end\n"                                                                              \
 	"local function live_reader(now)\n"                                                  \
@@ -257,11 +296,12 @@ static const char read_acquire_lua[] =
 	"local holder = redis.call('GET', KEYS[1])\n"
 	"if holder and holder ~= SHARED then return {0, redis.call('PTTL', KEYS[1])} end\n"
 	"local now = now_ms()\n"
-	"if not holder then redis.call('DEL', KEYS[2]) end\n"
-	"redis.call('ZADD', KEYS[2], string.format('%d', now + tonumber(ARGV[2])), ARGV[1])\n"
-	"settle_readers(now)\n"
+	"if not holder then redis.call('DEL', KEYS[2], HOLDERS) end\n"
 	"local token = 0\n"
 	"if ARGV[3] == '1' then token = tonumber(redis.call('GET', KEYS[3]) or '0') or 0 end\n"
+	"redis.call('ZADD', KEYS[2], string.format('%d', now + tonumber(ARGV[2])), ARGV[1])\n"
+	"redis.call('HSET', HOLDERS, ARGV[1], string.format('%d %d %s', token, now, ARGV[4]))\n"
+	"settle_readers(now)\n"
 	"return {1, token}\n";
 
 /* Owner-only: leave the readers; the last one out frees the name and wakes its waiters. */
@@ -271,6 +311,7 @@ static const char read_release_lua[] =
 	"local now = now_ms()\n"
 	"local ours = live_reader(now)\n"
 	"redis.call('ZREM', KEYS[2], ARGV[1])\n"
+	"redis.call('HDEL', HOLDERS, ARGV[1])\n"
 	"if redis.call('GET', KEYS[1]) == SHARED and not settle_readers(now) then\n"
 	"  redis.pcall(ARGV[3], ARGV[2], '1')\n"
 	"end\n"
@@ -315,6 +356,9 @@ static const char read_check_lua[] =
  * N while any holder or other waiter is live is refused ({-1, N}); once
  * none is left, its N applies.
  *
+ * The last key (HOLDERS) maps each permit to "TOKEN ACQUIRED_MS RECORD"
+ * for inspection, and goes with its entry.
+ *
  * The work of each call is bounded by N (at most DLOCK_PERMITS_MAX entries
  * in KEYS[2] and KEYS[3]: a permit is added only while fewer than N live).
  * All times come from TIME, never from the client's clock.
@@ -323,26 +367,29 @@ static const char read_check_lua[] =
 	"local MARK = 'semaphore'\n"                                                                  \
 	"local RETRY_MAX_MS = 5000\n"                                                                 \
 	"local WAITER_GRACE_MS = 2000\n"                                                              \
+	"local HOLDERS = KEYS[#KEYS]\n"                                                               \
 	"local function settle_permits(now)\n"                                                        \
 	"  if redis.call('GET', KEYS[1]) ~= MARK then\n"                                              \
-	"    redis.call('DEL', KEYS[2], KEYS[3])\n"                                                   \
+	"    redis.call('DEL', KEYS[2], KEYS[3], HOLDERS)\n"                                          \
 	"    return 0\n"                                                                              \
 	"  end\n"                                                                                     \
 	"  local past = string.format('(%d', now)\n"                                                  \
 	"  local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', past)\n"                          \
 	"  if #gone > 0 then\n"                                                                       \
 	"    redis.call('HDEL', KEYS[3], unpack(gone))\n"                                             \
+	"    redis.call('HDEL', HOLDERS, unpack(gone))\n"                                             \
 	"    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', past)\n"                                 \
 	"  end\n"                                                                                     \
 	"  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]\n"                     \
 	"  if not last then\n"                                                                        \
-	"    redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])\n"                                          \
+	"    redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], HOLDERS)\n"                                 \
 	"    return 0\n"                                                                              \
 	"  end\n"                                                                                     \
 	"  local ttl = string.format('%d', math.max(tonumber(last) - now, 1))\n"                      \
 	"  redis.call('SET', KEYS[1], MARK, 'PX', ttl)\n"                                             \
 	"  redis.call('PEXPIRE', KEYS[2], ttl)\n"                                                     \
 	"  redis.call('PEXPIRE', KEYS[3], ttl)\n"                                                     \
+	"  redis.call('PEXPIRE', HOLDERS, ttl)\n"                                                     \
 	"  return redis.call('ZCARD', KEYS[2])\n"                                                     \
 	"end\n"                                                                                       \
 	"local function live_permit(now)\n"                                                           \
@@ -403,10 +450,11 @@ static const char sem_acquire_lua[] =
 	"  redis.call('ZADD', KEYS[2], string.format('%d', now + tonumber(ARGV[2])), ARGV[1])\n"
 	"  redis.call('HSET', KEYS[3], ARGV[1], string.format('%d', slot))\n"
 	"  if ARGV[4] ~= '' then redis.call('ZREM', KEYS[4], ARGV[4]) end\n"
-	"  settle_permits(now)\n"
-	"  settle_n(now)\n"
 	"  local token = 0\n"
 	"  if ARGV[5] ~= '0' then token = next_token(KEYS[6], ARGV[5]) end\n"
+	"  redis.call('HSET', HOLDERS, ARGV[1], string.format('%d %d %s', token, now, ARGV[6]))\n"
+	"  settle_permits(now)\n"
+	"  settle_n(now)\n"
 	"  return {1, token, slot}\n"
 	"end\n"
 	"local retry = RETRY_MAX_MS\n"
@@ -436,6 +484,7 @@ static const char sem_release_lua[] =
 	"if redis.call('GET', KEYS[1]) == MARK then\n"
 	"  redis.call('ZREM', KEYS[2], ARGV[1])\n"
 	"  redis.call('HDEL', KEYS[3], ARGV[1])\n"
+	"  redis.call('HDEL', HOLDERS, ARGV[1])\n"
 	"  settle_permits(now)\n"
 	"  redis.pcall(ARGV[3], ARGV[2], '1')\n"
 	"end\n"
@@ -462,6 +511,70 @@ static const char sem_check_lua[] =
 	"if live_permit(now_ms()) then return 1 end\n"
 	"return 0\n";
 
+/*
+ * Inspection and breaking see every kind at once.  KEYS: lock, queue,
+ * waiters, fence (GRANT_LUA's first four), readers, permits, slots,
+ * holders, pwaiters, npermits.
+ *
+ * Inspect (read-only) -> {value of the lock key or '', its PTTL, the
+ * server's time in ms, queue length, live semaphore waiters, N, then for
+ * each live reader or permit: owner, ms left, slot (-1 for a reader),
+ * its entry in holders ("TOKEN ACQUIRED_MS RECORD", '' when written by
+ * an older release)}.  At most INSPECT_MAX readers or permits.
+ */
+static const char inspect_lua[] =
+	TOKEN_LUA
+	"local INSPECT_MAX = 10000\n"
+	"local now = now_ms()\n"
+	"local v = redis.call('GET', KEYS[1])\n"
+	"local out = {v or '', redis.call('PTTL', KEYS[1]), now, redis.call('LLEN', KEYS[2]),\n"
+	"  redis.call('ZCOUNT', KEYS[9], string.format('%d', now), '+inf'),\n"
+	"  tonumber(redis.call('GET', KEYS[10]) or '0') or 0}\n"
+	"local set = nil\n"
+	"if v == 'shared' then set = KEYS[5] elseif v == 'semaphore' then set = KEYS[6] end\n"
+	"if set then\n"
+	"  local m = redis.call('ZRANGEBYSCORE', set, string.format('%d', now), '+inf', 'WITHSCORES',\n"
+	"    'LIMIT', 0, INSPECT_MAX)\n"
+	"  for i = 1, #m, 2 do\n"
+	"    local slot = -1\n"
+	"    if set == KEYS[6] then slot = tonumber(redis.call('HGET', KEYS[7], m[i]) or '-1') or -1 end\n"
+	"    out[#out + 1] = m[i]\n"
+	"    out[#out + 1] = tonumber(m[i + 1]) - now\n"
+	"    out[#out + 1] = slot\n"
+	"    out[#out + 1] = redis.call('HGET', KEYS[8], m[i]) or ''\n"
+	"  end\n"
+	"end\n"
+	"return out\n";
+
+/*
+ * Break: take the name from every holder, whoever they are.  The key,
+ * the readers, the permits and their slots and records go; the fencing
+ * counter stays (the next token is still larger), and so do the waiters
+ * and the semaphore's N.  The first live waiter of the queue is granted
+ * the lock as a release would, and the lock's channel hears "1" for the
+ * waiters that do not queue.  ARGV channel, PUBLISH|SPUBLISH -> the live
+ * holders removed (0: the name was free).  A holder learns of it at its
+ * next renewal or check: its owner value is gone.
+ */
+static const char break_lua[] =
+	TOKEN_LUA
+	GRANT_LUA
+	"local v = redis.call('GET', KEYS[1])\n"
+	"if not v then return 0 end\n"
+	"local now = string.format('%d', now_ms())\n"
+	"local n = 1\n"
+	"if v == 'shared' then\n"
+	"  n = redis.call('ZCOUNT', KEYS[5], now, '+inf')\n"
+	"  redis.call('DEL', KEYS[5])\n"
+	"elseif v == 'semaphore' then\n"
+	"  n = redis.call('ZCOUNT', KEYS[6], now, '+inf')\n"
+	"  redis.call('DEL', KEYS[6], KEYS[7])\n"
+	"end\n"
+	"redis.call('DEL', KEYS[1], KEYS[8])\n"
+	"grant_first_live()\n"
+	"redis.pcall(ARGV[2], ARGV[1], '1')\n"
+	"return n\n";
+
 static const char *const bodies[REDIS_SCRIPT_COUNT] = {
 	[REDIS_SCRIPT_ACQUIRE] = acquire_lua,
 	[REDIS_SCRIPT_RELEASE] = release_lua,
@@ -476,6 +589,8 @@ static const char *const bodies[REDIS_SCRIPT_COUNT] = {
 	[REDIS_SCRIPT_SEM_RELEASE] = sem_release_lua,
 	[REDIS_SCRIPT_SEM_EXTEND] = sem_extend_lua,
 	[REDIS_SCRIPT_SEM_CHECK] = sem_check_lua,
+	[REDIS_SCRIPT_INSPECT] = inspect_lua,
+	[REDIS_SCRIPT_BREAK] = break_lua,
 };
 
 dlock_status dlock_redis_scripts_load(struct redis_conn *ctx, const struct redis_endpoint *ep,

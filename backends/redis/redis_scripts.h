@@ -10,23 +10,30 @@
 /* ------------------------------------------------------------ scripts */
 
 enum redis_script_id {
-	REDIS_SCRIPT_ACQUIRE, /* KEYS lock, fence; ARGV owner, lease ms, fence ttl ms -> {1, token} | {0, pttl} */
+	REDIS_SCRIPT_ACQUIRE, /* KEYS lock, fence; ARGV owner, lease ms, fence ttl ms, owner record
+	                         -> {1, token} | {0, pttl} */
 	REDIS_SCRIPT_RELEASE, /* KEYS lock; ARGV owner, channel, PUBLISH|SPUBLISH -> 1 released | 0 not ours */
 	REDIS_SCRIPT_EXTEND,  /* KEYS lock; ARGV owner, lease ms -> 1 extended | 0 not ours */
 	REDIS_SCRIPT_ENQUEUE, /* fair=1, KEYS lock, queue, waiters, fence: wait in the queue (see the script) */
 	REDIS_SCRIPT_HANDOFF, /* fair=1, same KEYS: release to the next waiter, or withdraw from the queue */
-	/* Readers of a read-write lock (KEYS lock, readers[, fence]; see the scripts): */
-	REDIS_SCRIPT_READ_ACQUIRE, /* KEYS lock, readers, fence; ARGV owner, lease ms, "1" for a token
-	                              -> {1, latest token} | {0, pttl} */
-	REDIS_SCRIPT_READ_RELEASE, /* KEYS lock, readers; ARGV owner, channel, PUBLISH|SPUBLISH -> 1 | 0 not ours */
-	REDIS_SCRIPT_READ_EXTEND,  /* KEYS lock, readers; ARGV owner, lease ms -> 1 extended | 0 not ours */
+	/* Readers of a read-write lock (KEYS lock, readers[, fence], holders last; see the scripts): */
+	REDIS_SCRIPT_READ_ACQUIRE, /* KEYS lock, readers, fence, holders; ARGV owner, lease ms, "1" for a token,
+	                              owner record -> {1, latest token} | {0, pttl} */
+	REDIS_SCRIPT_READ_RELEASE, /* KEYS lock, readers, holders; ARGV owner, channel, PUBLISH|SPUBLISH
+	                              -> 1 | 0 not ours */
+	REDIS_SCRIPT_READ_EXTEND,  /* KEYS lock, readers, holders; ARGV owner, lease ms -> 1 extended | 0 not ours */
 	REDIS_SCRIPT_READ_CHECK,   /* KEYS lock, readers; ARGV owner -> 1 ours | 0 not ours */
-	/* Permits of a semaphore (KEYS lock, permits, slots, waiters, N[, fence]; see the scripts): */
+	/* Permits of a semaphore (KEYS lock, permits, slots, waiters, N[, fence], holders last; see the scripts): */
 	REDIS_SCRIPT_SEM_ACQUIRE, /* + fence; ARGV owner, lease ms, N, waiter id ("": try once), fence ttl ms
-	                             ("0": no token) -> {1, token, slot} | {0, ms to look again, 0} | {-1, N, 0} */
+	                             ("0": no token), owner record
+	                             -> {1, token, slot} | {0, ms to look again, 0} | {-1, N, 0} */
 	REDIS_SCRIPT_SEM_RELEASE, /* ARGV owner, channel, PUBLISH|SPUBLISH -> 1 released | 0 not ours */
 	REDIS_SCRIPT_SEM_EXTEND,  /* ARGV owner, lease ms -> 1 extended | 0 not ours */
 	REDIS_SCRIPT_SEM_CHECK,   /* KEYS lock, permits; ARGV owner -> 1 ours | 0 not ours */
+	/* Every kind at once (KEYS lock, queue, waiters, fence, readers, permits, slots, holders, pwaiters,
+	 * npermits; see the scripts): */
+	REDIS_SCRIPT_INSPECT, /* read-only -> {value, pttl, now, queue length, semaphore waiters, N, holders...} */
+	REDIS_SCRIPT_BREAK,   /* ARGV channel, PUBLISH|SPUBLISH -> live holders removed */
 	REDIS_SCRIPT_COUNT
 };
 

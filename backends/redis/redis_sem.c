@@ -38,18 +38,21 @@ static void permit_keys(const struct redis_lock *lk, struct redis_args *a)
 	dlock_redis_argn(a, lk->npermits, lk->npermitslen);
 }
 
-enum redis_script_id dlock_redis_sem_acquire_args(const struct redis_lock *lk, int64_t lease_ms, int wants_token,
-                                                  int listed, char bufs[3][24], struct redis_args *a, int *nkeys)
+enum redis_script_id dlock_redis_sem_acquire_args(const struct redis_client *c, const struct redis_lock *lk,
+                                                  int64_t lease_ms, int wants_token, int listed, char bufs[3][24],
+                                                  struct redis_args *a, int *nkeys)
 {
 	*a = (struct redis_args){ 0 };
 	permit_keys(lk, a);
 	dlock_redis_argn(a, lk->fence, lk->fencelen);
+	dlock_redis_argn(a, lk->holders, lk->holderslen);
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_argi(a, bufs[0], lease_ms);
 	dlock_redis_argi(a, bufs[1], lk->permits_n);
 	dlock_redis_arg(a, listed ? lk->waiter : "");
 	dlock_redis_argi(a, bufs[2], wants_token ? dlock_redis_fence_ttl_ms(lease_ms) : 0);
-	*nkeys = 6;
+	dlock_redis_argn(a, c->record, c->recordlen);
+	*nkeys = 7;
 	return REDIS_SCRIPT_SEM_ACQUIRE;
 }
 
@@ -58,10 +61,11 @@ enum redis_script_id dlock_redis_sem_release_args(const struct redis_client *c, 
 {
 	*a = (struct redis_args){ 0 };
 	permit_keys(lk, a);
+	dlock_redis_argn(a, lk->holders, lk->holderslen);
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_argn(a, lk->chan, lk->chanlen);
 	dlock_redis_arg(a, c->publish);
-	*nkeys = 5;
+	*nkeys = 6;
 	return REDIS_SCRIPT_SEM_RELEASE;
 }
 
@@ -70,9 +74,10 @@ enum redis_script_id dlock_redis_sem_extend_args(const struct redis_lock *lk, in
 {
 	*a = (struct redis_args){ 0 };
 	permit_keys(lk, a);
+	dlock_redis_argn(a, lk->holders, lk->holderslen);
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_argi(a, lease, lease_ms);
-	*nkeys = 5;
+	*nkeys = 6;
 	return REDIS_SCRIPT_SEM_EXTEND;
 }
 

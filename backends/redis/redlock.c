@@ -149,9 +149,9 @@ static dlock_status try_round(struct redis_client *c, struct redis_lock *lk, int
                               dlock_acquired *out, dlock_error *err)
 {
 	struct redis_args a;
-	char lease[24];
+	char lease[24], value[REDIS_VALUE_MAX];
 	struct fanout f;
-	dlock_status st = dlock_redis_set_nx(lk, lease_ms, lease, &a, err);
+	dlock_status st = dlock_redis_set_nx(c, lk, lease_ms, lease, value, &a, err);
 	if (st != DLOCK_OK)
 		return st;
 	struct request rq = { .id = -1, .nkeys = 1, .a = &a };
@@ -228,7 +228,8 @@ static dlock_status redlock_check(struct redis_client *c, struct redis_lock *lk,
 	fanout_run(c, &f, &rq);
 	size_t ours = 0;
 	for (size_t i = 0; i < c->npools; i++)
-		ours += f.reply[i] && f.reply[i]->type == REDIS_REPLY_STRING && strcmp(f.reply[i]->str, lk->owner) == 0;
+		ours += f.reply[i] && f.reply[i]->type == REDIS_REPLY_STRING &&
+		        dlock_redis_owns(f.reply[i]->str, f.reply[i]->len, lk->owner);
 	size_t others = f.answered - ours;
 	dlock_status st = DLOCK_OK;
 	if (others > c->npools - c->quorum)

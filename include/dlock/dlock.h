@@ -711,13 +711,17 @@ DLOCK_API dlock_status dlock_lock_permit_slot(dlock_lock *lock, uint32_t *slot);
 /**
  * One holder of a lock, as the server shows it to dlock_inspect() and
  * dlock_list().  Owned by the dlock_lock_info it belongs to.  Each field
- * is known where DLOCK_FEATURE_INSPECT has its flag, else it keeps the
- * "unknown" value given here.  Strings come from other processes: they
+ * is known for every holder where DLOCK_FEATURE_INSPECT has its flag;
+ * without the flag it keeps the "unknown" value given here, or is right
+ * where the backend happens to know it (file:// knows a writer's owner,
+ * not a reader's).  Strings come from other processes: they
  * may hold any byte but NUL (escape them before printing), never a
  * password.  Fields are only appended (the library allocates it).
  */
 typedef struct dlock_holder {
-	const char *identity;   /**< the holder client's identity (dlock_client_options::identity); "" unknown */
+	const char *identity;   /**< the holder client's identity (dlock_client_options::identity); "" unknown.  A
+	                             backend that keeps fewer bytes shows a long one cut: its first bytes, '+' and
+	                             8 hex digits of a hash of the whole (PostgreSQL: past about 50 bytes) */
 	const char *host;       /**< the holder's host name; "" unknown */
 	int64_t pid;            /**< the holder's process id; 0 unknown */
 	int64_t acquired_ms;    /**< when it acquired, Unix time in ms on the server's clock; -1 unknown */
