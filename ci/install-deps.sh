@@ -8,7 +8,7 @@
 #            so that every backend is built: enough for `cmake --build`,
 #            ci/main.sh and an install
 #   tests    CUnit (the test programs), clang with its sanitizer and
-#            libFuzzer runtimes
+#            libFuzzer runtimes, python3 (JSON checks of test_cli.sh)
 #   servers  Redis, ZooKeeper (with a JRE), PostgreSQL and PgBouncer, which
 #            ci/servers.sh starts on free loopback ports, and the openssl
 #            command, with which it makes the Redis TLS certificates
@@ -23,8 +23,10 @@ set -euo pipefail
 declare -A groups=(
 	[build]="cmake gcc libc6-dev make pkg-config libssl-dev libhiredis-dev libzookeeper-mt-dev libpq-dev"
 	# libclang-rt-dev: the sanitizer and libFuzzer runtimes, only
-	# recommended by clang, so not pulled in
-	[tests]="libcunit1-dev clang libclang-rt-dev"
+	# recommended by clang, so not pulled in; python3: test_cli.sh parses
+	# the JSON of `dlock status --json` (and ci/static.sh reads the compile
+	# commands with it)
+	[tests]="libcunit1-dev clang libclang-rt-dev python3"
 	[servers]="redis-server redis-tools openssl zookeeper postgresql pgbouncer"
 	[checks]="valgrind cppcheck clang-tidy"
 	[docs]="doxygen man-db groff-base"

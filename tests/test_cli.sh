@@ -2,11 +2,16 @@
 # shellcheck disable=SC2016 # single quotes hold code for inner shells
 # Tests of the dlock command.
 #
-#   test_cli.sh /path/to/dlock [/path/to/dlock_refused_cli]
+#   test_cli.sh /path/to/dlock [/path/to/dlock_refused_cli [/path/to/dlock_show_cli]]
 #
 # The second program is the dlock command built with a built-in driver that
-# the library refuses (tests/support/refused_builtins.c); without it, those
-# checks are skipped.  The lists of schemes and common URI parameters in
+# the library refuses (tests/support/refused_builtins.c); the third, with
+# show:// (tests/support/show_builtins.c), whose inspection answers fixed
+# hostile holders for the checks of the verbs' output; without them, those
+# checks are skipped.  The verbs and the hold bounds run on file:// and on
+# the servers of DLOCK_TEST_REDIS_URI, DLOCK_TEST_PG_URI, DLOCK_TEST_PG_ROW_URI
+# and DLOCK_TEST_ZK_URI when set (a backend without inspection is skipped,
+# loudly).  The lists of schemes and common URI parameters in
 # --help, man/dlock.1, man/dlock.3 and README.md are checked against the
 # library: the backends of this build and core/uri.c's table.
 #
@@ -23,8 +28,8 @@
 # tested with the network backends.
 set -u
 
-if [ $# -lt 1 ] || [ $# -gt 2 ] || [ ! -x "$1" ]; then
-	echo "usage: test_cli.sh /path/to/dlock [/path/to/dlock_refused_cli]" >&2
+if [ $# -lt 1 ] || [ $# -gt 3 ] || [ ! -x "$1" ]; then
+	echo "usage: test_cli.sh /path/to/dlock [/path/to/dlock_refused_cli [/path/to/dlock_show_cli]]" >&2
 	exit 2
 fi
 DLOCK=$1
@@ -168,6 +173,7 @@ check "--help prints usage on stdout" contains "$out" "^Usage: dlock"
 check "--help writes nothing on stderr" empty "$err"
 missing=""
 for word in --uri --wait --no-wait --ttl --conflict-exit-code --grace --shared --exclusive --limit --quiet --help --version \
+	--identity --min-hold --max-hold --json "status NAME" "list [NAME-PREFIX]" "break NAME" \
 	mem:// file:/// redis:// zk:// postgres:// DLOCK_URI XDG_RUNTIME_DIR /tmp/dlock- \
 	DLOCK_FENCING_TOKEN DLOCK_PERMIT_SLOT " 64 " " 69 " " 71 " " 75 " " 76 " " 77 " " 78 " " 126 " " 127 " "128+N"; do
 	grep -q -F -e "$word" "$out" || missing="$missing '$word'"
@@ -630,6 +636,269 @@ if [ -n "${DLOCK_TEST_ZK_URI:-}" ] && command -v java >/dev/null 2>&1 && [ -r "$
 else
 	echo "skip - zk:// lock node deleted (DLOCK_TEST_ZK_URI unset, or no java and $zk_jar)"
 fi
+
+# ------------------------------------------------------------------ verbs
+
+# JSON checks need python3 (ci/install-deps.sh tests).
+if command -v python3 >/dev/null 2>&1; then has_python=1; else has_python=0; fi
+# json_valid FILE: FILE is one JSON document.
+json_valid() { python3 -c 'import json,sys; json.load(sys.stdin)' <"$1" 2>/dev/null; }
+# json_true FILE EXPR: the Python EXPR over the document d (and the bytes
+# of $jname, when set, as `name`) is true.
+json_true() {
+	jname=${jname:-} python3 -c 'import json,os,sys
+d = json.load(sys.stdin)
+name = os.environb.get(b"jname", b"")
+sys.exit(0 if eval("(" + sys.argv[1] + ")") else 1)' "$2" <"$1" 2>/dev/null
+}
+# json_check DESCRIPTION FILE EXPR: json_true, skipped loudly without python3.
+json_check() {
+	if [ "$has_python" = 1 ]; then check "$1" json_true "$2" "$3"; else echo "skip - $1 (no python3)"; fi
+}
+# with_param URI KEY=VALUE: the URI with one more parameter.
+with_param() { case $1 in *\?*) echo "$1&$2" ;; *) echo "$1?$2" ;; esac; }
+
+# The rule: a first operand equal to a verb is the verb, unless "--" follows.
+expect_rc "'dlock status -- COMMAND' runs COMMAND under the lock named status" 0 status -- sh -c 'echo ran'
+check "... COMMAND ran" contains "$out" "^ran$"
+hold status vs1
+expect_rc "... it is the lock named status: -n while it is held exits 75" 75 -n status -- true
+expect_rc "'dlock list -- true' runs true under the lock named list" 0 -n list -- true
+release "$hold_pid" vs1
+expect_rc "'dlock break -- true' runs true under the lock named break" 0 break -- true
+expect_rc "'dlock list --' is a lock named list without COMMAND: usage error" 64 list --
+expect_rc "status without NAME is a usage error" 64 status
+check "... saying NAME is missing" contains "$err" "^dlock: status: missing lock NAME$"
+expect_rc "break with two names is a usage error" 64 break a b
+expect_rc "status with an empty NAME is a usage error" 64 status ""
+expect_rc "status with --wait is a usage error" 64 status --wait 1s a
+check "... naming the option" contains "$err" "^dlock: status: option '--wait' is for running a command under a lock$"
+expect_rc "--limit before the verb is a usage error too" 64 --limit 2 status a
+expect_rc "--json when running a command is a usage error" 64 --json a -- true
+expect_rc "--max-hold below --min-hold is a usage error" 64 --min-hold 2s --max-hold 1s a -- true
+expect_rc "--max-hold 0 is a usage error" 64 --max-hold 0 a -- true
+expect_rc "--identity with a control byte is a usage error" 64 --identity "$(printf 'a\tb')" a -- true
+expect_rc "--identity of 129 bytes is a usage error" 64 --identity "$(printf 'i%.0s' {1..129})" a -- true
+expect_rc "--identity of 128 bytes is taken" 0 --identity "$(printf 'i%.0s' {1..128})" a -- true
+dl --uri mem://x status a
+check "a verb on mem:// sees the process's own namespace: free, or no inspection (exit $rc)" \
+	eval '[ "$rc" -eq 1 ] || { [ "$rc" -eq 78 ] && contains "$err" "has no inspection"; }'
+
+# show:// answers fixed holders with hostile bytes in every string.
+SHOW_CLI=${3:-}
+hostile_text='id\\x1b\[31m\\x07\\x0a\\\\"\\xff-\\xc3\\xa9'
+if [ -n "$SHOW_CLI" ]; then
+	show() { local t0; t0=$(now_ms); "$SHOW_CLI" --uri show://x "$@" >"$out" 2>"$err"; rc=$?; ms=$(($(now_ms) - t0)); }
+	show status held-1
+	check "show: status of a held name exits 0 (got $rc)" [ "$rc" -eq 0 ]
+	check "show: ... no terminal escape, bell or other control byte reaches stdout" \
+		eval '! LC_ALL=C grep -q "[[:cntrl:]]" <(tr -d "\n" <"$out")'
+	check "show: ... every byte outside printable ASCII as \\xNN, the backslash as \\\\" \
+		contains "$out" "^  identity: $hostile_text$"
+	check "show: ... the resource escaped too" contains "$out" '^resource: show:\\x1b\]0;title\\x07$'
+	check "show: ... acquired in ISO 8601 UTC" contains "$out" "^  acquired: 2025-11-25T14:57:31.123Z$"
+	check "show: ... lease left, token, mode, session" eval 'contains "$out" "^  lease left: 29.500s$" &&
+		contains "$out" "^  token: 18446744073709551615$" && contains "$out" "^  mode: shared$" &&
+		contains "$out" "^  session: $hostile_text$"'
+	check "show: ... kind and waiters" eval 'contains "$out" "^kind: rwlock$" && contains "$out" "^waiters: 3$"'
+	check "show: ... both holders, the second from its owner record" eval 'contains "$out" "^holder 2:$" &&
+		contains "$out" "^  identity: job 1$" && contains "$out" "^  host: web-1$" && contains "$out" "^  pid: 4242$"'
+	check "show: ... unknown fields left out" eval '! grep -q "slot:" "$out" && [ "$(grep -c acquired: "$out")" -eq 1 ]'
+	show status free
+	check "show: status of a free name exits 1 (got $rc)" [ "$rc" -eq 1 ]
+	check "show: ... and says so" contains "$out" "^held: no$"
+	show status -q held-1
+	check "show: status -q: exit 0 and nothing on stdout" eval '[ "$rc" -eq 0 ] && [ ! -s "$out" ]'
+	show status --json held-1
+	if [ "$has_python" = 1 ]; then check "show: status --json is valid JSON" json_valid "$out"; fi
+	json_check "show: ... a string that is not UTF-8 has U+FFFD and its exact bytes in KEY_hex" "$out" \
+		'd["holders"][0]["identity"] == "id\x1b[31m\a\n\\\"\ufffd-\u00e9" and
+		 bytes.fromhex(d["holders"][0]["identity_hex"]) == b"id\x1b[31m\a\n\\\"\xff-\xc3\xa9"'
+	json_check "show: ... a valid string has no KEY_hex; unknown fields are null" "$out" \
+		'"name_hex" not in d and d["held"] and d["waiters"] == 3 and d["holders"][1]["acquired"] is None and
+		 d["holders"][1]["pid"] == 4242 and d["holders"][0]["token"] == 18446744073709551615'
+	check "show: ... one line, no raw control byte" eval '[ "$(wc -l <"$out")" -eq 1 ] &&
+		! LC_ALL=C grep -q "[[:cntrl:]]" <(tr -d "\n" <"$out")'
+	show list
+	check "show: list exits 0 with one line per lock ($(wc -l <"$out"))" eval '[ "$rc" -eq 0 ] && [ "$(wc -l <"$out")" -eq 3 ]'
+	check "show: ... the name escaped, fields separated by tabs" \
+		contains "$out" "^held-\\\\x1b\[2J\\\\x09\\\\xff	show:.*	rwlock	2	$hostile_text,job 1$"
+	check "show: ... a lock without a name last, its name empty" contains "$out" "^	show:unnamed	mutex	1	?$"
+	show list --json
+	json_check "show: list --json is an array, the names' bytes in name_hex, a missing name null" "$out" \
+		'len(d) == 3 and bytes.fromhex(d[0]["name_hex"]) == b"held-\x1b[2J\t\xff" and d[2]["name"] is None'
+	show list held-p
+	check "show: list NAME-PREFIX keeps the names that start with it" eval '[ "$(cat "$out")" = "$(printf "held-plain\tshow:\\\\x1b]0;title\\\\x07\trwlock\t2\t%s,job 1" "$(printf "id\\\\x1b[31m\\\\x07\\\\x0a\\\\\\\\\"\\\\xff-\\\\xc3\\\\xa9")")" ]'
+	show break held-1
+	check "show: break of a held name exits 0 (got $rc)" [ "$rc" -eq 0 ]
+	check "show: ... saying how many holders and what the backend did" \
+		contains "$out" "^broke lock 'held-1': 2 holders removed (session: each holder's session was ended"
+	show break free
+	check "show: break of a free name exits 1 (got $rc)" [ "$rc" -eq 1 ]
+	check "show: ... saying it was free" contains "$out" "^lock 'free' was free: nothing to break$"
+	show break --json held-1
+	json_check "show: break --json" "$out" 'd == {"name": "held-1", "broken": 2, "effect": "session"}'
+	"$SHOW_CLI" --uri 'show://x?denied' break "$(printf 'x\033[2Jy')" >"$out" 2>"$err"
+	rc=$?
+	check "show: break refused by the server exits 77 (got $rc)" [ "$rc" -eq 77 ]
+	check "show: ... the server's message with the name escaped" \
+		eval 'contains "$err" "may not break .x\\\\x1b\[2Jy." && ! LC_ALL=C grep -q "[[:cntrl:]]" <(tr -d "\n" <"$err")'
+else
+	echo "skip - verbs on show:// (no dlock_show_cli given)"
+fi
+
+# inspect_checks LABEL URI: status, list and break of real holders.
+inspect_checks() {
+	local label=$1 uri=$2 name="insp-$$-$RANDOM" hpid tok t0 acquired hostile long
+	dl --uri "$uri" status "$name"
+	if [ "$rc" -eq 78 ] && contains "$err" "has no inspection"; then
+		check "$label: status where the backend has no inspection exits 78, saying so" \
+			eval 'contains "$err" "^dlock: status: .*has no inspection" && [ ! -s "$out" ]'
+		echo "skip - $label: status, list and break (the backend has no inspection)"
+		return
+	fi
+	check "$label: status of a free name exits 1 (got $rc)" [ "$rc" -eq 1 ]
+	check "$label: ... saying it is free" contains "$out" "^held: no$"
+	rm -f "$tmp/$label-i".*
+	"$DLOCK" --uri "$(with_param "$uri" "identity=cli-$label-holder")" --ttl 3s "$name" -- \
+		sh -c 'echo "${DLOCK_FENCING_TOKEN-}" >"$1.token"; exec "$2" "$1.started" "$1.go"' \
+		sh "$tmp/$label-i" "$holder" >/dev/null 2>"$tmp/$label-i.err" &
+	hpid=$!
+	await_file "$tmp/$label-i.started"
+	tok=$(cat "$tmp/$label-i.token")
+	# What the backend says it sees (status --json, "sees").
+	dl --uri "$uri" status --json "$name"
+	sees=" $(python3 -c 'import json,sys; print(" ".join(json.load(sys.stdin)["sees"]))' <"$out" 2>/dev/null) "
+	json_check "$label: status --json: name, held, identity, pid, token where seen ($sees)" "$out" \
+		"d['name'] == '$name' and d['held'] and len(d['holders']) == 1 and
+		 d['holders'][0]['identity'] == 'cli-$label-holder' and d['holders'][0]['pid'] == $hpid and
+		 ('token' not in d['sees'] or str(d['holders'][0]['token']) == '$tok')"
+	dl --uri "$uri" status "$name"
+	check "$label: status of a held name exits 0 (got $rc)" [ "$rc" -eq 0 ]
+	check "$label: ... the holder's identity, from identity= in its URI" contains "$out" "^  identity: cli-$label-holder$"
+	check "$label: ... its pid ($hpid)" contains "$out" "^  pid: $hpid$"
+	if [[ $sees == *" token "* ]]; then
+		check "$label: ... its token, its DLOCK_FENCING_TOKEN ($tok)" contains "$out" "^  token: $tok$"
+	else
+		echo "skip - $label: token (the backend does not say it sees it)"
+	fi
+	if [[ $sees == *" acquired "* ]]; then
+		acquired=$(sed -n 's/^  acquired: //p' "$out")
+		check "$label: ... when it acquired, within a minute of now ($acquired)" \
+			eval 't=$(date -u -d "$acquired" +%s) && d=$(($(date -u +%s) - t)) && [ "${d#-}" -lt 60 ]'
+	else
+		echo "skip - $label: acquisition time (the backend does not see it)"
+	fi
+	resource=$(sed -n 's/^resource: //p' "$out")
+	dl --uri "$uri" list "$name"
+	if [ "$rc" -eq 78 ] && contains "$err" "has no listing"; then
+		echo "skip - $label: list (the backend cannot enumerate)"
+	elif [[ $sees != *" names "* ]]; then
+		check "$label: list NAME-PREFIX lists nothing where names are not kept on the server" \
+			eval '[ "$rc" -eq 0 ] && [ ! -s "$out" ]'
+		dl --uri "$uri" list
+		check "$label: list shows the lock by its resource, name empty, with its holder" \
+			eval '[ "$rc" -eq 0 ] && grep -q -F -x "$(printf "\t%s\tmutex\t1\tcli-%s-holder" "$resource" "$label")" "$out"'
+		dl --uri "$uri" list --json
+		json_check "$label: list --json has it, its name null" "$out" \
+			"[i['name'] for i in d if i['resource'] == '$resource'] == [None]"
+	else
+		check "$label: list NAME-PREFIX shows the held name with its holder" \
+			eval '[ "$rc" -eq 0 ] && [ "$(wc -l <"$out")" -eq 1 ] && grep -q "^$name	.*	1	cli-$label-holder$" "$out"'
+		dl --uri "$uri" list "$name-none"
+		check "$label: ... and nothing for a prefix no held name has" eval '[ "$rc" -eq 0 ] && [ ! -s "$out" ]'
+		dl --uri "$uri" list --json "$name"
+		json_check "$label: list --json is an array of the held names" "$out" "[i['name'] for i in d] == ['$name']"
+	fi
+	t0=$(now_ms)
+	dl --uri "$uri" break "$name"
+	if [ "$rc" -eq 78 ]; then
+		check "$label: break where the backend cannot exits 78, saying so" contains "$err" "^dlock: break: "
+		release "$hpid" "$label-i"
+	else
+		check "$label: break of a held name exits 0 (got $rc)" [ "$rc" -eq 0 ]
+		check "$label: ... saying what was done" contains "$out" "^broke lock '$name': 1 holder removed ("
+		wait "$hpid"
+		local hrc=$? hms=$(($(now_ms) - t0))
+		check "$label: ... the holder's dlock stops its command and exits 76 (got $hrc)" [ "$hrc" -eq 76 ]
+		check "$label: ... within a renewal period (${hms} ms)" [ "$hms" -lt 6000 ]
+		check "$label: ... and says the lock was lost" contains "$tmp/$label-i.err" "^dlock: lock '$name' lost"
+		dl --uri "$uri" break "$name"
+		check "$label: break of a free name exits 1 (got $rc)" [ "$rc" -eq 1 ]
+		dl --uri "$uri" "$name" -- sh -c 'echo "${DLOCK_FENCING_TOKEN-}"'
+		check "$label: the next holder's token is larger ($tok < $(cat "$out"))" \
+			eval '[ -z "$tok" ] || [ "$(cat "$out")" -gt "$tok" ]'
+	fi
+	# Hostile bytes in a name and an identity.
+	hostile=$(printf 'ins\033[31m\a\\x\377-%s' "$$")
+	rm -f "$tmp/$label-h".*
+	"$DLOCK" --uri "$uri" --identity "$(printf 'who\\\377"&id=x%%41')" "$hostile" -- "$holder" "$tmp/$label-h.started" "$tmp/$label-h.go" &
+	hpid=$!
+	await_file "$tmp/$label-h.started"
+	dl --uri "$uri" status "$hostile"
+	check "$label: status of a hostile name exits 0 (got $rc)" [ "$rc" -eq 0 ]
+	check "$label: ... the name and identity escaped, no control byte on stdout" \
+		eval 'contains "$out" "^name: ins\\\\x1b\[31m\\\\x07\\\\\\\\x\\\\xff-$$$" &&
+		contains "$out" "^  identity: who\\\\\\\\\\\\xff\"&id=x%41$" && ! LC_ALL=C grep -q "[[:cntrl:]]" <(tr -d "\n" <"$out")'
+	dl --uri "$uri" status --json "$hostile"
+	jname=$hostile json_check "$label: ... --json gives the name's exact bytes" "$out" \
+		'bytes.fromhex(d["name_hex"]) == name and d["holders"][0]["identity_hex"] == "77686f5cff222669643d78253431"'
+	release "$hpid" "$label-h"
+	long=$(printf 'n%.0s' {1..1024})
+	expect_rc "$label: status of a 1,024-byte name is free (1)" 1 --uri "$uri" status "$long"
+	expect_rc "$label: status of a 1,025-byte name is a usage error" 64 --uri "$uri" status "${long}n"
+}
+
+# hold_checks LABEL URI: --min-hold keeps the lock after COMMAND ended, --max-hold loses it.
+hold_checks() {
+	local label=$1 uri=$2 name="hold-$$-$RANDOM" hpid t0
+	rm -f "$tmp/$label-m".*
+	t0=$(now_ms)
+	"$DLOCK" --uri "$uri" --min-hold 2s "$name-min" -- touch "$tmp/$label-m.ran" &
+	hpid=$!
+	await_file "$tmp/$label-m.ran"
+	sleep 0.5 # COMMAND has ended; dlock stays for the rest of the 2 s
+	expect_rc "$label: --min-hold 2s: another dlock cannot take it after COMMAND ended" 75 \
+		--uri "$uri" -n "$name-min" -- true
+	dl --uri "$uri" status "$name-min"
+	if [ "$rc" -eq 78 ] && contains "$err" "has no inspection"; then
+		echo "skip - $label: status during --min-hold (the backend has no inspection)"
+	else
+		check "$label: ... and status from another dlock shows it held (got $rc)" [ "$rc" -eq 0 ]
+	fi
+	wait "$hpid"
+	local mrc=$? mms=$(($(now_ms) - t0))
+	check "$label: ... dlock exits as COMMAND did (got $mrc) after about 2 s (${mms} ms)" \
+		eval '[ "$mrc" -eq 0 ] && [ "$mms" -ge 1900 ] && [ "$mms" -lt 6000 ]'
+	expect_rc "$label: ... then the name is free" 0 --uri "$uri" -n "$name-min" -- true
+	expect_rc "$label: --max-hold 1s -- sleep 30 exits 76" 76 --uri "$uri" --max-hold 1s "$name-max" -- sleep 30
+	check "$label: ... after about 1 s (${ms} ms)" eval '[ "$ms" -ge 800 ] && [ "$ms" -lt 5000 ]'
+	check "$label: ... saying it was held for its maximum" contains "$err" "^dlock: lock '$name-max' lost (held for its maximum)"
+}
+
+inspect_checks file "file://$tmp/locks"
+hold_checks file "file://$tmp/locks"
+expect_rc "the URI's min_hold keeps dlock too" 0 --uri "file://$tmp/locks?min_hold=1500" "hold-uri-$$" -- true
+check "... for about 1.5 s (${ms} ms)" eval '[ "$ms" -ge 1400 ] && [ "$ms" -lt 5000 ]'
+"$DLOCK" --min-hold 20s "hold-sig-$$" -- true &
+pid=$!
+sleep 0.5 # not synchronisation: the result is the same whether the wait began
+t0=$(now_ms)
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+check "SIGTERM during --min-hold ends dlock at once with 143 (got $rc, $(($(now_ms) - t0)) ms)" \
+	eval '[ "$rc" -eq 143 ] && [ $(($(now_ms) - t0)) -lt 2000 ]'
+for var in DLOCK_TEST_REDIS_URI DLOCK_TEST_PG_URI DLOCK_TEST_PG_ROW_URI DLOCK_TEST_ZK_URI; do
+	if [ -n "${!var:-}" ]; then
+		label=${var#DLOCK_TEST_}
+		label=$(echo "${label%_URI}" | tr 'A-Z_' 'a-z-')
+		inspect_checks "$label" "${!var}"
+		hold_checks "$label" "${!var}"
+	else
+		echo "skip - verbs and hold bounds on $var (unset)"
+	fi
+done
 
 # -------------------------------------------------------- process group
 

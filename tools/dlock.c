@@ -2,14 +2,18 @@
  * dlock(1) — run a command while holding a distributed lock.
  *
  *   dlock [OPTION]... NAME -- COMMAND [ARG]...
+ *   dlock status|list|break [OPTION]... [NAME]
  *
  * Acquires NAME through the public API (the URI picks the backend), keeps
- * it renewed while COMMAND runs and releases it when COMMAND ends.  stdout
- * belongs to COMMAND: dlock writes only to stderr, except for the --help
- * and --version output that the user asked for.  This file decides what to
- * lock and how to exit; dlock_run.c runs and supervises COMMAND.
+ * it renewed while COMMAND runs and releases it when COMMAND ends (not
+ * before --min-hold).  stdout belongs to COMMAND: dlock writes only to
+ * stderr, except for the --help and --version output that the user asked
+ * for, and the answers of the verbs.  This file reads the command line,
+ * decides what to lock and how to exit; dlock_run.c runs and supervises
+ * COMMAND, dlock_verbs.c answers the verbs.
  */
 #include "dlock_run.h"
+#include "dlock_verbs.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -30,6 +34,7 @@ extern char **environ;
 /* The command line. */
 struct cli {
 	const char *uri;   /* --uri; NULL: $DLOCK_URI or the default */
+	const char *identity; /* --identity; NULL: the URI's */
 	int64_t wait_ms;   /* DLOCK_WAIT_DEFAULT unless --wait or --no-wait */
 	int64_t ttl_ms;    /* 0: the URI's ttl, else the library's 30s */
 	int64_t grace_ms;
@@ -38,6 +43,11 @@ struct cli {
 	int rw;             /* --shared or --exclusive: NAME is a read-write lock */
 	int shared;         /* --shared: a reader of it */
 	uint32_t limit;     /* --limit N: NAME is a semaphore of N permits; 0: not one */
+	int64_t min_hold_ms; /* --min-hold; -1: the URI's min_hold */
+	int64_t max_hold_ms; /* --max-hold; -1: the URI's max_hold */
+	int json;           /* --json (verbs) */
+	const char *run_only; /* the first option seen that only running COMMAND takes */
+	enum cli_verb verb; /* a verb, or CLI_VERB_NONE */
 	int wait_given;     /* --wait seen */
 	int no_wait;        /* --no-wait seen */
 	int dashdash_taken; /* getopt took a "--" as the end of the options */
@@ -53,6 +63,7 @@ struct session {
 	dlock_client *client;
 	dlock_lock *lock;
 	int lost_reported;
+	int64_t acquired_at; /* monotonic ms just after the acquisition */
 	char token_var[sizeof FENCING_VAR "=18446744073709551615"];
 	char slot_var[sizeof SLOT_VAR "=4294967295"];
 };
@@ -82,13 +93,42 @@ static void log_library(void *userdata, dlock_log_level level, const char *msg)
 
 static const char help_text[] =
 	"Usage: dlock [OPTION]... NAME -- COMMAND [ARG]...\n"
+	"  or:  dlock status [OPTION]... NAME\n"
+	"  or:  dlock list [OPTION]... [NAME-PREFIX]\n"
+	"  or:  dlock break [OPTION]... NAME\n"
 	"Run COMMAND while holding the distributed lock NAME, keep the lock renewed\n"
 	"while COMMAND runs, and release it when COMMAND ends.  COMMAND runs in its\n"
 	"own process group.  dlock writes nothing on stdout; its messages go to\n"
 	"stderr, prefixed \"dlock: \".\n"
 	"\n"
+	"Verbs (a first operand that is a verb is the verb, unless the next argument\n"
+	"is '--': 'dlock status -- make' runs make under the lock named status):\n"
+	"  status NAME       who holds NAME: name, resource (where the server keeps\n"
+	"                    it), kind, waiters, and each holder's identity, host,\n"
+	"                    pid, acquired (UTC, server's clock), lease left, token,\n"
+	"                    mode, slot and session, as far as the backend can see\n"
+	"                    them (unknown fields are left out); exit 0 when NAME is\n"
+	"                    held, 1 when it is free\n"
+	"  list [NAME-PREFIX]\n"
+	"                    the held locks whose names start with NAME-PREFIX (all\n"
+	"                    without it), one line each: NAME, RESOURCE, KIND,\n"
+	"                    HOLDERS, IDENTITIES, separated by tabs (NAME empty\n"
+	"                    where the server does not keep names); exit 0\n"
+	"  break NAME        take NAME from every holder (an administrator's act):\n"
+	"                    the backend deletes the lock (its holders learn of it\n"
+	"                    at their next renewal) or ends each holder's session\n"
+	"                    (every lock of that session goes); says which, and how\n"
+	"                    many holders were removed; exit 0 when some were, 1 when\n"
+	"                    NAME was free\n"
+	"  Their answer goes to stdout.  Names, identities, hosts and sessions are\n"
+	"  untrusted: in text every byte outside printable ASCII, and the backslash,\n"
+	"  is written \\xNN (\\\\).  A backend without inspection or breaking exits 78.\n"
+	"\n"
 	"Options:\n"
 	"      --uri URI          lock service (default: see Default URI below)\n"
+	"      --identity ID      who this dlock is, as status and list show its locks\n"
+	"                         to others: 1 to 128 bytes, no control byte, no\n"
+	"                         secret (default: the URI's identity, else HOST:PID)\n"
 	"  -w, --wait T           give up when the lock is not acquired within T\n"
 	"                         (default: the URI's wait parameter, else forever)\n"
 	"  -n, --no-wait          give up at once when the lock is held elsewhere\n"
@@ -112,8 +152,22 @@ static const char help_text[] =
 	"                         holders at once (as consul lock -n); every user of\n"
 	"                         NAME gives the same N (another N is refused while\n"
 	"                         NAME is in use).  Not with -s or -x\n"
+	"      --min-hold T       keep NAME held at least T after the acquisition,\n"
+	"                         even when COMMAND ends sooner (dlock stays until\n"
+	"                         then; a signal ends the wait, exit 128+N)\n"
+	"                         (default: the URI's min_hold, else none)\n"
+	"      --max-hold T       hold NAME at most T: then the lock is released and\n"
+	"                         counts as lost, COMMAND is stopped and dlock exits\n"
+	"                         76; at least --min-hold (default: the URI's\n"
+	"                         max_hold, else none)\n"
+	"      --json             status, list and break: print one JSON object (list:\n"
+	"                         an array), valid whatever the bytes: a string that\n"
+	"                         is not valid UTF-8 has U+FFFD for each bad byte, and\n"
+	"                         a KEY_hex field beside it with its exact bytes;\n"
+	"                         status adds \"sees\": what the backend can see\n"
 	"  -q, --quiet            do not report a busy lock or an expired wait, nor\n"
-	"                         the library's warnings (errors are still shown)\n"
+	"                         the library's warnings (errors are still shown);\n"
+	"                         with a verb, print nothing: the exit status only\n"
 	"  -h, --help             show this help and exit\n"
 	"  -V, --version          show the version and the backends, and exit\n"
 	"\n"
@@ -143,8 +197,9 @@ static const char help_text[] =
 	"  postgres://[USER[:PASSWORD]@]HOST[:PORT][,HOST[:PORT]].../DATABASE\n"
 	"                          PostgreSQL (postgresql:// is the same)\n"
 	"  Parameters go after '?', e.g. ?ttl=10s&wait=1m; those of every backend are\n"
-	"  ttl, wait, renew, fencing, prefix, open_timeout and io_timeout.  Messages\n"
-	"  show passwords as ***.  Backends in this build: %s\n"
+	"  ttl, wait, renew, fencing, prefix, open_timeout, io_timeout, identity,\n"
+	"  min_hold and max_hold.  Messages show passwords as ***.  Backends in this\n"
+	"  build: %s\n"
 	"\n"
 	"Default URI: $DLOCK_URI when set and not empty, else\n"
 	"file://$XDG_RUNTIME_DIR/dlock, else (XDG_RUNTIME_DIR unset, empty or not\n"
@@ -171,7 +226,9 @@ static const char help_text[] =
 	"Exit status:\n"
 	"  N      COMMAND's exit status\n"
 	"  128+N  COMMAND was killed by signal N, or dlock got signal N before\n"
-	"         COMMAND started\n"
+	"         COMMAND started or while it kept the lock for --min-hold\n"
+	"  0, 1   status: 0 held, 1 free; break: 0 holders removed, 1 NAME was free;\n"
+	"         list: 0\n"
 	"  64     usage error (EX_USAGE), also NAME in use as another kind of lock\n"
 	"         (with -s/-x while others use it without, or the reverse; with\n"
 	"         --limit N while others use another N or no --limit)\n"
@@ -180,13 +237,14 @@ static const char help_text[] =
 	"  71     system error: cannot fork, out of memory, I/O error (EX_OSERR)\n"
 	"  75     lock held elsewhere (--no-wait) or wait expired (EX_TEMPFAIL;\n"
 	"         changed by --conflict-exit-code)\n"
-	"  76     the lock was lost while COMMAND ran; COMMAND was stopped\n"
-	"         (EX_PROTOCOL)\n"
+	"  76     the lock was lost while COMMAND ran, or held for --max-hold;\n"
+	"         COMMAND was stopped (EX_PROTOCOL)\n"
 	"  77     permission denied by the lock service, or a lock directory that\n"
 	"         may not be written (EX_NOPERM)\n"
 	"  78     bad URI, unknown or refused backend, missing database, lock\n"
-	"         directory missing and not creatable or not a directory, or a\n"
-	"         backend without read-write locks for -s/-x (EX_CONFIG)\n"
+	"         directory missing and not creatable or not a directory, a\n"
+	"         backend without read-write locks for -s/-x, or without\n"
+	"         inspection or breaking for a verb (EX_CONFIG)\n"
 	"  126    COMMAND cannot be executed\n"
 	"  127    COMMAND not found\n";
 
@@ -219,7 +277,7 @@ static int print_version(void)
 
 /* ------------------------------------------------------------ options */
 
-enum { OPT_URI = 256, OPT_TTL, OPT_GRACE };
+enum { OPT_URI = 256, OPT_TTL, OPT_GRACE, OPT_IDENTITY, OPT_MIN_HOLD, OPT_MAX_HOLD, OPT_JSON };
 
 static const char short_options[] = "+:w:nE:sxl:qhV"; /* '+': stop at NAME */
 
@@ -233,6 +291,10 @@ static const struct option long_options[] = {
 	{"shared", no_argument, NULL, 's'},
 	{"exclusive", no_argument, NULL, 'x'},
 	{"limit", required_argument, NULL, 'l'},
+	{"identity", required_argument, NULL, OPT_IDENTITY},
+	{"min-hold", required_argument, NULL, OPT_MIN_HOLD},
+	{"max-hold", required_argument, NULL, OPT_MAX_HOLD},
+	{"json", no_argument, NULL, OPT_JSON},
 	{"quiet", no_argument, NULL, 'q'},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
@@ -292,6 +354,19 @@ static int limit_arg(const char *text, uint32_t *out)
 	return -1;
 }
 
+/* The library's rule (dlock_client_options::identity), told as a usage error. */
+static int identity_arg(const char *text)
+{
+	size_t len = strlen(text);
+
+	if (len == 0 || len > DLOCK_IDENTITY_MAX)
+		return usage_error("--identity: must be 1 to %d bytes long", DLOCK_IDENTITY_MAX);
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)text[i] < 0x20 || text[i] == 0x7f)
+			return usage_error("--identity: a control byte at byte %zu", i + 1);
+	return -1;
+}
+
 static int bad_option(char **argv)
 {
 	/* optopt: the short option at fault, 0 for an unknown long option; a
@@ -303,27 +378,52 @@ static int bad_option(char **argv)
 	return usage_error("option '%s' takes no value", argv[optind - 1]);
 }
 
+/* Note an option that only running COMMAND takes: a verb refuses it. */
+static void run_only(struct cli *cli, const char *opt)
+{
+	if (cli->run_only == NULL)
+		cli->run_only = opt;
+}
+
 static int apply_option(struct cli *cli, int opt, char **argv)
 {
 	switch (opt) {
 	case OPT_URI:
 		cli->uri = optarg;
 		return *optarg ? -1 : usage_error("--uri: empty URI");
+	case OPT_IDENTITY:
+		cli->identity = optarg;
+		return identity_arg(optarg);
+	case OPT_JSON:
+		cli->json = 1;
+		return -1;
 	case 'w':
+		run_only(cli, "--wait");
 		cli->wait_given = 1;
 		return duration_arg("--wait", optarg, 0, &cli->wait_ms);
 	case 'n':
+		run_only(cli, "--no-wait");
 		cli->no_wait = 1;
 		cli->wait_ms = 0;
 		return -1;
 	case OPT_TTL:
+		run_only(cli, "--ttl");
 		return duration_arg("--ttl", optarg, 1, &cli->ttl_ms);
 	case OPT_GRACE:
+		run_only(cli, "--grace");
 		return duration_arg("--grace", optarg, 0, &cli->grace_ms);
+	case OPT_MIN_HOLD:
+		run_only(cli, "--min-hold");
+		return duration_arg("--min-hold", optarg, 0, &cli->min_hold_ms);
+	case OPT_MAX_HOLD:
+		run_only(cli, "--max-hold");
+		return duration_arg("--max-hold", optarg, 1, &cli->max_hold_ms);
 	case 'E':
+		run_only(cli, "--conflict-exit-code");
 		return exit_code_arg(optarg, &cli->conflict_code);
 	case 's':
 	case 'x':
+		run_only(cli, opt == 's' ? "--shared" : "--exclusive");
 		if (cli->rw && cli->shared != (opt == 's'))
 			return usage_error("--shared and --exclusive cannot be used together");
 		if (cli->limit)
@@ -332,6 +432,7 @@ static int apply_option(struct cli *cli, int opt, char **argv)
 		cli->shared = opt == 's';
 		return -1;
 	case 'l':
+		run_only(cli, "--limit");
 		if (cli->rw)
 			return usage_error("--limit cannot be used with --shared or --exclusive");
 		return limit_arg(optarg, &cli->limit);
@@ -355,6 +456,10 @@ static int parse_operands(struct cli *cli, int argc, char **argv)
 {
 	if (cli->wait_given && cli->no_wait)
 		return usage_error("--no-wait and --wait cannot be used together");
+	if (cli->json)
+		return usage_error("--json goes with status, list and break");
+	if (cli->min_hold_ms >= 0 && cli->max_hold_ms >= 0 && cli->max_hold_ms < cli->min_hold_ms)
+		return usage_error("--max-hold must be at least --min-hold");
 	if (optind >= argc)
 		return usage_error("missing lock NAME");
 	cli->name = argv[optind];
@@ -373,6 +478,35 @@ static int parse_operands(struct cli *cli, int argc, char **argv)
 	return -1;
 }
 
+/* VERB [OPTION]... [OPERAND]: the options after the verb, then its operand. */
+static int parse_verb(struct cli *cli, int argc, char **argv)
+{
+	const char *verb = cli_verb_name(cli->verb);
+	char **args = argv + optind; /* args[0] is the verb */
+	int n = argc - optind, opt, rc, operands;
+
+	optind = 0; /* GNU getopt: start over, at args[1] */
+	while ((opt = getopt_long(n, args, short_options, long_options, NULL)) != -1) {
+		rc = apply_option(cli, opt, args);
+		if (rc >= 0)
+			return rc;
+	}
+	if (cli->run_only != NULL)
+		return usage_error("%s: option '%s' is for running a command under a lock", verb, cli->run_only);
+	operands = n - optind;
+	if (operands > 1)
+		return usage_error("%s: one %s at most, got %d operands", verb,
+		                   cli->verb == CLI_VERB_LIST ? "NAME-PREFIX" : "NAME", operands);
+	cli->name = operands == 1 ? args[optind] : NULL;
+	if (cli->verb == CLI_VERB_LIST)
+		return -1;
+	if (cli->name == NULL)
+		return usage_error("%s: missing lock NAME", verb);
+	if (cli->name[0] == '\0')
+		return usage_error("%s: empty lock NAME", verb);
+	return -1;
+}
+
 static int parse_args(struct cli *cli, int argc, char **argv)
 {
 	const char *last_value = NULL; /* optarg of the last option */
@@ -382,6 +516,8 @@ static int parse_args(struct cli *cli, int argc, char **argv)
 		.wait_ms = DLOCK_WAIT_DEFAULT,
 		.grace_ms = DEFAULT_GRACE_MS,
 		.conflict_code = CLI_EXIT_CONFLICT,
+		.min_hold_ms = -1,
+		.max_hold_ms = -1,
 	};
 	opterr = 0; /* our messages, with the "dlock: " prefix */
 	while ((opt = getopt_long(argc, argv, short_options, long_options, NULL)) != -1) {
@@ -392,6 +528,12 @@ static int parse_args(struct cli *cli, int argc, char **argv)
 	}
 	/* The argument before the operands is "--" and not an option's value. */
 	cli->dashdash_taken = optind > 1 && strcmp(argv[optind - 1], "--") == 0 && argv[optind - 1] != last_value;
+	/* A first operand that is a verb is the verb, unless "--" follows it:
+	 * "dlock status -- make" runs make under the lock named "status". */
+	if (optind < argc && (optind + 1 >= argc || strcmp(argv[optind + 1], "--") != 0))
+		cli->verb = cli_verb_of(argv[optind]);
+	if (cli->verb != CLI_VERB_NONE)
+		return parse_verb(cli, argc, argv);
 	return parse_operands(cli, argc, argv);
 }
 
@@ -452,22 +594,51 @@ static char *default_uri(void)
 	return file_uri(buf, strlen(buf));
 }
 
-static char *resolve_uri(const struct cli *cli)
+static char *resolve_uri(const char *uri)
 {
 	const char *env = getenv("DLOCK_URI");
 
-	if (cli->uri != NULL)
-		return strdup(cli->uri);
+	if (uri != NULL)
+		return strdup(uri);
 	if (env != NULL && env[0] != '\0')
 		return strdup(env);
 	return default_uri();
+}
+
+/*
+ * The URI's min_hold in ms (0 when absent or unreadable; the library has
+ * already refused a bad one at open).  The library applies it itself, but
+ * does not tell it: dlock needs it to stay open until the bound.
+ */
+static int64_t uri_min_hold(const char *uri)
+{
+	static const char key[] = "min_hold=";
+	const char *q = strchr(uri, '?');
+	char value[64];
+	int64_t ms = 0;
+
+	while (q != NULL) {
+		const char *v = q + 1, *end = v + strcspn(v, "&#");
+
+		if (strncmp(v, key, sizeof key - 1) == 0 && (size_t)(end - v) - (sizeof key - 1) < sizeof value) {
+			size_t n = (size_t)(end - v) - (sizeof key - 1);
+
+			memcpy(value, v + sizeof key - 1, n);
+			value[n] = '\0';
+			if (dlock_duration_parse(value, 1, &ms) != DLOCK_OK)
+				ms = 0;
+			return ms;
+		}
+		q = *end == '&' ? end : NULL;
+	}
+	return 0;
 }
 
 /* ------------------------------------------------------------ locking */
 
 /* Exit status for a library failure; `invalid` is the one for EINVAL,
  * which means a bad URI in dlock_client_open() and bad options elsewhere. */
-static int status_exit(dlock_status st, int invalid)
+int cli_status_exit(dlock_status st, int invalid)
 {
 	switch (st) {
 	case DLOCK_EINVAL:
@@ -520,7 +691,7 @@ static int acquire_failed(struct session *s, dlock_status st)
 	if (st != DLOCK_EBUSY && st != DLOCK_ETIMEDOUT) {
 		cli_say("cannot acquire lock '%s' on %s: %s", cli->name, dlock_client_uri(s->client),
 		        detail(s, st));
-		return status_exit(st, EX_USAGE);
+		return cli_status_exit(st, EX_USAGE);
 	}
 	if (cli->quiet) {
 		/* asked for silence */
@@ -536,30 +707,42 @@ static int acquire_failed(struct session *s, dlock_status st)
 	return cli->conflict_code;
 }
 
-/* Open the client and acquire the lock: -1 when held, else the exit status. */
-static int acquire(struct session *s, struct cli_watch *watch)
+int cli_open_client(const char *uri_opt, const char *identity, int quiet, dlock_client **out)
 {
-	const struct cli *cli = s->cli;
 	dlock_client_options copts = DLOCK_CLIENT_OPTIONS_INIT;
-	dlock_acquire_options aopts = DLOCK_ACQUIRE_OPTIONS_INIT;
 	char err[512] = "";
-	char *uri = resolve_uri(cli);
+	char *uri = resolve_uri(uri_opt);
 	dlock_status st;
 
+	*out = NULL;
 	if (uri == NULL) {
 		cli_say("cannot build the URI: %s", strerror(errno));
 		return EX_OSERR;
 	}
 	copts.log = log_library;
-	copts.log_level = cli->quiet ? DLOCK_LOG_ERROR : DLOCK_LOG_WARN;
-	st = dlock_client_open(&s->client, uri, &copts, err, sizeof err);
+	copts.log_level = quiet ? DLOCK_LOG_ERROR : DLOCK_LOG_WARN;
+	copts.identity = identity;
+	st = dlock_client_open(out, uri, &copts, err, sizeof err);
 	free(uri);
 	if (st != DLOCK_OK) {
 		/* The library's message says what failed and where; the status
 		 * text would only say it again in general terms. */
 		cli_say("cannot open the lock service: %s", err[0] ? err : dlock_strerror(st));
-		return status_exit(st, EX_CONFIG);
+		return cli_status_exit(st, EX_CONFIG);
 	}
+	return 0;
+}
+
+/* Open the client and acquire the lock: -1 when held, else the exit status. */
+static int acquire(struct session *s, struct cli_watch *watch)
+{
+	const struct cli *cli = s->cli;
+	dlock_acquire_options aopts = DLOCK_ACQUIRE_OPTIONS_INIT;
+	int rc = cli_open_client(cli->uri, cli->identity, cli->quiet, &s->client);
+	dlock_status st;
+
+	if (rc != 0)
+		return rc;
 	if (cli->limit)
 		st = dlock_semaphore_new(s->client, cli->name, cli->limit, &s->lock);
 	else if (cli->rw)
@@ -569,11 +752,11 @@ static int acquire(struct session *s, struct cli_watch *watch)
 	if (st == DLOCK_ENOTSUP) {
 		cli_say("%s: %s", cli->limit ? "--limit" : cli->shared ? "--shared" : "--exclusive",
 		        detail(s, st));
-		return status_exit(st, EX_USAGE);
+		return cli_status_exit(st, EX_USAGE);
 	}
 	if (st != DLOCK_OK) {
 		cli_say("invalid lock name: %s", detail(s, st));
-		return status_exit(st, EX_USAGE);
+		return cli_status_exit(st, EX_USAGE);
 	}
 	cli_watch_lock(watch, s->lock);
 	aopts.wait_ms = cli->wait_ms;
@@ -582,7 +765,10 @@ static int acquire(struct session *s, struct cli_watch *watch)
 	aopts.on_lost = cli_lost_callback;
 	aopts.lost_userdata = &s->lost;
 	aopts.mode = cli->shared ? DLOCK_MODE_SHARED : DLOCK_MODE_EXCLUSIVE;
+	aopts.min_hold_ms = cli->min_hold_ms;
+	aopts.max_hold_ms = cli->max_hold_ms;
 	st = dlock_acquire(s->lock, &aopts);
+	s->acquired_at = cli_now_ms();
 	return st == DLOCK_OK ? -1 : acquire_failed(s, st);
 }
 
@@ -620,7 +806,7 @@ static char **command_env(struct session *s, int *rc)
 	}
 	if (st != DLOCK_OK && st != DLOCK_ENOTSUP) {
 		cli_say("cannot read the fencing token of lock '%s': %s", s->cli->name, detail(s, st));
-		*rc = status_exit(st, EX_OSERR);
+		*rc = cli_status_exit(st, EX_OSERR);
 		return NULL;
 	}
 	while (environ[n] != NULL)
@@ -647,6 +833,24 @@ static char **command_env(struct session *s, int *rc)
 	return env;
 }
 
+/*
+ * The release of a lock held for less than its minimum returns at once,
+ * but the library keeps the name held until the bound; on session backends
+ * only as long as the client is open.  So dlock stays until then (the
+ * bound is counted from just after the acquisition, never sooner than the
+ * library's).  A signal ends the wait: exit 128+N.  Returns `rc` otherwise.
+ */
+static int keep_min_hold(struct session *s, int rc)
+{
+	int64_t min_hold = s->cli->min_hold_ms >= 0 ? s->cli->min_hold_ms : uri_min_hold(dlock_client_uri(s->client));
+	int signo;
+
+	if (min_hold <= 0)
+		return rc;
+	signo = cli_wait_until(&s->sig, s->acquired_at + min_hold);
+	return signo != 0 ? 128 + signo : rc;
+}
+
 /* After COMMAND ended: release, and exit as COMMAND did unless the lock was
  * lost at some point (then COMMAND ran at least partly unprotected). */
 static int finish(struct session *s, int wait_status)
@@ -664,10 +868,12 @@ static int finish(struct session *s, int wait_status)
 		cli_say("lock '%s' was lost while the command ran: %s", s->cli->name, detail(s, st));
 		return CLI_EXIT_LOST;
 	}
-	if (st != DLOCK_OK)
+	if (st != DLOCK_OK) {
 		cli_say("warning: cannot release lock '%s' on %s: %s", s->cli->name,
 		        dlock_client_uri(s->client), detail(s, st));
-	return cli_wait_status_exit(wait_status);
+		return cli_wait_status_exit(wait_status);
+	}
+	return keep_min_hold(s, cli_wait_status_exit(wait_status));
 }
 
 static int run_command(struct session *s)
@@ -716,6 +922,18 @@ int main(int argc, char **argv)
 
 	if (rc >= 0)
 		return rc;
+	if (cli.verb != CLI_VERB_NONE) {
+		/* Nothing is held: the signals keep their default action. */
+		struct cli_verb_args verb = {
+			.verb = cli.verb,
+			.uri = cli.uri,
+			.identity = cli.identity,
+			.json = cli.json,
+			.quiet = cli.quiet,
+			.name = cli.name,
+		};
+		return cli_verb_run(&verb);
+	}
 	if (cli_signals_open(&s.sig) != 0 || cli_lost_init(&s.lost) != 0) {
 		cli_say("cannot set up signal handling: %s", strerror(errno));
 		return EX_OSERR;

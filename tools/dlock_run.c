@@ -33,7 +33,7 @@ static const int forwarded_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
  */
 #define CANCEL_REPEAT_MS 50
 
-static int64_t now_ms(void)
+int64_t cli_now_ms(void)
 {
 	struct timespec ts;
 
@@ -101,6 +101,30 @@ static int next_forwardable(int fd)
 int cli_signals_pending(const struct cli_signals *sig)
 {
 	return next_forwardable(sig->fd);
+}
+
+static int poll_timeout(int64_t deadline);
+
+int cli_wait_until(const struct cli_signals *sig, int64_t deadline)
+{
+	struct pollfd p = {.fd = sig->fd, .events = POLLIN};
+	int s;
+
+	for (;;) {
+		if ((s = next_forwardable(sig->fd)) != 0)
+			return s;
+		if (cli_now_ms() >= deadline)
+			return 0;
+		if (poll(&p, 1, poll_timeout(deadline)) < 0 && errno != EINTR) {
+			/* Cannot watch for signals: keep the bound all the same. */
+			int64_t left = deadline - cli_now_ms();
+			struct timespec ts = {(time_t)(left / 1000), (long)(left % 1000) * 1000000L};
+
+			while (left > 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR)
+				;
+			return 0;
+		}
+	}
 }
 
 /* ------------------------------------------------------------- watcher */
@@ -428,7 +452,7 @@ static int poll_timeout(int64_t deadline)
 
 	if (deadline < 0)
 		return -1;
-	left = deadline - now_ms();
+	left = deadline - cli_now_ms();
 	return left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
 }
 
@@ -443,7 +467,7 @@ static void drain(int fd)
 /* Start stopping COMMAND; returns when SIGKILL is due. */
 static int64_t stop_command(const struct cli_child *c)
 {
-	int64_t now = now_ms();
+	int64_t now = cli_now_ms();
 
 	signal_command(c, SIGTERM);
 	signal_command(c, SIGCONT); /* a stopped COMMAND must be able to act on it */
@@ -486,7 +510,7 @@ int cli_supervise(struct cli_child *c, const struct cli_signals *sig, struct cli
 			return supervise_failed(c, "waitpid");
 		if (done)
 			break;
-		if (kill_at >= 0 && now_ms() >= kill_at) {
+		if (kill_at >= 0 && cli_now_ms() >= kill_at) {
 			signal_command(c, SIGKILL);
 			kill_at = -1;
 		}

@@ -40,6 +40,14 @@ int cli_signals_open(struct cli_signals *sig);
 void cli_signals_close(struct cli_signals *sig);
 /** First forwardable signal waiting in the signalfd, or 0; never blocks. */
 int cli_signals_pending(const struct cli_signals *sig);
+/**
+ * Wait until `deadline` (cli_now_ms() time) or a forwardable signal,
+ * whichever comes first: returns the signal, or 0 at the deadline.
+ */
+int cli_wait_until(const struct cli_signals *sig, int64_t deadline);
+
+/** Monotonic clock in milliseconds. */
+int64_t cli_now_ms(void);
 
 /*
  * Watcher thread while dlock opens the client and waits for the lock:

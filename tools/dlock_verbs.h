@@ -1,0 +1,55 @@
+/*
+ * The dlock command's verbs: `dlock status NAME`, `dlock list [PREFIX]`,
+ * `dlock break NAME`.  dlock.c parses the command line and opens the
+ * client (cli_open_client()); dlock_verbs.c asks the library and prints
+ * the answer on stdout (text or --json, escaped by dlock_out.c).
+ *
+ * Threads: the main thread only.  Errors: printed on stderr ("dlock: "),
+ * and told by the exit status (the table of dlock --help).
+ */
+#ifndef DLOCK_TOOLS_VERBS_H
+#define DLOCK_TOOLS_VERBS_H
+
+#include <dlock/dlock.h>
+
+/* Exit statuses of the verbs besides the common table (see --help). */
+#define CLI_EXIT_FREE 1 /* status: NAME is free; break: NAME was free */
+
+enum cli_verb {
+	CLI_VERB_NONE = 0, /* run COMMAND under a lock */
+	CLI_VERB_STATUS,
+	CLI_VERB_LIST,
+	CLI_VERB_BREAK,
+};
+
+/* A verb and what the command line gave it. */
+struct cli_verb_args {
+	enum cli_verb verb;
+	const char *uri;      /* --uri; NULL: $DLOCK_URI or the default */
+	const char *identity; /* --identity; NULL: the URI's, else HOST:PID */
+	int json;             /* --json */
+	int quiet;            /* --quiet: nothing on stdout, the exit status only */
+	const char *name;     /* NAME of status and break; list's PREFIX (NULL: all) */
+};
+
+/** The verb named `word`, or CLI_VERB_NONE. */
+enum cli_verb cli_verb_of(const char *word);
+/** Static name of a verb ("status", ...). */
+const char *cli_verb_name(enum cli_verb verb);
+
+/** Run the verb: returns dlock's exit status. */
+int cli_verb_run(const struct cli_verb_args *a);
+
+/* ------------------------------------------------ provided by dlock.c */
+
+/**
+ * Open a client for `uri` (NULL: $DLOCK_URI, else the default URI) with
+ * `identity` (NULL: the URI's).  Returns 0 with *out set, else prints why
+ * and returns the exit status.
+ */
+int cli_open_client(const char *uri, const char *identity, int quiet, dlock_client **out);
+
+/** Exit status for a library failure; `invalid` is the one for DLOCK_EINVAL. */
+int cli_status_exit(dlock_status st, int invalid);
+
+#endif
