@@ -333,6 +333,33 @@ static dlock_status exec_after_begin(const struct dlock_pg_backend *b, struct dl
 	return finish_pipeline(b, c, deadline_ns, res, sqlstate, err);
 }
 
+/* BEGIN, SET LOCAL synchronous_commit TO off, `s`, COMMIT: one round trip (a pipeline), and a transaction
+ * that a failure leaves behind is rolled back. */
+static dlock_status exec_unsynced(const struct dlock_pg_backend *b, struct dlock_pg_conn *c,
+                                  const struct dlock_pg_stmt *s, int64_t deadline_ns, PGresult **res,
+                                  char sqlstate[6], dlock_error *err)
+{
+	if (!PQenterPipelineMode(c->pg))
+		return lost(b, c, err);
+	if (!PQsendQueryParams(c->pg, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
+	    !PQsendQueryParams(c->pg, "SET LOCAL synchronous_commit TO off", 0, NULL, NULL, NULL, NULL, 0) ||
+	    !send_stmt(b, c, s) || !PQsendQueryParams(c->pg, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) ||
+	    !PQpipelineSync(c->pg))
+		return lost(b, c, err);
+	dlock_status st = finish_pipeline(b, c, deadline_ns, res, sqlstate, err);
+	if (!c->dead && PQtransactionStatus(c->pg) != PQTRANS_IDLE) {
+		struct dlock_pg_stmt rollback = { .sql = "ROLLBACK" };
+		char ignored_state[6];
+		dlock_error ignored;
+		PGresult *r = NULL;
+		if (!send_stmt(b, c, &rollback) ||
+		    finish(b, c, deadline_ns, &r, ignored_state, &ignored) != DLOCK_OK)
+			c->dead = 1;
+		PQclear(r);
+	}
+	return st;
+}
+
 dlock_status dlock_pg_exec(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_stmt *s,
                            int64_t deadline_ns, PGresult **res, char sqlstate[6], dlock_error *err)
 {
@@ -347,6 +374,8 @@ dlock_status dlock_pg_exec(const struct dlock_pg_backend *b, struct dlock_pg_con
 	}
 	if (s->begin)
 		return exec_after_begin(b, c, s, deadline_ns, res, sqlstate, err);
+	if (s->unsynced)
+		return exec_unsynced(b, c, s, deadline_ns, res, sqlstate, err);
 	if (!send_stmt(b, c, s))
 		return lost(b, c, err);
 	return finish(b, c, deadline_ns, res, sqlstate, err);

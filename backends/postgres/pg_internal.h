@@ -237,6 +237,8 @@ struct dlock_pg_stmt {
 	const char *prepared;
 	int token;
 	int begin;
+	int unsynced;     /* its own transaction, committed without waiting for a synchronous standby (a write
+	                     whose loss in a failover costs nothing, which must not stall on a standby) */
 	int n;
 	const Oid *types; /* of the parameters of an unnamed statement; NULL: the server infers them */
 	const char *values[8];

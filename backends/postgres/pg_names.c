@@ -12,7 +12,10 @@
  * by INSERT ... ON CONFLICT DO NOTHING in the session that is about to
  * take the name for the first time in this client (one round trip, then
  * never again while the name stays in the client's cache of written
- * keys).  The table is created when the client opens, if missing and the
+ * keys), in a transaction of its own committed with synchronous_commit
+ * off: a synchronous standby that is gone must not stall the acquisition
+ * (advisory locks write nothing else), and a name lost in a failover only
+ * makes a listing show its key.  The table is created when the client opens, if missing and the
  * role may (serialised with pg_setup.c's other objects); when it is
  * missing or the role may not insert, nothing is written, listing shows
  * such names by their keys, and locking is unchanged.  A role that should
@@ -150,7 +153,7 @@ dlock_status dlock_pg_names_write(struct dlock_pg_backend *b, struct dlock_pg_co
 	snprintf(base, sizeof base, "%ld", (long)lk->sem_base);
 	struct dlock_pg_stmt s = { .sql = "INSERT INTO " DLOCK_PG_NAMES " (key, hi, base, name) "
 		                          "VALUES ($1::int8, $2::int4, $3::int4, $4::bytea) ON CONFLICT DO NOTHING",
-		                   .n = 4, .values = { key, hi, base, lk->row_name },
+		                   .unsynced = 1, .n = 4, .values = { key, hi, base, lk->row_name },
 		                   .lengths = { -1, -1, -1, (int)lk->row_len }, .formats = { 0, 0, 0, 1 } };
 	dlock_error why;
 	dlock_status st = dlock_pg_run(b, c, &s, sqlstate, &why);
