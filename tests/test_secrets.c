@@ -415,10 +415,10 @@ static void test_bench_output(void)
 
 /* ------------------------------------------------------------ Redis ACL */
 
-/* The commands dlock sends (the scripts' too: ACLs apply inside them), nothing else. */
-/* The commands dlock sends (in scripts too): with fair=0, and those the queue (the default) adds. */
+/* The commands dlock sends (in scripts too: ACLs apply inside them): with fair=0, and those the queue (the
+ * default) adds; nothing else. */
 #define DLOCK_REDIS_COMMANDS                                                                              \
-	"-@all +eval +evalsha '+script|load' +subscribe +unsubscribe +set +get +del +pttl +pexpire +time " \
+	"-@all +eval +evalsha '+script|load' +subscribe +unsubscribe +set +get +exists +del +pttl +pexpire +time " \
 	"+publish +blpop +lpop +rpush +lindex +lrem +hget +hset +hdel"
 
 struct waiter {
