@@ -384,6 +384,11 @@ void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, con
 	}
 	if (!l->held || l->lost)
 		return;
+	/* A lease cut to end at the maximum hold that runs out (however it is noticed) is the maximum. */
+	if (reason == DLOCK_LOST_EXPIRED && dlock_hold_due_reason(l, dlock_monotonic_ns()) == DLOCK_LOST_MAX_HOLD) {
+		reason = DLOCK_LOST_MAX_HOLD;
+		detail = "held for its maximum hold: released";
+	}
 	if (l->lingering) {
 		/* Its owner released it: nobody is told, what is left is only cleaned up. */
 		l->lost = 1;

@@ -170,18 +170,18 @@ static void test_max_hold_renews_until_the_bound(void)
 		goto out;
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 	o.wait_ms = 0;
-	o.lease_ms = 200;
-	o.max_hold_ms = 1000;
+	o.lease_ms = 300;
+	o.max_hold_ms = 1200;
 	o.on_lost = dlock_test_on_lost;
 	o.lost_userdata = &lost;
 	int64_t before = dlock_test_now_ms();
 	if (!CONF_ASSERT_ST(dlock_acquire(la, &o), DLOCK_OK))
 		goto out;
-	dlock_test_sleep_ms(600); /* three leases: only renewal keeps it */
+	dlock_test_sleep_ms(800); /* more than two leases: only renewal keeps it */
 	CONF_ASSERT_ST(dlock_check(la), DLOCK_OK);
-	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, 1000 + CONF_SLACK_MS));
+	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, 1200 + CONF_SLACK_MS));
 	CU_ASSERT_EQUAL(atomic_load(&lost.reason), DLOCK_LOST_MAX_HOLD);
-	CU_ASSERT(dlock_test_now_ms() >= before + 1000 - 1000 / 10 - 60);
+	CU_ASSERT(dlock_test_now_ms() >= before + 1200 - 1200 / 10 - 60);
 	CONF_ASSERT_ST(dlock_release(la), DLOCK_ENOTHELD);
 out:
 	dlock_lock_free(la);
