@@ -48,6 +48,11 @@
  * holder need not wait for a renewal to learn of it.  The fencing counter
  * stays.  The control door answers only those two features.
  *
+ * Elections: a holder's value (proclaim()) is kept on its name until the
+ * name changes hands; observers' watches hang off the name and are called
+ * when the holder or its value changes (an expiry is only seen when
+ * someone looks: observers read once per lease anyway).
+ *
  * Locking: one mutex per namespace guards all of it.  Under it the driver
  * calls only dlock_wait_wake() and dlock_report_lost(), which take nothing
  * but short-lived core locks and never call back into a driver.
@@ -90,8 +95,18 @@ struct mem_name {
 	struct mem_lock *readers;        /* shared holders and permits (list by rnext); expired ones until removed */
 	dlock_lock_kind kind;            /* of the holders and waiters, while there are any */
 	uint32_t permits;                /* N of a semaphore's holders and waiters, while there are any */
+	char *value;                     /* the holder's proclaimed value (elections); NULL none */
+	struct mem_watch *watches;       /* observers of the name (list by next) */
 	size_t len;
 	char bytes[];                    /* the name (not NUL-terminated) */
+};
+
+/* An observer's notification (watch()): called under ns->mu when the holder or its value changes. */
+struct mem_watch {
+	struct mem_watch *next;
+	struct mem_name *name;
+	void (*changed)(void *arg);
+	void *arg;
 };
 
 struct mem_ns {
@@ -288,11 +303,21 @@ static int name_in_use(const struct mem_name *n, int64_t now)
 	return (n->owner != 0 && now < n->expiry_ns) || live_readers(n, now, &first) || n->head != NULL;
 }
 
+/* Tell the name's observers that its holder or value changed.  ns->mu held. */
+static void notify_watches(const struct mem_name *n)
+{
+	for (const struct mem_watch *w = n->watches; w; w = w->next)
+		w->changed(w->arg);
+}
+
 static void clear_owner(struct mem_name *n)
 {
 	n->owner = 0;
 	n->owner_client = NULL;
 	n->owner_lk = NULL;
+	free(n->value);
+	n->value = NULL;
+	notify_watches(n);
 	wake_oldest(n);
 }
 
@@ -468,6 +493,9 @@ static void drop_expired(struct mem_name *n, int64_t now)
 		n->owner = 0;
 		n->owner_client = NULL;
 		n->owner_lk = NULL;
+		free(n->value);
+		n->value = NULL;
+		notify_watches(n);
 	}
 	for (struct mem_lock *r = n->readers, *next; r; r = next) {
 		next = r->rnext;
@@ -523,6 +551,8 @@ static void grant(struct mem_client *c, struct mem_lock *lk, int shared, int64_t
 		n->owner = lk->owner;
 		n->expiry_ns = lease_end(now, lease_ms);
 		n->fence++;
+		free(n->value); /* a new holder proclaims its own */
+		n->value = NULL;
 		n->owner_client = c;
 		n->owner_lk = lk;
 	}
@@ -744,6 +774,8 @@ static struct mem_name *name_find(const struct mem_ns *ns, const char *bytes, si
 static dlock_status describe_holder(dlock_info *info, const struct mem_lock *lk, int64_t expiry_ns, int64_t now)
 {
 	dlock_holder h = DLOCK_HOLDER_INIT;
+	if (!lk->shared && lk->name->owner_lk == lk && lk->name->value)
+		h.value = lk->name->value;
 	h.acquired_ms = lk->acquired_ms;
 	h.lease_left_ms = expiry_ns == INT64_MAX ? INT64_MAX / 1000000 : (expiry_ns - now + 999999) / 1000000;
 	h.token = lk->token;
@@ -831,6 +863,68 @@ static dlock_status mem_break(void *backend, const char *name, size_t len, size_
 	return DLOCK_OK;
 }
 
+/* ------------------------------------------------------------ elections */
+
+/* Keep a leader's value beside its lock, and tell the observers. */
+static dlock_status mem_proclaim(void *backend, void *lkp, const char *value, size_t len, dlock_error *err)
+{
+	struct mem_client *c = backend;
+	struct mem_lock *lk = lkp;
+	struct mem_name *n = lk->name;
+	pthread_mutex_lock(&c->ns->mu);
+	dlock_status st = holder_check(c, lk, err);
+	if (st == DLOCK_OK && lk->shared)
+		st = dlock_error_set(err, DLOCK_ENOTHELD, "mem://%s: a shared holder does not lead", c->ns->id);
+	char *copy = st == DLOCK_OK ? strndup(value, len) : NULL;
+	if (st == DLOCK_OK && !copy)
+		st = dlock_error_set(err, DLOCK_ENOMEM, "mem://%s: out of memory", c->ns->id);
+	if (st == DLOCK_OK) {
+		free(n->value);
+		n->value = copy;
+		notify_watches(n);
+	}
+	pthread_mutex_unlock(&c->ns->mu);
+	return st;
+}
+
+static dlock_status mem_watch(void *backend, const char *name, size_t len, void (*changed)(void *arg), void *arg,
+                              void **out, dlock_error *err)
+{
+	struct mem_client *c = backend;
+	struct mem_watch *w = calloc(1, sizeof *w);
+	if (!w)
+		return dlock_error_set(err, DLOCK_ENOMEM, "mem://%s: out of memory", c->ns->id);
+	pthread_mutex_lock(&c->ns->mu);
+	w->name = name_get(c->ns, name, len);
+	if (w->name) {
+		w->changed = changed;
+		w->arg = arg;
+		w->next = w->name->watches;
+		w->name->watches = w;
+	}
+	pthread_mutex_unlock(&c->ns->mu);
+	if (!w->name) {
+		free(w);
+		return dlock_error_set(err, DLOCK_ENOMEM, "mem://%s: out of memory", c->ns->id);
+	}
+	*out = w;
+	return DLOCK_OK;
+}
+
+static void mem_unwatch(void *backend, void *watch)
+{
+	struct mem_client *c = backend;
+	struct mem_watch *w = watch;
+	pthread_mutex_lock(&c->ns->mu);
+	struct mem_watch **pp = &w->name->watches;
+	while (*pp && *pp != w)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = w->next;
+	pthread_mutex_unlock(&c->ns->mu);
+	free(w);
+}
+
 /* The control door answers only the features the core asks of it. */
 static dlock_status mem_control(void *backend, void *lkp, int op, void *arg, dlock_error *err)
 {
@@ -868,5 +962,8 @@ const dlock_driver dlock_mem_driver = {
 	.control = mem_control,
 	.inspect = mem_inspect,
 	.list = mem_list,
+	.proclaim = mem_proclaim,
+	.watch = mem_watch,
+	.unwatch = mem_unwatch,
 	.break_lock = mem_break,
 };

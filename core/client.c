@@ -109,6 +109,7 @@ static struct dlock_client *client_new(const dlock_client_options *opts)
 	dlock_cond_init_monotonic(&c->cond);
 	dlock_cond_init_monotonic(&c->bg_cond);
 	dlock_cond_init_monotonic(&c->renew_cond);
+	dlock_cond_init_monotonic(&c->observe_cond);
 	c->host.client = c;
 	c->bg_sleep_until = c->renew_sleep_until = INT64_MIN;
 	c->log_level = DLOCK_LOG_WARN;
@@ -128,6 +129,7 @@ static void client_free(struct dlock_client *c)
 	dlock_sched_free(c);
 	pthread_cond_destroy(&c->bg_cond);
 	pthread_cond_destroy(&c->renew_cond);
+	pthread_cond_destroy(&c->observe_cond);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
@@ -223,6 +225,8 @@ dlock_status dlock_client_close(dlock_client *c)
 	c->closing = 1;
 	cancel_acquires_locked(c);
 	pthread_mutex_unlock(&c->mu);
+
+	dlock_observer_stop(c);
 
 	dlock_background_stop(c);
 	dlock_locks_shutdown(c);

@@ -57,6 +57,12 @@ static int core_answer(const struct dlock_client *c, dlock_feature f, int64_t *v
 			return 0;
 		*value = DLOCK_BREAK_NONE;
 		return 1;
+	case DLOCK_FEATURE_ELECTION:
+		if (!dlock_driver_proclaim_of(c->driver))
+			*value = -1;
+		else
+			*value = dlock_driver_watch_of(c->driver) ? DLOCK_WAKEUP_NOTIFY : DLOCK_WAKEUP_POLL;
+		return 1;
 	}
 	return 0;
 }
@@ -94,6 +100,7 @@ const char *dlock_feature_name(dlock_feature f)
 	case DLOCK_FEATURE_PERMIT_FENCING: return "permit-fencing";
 	case DLOCK_FEATURE_INSPECT: return "inspect";
 	case DLOCK_FEATURE_BREAK: return "break";
+	case DLOCK_FEATURE_ELECTION: return "election";
 	}
 	return "unknown";
 }

@@ -13,6 +13,7 @@
 #include "owner.h"
 #include "registry.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@ struct info_store {
 
 struct dlock_info {
 	int single;               /* inspect(): one lock at most */
+	unsigned abi;             /* the driver's ABI version: a dlock_holder of version 4 ends before `value` */
 	struct info_store **v;    /* the locks described so far */
 	size_t n, cap;
 };
@@ -118,6 +120,8 @@ dlock_status dlock_info_holder(dlock_info *info, const dlock_holder *h, const ch
 	}
 	const char *session = h->session ? h->session : "";
 	size_t ses_len = strnlen(session, 255);
+	const char *value = info->abi >= 5 && h->value ? h->value : "";
+	size_t value_len = strnlen(value, DLOCK_VALUE_MAX);
 	if (st->pub.nholders == st->cap) {
 		size_t cap = st->cap ? st->cap * 2 : 4;
 		dlock_holder **v = realloc(st->holders, cap * sizeof *v);
@@ -127,10 +131,16 @@ dlock_status dlock_info_holder(dlock_info *info, const dlock_holder *h, const ch
 		st->cap = cap;
 		st->pub.holders = (const dlock_holder *const *)v;
 	}
-	dlock_holder *out = malloc(sizeof *out + strlen(identity) + strlen(host) + ses_len + 3);
+	dlock_holder *out = malloc(sizeof *out + strlen(identity) + strlen(host) + ses_len + value_len + 4);
 	if (!out)
 		return DLOCK_ENOMEM;
-	*out = *h;
+	if (info->abi >= 5) {
+		*out = *h;
+	} else { /* a version-4 holder ends before `value` */
+		dlock_holder blank = DLOCK_HOLDER_INIT;
+		*out = blank;
+		memcpy(out, h, offsetof(dlock_holder, value));
+	}
 	char *at = (char *)(out + 1);
 	char ses[256];
 	memcpy(ses, session, ses_len);
@@ -138,6 +148,9 @@ dlock_status dlock_info_holder(dlock_info *info, const dlock_holder *h, const ch
 	out->identity = place(&at, identity);
 	out->host = place(&at, host);
 	out->session = place(&at, ses);
+	memcpy(at, value, value_len);
+	at[value_len] = '\0';
+	out->value = at;
 	out->pid = pid;
 	if (out->acquired_ms < 0)
 		out->acquired_ms = -1;
@@ -223,7 +236,7 @@ dlock_status dlock_inspect(dlock_client *c, const char *name, dlock_lock_info **
 	st = begin(c);
 	if (st != DLOCK_OK)
 		return st;
-	struct dlock_info info = { .single = 1 };
+	struct dlock_info info = { .single = 1, .abi = c->driver->abi_version };
 	dlock_error err = { "" };
 	size_t len = strlen(name);
 	st = inspect(c->backend, name, len, &info, &err);
@@ -294,7 +307,7 @@ dlock_status dlock_list(dlock_client *c, const char *prefix, dlock_lock_list **o
 	dlock_status st = begin(c);
 	if (st != DLOCK_OK)
 		return st;
-	struct dlock_info info = { .single = 0 };
+	struct dlock_info info = { .single = 0, .abi = c->driver->abi_version };
 	dlock_error err = { "" };
 	st = list(c->backend, &info, &err);
 	struct list_store *ls = NULL;

@@ -143,6 +143,33 @@ struct dlock_lock {
 	void *lk;             /* the driver's per-lock state (lock_size bytes) */
 };
 
+/* ------------------------------------------------------------- elections */
+
+/* An election (election.c): its mutex, and what observing it needs (observe.c, under c->mu). */
+struct dlock_election {
+	struct dlock_client *client;
+	dlock_lock *lock;      /* the mutex of the name: its holder leads */
+	const char *name;      /* the handle's copy of the name */
+
+	dlock_leader_fn observe_fn; /* NULL: not observed */
+	void *observe_userdata;
+	int observing;         /* in client->observed */
+	int observe_busy;      /* the observer thread reads it or calls it back now */
+	int observe_changed;   /* the driver said it may have changed */
+	int64_t observe_next;  /* monotonic ns of the next read in any case */
+	void *watch_handle;    /* the driver's watch(), NULL when none is armed */
+	int observe_delivered; /* the observer heard of a leader (or of none) */
+	int last_elected;      /* what it heard last */
+	uint64_t last_term;    /* the newest term it heard: never goes back */
+	char *last_value;
+	struct dlock_election *observe_next_in_client;
+};
+
+/** Who leads according to an inspection (NULL: nobody); `out` points into `info`. */
+dlock_status dlock_election_leader_of(const dlock_lock_info *info, dlock_leader *out);
+/** Stop the client's observer thread and disarm every watch (closing, before the driver closes). */
+void dlock_observer_stop(struct dlock_client *c);
+
 /* A binary min-heap of handles by due time (sched.c). */
 struct dlock_sched_heap {
 	struct dlock_lock **v;
@@ -193,6 +220,12 @@ struct dlock_client {
 	pthread_cond_t bg_cond, renew_cond;
 	struct dlock_sched_heap sched[DLOCK_SCHEDS]; /* what each thread has to do next (sched.c) */
 	int losses_pending;        /* a handle may have lost_pending set: the watch thread looks */
+
+	/* The observer thread (observe.c), started by the first dlock_observe(). */
+	pthread_t observe_thread;
+	int observe_started, observe_stop;
+	pthread_cond_t observe_cond;
+	struct dlock_election *observed; /* elections observed now (list by observe_next_in_client) */
 };
 
 /* client.c */

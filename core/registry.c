@@ -144,6 +144,21 @@ dlock_driver_break_fn *dlock_driver_break_of(const dlock_driver *d)
 	return d && d->abi_version >= 4 ? d->break_lock : NULL;
 }
 
+dlock_driver_proclaim_fn *dlock_driver_proclaim_of(const dlock_driver *d)
+{
+	return d && d->abi_version >= 5 && dlock_driver_inspect_of(d) ? d->proclaim : NULL;
+}
+
+dlock_driver_watch_fn *dlock_driver_watch_of(const dlock_driver *d)
+{
+	return d && d->abi_version >= 5 && d->unwatch ? d->watch : NULL;
+}
+
+dlock_driver_unwatch_fn *dlock_driver_unwatch_of(const dlock_driver *d)
+{
+	return d && d->abi_version >= 5 && d->watch ? d->unwatch : NULL;
+}
+
 /* Register `d`, or write in why[] (size REASON_MAX) why not. */
 static dlock_status register_locked(const dlock_driver *d, char *why)
 {

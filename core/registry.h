@@ -44,6 +44,10 @@ dlock_driver_extend_many_fn *dlock_driver_extend_many_of(const dlock_driver *d);
 dlock_driver_inspect_fn *dlock_driver_inspect_of(const dlock_driver *d);
 dlock_driver_list_fn *dlock_driver_list_of(const dlock_driver *d);
 dlock_driver_break_fn *dlock_driver_break_of(const dlock_driver *d);
+/** proclaim(), watch() and unwatch() of `d` (ABI version 5), or NULL (watch and unwatch: both or neither). */
+dlock_driver_proclaim_fn *dlock_driver_proclaim_of(const dlock_driver *d);
+dlock_driver_watch_fn *dlock_driver_watch_of(const dlock_driver *d);
+dlock_driver_unwatch_fn *dlock_driver_unwatch_of(const dlock_driver *d);
 
 /** The registry's per-driver shared object (see dlock_host_shared()). */
 void *dlock_registry_shared(const dlock_driver *driver, void *(*create)(void));

@@ -297,7 +297,10 @@ typedef enum dlock_feature {
 	                                       slot (see dlock_lock_permit_slot()); NONE when permits get none */
 	DLOCK_FEATURE_INSPECT = 15,    /**< dlock_inspect_flags, OR-ed: what dlock_inspect() and dlock_list()
 	                                    can see; 0 when the backend has no inspection */
-	DLOCK_FEATURE_BREAK = 16       /**< a dlock_break_effect: what dlock_break() does to the holder */
+	DLOCK_FEATURE_BREAK = 16,      /**< a dlock_break_effect: what dlock_break() does to the holder */
+	DLOCK_FEATURE_ELECTION = 17    /**< a dlock_wakeup: elections (dlock_election_new()), and how observers
+	                                    learn of a change besides reading at least once per lease: NOTIFY
+	                                    (the server tells them) or POLL (only the reads); -1: no elections */
 } dlock_feature;
 
 /**
@@ -731,6 +734,8 @@ typedef struct dlock_holder {
 	int64_t slot;           /**< a semaphore's permit: its slot; -1 none or unknown */
 	const char *session;    /**< the holder's session or connection as the server names it (ZooKeeper
 	                             session id, PostgreSQL backend pid); "" unknown */
+	const char *value;      /**< a leader's value (dlock_proclaim()); "" none, NULL in a holder made by an
+	                             older driver's initializer (the builder turns it into "") */
 } dlock_holder;
 
 /**
@@ -804,6 +809,97 @@ DLOCK_API void dlock_lock_list_free(dlock_lock_list *list);
  * Thread-safe.
  */
 DLOCK_API dlock_status dlock_break(dlock_client *client, const char *name, size_t *broken);
+
+/* ------------------------------------------------------- leader election */
+
+/** A candidate for, and an observer of, one election on a client (opaque). */
+typedef struct dlock_election dlock_election;
+
+/** Longest value a leader proclaims, in bytes. */
+#define DLOCK_VALUE_MAX 1024
+
+/**
+ * An election is a lock whose holder tells everyone who it is: the leader
+ * of `name` is the holder of the mutex `name` (so dlock_inspect() and
+ * `dlock status` show it), its **term** is that acquisition's fencing
+ * token, and its **value** (an address, say: dlock_proclaim()) is kept
+ * beside the lock where any client can read it.  Make a handle for `name`
+ * (as dlock_lock_new()) on `client`; free it with dlock_election_free().
+ * DLOCK_ENOTSUP where the backend has no elections (DLOCK_FEATURE_ELECTION
+ * is 0).  Thread-safe.
+ */
+DLOCK_API dlock_status dlock_election_new(dlock_client *client, const char *name, dlock_election **out);
+
+/** Resign if leading, stop observing (waiting for a running callback, unless called from it: then
+ *  DLOCK_EDEADLK is logged and nothing is freed), and free the handle.  NULL is a no-op. */
+DLOCK_API void dlock_election_free(dlock_election *e);
+
+/**
+ * The mutex behind the election: its fencing token is the term, and
+ * dlock_check(), dlock_extend() and the lost-lock callback's `lock` are
+ * this handle.  Owned by the election.
+ */
+DLOCK_API dlock_lock *dlock_election_lock(dlock_election *e);
+
+/**
+ * Campaign: wait until this handle leads, then proclaim `value` (a string
+ * of at most DLOCK_VALUE_MAX bytes; NULL is "").  `opts` are those of
+ * dlock_acquire(): the wait bound, the lease, and `on_lost`, which reports
+ * the loss of leadership exactly as a lost lock (a session gone, a lease
+ * run out while paused: a paused leader is told when it resumes, and
+ * until then another can lead: the term is what storage uses to refuse
+ * the old leader).  Stores the term in *term (may be NULL).  Cancel a
+ * campaign with dlock_cancel(dlock_election_lock(e)).  Statuses as
+ * dlock_acquire(), plus DLOCK_EINVAL for a value too long.
+ */
+DLOCK_API dlock_status dlock_campaign(dlock_election *e, const char *value, const dlock_acquire_options *opts,
+                                      uint64_t *term);
+
+/** While leading, replace the value observers see.  DLOCK_ENOTHELD when not leading. */
+DLOCK_API dlock_status dlock_proclaim(dlock_election *e, const char *value);
+
+/** Stop leading (release the mutex; the next candidate is woken).  DLOCK_ENOTHELD when not leading. */
+DLOCK_API dlock_status dlock_resign(dlock_election *e);
+
+/** Who leads an election now, as dlock_leader_get() and an observer see it. */
+typedef struct dlock_leader {
+	int elected;                /**< 1: someone leads; 0: nobody does now */
+	uint64_t term;              /**< the leader's term (its acquisition's fencing token); 0 with no leader */
+	const char *value;          /**< what the leader proclaimed; "" with no leader or before its first value */
+	const dlock_holder *holder; /**< who leads: identity, host, pid, since...; NULL with no leader */
+} dlock_leader;
+
+/**
+ * Read who leads now (one inspection of the server), as a new
+ * dlock_leader to free with dlock_leader_free().  Any client, campaigning
+ * or not.  Statuses as dlock_inspect().
+ */
+DLOCK_API dlock_status dlock_leader_get(dlock_election *e, dlock_leader **out);
+
+/** Free what dlock_leader_get() answered (NULL is fine). */
+DLOCK_API void dlock_leader_free(dlock_leader *leader);
+
+/**
+ * Observer callback: `leader` is valid only during the call.  Called on
+ * the client's observer thread, one call at a time per client; it may
+ * call any dlock function but dlock_client_close() and
+ * dlock_election_free() of its own election.
+ */
+typedef void (*dlock_leader_fn)(dlock_election *e, const dlock_leader *leader, void *userdata);
+
+/**
+ * Observe the election: `fn` is called once with who leads now, then at
+ * each change (a new term, a new value, nobody leading).  Woken by the
+ * server's notifications where it has them, and reading again at least
+ * once per lease (the URI's `ttl`) in any case — notifications are lost
+ * while disconnected and an expiring Redis key sends none — so every
+ * observer converges on the newest term within a lease.  Terms never go
+ * back: a read that shows an older term than one already delivered is
+ * not delivered.  `fn` NULL stops observing (after a running call has
+ * returned, unless called from it).  One observer per handle: a second
+ * call replaces the first.  Thread-safe.
+ */
+DLOCK_API dlock_status dlock_observe(dlock_election *e, dlock_leader_fn fn, void *userdata);
 
 /* --------------------------------------------------------------- control */
 

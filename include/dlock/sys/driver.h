@@ -79,6 +79,8 @@
  *     batched).
  *   - version 4: inspect, list and break_lock (who holds a lock, and taking
  *     it from a stuck holder); dlock_host_owner() and the owner record.
+ *   - version 5: proclaim, watch and unwatch (leader election: a leader's
+ *     value beside its lock, and observers woken by the server).
  * Registration accepts every version from 1 through DLOCK_DRIVER_ABI_VERSION
  * (DLOCK_EVERSION otherwise: a driver built for a newer library), and the
  * core never reads a slot past the version a driver declares, so a driver
@@ -104,7 +106,7 @@ extern "C" {
 #endif
 
 /** Version of struct dlock_driver; raised with each appended block of methods. */
-#define DLOCK_DRIVER_ABI_VERSION 4
+#define DLOCK_DRIVER_ABI_VERSION 5
 
 /* ------------------------------------------------------------ error text */
 
@@ -348,7 +350,7 @@ DLOCK_API dlock_status dlock_info_holder(dlock_info *info, const dlock_holder *h
                                          size_t owner_len);
 
 /** A dlock_holder with every field "unknown" (pass to dlock_info_holder() after setting what is known). */
-#define DLOCK_HOLDER_INIT { "", "", 0, -1, -1, 0, DLOCK_MODE_EXCLUSIVE, -1, "" }
+#define DLOCK_HOLDER_INIT { "", "", 0, -1, -1, 0, DLOCK_MODE_EXCLUSIVE, -1, "", "" }
 
 /* ------------------------------------------------------- helpers */
 
@@ -691,6 +693,36 @@ typedef dlock_status dlock_driver_break_fn(void *backend, const char *name, size
                                            dlock_error *err);
 
 /**
+ * Keep `value` (`len` bytes, at most DLOCK_VALUE_MAX, no NUL) beside the
+ * held mutex `lk` (ABI version 5; MAY: without it the backend has no
+ * elections), where inspect() of its name gives it back as the holder's
+ * `value` (dlock_holder) with the holder's token as its term, and tell the
+ * name's watchers (watch()).  Owner-only: DLOCK_ENOTHELD when `lk` no
+ * longer holds it.  Called by the core right after an election's
+ * acquisition and on dlock_proclaim().  Threads: the application's.
+ */
+typedef dlock_status dlock_driver_proclaim_fn(void *backend, void *lk, const char *value, size_t len,
+                                              dlock_error *err);
+
+/**
+ * Arm a notification for the name `name` (`len` bytes) (ABI version 5;
+ * MAY: without it observers only read again once per lease): call
+ * `changed(arg)`, from any thread and with no lock of the core held, when
+ * its holder or value may have changed (a release, an acquisition's
+ * proclaim, a deletion; spurious calls are fine), until unwatch().  Stores
+ * the driver's handle in *watch.  Armed before the core reads the name, so
+ * a change between the two is not missed.  A driver that loses its
+ * notifications (a reconnection) calls `changed` once they work again, so
+ * the core reads again.  DLOCK_OK, or a failure (the core then reads once
+ * per lease and tries to arm again).  Threads: the core's observer thread.
+ */
+typedef dlock_status dlock_driver_watch_fn(void *backend, const char *name, size_t len, void (*changed)(void *arg),
+                                           void *arg, void **watch, dlock_error *err);
+
+/** Disarm what watch() armed; after it returns, `changed` is no longer running nor called.  ABI 5. */
+typedef void dlock_driver_unwatch_fn(void *backend, void *watch);
+
+/**
  * A backend: one const object per URI scheme, written with designated
  * initializers and passed to dlock_register_driver().  Each method is
  * marked MUST (registration refuses NULL) or MAY (NULL: the matching API
@@ -727,6 +759,11 @@ typedef struct dlock_driver {
 	dlock_driver_inspect_fn *inspect;  /**< MAY */
 	dlock_driver_list_fn *list;        /**< MAY */
 	dlock_driver_break_fn *break_lock; /**< MAY */
+
+	/* ABI version 5 */
+	dlock_driver_proclaim_fn *proclaim; /**< MAY; elections need it (and inspect) */
+	dlock_driver_watch_fn *watch;       /**< MAY; with unwatch, or neither */
+	dlock_driver_unwatch_fn *unwatch;   /**< MAY; with watch */
 } dlock_driver;
 
 /**

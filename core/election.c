@@ -1,0 +1,224 @@
+/*
+ * Leader election: an election is a mutex whose holder tells everyone who
+ * it is.  Campaigning acquires the mutex `name` and proclaims a value
+ * beside it (the driver's proclaim()); the term is the acquisition's
+ * fencing token; resigning releases it; losing leadership is the mutex's
+ * loss, with the same callback.  Reading who leads is an inspection of the
+ * name.  Observing runs on the client's observer thread (observe.c).
+ *
+ * Ownership: an election owns its mutex handle and a copy of its name;
+ * the application frees it with dlock_election_free() (also after the
+ * client closed).  Threads: every call may come from any thread; the
+ * observing fields are guarded by c->mu.  Errors: statuses, with the text
+ * through dlock_client_errmsg().
+ */
+#include "internal.h"
+#include "registry.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static dlock_status no_elections(struct dlock_client *c)
+{
+	char buf[160];
+	snprintf(buf, sizeof buf, "%s:// has no leader election (DLOCK_FEATURE_ELECTION)", c->driver->scheme);
+	return dlock_client_fail(c, DLOCK_ENOTSUP, buf);
+}
+
+dlock_status dlock_election_new(dlock_client *c, const char *name, dlock_election **out)
+{
+	if (out)
+		*out = NULL;
+	if (!c || !out)
+		return c ? dlock_client_fail(c, DLOCK_EINVAL, "dlock_election_new: out must not be NULL") : DLOCK_EINVAL;
+	if (!dlock_driver_proclaim_of(c->driver))
+		return no_elections(c);
+	struct dlock_election *e = calloc(1, sizeof *e);
+	if (!e)
+		return dlock_client_fail(c, DLOCK_ENOMEM, "out of memory");
+	dlock_status st = dlock_lock_new(c, name, &e->lock);
+	if (st != DLOCK_OK) {
+		free(e);
+		return st;
+	}
+	e->client = c;
+	e->name = dlock_lock_name(e->lock);
+	*out = e;
+	return DLOCK_OK;
+}
+
+dlock_lock *dlock_election_lock(dlock_election *e)
+{
+	return e ? e->lock : NULL;
+}
+
+static dlock_status check_value(struct dlock_client *c, const char *value, size_t *len)
+{
+	*len = value ? strnlen(value, DLOCK_VALUE_MAX + 1) : 0;
+	if (*len > DLOCK_VALUE_MAX) {
+		char buf[96];
+		snprintf(buf, sizeof buf, "a leader's value is at most %d bytes", DLOCK_VALUE_MAX);
+		return dlock_client_fail(c, DLOCK_EINVAL, buf);
+	}
+	return DLOCK_OK;
+}
+
+/* The driver's proclaim() on the held mutex, as one call on the handle. */
+static dlock_status proclaim_held(struct dlock_election *e, const char *value, size_t len)
+{
+	struct dlock_client *c = e->client;
+	struct dlock_lock *l = e->lock;
+	dlock_error err = { "" };
+	pthread_mutex_lock(&c->mu);
+	if (!l->held || l->lost || l->lingering || c->closing) {
+		pthread_mutex_unlock(&c->mu);
+		return dlock_client_fail(c, DLOCK_ENOTHELD, "not leading this election");
+	}
+	dlock_lock_begin_call(l);
+	pthread_mutex_unlock(&c->mu);
+	dlock_status st = dlock_driver_proclaim_of(c->driver)(c->backend, l->lk, value ? value : "", len, &err);
+	pthread_mutex_lock(&c->mu);
+	if (st == DLOCK_ENOTHELD)
+		dlock_lock_declare_lost(l, DLOCK_LOST_TAKEN, err.msg[0] ? err.msg : "proclaim found the lock gone");
+	dlock_lock_end_call(l);
+	pthread_mutex_unlock(&c->mu);
+	if (st != DLOCK_OK)
+		return dlock_client_fail(c, st, err.msg[0] ? err.msg : dlock_strerror(st));
+	return DLOCK_OK;
+}
+
+/* The caller's options, of whichever version, as current ones. */
+static dlock_status copy_options(struct dlock_client *c, const dlock_acquire_options *opts,
+                                 dlock_acquire_options *o)
+{
+	static const size_t size_of[] = { 0, offsetof(dlock_acquire_options, fencing),
+		                           offsetof(dlock_acquire_options, mode),
+		                           offsetof(dlock_acquire_options, min_hold_ms), sizeof(dlock_acquire_options) };
+	dlock_acquire_options init = DLOCK_ACQUIRE_OPTIONS_INIT;
+	*o = init;
+	if (!opts)
+		return DLOCK_OK;
+	if (opts->version < 1 || opts->version > DLOCK_ACQUIRE_OPTIONS_VERSION)
+		return dlock_client_fail(c, DLOCK_EVERSION, "dlock_campaign: options version not known to this library");
+	memcpy(o, opts, size_of[opts->version]);
+	o->version = DLOCK_ACQUIRE_OPTIONS_VERSION;
+	return DLOCK_OK;
+}
+
+dlock_status dlock_campaign(dlock_election *e, const char *value, const dlock_acquire_options *opts, uint64_t *term)
+{
+	if (term)
+		*term = 0;
+	if (!e)
+		return DLOCK_EINVAL;
+	struct dlock_client *c = e->client;
+	size_t len;
+	dlock_acquire_options o;
+	dlock_status st = check_value(c, value, &len);
+	if (st == DLOCK_OK)
+		st = copy_options(c, opts, &o);
+	if (st != DLOCK_OK)
+		return st;
+	if (o.fencing == 0 || o.mode != DLOCK_MODE_EXCLUSIVE)
+		return dlock_client_fail(c, DLOCK_EINVAL,
+		                        "dlock_campaign: a term is the acquisition's fencing token: fencing must be on, "
+		                        "and the mode exclusive");
+	o.fencing = 1;
+	st = dlock_acquire(e->lock, &o);
+	if (st != DLOCK_OK)
+		return st;
+	st = proclaim_held(e, value, len);
+	if (st != DLOCK_OK) {
+		char why[DLOCK_ERROR_MAX];
+		snprintf(why, sizeof why, "%s", dlock_client_errmsg(c));
+		dlock_release(e->lock);
+		return dlock_client_fail(c, st, why);
+	}
+	if (term && dlock_lock_fencing_token(e->lock, term) != DLOCK_OK)
+		*term = 0;
+	return DLOCK_OK;
+}
+
+dlock_status dlock_proclaim(dlock_election *e, const char *value)
+{
+	if (!e)
+		return DLOCK_EINVAL;
+	size_t len;
+	dlock_status st = check_value(e->client, value, &len);
+	return st == DLOCK_OK ? proclaim_held(e, value, len) : st;
+}
+
+dlock_status dlock_resign(dlock_election *e)
+{
+	if (!e)
+		return DLOCK_EINVAL;
+	struct dlock_client *c = e->client;
+	pthread_mutex_lock(&c->mu);
+	unsigned depth = e->lock->held && !e->lock->lingering ? e->lock->depth : 0;
+	pthread_mutex_unlock(&c->mu);
+	dlock_status st = dlock_release(e->lock); /* not leading: says why */
+	for (unsigned i = 1; st == DLOCK_OK && i < depth; i++) /* every reentrant level: resigning is not nested */
+		st = dlock_release(e->lock);
+	return st;
+}
+
+/* ----------------------------------------------------------- who leads */
+
+struct leader_store {
+	dlock_leader pub;
+	dlock_lock_info *info;
+};
+
+dlock_status dlock_election_leader_of(const dlock_lock_info *info, dlock_leader *out)
+{
+	*out = (dlock_leader){ 0, 0, "", NULL };
+	if (!info || info->nholders == 0)
+		return DLOCK_OK;
+	const dlock_holder *h = info->holders[0];
+	out->elected = 1;
+	out->term = h->token;
+	out->value = h->value ? h->value : "";
+	out->holder = h;
+	return DLOCK_OK;
+}
+
+dlock_status dlock_leader_get(dlock_election *e, dlock_leader **out)
+{
+	if (out)
+		*out = NULL;
+	if (!e || !out)
+		return e ? dlock_client_fail(e->client, DLOCK_EINVAL, "dlock_leader_get: out must not be NULL")
+		         : DLOCK_EINVAL;
+	struct leader_store *ls = calloc(1, sizeof *ls);
+	if (!ls)
+		return dlock_client_fail(e->client, DLOCK_ENOMEM, "out of memory");
+	dlock_status st = dlock_inspect(e->client, e->name, &ls->info);
+	if (st != DLOCK_OK) {
+		free(ls);
+		return st;
+	}
+	dlock_election_leader_of(ls->info, &ls->pub);
+	*out = &ls->pub;
+	return DLOCK_OK;
+}
+
+void dlock_leader_free(dlock_leader *leader)
+{
+	if (!leader)
+		return;
+	struct leader_store *ls = (struct leader_store *)leader;
+	dlock_lock_info_free(ls->info);
+	free(ls);
+}
+
+void dlock_election_free(dlock_election *e)
+{
+	if (!e)
+		return;
+	if (dlock_observe(e, NULL, NULL) != DLOCK_OK)
+		return; /* from its own observer callback: freeing now would pull the election from under it */
+	dlock_lock_free(e->lock); /* releases every level: resigns */
+	free(e);
+}
