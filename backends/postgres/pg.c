@@ -56,6 +56,8 @@ static void pg_close(void *backend)
 	struct dlock_pg_backend *b = backend;
 	if (!b)
 		return;
+	dlock_pg_listener_free(b->listener);
+	pthread_mutex_destroy(&b->watch_mu);
 	dlock_pg_pool_destroy(&b->pool);
 	dlock_pg_params_free(&b->params);
 	dlock_pg_names_free(b);
@@ -143,6 +145,8 @@ static dlock_status first_connection(struct dlock_pg_backend *b, const char *tab
 		st = dlock_pg_setup(b, c, table, err);
 	if (st == DLOCK_OK && b->mode == &dlock_pg_advisory_mode)
 		st = dlock_pg_names_setup(b, c);
+	if (st == DLOCK_OK && b->mode == &dlock_pg_advisory_mode)
+		st = dlock_pg_leaders_setup(b, c);
 	pthread_mutex_lock(&c->mu);
 	if (st != DLOCK_OK || c->dead)
 		dlock_pg_pool_broken(b, c, "");
@@ -162,6 +166,7 @@ static dlock_status pg_open(const dlock_uri *uri, dlock_host *host, void **out, 
 		                        .io_timeout_ms = uri->io_timeout_ms, .fencing = uri->fencing };
 	dlock_pg_pool_init(&b->pool);
 	pthread_mutex_init(&b->names_mu, NULL);
+	pthread_mutex_init(&b->watch_mu, NULL);
 	dlock_status st = read_mode(uri, b, &table, err);
 	if (st == DLOCK_OK && table && !identifier_ok(table))
 		st = dlock_error_set(err, DLOCK_EURI,
@@ -340,6 +345,9 @@ static dlock_status pg_control(void *backend, void *lkp, int op, void *arg, dloc
 		.inspect = dlock_pg_inspect,                  \
 		.list = dlock_pg_list,                        \
 		.break_lock = dlock_pg_break,                 \
+		.proclaim = dlock_pg_proclaim,                \
+		.watch = dlock_pg_watch,                      \
+		.unwatch = dlock_pg_unwatch,                  \
 	}
 
 const dlock_driver dlock_postgres_driver = PG_DRIVER("postgres");

@@ -179,6 +179,8 @@ static dlock_status settle_attempt(struct dlock_pg_backend *b, struct dlock_pg_c
 			return dlock_error_set(err, DLOCK_EKIND, "%s: the name is in use as a semaphore, not a "
 			                       "read-write lock", b->masked);
 		*out = (dlock_acquired){ .token = (uint64_t)token, .sent_ns = acquired_at(sent, res) };
+		lk->token = (uint64_t)token;
+		lk->proclaimed = 0;
 		c->idle_set_ms = idle_ms;
 		dlock_pg_pool_hold(b, c, lk);
 		return DLOCK_OK;
@@ -328,6 +330,13 @@ static dlock_status adv_release(void *backend, void *lkp, dlock_error *err)
 	const char *idle = idle_ms == 0 ? NULL : idle_text(c, idle_ms, lease);
 	struct dlock_pg_stmt s = { .prepared = lk->shared ? "dlock_unlock_shared" : "dlock_unlock", .n = 2,
 		                   .values = { key, idle }, .lengths = { -1, -1 } };
+	char channel[DLOCK_PG_CHANNEL_SIZE];
+	if (lk->proclaimed) { /* a leader resigns: its row goes and its observers are told (pg_elect.c) */
+		dlock_pg_leader_channel(lk->key, channel);
+		s = (struct dlock_pg_stmt){ .sql = dlock_pg_sql_resign, .n = 3, .values = { key, idle, channel },
+			                    .lengths = { -1, -1, -1 } };
+		lk->proclaimed = 0;
+	}
 	dlock_status st = dlock_pg_exec(b, c, &s, dlock_pg_io_deadline(b), &res, sqlstate, err);
 	if (st == DLOCK_OK && idle)
 		c->idle_set_ms = idle_ms;

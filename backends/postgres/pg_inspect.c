@@ -68,10 +68,18 @@
 	"AND l.objid::int8 = ($1::int8 & 4294967295)) OR (l.objsubid = 2 AND l.classid::int8 = $2::int4 "      \
 	"AND l.objid::int8 BETWEEN $3::int4 AND $3::int4 + 2048))"
 
-/* Columns of a row. */
-enum { C_PID, C_SUB, C_OFF, C_EXCL, C_GRANTED, C_APP, C_HOST, C_CLASSID, C_OBJID, C_GROUP, C_NAME, C_SEMPID };
+/* Columns of a row; inspection's statement with dlock_leaders also has a leader's term and value. */
+enum { C_PID, C_SUB, C_OFF, C_EXCL, C_GRANTED, C_APP, C_HOST, C_CLASSID, C_OBJID, C_GROUP, C_NAME, C_SEMPID,
+       C_TERM, C_VALUE };
 
 static const char sql_inspect[] = COLUMNS ", '', NULL, false" FROM_LOCKS ADVISORY OF_NAME " ORDER BY l.pid";
+/* The leader's row (pg_elect.c) beside its exclusive holder: only the row of that very session (its pid,
+ * and its backend_start where pg_stat_activity shows it to this role), never one an earlier session left. */
+static const char sql_inspect_leader[] =
+	COLUMNS ", '', NULL, false, r.term, r.value" FROM_LOCKS " LEFT JOIN " DLOCK_PG_LEADERS " r ON r.key = $1::int8 "
+	"AND l.objsubid = 1 AND l.granted AND l.mode = 'ExclusiveLock' AND r.pid = l.pid "
+	"AND (a.backend_start IS NULL OR r.started IS NOT DISTINCT FROM a.backend_start)"
+	ADVISORY OF_NAME " ORDER BY l.pid";
 
 /* Whether a session holds some semaphore's ANY key (an unnamed K group's sessions). */
 #define SEM_PID                                                                                     \
@@ -118,6 +126,10 @@ dlock_status dlock_pg_feature(struct dlock_pg_backend *b, int feature, int64_t *
 	}
 	if (feature == DLOCK_FEATURE_BREAK) {
 		*value = advisory ? DLOCK_BREAK_SESSION : DLOCK_BREAK_NONE;
+		return DLOCK_OK;
+	}
+	if (feature == DLOCK_FEATURE_ELECTION) { /* pg_elect.c */
+		*value = advisory && (atomic_load(&b->leaders) & DLOCK_PG_LEADERS_WRITE) ? DLOCK_WAKEUP_NOTIFY : -1;
 		return DLOCK_OK;
 	}
 	return DLOCK_ENOTSUP;
@@ -220,8 +232,18 @@ static int session_end(const PGresult *r, int i, int end)
 	return j;
 }
 
-/* One holder of the row `i`. */
-static dlock_status add_holder(dlock_info *info, const PGresult *r, int i, dlock_lock_mode mode, int64_t slot)
+/* The row of [i, j) that carries a leader's term, or -1. */
+static int leader_row(const PGresult *r, int i, int j)
+{
+	for (int k = i; k < j && PQnfields(r) > C_VALUE; k++)
+		if (!PQgetisnull(r, k, C_TERM) && !PQgetisnull(r, k, C_VALUE))
+			return k;
+	return -1;
+}
+
+/* One holder of the row `i`; a leader's term and value from row `lead` (-1: none). */
+static dlock_status add_holder(dlock_info *info, const PGresult *r, int i, dlock_lock_mode mode, int64_t slot,
+                               int lead)
 {
 	char session[24], rec[3 * DLOCK_PG_APP_NAME_SIZE + 256];
 	const char *host = PQgetvalue(r, i, C_HOST);
@@ -231,6 +253,19 @@ static dlock_status add_holder(dlock_info *info, const PGresult *r, int i, dlock
 	h.mode = mode;
 	h.slot = slot;
 	h.session = session;
+	char value[DLOCK_VALUE_MAX + 1] = "";
+	if (lead >= 0) {
+		size_t vlen = 0;
+		unsigned char *raw = PQunescapeBytea((const unsigned char *)PQgetvalue(r, lead, C_VALUE), &vlen);
+		if (!raw)
+			return DLOCK_ENOMEM;
+		vlen = vlen > DLOCK_VALUE_MAX || memchr(raw, '\0', vlen) ? 0 : vlen; /* not a value dlock wrote: none */
+		memcpy(value, raw, vlen);
+		value[vlen] = '\0';
+		PQfreemem(raw);
+		h.value = value;
+		h.token = (uint64_t)num(r, lead, C_TERM);
+	}
 	size_t n = dlock_pg_app_owner(PQgetvalue(r, i, C_APP), host, rec, sizeof rec);
 	return dlock_info_holder(info, &h, n ? rec : NULL, n);
 }
@@ -242,10 +277,11 @@ static dlock_status add_session(dlock_info *info, const PGresult *r, int i, int 
 	if (!holds(s))
 		return DLOCK_OK;
 	if (!s->slot)
-		return add_holder(info, r, i, s->k_excl ? DLOCK_MODE_EXCLUSIVE : DLOCK_MODE_SHARED, -1);
+		return add_holder(info, r, i, s->k_excl ? DLOCK_MODE_EXCLUSIVE : DLOCK_MODE_SHARED, -1,
+		                  s->k_excl ? leader_row(r, i, j) : -1);
 	for (int k = i; k < j && st == DLOCK_OK; k++)
 		if (num(r, k, C_SUB) == 2 && yes(r, k, C_GRANTED) && yes(r, k, C_EXCL) && num(r, k, C_OFF) < 1024)
-			st = add_holder(info, r, k, DLOCK_MODE_EXCLUSIVE, num(r, k, C_OFF));
+			st = add_holder(info, r, k, DLOCK_MODE_EXCLUSIVE, num(r, k, C_OFF), -1);
 	return st;
 }
 
@@ -330,11 +366,17 @@ dlock_status dlock_pg_inspect(void *backend, const char *name, size_t len, dlock
 	keys_of(b, name, len, &k, err, &ok);
 	if (!ok)
 		return DLOCK_ENOMEM;
-	struct dlock_pg_stmt s = { .sql = sql_inspect, .n = 3, .values = { k.k, k.hi, k.base },
-		                   .lengths = { -1, -1, -1 } };
+	int leaders = (atomic_load(&b->leaders) & DLOCK_PG_LEADERS_READ) != 0;
+	struct dlock_pg_stmt s = { .sql = leaders ? sql_inspect_leader : sql_inspect, .n = 3,
+		                   .values = { k.k, k.hi, k.base }, .lengths = { -1, -1, -1 } };
 	PGresult *res = NULL;
 	char sqlstate[6];
 	dlock_status st = query(b, &s, &res, sqlstate, NULL, err);
+	if (st != DLOCK_OK && leaders && (strcmp(sqlstate, "42501") == 0 || strcmp(sqlstate, "42P01") == 0)) {
+		atomic_store(&b->leaders, 0); /* revoked or dropped since open: holders without values */
+		s.sql = sql_inspect;
+		st = query(b, &s, &res, sqlstate, NULL, err);
+	}
 	if (st == DLOCK_OK)
 		st = describe(info, res, 0, PQntuples(res), name, len, 0, 1);
 	PQclear(res);
@@ -394,6 +436,32 @@ dlock_status dlock_pg_list(void *backend, dlock_info *info, dlock_error *err)
 	return st;
 }
 
+/* A broken leader sends no NOTIFY of its own (its session is gone): tell the name's observers (pg_elect.c). */
+static void notify_broken(struct dlock_pg_backend *b, const char *name, size_t len)
+{
+	size_t n;
+	char *ns = dlock_pg_namespaced(b->prefix, name, len, &n);
+	if (!ns)
+		return;
+	int64_t key = dlock_pg_key(ns, n);
+	free(ns);
+	dlock_error ignored;
+	for (int reused = 1;; reused = 0) {
+		struct dlock_pg_conn *c;
+		if (dlock_pg_pool_take(b, &reused, &c, &ignored) != DLOCK_OK)
+			return;
+		pthread_mutex_lock(&c->mu);
+		dlock_pg_leader_notify(b, c, key, &ignored);
+		int dead = c->dead;
+		if (dead)
+			dlock_pg_pool_broken(b, c, "");
+		pthread_mutex_unlock(&c->mu);
+		dlock_pg_pool_put(b, c);
+		if (!dead || !reused)
+			return;
+	}
+}
+
 dlock_status dlock_pg_break(void *backend, const char *name, size_t len, size_t *broken, dlock_error *err)
 {
 	struct dlock_pg_backend *b = backend;
@@ -426,5 +494,7 @@ dlock_status dlock_pg_break(void *backend, const char *name, size_t len, size_t 
 	if (st == DLOCK_OK)
 		*broken = (size_t)PQntuples(res);
 	PQclear(res);
+	if (st == DLOCK_OK && *broken > 0)
+		notify_broken(b, name, len);
 	return st;
 }

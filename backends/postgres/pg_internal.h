@@ -15,6 +15,8 @@
  *   pg_owner.c     the owner of a session, in its application_name
  *   pg_names.c     advisory mode: the names behind the keys, for listing
  *   pg_inspect.c   who holds a name, listing, breaking (advisory mode)
+ *   pg_elect.c     elections (advisory mode): the leaders' table, proclaim, the channel of a name
+ *   pg_watch.c     elections: the client's LISTEN connection and its thread (watch, unwatch)
  *
  * Connections and locks.  A lock belongs to the connection (the server
  * session) that took it, so the client keeps a small pool:
@@ -133,6 +135,8 @@ struct dlock_pg_lock {
 	char *row_name;                   /* prefix ":" name (bytes): row mode's key, advisory mode's dlock_names */
 	size_t row_len;
 	int row_exists;                   /* row mode: the row was seen */
+	uint64_t token;                   /* advisory: the current acquisition's token (0 none): a leader's term */
+	int proclaimed;                   /* advisory: the current acquisition wrote its row to dlock_leaders */
 };
 
 struct dlock_pg_pool {
@@ -191,6 +195,9 @@ struct dlock_pg_backend {
 	pthread_mutex_t names_mu;  /* guards the cache of keys whose name is written */
 	int64_t *names_seen;
 	size_t names_cap, names_n;
+	atomic_int leaders;        /* advisory: DLOCK_PG_LEADERS_* bits of dlock_leaders (pg_elect.c) */
+	pthread_mutex_t watch_mu;  /* guards `listener` being made */
+	struct dlock_pg_listener *listener; /* elections: the LISTEN connection's thread, once watched (pg_watch.c) */
 };
 
 /* pg_hash.c */
@@ -278,6 +285,8 @@ int64_t dlock_pg_int_value(const PGresult *res, int *isnull);
 /* pg_pool.c */
 void dlock_pg_pool_init(struct dlock_pg_pool *p);
 void dlock_pg_pool_destroy(struct dlock_pg_pool *p);
+/** Close a connection made by dlock_pg_conn_open() that is in no pool (NULL is fine). */
+void dlock_pg_conn_close(struct dlock_pg_conn *c);
 /** Make a connection (not pooled yet: use dlock_pg_pool_put). */
 dlock_status dlock_pg_conn_open(const struct dlock_pg_backend *b, struct dlock_pg_conn **out, dlock_error *err);
 /**
@@ -329,6 +338,31 @@ dlock_status dlock_pg_names_setup(struct dlock_pg_backend *b, struct dlock_pg_co
 dlock_status dlock_pg_names_write(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_lock *lk,
                                   dlock_error *err);
 void dlock_pg_names_free(struct dlock_pg_backend *b);
+
+/* pg_elect.c */
+#define DLOCK_PG_LEADERS "dlock_leaders"
+#define DLOCK_PG_LEADERS_READ 1u  /* the table exists and the role may SELECT it: inspection shows values */
+#define DLOCK_PG_LEADERS_WRITE 2u /* ... and INSERT, UPDATE, DELETE: this client may proclaim */
+#define DLOCK_PG_CHANNEL_SIZE 32
+/** At open (advisory mode), on `c`: dlock_leaders created if missing and the role may; never fails but for a
+ *  lost connection. */
+dlock_status dlock_pg_leaders_setup(struct dlock_pg_backend *b, struct dlock_pg_conn *c);
+/** The driver's proclaim(). */
+dlock_status dlock_pg_proclaim(void *backend, void *lk, const char *value, size_t len, dlock_error *err);
+/** The NOTIFY channel of the advisory key `key` ("dlock_leader_" and 16 hex digits: never the name). */
+void dlock_pg_leader_channel(int64_t key, char out[DLOCK_PG_CHANNEL_SIZE]);
+/** The release of a lock that proclaimed: $1 key, $2 idle timeout or NULL, $3 channel; answers as dlock_unlock. */
+extern const char dlock_pg_sql_resign[];
+/** Tell the observers of `key` that it may have changed (after a break): one statement on `c` (c->mu held). */
+dlock_status dlock_pg_leader_notify(struct dlock_pg_backend *b, struct dlock_pg_conn *c, int64_t key,
+                                    dlock_error *err);
+
+/* pg_watch.c */
+dlock_status dlock_pg_watch(void *backend, const char *name, size_t len, void (*changed)(void *arg), void *arg,
+                            void **watch, dlock_error *err);
+void dlock_pg_unwatch(void *backend, void *watch);
+/** Stop the LISTEN thread and close its connection (closing the client; every watch already disarmed). */
+void dlock_pg_listener_free(struct dlock_pg_listener *l);
 
 /* pg_inspect.c */
 dlock_status dlock_pg_inspect(void *backend, const char *name, size_t len, dlock_info *info, dlock_error *err);

@@ -22,7 +22,7 @@
 
 enum { LIST_NONE = 0, LIST_IDLE = 1, LIST_SHARED = 2 };
 
-static void conn_close(struct dlock_pg_conn *c)
+void dlock_pg_conn_close(struct dlock_pg_conn *c)
 {
 	if (!c)
 		return;
@@ -55,7 +55,7 @@ dlock_status dlock_pg_conn_open(const struct dlock_pg_backend *b, struct dlock_p
 	*out = c;
 	return DLOCK_OK;
 fail:
-	conn_close(c);
+	dlock_pg_conn_close(c);
 	return st;
 }
 
@@ -69,11 +69,11 @@ void dlock_pg_pool_destroy(struct dlock_pg_pool *p)
 {
 	for (struct dlock_pg_conn *c = p->idle, *next; c; c = next) {
 		next = c->next;
-		conn_close(c);
+		dlock_pg_conn_close(c);
 	}
 	for (struct dlock_pg_conn *c = p->shared, *next; c; c = next) {
 		next = c->next;
-		conn_close(c);
+		dlock_pg_conn_close(c);
 	}
 	pthread_mutex_destroy(&p->mu);
 }
@@ -173,7 +173,7 @@ dlock_status dlock_pg_pool_take(struct dlock_pg_backend *b, int *reused, struct 
 			return DLOCK_OK;
 		}
 		c->users = 0;
-		conn_close(c); /* unlisted and unused: ours alone */
+		dlock_pg_conn_close(c); /* unlisted and unused: ours alone */
 	}
 	dlock_status st = dlock_pg_conn_open(b, out, err);
 	if (st == DLOCK_OK)
@@ -215,7 +215,7 @@ void dlock_pg_pool_put(struct dlock_pg_backend *b, struct dlock_pg_conn *c)
 	c->users--;
 	struct dlock_pg_conn *doomed = pool_settle(b, c);
 	pthread_mutex_unlock(&b->pool.mu);
-	conn_close(doomed);
+	dlock_pg_conn_close(doomed);
 }
 
 void dlock_pg_pool_hold(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk)

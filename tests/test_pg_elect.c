@@ -1,0 +1,464 @@
+/*
+ * PostgreSQL: leader election in advisory mode (backends/postgres/pg_elect.c,
+ * pg_watch.c) against a real server.  Terms increase; another client reads
+ * the leader's value and term; an observer hears of a proclaim, a
+ * resignation and a break through NOTIFY, well before its lease; a leader
+ * whose session the server ends is told (DLOCK_LOST_SESSION) and the next
+ * one's term is larger; the row an ended leader left is never shown as a
+ * later holder's; an observer whose LISTEN session is ended reads again
+ * once it is back; row mode has no elections.  Environment:
+ * DLOCK_TEST_PG_URI (advisory), DLOCK_TEST_PG_ROW_URI (row),
+ * DLOCK_TEST_PG_BOUNCER_URI (optional).  Without DLOCK_TEST_PG_URI the
+ * program says SKIPPED.
+ */
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dlock/dlock.h"
+#include "testsupport.h"
+
+#define NOTIFY_MS 1000 /* a notification arrives within this; every lease here is far longer */
+#define LONG_TTL "ttl=60s"
+
+static unsigned counter;
+
+static void unique(char *out, size_t len, const char *tag)
+{
+	snprintf(out, len, "pgelect-%ld-%ld-%u-%s", (long)getpid(), (long)time(NULL), ++counter, tag);
+}
+
+/* The advisory URI with `params` ("k=v&k=v") appended. */
+static dlock_client *open_with(const char *params)
+{
+	char uri[1024];
+	const char *base = dlock_test_env("DLOCK_TEST_PG_URI");
+	snprintf(uri, sizeof uri, "%s%s%s", base, params[0] ? (strchr(base, '?') ? "&" : "?") : "", params);
+	return dlock_test_open(uri, NULL, NULL);
+}
+
+static dlock_election *election(dlock_client *c, const char *name)
+{
+	dlock_election *e = NULL;
+	dlock_status st = dlock_election_new(c, name, &e);
+	if (st != DLOCK_OK)
+		printf("\n    election_new: %s: %s", dlock_status_name(st), dlock_client_errmsg(c));
+	CU_ASSERT_EQUAL_FATAL(st, DLOCK_OK);
+	return e;
+}
+
+static dlock_status campaign(dlock_election *e, const char *value, int64_t wait_ms, dlock_lost_fn fn, void *ud,
+                             uint64_t *term)
+{
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = wait_ms;
+	o.on_lost = fn;
+	o.lost_userdata = ud;
+	return dlock_campaign(e, value, &o, term);
+}
+
+/* Who leads, read by `e`'s client: elected, term, value (value copied into `v`). */
+static int leader(dlock_election *e, uint64_t *term, char *v, size_t vlen)
+{
+	dlock_leader *l = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_leader_get(e, &l), DLOCK_OK);
+	int elected = l->elected;
+	*term = l->term;
+	snprintf(v, vlen, "%s", l->value);
+	dlock_leader_free(l);
+	return elected;
+}
+
+/* The test's own libpq connection. */
+static PGconn *monitor(void)
+{
+	PGconn *pg = PQconnectdb(dlock_test_env("DLOCK_TEST_PG_URI"));
+	if (PQstatus(pg) != CONNECTION_OK)
+		printf("\n    monitor: %s", PQerrorMessage(pg));
+	CU_ASSERT_EQUAL(PQstatus(pg), CONNECTION_OK);
+	return pg;
+}
+
+static long long sql_num(PGconn *pg, const char *sql, const char *param)
+{
+	const char *values[1] = { param };
+	PGresult *r = PQexecParams(pg, sql, param ? 1 : 0, NULL, values, NULL, NULL, 0);
+	long long v = -1;
+	if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+		v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+	else if (PQresultStatus(r) != PGRES_TUPLES_OK)
+		printf("\n    %s: %s", sql, PQresultErrorMessage(r));
+	PQclear(r);
+	return v;
+}
+
+/* The session (backend pid) of the name's holder, as inspection shows it; NULL-free text. */
+static void holder_session(dlock_client *c, const char *name, char *out, size_t len)
+{
+	dlock_lock_info *info = dlock_test_inspect(c, name);
+	out[0] = '\0';
+	if (info && info->nholders == 1)
+		snprintf(out, len, "%s", info->holders[0]->session);
+	dlock_lock_info_free(info);
+	CU_ASSERT(out[0] != '\0');
+}
+
+/* ------------------------------------------------------------ an observer */
+
+struct seen {
+	pthread_mutex_t mu;
+	int calls, elected, backwards;
+	uint64_t term;
+	char value[DLOCK_VALUE_MAX + 1];
+	/* what the await looks for */
+	int want_elected;
+	uint64_t want_term_over;
+	const char *want_value;
+};
+
+static void seen_init(struct seen *s)
+{
+	memset(s, 0, sizeof *s);
+	pthread_mutex_init(&s->mu, NULL);
+}
+
+static void on_leader(dlock_election *e, const dlock_leader *l, void *ud)
+{
+	struct seen *s = ud;
+	(void)e;
+	pthread_mutex_lock(&s->mu);
+	if (s->calls && l->elected && s->elected && l->term < s->term)
+		s->backwards++;
+	s->calls++;
+	s->elected = l->elected;
+	if (l->elected)
+		s->term = l->term;
+	snprintf(s->value, sizeof s->value, "%s", l->value);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static int seen_match(void *arg)
+{
+	struct seen *s = arg;
+	pthread_mutex_lock(&s->mu);
+	int ok = s->calls > 0 && s->elected == s->want_elected &&
+	         (!s->want_elected || (s->term > s->want_term_over &&
+	                               (!s->want_value || strcmp(s->value, s->want_value) == 0)));
+	pthread_mutex_unlock(&s->mu);
+	return ok;
+}
+
+/* Wait until the observer saw a leader (`elected`) of a term over `over` with `value` (NULL: any). */
+static int seen_await(struct seen *s, int elected, uint64_t over, const char *value, int64_t ms)
+{
+	pthread_mutex_lock(&s->mu);
+	s->want_elected = elected;
+	s->want_term_over = over;
+	s->want_value = value;
+	pthread_mutex_unlock(&s->mu);
+	int ok = dlock_test_await(seen_match, s, ms);
+	if (!ok)
+		printf("\n    observer: elected %d term %llu value '%s' (wanted %d, term > %llu, '%s')", s->elected,
+		       (unsigned long long)s->term, s->value, elected, (unsigned long long)over, value ? value : "*");
+	return ok;
+}
+
+/* ------------------------------------------------------------ a candidate on a thread */
+
+struct candidate {
+	dlock_election *e;
+	const char *value;
+	pthread_t thread;
+	dlock_status st;
+	uint64_t term;
+	dlock_test_lost lost;
+};
+
+static void *candidate_main(void *arg)
+{
+	struct candidate *c = arg;
+	c->st = campaign(c->e, c->value, 20000, dlock_test_on_lost, &c->lost, &c->term);
+	return NULL;
+}
+
+static void candidate_start(struct candidate *c, dlock_election *e, const char *value)
+{
+	memset(c, 0, sizeof *c);
+	c->e = e;
+	c->value = value;
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&c->thread, NULL, candidate_main, c), 0);
+}
+
+/* ------------------------------------------------------------ tests */
+
+/* Campaign, read from another client, proclaim, resign; the next leader's term is larger. */
+static void test_terms(void)
+{
+	char name[128], v[DLOCK_VALUE_MAX + 1];
+	unique(name, sizeof name, "terms");
+	dlock_client *a = open_with(""), *b = open_with("");
+	int64_t f = -2;
+	CU_ASSERT_EQUAL(dlock_client_feature(a, DLOCK_FEATURE_ELECTION, &f), DLOCK_OK);
+	CU_ASSERT_EQUAL(f, DLOCK_WAKEUP_NOTIFY);
+	dlock_election *ea = election(a, name), *eb = election(b, name);
+	uint64_t t1 = 0, t2 = 0, t = 0;
+	CU_ASSERT_EQUAL(leader(eb, &t, v, sizeof v), 0);
+	CU_ASSERT_EQUAL_FATAL(campaign(ea, "10.0.0.1:8080", 0, NULL, NULL, &t1), DLOCK_OK);
+	CU_ASSERT(t1 > 0);
+	CU_ASSERT_EQUAL(leader(eb, &t, v, sizeof v), 1);
+	CU_ASSERT_EQUAL(t, t1);
+	CU_ASSERT_STRING_EQUAL(v, "10.0.0.1:8080");
+	/* Bytes that SQL would mind travel as bytes. */
+	CU_ASSERT_EQUAL(dlock_proclaim(ea, "'); DROP TABLE dlock_leaders; -- \xc3\xa9\\x00"), DLOCK_OK);
+	CU_ASSERT_EQUAL(leader(eb, &t, v, sizeof v), 1);
+	CU_ASSERT_EQUAL(t, t1);
+	CU_ASSERT_STRING_EQUAL(v, "'); DROP TABLE dlock_leaders; -- \xc3\xa9\\x00");
+	/* A second candidate waits, and times out. */
+	CU_ASSERT_EQUAL(campaign(eb, "b", 100, NULL, NULL, &t), DLOCK_ETIMEDOUT);
+	CU_ASSERT_EQUAL(dlock_resign(ea), DLOCK_OK);
+	CU_ASSERT_EQUAL(leader(eb, &t, v, sizeof v), 0);
+	CU_ASSERT_EQUAL(dlock_proclaim(ea, "x"), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL_FATAL(campaign(eb, "b", 0, NULL, NULL, &t2), DLOCK_OK);
+	CU_ASSERT(t2 > t1);
+	CU_ASSERT_EQUAL(leader(ea, &t, v, sizeof v), 1);
+	CU_ASSERT_EQUAL(t, t2);
+	CU_ASSERT_STRING_EQUAL(v, "b");
+	/* The longest value. */
+	char big[DLOCK_VALUE_MAX + 1];
+	memset(big, 'v', DLOCK_VALUE_MAX);
+	big[DLOCK_VALUE_MAX] = '\0';
+	CU_ASSERT_EQUAL(dlock_proclaim(eb, big), DLOCK_OK);
+	CU_ASSERT_EQUAL(leader(ea, &t, v, sizeof v), 1);
+	CU_ASSERT_STRING_EQUAL(v, big);
+	dlock_election_free(ea);
+	dlock_election_free(eb);
+	dlock_client_close(a);
+	dlock_client_close(b);
+}
+
+/* An observer with a one-minute lease hears of a proclaim, a resignation and a new leader within a second. */
+static void test_observe_notify(void)
+{
+	char name[128];
+	unique(name, sizeof name, "notify");
+	dlock_client *a = open_with(LONG_TTL), *b = open_with(LONG_TTL), *o = open_with(LONG_TTL);
+	dlock_election *ea = election(a, name), *eb = election(b, name), *eo = election(o, name);
+	struct seen s;
+	seen_init(&s);
+	CU_ASSERT_EQUAL(dlock_observe(eo, on_leader, &s), DLOCK_OK);
+	CU_ASSERT(seen_await(&s, 0, 0, NULL, NOTIFY_MS));
+	uint64_t t1 = 0;
+	CU_ASSERT_EQUAL_FATAL(campaign(ea, "a-1", 0, NULL, NULL, &t1), DLOCK_OK);
+	CU_ASSERT(seen_await(&s, 1, t1 - 1, "a-1", NOTIFY_MS));
+	CU_ASSERT_EQUAL(dlock_proclaim(ea, "a-2"), DLOCK_OK);
+	CU_ASSERT(seen_await(&s, 1, t1 - 1, "a-2", NOTIFY_MS));
+	struct candidate cb;
+	candidate_start(&cb, eb, "b-1");
+	dlock_test_sleep_ms(100); /* usually queued by now; either order is right */
+	CU_ASSERT_EQUAL(dlock_resign(ea), DLOCK_OK);
+	pthread_join(cb.thread, NULL);
+	CU_ASSERT_EQUAL(cb.st, DLOCK_OK);
+	CU_ASSERT(cb.term > t1);
+	CU_ASSERT(seen_await(&s, 1, t1, "b-1", NOTIFY_MS));
+	CU_ASSERT_EQUAL(dlock_resign(eb), DLOCK_OK);
+	CU_ASSERT(seen_await(&s, 0, 0, NULL, NOTIFY_MS));
+	CU_ASSERT_EQUAL(s.backwards, 0);
+	dlock_election_free(eo);
+	dlock_election_free(ea);
+	dlock_election_free(eb);
+	dlock_client_close(o);
+	dlock_client_close(a);
+	dlock_client_close(b);
+}
+
+/*
+ * The leader's session ended by the server (pg_terminate_backend): the
+ * leader is told (DLOCK_LOST_SESSION) within its lease, the waiting
+ * candidate leads with a larger term, the observer follows.
+ */
+static void test_terminated_leader(void)
+{
+	char name[128], session[32];
+	unique(name, sizeof name, "terminated");
+	dlock_client *a = open_with("ttl=1500ms"), *b = open_with("ttl=1500ms"), *o = open_with("ttl=1500ms");
+	dlock_election *ea = election(a, name), *eb = election(b, name), *eo = election(o, name);
+	PGconn *mon = monitor();
+	struct seen s;
+	seen_init(&s);
+	dlock_test_lost lost = { 0 };
+	uint64_t t1 = 0;
+	CU_ASSERT_EQUAL_FATAL(campaign(ea, "a", 0, dlock_test_on_lost, &lost, &t1), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_observe(eo, on_leader, &s), DLOCK_OK);
+	CU_ASSERT(seen_await(&s, 1, t1 - 1, "a", NOTIFY_MS));
+	struct candidate cb;
+	candidate_start(&cb, eb, "b");
+	holder_session(o, name, session, sizeof session);
+	int64_t t0 = dlock_test_now_ms();
+	CU_ASSERT_EQUAL(sql_num(mon, "SELECT pg_terminate_backend($1::int)::int", session), 1);
+	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, 1500));
+	CU_ASSERT_EQUAL(atomic_load(&lost.reason), DLOCK_LOST_SESSION);
+	pthread_join(cb.thread, NULL);
+	CU_ASSERT_EQUAL(cb.st, DLOCK_OK);
+	CU_ASSERT(cb.term > t1);
+	CU_ASSERT(seen_await(&s, 1, t1, "b", 1500));
+	printf(" (told after %lld ms)", (long long)(dlock_test_now_ms() - t0));
+	CU_ASSERT_EQUAL(dlock_proclaim(ea, "a-again"), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(s.backwards, 0);
+	PQfinish(mon);
+	dlock_election_free(eo);
+	dlock_election_free(ea);
+	dlock_election_free(eb);
+	dlock_client_close(o);
+	dlock_client_close(a);
+	dlock_client_close(b);
+}
+
+/* The row of a leader whose session ended stays, and is not the next holder's value or term. */
+static void test_stale_row(void)
+{
+	char name[128], session[32], v[DLOCK_VALUE_MAX + 1];
+	unique(name, sizeof name, "stale");
+	dlock_client *a = open_with(""), *b = open_with("");
+	dlock_election *ea = election(a, name), *eb = election(b, name);
+	PGconn *mon = monitor();
+	uint64_t t1 = 0, t = 0;
+	CU_ASSERT_EQUAL_FATAL(campaign(ea, "old", 0, NULL, NULL, &t1), DLOCK_OK);
+	holder_session(b, name, session, sizeof session);
+	CU_ASSERT_EQUAL(sql_num(mon, "SELECT pg_terminate_backend($1::int, 5000)::int", session), 1);
+	/* The row is still there, with the ended session. */
+	CU_ASSERT_EQUAL(sql_num(mon, "SELECT count(*) FROM dlock_leaders WHERE pid = $1::int", session), 1);
+	/* Another client takes the mutex without proclaiming: it holds, with no term or value known. */
+	dlock_lock *l = dlock_test_new_lock(b, name);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 5000, 0, -1, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(leader(eb, &t, v, sizeof v), 1);
+	CU_ASSERT_EQUAL(t, 0);
+	CU_ASSERT_STRING_EQUAL(v, "");
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	/* A resignation takes its row along. */
+	uint64_t t2 = 0;
+	CU_ASSERT_EQUAL_FATAL(campaign(eb, "new", 0, NULL, NULL, &t2), DLOCK_OK);
+	CU_ASSERT(t2 > t1);
+	holder_session(a, name, session, sizeof session);
+	CU_ASSERT_EQUAL(dlock_resign(eb), DLOCK_OK);
+	CU_ASSERT_EQUAL(sql_num(mon, "SELECT count(*) FROM dlock_leaders WHERE pid = $1::int", session), 0);
+	/* The same session taking the name again shows nothing of its earlier term before it proclaims. */
+	CU_ASSERT_EQUAL(dlock_test_acquire(l, 5000, 0, -1, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(leader(ea, &t, v, sizeof v), 1);
+	CU_ASSERT_EQUAL(t, 0);
+	CU_ASSERT_STRING_EQUAL(v, "");
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_lock_free(l);
+	PQfinish(mon);
+	dlock_election_free(ea);
+	dlock_election_free(eb);
+	dlock_client_close(a);
+	dlock_client_close(b);
+}
+
+/* dlock_break() of the leader: the leader is told, and the observer (one-minute lease) within a second. */
+static void test_break(void)
+{
+	char name[128];
+	unique(name, sizeof name, "break");
+	dlock_client *a = open_with("ttl=3s"), *o = open_with(LONG_TTL);
+	dlock_election *ea = election(a, name), *eo = election(o, name);
+	struct seen s;
+	seen_init(&s);
+	dlock_test_lost lost = { 0 };
+	uint64_t t1 = 0;
+	CU_ASSERT_EQUAL_FATAL(campaign(ea, "a", 0, dlock_test_on_lost, &lost, &t1), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_observe(eo, on_leader, &s), DLOCK_OK);
+	CU_ASSERT(seen_await(&s, 1, t1 - 1, "a", NOTIFY_MS));
+	size_t broken = 0;
+	CU_ASSERT_EQUAL(dlock_break(o, name, &broken), DLOCK_OK);
+	CU_ASSERT_EQUAL(broken, 1);
+	CU_ASSERT(seen_await(&s, 0, 0, NULL, NOTIFY_MS));
+	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, 3000));
+	CU_ASSERT_EQUAL(atomic_load(&lost.reason), DLOCK_LOST_SESSION);
+	dlock_election_free(eo);
+	dlock_election_free(ea);
+	dlock_client_close(o);
+	dlock_client_close(a);
+}
+
+/* The observer's LISTEN session ended: a proclaim sent meanwhile is seen once it is back, not a lease later. */
+static void test_observer_reconnects(void)
+{
+	char name[128], ident[64], app[128];
+	unique(name, sizeof name, "reconnect");
+	snprintf(ident, sizeof ident, "obs-%ld-%u", (long)getpid(), counter);
+	snprintf(app, sizeof app, "identity=%s&" LONG_TTL, ident);
+	dlock_client *a = open_with(LONG_TTL), *o = open_with(app);
+	dlock_election *ea = election(a, name), *eo = election(o, name);
+	PGconn *mon = monitor();
+	struct seen s;
+	seen_init(&s);
+	uint64_t t1 = 0;
+	CU_ASSERT_EQUAL_FATAL(campaign(ea, "a-1", 0, NULL, NULL, &t1), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_observe(eo, on_leader, &s), DLOCK_OK);
+	CU_ASSERT(seen_await(&s, 1, t1 - 1, "a-1", NOTIFY_MS));
+	/* Every session of the observer's client (its identity is in application_name). */
+	snprintf(app, sizeof app, "%%:%s", ident);
+	CU_ASSERT(sql_num(mon, "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
+	                       "WHERE application_name LIKE $1",
+	                  app) >= 1);
+	CU_ASSERT_EQUAL(dlock_proclaim(ea, "a-2"), DLOCK_OK);
+	CU_ASSERT(seen_await(&s, 1, t1 - 1, "a-2", 3 * NOTIFY_MS));
+	/* And notifications work again. */
+	CU_ASSERT_EQUAL(dlock_proclaim(ea, "a-3"), DLOCK_OK);
+	CU_ASSERT(seen_await(&s, 1, t1 - 1, "a-3", NOTIFY_MS));
+	PQfinish(mon);
+	dlock_election_free(eo);
+	dlock_election_free(ea);
+	dlock_client_close(o);
+	dlock_client_close(a);
+}
+
+/* Row mode (direct and behind PgBouncer): no elections, said why. */
+static void row_refuses(const char *uri)
+{
+	dlock_client *c = dlock_test_open(uri, NULL, NULL);
+	dlock_election *e = NULL;
+	dlock_status st = dlock_election_new(c, "x", &e);
+	if (st == DLOCK_OK) { /* the core offers elections to every client of the driver: the campaign says no */
+		uint64_t t;
+		CU_ASSERT_EQUAL(campaign(e, "v", 0, NULL, NULL, &t), DLOCK_ENOTSUP);
+		CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(c), "mode=row"));
+		dlock_election_free(e);
+	} else {
+		CU_ASSERT_EQUAL(st, DLOCK_ENOTSUP);
+		CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(c), "mode=row"));
+	}
+	CU_ASSERT_EQUAL(dlock_test_probe(c, "x"), DLOCK_OK); /* nothing left held */
+	dlock_client_close(c);
+}
+
+static void test_row_mode(void)
+{
+	row_refuses(dlock_test_env("DLOCK_TEST_PG_ROW_URI"));
+	if (dlock_test_env("DLOCK_TEST_PG_BOUNCER_URI"))
+		row_refuses(dlock_test_env("DLOCK_TEST_PG_BOUNCER_URI"));
+}
+
+static void add_suites(void)
+{
+	CU_pSuite s = CU_add_suite("pg_elect", NULL, NULL);
+	CU_add_test(s, "terms", test_terms);
+	CU_add_test(s, "observe_notify", test_observe_notify);
+	CU_add_test(s, "terminated_leader", test_terminated_leader);
+	CU_add_test(s, "stale_row", test_stale_row);
+	CU_add_test(s, "break", test_break);
+	CU_add_test(s, "observer_reconnects", test_observer_reconnects);
+	CU_add_test(s, "row_mode", test_row_mode);
+}
+
+int main(void)
+{
+	if (!dlock_test_env("DLOCK_TEST_PG_URI") || !dlock_test_env("DLOCK_TEST_PG_ROW_URI"))
+		return dlock_test_skip("no PostgreSQL server (DLOCK_TEST_PG_URI unset)");
+	return dlock_test_main(add_suites);
+}
