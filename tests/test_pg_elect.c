@@ -418,6 +418,95 @@ static void test_observer_reconnects(void)
 	dlock_client_close(a);
 }
 
+/* ------------------------------------------------------------ churn */
+
+#define CHURN_N 4
+#define CHURN_MS 1500
+
+struct churn {
+	pthread_mutex_t mu;
+	uint64_t terms[256]; /* every term won, in the order leaders began */
+	size_t nterms;
+	int bad_order, leading, overlap;
+	const char *name;
+	int64_t until_ms;
+};
+
+static void *churn_main(void *arg)
+{
+	struct churn *ch = arg;
+	dlock_client *c = open_with("ttl=2s");
+	dlock_election *e = election(c, ch->name);
+	while (dlock_test_now_ms() < ch->until_ms) {
+		uint64_t term = 0;
+		if (campaign(e, "c", 500, NULL, NULL, &term) != DLOCK_OK)
+			continue;
+		pthread_mutex_lock(&ch->mu);
+		ch->overlap += ch->leading++ != 0;
+		if (ch->nterms && term <= ch->terms[ch->nterms - 1])
+			ch->bad_order++;
+		if (ch->nterms < 256)
+			ch->terms[ch->nterms++] = term;
+		pthread_mutex_unlock(&ch->mu);
+		dlock_test_sleep_ms(5);
+		pthread_mutex_lock(&ch->mu);
+		ch->leading--;
+		pthread_mutex_unlock(&ch->mu);
+		CU_ASSERT_EQUAL(dlock_resign(e), DLOCK_OK);
+	}
+	dlock_election_free(e);
+	dlock_client_close(c);
+	return NULL;
+}
+
+/* Candidates of several clients take turns: terms strictly increase, one leader at a time, and the observer
+ * (one-minute lease) never goes back and ends on nobody leading. */
+static void test_churn(void)
+{
+	char name[128];
+	unique(name, sizeof name, "churn");
+	struct churn ch = { .name = name, .until_ms = dlock_test_now_ms() + CHURN_MS };
+	pthread_mutex_init(&ch.mu, NULL);
+	dlock_client *o = open_with(LONG_TTL);
+	dlock_election *eo = election(o, name);
+	struct seen s;
+	seen_init(&s);
+	CU_ASSERT_EQUAL(dlock_observe(eo, on_leader, &s), DLOCK_OK);
+	pthread_t t[CHURN_N];
+	for (int i = 0; i < CHURN_N; i++)
+		CU_ASSERT_EQUAL_FATAL(pthread_create(&t[i], NULL, churn_main, &ch), 0);
+	for (int i = 0; i < CHURN_N; i++)
+		pthread_join(t[i], NULL);
+	printf(" (%zu terms, observer called %d times)", ch.nterms, s.calls);
+	CU_ASSERT(ch.nterms >= CHURN_N);
+	CU_ASSERT_EQUAL(ch.bad_order, 0);
+	CU_ASSERT_EQUAL(ch.overlap, 0);
+	CU_ASSERT(seen_await(&s, 0, 0, NULL, NOTIFY_MS));
+	CU_ASSERT_EQUAL(s.backwards, 0);
+	dlock_election_free(eo);
+	dlock_client_close(o);
+}
+
+/* A leader that stops renewing is told when its lease runs out, and the server ends its session. */
+static void test_lease_runs_out(void)
+{
+	char name[128];
+	unique(name, sizeof name, "lease");
+	dlock_client *a = open_with("ttl=600ms&renew=0"), *b = open_with("ttl=600ms");
+	dlock_election *ea = election(a, name), *eb = election(b, name);
+	dlock_test_lost lost = { 0 };
+	uint64_t t1 = 0, t2 = 0;
+	CU_ASSERT_EQUAL_FATAL(campaign(ea, "a", 0, dlock_test_on_lost, &lost, &t1), DLOCK_OK);
+	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, 2000));
+	CU_ASSERT_EQUAL(campaign(eb, "b", 3000, NULL, NULL, &t2), DLOCK_OK);
+	CU_ASSERT(t2 > t1);
+	CU_ASSERT_EQUAL(dlock_proclaim(ea, "a-again"), DLOCK_ENOTHELD);
+	dlock_election_free(ea);
+	dlock_election_free(eb);
+	dlock_client_close(a);
+	dlock_client_close(b);
+}
+
 /* Row mode (direct and behind PgBouncer): no elections, said why. */
 static void row_refuses(const char *uri)
 {
@@ -453,6 +542,8 @@ static void add_suites(void)
 	CU_add_test(s, "stale_row", test_stale_row);
 	CU_add_test(s, "break", test_break);
 	CU_add_test(s, "observer_reconnects", test_observer_reconnects);
+	CU_add_test(s, "churn", test_churn);
+	CU_add_test(s, "lease_runs_out", test_lease_runs_out);
 	CU_add_test(s, "row_mode", test_row_mode);
 }
 
