@@ -293,7 +293,7 @@ elect_on() { # DIR URI SCOPE LEASE
 		bad "leader_service: svc-a exit $rc on SIGTERM, or the observer never saw svc-b:"
 		sed 's/^/        /' "$work/svc-a" "$obs"
 	fi
-	kill -KILL "$pb" 2>/dev/null || true
+	pkill -KILL -P "$pb" 2>/dev/null || true # the service itself, not the timeout that runs it
 	wait "$pb" 2>/dev/null || true
 	for _ in $(seq 1 200); do
 		[ "$(tail -1 "$obs")" = "no leader" ] && break

@@ -60,7 +60,9 @@ static void on_leader(dlock_election *e, const dlock_leader *leader, void *userd
 	snprintf(f->address, sizeof f->address, "%s", leader->elected ? leader->value : "");
 	f->term = leader->term;
 	pthread_mutex_unlock(&f->mu);
-	if (leader->elected)
+	if (leader->elected && leader->value[0] == '\0')
+		printf("leader (no address yet) term %" PRIu64 "\n", leader->term); /* elected, not yet proclaimed */
+	else if (leader->elected)
 		printf("leader %s term %" PRIu64 "\n", leader->value, leader->term);
 	else
 		printf("no leader\n");
