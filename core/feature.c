@@ -58,6 +58,10 @@ static int core_answer(const struct dlock_client *c, dlock_feature f, int64_t *v
 		*value = DLOCK_BREAK_NONE;
 		return 1;
 	case DLOCK_FEATURE_ELECTION:
+		if (k->fencing == DLOCK_FENCING_NONE) { /* a term is a fencing token */
+			*value = -1;
+			return 1;
+		}
 		if (dlock_driver_proclaim_of(c->driver) && dlock_driver_control_of(c->driver))
 			return 0; /* the driver may say more: one driver serves RedLock too, which has none */
 		if (!dlock_driver_proclaim_of(c->driver))
