@@ -45,6 +45,8 @@ static void changed(void *arg)
 /* 1 when `now` should be delivered after what `e` delivered last. */
 static int news_locked(const struct dlock_election *e, const dlock_leader *now)
 {
+	if (now->elected && now->term == 0)
+		return 0; /* a holder whose term is not known yet (PostgreSQL: before its proclaim, which notifies) */
 	if (!e->observe_delivered)
 		return 1;
 	if (now->elected && e->last_elected && now->term < e->last_term)
