@@ -629,6 +629,11 @@ check "a lost read lock exits 76 (got $rc)" [ "$rc" -eq 76 ]
 check "... and sends SIGTERM to COMMAND" [ -e "$tmp/lost3.termed" ]
 check "... reported like a lost lock" contains "$err" "^dlock: lock 'lease' lost ([a-z ]*).*; stopping the command$"
 
+lose_lock lost4 'trap "touch \"$1.termed\"; exit 0" TERM; : >"$1.started"; while :; do sleep 0.05; done' elect
+check "a lost leadership exits 76 (got $rc)" [ "$rc" -eq 76 ]
+check "... and sends SIGTERM to COMMAND" [ -e "$tmp/lost4.termed" ]
+check "... reported as the leadership lost" contains "$err" "^dlock: leadership of 'lease' lost ([a-z ]*).*; stopping the command$"
+
 # A ZooKeeper lock node deleted by another client (anyone may, without
 # credentials): the holder sees it at once and stops COMMAND.  Needs the
 # server of DLOCK_TEST_ZK_URI and the Java ZooKeeper shell to delete it.
@@ -1077,6 +1082,33 @@ elect_checks() {
 	dl --uri "$uri" leader --json "$name"
 	json_check "$label: ... --json gives its exact bytes" "$out" 'd["value_hex"] == "761b5b324a095cff"'
 	release "$apid" "$label-eh"
+	# A leader paused past its lease (ttl=2s): where the server lets another
+	# lead meanwhile, the paused one is told when it resumes and exits 76.
+	local puri term_file='echo "$DLOCK_LEADER_TERM" >"$1.term"; exec "$2" "$1.started" "$1.go"'
+	puri=$(with_param "$uri" "ttl=2s")
+	"$DLOCK" --uri "$puri" elect "$name" -- sh -c "$term_file" sh "$tmp/$label-ep" "$holder" \
+		>/dev/null 2>"$tmp/$label-ep.err" &
+	apid=$!
+	await_file "$tmp/$label-ep.started"
+	kill -STOP "$apid"
+	"$DLOCK" --uri "$puri" -w 8s elect "$name" -- sh -c "$term_file" sh "$tmp/$label-eq" "$holder" \
+		>/dev/null 2>"$tmp/$label-eq.err" &
+	bpid=$!
+	if await_file "$tmp/$label-eq.started"; then
+		kill -CONT "$apid"
+		wait "$apid"
+		erc=$?
+		check "$label: a leader paused past its lease exits 76 once resumed (got $erc)" [ "$erc" -eq 76 ]
+		check "$label: ... saying the leadership was lost" contains "$tmp/$label-ep.err" "^dlock: leadership of '$name' lost"
+		check "$label: ... the leader that took over has a larger term ($(cat "$tmp/$label-ep.term") < $(cat "$tmp/$label-eq.term"))" \
+			eval '[ "$(cat "$tmp/$label-eq.term")" -gt "$(cat "$tmp/$label-ep.term")" ]'
+		release "$bpid" "$label-eq"
+	else
+		kill -CONT "$apid"
+		wait "$bpid"
+		release "$apid" "$label-ep"
+		echo "skip - $label: a paused leader (its session outlived the pause: nobody else could lead)"
+	fi
 }
 
 for var in DLOCK_TEST_REDIS_URI DLOCK_TEST_PG_URI DLOCK_TEST_PG_ROW_URI DLOCK_TEST_PG_BOUNCER_URI DLOCK_TEST_ZK_URI; do
