@@ -131,7 +131,7 @@ done
 
 # ------------------------------------------------------ build examples
 step "build the examples against the prefix"
-examples=(create_order scheduled_job lost_lock_worker choose_backend worker_pool)
+examples=(create_order scheduled_job lost_lock_worker choose_backend worker_pool leader_service leader_observer)
 declare -A bin_dirs=()
 build_cmake() { # NAME STATIC
 	if cmake -S examples -B "$work/$1" -DDLOCK_EXAMPLES_STATIC="$2" >"$work/$1.log" 2>&1 &&
@@ -222,6 +222,93 @@ with_params() { case $1 in *\?*) echo "$1&$2" ;; *) echo "$1?$2" ;; esac; }
 
 # choose_backend prints the capabilities that the other checks depend on.
 cap() { awk -v k="$1" '$1 == k { print $2 }' "$work/caps"; }
+
+# await_line FILE PATTERN: up to 20 s for FILE to have a line matching PATTERN.
+await_line() {
+	local _
+	for _ in $(seq 1 200); do
+		grep -q -- "$2" "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# The term an observer printed for ADDRESS (its last line about it).
+term_of() { sed -n "s/^leader $2 term \([0-9]*\)$/\1/p" "$1" | tail -1; }
+
+elect_on() { # DIR URI SCOPE LEASE
+	local dir=$1 uri=$2 scope=$3 lease=$4 rc=0 short obs po pa pb ta tb name=install-check-leader-$run_n
+	run_n=$((run_n + 1))
+	# leader_service: elected, leads a second, resigns.
+	timeout 60 "$dir/leader_service" "$uri" "$name" svc-only 1 >"$work/svc.$run_n" 2>&1 || rc=$?
+	if [ "$rc" = 2 ] && grep -q "has no leader election" "$work/svc.$run_n"; then
+		ok "leader_service: no elections on $(cap backend) here, and it says so"
+		return 0
+	fi
+	if [ "$rc" = 0 ] && grep -q "elected: svc-only leads" "$work/svc.$run_n" && grep -q "resigned term" "$work/svc.$run_n"; then
+		ok "leader_service: elected, then resigned"
+	else
+		bad "leader_service: exit $rc (expected 0, elected and resigned):"
+		sed 's/^/        /' "$work/svc.$run_n"
+		return 0
+	fi
+	# A lease that is not renewed runs out: leadership lost, exit 76.
+	[[ $uri == *ttl=* || $uri == *renew=* ]] && return 0
+	if [ "$lease" = ttl ]; then
+		expect "leader_service: exit 76 when its 1 s lease ran out" 76 "lost leadership" \
+			"$dir/leader_service" "$(with_params "$uri" 'ttl=1s&renew=off')" "$name" svc-lost 0 || true
+	fi
+	[ "$scope" = process ] && return 0
+	# The observer follows: A leads, B waits; A resigns (SIGTERM): B, a larger term; B killed: nobody.
+	short=$(with_params "$uri" 'ttl=3s')
+	obs=$work/obs.$run_n
+	timeout 60 "$dir/leader_observer" "$short" "$name" 0 >"$obs" 2>&1 &
+	po=$!
+	bg_pids+=("$po")
+	timeout 60 "$dir/leader_service" "$short" "$name" svc-a 0 >"$work/svc-a" 2>&1 &
+	pa=$!
+	bg_pids+=("$pa")
+	if ! await_line "$obs" "^leader svc-a term"; then
+		bad "leader_observer: never saw svc-a lead:"
+		sed 's/^/        /' "$obs" "$work/svc-a"
+		return 0
+	fi
+	ok "leader_observer: sees the leader's address (svc-a, term $(term_of "$obs" svc-a))"
+	timeout 60 "$dir/leader_service" "$short" "$name" svc-b 0 >"$work/svc-b" 2>&1 &
+	pb=$!
+	bg_pids+=("$pb")
+	await_line "$work/svc-b" "^campaigning" || true
+	kill -TERM "$pa"
+	rc=0
+	wait "$pa" || rc=$?
+	if [ "$rc" = 0 ] && grep -q "resigned term" "$work/svc-a" && await_line "$obs" "^leader svc-b term"; then
+		ta=$(term_of "$obs" svc-a)
+		tb=$(term_of "$obs" svc-b)
+		if [ -n "$ta" ] && [ -n "$tb" ] && [ "$tb" -gt "$ta" ]; then
+			ok "leader_service: svc-a resigned on SIGTERM; the observer follows svc-b, term $tb > $ta"
+		else
+			bad "leader_observer: svc-b's term '$tb' is not above svc-a's '$ta'"
+		fi
+	else
+		bad "leader_service: svc-a exit $rc on SIGTERM, or the observer never saw svc-b:"
+		sed 's/^/        /' "$work/svc-a" "$obs"
+	fi
+	pkill -KILL -P "$pb" 2>/dev/null || true # the service itself, not the timeout that runs it
+	wait "$pb" 2>/dev/null || true
+	for _ in $(seq 1 200); do
+		[ "$(tail -1 "$obs")" = "no leader" ] && break
+		sleep 0.1
+	done
+	if [ "$(tail -1 "$obs")" = "no leader" ]; then
+		ok "leader_observer: no leader once svc-b was killed"
+	else
+		bad "leader_observer: still follows a killed leader:"
+		sed 's/^/        /' "$obs"
+	fi
+	kill -TERM "$po" 2>/dev/null || true
+	wait "$po" 2>/dev/null || true
+	bg_pids=()
+}
 
 examples_on() { # DIR URI
 	local dir=$1 uri=$2 scope lease i rc pid pids=() created found
@@ -321,6 +408,9 @@ examples_on() { # DIR URI
 		expect "lost_lock_worker: stopped when its 1 s lease ran out" 3 "stopped after" \
 			"$dir/lost_lock_worker" "$(with_params "$uri" 'ttl=1s&renew=off')" 10 || true
 	fi
+
+	# leader_service and leader_observer (elections).
+	elect_on "$dir" "$uri" "$scope" "$lease"
 }
 
 uris=("file://$work/locks" "mem://install-check")
@@ -347,7 +437,11 @@ for d in cmake-static make-shared make-static; do
 		# Extra arguments: ORDER_ID and STORE_DIR, SECONDS, STEPS, WORKERS and PERMITS.
 		extra=(1 "$work/orders-$d")
 		[ "$e" = worker_pool ] && extra=(2 1)
-		expect "$d: $e" 0 . "${bin_dirs[$d]}/$e" "file://$work/locks-$d" "${extra[@]}" || true
+		uri=file://$work/locks-$d
+		# Elections: not on file://; one process on mem://, for a second.
+		[ "$e" = leader_service ] && uri=mem://install-check extra=(leader svc 1)
+		[ "$e" = leader_observer ] && uri=mem://install-check extra=(leader 1)
+		expect "$d: $e" 0 . "${bin_dirs[$d]}/$e" "$uri" "${extra[@]}" || true
 	done
 done
 
