@@ -1111,6 +1111,13 @@ elect_checks() {
 	fi
 }
 
+if [ -n "${DLOCK_TEST_REDLOCK_URI:-}" ]; then
+	expect_rc "elect on RedLock, which has no elections, exits 78" 78 --uri "$DLOCK_TEST_REDLOCK_URI" elect name -- true
+	check "... saying so" contains "$err" "^dlock: elect: .*has no leader election"
+	expect_rc "leader on RedLock exits 78 too" 78 --uri "$DLOCK_TEST_REDLOCK_URI" leader name
+else
+	echo "skip - elect on a backend without elections (DLOCK_TEST_REDLOCK_URI unset)"
+fi
 for var in DLOCK_TEST_REDIS_URI DLOCK_TEST_PG_URI DLOCK_TEST_PG_ROW_URI DLOCK_TEST_PG_BOUNCER_URI DLOCK_TEST_ZK_URI; do
 	if [ -n "${!var:-}" ]; then
 		label=${var#DLOCK_TEST_}
