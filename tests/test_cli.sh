@@ -11,7 +11,9 @@
 # checks are skipped.  The verbs and the hold bounds run on file:// and on
 # the servers of DLOCK_TEST_REDIS_URI, DLOCK_TEST_PG_URI, DLOCK_TEST_PG_ROW_URI
 # and DLOCK_TEST_ZK_URI when set (a backend without inspection is skipped,
-# loudly).  The lists of schemes and common URI parameters in
+# loudly); so do elect and leader, on those servers and on
+# DLOCK_TEST_PG_BOUNCER_URI (a backend without elections is skipped, loudly;
+# mem:// cannot span processes).  The lists of schemes and common URI parameters in
 # --help, man/dlock.1, man/dlock.3 and README.md are checked against the
 # library: the backends of this build and core/uri.c's table.
 #
@@ -108,6 +110,26 @@ await_file() {
 	return 1
 }
 
+# await_grep FILE PATTERN: poll until a line of FILE matches PATTERN, at most 10 s.
+await_grep() {
+	local i
+	for ((i = 0; i < 500; i++)); do
+		grep -q -e "$2" "$1" 2>/dev/null && return 0
+		sleep 0.02
+	done
+	return 1
+}
+
+# await_last FILE LINE: poll until the last line of FILE is LINE, at most 10 s.
+await_last() {
+	local i
+	for ((i = 0; i < 500; i++)); do
+		[ "$(tail -n 1 "$1" 2>/dev/null)" = "$2" ] && return 0
+		sleep 0.02
+	done
+	return 1
+}
+
 # $statf PID N: field N of /proc/PID/stat after the command name (1 is the
 # state, 3 the process group); empty once PID is gone.  Not ps(1): minimal
 # images lack it.
@@ -174,6 +196,7 @@ check "--help writes nothing on stderr" empty "$err"
 missing=""
 for word in --uri --wait --no-wait --ttl --conflict-exit-code --grace --shared --exclusive --limit --quiet --help --version \
 	--identity --min-hold --max-hold --json "status NAME" "list [NAME-PREFIX]" "break NAME" \
+	"leader NAME" "elect NAME -- COMMAND" --value --watch DLOCK_LEADER_TERM \
 	mem:// file:/// redis:// zk:// postgres:// DLOCK_URI XDG_RUNTIME_DIR /tmp/dlock- \
 	DLOCK_FENCING_TOKEN DLOCK_PERMIT_SLOT " 64 " " 69 " " 71 " " 75 " " 76 " " 77 " " 78 " " 126 " " 127 " "128+N"; do
 	grep -q -F -e "$word" "$out" || missing="$missing '$word'"
@@ -606,6 +629,11 @@ check "a lost read lock exits 76 (got $rc)" [ "$rc" -eq 76 ]
 check "... and sends SIGTERM to COMMAND" [ -e "$tmp/lost3.termed" ]
 check "... reported like a lost lock" contains "$err" "^dlock: lock 'lease' lost ([a-z ]*).*; stopping the command$"
 
+lose_lock lost4 'trap "touch \"$1.termed\"; exit 0" TERM; : >"$1.started"; while :; do sleep 0.05; done' elect
+check "a lost leadership exits 76 (got $rc)" [ "$rc" -eq 76 ]
+check "... and sends SIGTERM to COMMAND" [ -e "$tmp/lost4.termed" ]
+check "... reported as the leadership lost" contains "$err" "^dlock: leadership of 'lease' lost ([a-z ]*).*; stopping the command$"
+
 # A ZooKeeper lock node deleted by another client (anyone may, without
 # credentials): the holder sees it at once and stops COMMAND.  Needs the
 # server of DLOCK_TEST_ZK_URI and the Java ZooKeeper shell to delete it.
@@ -897,6 +925,206 @@ for var in DLOCK_TEST_REDIS_URI DLOCK_TEST_PG_URI DLOCK_TEST_PG_ROW_URI DLOCK_TE
 		hold_checks "$label" "${!var}"
 	else
 		echo "skip - verbs and hold bounds on $var (unset)"
+	fi
+done
+
+# -------------------------------------------------------------- elections
+
+# The verb rule holds for elect and leader too.
+expect_rc "'dlock elect -- COMMAND' runs COMMAND under the lock named elect" 0 elect -- sh -c 'echo ran'
+check "... COMMAND ran" contains "$out" "^ran$"
+hold elect ve1
+expect_rc "... it is the lock named elect: -n while it is held exits 75" 75 -n elect -- true
+expect_rc "'dlock leader -- true' runs true under the lock named leader" 0 -n leader -- true
+release "$hold_pid" ve1
+expect_rc "leader without NAME is a usage error" 64 leader
+check "... saying NAME is missing" contains "$err" "^dlock: leader: missing lock NAME$"
+expect_rc "elect without '--' is a usage error" 64 elect name true
+check "... saying the '--' is expected" contains "$err" "^dlock: expected '--' between NAME and COMMAND"
+expect_rc "elect without COMMAND is a usage error" 64 elect name --
+for o in --shared --exclusive "--limit 2" "--min-hold 1s" "--max-hold 1s"; do
+	# shellcheck disable=SC2086 # $o is an option and its value
+	expect_rc "elect $o is a usage error" 64 elect $o name -- true
+	check "... saying it is for a lock" contains "$err" "^dlock: elect: option '${o%% *}' is for a lock, not an election$"
+done
+expect_rc "--limit before elect is a usage error too" 64 --limit 2 elect name -- true
+expect_rc "elect --json is a usage error" 64 elect --json name -- true
+expect_rc "--value without elect is a usage error" 64 --value v name -- true
+check "... saying it goes with elect" contains "$err" "^dlock: --value goes with elect$"
+expect_rc "leader --value is a usage error" 64 leader --value v name
+expect_rc "--watch without leader is a usage error" 64 --watch name -- true
+expect_rc "status --watch is a usage error" 64 status --watch name
+expect_rc "leader --watch --quiet is a usage error" 64 leader --watch -q name
+expect_rc "leader with --wait is a usage error" 64 leader --wait 1s name
+value_max=$(printf 'v%.0s' {1..1024})
+expect_rc "elect --value of 1,025 bytes is a usage error" 64 --uri mem://e elect --value "${value_max}v" name -- true
+check "... saying the bound" contains "$err" "^dlock: --value: at most 1024 bytes, got 1025$"
+expect_rc "elect --value of 1,024 bytes is taken (mem://)" 0 --uri mem://e elect --value "$value_max" name -- true
+expect_rc "elect on a backend without elections exits 78" 78 elect name -- true
+check "... saying so" contains "$err" "^dlock: elect: .*has no leader election"
+expect_rc "leader on a backend without elections exits 78" 78 leader name
+check "... saying so" contains "$err" "^dlock: leader: .*has no leader election"
+# mem:// leads inside one process: the term reaches COMMAND.
+DLOCK_LEADER_TERM=stale dl --uri mem://e elect --value v name -- sh -c 'echo "$DLOCK_LEADER_TERM $DLOCK_FENCING_TOKEN"'
+check "elect gives COMMAND its term in DLOCK_LEADER_TERM, the same as DLOCK_FENCING_TOKEN ($(cat "$out"))" \
+	eval '[ "$rc" -eq 0 ] && grep -q -x "\([1-9][0-9]*\) \1" "$out"'
+DLOCK_LEADER_TERM=outer dl --uri mem://e name -- sh -c 'echo "$DLOCK_LEADER_TERM"'
+check "a lock's run passes an enclosing leader's term on" contains "$out" "^outer$"
+expect_rc "leader where nobody leads exits 1 (mem://)" 1 --uri mem://e leader name
+check "... and prints none" eval '[ "$(cat "$out")" = none ]'
+dl --uri mem://e leader --json name
+json_check "... --json: elected false, every field null" "$out" \
+	'd == {"name": "name", "elected": False, "term": None, "value": None, "holder": None}'
+
+# elect_checks LABEL URI: elect and leader across processes on a server.
+elect_checks() {
+	local label=$1 uri=$2 name="elect-$$-$RANDOM" wpid apid bpid term1 term2 tok hostile want t0 erc
+	dl --uri "$uri" leader "$name"
+	if [ "$rc" -eq 78 ] && contains "$err" "has no \(leader election\|inspection\)"; then
+		# Who leads is an inspection: a backend without it has no elections.
+		dl --uri "$uri" -n elect "$name" -- true
+		check "$label: elect where the backend has no leader election exits 78, saying so (got $rc)" \
+			eval '[ "$rc" -eq 78 ] && contains "$err" "has no leader election"'
+		echo "skip - $label: elect and leader (the backend has no leader election)"
+		return
+	fi
+	check "$label: leader where nobody leads exits 1 (got $rc)" [ "$rc" -eq 1 ]
+	check "$label: ... and prints none" eval '[ "$(cat "$out")" = none ]'
+	rm -f "$tmp/$label-e"*
+	# A watcher from the start: its first line is who leads now.
+	"$DLOCK" --uri "$uri" leader --watch "$name" >"$tmp/$label-e.watch" 2>"$tmp/$label-e.werr" &
+	wpid=$!
+	check "$label: leader --watch prints who leads now (none)" await_grep "$tmp/$label-e.watch" "^none$"
+	"$DLOCK" --uri "$(with_param "$uri" "identity=cli-$label-a")" --ttl 3s elect --value "10.0.0.1:80 a" "$name" -- \
+		sh -c 'echo "$DLOCK_LEADER_TERM $DLOCK_FENCING_TOKEN" >"$1.term"; exec "$2" "$1.started" "$1.go"' \
+		sh "$tmp/$label-ea" "$holder" >/dev/null 2>"$tmp/$label-ea.err" &
+	apid=$!
+	if ! await_file "$tmp/$label-ea.started"; then
+		fail "$label: elect runs its command" "$(head -c 300 "$tmp/$label-ea.err")"
+		kill "$apid" "$wpid" 2>/dev/null
+		return
+	fi
+	read -r term1 tok <"$tmp/$label-ea.term"
+	check "$label: elect gives COMMAND DLOCK_LEADER_TERM = DLOCK_FENCING_TOKEN ($term1, $tok)" \
+		eval '[ -n "$term1" ] && [ "$term1" = "$tok" ]'
+	dl --uri "$uri" leader "$name"
+	check "$label: leader exits 0 while someone leads (got $rc)" [ "$rc" -eq 0 ]
+	check "$label: ... printing TERM, VALUE and IDENTITY, the term the leader's DLOCK_LEADER_TERM" \
+		eval '[ "$(cat "$out")" = "$(printf "%s\t10.0.0.1:80 a\tcli-%s-a" "$term1" "$label")" ]'
+	dl --uri "$uri" leader --json "$name"
+	json_check "$label: leader --json: elected, term, value, holder" "$out" \
+		"d['elected'] and d['name'] == '$name' and d['term'] == $term1 and d['value'] == '10.0.0.1:80 a' and
+		 d['holder']['identity'] == 'cli-$label-a' and d['holder']['pid'] == $apid"
+	dl --uri "$uri" status "$name"
+	check "$label: status shows the leader's value" contains "$out" "^  value: 10.0.0.1:80 a$"
+	expect_rc "$label: a second elect -n exits 75 while a leader leads" 75 --uri "$uri" -n elect "$name" -- true
+	check "$label: ... saying the leadership is held elsewhere" contains "$err" "^dlock: leadership of '$name' is held elsewhere$"
+	check "$label: leader --watch prints the new leader's term and value" \
+		await_grep "$tmp/$label-e.watch" "^$term1	10.0.0.1:80 a	cli-$label-a$"
+	# Resigning: the command ends, dlock exits as it did, and nobody leads.
+	: >"$tmp/$label-ea.go"
+	wait "$apid"
+	erc=$?
+	check "$label: elect exits with its command's status when it ends (got $erc)" [ "$erc" -eq 0 ]
+	check "$label: ... having resigned: leader --watch prints none" await_last "$tmp/$label-e.watch" none
+	# The next leader: a larger term, seen by the watcher within a notification.
+	t0=$(now_ms)
+	"$DLOCK" --uri "$(with_param "$uri" "identity=cli-$label-b")" --ttl 3s elect --value "10.0.0.2:80" "$name" -- \
+		sh -c 'echo "$DLOCK_LEADER_TERM" >"$1.term"; exec "$2" "$1.started" "$1.go"' \
+		sh "$tmp/$label-eb" "$holder" >/dev/null 2>"$tmp/$label-eb.err" &
+	bpid=$!
+	if ! await_file "$tmp/$label-eb.started"; then
+		fail "$label: the next elect runs its command" "$(head -c 300 "$tmp/$label-eb.err")"
+		kill "$bpid" "$wpid" 2>/dev/null
+		return
+	fi
+	read -r term2 <"$tmp/$label-eb.term"
+	check "$label: the next leader's term is larger ($term1 < $term2)" eval '[ "$term2" -gt "$term1" ]'
+	check "$label: leader --watch prints it" await_grep "$tmp/$label-e.watch" "^$term2	10.0.0.2:80	cli-$label-b$"
+	check "$label: ... within a notification, not a lease ($(($(now_ms) - t0)) ms)" [ $(($(now_ms) - t0)) -lt 10000 ]
+	check "$label: ... its terms never go back" eval 'grep -o "^[0-9]*" "$tmp/$label-e.watch" | sort -c -n'
+	# Broken from outside: the leader is told, stops COMMAND, exits 76.
+	t0=$(now_ms)
+	dl --uri "$uri" break "$name"
+	if [ "$rc" -eq 78 ]; then
+		echo "skip - $label: break of the leader (the backend cannot break)"
+		: >"$tmp/$label-eb.go"
+		wait "$bpid"
+	else
+		wait "$bpid"
+		erc=$?
+		check "$label: break of the leader's name: elect exits 76 (got $erc, $(($(now_ms) - t0)) ms)" [ "$erc" -eq 76 ]
+		check "$label: ... saying the leadership was lost" contains "$tmp/$label-eb.err" "^dlock: leadership of '$name' lost"
+	fi
+	kill -TERM "$wpid"
+	wait "$wpid"
+	erc=$?
+	check "$label: leader --watch ends with 0 on SIGTERM (got $erc)" [ "$erc" -eq 0 ]
+	check "$label: ... one line per change, nothing on stderr" eval '! grep -v -q "	\|^none$" "$tmp/$label-e.watch" && [ ! -s "$tmp/$label-e.werr" ]'
+	# SIGTERM resigns: COMMAND gets it, dlock resigns and exits as COMMAND did.
+	"$DLOCK" --uri "$uri" elect "$name" -- "$holder" "$tmp/$label-ec.started" "$tmp/$label-ec.go" &
+	apid=$!
+	await_file "$tmp/$label-ec.started"
+	kill -TERM "$apid"
+	wait "$apid"
+	erc=$?
+	check "$label: SIGTERM to elect: exits as its command did (143, got $erc)" [ "$erc" -eq 143 ]
+	expect_rc "$label: ... and nobody leads after it" 1 --uri "$uri" leader "$name"
+	# A hostile value is escaped, in text and in JSON.
+	hostile=$(printf 'v\033[2J\t\\\377')
+	"$DLOCK" --uri "$uri" elect --value "$hostile" "$name" -- "$holder" "$tmp/$label-eh.started" "$tmp/$label-eh.go" &
+	apid=$!
+	await_file "$tmp/$label-eh.started"
+	dl --uri "$uri" leader "$name"
+	want=$'\t''v\x1b[2J\x09\\\xff'$'\t'
+	check "$label: leader escapes a hostile value: no control byte, the tab as \\x09" \
+		eval 'grep -q -F -e "$want" "$out" && ! LC_ALL=C grep -q "[[:cntrl:]]" <(tr -d "\n\t" <"$out")'
+	dl --uri "$uri" leader --json "$name"
+	json_check "$label: ... --json gives its exact bytes" "$out" 'd["value_hex"] == "761b5b324a095cff"'
+	release "$apid" "$label-eh"
+	# A leader paused past its lease (ttl=2s): where the server lets another
+	# lead meanwhile, the paused one is told when it resumes and exits 76.
+	local puri term_file='echo "$DLOCK_LEADER_TERM" >"$1.term"; exec "$2" "$1.started" "$1.go"'
+	puri=$(with_param "$uri" "ttl=2s")
+	"$DLOCK" --uri "$puri" elect "$name" -- sh -c "$term_file" sh "$tmp/$label-ep" "$holder" \
+		>/dev/null 2>"$tmp/$label-ep.err" &
+	apid=$!
+	await_file "$tmp/$label-ep.started"
+	kill -STOP "$apid"
+	"$DLOCK" --uri "$puri" -w 8s elect "$name" -- sh -c "$term_file" sh "$tmp/$label-eq" "$holder" \
+		>/dev/null 2>"$tmp/$label-eq.err" &
+	bpid=$!
+	if await_file "$tmp/$label-eq.started"; then
+		kill -CONT "$apid"
+		wait "$apid"
+		erc=$?
+		check "$label: a leader paused past its lease exits 76 once resumed (got $erc)" [ "$erc" -eq 76 ]
+		check "$label: ... saying the leadership was lost" contains "$tmp/$label-ep.err" "^dlock: leadership of '$name' lost"
+		check "$label: ... the leader that took over has a larger term ($(cat "$tmp/$label-ep.term") < $(cat "$tmp/$label-eq.term"))" \
+			eval '[ "$(cat "$tmp/$label-eq.term")" -gt "$(cat "$tmp/$label-ep.term")" ]'
+		release "$bpid" "$label-eq"
+	else
+		kill -CONT "$apid"
+		wait "$bpid"
+		release "$apid" "$label-ep"
+		echo "skip - $label: a paused leader (its session outlived the pause: nobody else could lead)"
+	fi
+}
+
+if [ -n "${DLOCK_TEST_REDLOCK_URI:-}" ]; then
+	expect_rc "elect on RedLock, which has no elections, exits 78" 78 --uri "$DLOCK_TEST_REDLOCK_URI" elect name -- true
+	check "... saying so" contains "$err" "^dlock: elect: .*has no leader election"
+	expect_rc "leader on RedLock exits 78 too" 78 --uri "$DLOCK_TEST_REDLOCK_URI" leader name
+else
+	echo "skip - elect on a backend without elections (DLOCK_TEST_REDLOCK_URI unset)"
+fi
+for var in DLOCK_TEST_REDIS_URI DLOCK_TEST_PG_URI DLOCK_TEST_PG_ROW_URI DLOCK_TEST_PG_BOUNCER_URI DLOCK_TEST_ZK_URI; do
+	if [ -n "${!var:-}" ]; then
+		label=${var#DLOCK_TEST_}
+		label=$(echo "${label%_URI}" | tr 'A-Z_' 'a-z-')
+		elect_checks "$label" "${!var}"
+	else
+		echo "skip - elect and leader on $var (unset)"
 	fi
 done
 

@@ -2,11 +2,13 @@
  * dlock(1) — run a command while holding a distributed lock.
  *
  *   dlock [OPTION]... NAME -- COMMAND [ARG]...
- *   dlock status|list|break [OPTION]... [NAME]
+ *   dlock elect [OPTION]... NAME -- COMMAND [ARG]...
+ *   dlock status|list|break|leader [OPTION]... [NAME]
  *
  * Acquires NAME through the public API (the URI picks the backend), keeps
  * it renewed while COMMAND runs and releases it when COMMAND ends (not
- * before --min-hold).  stdout belongs to COMMAND: dlock writes only to
+ * before --min-hold).  `elect` is the same run with the election NAME:
+ * campaigning acquires it and proclaims --value, resigning releases it.  stdout belongs to COMMAND: dlock writes only to
  * stderr, except for the --help and --version output that the user asked
  * for, and the answers of the verbs.  This file reads the command line,
  * decides what to lock and how to exit; dlock_run.c runs and supervises
@@ -28,6 +30,7 @@
 #define DEFAULT_GRACE_MS 10000
 #define FENCING_VAR "DLOCK_FENCING_TOKEN"
 #define SLOT_VAR "DLOCK_PERMIT_SLOT"
+#define TERM_VAR "DLOCK_LEADER_TERM"
 
 extern char **environ;
 
@@ -46,7 +49,10 @@ struct cli {
 	int64_t min_hold_ms; /* --min-hold; -1: the URI's min_hold */
 	int64_t max_hold_ms; /* --max-hold; -1: the URI's max_hold */
 	int json;           /* --json (verbs) */
+	const char *value;  /* --value (elect): what the leader proclaims; NULL: none */
+	int watch;          /* --watch (leader) */
 	const char *run_only; /* the first option seen that only running COMMAND takes */
+	const char *lock_only; /* the first option seen that only a lock takes, not an election */
 	enum cli_verb verb; /* a verb, or CLI_VERB_NONE */
 	int wait_given;     /* --wait seen */
 	int no_wait;        /* --no-wait seen */
@@ -62,10 +68,12 @@ struct session {
 	struct cli_lost lost;
 	dlock_client *client;
 	dlock_lock *lock;
+	dlock_election *election; /* elect: owns `lock`, the mutex behind it */
 	int lost_reported;
 	int64_t acquired_at; /* monotonic ms just after the acquisition */
 	char token_var[sizeof FENCING_VAR "=18446744073709551615"];
 	char slot_var[sizeof SLOT_VAR "=4294967295"];
+	char term_var[sizeof TERM_VAR "=18446744073709551615"];
 };
 
 void cli_say(const char *fmt, ...)
@@ -96,6 +104,8 @@ static const char help_text[] =
 	"  or:  dlock status [OPTION]... NAME\n"
 	"  or:  dlock list [OPTION]... [NAME-PREFIX]\n"
 	"  or:  dlock break [OPTION]... NAME\n"
+	"  or:  dlock leader [OPTION]... NAME\n"
+	"  or:  dlock elect [OPTION]... NAME -- COMMAND [ARG]...\n"
 	"Run COMMAND while holding the distributed lock NAME, keep the lock renewed\n"
 	"while COMMAND runs, and release it when COMMAND ends.  COMMAND runs in its\n"
 	"own process group.  dlock writes nothing on stdout; its messages go to\n"
@@ -106,9 +116,9 @@ static const char help_text[] =
 	"  status NAME       who holds NAME: name, resource (where the server keeps\n"
 	"                    it), kind, waiters, and each holder's identity, host,\n"
 	"                    pid, acquired (UTC, server's clock), lease left, token,\n"
-	"                    mode, slot and session, as far as the backend can see\n"
-	"                    them (unknown fields are left out); exit 0 when NAME is\n"
-	"                    held, 1 when it is free\n"
+	"                    mode, slot, session and a leader's value, as far as the\n"
+	"                    backend can see them (unknown fields are left out);\n"
+	"                    exit 0 when NAME is held, 1 when it is free\n"
 	"  list [NAME-PREFIX]\n"
 	"                    the held locks whose names start with NAME-PREFIX (all\n"
 	"                    without it), one line each: NAME, RESOURCE, KIND,\n"
@@ -120,9 +130,21 @@ static const char help_text[] =
 	"                    (every lock of that session goes); says which, and how\n"
 	"                    many holders were removed; exit 0 when some were, 1 when\n"
 	"                    NAME was free\n"
-	"  Their answer goes to stdout.  Names, identities, hosts and sessions are\n"
-	"  untrusted: in text every byte outside printable ASCII, and the backslash,\n"
-	"  is written \\xNN (\\\\).  A backend without inspection or breaking exits 78.\n"
+	"  leader NAME       who leads the election NAME: one line of TERM, VALUE and\n"
+	"                    IDENTITY separated by tabs, \"none\" when nobody leads;\n"
+	"                    exit 0 when someone leads, 1 when nobody does; with\n"
+	"                    --watch, one line at each change (a new term, a new\n"
+	"                    value, nobody leading) until SIGINT or SIGTERM (exit 0)\n"
+	"  elect NAME -- COMMAND [ARG]...\n"
+	"                    campaign in the election NAME: wait to lead (as for a\n"
+	"                    lock: --wait, --no-wait, --ttl), proclaim the --value,\n"
+	"                    run COMMAND while leading and resign when it ends; exit\n"
+	"                    statuses as for a lock (75: -n found a leader; 76: the\n"
+	"                    leadership was lost and COMMAND stopped)\n"
+	"  Their answer goes to stdout.  Names, values, identities, hosts and\n"
+	"  sessions are untrusted: in text every byte outside printable ASCII, and the\n"
+	"  backslash, is written \\xNN (\\\\).  A backend without inspection or\n"
+	"  breaking exits 78, and so does one without elections for leader and elect.\n"
 	"\n"
 	"Options:\n"
 	"      --uri URI          lock service (default: see Default URI below)\n"
@@ -160,8 +182,14 @@ static const char help_text[] =
 	"                         counts as lost, COMMAND is stopped and dlock exits\n"
 	"                         76; at least --min-hold (default: the URI's\n"
 	"                         max_hold, else none)\n"
-	"      --json             status, list and break: print one JSON object (list:\n"
-	"                         an array), valid whatever the bytes: a string that\n"
+	"      --value V          elect: what the leader proclaims, for leader and\n"
+	"                         status to show (its address, say): at most 1024\n"
+	"                         bytes (default: none)\n"
+	"      --watch            leader: print who leads at each change, until\n"
+	"                         interrupted\n"
+	"      --json             status, list, break and leader: print one JSON object\n"
+	"                         (list: an array; leader --watch: one a line), valid\n"
+	"                         whatever the bytes: a string that\n"
 	"                         is not valid UTF-8 has U+FFFD for each bad byte, and\n"
 	"                         a KEY_hex field beside it with its exact bytes;\n"
 	"                         status adds \"sees\": what the backend can see\n"
@@ -216,6 +244,9 @@ static const char help_text[] =
 	"                       0..N-1, held by no other live permit of NAME (with\n"
 	"                       the token, storage can refuse a permit that is gone);\n"
 	"                       removed when the backend's permits have no slot\n"
+	"  DLOCK_LEADER_TERM    set for COMMAND by elect: the term of this\n"
+	"                       leadership, the acquisition's fencing token (also\n"
+	"                       in DLOCK_FENCING_TOKEN): no two leaders share one\n"
 	"\n"
 	"Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dlock are passed on to\n"
 	"COMMAND's process group.  If dlock dies, COMMAND is killed (SIGKILL).  If the\n"
@@ -228,23 +259,24 @@ static const char help_text[] =
 	"  128+N  COMMAND was killed by signal N, or dlock got signal N before\n"
 	"         COMMAND started or while it kept the lock for --min-hold\n"
 	"  0, 1   status: 0 held, 1 free; break: 0 holders removed, 1 NAME was free;\n"
-	"         list: 0\n"
+	"         list: 0; leader: 0 someone leads, 1 nobody does (--watch: 0 when\n"
+	"         ended by SIGINT or SIGTERM)\n"
 	"  64     usage error (EX_USAGE), also NAME in use as another kind of lock\n"
 	"         (with -s/-x while others use it without, or the reverse; with\n"
 	"         --limit N while others use another N or no --limit)\n"
 	"  69     lock service unreachable, authentication failed, server error, or it\n"
 	"         can hold no more locks (EX_UNAVAILABLE)\n"
 	"  71     system error: cannot fork, out of memory, I/O error (EX_OSERR)\n"
-	"  75     lock held elsewhere (--no-wait) or wait expired (EX_TEMPFAIL;\n"
-	"         changed by --conflict-exit-code)\n"
-	"  76     the lock was lost while COMMAND ran, or held for --max-hold;\n"
-	"         COMMAND was stopped (EX_PROTOCOL)\n"
+	"  75     lock held elsewhere, or a leader elsewhere (--no-wait), or wait\n"
+	"         expired (EX_TEMPFAIL; changed by --conflict-exit-code)\n"
+	"  76     the lock or the leadership was lost while COMMAND ran, or held\n"
+	"         for --max-hold; COMMAND was stopped (EX_PROTOCOL)\n"
 	"  77     permission denied by the lock service, or a lock directory that\n"
 	"         may not be written (EX_NOPERM)\n"
 	"  78     bad URI, unknown or refused backend, missing database, lock\n"
 	"         directory missing and not creatable or not a directory, a\n"
 	"         backend without read-write locks for -s/-x, or without\n"
-	"         inspection or breaking for a verb (EX_CONFIG)\n"
+	"         inspection, breaking or elections for a verb (EX_CONFIG)\n"
 	"  126    COMMAND cannot be executed\n"
 	"  127    COMMAND not found\n";
 
@@ -277,7 +309,7 @@ static int print_version(void)
 
 /* ------------------------------------------------------------ options */
 
-enum { OPT_URI = 256, OPT_TTL, OPT_GRACE, OPT_IDENTITY, OPT_MIN_HOLD, OPT_MAX_HOLD, OPT_JSON };
+enum { OPT_URI = 256, OPT_TTL, OPT_GRACE, OPT_IDENTITY, OPT_MIN_HOLD, OPT_MAX_HOLD, OPT_JSON, OPT_VALUE, OPT_WATCH };
 
 static const char short_options[] = "+:w:nE:sxl:qhV"; /* '+': stop at NAME */
 
@@ -295,6 +327,8 @@ static const struct option long_options[] = {
 	{"min-hold", required_argument, NULL, OPT_MIN_HOLD},
 	{"max-hold", required_argument, NULL, OPT_MAX_HOLD},
 	{"json", no_argument, NULL, OPT_JSON},
+	{"value", required_argument, NULL, OPT_VALUE},
+	{"watch", no_argument, NULL, OPT_WATCH},
 	{"quiet", no_argument, NULL, 'q'},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
@@ -385,6 +419,22 @@ static void run_only(struct cli *cli, const char *opt)
 		cli->run_only = opt;
 }
 
+/* Note an option that only a lock's run takes: elect refuses it too. */
+static void lock_only(struct cli *cli, const char *opt)
+{
+	run_only(cli, opt);
+	if (cli->lock_only == NULL)
+		cli->lock_only = opt;
+}
+
+/* The library's bound (DLOCK_VALUE_MAX), told as a usage error. */
+static int value_arg(const char *text)
+{
+	if (strlen(text) > DLOCK_VALUE_MAX)
+		return usage_error("--value: at most %d bytes, got %zu", DLOCK_VALUE_MAX, strlen(text));
+	return -1;
+}
+
 static int apply_option(struct cli *cli, int opt, char **argv)
 {
 	switch (opt) {
@@ -396,6 +446,12 @@ static int apply_option(struct cli *cli, int opt, char **argv)
 		return identity_arg(optarg);
 	case OPT_JSON:
 		cli->json = 1;
+		return -1;
+	case OPT_VALUE:
+		cli->value = optarg;
+		return value_arg(optarg);
+	case OPT_WATCH:
+		cli->watch = 1;
 		return -1;
 	case 'w':
 		run_only(cli, "--wait");
@@ -413,17 +469,17 @@ static int apply_option(struct cli *cli, int opt, char **argv)
 		run_only(cli, "--grace");
 		return duration_arg("--grace", optarg, 0, &cli->grace_ms);
 	case OPT_MIN_HOLD:
-		run_only(cli, "--min-hold");
+		lock_only(cli, "--min-hold");
 		return duration_arg("--min-hold", optarg, 0, &cli->min_hold_ms);
 	case OPT_MAX_HOLD:
-		run_only(cli, "--max-hold");
+		lock_only(cli, "--max-hold");
 		return duration_arg("--max-hold", optarg, 1, &cli->max_hold_ms);
 	case 'E':
 		run_only(cli, "--conflict-exit-code");
 		return exit_code_arg(optarg, &cli->conflict_code);
 	case 's':
 	case 'x':
-		run_only(cli, opt == 's' ? "--shared" : "--exclusive");
+		lock_only(cli, opt == 's' ? "--shared" : "--exclusive");
 		if (cli->rw && cli->shared != (opt == 's'))
 			return usage_error("--shared and --exclusive cannot be used together");
 		if (cli->limit)
@@ -432,7 +488,7 @@ static int apply_option(struct cli *cli, int opt, char **argv)
 		cli->shared = opt == 's';
 		return -1;
 	case 'l':
-		run_only(cli, "--limit");
+		lock_only(cli, "--limit");
 		if (cli->rw)
 			return usage_error("--limit cannot be used with --shared or --exclusive");
 		return limit_arg(optarg, &cli->limit);
@@ -457,7 +513,11 @@ static int parse_operands(struct cli *cli, int argc, char **argv)
 	if (cli->wait_given && cli->no_wait)
 		return usage_error("--no-wait and --wait cannot be used together");
 	if (cli->json)
-		return usage_error("--json goes with status, list and break");
+		return usage_error("--json goes with status, list, break and leader");
+	if (cli->watch)
+		return usage_error("--watch goes with leader");
+	if (cli->value != NULL && cli->verb != CLI_VERB_ELECT)
+		return usage_error("--value goes with elect");
 	if (cli->min_hold_ms >= 0 && cli->max_hold_ms >= 0 && cli->max_hold_ms < cli->min_hold_ms)
 		return usage_error("--max-hold must be at least --min-hold");
 	if (optind >= argc)
@@ -478,10 +538,18 @@ static int parse_operands(struct cli *cli, int argc, char **argv)
 	return -1;
 }
 
-/* VERB [OPTION]... [OPERAND]: the options after the verb, then its operand. */
+/* The argument before the operands is "--" and not an option's value. */
+static int dashdash_before(char **argv, const char *last_value)
+{
+	return optind > 1 && strcmp(argv[optind - 1], "--") == 0 && argv[optind - 1] != last_value;
+}
+
+/* VERB [OPTION]... [OPERAND]: the options after the verb, then its operand
+ * (elect: NAME -- COMMAND, as a lock's run). */
 static int parse_verb(struct cli *cli, int argc, char **argv)
 {
 	const char *verb = cli_verb_name(cli->verb);
+	const char *last_value = NULL;
 	char **args = argv + optind; /* args[0] is the verb */
 	int n = argc - optind, opt, rc, operands;
 
@@ -490,7 +558,20 @@ static int parse_verb(struct cli *cli, int argc, char **argv)
 		rc = apply_option(cli, opt, args);
 		if (rc >= 0)
 			return rc;
+		last_value = optarg;
 	}
+	if (cli->verb == CLI_VERB_ELECT) {
+		if (cli->lock_only != NULL)
+			return usage_error("elect: option '%s' is for a lock, not an election", cli->lock_only);
+		cli->dashdash_taken = dashdash_before(args, last_value);
+		return parse_operands(cli, n, args);
+	}
+	if (cli->value != NULL)
+		return usage_error("%s: option '--value' is for elect", verb);
+	if (cli->watch && cli->verb != CLI_VERB_LEADER)
+		return usage_error("%s: option '--watch' is for leader", verb);
+	if (cli->watch && cli->quiet)
+		return usage_error("leader: --watch prints each change: not with --quiet");
 	if (cli->run_only != NULL)
 		return usage_error("%s: option '%s' is for running a command under a lock", verb, cli->run_only);
 	operands = n - optind;
@@ -526,8 +607,7 @@ static int parse_args(struct cli *cli, int argc, char **argv)
 			return rc;
 		last_value = optarg;
 	}
-	/* The argument before the operands is "--" and not an option's value. */
-	cli->dashdash_taken = optind > 1 && strcmp(argv[optind - 1], "--") == 0 && argv[optind - 1] != last_value;
+	cli->dashdash_taken = dashdash_before(argv, last_value);
 	/* A first operand that is a verb is the verb, unless "--" follows it:
 	 * "dlock status -- make" runs make under the lock named "status". */
 	if (optind < argc && (optind + 1 >= argc || strcmp(argv[optind + 1], "--") != 0))
@@ -683,28 +763,60 @@ static void format_ms(int64_t ms, char *buf, size_t len)
 		snprintf(buf, len, "%" PRId64 "ms", ms);
 }
 
+/* What is held, in messages: "lock", or "leadership of" for elect. */
+static const char *held_noun(const struct session *s)
+{
+	return s->cli->verb == CLI_VERB_ELECT ? "leadership of" : "lock";
+}
+
 static int acquire_failed(struct session *s, dlock_status st)
 {
 	const struct cli *cli = s->cli;
+	const char *what = held_noun(s);
 	char wait[32];
 
 	if (st != DLOCK_EBUSY && st != DLOCK_ETIMEDOUT) {
-		cli_say("cannot acquire lock '%s' on %s: %s", cli->name, dlock_client_uri(s->client),
+		cli_say("cannot acquire %s '%s' on %s: %s", what, cli->name, dlock_client_uri(s->client),
 		        detail(s, st));
 		return cli_status_exit(st, EX_USAGE);
 	}
 	if (cli->quiet) {
 		/* asked for silence */
 	} else if (st == DLOCK_EBUSY) {
-		cli_say("lock '%s' is held elsewhere", cli->name);
+		cli_say("%s '%s' is held elsewhere", what, cli->name);
 	} else if (cli->wait_ms > 0) {
 		format_ms(cli->wait_ms, wait, sizeof wait);
-		cli_say("timed out after %s waiting for lock '%s'", wait, cli->name);
+		cli_say("timed out after %s waiting for %s '%s'", wait, what, cli->name);
 	} else {
-		cli_say("timed out waiting for lock '%s' (wait parameter of %s)", cli->name,
+		cli_say("timed out waiting for %s '%s' (wait parameter of %s)", what, cli->name,
 		        dlock_client_uri(s->client));
 	}
 	return cli->conflict_code;
+}
+
+/* The handle to acquire: a lock of the kind asked for, or the election's mutex. */
+static dlock_status new_handle(struct session *s)
+{
+	const struct cli *cli = s->cli;
+	dlock_status st;
+
+	if (cli->verb == CLI_VERB_ELECT) {
+		st = dlock_election_new(s->client, cli->name, &s->election);
+		s->lock = dlock_election_lock(s->election);
+		return st;
+	}
+	if (cli->limit)
+		return dlock_semaphore_new(s->client, cli->name, cli->limit, &s->lock);
+	if (cli->rw)
+		return dlock_rwlock_new(s->client, cli->name, &s->lock);
+	return dlock_lock_new(s->client, cli->name, &s->lock);
+}
+
+static const char *handle_option(const struct cli *cli)
+{
+	if (cli->verb == CLI_VERB_ELECT)
+		return "elect";
+	return cli->limit ? "--limit" : cli->shared ? "--shared" : "--exclusive";
 }
 
 int cli_open_client(const char *uri_opt, const char *identity, int quiet, dlock_client **out)
@@ -743,15 +855,9 @@ static int acquire(struct session *s, struct cli_watch *watch)
 
 	if (rc != 0)
 		return rc;
-	if (cli->limit)
-		st = dlock_semaphore_new(s->client, cli->name, cli->limit, &s->lock);
-	else if (cli->rw)
-		st = dlock_rwlock_new(s->client, cli->name, &s->lock);
-	else
-		st = dlock_lock_new(s->client, cli->name, &s->lock);
+	st = new_handle(s);
 	if (st == DLOCK_ENOTSUP) {
-		cli_say("%s: %s", cli->limit ? "--limit" : cli->shared ? "--shared" : "--exclusive",
-		        detail(s, st));
+		cli_say("%s: %s", handle_option(cli), detail(s, st));
 		return cli_status_exit(st, EX_USAGE);
 	}
 	if (st != DLOCK_OK) {
@@ -767,7 +873,10 @@ static int acquire(struct session *s, struct cli_watch *watch)
 	aopts.mode = cli->shared ? DLOCK_MODE_SHARED : DLOCK_MODE_EXCLUSIVE;
 	aopts.min_hold_ms = cli->min_hold_ms;
 	aopts.max_hold_ms = cli->max_hold_ms;
-	st = dlock_acquire(s->lock, &aopts);
+	if (s->election != NULL)
+		st = dlock_campaign(s->election, cli->value, &aopts, NULL); /* the term: command_env() */
+	else
+		st = dlock_acquire(s->lock, &aopts);
 	s->acquired_at = cli_now_ms();
 	return st == DLOCK_OK ? -1 : acquire_failed(s, st);
 }
@@ -781,14 +890,27 @@ static void report_lost(void *ctx)
 	const char *d = s->lost.detail;
 
 	s->lost_reported = 1;
-	cli_say("lock '%s' lost (%s)%s%s; stopping the command", s->cli->name,
+	cli_say("%s '%s' lost (%s)%s%s; stopping the command", held_noun(s), s->cli->name,
 	        cli_lost_reason_name(s->lost.reason), d[0] ? ": " : "", d);
+}
+
+/* 1 when `var` ("NAME=VALUE") is set anew for COMMAND, so the inherited one goes. */
+static int replaced_var(const struct session *s, const char *var)
+{
+	static const char *const names[] = {FENCING_VAR "=", SLOT_VAR "=", TERM_VAR "="};
+	size_t n = s->election != NULL ? 3 : 2; /* a lock's run passes an enclosing term on */
+
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(var, names[i], strlen(names[i])) == 0)
+			return 1;
+	return 0;
 }
 
 /*
  * COMMAND's environment: ours with DLOCK_FENCING_TOKEN replaced by this
- * acquisition's token, or removed when the backend has none.  Built before
- * fork(), as the child may not allocate.  Returns NULL with *rc set.
+ * acquisition's token, or removed when the backend has none, and for
+ * elect DLOCK_LEADER_TERM, the same number.  Built before fork(), as the
+ * child may not allocate.  Returns NULL with *rc set.
  */
 static char **command_env(struct session *s, int *rc)
 {
@@ -800,26 +922,26 @@ static char **command_env(struct session *s, int *rc)
 	dlock_status st = dlock_lock_fencing_token(s->lock, &token);
 
 	if (st == DLOCK_ENOTHELD) {
-		cli_say("lock '%s' was lost before the command started: %s", s->cli->name, detail(s, st));
+		cli_say("%s '%s' was lost before the command started: %s", held_noun(s), s->cli->name,
+		        detail(s, st));
 		*rc = CLI_EXIT_LOST;
 		return NULL;
 	}
 	if (st != DLOCK_OK && st != DLOCK_ENOTSUP) {
-		cli_say("cannot read the fencing token of lock '%s': %s", s->cli->name, detail(s, st));
+		cli_say("cannot read the fencing token of %s '%s': %s", held_noun(s), s->cli->name, detail(s, st));
 		*rc = cli_status_exit(st, EX_OSERR);
 		return NULL;
 	}
 	while (environ[n] != NULL)
 		n++;
-	env = malloc((n + 3) * sizeof *env);
+	env = malloc((n + 4) * sizeof *env);
 	if (env == NULL) {
 		cli_say("out of memory");
 		*rc = EX_OSERR;
 		return NULL;
 	}
 	for (size_t i = 0; i < n; i++)
-		if (strncmp(environ[i], prefix, sizeof prefix - 1) != 0 &&
-		    strncmp(environ[i], SLOT_VAR "=", sizeof SLOT_VAR) != 0)
+		if (!replaced_var(s, environ[i]))
 			env[k++] = environ[i];
 	if (dlock_lock_permit_slot(s->lock, &slot) == DLOCK_OK) {
 		snprintf(s->slot_var, sizeof s->slot_var, "%s=%" PRIu32, SLOT_VAR, slot);
@@ -828,6 +950,10 @@ static char **command_env(struct session *s, int *rc)
 	if (st == DLOCK_OK) {
 		snprintf(s->token_var, sizeof s->token_var, "%s%" PRIu64, prefix, token);
 		env[k++] = s->token_var;
+	}
+	if (st == DLOCK_OK && s->election != NULL) {
+		snprintf(s->term_var, sizeof s->term_var, "%s=%" PRIu64, TERM_VAR, token);
+		env[k++] = s->term_var;
 	}
 	env[k] = NULL;
 	return env;
@@ -851,25 +977,26 @@ static int keep_min_hold(struct session *s, int rc)
 	return signo != 0 ? 128 + signo : rc;
 }
 
-/* After COMMAND ended: release, and exit as COMMAND did unless the lock was
- * lost at some point (then COMMAND ran at least partly unprotected). */
+/* After COMMAND ended: release (elect: resign), and exit as COMMAND did
+ * unless the lock was lost at some point (then COMMAND ran at least partly
+ * unprotected). */
 static int finish(struct session *s, int wait_status)
 {
-	dlock_status st = dlock_release(s->lock);
+	dlock_status st = s->election != NULL ? dlock_resign(s->election) : dlock_release(s->lock);
 	const char *d = s->lost.detail;
 
 	if (cli_lost_seen(&s->lost)) {
 		if (!s->lost_reported)
-			cli_say("lock '%s' was lost while the command ran (%s)%s%s", s->cli->name,
+			cli_say("%s '%s' was lost while the command ran (%s)%s%s", held_noun(s), s->cli->name,
 			        cli_lost_reason_name(s->lost.reason), d[0] ? ": " : "", d);
 		return CLI_EXIT_LOST;
 	}
 	if (st == DLOCK_ENOTHELD) {
-		cli_say("lock '%s' was lost while the command ran: %s", s->cli->name, detail(s, st));
+		cli_say("%s '%s' was lost while the command ran: %s", held_noun(s), s->cli->name, detail(s, st));
 		return CLI_EXIT_LOST;
 	}
 	if (st != DLOCK_OK) {
-		cli_say("warning: cannot release lock '%s' on %s: %s", s->cli->name,
+		cli_say("warning: cannot release %s '%s' on %s: %s", held_noun(s), s->cli->name,
 		        dlock_client_uri(s->client), detail(s, st));
 		return cli_wait_status_exit(wait_status);
 	}
@@ -922,7 +1049,7 @@ int main(int argc, char **argv)
 
 	if (rc >= 0)
 		return rc;
-	if (cli.verb != CLI_VERB_NONE) {
+	if (cli.verb != CLI_VERB_NONE && cli.verb != CLI_VERB_ELECT) {
 		/* Nothing is held: the signals keep their default action. */
 		struct cli_verb_args verb = {
 			.verb = cli.verb,
@@ -930,6 +1057,7 @@ int main(int argc, char **argv)
 			.identity = cli.identity,
 			.json = cli.json,
 			.quiet = cli.quiet,
+			.watch = cli.watch,
 			.name = cli.name,
 		};
 		return cli_verb_run(&verb);
@@ -940,7 +1068,10 @@ int main(int argc, char **argv)
 	}
 	rc = run(&s);
 	/* Releases the lock if it is still held (a signal came first). */
-	dlock_lock_free(s.lock);
+	if (s.election != NULL)
+		dlock_election_free(s.election); /* and its lock */
+	else
+		dlock_lock_free(s.lock);
 	dlock_client_close(s.client);
 	cli_lost_destroy(&s.lost);
 	cli_signals_close(&s.sig);

@@ -31,11 +31,13 @@ static const char *const verb_names[] = {
 	[CLI_VERB_STATUS] = "status",
 	[CLI_VERB_LIST] = "list",
 	[CLI_VERB_BREAK] = "break",
+	[CLI_VERB_LEADER] = "leader",
+	[CLI_VERB_ELECT] = "elect",
 };
 
 enum cli_verb cli_verb_of(const char *word)
 {
-	for (size_t v = CLI_VERB_STATUS; v <= CLI_VERB_BREAK; v++)
+	for (size_t v = CLI_VERB_STATUS; v <= CLI_VERB_ELECT; v++)
 		if (strcmp(word, verb_names[v]) == 0)
 			return (enum cli_verb)v;
 	return CLI_VERB_NONE;
@@ -43,7 +45,7 @@ enum cli_verb cli_verb_of(const char *word)
 
 const char *cli_verb_name(enum cli_verb verb)
 {
-	return verb >= CLI_VERB_STATUS && verb <= CLI_VERB_BREAK ? verb_names[verb] : "run";
+	return verb >= CLI_VERB_STATUS && verb <= CLI_VERB_ELECT ? verb_names[verb] : "run";
 }
 
 static const char *kind_name(dlock_lock_kind k)
@@ -120,6 +122,7 @@ static void text_holder(const dlock_holder *h, size_t i)
 	if (h->slot >= 0)
 		printf("  slot: %" PRId64 "\n", h->slot);
 	text_field("session", h->session);
+	text_field("value", h->value); /* a leader's (elect --value) */
 }
 
 static void text_status(const dlock_lock_info *info)
@@ -179,7 +182,7 @@ static void json_opt_string(const char *key, const char *s)
 	cli_out_json_field(stdout, key, s[0] ? s : NULL);
 }
 
-static void json_holder(const dlock_holder *h)
+void cli_json_holder(const dlock_holder *h)
 {
 	char when[40];
 
@@ -200,6 +203,7 @@ static void json_holder(const dlock_holder *h)
 	printf(",\"mode\":\"%s\"", mode_name(h->mode));
 	json_int("slot", h->slot, h->slot >= 0);
 	json_opt_string("session", h->session);
+	json_opt_string("value", h->value != NULL ? h->value : "");
 	putchar('}');
 }
 
@@ -246,7 +250,7 @@ static void json_status(const dlock_lock_info *info, dlock_client *c)
 	for (size_t i = 0; i < info->nholders; i++) {
 		if (i > 0)
 			putchar(',');
-		json_holder(info->holders[i]);
+		cli_json_holder(info->holders[i]);
 	}
 	fputs("]}", stdout);
 }
@@ -343,8 +347,11 @@ static int run_break(dlock_client *c, const struct cli_verb_args *a)
 int cli_verb_run(const struct cli_verb_args *a)
 {
 	dlock_client *c = NULL;
-	int rc = cli_open_client(a->uri, a->identity, a->quiet, &c);
+	int rc;
 
+	if (a->verb == CLI_VERB_LEADER)
+		return cli_leader_run(a); /* opens its client after its signal mask */
+	rc = cli_open_client(a->uri, a->identity, a->quiet, &c);
 	if (rc != 0)
 		return rc;
 	switch (a->verb) {
@@ -358,6 +365,8 @@ int cli_verb_run(const struct cli_verb_args *a)
 		rc = run_break(c, a);
 		break;
 	case CLI_VERB_NONE:
+	case CLI_VERB_LEADER:
+	case CLI_VERB_ELECT:
 		rc = EX_SOFTWARE;
 		break;
 	}

@@ -1,11 +1,14 @@
 /*
  * The dlock command's verbs: `dlock status NAME`, `dlock list [PREFIX]`,
- * `dlock break NAME`.  dlock.c parses the command line and opens the
- * client (cli_open_client()); dlock_verbs.c asks the library and prints
- * the answer on stdout (text or --json, escaped by dlock_out.c).
+ * `dlock break NAME`, `dlock leader NAME` and `dlock elect NAME -- COMMAND`.
+ * dlock.c parses the command line, opens the client (cli_open_client())
+ * and runs elect's COMMAND as it runs a lock's; dlock_verbs.c asks the
+ * library and prints the answer on stdout (text or --json, escaped by
+ * dlock_out.c); dlock_leader.c answers `leader`.
  *
- * Threads: the main thread only.  Errors: printed on stderr ("dlock: "),
- * and told by the exit status (the table of dlock --help).
+ * Threads: the main thread only, but for `leader --watch` (see
+ * cli_leader_run()).  Errors: printed on stderr ("dlock: "), and told by
+ * the exit status (the table of dlock --help).
  */
 #ifndef DLOCK_TOOLS_VERBS_H
 #define DLOCK_TOOLS_VERBS_H
@@ -13,13 +16,15 @@
 #include <dlock/dlock.h>
 
 /* Exit statuses of the verbs besides the common table (see --help). */
-#define CLI_EXIT_FREE 1 /* status: NAME is free; break: NAME was free */
+#define CLI_EXIT_FREE 1 /* status: NAME is free; break: NAME was free; leader: nobody leads */
 
 enum cli_verb {
 	CLI_VERB_NONE = 0, /* run COMMAND under a lock */
 	CLI_VERB_STATUS,
 	CLI_VERB_LIST,
 	CLI_VERB_BREAK,
+	CLI_VERB_LEADER,
+	CLI_VERB_ELECT, /* runs COMMAND while leading: dlock.c, not cli_verb_run() */
 };
 
 /* A verb and what the command line gave it. */
@@ -29,7 +34,8 @@ struct cli_verb_args {
 	const char *identity; /* --identity; NULL: the URI's, else HOST:PID */
 	int json;             /* --json */
 	int quiet;            /* --quiet: nothing on stdout, the exit status only */
-	const char *name;     /* NAME of status and break; list's PREFIX (NULL: all) */
+	int watch;            /* leader --watch: each change until interrupted */
+	const char *name;     /* NAME of status, break and leader; list's PREFIX (NULL: all) */
 };
 
 /** The verb named `word`, or CLI_VERB_NONE. */
@@ -37,8 +43,14 @@ enum cli_verb cli_verb_of(const char *word);
 /** Static name of a verb ("status", ...). */
 const char *cli_verb_name(enum cli_verb verb);
 
-/** Run the verb: returns dlock's exit status. */
+/** Run the verb (not elect): returns dlock's exit status. */
 int cli_verb_run(const struct cli_verb_args *a);
+
+/** `dlock leader`, from cli_verb_run() (dlock_leader.c): returns dlock's exit status. */
+int cli_leader_run(const struct cli_verb_args *a);
+
+/** Write a holder as a JSON object (status --json's "holders" items) to stdout. */
+void cli_json_holder(const dlock_holder *h);
 
 /* ------------------------------------------------ provided by dlock.c */
 
