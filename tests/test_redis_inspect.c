@@ -23,7 +23,7 @@
 #define URIS_MAX 16
 #define LEASE_MS 10000
 
-static char uris[URIS_MAX][1024];
+static char uris[URIS_MAX][DLOCK_TESTREDIS_URI_MAX];
 static size_t nuris;
 static int redis_port;
 
@@ -497,28 +497,6 @@ static void test_old_format(void)
 	}
 }
 
-/* Every redis URI of $DLOCK_TEST_URIS, and redis+unix's own. */
-static void collect_uris(void)
-{
-	const char *all = dlock_test_env("DLOCK_TEST_URIS");
-	for (const char *p = all; p && *p && nuris < URIS_MAX;) {
-		while (*p == ' ')
-			p++;
-		size_t w = strcspn(p, " ");
-		if (w > 0 && w < sizeof uris[0] && (strncmp(p, "redis", 5) == 0)) {
-			memcpy(uris[nuris], p, w);
-			uris[nuris++][w] = '\0';
-		}
-		p += w;
-	}
-	const char *unix_uri = dlock_test_env("DLOCK_TEST_REDIS_UNIX_URI");
-	int listed = 0;
-	for (size_t i = 0; unix_uri && i < nuris; i++)
-		listed |= strcmp(uris[i], unix_uri) == 0;
-	if (unix_uri && !listed && nuris < URIS_MAX && strlen(unix_uri) < sizeof uris[0])
-		snprintf(uris[nuris++], sizeof uris[0], "%s", unix_uri);
-}
-
 static void add_suites(void)
 {
 	CU_pSuite s = CU_add_suite("redis inspection", NULL, NULL);
@@ -535,7 +513,7 @@ int main(void)
 {
 	const char *port = dlock_test_env("DLOCK_TEST_REDIS_PORT");
 	redis_port = port ? atoi(port) : 0;
-	collect_uris();
+	nuris = dlock_testredis_uris(uris, URIS_MAX);
 	if (nuris == 0)
 		return dlock_test_skip("no redis URI in DLOCK_TEST_URIS");
 	return dlock_test_main(add_suites);

@@ -54,7 +54,6 @@
 
 #include "pg_internal.h"
 
-#define SETUP_LOCK "SELECT pg_advisory_xact_lock(1684828003, 1)"
 #define CREATE_LEADERS                                                                                   \
 	"CREATE TABLE IF NOT EXISTS " DLOCK_PG_LEADERS " (key int8 PRIMARY KEY, term int8 NOT NULL, pid int4 " \
 	"NOT NULL, started timestamptz, value bytea NOT NULL)"
@@ -84,13 +83,6 @@ void dlock_pg_leader_channel(int64_t key, char out[DLOCK_PG_CHANNEL_SIZE])
 	snprintf(out, DLOCK_PG_CHANNEL_SIZE, "dlock_leader_%016llx", (unsigned long long)key);
 }
 
-static dlock_status run(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *sql, dlock_error *err)
-{
-	struct dlock_pg_stmt s = { .sql = sql };
-	char sqlstate[6];
-	return dlock_pg_run(b, c, &s, sqlstate, err);
-}
-
 /* DLOCK_PG_LEADERS_* bits, -1 when the table is missing, -2 when the question failed. */
 static int table_state(struct dlock_pg_backend *b, struct dlock_pg_conn *c)
 {
@@ -111,18 +103,10 @@ static int table_state(struct dlock_pg_backend *b, struct dlock_pg_conn *c)
 
 dlock_status dlock_pg_leaders_setup(struct dlock_pg_backend *b, struct dlock_pg_conn *c)
 {
-	dlock_error ignored;
 	int state = table_state(b, c);
 	if (state == -1) {
-		dlock_status st = run(b, c, "BEGIN", &ignored);
-		if (st == DLOCK_OK)
-			st = run(b, c, SETUP_LOCK, &ignored);
-		if (st == DLOCK_OK)
-			st = run(b, c, CREATE_LEADERS, &ignored);
-		if (st == DLOCK_OK)
-			st = run(b, c, "COMMIT", &ignored);
-		else if (!c->dead)
-			run(b, c, "ROLLBACK", &ignored); /* may not create it: no elections */
+		static const char *const ddl[] = { CREATE_LEADERS };
+		dlock_status st = dlock_pg_create_optional(b, c, ddl, 1); /* may not create it: no elections */
 		state = st == DLOCK_OK ? table_state(b, c) : 0;
 	}
 	atomic_store(&b->leaders, state < 0 ? 0 : state);

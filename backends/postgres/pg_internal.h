@@ -332,6 +332,14 @@ dlock_status dlock_pg_fence_failed(struct dlock_pg_backend *b, struct dlock_pg_c
 /* pg_names.c */
 /** At open (advisory mode), on `c`: dlock_names created if missing and the role may; never fails but
  *  for a lost connection. */
+/**
+ * Create optional objects, the statements ddl[0..n) (CREATE ... IF NOT
+ * EXISTS), in one transaction serialised with other clients' setup; rolled
+ * back on failure (a role that may not create them), quietly: the caller
+ * then does without.  c->mu held.
+ */
+dlock_status dlock_pg_create_optional(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *const *ddl,
+                                      size_t n);
 dlock_status dlock_pg_names_setup(struct dlock_pg_backend *b, struct dlock_pg_conn *c);
 /** Before `lk` is taken on `c` (c->mu held): its name written, once per name per client.  Only
  *  DLOCK_ECONNECT (c->dead) fails. */

@@ -32,19 +32,11 @@
 
 #include "pg_internal.h"
 
-#define SETUP_LOCK "SELECT pg_advisory_xact_lock(1684828003, 1)"
 #define CREATE_NAMES                                                                                      \
 	"CREATE TABLE IF NOT EXISTS " DLOCK_PG_NAMES " (key int8 PRIMARY KEY, hi int4 NOT NULL, base int4 NOT " \
 	"NULL, name bytea NOT NULL)"
 #define CREATE_INDEX "CREATE INDEX IF NOT EXISTS " DLOCK_PG_NAMES "_sem ON " DLOCK_PG_NAMES " (hi, base)"
 #define CACHE_MAX (1u << 16) /* keys remembered; when full the cache starts again */
-
-static dlock_status run(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *sql, dlock_error *err)
-{
-	struct dlock_pg_stmt s = { .sql = sql };
-	char sqlstate[6];
-	return dlock_pg_run(b, c, &s, sqlstate, err);
-}
 
 /* 1: exists and the role may insert; 0: exists, may not; -1: missing; -2: the question failed. */
 static int table_state(struct dlock_pg_backend *b, struct dlock_pg_conn *c)
@@ -64,20 +56,10 @@ static int table_state(struct dlock_pg_backend *b, struct dlock_pg_conn *c)
 
 dlock_status dlock_pg_names_setup(struct dlock_pg_backend *b, struct dlock_pg_conn *c)
 {
-	dlock_error ignored;
 	int state = table_state(b, c);
 	if (state == -1) {
-		dlock_status st = run(b, c, "BEGIN", &ignored);
-		if (st == DLOCK_OK)
-			st = run(b, c, SETUP_LOCK, &ignored);
-		if (st == DLOCK_OK)
-			st = run(b, c, CREATE_NAMES, &ignored);
-		if (st == DLOCK_OK)
-			st = run(b, c, CREATE_INDEX, &ignored);
-		if (st == DLOCK_OK)
-			st = run(b, c, "COMMIT", &ignored);
-		else if (!c->dead)
-			run(b, c, "ROLLBACK", &ignored); /* may not create it: listing shows keys */
+		static const char *const ddl[] = { CREATE_NAMES, CREATE_INDEX };
+		dlock_status st = dlock_pg_create_optional(b, c, ddl, 2); /* may not create it: listing shows keys */
 		state = st == DLOCK_OK ? table_state(b, c) : 0;
 	}
 	atomic_store(&b->names_ready, state == 1);

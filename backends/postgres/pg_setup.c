@@ -213,3 +213,20 @@ dlock_status dlock_pg_fence_failed(struct dlock_pg_backend *b, struct dlock_pg_c
 		return st;
 	return dlock_error_set(err, DLOCK_EPERM, "%s", why.msg);
 }
+
+dlock_status dlock_pg_create_optional(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *const *ddl,
+                                      size_t n)
+{
+	char sqlstate[6];
+	dlock_error ignored;
+	dlock_status st = run(b, c, "BEGIN", sqlstate, &ignored);
+	if (st == DLOCK_OK)
+		st = run(b, c, SETUP_LOCK, sqlstate, &ignored);
+	for (size_t i = 0; st == DLOCK_OK && i < n; i++)
+		st = run(b, c, ddl[i], sqlstate, &ignored);
+	if (st == DLOCK_OK)
+		st = run(b, c, "COMMIT", sqlstate, &ignored);
+	else if (!c->dead)
+		run(b, c, "ROLLBACK", sqlstate, &ignored);
+	return st;
+}

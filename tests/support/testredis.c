@@ -108,3 +108,26 @@ void dlock_testredis_get(redisContext *ctx, const char *key, char *out, size_t l
 	snprintf(out, len, "%s", r && r->type == REDIS_REPLY_STRING ? r->str : "");
 	freeReplyObject(r);
 }
+
+size_t dlock_testredis_uris(char (*out)[DLOCK_TESTREDIS_URI_MAX], size_t max)
+{
+	size_t n = 0;
+	const char *all = dlock_test_env("DLOCK_TEST_URIS");
+	for (const char *p = all; p && *p && n < max;) {
+		while (*p == ' ')
+			p++;
+		size_t w = strcspn(p, " ");
+		if (w > 0 && w < DLOCK_TESTREDIS_URI_MAX && strncmp(p, "redis", 5) == 0) {
+			memcpy(out[n], p, w);
+			out[n++][w] = '\0';
+		}
+		p += w;
+	}
+	const char *unix_uri = dlock_test_env("DLOCK_TEST_REDIS_UNIX_URI");
+	int listed = 0;
+	for (size_t i = 0; unix_uri && i < n; i++)
+		listed |= strcmp(out[i], unix_uri) == 0;
+	if (unix_uri && !listed && n < max && strlen(unix_uri) < DLOCK_TESTREDIS_URI_MAX)
+		snprintf(out[n++], DLOCK_TESTREDIS_URI_MAX, "%s", unix_uri);
+	return n;
+}

@@ -48,6 +48,16 @@ long long dlock_testredis_integer(redisContext *ctx, const char *cmd, const char
 /** The value of `key` into out[len], "" when absent. */
 void dlock_testredis_get(redisContext *ctx, const char *key, char *out, size_t len);
 
+/** Room for one URI in dlock_testredis_uris()'s array. */
+#define DLOCK_TESTREDIS_URI_MAX 1024
+
+/**
+ * The Redis URIs of $DLOCK_TEST_URIS (every topology), and
+ * $DLOCK_TEST_REDIS_UNIX_URI when it is not among them, into out[0..max):
+ * how many.
+ */
+size_t dlock_testredis_uris(char (*out)[DLOCK_TESTREDIS_URI_MAX], size_t max);
+
 /** PREFIX:{first 32 hex digits of SHA-256(name)}:SUFFIX, as the backend names its keys. */
 void dlock_testredis_key(char *out, size_t len, const char *prefix, const char *name, const char *suffix);
 
