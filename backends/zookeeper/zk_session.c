@@ -70,6 +70,7 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
 	if (s->state != ZK_DEAD) {
 		if (state == ZOO_CONNECTED_STATE) {
 			on_connected_locked(s, zh, msg, sizeof msg);
+			dlock_zk_watches_reconnected_locked(c); /* the monitor arms them again, then tells */
 			level = DLOCK_LOG_INFO;
 		} else if (state == ZOO_CONNECTING_STATE || state == ZOO_ASSOCIATING_STATE) {
 			on_connecting_locked(s, msg, sizeof msg);
