@@ -226,6 +226,7 @@ struct dlock_client {
 	int observe_started, observe_stop;
 	pthread_cond_t observe_cond;
 	struct dlock_election *observed; /* elections observed now (list by observe_next_in_client) */
+	int observers_disarmed;    /* closing has disarmed every watch (dlock_observer_stop()) */
 };
 
 /* client.c */

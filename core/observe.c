@@ -166,8 +166,8 @@ dlock_status dlock_observe(dlock_election *e, dlock_leader_fn fn, void *userdata
 	if (!e)
 		return DLOCK_EINVAL;
 	struct dlock_client *c = e->client;
-	int self = c->observe_started && pthread_equal(pthread_self(), c->observe_thread);
 	pthread_mutex_lock(&c->mu);
+	int self = c->observe_started && pthread_equal(pthread_self(), c->observe_thread);
 	if (fn) {
 		if (c->closing) {
 			pthread_mutex_unlock(&c->mu);
@@ -197,6 +197,9 @@ dlock_status dlock_observe(dlock_election *e, dlock_leader_fn fn, void *userdata
 		return dlock_client_fail(c, DLOCK_EDEADLK, "an observer cannot stop its own election from its callback");
 	}
 	e->observe_fn = NULL;
+	/* A closing client disarms every watch itself (dlock_observer_stop()): wait for that. */
+	while (c->closing && !c->observers_disarmed && !self) /* (the observer thread: close waits for it) */
+		pthread_cond_wait(&c->cond, &c->mu);
 	if (e->observing) {
 		unlink_locked(c, e);
 		e->observing = 0;
@@ -205,12 +208,19 @@ dlock_status dlock_observe(dlock_election *e, dlock_leader_fn fn, void *userdata
 		pthread_cond_wait(&c->cond, &c->mu);
 	void *handle = e->watch_handle;
 	e->watch_handle = NULL;
-	int closed = c->closed;
+	if (handle)
+		c->inflight++; /* closing waits for the driver call */
 	pthread_mutex_unlock(&c->mu);
-	if (handle && !closed)
+	if (handle)
 		dlock_driver_unwatch_of(c->driver)(c->backend, handle);
+	pthread_mutex_lock(&c->mu);
+	if (handle) {
+		c->inflight--;
+		pthread_cond_broadcast(&c->cond);
+	}
 	free(e->last_value);
 	e->last_value = NULL;
+	pthread_mutex_unlock(&c->mu);
 	return DLOCK_OK;
 }
 
@@ -235,5 +245,7 @@ void dlock_observer_stop(struct dlock_client *c)
 			pthread_mutex_lock(&c->mu);
 		}
 	}
+	c->observers_disarmed = 1;
+	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->mu);
 }
