@@ -8,7 +8,8 @@
  * half a minute away; a leader whose session is closed from outside, or
  * whose node is broken, is told, and the observer follows the next leader;
  * an observer whose own session is closed reads again on its new session
- * and keeps being woken.  The leader's value sits after the owner record in
+ * and keeps being woken, and so does one whose connection is cut (through
+ * the fault proxy) while the leader proclaims.  The leader's value sits after the owner record in
  * its node's data: nodes without one still inspect.  Every test works under
  * its own base path; conditions are awaited, never slept for.
  */
@@ -26,6 +27,7 @@
 #include "dlock/dlock.h"
 #include "dlock/sys/driver.h"
 #include "dlock/sys/zookeeper.h"
+#include "faultproxy.h"
 #include "testsupport.h"
 
 #define AWAIT_MS 20000
@@ -399,7 +401,10 @@ static void expired_on(int h)
 	/* a campaigns again on its new session: after b, a larger term still. */
 	CU_ASSERT_EQUAL(dlock_resign(eb), DLOCK_OK);
 	uint64_t t3 = 0;
-	CU_ASSERT_EQUAL_FATAL(campaign(ea, "a again", NULL, &t3), DLOCK_OK);
+	dlock_status st = campaign(ea, "a again", NULL, &t3);
+	if (st != DLOCK_OK)
+		printf("\n    campaign again: %s: %s", dlock_status_name(st), dlock_client_errmsg(a));
+	CU_ASSERT_EQUAL_FATAL(st, DLOCK_OK);
 	CU_ASSERT(t3 > kb.term);
 	CU_ASSERT(told_within(&s, 1, t3, "a again", NOTIFIED_MS));
 	CU_ASSERT_EQUAL(s.went_back, 0);
@@ -526,6 +531,50 @@ static void test_observer_session(void)
 }
 
 /*
+ * The observer's connection cut (through the fault proxy, reconnecting
+ * refused) while the leader proclaims: the session lives, and once it is
+ * connected again the observer reads the value it missed, well before its
+ * periodic read; the next proclaim wakes it as before.
+ */
+static void test_observer_disconnected(void)
+{
+	struct place p;
+	place_new(&p, 0);
+	int port = 0;
+	CU_ASSERT_FATAL(sscanf(strrchr(hosts[0], ':') + 1, "%d", &port) == 1);
+	faultproxy *px = faultproxy_start("127.0.0.1", port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(px);
+	char uri[1024];
+	snprintf(uri, sizeof uri, "zk://127.0.0.1:%d%s?" OBSERVER_TTL "&session_timeout=10s", faultproxy_port(px),
+	         p.base);
+	dlock_client *a = open_at(&p, CANDIDATE_TTL), *o = dlock_test_open(uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(o);
+	dlock_election *ea = election(a, "cut"), *eo = election(o, "cut");
+	struct seen s;
+	seen_init(&s);
+	CU_ASSERT_EQUAL(dlock_observe(eo, on_leader, &s), DLOCK_OK);
+	uint64_t t1 = 0;
+	CU_ASSERT_EQUAL_FATAL(campaign(ea, "one", NULL, &t1), DLOCK_OK);
+	CU_ASSERT(told_within(&s, 1, t1, "one", NOTIFIED_MS));
+	int64_t id = session_of(o).client_id;
+
+	CU_ASSERT_EQUAL_FATAL(faultproxy_refuse(px, 1), 0);
+	faultproxy_reset(px);
+	CU_ASSERT_EQUAL(dlock_proclaim(ea, "two"), DLOCK_OK);
+	CU_ASSERT_EQUAL(faultproxy_refuse(px, 0), 0);
+	CU_ASSERT(told_within(&s, 1, t1, "two", 5 * NOTIFIED_MS));
+	CU_ASSERT_EQUAL(session_of(o).client_id, id); /* the same session: its watches came back with it */
+	CU_ASSERT_EQUAL(dlock_proclaim(ea, "three"), DLOCK_OK);
+	CU_ASSERT(told_within(&s, 1, t1, "three", NOTIFIED_MS));
+
+	dlock_election_free(eo);
+	dlock_election_free(ea);
+	dlock_client_close(o);
+	dlock_client_close(a);
+	faultproxy_stop(px);
+}
+
+/*
  * Observing a name nobody ever used (no node to watch the children of):
  * the first campaign creates it, and the observer hears of it.  Several
  * elections on one client, each stopped and started again (watch contexts
@@ -624,6 +673,8 @@ static void add_suites(void)
 	            test_leader_broken);
 	CU_add_test(s, "the observer's session closed: it reads again on the new one and is woken as before",
 	            test_observer_session);
+	CU_add_test(s, "the observer's connection cut while the leader proclaims: read once reconnected",
+	            test_observer_disconnected);
 	CU_add_test(s, "names never used before, several per client, watches reused", test_fresh_names);
 	CU_add_test(s, "node data: the record alone, with a value, Curator's", test_node_data);
 }
