@@ -509,9 +509,12 @@ static void observer_session_on(int h)
 
 	clientid_t id = session_of(o);
 	struct new_session ns = { o, id.client_id };
-	zookeeper_close(raw_open(h, &id)); /* the server ends the session: the client's library hears it expired */
+	/* The server ends the session; the client's library may have won it back just before: close again. */
+	zookeeper_close(raw_open(h, &id));
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "two"), DLOCK_OK);
-	CU_ASSERT_FATAL(dlock_test_await(session_replaced, &ns, AWAIT_MS));
+	for (int i = 0; i < 10 && !dlock_test_await(session_replaced, &ns, 3000); i++)
+		zookeeper_close(raw_open(h, &id));
+	CU_ASSERT_FATAL(session_replaced(&ns));
 	CU_ASSERT(told_within(&s, 1, t1, "two", 2 * NOTIFIED_MS));
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "three"), DLOCK_OK);
 	CU_ASSERT(told_within(&s, 1, t1, "three", NOTIFIED_MS));

@@ -179,9 +179,11 @@ static void tell_locked(struct zk_watch *w)
 /*
  * The arming on its way ended (mu held, released inside): armed (1), or
  * cut short (0: the monitor arms again once connected).  An event that
- * came meanwhile arms once more; otherwise the observer is told.
+ * came meanwhile arms once more: the session to send it on is returned,
+ * referenced (the arming stays on its way); otherwise the observer is
+ * told, and NULL returned.
  */
-static void arming_done_unlock(struct zk_watch *w, int armed)
+static struct zk_session *arming_done_unlock(struct zk_watch *w, int armed)
 {
 	struct zk_client *c = w->c;
 	struct zk_session *s = NULL;
@@ -193,7 +195,7 @@ static void arming_done_unlock(struct zk_watch *w, int armed)
 			pthread_cond_broadcast(&c->cond);
 		}
 		pthread_mutex_unlock(&c->mu);
-		return;
+		return NULL;
 	}
 	if (!armed) {
 		w->need_arm = 1;
@@ -213,6 +215,13 @@ static void arming_done_unlock(struct zk_watch *w, int armed)
 		tell_locked(w);
 	}
 	pthread_mutex_unlock(&c->mu);
+	return s;
+}
+
+/* A completion ended the arming (mu held, released inside): arm once more if an event came meanwhile. */
+static void finish_unlock(struct zk_watch *w, int armed)
+{
+	struct zk_session *s = arming_done_unlock(w, armed);
 	if (s) {
 		arm(w, s);
 		dlock_zk_session_put(s);
@@ -238,7 +247,7 @@ static void leader_done(int rc, const char *value, int len, const struct Stat *s
 	dlock_zk_log_enter(w->c); /* the completion thread of one of the client's handles */
 	pthread_mutex_lock(&w->c->mu);
 	/* ZNONODE: it went between the listing and the get; the child watch tells of that. */
-	arming_done_unlock(w, rc == ZOK || rc == ZNONODE || dlock_zk_rc_answered(rc));
+	finish_unlock(w, rc == ZOK || rc == ZNONODE || dlock_zk_rc_answered(rc));
 }
 
 static void parent_done(int rc, const struct Stat *stat, const void *data)
@@ -249,7 +258,7 @@ static void parent_done(int rc, const struct Stat *stat, const void *data)
 	pthread_mutex_lock(&w->c->mu);
 	struct zk_session *s = rc == ZOK ? arming_session_locked(w) : NULL;
 	if (!s) { /* ZNONODE: the exists watch tells of its creation */
-		arming_done_unlock(w, rc == ZNONODE || dlock_zk_rc_answered(rc));
+		finish_unlock(w, rc == ZNONODE || dlock_zk_rc_answered(rc));
 		return;
 	}
 	pthread_mutex_unlock(&w->c->mu);
@@ -283,7 +292,7 @@ static void children_done(int rc, const struct String_vector *kids, const void *
 	pthread_mutex_lock(&c->mu);
 	struct zk_session *s = rc == ZOK || rc == ZNONODE ? arming_session_locked(w) : NULL;
 	if (!s) { /* an answer that sets no watch (ZNOAUTH) leaves the core's reads once per lease */
-		arming_done_unlock(w, rc != ZOK && rc != ZNONODE && dlock_zk_rc_answered(rc));
+		finish_unlock(w, rc != ZOK && rc != ZNONODE && dlock_zk_rc_answered(rc));
 		return;
 	}
 	const char *first = rc == ZOK ? first_node(kids) : NULL;
@@ -301,7 +310,7 @@ static void children_done(int rc, const struct String_vector *kids, const void *
 	dlock_zk_session_put(s);
 	if (done || sent != ZOK) {
 		pthread_mutex_lock(&c->mu);
-		arming_done_unlock(w, done);
+		finish_unlock(w, done);
 	}
 }
 
@@ -315,7 +324,7 @@ static void arm(struct zk_watch *w, struct zk_session *s)
 	int rc = zoo_awget_children(s->zh, parent, watch_event, w, children_done, w);
 	if (rc != ZOK) {
 		pthread_mutex_lock(&w->c->mu);
-		arming_done_unlock(w, 0);
+		(void)arming_done_unlock(w, 0); /* cut short: never arms again itself (NULL) */
 	}
 }
 
