@@ -33,7 +33,9 @@ dlock_status dlock_election_new(dlock_client *c, const char *name, dlock_electio
 		*out = NULL;
 	if (!c || !out)
 		return c ? dlock_client_fail(c, DLOCK_EINVAL, "dlock_election_new: out must not be NULL") : DLOCK_EINVAL;
-	if (!dlock_driver_proclaim_of(c->driver))
+	int64_t elections = -1;
+	if (!dlock_driver_proclaim_of(c->driver) || dlock_client_feature(c, DLOCK_FEATURE_ELECTION, &elections) != DLOCK_OK ||
+	    elections < 0)
 		return no_elections(c);
 	struct dlock_election *e = calloc(1, sizeof *e);
 	if (!e)

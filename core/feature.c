@@ -58,6 +58,8 @@ static int core_answer(const struct dlock_client *c, dlock_feature f, int64_t *v
 		*value = DLOCK_BREAK_NONE;
 		return 1;
 	case DLOCK_FEATURE_ELECTION:
+		if (dlock_driver_proclaim_of(c->driver) && dlock_driver_control_of(c->driver))
+			return 0; /* the driver may say more: one driver serves RedLock too, which has none */
 		if (!dlock_driver_proclaim_of(c->driver))
 			*value = -1;
 		else
@@ -76,6 +78,10 @@ static int core_default(const struct dlock_client *c, dlock_feature f, int64_t *
 	}
 	if (f == DLOCK_FEATURE_BREAK) {
 		*value = DLOCK_BREAK_DELETE;
+		return 1;
+	}
+	if (f == DLOCK_FEATURE_ELECTION) {
+		*value = dlock_driver_watch_of(c->driver) ? DLOCK_WAKEUP_NOTIFY : DLOCK_WAKEUP_POLL;
 		return 1;
 	}
 	return 0;

@@ -366,6 +366,7 @@ static void add_backend(const char *uri)
 	add_table(b->suite, conf_sem_tests);
 	add_table(b->suite, conf_hold_tests);
 	add_table(b->suite, conf_inspect_tests);
+	add_table(b->suite, conf_elect_tests);
 }
 
 static void add_env_backends(void)

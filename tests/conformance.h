@@ -42,6 +42,7 @@ extern const conf_test conf_rw_tests[];      /* conformance_rw.c */
 extern const conf_test conf_sem_tests[];     /* conformance_sem.c */
 extern const conf_test conf_hold_tests[];    /* conformance_hold.c */
 extern const conf_test conf_inspect_tests[]; /* conformance_inspect.c */
+extern const conf_test conf_elect_tests[];   /* conformance_elect.c */
 extern const conf_test conf_uri_tests[];     /* conformance_names.c, not per URI */
 
 /* ------------------------------------------------------- the backend */

@@ -10,6 +10,7 @@ if(DLOCK_BACKEND_REDIS)
     backends/redis/redis_renew.c
     backends/redis/redis_sem.c
     backends/redis/redis_inspect.c
+    backends/redis/redis_elect.c
     backends/redis/redis_conn.c
     backends/redis/redis_io.c
     backends/redis/redis_tls.c
@@ -20,7 +21,7 @@ if(DLOCK_BACKEND_REDIS)
     backends/redis/redis_scripts.c
     backends/redis/redis_sub.c
     backends/redis/redlock.c)
-  list(APPEND DLOCK_BACKEND_TESTS test_redis test_redis_rw test_redis_sem test_redis_inspect test_redis_fair test_redis_replicas test_redis_tls
+  list(APPEND DLOCK_BACKEND_TESTS test_redis test_redis_rw test_redis_sem test_redis_inspect test_redis_elect test_redis_fair test_redis_replicas test_redis_tls
     test_redis_sentinel test_redis_cluster)
   list(APPEND DLOCK_BACKEND_UNIT_TESTS ${CMAKE_CURRENT_LIST_DIR}/test_redis_slot.c)
 endif()

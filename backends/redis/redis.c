@@ -93,6 +93,7 @@ static void client_free(struct redis_client *c)
 	if (c->fair)
 		dlock_redis_pool_destroy(&c->waits);
 	dlock_redis_tls_free(c->tls);
+	dlock_redis_elect_fini(c);
 	free(c);
 }
 
@@ -206,6 +207,8 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 		fair = servers == 1 && replicas == 0;
 	st = DLOCK_ENOMEM;
 	struct redis_client *c = calloc(1, sizeof *c);
+	if (c)
+		dlock_redis_elect_init(c);
 	if (!c || (!via->cluster && !(c->pools = calloc(servers, sizeof *c->pools)))) {
 		dlock_error_set(err, st, "redis: out of memory");
 		goto fail;
@@ -566,6 +569,7 @@ static dlock_status redis_check(void *backend, void *lk, dlock_error *err)
 		.extend_many = redis_extend_many, .kind_capabilities = redis_kind_capabilities,                  \
 		.lock_init_kind = redis_lock_init_kind, .control = dlock_redis_control,                           \
 		.inspect = dlock_redis_inspect, .list = dlock_redis_list, .break_lock = dlock_redis_break,         \
+		.proclaim = dlock_redis_proclaim, .watch = dlock_redis_watch, .unwatch = dlock_redis_unwatch,    \
 	}
 
 const dlock_driver dlock_redis_driver = REDIS_DRIVER("redis", redis_knows_param);

@@ -175,15 +175,19 @@ static int parse_entry(const char *s, size_t len, dlock_holder *h, const char **
 	return 1;
 }
 
-/* A mutex's (or writer's) lock key value `v` as its holder: "OWNER ENTRY" or an older release's "OWNER". */
+/* A mutex's (or writer's) lock key value `v` as its holder: "OWNER ENTRY" or an older release's "OWNER"; a
+ * leader's value is the record's `value` field (redis_elect.c). */
 static dlock_status add_key_holder(dlock_info *info, const redisReply *v, int64_t pttl)
 {
 	dlock_holder h = DLOCK_HOLDER_INIT;
 	const char *rec = NULL;
+	char value[DLOCK_VALUE_MAX + 1];
 	size_t reclen = 0, ow = first_word(v->str, v->len);
 	h.lease_left_ms = pttl >= 0 ? pttl : -1;
 	if (ow < v->len && !parse_entry(v->str + ow + 1, v->len - ow - 1, &h, &rec, &reclen))
 		rec = NULL;
+	if (rec && dlock_redis_record_value(rec, reclen, value))
+		h.value = value;
 	return dlock_info_holder(info, &h, rec, reclen);
 }
 
@@ -296,6 +300,8 @@ dlock_status dlock_redis_inspect(void *backend, const char *name, size_t len, dl
 	struct redis_client *c = backend;
 	struct name_keys nk;
 	dlock_status st = name_keys_of(c, name, len, &nk, err);
+	if (st == DLOCK_OK && !is_redlock(c))
+		dlock_redis_elect_rearm(c, nk.lk.chan, nk.lk.chanlen); /* an observer's read: its watch where it belongs */
 	if (st == DLOCK_OK)
 		st = inspect_keys(c, info, name, len, &nk, err);
 	free(nk.block);
@@ -496,6 +502,10 @@ dlock_status dlock_redis_control(void *backend, void *lk, int op, void *arg, dlo
 	}
 	if (q->feature == DLOCK_FEATURE_BREAK) {
 		q->value = DLOCK_BREAK_DELETE;
+		return DLOCK_OK;
+	}
+	if (q->feature == DLOCK_FEATURE_ELECTION) { /* RedLock gives no token, so no term */
+		q->value = is_redlock(c) ? -1 : DLOCK_WAKEUP_NOTIFY;
 		return DLOCK_OK;
 	}
 	return DLOCK_ENOTSUP;

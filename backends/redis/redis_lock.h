@@ -12,6 +12,7 @@
  *                      attempts that fair builds on
  *   redis_sem.c        a semaphore's permits: the arguments and replies of their scripts
  *   redis_inspect.c    inspection, listing and breaking of any kind, and the control door
+ *   redis_elect.c      elections: a leader's value in its lock key, observers on the lock's channel
  *   redis_route.c      where a lock's commands go (the one instance, or the cluster's master
  *                      of its slot) and one command sent there, redirections followed
  *   redis_cluster.c    redis+cluster: the nodes, the slot map, MOVED and ASK
@@ -96,6 +97,8 @@ struct redis_client {
 	int64_t replicas_timeout_ms; /* replicas_timeout: WAIT's bound */
 	const char *record;       /* the client's owner record (dlock_host_owner), stored beside each hold */
 	size_t recordlen;
+	pthread_mutex_t elect_mu; /* guards elect_watches (redis_elect.c) */
+	struct redis_elect_watch *elect_watches; /* the observers' watches of this client */
 };
 
 struct redis_lock {
@@ -257,6 +260,22 @@ dlock_status dlock_redis_inspect(void *backend, const char *name, size_t len, dl
 dlock_status dlock_redis_list(void *backend, dlock_info *info, dlock_error *err);
 dlock_status dlock_redis_break(void *backend, const char *name, size_t len, size_t *broken, dlock_error *err);
 dlock_status dlock_redis_control(void *backend, void *lk, int op, void *arg, dlock_error *err);
+
+/* ------------------------------------------------------------ redis_elect.c: elections */
+
+/* The driver's proclaim, watch and unwatch methods (dlock/sys/driver.h). */
+dlock_status dlock_redis_proclaim(void *backend, void *lk, const char *value, size_t len, dlock_error *err);
+dlock_status dlock_redis_watch(void *backend, const char *name, size_t len, void (*changed)(void *arg), void *arg,
+                               void **watch, dlock_error *err);
+void dlock_redis_unwatch(void *backend, void *watch);
+/** The client's watch list: set up right after the client is allocated, torn down when it is freed. */
+void dlock_redis_elect_init(struct redis_client *c);
+void dlock_redis_elect_fini(struct redis_client *c);
+/** Arm again, where the name is served now, the watches of channel `chan` whose subscription was lost
+ *  (a cluster slot that moved): called by each inspection of the name. */
+void dlock_redis_elect_rearm(struct redis_client *c, const char *chan, size_t len);
+/** The leader's value in a holder's record (`len` bytes), decoded into `out`: 1, or 0 when it has none. */
+int dlock_redis_record_value(const char *rec, size_t len, char out[DLOCK_VALUE_MAX + 1]);
 
 /** Renew lks[0..n) (n at most DLOCK_RENEW_BATCH_MAX), one pipeline per server (redis_renew.c); out[i] as extend. */
 void dlock_redis_extend_many(struct redis_client *c, struct redis_lock *const *lks, const int64_t *lease_ms, size_t n,

@@ -575,6 +575,35 @@ static const char break_lua[] =
 	"redis.pcall(ARGV[2], ARGV[1], '1')\n"
 	"return n\n";
 
+/*
+ * Elections (redis_elect.c): a leader's value is kept in its lock key's
+ * record, "OWNER TOKEN ACQUIRED_MS RECORD&value=VALUE" with VALUE
+ * percent-encoded as the record's other fields are (no space, no '&'),
+ * which every release's inspection reads (a reader that does not know
+ * the field skips it).  Owner-only; the TTL is kept (PTTL and SET PX, for
+ * servers without KEEPTTL); a value the owner alone (an older release's)
+ * gets token 0 and no acquisition time.  Any later acquisition writes a
+ * record of its own, and a release, a break or the lease's end delete the
+ * key: a value lives exactly as long as its leader's hold.  The message
+ * on the lock's channel wakes the observers (and, spuriously, the
+ * waiters that do not queue).  ARGV owner, new record, channel,
+ * PUBLISH|SPUBLISH -> 1 kept | 0 not ours.
+ */
+static const char proclaim_lua[] =
+	TOKEN_LUA
+	"local v = redis.call('GET', KEYS[1])\n"
+	"if not owns(v, ARGV[1]) then return 0 end\n"
+	"local head = string.match(v, '^%S+ %S+ %S+ ')\n"
+	"if not head then head = ARGV[1] .. ' 0 -1 ' end\n"
+	"local pttl = redis.call('PTTL', KEYS[1])\n"
+	"if pttl > 0 then\n"
+	"  redis.call('SET', KEYS[1], head .. ARGV[2], 'PX', pttl)\n"
+	"else\n"
+	"  redis.call('SET', KEYS[1], head .. ARGV[2])\n"
+	"end\n"
+	"redis.pcall(ARGV[4], ARGV[3], '1')\n"
+	"return 1\n";
+
 static const char *const bodies[REDIS_SCRIPT_COUNT] = {
 	[REDIS_SCRIPT_ACQUIRE] = acquire_lua,
 	[REDIS_SCRIPT_RELEASE] = release_lua,
@@ -591,6 +620,7 @@ static const char *const bodies[REDIS_SCRIPT_COUNT] = {
 	[REDIS_SCRIPT_SEM_CHECK] = sem_check_lua,
 	[REDIS_SCRIPT_INSPECT] = inspect_lua,
 	[REDIS_SCRIPT_BREAK] = break_lua,
+	[REDIS_SCRIPT_PROCLAIM] = proclaim_lua,
 };
 
 dlock_status dlock_redis_scripts_load(struct redis_conn *ctx, const struct redis_endpoint *ep,

@@ -34,6 +34,8 @@ enum redis_script_id {
 	 * npermits; see the scripts): */
 	REDIS_SCRIPT_INSPECT, /* read-only -> {value, pttl, now, queue length, semaphore waiters, N, holders...} */
 	REDIS_SCRIPT_BREAK,   /* ARGV channel, PUBLISH|SPUBLISH -> live holders removed */
+	REDIS_SCRIPT_PROCLAIM, /* KEYS lock; ARGV owner, record with the leader's value, channel,
+	                          PUBLISH|SPUBLISH -> 1 kept | 0 not ours */
 	REDIS_SCRIPT_COUNT
 };
 

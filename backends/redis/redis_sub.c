@@ -97,7 +97,8 @@ struct redis_sub {
 static void wake_chan_locked(struct redis_chan *ch)
 {
 	for (struct redis_watch *wt = ch->watchers; wt; wt = wt->next)
-		dlock_wait_wake(wt->w);
+		if (wt->w)
+			dlock_wait_wake(wt->w);
 }
 
 /* A message, or the subscription confirmed: wake every watcher, and call their on_message. */
@@ -268,6 +269,9 @@ static void chan_moved_locked(struct redis_sub *s, struct redis_chan *ch)
 {
 	ch->state = CHAN_MOVED;
 	wake_chan_locked(ch);
+	for (struct redis_watch *wt = ch->watchers; wt; wt = wt->next)
+		if (!wt->w && wt->on_message) /* an observer: reads, and so watches again where the slot went */
+			wt->on_message(wt->on_message_arg);
 	s->moved_pending = 1;
 }
 

@@ -13,11 +13,12 @@
 struct redis_sub;
 struct redis_chan;
 
-/* One acquisition watching a channel; lives in its lock state (redis_lock.h) until unwatched. */
+/* One acquisition watching a channel; lives in its lock state (redis_lock.h) until unwatched.  An observer's
+ * watch (redis_elect.c) has no `w`: its on_message is also called when the channel's slot moves away. */
 struct redis_watch {
 	struct redis_watch *prev, *next;
 	struct redis_chan *chan; /* NULL: not watching (polling instead) */
-	dlock_wait *w;
+	dlock_wait *w;           /* or NULL: an observer's */
 	void (*on_message)(void *arg); /* or NULL: called for each message, besides waking w */
 	void *on_message_arg;
 };

@@ -1,0 +1,967 @@
+/*
+ * Conformance: leader election (dlock_election_new(), dlock_campaign(),
+ * dlock_proclaim(), dlock_resign(), dlock_leader_get(), dlock_observe()).
+ * The leader and its value as another client reads them; bad input and a
+ * value of hostile bytes; a second candidate that waits, times out, is
+ * cancelled and takes over with a larger term; an observer that hears who
+ * leads at once and then each change, never an older term, and stops when
+ * told; notification within a moment where the backend says NOTIFY; a
+ * leader broken from outside is told and its successor's term is larger;
+ * and churn: candidates of two processes taking turns, some pausing past
+ * their lease, every leadership recorded and checked afterwards.
+ *
+ * A backend without elections (DLOCK_FEATURE_ELECTION -1) says SKIPPED and
+ * checks that dlock_election_new() answers DLOCK_ENOTSUP with a message.
+ * Candidates, threads and child processes record what they saw; only the
+ * test's thread asserts.
+ */
+#include "conformance.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Lease of the leader that is broken: it learns of the break within a renewal period (a third). */
+#define ELECT_BREAK_LEASE_MS 3000
+/* An observer's ttl where it must converge by reading (twice per lease), not by notification. */
+#define ELECT_OBSERVER_TTL "ttl=1s"
+#define ELECT_OBSERVER_TTL_MS 1000
+/* An observer's ttl so long that only a notification brings a change within CONF_SLACK_MS. */
+#define ELECT_NOTIFY_TTL "ttl=30s"
+/* Churn: candidates, their processes, how long they take turns, and their leases. */
+#define CHURN_CANDIDATES 4
+#define CHURN_CHILDREN 2
+#define CHURN_MS 2500
+#define CHURN_LEASE_MS 400
+#define CHURN_MAX_TERMS 1024
+/* Each candidate's every third leadership pauses (no renewal) this long: past its lease. */
+#define CHURN_PAUSE_MS (2 * CHURN_LEASE_MS + 100)
+/* A URI plus a parameter. */
+#define ELECT_URI_MAX 4400
+
+/* ------------------------------------------------------- helpers */
+
+static int64_t election_feature(dlock_client *client)
+{
+	int64_t v = -1;
+	if (client)
+		CONF_ASSERT_ST(dlock_client_feature(client, DLOCK_FEATURE_ELECTION, &v), DLOCK_OK);
+	return v;
+}
+
+/* 1 (and a SKIPPED line) when the backend has no elections; checks that dlock_election_new() says so. */
+static int elect_unsupported(dlock_client *client)
+{
+	if (!client)
+		return 1;
+	int64_t v = election_feature(client);
+	if (v != -1) {
+		CU_ASSERT(v == DLOCK_WAKEUP_NOTIFY || v == DLOCK_WAKEUP_POLL);
+		return 0;
+	}
+	dlock_election *e = (dlock_election *)&e;
+	CONF_ASSERT_ST(dlock_election_new(client, "elect-unsupported", &e), DLOCK_ENOTSUP);
+	CU_ASSERT_PTR_NULL(e);
+	const char *msg = dlock_client_errmsg(client);
+	CU_ASSERT(msg && *msg);
+	dlock_test_skip_part("no leader election on this backend (DLOCK_FEATURE_ELECTION is -1: DLOCK_ENOTSUP)");
+	return 1;
+}
+
+/* A client of the backend under test with `param` (already encoded) appended to its URI's query. */
+static dlock_client *open_with(const char *param)
+{
+	char uri[ELECT_URI_MAX];
+	const char *base = conf_uri();
+	snprintf(uri, sizeof uri, "%s%c%s", base, strchr(base, '?') ? '&' : '?', param);
+	dlock_client *client = dlock_test_open(uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL(client);
+	return client;
+}
+
+static dlock_election *election(dlock_client *client, const char *name)
+{
+	dlock_election *e = NULL;
+	if (client)
+		CONF_ASSERT_ST(dlock_election_new(client, name, &e), DLOCK_OK);
+	return e;
+}
+
+/* dlock_campaign() with a wait bound, a lease (0: the URI's), renewal (-1: the URI's) and a lost callback. */
+static dlock_status campaign(dlock_election *e, const char *value, int64_t wait_ms, int64_t lease_ms, int renew,
+                             dlock_test_lost *lost, uint64_t *term)
+{
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = wait_ms;
+	o.lease_ms = lease_ms;
+	o.renew = renew;
+	o.on_lost = lost ? dlock_test_on_lost : NULL;
+	o.lost_userdata = lost;
+	return dlock_campaign(e, value, &o, term);
+}
+
+/* Who leads, read once from `e`'s client; asserts that the read worked. */
+static dlock_leader *leader_of(dlock_election *e)
+{
+	dlock_leader *l = NULL;
+	if (e && CONF_ASSERT_ST(dlock_leader_get(e, &l), DLOCK_OK))
+		CU_ASSERT_PTR_NOT_NULL_FATAL(l);
+	return l;
+}
+
+static void assert_no_leader(dlock_election *e)
+{
+	dlock_leader *l = leader_of(e);
+	if (l) {
+		CU_ASSERT_EQUAL(l->elected, 0);
+		CU_ASSERT_EQUAL(l->term, 0);
+		CU_ASSERT(l->value && strcmp(l->value, "") == 0);
+		CU_ASSERT_PTR_NULL(l->holder);
+	}
+	dlock_leader_free(l);
+}
+
+static void assert_leader(dlock_election *e, uint64_t term, const char *value, const char *identity)
+{
+	dlock_leader *l = leader_of(e);
+	if (!l)
+		return;
+	CU_ASSERT_EQUAL(l->elected, 1);
+	CU_ASSERT_EQUAL(l->term, term);
+	CU_ASSERT(l->value && strcmp(l->value, value) == 0);
+	if (l->value && strcmp(l->value, value) != 0)
+		printf("\n    leader's value: %zu bytes, expected %zu", strlen(l->value), strlen(value));
+	CU_ASSERT_PTR_NOT_NULL(l->holder);
+	if (l->holder && identity && l->holder->identity[0])
+		CU_ASSERT_STRING_EQUAL(l->holder->identity, identity);
+	if (l->holder)
+		CU_ASSERT_EQUAL(l->holder->token, term);
+	dlock_leader_free(l);
+}
+
+/* ------------------------------------------------------- observer record */
+
+#define OBS_MAX 64
+
+typedef struct obs_entry {
+	int elected;
+	uint64_t term;
+	char value[DLOCK_VALUE_MAX + 1];
+} obs_entry;
+
+/* What an observer callback saw, guarded by mu. */
+typedef struct obs_rec {
+	pthread_mutex_t mu;
+	size_t n;              /* calls */
+	obs_entry last;
+	obs_entry seen[OBS_MAX];
+	uint64_t highest;      /* highest term delivered */
+	int went_back;         /* a term older than one delivered before */
+	int get_calls, get_failed; /* dlock_leader_get() from the callback */
+	int call_get;          /* make that call */
+	int free_self;         /* call dlock_election_free() of its own election, once */
+	int free_done;
+} obs_rec;
+
+static obs_rec *obs_new(void)
+{
+	obs_rec *r = calloc(1, sizeof *r);
+	if (!r)
+		abort();
+	pthread_mutex_init(&r->mu, NULL);
+	return r;
+}
+
+static void obs_free(obs_rec *r)
+{
+	if (!r)
+		return;
+	pthread_mutex_destroy(&r->mu);
+	free(r);
+}
+
+static void on_leader(dlock_election *e, const dlock_leader *leader, void *userdata)
+{
+	obs_rec *r = userdata;
+	int get = 0, free_self = 0;
+	pthread_mutex_lock(&r->mu);
+	obs_entry *en = &r->last;
+	en->elected = leader->elected;
+	en->term = leader->term;
+	snprintf(en->value, sizeof en->value, "%s", leader->value ? leader->value : "(null)");
+	if (r->n < OBS_MAX)
+		r->seen[r->n] = *en;
+	r->n++;
+	if (leader->elected && leader->term < r->highest)
+		r->went_back = 1;
+	if (leader->elected && leader->term > r->highest)
+		r->highest = leader->term;
+	get = r->call_get;
+	free_self = r->free_self && !r->free_done;
+	r->free_done |= free_self;
+	pthread_mutex_unlock(&r->mu);
+	if (get) {
+		dlock_leader *now = NULL;
+		dlock_status st = dlock_leader_get(e, &now);
+		dlock_leader_free(now);
+		pthread_mutex_lock(&r->mu);
+		r->get_calls++;
+		r->get_failed += st != DLOCK_OK;
+		pthread_mutex_unlock(&r->mu);
+	}
+	if (free_self)
+		dlock_election_free(e); /* refused: its own election, from its callback */
+}
+
+static size_t obs_calls(obs_rec *r)
+{
+	pthread_mutex_lock(&r->mu);
+	size_t n = r->n;
+	pthread_mutex_unlock(&r->mu);
+	return n;
+}
+
+/* What the observer must come to: elected with `term` (0: any) and `value`, or nobody (value NULL). */
+typedef struct obs_want {
+	obs_rec *rec;
+	int elected;
+	uint64_t term;
+	const char *value;
+} obs_want;
+
+static int obs_reached(void *arg)
+{
+	obs_want *w = arg;
+	pthread_mutex_lock(&w->rec->mu);
+	const obs_entry *en = &w->rec->last;
+	int ok = w->rec->n > 0 && en->elected == w->elected && (!w->term || en->term == w->term) &&
+	         (!w->value || strcmp(en->value, w->value) == 0);
+	pthread_mutex_unlock(&w->rec->mu);
+	return ok;
+}
+
+/* Await the observer's reaching a state within `ms`; asserts it, says how long it took. */
+static int obs_await(obs_rec *r, int elected, uint64_t term, const char *value, int64_t ms, const char *what)
+{
+	obs_want w = { r, elected, term, value };
+	int64_t t0 = dlock_test_now_ms();
+	int ok = dlock_test_await(obs_reached, &w, ms);
+	if (!ok) {
+		pthread_mutex_lock(&r->mu);
+		printf("\n    observer did not see %s within %lld ms: last %s term %llu value \"%.40s\"", what,
+		       (long long)ms, r->last.elected ? "elected" : "nobody", (unsigned long long)r->last.term,
+		       r->last.value);
+		pthread_mutex_unlock(&r->mu);
+	} else {
+		printf("\n    observer saw %s after %lld ms", what, (long long)(dlock_test_now_ms() - t0));
+	}
+	CU_ASSERT(ok);
+	return ok;
+}
+
+/* ------------------------------------------------------- campaigner thread */
+
+/* A thread that runs one dlock_campaign(); records its status and term. */
+typedef struct campaigner {
+	dlock_election *e;
+	const char *value;
+	int64_t wait_ms;
+	pthread_t thread;
+	atomic_int started, done;
+	dlock_status status;
+	uint64_t term;
+} campaigner;
+
+static void *campaigner_run(void *arg)
+{
+	campaigner *c = arg;
+	atomic_store(&c->started, 1);
+	c->status = campaign(c->e, c->value, c->wait_ms, 0, -1, NULL, &c->term);
+	atomic_store(&c->done, 1);
+	return NULL;
+}
+
+static void campaigner_start(campaigner *c, dlock_election *e, const char *value, int64_t wait_ms)
+{
+	memset(c, 0, sizeof *c);
+	c->e = e;
+	c->value = value;
+	c->wait_ms = wait_ms;
+	c->status = DLOCK_STATUS_COUNT_;
+	if (pthread_create(&c->thread, NULL, campaigner_run, c) != 0)
+		abort();
+}
+
+static int campaigner_started(void *arg)
+{
+	return atomic_load(&((campaigner *)arg)->started);
+}
+
+static int campaigner_done(void *arg)
+{
+	return atomic_load(&((campaigner *)arg)->done);
+}
+
+/* Await that the campaign is waiting on the server (its client's acquire count moved), then a settle. */
+static void campaigner_await_blocked(campaigner *c, dlock_client *client, uint64_t base_server_acquires)
+{
+	CU_ASSERT(dlock_test_await(campaigner_started, c, CONF_AWAIT_MS));
+	dlock_test_count count = { client, base_server_acquires + 1 };
+	dlock_test_await(dlock_test_attempted, &count, 300);
+	dlock_test_sleep_ms(50);
+	CU_ASSERT(!campaigner_done(c));
+}
+
+static int cancel_until_done(void *arg)
+{
+	campaigner *c = arg;
+	if (campaigner_done(c))
+		return 1;
+	dlock_cancel(dlock_election_lock(c->e));
+	return 0;
+}
+
+/* Join, allowing `timeout_ms`; past that a failure, and the campaign is cancelled until it returns. */
+static dlock_status campaigner_join(campaigner *c, int64_t timeout_ms)
+{
+	if (!dlock_test_await(campaigner_done, c, timeout_ms)) {
+		printf("\n    campaign still blocked after %lld ms: cancelling it", (long long)timeout_ms);
+		CU_FAIL("campaign did not return in time");
+		if (!dlock_test_await(cancel_until_done, c, CONF_AWAIT_MS)) {
+			printf("\nFATAL: a cancelled campaign never returned; stopping the suite\n");
+			abort();
+		}
+	}
+	pthread_join(c->thread, NULL);
+	return c->status;
+}
+
+/* ------------------------------------------------------- basics */
+
+/* Quotes, %, braces, backslash, every control byte but NUL, and 0xff: what a query or a record must escape. */
+static void hostile_value(char *out, size_t outlen)
+{
+	size_t n = 0;
+	const char *head = "\"a\" 'b' %41%% {x} \\n\\";
+	for (const char *p = head; *p && n + 1 < outlen; p++)
+		out[n++] = *p;
+	for (int b = 1; b < 0x20 && n + 1 < outlen; b++)
+		out[n++] = (char)b;
+	if (n + 3 < outlen) {
+		out[n++] = (char)0xff;
+		out[n++] = (char)0xc3;
+		out[n++] = (char)0xa9;
+	}
+	out[n] = '\0';
+}
+
+/*
+ * Campaign with a value: the term is the lock's fencing token; another
+ * client reads the leader (term, value, identity); proclaim changes the
+ * value; campaigning again on the leading handle proclaims anew in the
+ * same term; resign leaves nobody; not leading, proclaim and resign are
+ * DLOCK_ENOTHELD; a value too long and NULL arguments are refused; a value
+ * of hostile bytes and one of DLOCK_VALUE_MAX bytes come back exactly.
+ */
+static void test_elect_basics(void)
+{
+	dlock_client *a = open_with("identity=elect-leader"), *b = conf_open();
+	dlock_election *ea = NULL, *eb = NULL;
+	char name[128];
+	conf_name(name, sizeof name, "elect-basics");
+	if (!a || elect_unsupported(b))
+		goto out;
+	ea = election(a, name);
+	eb = election(b, name);
+	if (!ea || !eb)
+		goto out;
+	CU_ASSERT_PTR_NOT_NULL(dlock_election_lock(ea));
+	CU_ASSERT_STRING_EQUAL(dlock_lock_name(dlock_election_lock(ea)), name);
+	assert_no_leader(eb);
+
+	uint64_t term = 0, token = 0;
+	if (!CONF_ASSERT_ST(campaign(ea, "host-a:8080", 0, 0, -1, NULL, &term), DLOCK_OK))
+		goto out;
+	CU_ASSERT(term > 0);
+	CONF_ASSERT_ST(dlock_lock_fencing_token(dlock_election_lock(ea), &token), DLOCK_OK);
+	CU_ASSERT_EQUAL(term, token);
+	assert_leader(eb, term, "host-a:8080", "elect-leader");
+	assert_leader(ea, term, "host-a:8080", "elect-leader"); /* the leader reads itself the same way */
+
+	CONF_ASSERT_ST(dlock_proclaim(ea, "host-a:9090"), DLOCK_OK);
+	assert_leader(eb, term, "host-a:9090", "elect-leader");
+	CONF_ASSERT_ST(dlock_proclaim(ea, NULL), DLOCK_OK); /* NULL is "" */
+	assert_leader(eb, term, "", "elect-leader");
+
+	/* Bad input, while leading: nothing changes. */
+	char too_long[DLOCK_VALUE_MAX + 2];
+	memset(too_long, 'v', sizeof too_long - 1);
+	too_long[sizeof too_long - 1] = '\0';
+	CONF_ASSERT_ST(dlock_proclaim(ea, too_long), DLOCK_EINVAL);
+	CU_ASSERT(*dlock_client_errmsg(a));
+	CONF_ASSERT_ST(dlock_proclaim(NULL, "x"), DLOCK_EINVAL);
+	assert_leader(eb, term, "", "elect-leader");
+
+	/* Exactly DLOCK_VALUE_MAX bytes, then hostile bytes, come back as they are. */
+	char max_value[DLOCK_VALUE_MAX + 1], hostile[128];
+	memset(max_value, 'm', DLOCK_VALUE_MAX);
+	max_value[DLOCK_VALUE_MAX] = '\0';
+	CONF_ASSERT_ST(dlock_proclaim(ea, max_value), DLOCK_OK);
+	assert_leader(eb, term, max_value, "elect-leader");
+	hostile_value(hostile, sizeof hostile);
+	CONF_ASSERT_ST(dlock_proclaim(ea, hostile), DLOCK_OK);
+	assert_leader(eb, term, hostile, "elect-leader");
+
+	/* Campaigning again while leading (the same handle and thread): a new value, the same term. */
+	uint64_t again = 0;
+	CONF_ASSERT_ST(campaign(ea, "host-a:7070", 0, 0, -1, NULL, &again), DLOCK_OK);
+	CU_ASSERT_EQUAL(again, term);
+	assert_leader(eb, term, "host-a:7070", "elect-leader");
+
+	/* Resign once, whatever the depth: nobody leads. */
+	CONF_ASSERT_ST(dlock_resign(ea), DLOCK_OK);
+	assert_no_leader(eb);
+	CONF_ASSERT_ST(dlock_proclaim(ea, "late"), DLOCK_ENOTHELD);
+	CU_ASSERT(*dlock_client_errmsg(a));
+	CONF_ASSERT_ST(dlock_resign(ea), DLOCK_ENOTHELD);
+	CONF_ASSERT_ST(dlock_proclaim(eb, "never"), DLOCK_ENOTHELD);
+	CONF_ASSERT_ST(dlock_resign(eb), DLOCK_ENOTHELD);
+	assert_no_leader(eb);
+
+	/* A value too long is refused before campaigning: nobody leads. */
+	CONF_ASSERT_ST(campaign(eb, too_long, 0, 0, -1, NULL, &term), DLOCK_EINVAL);
+	CU_ASSERT_EQUAL(term, 0);
+	assert_no_leader(ea);
+	/* A term is a fencing token: a campaign without one is refused. */
+	dlock_acquire_options unfenced = DLOCK_ACQUIRE_OPTIONS_INIT;
+	unfenced.wait_ms = 0;
+	unfenced.fencing = 0;
+	CONF_ASSERT_ST(dlock_campaign(eb, "x", &unfenced, NULL), DLOCK_EINVAL);
+	assert_no_leader(ea);
+
+	/* NULL arguments. */
+	dlock_election *none = (dlock_election *)&none;
+	CONF_ASSERT_ST(dlock_election_new(NULL, name, &none), DLOCK_EINVAL);
+	CU_ASSERT_PTR_NULL(none);
+	CONF_ASSERT_ST(dlock_election_new(b, name, NULL), DLOCK_EINVAL);
+	none = (dlock_election *)&none;
+	CONF_ASSERT_ST(dlock_election_new(b, NULL, &none), DLOCK_EINVAL);
+	CU_ASSERT_PTR_NULL(none);
+	CONF_ASSERT_ST(dlock_campaign(NULL, "x", NULL, &term), DLOCK_EINVAL);
+	CONF_ASSERT_ST(dlock_resign(NULL), DLOCK_EINVAL);
+	dlock_leader *l = (dlock_leader *)&l;
+	CONF_ASSERT_ST(dlock_leader_get(NULL, &l), DLOCK_EINVAL);
+	CU_ASSERT_PTR_NULL(l);
+	CONF_ASSERT_ST(dlock_leader_get(eb, NULL), DLOCK_EINVAL);
+	CONF_ASSERT_ST(dlock_observe(NULL, on_leader, NULL), DLOCK_EINVAL);
+	CU_ASSERT_PTR_NULL(dlock_election_lock(NULL));
+	dlock_leader_free(NULL);
+	dlock_election_free(NULL);
+
+	/* Campaign with no value and no term pointer: leads with "". */
+	if (CONF_ASSERT_ST(dlock_campaign(eb, NULL, NULL, NULL), DLOCK_OK)) {
+		CONF_ASSERT_ST(dlock_lock_fencing_token(dlock_election_lock(eb), &token), DLOCK_OK);
+		assert_leader(ea, token, "", NULL);
+		CU_ASSERT(token > again);
+	}
+	/* Freeing a leading election resigns. */
+	dlock_election_free(eb);
+	eb = NULL;
+	assert_no_leader(ea);
+out:
+	dlock_election_free(ea);
+	dlock_election_free(eb);
+	conf_close(b);
+	conf_close(a);
+}
+
+/* ------------------------------------------------------- a second candidate */
+
+/*
+ * While A leads, B's bounded campaign times out and a cancelled one
+ * returns DLOCK_ECANCELED, both leaving A alone; a waiting B takes over
+ * when A resigns, with a larger term and its own value; A then waits.
+ */
+static void test_elect_second_candidate(void)
+{
+	dlock_client *a = conf_open(), *b = open_with("identity=elect-second");
+	dlock_election *ea = NULL, *eb = NULL;
+	char name[128];
+	conf_name(name, sizeof name, "elect-second");
+	if (!b || elect_unsupported(a))
+		goto out;
+	ea = election(a, name);
+	eb = election(b, name);
+	uint64_t term_a = 0, term_b = 0;
+	if (!ea || !eb || !CONF_ASSERT_ST(campaign(ea, "a", 0, 0, -1, NULL, &term_a), DLOCK_OK))
+		goto out;
+
+	CONF_ASSERT_ST(campaign(eb, "b", 0, 0, -1, NULL, &term_b), DLOCK_EBUSY);
+	int64_t t0 = dlock_test_now_ms();
+	CONF_ASSERT_ST(campaign(eb, "b", 200, 0, -1, NULL, &term_b), DLOCK_ETIMEDOUT);
+	CU_ASSERT(dlock_test_now_ms() - t0 >= 190);
+	CU_ASSERT_EQUAL(term_b, 0);
+	CONF_ASSERT_ST(dlock_proclaim(eb, "b"), DLOCK_ENOTHELD);
+	assert_leader(eb, term_a, "a", NULL);
+
+	campaigner c;
+	uint64_t base = conf_stats(b).server_acquires;
+	campaigner_start(&c, eb, "b", CONF_LONG_WAIT_MS);
+	campaigner_await_blocked(&c, b, base);
+	CU_ASSERT(dlock_test_await(cancel_until_done, &c, CONF_AWAIT_MS));
+	CONF_ASSERT_ST(campaigner_join(&c, CONF_AWAIT_MS), DLOCK_ECANCELED);
+	CU_ASSERT_EQUAL(c.term, 0);
+	assert_leader(eb, term_a, "a", NULL);
+	CONF_ASSERT_ST(dlock_check(dlock_election_lock(ea)), DLOCK_OK);
+
+	base = conf_stats(b).server_acquires;
+	campaigner_start(&c, eb, "b", CONF_LONG_WAIT_MS);
+	campaigner_await_blocked(&c, b, base);
+	CONF_ASSERT_ST(dlock_resign(ea), DLOCK_OK);
+	if (CONF_ASSERT_ST(campaigner_join(&c, CONF_LONG_WAIT_MS), DLOCK_OK)) {
+		CU_ASSERT(c.term > term_a);
+		assert_leader(ea, c.term, "b", "elect-second");
+		CONF_ASSERT_ST(campaign(ea, "a", 0, 0, -1, NULL, &term_a), DLOCK_EBUSY);
+		CONF_ASSERT_ST(dlock_resign(eb), DLOCK_OK);
+	}
+	assert_no_leader(ea);
+out:
+	dlock_election_free(ea);
+	dlock_election_free(eb);
+	conf_close(b);
+	conf_close(a);
+}
+
+/* ------------------------------------------------------- observers */
+
+/*
+ * An observer on a client that never campaigns hears who leads at once
+ * (nobody), then each change: a leader and its value, a new value, nobody,
+ * another leader with a larger term; never an older term.  Its callback
+ * may read who leads.  After dlock_observe(e, NULL, NULL) it hears no more.
+ * An observer that frees its own election from its callback is refused,
+ * stops, and the election is freed afterwards.
+ */
+static void test_elect_observer(void)
+{
+	dlock_client *a = conf_open(), *b = conf_open(), *o = open_with(ELECT_OBSERVER_TTL);
+	dlock_election *ea = NULL, *eb = NULL, *eo = NULL, *eself = NULL;
+	obs_rec *r = obs_new(), *rself = obs_new();
+	char name[128];
+	conf_name(name, sizeof name, "elect-observe");
+	/* Converging by reading alone takes half the observer's ttl; a notification, less. */
+	int64_t bound = ELECT_OBSERVER_TTL_MS + CONF_SLACK_MS;
+	if (!a || !b || elect_unsupported(o))
+		goto out;
+	ea = election(a, name);
+	eb = election(b, name);
+	eo = election(o, name);
+	if (!ea || !eb || !eo)
+		goto out;
+	r->call_get = 1;
+	CONF_ASSERT_ST(dlock_observe(eo, on_leader, r), DLOCK_OK);
+	obs_await(r, 0, 0, "", bound, "nobody, at once");
+
+	uint64_t term_a = 0, term_b = 0;
+	if (!CONF_ASSERT_ST(campaign(ea, "a1", 0, 0, -1, NULL, &term_a), DLOCK_OK))
+		goto out;
+	obs_await(r, 1, term_a, "a1", bound, "A's first value");
+	CONF_ASSERT_ST(dlock_proclaim(ea, "a2"), DLOCK_OK);
+	obs_await(r, 1, term_a, "a2", bound, "A's new value");
+	CONF_ASSERT_ST(dlock_resign(ea), DLOCK_OK);
+	obs_await(r, 0, 0, "", bound, "nobody after A resigned");
+	if (!CONF_ASSERT_ST(campaign(eb, "b1", 0, 0, -1, NULL, &term_b), DLOCK_OK))
+		goto out;
+	CU_ASSERT(term_b > term_a);
+	obs_await(r, 1, term_b, "b1", bound, "B");
+
+	/* A second observer of the same name on a campaigning client hears the leader at once. */
+	eself = election(a, name);
+	if (eself) {
+		rself->free_self = 1;
+		CONF_ASSERT_ST(dlock_observe(eself, on_leader, rself), DLOCK_OK);
+		obs_await(rself, 1, term_b, "b1", bound, "B, on a second observer");
+	}
+
+	pthread_mutex_lock(&r->mu);
+	CU_ASSERT_EQUAL(r->went_back, 0);
+	CU_ASSERT(r->get_calls >= 1);
+	CU_ASSERT_EQUAL(r->get_failed, 0);
+	pthread_mutex_unlock(&r->mu);
+
+	/* Stopped: no more calls, whatever changes. */
+	CONF_ASSERT_ST(dlock_observe(eo, NULL, NULL), DLOCK_OK);
+	size_t calls = obs_calls(r), self_calls = obs_calls(rself);
+	CONF_ASSERT_ST(dlock_proclaim(eb, "b2"), DLOCK_OK);
+	CONF_ASSERT_ST(dlock_resign(eb), DLOCK_OK);
+	dlock_test_sleep_ms(ELECT_OBSERVER_TTL_MS); /* the absence of calls is what is tested */
+	CU_ASSERT_EQUAL(obs_calls(r), calls);
+	/* The observer that tried to free its own election stopped there (refused, nothing freed). */
+	pthread_mutex_lock(&rself->mu);
+	CU_ASSERT_EQUAL(rself->free_done, 1);
+	pthread_mutex_unlock(&rself->mu);
+	CU_ASSERT_EQUAL(obs_calls(rself), self_calls);
+	CU_ASSERT_EQUAL(self_calls, 1);
+	/* Observing again starts over: who leads now (nobody). */
+	CONF_ASSERT_ST(dlock_observe(eo, on_leader, r), DLOCK_OK);
+	obs_await(r, 0, 0, "", bound, "nobody, observing again");
+out:
+	dlock_election_free(eself); /* from the test's thread: freed now */
+	dlock_election_free(eo);
+	dlock_election_free(ea);
+	dlock_election_free(eb);
+	conf_close(o);
+	conf_close(b);
+	conf_close(a);
+	obs_free(r);
+	obs_free(rself);
+}
+
+/*
+ * Where the backend notifies (DLOCK_FEATURE_ELECTION is NOTIFY), an
+ * observer whose ttl is 30 s (it reads again only every 15 s) still hears
+ * a campaign, a proclaim and a resignation within CONF_SLACK_MS.
+ */
+static void test_elect_notification(void)
+{
+	dlock_client *a = conf_open(), *o = open_with(ELECT_NOTIFY_TTL);
+	dlock_election *ea = NULL, *eo = NULL;
+	obs_rec *r = obs_new();
+	char name[128];
+	conf_name(name, sizeof name, "elect-notify");
+	if (!a || elect_unsupported(o))
+		goto out;
+	if (election_feature(o) != DLOCK_WAKEUP_NOTIFY) {
+		dlock_test_skip_part("observers are not notified on this backend (DLOCK_FEATURE_ELECTION is POLL)");
+		goto out;
+	}
+	ea = election(a, name);
+	eo = election(o, name);
+	if (!ea || !eo)
+		goto out;
+	CONF_ASSERT_ST(dlock_observe(eo, on_leader, r), DLOCK_OK);
+	obs_await(r, 0, 0, "", CONF_AWAIT_MS, "nobody, at once");
+	uint64_t term = 0;
+	if (!CONF_ASSERT_ST(campaign(ea, "n1", 0, 0, -1, NULL, &term), DLOCK_OK))
+		goto out;
+	obs_await(r, 1, term, "n1", CONF_SLACK_MS, "the campaign, notified");
+	CONF_ASSERT_ST(dlock_proclaim(ea, "n2"), DLOCK_OK);
+	obs_await(r, 1, term, "n2", CONF_SLACK_MS, "the proclaim, notified");
+	CONF_ASSERT_ST(dlock_resign(ea), DLOCK_OK);
+	obs_await(r, 0, 0, "", CONF_SLACK_MS, "the resignation, notified");
+out:
+	dlock_election_free(eo);
+	dlock_election_free(ea);
+	conf_close(o);
+	conf_close(a);
+	obs_free(r);
+}
+
+/* ------------------------------------------------------- loss */
+
+/*
+ * A leader broken from outside (dlock_break) is told through its lost-lock
+ * callback within a renewal period; the candidate waiting takes over with
+ * a larger term; an observer converges on it; the old leader's proclaim
+ * and resign are DLOCK_ENOTHELD and leave the new leader alone.
+ */
+static void test_elect_loss(void)
+{
+	dlock_client *a = conf_open(), *b = open_with("identity=elect-successor"), *o = open_with(ELECT_OBSERVER_TTL);
+	dlock_election *ea = NULL, *eb = NULL, *eo = NULL;
+	obs_rec *r = obs_new();
+	char name[128];
+	conf_name(name, sizeof name, "elect-loss");
+	if (!a || !b || elect_unsupported(o))
+		goto out;
+	int64_t effect = DLOCK_BREAK_NONE;
+	CONF_ASSERT_ST(dlock_client_feature(o, DLOCK_FEATURE_BREAK, &effect), DLOCK_OK);
+	if (effect == DLOCK_BREAK_NONE) {
+		dlock_test_skip_part("no breaking on this backend (DLOCK_FEATURE_BREAK is none): loss is tested by churn");
+		goto out;
+	}
+	ea = election(a, name);
+	eb = election(b, name);
+	eo = election(o, name);
+	dlock_test_lost lost = { 0 };
+	uint64_t term_a = 0;
+	if (!ea || !eb || !eo ||
+	    !CONF_ASSERT_ST(campaign(ea, "old", 0, ELECT_BREAK_LEASE_MS, 1, &lost, &term_a), DLOCK_OK))
+		goto out;
+	CONF_ASSERT_ST(dlock_observe(eo, on_leader, r), DLOCK_OK);
+	obs_await(r, 1, term_a, "old", ELECT_OBSERVER_TTL_MS + CONF_SLACK_MS, "the first leader");
+	campaigner c;
+	uint64_t base = conf_stats(b).server_acquires;
+	campaigner_start(&c, eb, "new", CONF_LONG_WAIT_MS);
+	campaigner_await_blocked(&c, b, base);
+
+	size_t broken = 0;
+	int64_t t0 = dlock_test_now_ms();
+	CONF_ASSERT_ST(dlock_break(o, name, &broken), DLOCK_OK);
+	CU_ASSERT(broken >= 1);
+	int64_t bound = ELECT_BREAK_LEASE_MS / 3 + 2 * CONF_SLACK_MS;
+	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, bound));
+	printf("\n    the broken leader was told after %lld ms (bound %lld)", (long long)(dlock_test_now_ms() - t0),
+	       (long long)bound);
+	CU_ASSERT_EQUAL(atomic_load(&lost.count), 1);
+	if (CONF_ASSERT_ST(campaigner_join(&c, CONF_LONG_WAIT_MS), DLOCK_OK)) {
+		CU_ASSERT(c.term > term_a);
+		obs_await(r, 1, c.term, "new", ELECT_OBSERVER_TTL_MS + CONF_SLACK_MS, "the next leader");
+		CONF_ASSERT_ST(dlock_proclaim(ea, "old again"), DLOCK_ENOTHELD);
+		CONF_ASSERT_ST(dlock_resign(ea), DLOCK_ENOTHELD);
+		CONF_ASSERT_ST(dlock_check(dlock_election_lock(eb)), DLOCK_OK);
+		assert_leader(ea, c.term, "new", "elect-successor");
+		CONF_ASSERT_ST(dlock_resign(eb), DLOCK_OK);
+	}
+	pthread_mutex_lock(&r->mu);
+	CU_ASSERT_EQUAL(r->went_back, 0);
+	pthread_mutex_unlock(&r->mu);
+out:
+	dlock_election_free(eo);
+	dlock_election_free(ea);
+	dlock_election_free(eb);
+	conf_close(o);
+	conf_close(b);
+	conf_close(a);
+	obs_free(r);
+}
+
+/* ------------------------------------------------------- churn */
+
+/* One leadership, as its candidate saw it. */
+typedef struct churn_term {
+	uint64_t term;
+	unsigned seq;      /* order in which candidates recorded their acquisitions */
+	int candidate;
+	int paused;        /* held without renewal past its lease */
+	int told;          /* the lost callback ran, or dlock_check() said DLOCK_ENOTHELD, before `end_ms` */
+	int64_t start_ms;  /* just after the campaign returned */
+	int64_t end_ms;    /* just before resigning */
+} churn_term;
+
+/* Shared with the candidates' processes. */
+typedef struct churn_record {
+	char name[128];
+	int64_t deadline_ms; /* candidates stop campaigning then */
+	atomic_uint seq;
+	atomic_uint n;
+	atomic_int failed;   /* first unexpected status + 1 */
+	atomic_int ready;
+	churn_term terms[CHURN_MAX_TERMS];
+} churn_record;
+
+static void churn_fail(churn_record *rec, dlock_status st)
+{
+	int none = 0;
+	atomic_compare_exchange_strong(&rec->failed, &none, (int)st + 1);
+}
+
+typedef struct churn_candidate {
+	churn_record *rec;
+	int index;
+	pthread_t thread;
+} churn_candidate;
+
+/* Lead briefly and resign, or (every third time) hold without renewal past the lease; record it. */
+static void *churn_candidate_run(void *arg)
+{
+	churn_candidate *cand = arg;
+	churn_record *rec = cand->rec;
+	dlock_client *client = NULL;
+	dlock_election *e = NULL;
+	dlock_status st = dlock_client_open(&client, conf_uri(), NULL, NULL, 0);
+	if (st == DLOCK_OK)
+		st = dlock_election_new(client, rec->name, &e);
+	if (st != DLOCK_OK) {
+		churn_fail(rec, st);
+		goto out;
+	}
+	for (unsigned k = 0; dlock_test_now_ms() < rec->deadline_ms; k++) {
+		int paused = k % 3 == 2;
+		char value[64];
+		snprintf(value, sizeof value, "candidate-%d/%u", cand->index, k);
+		dlock_test_lost lost = { 0 };
+		uint64_t term = 0;
+		int64_t wait = rec->deadline_ms - dlock_test_now_ms() + CONF_SLACK_MS;
+		st = campaign(e, value, wait > 0 ? wait : 0, CHURN_LEASE_MS, paused ? 0 : 1, &lost, &term);
+		int64_t start = dlock_test_now_ms();
+		unsigned seq = atomic_fetch_add(&rec->seq, 1);
+		if (st == DLOCK_ETIMEDOUT)
+			break;
+		if (st != DLOCK_OK) {
+			churn_fail(rec, st);
+			break;
+		}
+		dlock_test_sleep_ms(paused ? CHURN_PAUSE_MS : 10 + (int64_t)(k % 4) * 10); /* the leader's work */
+		int told = atomic_load(&lost.count) > 0;
+		if (!told && dlock_check(dlock_election_lock(e)) == DLOCK_ENOTHELD)
+			told = 1;
+		int64_t end = dlock_test_now_ms();
+		unsigned i = atomic_fetch_add(&rec->n, 1);
+		if (i < CHURN_MAX_TERMS)
+			rec->terms[i] = (churn_term){ term, seq, cand->index, paused, told, start, end };
+		st = dlock_resign(e);
+		if (st != DLOCK_OK && !(st == DLOCK_ENOTHELD && (told || atomic_load(&lost.count) > 0)))
+			churn_fail(rec, st);
+	}
+out:
+	dlock_election_free(e);
+	if (client && dlock_client_close(client) != DLOCK_OK)
+		churn_fail(rec, DLOCK_EIO);
+	return NULL;
+}
+
+/* `count` candidates, each on a client of its own, from index `first`. */
+static int churn_candidates(churn_record *rec, int first, int count)
+{
+	churn_candidate cands[CHURN_CANDIDATES];
+	for (int i = 0; i < count; i++) {
+		cands[i] = (churn_candidate){ rec, first + i, 0 };
+		if (pthread_create(&cands[i].thread, NULL, churn_candidate_run, &cands[i]) != 0)
+			abort();
+	}
+	for (int i = 0; i < count; i++)
+		pthread_join(cands[i].thread, NULL);
+	return atomic_load(&rec->failed) ? 1 : 0;
+}
+
+static int churn_child(int index, void *arg)
+{
+	return churn_candidates(arg, index * (CHURN_CANDIDATES / CHURN_CHILDREN), CHURN_CANDIDATES / CHURN_CHILDREN);
+}
+
+static int by_term(const void *x, const void *y)
+{
+	const churn_term *a = x, *b = y;
+	return a->term < b->term ? -1 : a->term > b->term;
+}
+
+/* The invariants over every leadership recorded; returns the highest term. */
+static uint64_t churn_check(churn_record *rec, size_t n)
+{
+	churn_term *t = rec->terms;
+	size_t paused = 0, told = 0, overlapped = 0;
+	for (size_t i = 0; i < n; i++) {
+		paused += t[i].paused;
+		told += t[i].told;
+		CU_ASSERT(t[i].term > 0);
+		/* Terms rise in the order of acquisition, unless the earlier-recorded one had already lost its term. */
+		for (size_t j = 0; j < n; j++) {
+			if (t[i].seq < t[j].seq && t[i].term > t[j].term && !t[j].told) {
+				printf("\n    term %llu recorded before term %llu", (unsigned long long)t[i].term,
+				       (unsigned long long)t[j].term);
+				CU_FAIL("terms do not rise in the order of acquisition");
+			}
+			/* Two leaders at once: the older term must have been told by the end of its work. */
+			if (t[i].term < t[j].term && t[j].start_ms < t[i].end_ms) {
+				overlapped++;
+				if (!t[i].told) {
+					printf("\n    term %llu (candidate %d, %s) overlapped term %llu and was not told",
+					       (unsigned long long)t[i].term, t[i].candidate,
+					       t[i].paused ? "paused" : "renewing", (unsigned long long)t[j].term);
+					CU_FAIL("a leader that was replaced was not told");
+				}
+			}
+		}
+		/* Where a lease is a TTL, a leader that did not renew past it is told. */
+		if (t[i].paused && conf_caps()->lease == DLOCK_LEASE_TTL)
+			CU_ASSERT(t[i].told);
+	}
+	qsort(t, n, sizeof *t, by_term);
+	for (size_t i = 1; i < n; i++) {
+		if (t[i].term == t[i - 1].term) {
+			printf("\n    term %llu led twice (candidates %d and %d)", (unsigned long long)t[i].term,
+			       t[i - 1].candidate, t[i].candidate);
+			CU_FAIL("two leaderships share a term");
+		}
+	}
+	printf("\n    %zu leaderships, %zu paused past the lease, %zu told, %zu overlaps", n, paused, told,
+	       overlapped);
+	return n ? t[n - 1].term : 0;
+}
+
+static int churn_term_known(const churn_record *rec, size_t n, uint64_t term)
+{
+	for (size_t i = 0; i < n; i++)
+		if (rec->terms[i].term == term)
+			return 1;
+	return 0;
+}
+
+/*
+ * Churn: four candidates on clients of two processes (one process where
+ * the backend's scope is one process) campaign in turn for CHURN_MS, each
+ * leading briefly, every third leadership held without renewal past its
+ * lease; an observer in this process follows.  Afterwards: no two
+ * leaderships share a term, terms rise in the order of acquisition, a
+ * leader replaced while it worked was told, a leader that let its TTL
+ * lease run out was told; the observer never went back, saw only recorded
+ * terms, and converges within a lease on nobody, then on a last leader
+ * whose term is larger than every one before.
+ */
+static void test_elect_churn(void)
+{
+	dlock_client *o = open_with(ELECT_OBSERVER_TTL), *p = conf_open();
+	dlock_election *eo = NULL, *ep = NULL;
+	obs_rec *r = obs_new();
+	churn_record *rec = dlock_test_shared_alloc(sizeof *rec);
+	int64_t bound = ELECT_OBSERVER_TTL_MS + CONF_SLACK_MS;
+	if (!p || elect_unsupported(o))
+		goto out;
+	conf_name(rec->name, sizeof rec->name, "elect-churn");
+	eo = election(o, rec->name);
+	ep = election(p, rec->name);
+	if (!eo || !ep)
+		goto out;
+	CONF_ASSERT_ST(dlock_observe(eo, on_leader, r), DLOCK_OK);
+	rec->deadline_ms = dlock_test_now_ms() + CHURN_MS;
+	if (conf_caps()->scope == DLOCK_SCOPE_PROCESS) {
+		CU_ASSERT_EQUAL(churn_candidates(rec, 0, CHURN_CANDIDATES), 0);
+	} else {
+		conf_run_children(CHURN_CHILDREN, churn_child, rec);
+	}
+	int failed = atomic_load(&rec->failed);
+	if (failed)
+		printf("\n    a candidate failed: %s", dlock_status_name((dlock_status)(failed - 1)));
+	CU_ASSERT_EQUAL(failed, 0);
+	size_t n = atomic_load(&rec->n);
+	CU_ASSERT(n >= CHURN_CANDIDATES);
+	CU_ASSERT_FATAL(n <= CHURN_MAX_TERMS);
+	uint64_t highest = churn_check(rec, n);
+
+	/* Every candidate is gone: the observer comes to nobody, then to the last leader. */
+	obs_await(r, 0, 0, "", bound, "nobody after the churn");
+	uint64_t term = 0;
+	if (CONF_ASSERT_ST(campaign(ep, "last", CONF_LONG_WAIT_MS, 0, -1, NULL, &term), DLOCK_OK)) {
+		CU_ASSERT(term > highest);
+		obs_await(r, 1, term, "last", bound, "the last leader");
+		CONF_ASSERT_ST(dlock_resign(ep), DLOCK_OK);
+	}
+	CONF_ASSERT_ST(dlock_observe(eo, NULL, NULL), DLOCK_OK);
+	pthread_mutex_lock(&r->mu);
+	CU_ASSERT_EQUAL(r->went_back, 0);
+	size_t seen = r->n < OBS_MAX ? r->n : OBS_MAX, unknown = 0;
+	for (size_t i = 0; i < seen; i++)
+		if (r->seen[i].elected && r->seen[i].term != term && !churn_term_known(rec, n, r->seen[i].term))
+			unknown++;
+	printf("\n    the observer heard %zu changes", r->n);
+	pthread_mutex_unlock(&r->mu);
+	CU_ASSERT_EQUAL(unknown, 0);
+out:
+	dlock_election_free(eo);
+	dlock_election_free(ep);
+	conf_close(p);
+	conf_close(o);
+	obs_free(r);
+	dlock_test_shared_free(rec, sizeof *rec);
+}
+
+const conf_test conf_elect_tests[] = {
+	{ "elect_basics", test_elect_basics },
+	{ "elect_second_candidate", test_elect_second_candidate },
+	{ "elect_observer", test_elect_observer },
+	{ "elect_notification", test_elect_notification },
+	{ "elect_loss", test_elect_loss },
+	{ "elect_churn", test_elect_churn },
+	{ NULL, NULL },
+};

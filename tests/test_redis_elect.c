@@ -1,0 +1,498 @@
+/*
+ * Redis: leader election on every Redis URI of $DLOCK_TEST_URIS (one
+ * server with the queue and with fair=0, TLS, Sentinel, Cluster;
+ * redis+unix from $DLOCK_TEST_REDIS_UNIX_URI), each with a prefix of its
+ * own; RedLock has none (no token, so no term).  The term is the lock's
+ * fencing token and grows at each handoff; an observer on another client
+ * whose URI says ttl=30s hears a proclaim, a resignation and a break
+ * within a second (the channel's message: its periodic read is 15 s
+ * away); a leader broken with dlock_break() is told; a key that expires
+ * publishes nothing, and the observer converges by reading within a lease;
+ * an observer whose connection was cut reads again once it is back.  What
+ * the server keeps is looked at with a raw connection on
+ * $DLOCK_TEST_REDIS_PORT: values of the previous release still inspect.
+ */
+#include <CUnit/CUnit.h>
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlock/dlock.h"
+#include "faultproxy.h"
+#include "testredis.h"
+#include "testsupport.h"
+
+#define URIS_MAX 16
+#define NOTIFY_MS 1000    /* a notification, not the observer's read (15 s away at ttl=30s) */
+#define LEASE_MS 10000
+
+static char uris[URIS_MAX][1024];
+static size_t nuris;
+static int redis_port;
+
+/* ------------------------------------------------------------ helpers */
+
+static int is_redlock(const char *uri)
+{
+	return strncmp(uri, "redis://", 8) == 0 && strchr(uri, ',') != NULL;
+}
+
+static dlock_client *open_with(const char *base, const char *prefix, const char *extra)
+{
+	char uri[1400];
+	dlock_testredis_uri(uri, sizeof uri, base, prefix, extra);
+	dlock_client *c = dlock_test_open(uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	return c;
+}
+
+/* What an observer heard: the last delivery, how many, and whether a term ever went back. */
+struct heard {
+	pthread_mutex_t mu;
+	int calls, elected, went_back;
+	uint64_t term, max_term;
+	char value[DLOCK_VALUE_MAX + 1];
+};
+
+static void on_leader(dlock_election *e, const dlock_leader *l, void *ud)
+{
+	struct heard *h = ud;
+	(void)e;
+	pthread_mutex_lock(&h->mu);
+	h->calls++;
+	h->elected = l->elected;
+	h->term = l->term;
+	if (l->elected && l->term < h->max_term)
+		h->went_back = 1;
+	if (l->elected && l->term > h->max_term)
+		h->max_term = l->term;
+	snprintf(h->value, sizeof h->value, "%s", l->value);
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* What an observer waits for: a leader of `term` (0: any) with `value`, or nobody (value NULL). */
+struct expect {
+	struct heard *h;
+	uint64_t term;
+	const char *value;
+};
+
+static int heard_it(void *arg)
+{
+	struct expect *x = arg;
+	pthread_mutex_lock(&x->h->mu);
+	int ok = x->h->calls > 0 &&
+	         (x->value ? x->h->elected && (!x->term || x->h->term == x->term) && strcmp(x->h->value, x->value) == 0
+	                   : !x->h->elected);
+	pthread_mutex_unlock(&x->h->mu);
+	return ok;
+}
+
+/* Await that the observer hears `value` of `term` (value NULL: nobody leads) within `ms`. */
+static int await_heard(struct heard *h, uint64_t term, const char *value, int64_t ms)
+{
+	struct expect x = { h, term, value };
+	int ok = dlock_test_await(heard_it, &x, ms);
+	if (!ok) {
+		pthread_mutex_lock(&h->mu);
+		printf("\n    observer heard: calls %d elected %d term %llu value \"%.40s\"; wanted term %llu \"%.40s\"",
+		       h->calls, h->elected, (unsigned long long)h->term, h->value, (unsigned long long)term,
+		       value ? value : "(nobody)");
+		pthread_mutex_unlock(&h->mu);
+	}
+	return ok;
+}
+
+struct campaign {
+	dlock_election *e;
+	const char *value;
+	int64_t lease_ms;
+	int renew;
+	dlock_test_lost lost;
+	pthread_t thread;
+	dlock_status st;
+	uint64_t term;
+};
+
+static dlock_status campaign_now(struct campaign *cp)
+{
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = 20000;
+	o.lease_ms = cp->lease_ms;
+	o.renew = cp->renew;
+	o.on_lost = dlock_test_on_lost;
+	o.lost_userdata = &cp->lost;
+	cp->st = dlock_campaign(cp->e, cp->value, &o, &cp->term);
+	return cp->st;
+}
+
+static void *campaign_main(void *arg)
+{
+	campaign_now(arg);
+	return NULL;
+}
+
+/* ------------------------------------------------------------ tests */
+
+/*
+ * Campaign, proclaim, handoff by resignation: terms are tokens and grow;
+ * another client reads the value and term; the observer hears each change
+ * within a notification.
+ */
+static void handoff_on(const char *base)
+{
+	char prefix[64];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_client *a = open_with(base, prefix, "identity=leader-a"), *b = open_with(base, prefix, "identity=leader-b");
+	dlock_client *o = open_with(base, prefix, "ttl=30s");
+	dlock_election *ea = NULL, *eb = NULL, *eo = NULL;
+	if (is_redlock(base)) {
+		CU_ASSERT_EQUAL_FATAL(dlock_election_new(a, "svc", &ea), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_campaign(ea, "x", NULL, NULL), DLOCK_ENOTSUP);
+		CU_ASSERT_EQUAL(dlock_test_probe(b, "svc"), DLOCK_OK); /* nothing left behind */
+		dlock_election_free(ea);
+		dlock_client_close(o);
+		dlock_client_close(b);
+		dlock_client_close(a);
+		return;
+	}
+	int64_t how = -1;
+	CU_ASSERT_EQUAL(dlock_client_feature(o, DLOCK_FEATURE_ELECTION, &how), DLOCK_OK);
+	CU_ASSERT_EQUAL(how, DLOCK_WAKEUP_NOTIFY);
+	CU_ASSERT_EQUAL_FATAL(dlock_election_new(a, "svc", &ea), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_election_new(b, "svc", &eb), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_election_new(o, "svc", &eo), DLOCK_OK);
+	struct heard h = { .mu = PTHREAD_MUTEX_INITIALIZER };
+	CU_ASSERT_EQUAL_FATAL(dlock_observe(eo, on_leader, &h), DLOCK_OK);
+	CU_ASSERT(await_heard(&h, 0, NULL, 5000));
+
+	struct campaign ca = { .e = ea, .value = "10.0.0.1:8080", .lease_ms = LEASE_MS, .renew = 1 };
+	CU_ASSERT_EQUAL_FATAL(campaign_now(&ca), DLOCK_OK);
+	CU_ASSERT(ca.term > 0);
+	CU_ASSERT_EQUAL(ca.term, dlock_test_token(dlock_election_lock(ea)));
+	CU_ASSERT(await_heard(&h, ca.term, "10.0.0.1:8080", NOTIFY_MS));
+	dlock_leader *l = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_leader_get(eb, &l), DLOCK_OK);
+	CU_ASSERT(l->elected);
+	CU_ASSERT_EQUAL(l->term, ca.term);
+	CU_ASSERT_STRING_EQUAL(l->value, "10.0.0.1:8080");
+	CU_ASSERT_STRING_EQUAL(l->holder->identity, "leader-a");
+	dlock_leader_free(l);
+
+	/* A new value: the same term; renewal keeps it. */
+	CU_ASSERT_EQUAL(dlock_proclaim(ea, "10.0.0.1:9090"), DLOCK_OK);
+	CU_ASSERT(await_heard(&h, ca.term, "10.0.0.1:9090", NOTIFY_MS));
+	CU_ASSERT_EQUAL(dlock_extend(dlock_election_lock(ea), LEASE_MS), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_check(dlock_election_lock(ea)), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_proclaim(eb, "not me"), DLOCK_ENOTHELD);
+
+	/* b waits; a resigns: b leads with a larger term, and says so. */
+	struct campaign cb = { .e = eb, .value = "10.0.0.2:8080", .lease_ms = LEASE_MS, .renew = 1 };
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&cb.thread, NULL, campaign_main, &cb), 0);
+	dlock_test_sleep_ms(100); /* b's campaign is waiting (or not yet: either way it gets the lock next) */
+	CU_ASSERT_EQUAL(dlock_resign(ea), DLOCK_OK);
+	pthread_join(cb.thread, NULL);
+	CU_ASSERT_EQUAL_FATAL(cb.st, DLOCK_OK);
+	CU_ASSERT(cb.term > ca.term);
+	CU_ASSERT(await_heard(&h, cb.term, "10.0.0.2:8080", NOTIFY_MS));
+	CU_ASSERT_EQUAL(dlock_proclaim(ea, "gone"), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(dlock_resign(eb), DLOCK_OK);
+	CU_ASSERT(await_heard(&h, 0, NULL, NOTIFY_MS));
+	CU_ASSERT_FALSE(h.went_back);
+	CU_ASSERT_EQUAL(atomic_load(&ca.lost.count), 0);
+	CU_ASSERT_EQUAL(atomic_load(&cb.lost.count), 0);
+
+	dlock_election_free(eo);
+	dlock_election_free(eb);
+	dlock_election_free(ea);
+	dlock_client_close(o);
+	dlock_client_close(b);
+	dlock_client_close(a);
+}
+
+/* Untrusted values: every byte but NUL, 1,024 of them, come back as they went. */
+static void hostile_on(const char *base)
+{
+	if (is_redlock(base))
+		return;
+	char prefix[64];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_client *a = open_with(base, prefix, "identity=a%20b%26value%3Dc"), *b = open_with(base, prefix, "");
+	dlock_election *ea = NULL, *eb = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_election_new(a, "x' .. redis.call('FLUSHALL') .. '", &ea), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_election_new(b, "x' .. redis.call('FLUSHALL') .. '", &eb), DLOCK_OK);
+	char v[DLOCK_VALUE_MAX + 1];
+	for (size_t i = 0; i < DLOCK_VALUE_MAX; i++)
+		v[i] = (char)(1 + i % 255);
+	v[DLOCK_VALUE_MAX] = '\0';
+	static const char *const tricky[] = { "", " ", "a b&value=c%00%ZZ", "&", "%", "k=v&id=x", "\xc3\xa9t\xc3\xa9\n" };
+	CU_ASSERT_EQUAL_FATAL(dlock_campaign(ea, v, NULL, NULL), DLOCK_OK);
+	for (size_t i = 0; i <= sizeof tricky / sizeof tricky[0]; i++) {
+		const char *want = i == 0 ? v : tricky[i - 1];
+		if (i > 0)
+			CU_ASSERT_EQUAL(dlock_proclaim(ea, want), DLOCK_OK);
+		dlock_leader *l = NULL;
+		CU_ASSERT_EQUAL_FATAL(dlock_leader_get(eb, &l), DLOCK_OK);
+		CU_ASSERT(l->elected);
+		CU_ASSERT_STRING_EQUAL(l->value, want);
+		CU_ASSERT_STRING_EQUAL(l->holder->identity, "a b&value=c");
+		dlock_leader_free(l);
+	}
+	char over[DLOCK_VALUE_MAX + 2];
+	memset(over, 'v', sizeof over - 1);
+	over[sizeof over - 1] = '\0';
+	CU_ASSERT_EQUAL(dlock_proclaim(ea, over), DLOCK_EINVAL);
+	CU_ASSERT_EQUAL(dlock_resign(ea), DLOCK_OK);
+	dlock_election_free(eb);
+	dlock_election_free(ea);
+	dlock_client_close(b);
+	dlock_client_close(a);
+}
+
+/* dlock_break(): the leader is told, the observer hears nobody at once, and the next leader's term is larger. */
+static void broken_on(const char *base)
+{
+	if (is_redlock(base))
+		return;
+	char prefix[64];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_client *a = open_with(base, prefix, ""), *b = open_with(base, prefix, "");
+	dlock_client *o = open_with(base, prefix, "ttl=30s");
+	dlock_election *ea = NULL, *eb = NULL, *eo = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_election_new(a, "svc", &ea), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_election_new(b, "svc", &eb), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_election_new(o, "svc", &eo), DLOCK_OK);
+	struct heard h = { .mu = PTHREAD_MUTEX_INITIALIZER };
+	CU_ASSERT_EQUAL_FATAL(dlock_observe(eo, on_leader, &h), DLOCK_OK);
+	struct campaign ca = { .e = ea, .value = "a", .lease_ms = 1500, .renew = 1 };
+	CU_ASSERT_EQUAL_FATAL(campaign_now(&ca), DLOCK_OK);
+	CU_ASSERT(await_heard(&h, ca.term, "a", NOTIFY_MS));
+	size_t broken = 0;
+	CU_ASSERT_EQUAL(dlock_break(o, "svc", &broken), DLOCK_OK);
+	CU_ASSERT_EQUAL(broken, 1);
+	CU_ASSERT(await_heard(&h, 0, NULL, NOTIFY_MS));
+	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &ca.lost, 3000)); /* at its next renewal */
+	CU_ASSERT_EQUAL(dlock_proclaim(ea, "still me?"), DLOCK_ENOTHELD);
+	struct campaign cb = { .e = eb, .value = "b", .lease_ms = LEASE_MS, .renew = 1 };
+	CU_ASSERT_EQUAL_FATAL(campaign_now(&cb), DLOCK_OK);
+	CU_ASSERT(cb.term > ca.term);
+	CU_ASSERT(await_heard(&h, cb.term, "b", NOTIFY_MS));
+	CU_ASSERT_FALSE(h.went_back);
+	CU_ASSERT_EQUAL(dlock_resign(eb), DLOCK_OK);
+	dlock_election_free(eo);
+	dlock_election_free(eb);
+	dlock_election_free(ea);
+	dlock_client_close(o);
+	dlock_client_close(b);
+	dlock_client_close(a);
+}
+
+/*
+ * A leader that stops renewing: its key expires and publishes nothing.
+ * The leader is told when its lease ends; an observer with a lease of
+ * 2 s reads twice per lease and hears nobody within a lease; the next
+ * leader's term is larger.
+ */
+static void expired_on(const char *base)
+{
+	if (is_redlock(base))
+		return;
+	char prefix[64];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_client *a = open_with(base, prefix, ""), *b = open_with(base, prefix, "");
+	dlock_client *o = open_with(base, prefix, "ttl=2s");
+	dlock_election *ea = NULL, *eb = NULL, *eo = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_election_new(a, "svc", &ea), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_election_new(b, "svc", &eb), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_election_new(o, "svc", &eo), DLOCK_OK);
+	struct heard h = { .mu = PTHREAD_MUTEX_INITIALIZER };
+	CU_ASSERT_EQUAL_FATAL(dlock_observe(eo, on_leader, &h), DLOCK_OK);
+	struct campaign ca = { .e = ea, .value = "paused", .lease_ms = 800, .renew = 0 };
+	CU_ASSERT_EQUAL_FATAL(campaign_now(&ca), DLOCK_OK);
+	CU_ASSERT(await_heard(&h, ca.term, "paused", NOTIFY_MS));
+	int64_t t0 = dlock_test_now_ms();
+	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &ca.lost, 3000));
+	CU_ASSERT(await_heard(&h, 0, NULL, 800 + 2000 + 500)); /* the lease, then the observer's read within one */
+	printf("\n    nobody heard %lld ms after the campaign", (long long)(dlock_test_now_ms() - t0));
+	struct campaign cb = { .e = eb, .value = "next", .lease_ms = LEASE_MS, .renew = 1 };
+	CU_ASSERT_EQUAL_FATAL(campaign_now(&cb), DLOCK_OK);
+	CU_ASSERT(cb.term > ca.term);
+	CU_ASSERT(await_heard(&h, cb.term, "next", NOTIFY_MS));
+	CU_ASSERT_FALSE(h.went_back);
+	CU_ASSERT_EQUAL(dlock_resign(eb), DLOCK_OK);
+	dlock_election_free(eo);
+	dlock_election_free(eb);
+	dlock_election_free(ea);
+	dlock_client_close(o);
+	dlock_client_close(b);
+	dlock_client_close(a);
+}
+
+static void on_every_uri(void (*body)(const char *base))
+{
+	for (size_t i = 0; i < nuris; i++) {
+		/* the scheme only: a query may hold a sentinel's password */
+		printf("\n    %.*s (URI %zu)", (int)strcspn(uris[i], ":"), uris[i], i + 1);
+		body(uris[i]);
+	}
+}
+
+static void test_handoff(void)
+{
+	on_every_uri(handoff_on);
+}
+
+static void test_hostile(void)
+{
+	on_every_uri(hostile_on);
+}
+
+static void test_broken(void)
+{
+	on_every_uri(broken_on);
+}
+
+static void test_expired(void)
+{
+	on_every_uri(expired_on);
+}
+
+/*
+ * An observer whose connections are cut and refused misses a proclaim;
+ * once it can connect again its subscription is confirmed and it reads:
+ * it hears the value long before its lease (30 s) would have.
+ */
+static void test_reconnect(void)
+{
+	const char *base = dlock_test_env("DLOCK_TEST_REDIS_URI");
+	if (!base || !redis_port) {
+		dlock_test_skip_part("DLOCK_TEST_REDIS_URI unset");
+		return;
+	}
+	faultproxy *px = faultproxy_start("127.0.0.1", redis_port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(px);
+	char prefix[64], via[128];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	snprintf(via, sizeof via, "redis://127.0.0.1:%d", faultproxy_port(px));
+	dlock_client *a = open_with(base, prefix, ""), *o = open_with(via, prefix, "ttl=30s");
+	dlock_election *ea = NULL, *eo = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_election_new(a, "svc", &ea), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_election_new(o, "svc", &eo), DLOCK_OK);
+	struct heard h = { .mu = PTHREAD_MUTEX_INITIALIZER };
+	CU_ASSERT_EQUAL_FATAL(dlock_observe(eo, on_leader, &h), DLOCK_OK);
+	struct campaign ca = { .e = ea, .value = "before", .lease_ms = LEASE_MS, .renew = 1 };
+	CU_ASSERT_EQUAL_FATAL(campaign_now(&ca), DLOCK_OK);
+	CU_ASSERT(await_heard(&h, ca.term, "before", NOTIFY_MS));
+	CU_ASSERT_EQUAL(faultproxy_refuse(px, 1), 0);
+	faultproxy_reset(px);
+	CU_ASSERT_EQUAL(dlock_proclaim(ea, "while away"), DLOCK_OK);
+	dlock_test_sleep_ms(300); /* the message is published while the observer cannot hear it */
+	CU_ASSERT_EQUAL(faultproxy_refuse(px, 0), 0);
+	CU_ASSERT(await_heard(&h, ca.term, "while away", 5000)); /* reconnect backoff at most 2 s, then a read */
+	CU_ASSERT_EQUAL(dlock_resign(ea), DLOCK_OK);
+	dlock_election_free(eo);
+	dlock_election_free(ea);
+	dlock_client_close(o);
+	dlock_client_close(a);
+	faultproxy_stop(px);
+}
+
+/*
+ * Values of the previous release: the owner alone, or a record without a
+ * value, inspect as a leader with no value (and the token it has); a
+ * record whose value field does not decode shows no value.
+ */
+static void test_old_format(void)
+{
+	const char *base = dlock_test_env("DLOCK_TEST_REDIS_URI");
+	if (!base || !redis_port) {
+		dlock_test_skip_part("DLOCK_TEST_REDIS_URI unset");
+		return;
+	}
+	static const struct {
+		const char *stored;
+		uint64_t term;
+		const char *value;
+	} cases[] = {
+		{ "0123456789abcdef0123456789abcdef", 0, "" },
+		{ "0123456789abcdef0123456789abcdef 77 1700000000000 id=old&host=h&pid=1", 77, "" },
+		{ "0123456789abcdef0123456789abcdef 78 1700000000000 id=old&host=h&pid=1&value=a%20b", 78, "a b" },
+		{ "0123456789abcdef0123456789abcdef 79 1700000000000 id=old&host=h&pid=1&value=%G0", 79, "" },
+		{ "0123456789abcdef0123456789abcdef 80 1700000000000 id=old&host=h&pid=1&value=%00", 80, "" },
+	};
+	char prefix[64], key[256];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_key(key, sizeof key, prefix, "legacy", "lock");
+	dlock_client *c = open_with(base, prefix, "");
+	dlock_election *e = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_election_new(c, "legacy", &e), DLOCK_OK);
+	redisContext *ctx = dlock_testredis_raw(redis_port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		redisReply *r = redisCommand(ctx, "SET %s %s PX %d", key, cases[i].stored, LEASE_MS);
+		freeReplyObject(r);
+		dlock_leader *l = NULL;
+		CU_ASSERT_EQUAL_FATAL(dlock_leader_get(e, &l), DLOCK_OK);
+		CU_ASSERT(l->elected);
+		CU_ASSERT_EQUAL(l->term, cases[i].term);
+		CU_ASSERT_STRING_EQUAL(l->value, cases[i].value);
+		if (i > 0)
+			CU_ASSERT_STRING_EQUAL(l->holder->identity, "old");
+		dlock_leader_free(l);
+	}
+	/* A holder the previous release wrote (the owner alone) is not ours to proclaim over. */
+	CU_ASSERT_EQUAL(dlock_campaign(e, "mine", &(dlock_acquire_options){ .version = DLOCK_ACQUIRE_OPTIONS_VERSION,
+	                                                                  .wait_ms = 0, .fencing = 1, .renew = -1 },
+	                               NULL),
+	                DLOCK_EBUSY);
+	redisReply *r = redisCommand(ctx, "DEL %s", key);
+	freeReplyObject(r);
+	redisFree(ctx);
+	dlock_election_free(e);
+	dlock_client_close(c);
+}
+
+/* Every redis URI of $DLOCK_TEST_URIS, and redis+unix's own. */
+static void collect_uris(void)
+{
+	const char *all = dlock_test_env("DLOCK_TEST_URIS");
+	for (const char *p = all; p && *p && nuris < URIS_MAX;) {
+		while (*p == ' ')
+			p++;
+		size_t w = strcspn(p, " ");
+		if (w > 0 && w < sizeof uris[0] && (strncmp(p, "redis", 5) == 0)) {
+			memcpy(uris[nuris], p, w);
+			uris[nuris++][w] = '\0';
+		}
+		p += w;
+	}
+	const char *unix_uri = dlock_test_env("DLOCK_TEST_REDIS_UNIX_URI");
+	int listed = 0;
+	for (size_t i = 0; unix_uri && i < nuris; i++)
+		listed |= strcmp(uris[i], unix_uri) == 0;
+	if (unix_uri && !listed && nuris < URIS_MAX && strlen(unix_uri) < sizeof uris[0])
+		snprintf(uris[nuris++], sizeof uris[0], "%s", unix_uri);
+}
+
+static void add_suites(void)
+{
+	CU_pSuite s = CU_add_suite("redis elections", NULL, NULL);
+	CU_add_test(s, "campaign, proclaim, resign: terms grow, the observer hears within a second", test_handoff);
+	CU_add_test(s, "hostile names and values, 1,024 bytes", test_hostile);
+	CU_add_test(s, "break: the leader is told, the observer hears, the next term is larger", test_broken);
+	CU_add_test(s, "an expired key publishes nothing: the observer reads within a lease", test_expired);
+	CU_add_test(s, "an observer cut off reads again once reconnected", test_reconnect);
+	CU_add_test(s, "the previous release's values", test_old_format);
+}
+
+int main(void)
+{
+	const char *port = dlock_test_env("DLOCK_TEST_REDIS_PORT");
+	redis_port = port ? atoi(port) : 0;
+	collect_uris();
+	if (nuris == 0)
+		return dlock_test_skip("no redis URI in DLOCK_TEST_URIS");
+	return dlock_test_main(add_suites);
+}
