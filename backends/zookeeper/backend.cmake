@@ -5,6 +5,7 @@ if(DLOCK_BACKEND_ZOOKEEPER)
   set(_zk_sources
     ${_zk_dir}/zk.c
     ${_zk_dir}/zk_config.c
+    ${_zk_dir}/zk_elect.c
     ${_zk_dir}/zk_error.c
     ${_zk_dir}/zk_hold.c
     ${_zk_dir}/zk_inspect.c
@@ -21,6 +22,6 @@ if(DLOCK_BACKEND_ZOOKEEPER)
   set_source_files_properties(${_zk_sources} PROPERTIES COMPILE_DEFINITIONS THREADED)
   list(APPEND DLOCK_DRIVERS zk)
   list(APPEND DLOCK_BACKEND_SOURCES ${_zk_sources})
-  list(APPEND DLOCK_BACKEND_TESTS test_zookeeper test_zk_inspect)
+  list(APPEND DLOCK_BACKEND_TESTS test_zookeeper test_zk_inspect test_zk_elect)
   list(APPEND DLOCK_BACKEND_UNIT_TESTS ${_zk_dir}/test_zk_seq.c)
 endif()

@@ -27,6 +27,12 @@
  * holders' nodes, listing the children of the base path; breaking deletes
  * the holders' nodes, which their clients see as a loss (DLOCK_LOST_TAKEN).
  *
+ * Elections (zk_elect.c): the election's mutex is the recipe above, as
+ * Curator's LeaderLatch (the first node leads); the term is its czxid,
+ * the leader's value sits in its node's data after the owner record, and
+ * observers are woken by a child watch on the name and a data watch on
+ * the leader's node, armed again at each event and after reconnections.
+ *
  * Descriptors: libzookeeper_mt 3.8 as built by Debian opens its socket and
  * its wake-up pipe without close-on-exec, and gives no way to reach them;
  * a process that execs while a zk:// client is open passes them on.
@@ -83,6 +89,7 @@ static void zk_close(void *backend)
 	dlock_zk_sessions_close(c);
 	dlock_zk_log_leave(prev);
 	dlock_zk_slots_free(c);
+	dlock_zk_watches_free(c);
 	dlock_zk_config_free(&c->cfg);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->mu);
@@ -219,6 +226,30 @@ static dlock_status zk_list(void *backend, dlock_info *info, dlock_error *err)
 	return st;
 }
 
+static dlock_status zk_proclaim(void *backend, void *lkp, const char *value, size_t len, dlock_error *err)
+{
+	struct zk_client *c = backend;
+	struct zk_client *prev = dlock_zk_log_enter(c);
+	dlock_status st = dlock_zk_proclaim(c, lkp, value, len, err);
+	dlock_zk_log_leave(prev);
+	return st;
+}
+
+static dlock_status zk_watch(void *backend, const char *name, size_t len, void (*changed)(void *arg), void *arg,
+                             void **watch, dlock_error *err)
+{
+	struct zk_client *c = backend;
+	struct zk_client *prev = dlock_zk_log_enter(c);
+	dlock_status st = dlock_zk_watch(c, name, len, changed, arg, watch, err);
+	dlock_zk_log_leave(prev);
+	return st;
+}
+
+static void zk_unwatch(void *backend, void *watch)
+{
+	dlock_zk_unwatch(backend, watch);
+}
+
 static dlock_status zk_break(void *backend, const char *name, size_t len, size_t *broken, dlock_error *err)
 {
 	struct zk_client *c = backend;
@@ -267,4 +298,7 @@ const dlock_driver dlock_zk_driver = {
 	.inspect = zk_inspect,
 	.list = zk_list,
 	.break_lock = zk_break,
+	.proclaim = zk_proclaim,
+	.watch = zk_watch,
+	.unwatch = zk_unwatch,
 };

@@ -14,8 +14,9 @@
  * Each holder: its node's ctime (the server's clock), its ephemeralOwner
  * (the session, in hex), its czxid as the token of a mutex or a writer (what
  * dlock_lock_fencing_token() gave it; readers and permits have none), and
- * the owner record in its data (identity, host, pid); a node without one (the
- * previous release, Curator) is a holder whose owner is unknown.  No lease:
+ * the owner record in its data (identity, host, pid), and after it a
+ * leader's value (zk_elect.c); a node without a record (the previous
+ * release, Curator) is a holder whose owner is unknown.  No lease:
  * a node lives as long as its session.  Cost: one get-children (two for a
  * semaphore, three with its queue) and one get-data per holder; a holder
  * that goes between the two is looked at again, a few times at most.
@@ -66,7 +67,7 @@ struct held {
 	char path[ZK_PATH_MAX];
 	enum zk_node_kind kind;
 	struct Stat st;
-	char data[ZK_NODE_DATA_MAX];
+	char data[ZK_LEADER_DATA_MAX > ZK_NODE_DATA_MAX ? ZK_LEADER_DATA_MAX : ZK_NODE_DATA_MAX];
 	int len;
 };
 
@@ -303,15 +304,23 @@ static dlock_status describe(const struct view *v, const char *name, size_t len,
 		d.token = h->kind == ZK_NODE_MUTEX || h->kind == ZK_NODE_WRITE ? (uint64_t)h->st.czxid : 0;
 		d.mode = h->kind == ZK_NODE_READ ? DLOCK_MODE_SHARED : DLOCK_MODE_EXCLUSIVE;
 		d.session = session;
-		size_t olen;
+		char value[DLOCK_VALUE_MAX + 1] = "";
+		size_t olen, vlen;
+		const char *v = d.token ? dlock_zk_data_value(h->data, h->len, &vlen) : NULL;
+		if (v) { /* a leader's value: bytes without NUL as proclaim() wrote them, cut at the longest */
+			vlen = vlen > DLOCK_VALUE_MAX ? DLOCK_VALUE_MAX : vlen;
+			memcpy(value, v, vlen);
+			value[vlen] = '\0';
+		}
+		d.value = value;
 		const char *owner = dlock_zk_data_owner(h->data, h->len, &olen);
 		st = dlock_info_holder(info, &d, owner, olen);
 	}
 	return st;
 }
 
-/* The name's node: BASE/ + its component. */
-static dlock_status parent_path(struct zk_client *c, const char *name, size_t len, char *out, dlock_error *err)
+dlock_status dlock_zk_name_parent(const struct zk_client *c, const char *name, size_t len, char *out,
+                                  dlock_error *err)
 {
 	char comp[DLOCK_COMPONENT_MAX + 1];
 	dlock_name_component(name, len, comp);
@@ -327,7 +336,7 @@ dlock_status dlock_zk_inspect(struct zk_client *c, const char *name, size_t len,
 	char parent[ZK_PATH_MAX];
 	struct view v = { 0 };
 	struct zk_session *s;
-	dlock_status st = parent_path(c, name, len, parent, err);
+	dlock_status st = dlock_zk_name_parent(c, name, len, parent, err);
 	if (st != DLOCK_OK)
 		return st;
 	st = session_get(c, &s, err);
@@ -436,7 +445,7 @@ dlock_status dlock_zk_break(struct zk_client *c, const char *name, size_t len, s
 	struct view v = { 0 };
 	struct zk_session *s;
 	*broken = 0;
-	dlock_status st = parent_path(c, name, len, parent, err);
+	dlock_status st = dlock_zk_name_parent(c, name, len, parent, err);
 	if (st != DLOCK_OK)
 		return st;
 	st = session_get(c, &s, err);

@@ -15,6 +15,7 @@
  *   zk_sem.c      the semaphore recipe: an internal mutex, then a lease node counted among the leases
  *   zk_hold.c     held locks: release, check, loss reports
  *   zk_inspect.c  inspection, listing and breaking: who holds a name, taking it from them
+ *   zk_elect.c    elections: a leader's value in its node's data, observers' watches
  *
  * Locking: one mutex per client (`mu`) guards every field marked "mu".  It
  * is never held across a ZooKeeper call, so the library's completion thread
@@ -59,6 +60,8 @@
 #define ZK_DATA_SEP '\n'
 /* Longest data we write on a lock or lease node: "dlock:permits=N" + ZK_DATA_SEP + the owner record. */
 #define ZK_NODE_DATA_MAX (ZK_PERMITS_DATA_MAX + 1 + DLOCK_OWNER_MAX)
+/* Longest data of a leader's node: the owner record, ZK_DATA_SEP, the value it proclaimed (zk_elect.c). */
+#define ZK_LEADER_DATA_MAX (DLOCK_OWNER_MAX + 1 + DLOCK_VALUE_MAX)
 #define ZK_PATH_MAX 2048
 
 /* Kinds of node in a lock's queue. */
@@ -127,6 +130,7 @@ struct zk_slot {
 };
 
 struct zk_lock;
+struct zk_watch;
 
 struct zk_client {
 	dlock_host *host;
@@ -138,6 +142,7 @@ struct zk_client {
 	uint64_t next_gen;           /* mu */
 	struct zk_slot *slots;       /* mu */
 	struct zk_lock *held;        /* locks held now (mu) */
+	struct zk_watch *watches;    /* observers' watches, in use or free for reuse (mu; zk_elect.c) */
 	const char *owner;           /* the owner record written on every lock and lease node (core's, static) */
 	size_t owner_len;
 	int stop;                    /* mu */
@@ -274,12 +279,19 @@ int dlock_zk_permits_parse(const char *data, int len, uint32_t *permits);
  */
 int dlock_zk_lease_data_format(uint32_t permits, const char *owner, size_t owner_len, char *buf);
 /*
- * The owner record inside a node's data: the whole data of a mutex, reader
- * or writer node, what follows ZK_DATA_SEP after a semaphore's permits;
- * NULL (and *olen 0) when there is none (a node of the previous release,
- * or Curator's, whose data is its creator's address or the user's).
+ * The owner record inside a node's data: the data of a mutex, reader or
+ * writer node up to ZK_DATA_SEP (a leader's value follows it) or its end,
+ * what follows ZK_DATA_SEP after a semaphore's permits; NULL (and *olen 0)
+ * when there is none (a node of the previous release, or Curator's, whose
+ * data is its creator's address or the user's).
  */
 const char *dlock_zk_data_owner(const char *data, int len, size_t *olen);
+/*
+ * A leader's value inside a mutex or writer node's data: what follows the
+ * owner record and ZK_DATA_SEP; NULL (and *vlen 0) when there is none (no
+ * value proclaimed, a lease node, a node not in our form).
+ */
+const char *dlock_zk_data_value(const char *data, int len, size_t *vlen);
 /* 1 if `child` carries the GUID `guid` (ZK_GUID_HEX hex digits) in our protected form "_c_GUID-". */
 int dlock_zk_child_has_guid(const char *child, const char *guid);
 
@@ -368,5 +380,24 @@ dlock_status dlock_zk_inspect(struct zk_client *c, const char *name, size_t len,
                               dlock_error *err);
 dlock_status dlock_zk_list(struct zk_client *c, dlock_info *info, dlock_error *err);
 dlock_status dlock_zk_break(struct zk_client *c, const char *name, size_t len, size_t *broken, dlock_error *err);
+/* The name's node, BASE/ + its component, into out (ZK_PATH_MAX bytes); DLOCK_EINVAL when too long. */
+dlock_status dlock_zk_name_parent(const struct zk_client *c, const char *name, size_t len, char *out,
+                                  dlock_error *err);
+
+/* ------------------------------------------------------------ elections (zk_elect.c) */
+
+/* Write `value` beside the owner record in held lk's node (owner-only: ENOTHELD when not ours). */
+dlock_status dlock_zk_proclaim(struct zk_client *c, struct zk_lock *lk, const char *value, size_t len,
+                               dlock_error *err);
+/* Arm watches on the name's queue and leader node; `changed` is called after each change is re-armed. */
+dlock_status dlock_zk_watch(struct zk_client *c, const char *name, size_t len, void (*changed)(void *arg),
+                            void *arg, void **out, dlock_error *err);
+void dlock_zk_unwatch(struct zk_client *c, struct zk_watch *w);
+/* A session connected (mu held): every watch in use is armed again on it, and told. */
+void dlock_zk_watches_reconnected_locked(struct zk_client *c);
+/* The monitor's turn (mu held, dropped inside): arm the watches that wait for a connection. */
+void dlock_zk_watches_rearm_locked(struct zk_client *c);
+/* Free every watch context (close, after the sessions). */
+void dlock_zk_watches_free(struct zk_client *c);
 
 #endif

@@ -23,7 +23,10 @@
  *     process (zk_inspect.c);
  *   - a semaphore's lock node (its internal mutex): "dlock:permits=N", the
  *     N its client uses, which the next acquirers compare with theirs;
- *   - a lease node: "dlock:permits=N", a newline, the owner record.
+ *   - a lease node: "dlock:permits=N", a newline, the owner record;
+ *   - a leader's node (an election's mutex, zk_elect.c): the owner record,
+ *     and once the leader proclaims a value, a newline and the value's
+ *     bytes (any but NUL; the record itself never holds a newline).
  *   Each is written by the create that makes the node: no extra request.
  *   Readers are tolerant: N is read up to the newline or the end (a node
  *   of the previous release has no record; it still counts, its owner
@@ -315,6 +318,19 @@ const char *dlock_zk_data_owner(const char *data, int len, size_t *olen)
 	}
 	if (len < 3 || memcmp(data, "id=", 3) != 0)
 		return NULL;
-	*olen = (size_t)len;
+	const char *sep = memchr(data, ZK_DATA_SEP, (size_t)len); /* a leader's value follows it */
+	*olen = sep ? (size_t)(sep - data) : (size_t)len;
 	return data;
+}
+
+const char *dlock_zk_data_value(const char *data, int len, size_t *vlen)
+{
+	*vlen = 0;
+	if (!data || len < 3 || memcmp(data, "id=", 3) != 0)
+		return NULL; /* a lease node starts with its permits; another's node is not ours to read */
+	const char *sep = memchr(data, ZK_DATA_SEP, (size_t)len);
+	if (!sep)
+		return NULL;
+	*vlen = (size_t)(len - (sep + 1 - data));
+	return sep + 1;
 }

@@ -70,6 +70,7 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
 	if (s->state != ZK_DEAD) {
 		if (state == ZOO_CONNECTED_STATE) {
 			on_connected_locked(s, zh, msg, sizeof msg);
+			dlock_zk_watches_reconnected_locked(c); /* the monitor arms them again, then tells */
 			level = DLOCK_LOG_INFO;
 		} else if (state == ZOO_CONNECTING_STATE || state == ZOO_ASSOCIATING_STATE) {
 			on_connecting_locked(s, msg, sizeof msg);
@@ -122,6 +123,10 @@ dlock_status dlock_zk_session_new(struct zk_client *c, struct zk_session **out, 
 		                     strerror(errno));
 		goto fail;
 	}
+	/* Host names are resolved again on connection loss only, not on every turn of the I/O thread (the
+	 * library's default): no getaddrinfo() runs in a quiet client, so a process that forks while one is
+	 * open does not hand its child the resolver's lock held (glibc's check_pf), nor load the DNS. */
+	zoo_set_servers_resolution_delay(s->zh, -1);
 	/* Kept by the handle and sent again on every reconnection, before any request. */
 	if (c->cfg.auth) {
 		int rc = zoo_add_auth(s->zh, "digest", c->cfg.auth, (int)strlen(c->cfg.auth), NULL, NULL);
