@@ -6,7 +6,10 @@
  * whitespace-separated URI in DLOCK_TEST_URIS.  A backend that cannot be
  * reached (DLOCK_ECONNECT) or is not compiled in (DLOCK_ENOBACKEND) is
  * skipped with a loud line, and fails its suite when DLOCK_TEST_REQUIRE_ALL=1.
- * DLOCK_TEST_SCALE multiplies the iteration counts (default 1).
+ * DLOCK_TEST_SCALE multiplies the iteration counts (default 1).  Each
+ * URI's suite runs in a process of its own, DLOCK_TEST_CONFORMANCE_JOBS
+ * (default 3; 1: all in one process) at a time, its output shown in order
+ * when all are done.
  */
 #include "conformance.h"
 #ifdef DLOCK_CONFORMANCE_V1PROXY
@@ -38,7 +41,7 @@ typedef struct conf_backend {
 static conf_backend backends[CONF_MAX_BACKENDS];
 static size_t nbackends;
 static const conf_backend *current;
-static char run_prefix[64];
+static char run_prefix[80];
 static unsigned name_counter;
 
 /* ------------------------------------------------------- the backend */
@@ -369,6 +372,15 @@ static void add_backend(const char *uri)
 	add_table(b->suite, conf_elect_tests);
 }
 
+/*
+ * Parallel runs: the suite of each URI of DLOCK_TEST_URIS may run in a
+ * process of its own, DLOCK_TEST_CONFORMANCE_JOBS (default 3) at a time,
+ * since most of its time is spent waiting on servers and leases.  Group 0
+ * is the URI-independent suite with mem:// and file://, group g > 0 the
+ * g-th URI.  -1: every group, in this process.
+ */
+static int only_group = -1;
+
 static void add_env_backends(void)
 {
 	const char *env = getenv("DLOCK_TEST_URIS");
@@ -378,12 +390,28 @@ static void add_env_backends(void)
 	if (!copy)
 		abort();
 	char *save = NULL;
-	for (char *uri = strtok_r(copy, " \t\r\n", &save); uri; uri = strtok_r(NULL, " \t\r\n", &save))
-		add_backend(uri);
+	int g = 1;
+	for (char *uri = strtok_r(copy, " \t\r\n", &save); uri; uri = strtok_r(NULL, " \t\r\n", &save), g++)
+		if (only_group < 0 || only_group == g)
+			add_backend(uri);
 	free(copy);
 }
 
+static int env_uri_count(void)
+{
+	const char *env = getenv("DLOCK_TEST_URIS");
+	int n = 0;
+	for (const char *p = env; p && *p;) {
+		p += strspn(p, " \t\r\n");
+		size_t w = strcspn(p, " \t\r\n");
+		n += w > 0;
+		p += w;
+	}
+	return n;
+}
+
 static char *file_dir;
+static char *out_dir; /* the groups' output, apart from file://'s directory (a listing reads that one) */
 
 static void add_suites(void)
 {
@@ -414,15 +442,84 @@ static void add_suites(void)
 	add_backend(uri);
 	return;
 #endif
-	CU_pSuite uri_suite = CU_add_suite("uri", NULL, NULL);
-	if (uri_suite)
-		add_table(uri_suite, conf_uri_tests);
+	if (only_group <= 0) {
+		CU_pSuite uri_suite = CU_add_suite("uri", NULL, NULL);
+		if (uri_suite)
+			add_table(uri_suite, conf_uri_tests);
+		snprintf(uri, sizeof uri, "mem://conformance-%ld", (long)getpid());
+		add_backend(uri);
+		snprintf(uri, sizeof uri, "file://%s/", file_dir);
+		add_backend(uri);
+	}
+	if (only_group != 0)
+		add_env_backends();
+}
 
-	snprintf(uri, sizeof uri, "mem://conformance-%ld", (long)getpid());
-	add_backend(uri);
-	snprintf(uri, sizeof uri, "file://%s/", file_dir);
-	add_backend(uri);
-	add_env_backends();
+/* Run group `g` in a child whose output goes to DIR/out.G; its pid, or -1. */
+static pid_t start_group(int g)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/out.%d", out_dir, g);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid != 0)
+		return pid;
+	FILE *out = freopen(path, "w", stdout);
+	if (!out || dup2(fileno(stdout), 2) < 0)
+		_exit(2);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	only_group = g;
+	/* Names of their own: groups may share a server (redis:// and rediss:// of one Redis). */
+	size_t len = strlen(run_prefix);
+	snprintf(run_prefix + len, sizeof run_prefix - len, "g%d", g);
+	_exit(dlock_test_main(add_suites));
+}
+
+/* Every group, `jobs` at a time; then each one's output in order.  1 when one failed. */
+static int run_groups(int groups, int jobs)
+{
+	pid_t *pids = calloc((size_t)groups, sizeof *pids);
+	int *rcs = calloc((size_t)groups, sizeof *rcs);
+	if (!pids || !rcs)
+		abort();
+	int next = 0, running = 0, failed = 0;
+	while (next < groups || running > 0) {
+		if (next < groups && running < jobs) {
+			pids[next] = start_group(next);
+			if (pids[next] < 0) {
+				rcs[next] = 2;
+			} else {
+				running++;
+			}
+			next++;
+			continue;
+		}
+		int status;
+		pid_t done = wait(&status);
+		if (done < 0)
+			break;
+		running--;
+		for (int g = 0; g < groups; g++)
+			if (pids[g] == done)
+				rcs[g] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	}
+	for (int g = 0; g < groups; g++) {
+		char path[4200], buf[4096];
+		snprintf(path, sizeof path, "%s/out.%d", out_dir, g);
+		FILE *in = fopen(path, "r");
+		size_t n;
+		while (in && (n = fread(buf, 1, sizeof buf, in)) > 0)
+			fwrite(buf, 1, n, stdout);
+		if (in)
+			fclose(in);
+		if (rcs[g] != 0) {
+			printf("\n*** conformance group %d exited with %d ***\n", g, rcs[g]);
+			failed = 1;
+		}
+	}
+	free(pids);
+	free(rcs);
+	return failed;
 }
 
 int main(void)
@@ -430,7 +527,21 @@ int main(void)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	snprintf(run_prefix, sizeof run_prefix, "conf%ld.%lx", (long)getpid(), (unsigned long)time(NULL));
 	file_dir = dlock_test_mkdtemp();
-	int rc = dlock_test_main(add_suites);
+	const char *jobs_env = getenv("DLOCK_TEST_CONFORMANCE_JOBS");
+	int jobs = jobs_env && *jobs_env ? atoi(jobs_env) : 3;
+	int groups = 1 + env_uri_count();
+	int rc;
+#if defined(DLOCK_CONFORMANCE_V1PROXY) || defined(DLOCK_CONFORMANCE_KV)
+	jobs = 1; /* one backend: nothing to share out */
+#endif
+	if (jobs > 1 && groups > 1) {
+		out_dir = dlock_test_mkdtemp();
+		rc = run_groups(groups, jobs);
+		dlock_test_rmtree(out_dir);
+		free(out_dir);
+	} else {
+		rc = dlock_test_main(add_suites);
+	}
 	dlock_test_rmtree(file_dir);
 	free(file_dir);
 	return rc;
