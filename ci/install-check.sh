@@ -434,9 +434,10 @@ fi
 for d in cmake-static make-shared make-static; do
 	[ -n "${bin_dirs[$d]:-}" ] || continue
 	for e in "${examples[@]}"; do
-		# Extra arguments: ORDER_ID and STORE_DIR, SECONDS, STEPS, WORKERS and PERMITS.
+		# Extra arguments: ORDER_ID and STORE_DIR, SECONDS (and AT_LEAST), STEPS, WORKERS and PERMITS.
 		extra=(1 "$work/orders-$d")
 		[ "$e" = worker_pool ] && extra=(2 1)
+		[ "$e" = scheduled_job ] && extra=(0 0) # SECONDS and AT_LEAST
 		uri=file://$work/locks-$d
 		# Elections: not on file://; one process on mem://, for a second.
 		[ "$e" = leader_service ] && uri=mem://install-check extra=(leader svc 1)
