@@ -830,8 +830,9 @@ typedef struct dlock_election dlock_election;
  */
 DLOCK_API dlock_status dlock_election_new(dlock_client *client, const char *name, dlock_election **out);
 
-/** Resign if leading, stop observing (waiting for a running callback, unless called from it: then
- *  DLOCK_EDEADLK is logged and nothing is freed), and free the handle.  NULL is a no-op. */
+/** Resign if leading, stop observing (waiting for a running callback), and free the handle.  From its
+ *  own observer callback it frees nothing (the observer stops after that call, and the client's error
+ *  text says DLOCK_EDEADLK): free it afterwards from another thread.  NULL is a no-op. */
 DLOCK_API void dlock_election_free(dlock_election *e);
 
 /**
