@@ -21,6 +21,23 @@
 #include "dlock/dlock.h"
 #include "testsupport.h"
 
+/*
+ * 1 when a test may fork while this process runs threads (open clients):
+ * not under ThreadSanitizer, whose runtime kills a child forked from a
+ * threaded parent as soon as it starts a thread.  Such a test then runs
+ * its processes' work in threads of this process.
+ */
+#if defined(__SANITIZE_THREAD__)
+#define CONF_FORK_WITH_THREADS 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CONF_FORK_WITH_THREADS 0
+#endif
+#endif
+#ifndef CONF_FORK_WITH_THREADS
+#define CONF_FORK_WITH_THREADS 1
+#endif
+
 /* Bound for an acquisition that must succeed, so a hang becomes a failure. */
 #define CONF_LONG_WAIT_MS 30000
 /* Slack on every upper timing bound (sanitizers, loaded machines). */
