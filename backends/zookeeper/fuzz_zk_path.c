@@ -66,7 +66,7 @@ static void check_paths(const struct zk_config *cfg, const char *name)
 	node = strlen(lk.parent) + 1 + strlen(ZK_SEM_LEASES) + 1 + strlen(ZK_NODE_PREFIX) + ZK_GUID_HEX +
 	       strlen(ZK_LEASE_MARK) + 11;
 	FUZZ_CHECK(node < ZK_PATH_MAX);
-	free(lk.parent);
+	dlock_zk_lock_paths_free(&lk); /* the parent path and, for a hashed name, the name kept beside it */
 }
 
 /* The suffix is what the server's "%010d" writes for some 32-bit value. */
