@@ -237,10 +237,28 @@ static void *watchdog_run(void *arg)
 	return NULL;
 }
 
-void conf_run_children(int children, int (*child)(int index, void *arg), void *arg)
+/* Threads of this process, from /proc (0 where it cannot tell). */
+static int process_threads(void)
 {
-	pid_t pids[64];
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	int n = 0;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "Threads: %d", &n) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+void conf_children_start(int children, int (*child)(int index, void *arg), void *arg, pid_t *pids)
+{
 	CU_ASSERT_FATAL(children > 0 && children <= 64);
+	int threads = process_threads(); /* ThreadSanitizer runs threads of its own */
+	if (threads > 1 && !CONF_TSAN) {
+		printf("\n    forking with %d threads running: close the clients first", threads);
+		CU_FAIL_FATAL("a test forked while other threads ran");
+	}
 	fflush(NULL);
 	for (int i = 0; i < children; i++) {
 		pids[i] = fork();
@@ -248,6 +266,10 @@ void conf_run_children(int children, int (*child)(int index, void *arg), void *a
 		if (pids[i] == 0)
 			_exit(child(i, arg));
 	}
+}
+
+void conf_children_wait(int children, const pid_t *pids)
+{
 	for (int i = 0; i < children; i++) {
 		int status = 0;
 		if (pids[i] <= 0)
@@ -255,6 +277,13 @@ void conf_run_children(int children, int (*child)(int index, void *arg), void *a
 		CU_ASSERT_EQUAL(waitpid(pids[i], &status, 0), pids[i]);
 		CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	}
+}
+
+void conf_run_children(int children, int (*child)(int index, void *arg), void *arg)
+{
+	pid_t pids[64];
+	conf_children_start(children, child, arg, pids);
+	conf_children_wait(children, pids);
 }
 
 void conf_watchdog_start(conf_watchdog *d, dlock_lock *lock, int64_t after_ms)

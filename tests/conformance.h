@@ -21,21 +21,16 @@
 #include "dlock/dlock.h"
 #include "testsupport.h"
 
-/*
- * 1 when a test may fork while this process runs threads (open clients):
- * not under ThreadSanitizer, whose runtime kills a child forked from a
- * threaded parent as soon as it starts a thread.  Such a test then runs
- * its processes' work in threads of this process.
- */
+/* 1 under ThreadSanitizer, whose runtime runs threads of its own. */
 #if defined(__SANITIZE_THREAD__)
-#define CONF_FORK_WITH_THREADS 0
+#define CONF_TSAN 1
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
-#define CONF_FORK_WITH_THREADS 0
+#define CONF_TSAN 1
 #endif
 #endif
-#ifndef CONF_FORK_WITH_THREADS
-#define CONF_FORK_WITH_THREADS 1
+#ifndef CONF_TSAN
+#define CONF_TSAN 0
 #endif
 
 /* Bound for an acquisition that must succeed, so a hang becomes a failure. */
@@ -140,8 +135,17 @@ dlock_status conf_waiter_join(conf_waiter *w, int64_t timeout_ms);
  * Fork `children` processes, each running child(index, arg) and exiting
  * with what it returns (never back into CUnit); wait for them all and
  * assert that each exited with 0.
+ *
+ * Fork only while this process runs no other thread (no client open): a
+ * child forked while another thread holds a lock inside the C library or
+ * a sanitizer's allocator can wait on it forever (ASan), or is stopped
+ * when it starts a thread (TSan).  A test that needs clients of its own
+ * beside the children starts them first and opens its clients after.
  */
 void conf_run_children(int children, int (*child)(int index, void *arg), void *arg);
+/** conf_run_children() in two halves: fork (pids[children]), then wait and assert. */
+void conf_children_start(int children, int (*child)(int index, void *arg), void *arg, pid_t *pids);
+void conf_children_wait(int children, const pid_t *pids);
 
 /* ------------------------------------------------------- watchdog */
 

@@ -825,9 +825,18 @@ static int churn_candidates(churn_record *rec, int first, int count)
 	return atomic_load(&rec->failed) ? 1 : 0;
 }
 
+static int churn_go_said(void *arg)
+{
+	return atomic_load(&((churn_record *)arg)->ready) != 0;
+}
+
+/* A child: waits for the observer (ready 1: campaign; -1: the test gave up), then campaigns. */
 static int churn_child(int index, void *arg)
 {
-	return churn_candidates(arg, index * (CHURN_CANDIDATES / CHURN_CHILDREN), CHURN_CANDIDATES / CHURN_CHILDREN);
+	churn_record *rec = arg;
+	if (!dlock_test_await(churn_go_said, rec, CONF_LONG_WAIT_MS) || atomic_load(&rec->ready) < 0)
+		return 0;
+	return churn_candidates(rec, index * (CHURN_CANDIDATES / CHURN_CHILDREN), CHURN_CANDIDATES / CHURN_CHILDREN);
 }
 
 static int by_term(const void *x, const void *y)
@@ -901,26 +910,43 @@ static int churn_term_known(const churn_record *rec, size_t n, uint64_t term)
  */
 static void test_elect_churn(void)
 {
-	dlock_client *o = open_with(ELECT_OBSERVER_TTL), *p = conf_open();
+	dlock_client *o = NULL, *p = NULL, *probe = conf_open();
+	int unsupported = elect_unsupported(probe);
+	conf_close(probe);
+	if (unsupported)
+		return;
 	dlock_election *eo = NULL, *ep = NULL;
 	obs_rec *r = obs_new();
 	churn_record *rec = dlock_test_shared_alloc(sizeof *rec);
 	int64_t bound = ELECT_OBSERVER_TTL_MS + CONF_SLACK_MS;
-	if (!p || elect_unsupported(o))
-		goto out;
 	conf_name(rec->name, sizeof rec->name, "elect-churn");
-	eo = election(o, rec->name);
-	ep = election(p, rec->name);
-	if (!eo || !ep)
-		goto out;
-	CONF_ASSERT_ST(dlock_observe(eo, on_leader, r), DLOCK_OK);
-	rec->deadline_ms = dlock_test_now_ms() + CHURN_MS;
-	if (conf_caps()->scope == DLOCK_SCOPE_PROCESS || !CONF_FORK_WITH_THREADS) {
-		/* One process (mem://), or ThreadSanitizer (the observer's client runs threads): candidates in threads. */
-		CU_ASSERT_EQUAL(churn_candidates(rec, 0, CHURN_CANDIDATES), 0);
-	} else {
-		conf_run_children(CHURN_CHILDREN, churn_child, rec);
+	/*
+	 * Candidates in two processes, forked before this one opens its
+	 * clients (see conf_run_children()); they wait for the observer.
+	 * Where the backend's scope is one process (mem://): in threads.
+	 */
+	int forked = conf_caps()->scope != DLOCK_SCOPE_PROCESS;
+	pid_t pids[CHURN_CHILDREN];
+	if (forked)
+		conf_children_start(CHURN_CHILDREN, churn_child, rec, pids);
+	o = open_with(ELECT_OBSERVER_TTL);
+	p = conf_open();
+	if (o && p) {
+		eo = election(o, rec->name);
+		ep = election(p, rec->name);
 	}
+	if (!eo || !ep || !CONF_ASSERT_ST(dlock_observe(eo, on_leader, r), DLOCK_OK)) {
+		atomic_store(&rec->ready, -1);
+		if (forked)
+			conf_children_wait(CHURN_CHILDREN, pids);
+		goto out;
+	}
+	rec->deadline_ms = dlock_test_now_ms() + CHURN_MS;
+	atomic_store(&rec->ready, 1);
+	if (forked)
+		conf_children_wait(CHURN_CHILDREN, pids);
+	else
+		CU_ASSERT_EQUAL(churn_candidates(rec, 0, CHURN_CANDIDATES), 0);
 	int failed = atomic_load(&rec->failed);
 	if (failed)
 		printf("\n    a candidate failed: %s", dlock_status_name((dlock_status)(failed - 1)));
