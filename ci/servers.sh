@@ -11,7 +11,7 @@
 # and `dlock_stop_NAME DIR`.  A server that cannot start is an error.
 
 DLOCK_SERVERS_DIR=${DLOCK_SERVERS_DIR:-}
-DLOCK_SERVERS_STARTED=""
+DLOCK_SERVERS_STARTED=${DLOCK_SERVERS_STARTED:-} # sourced again: keep what this shell started
 
 # A TCP port on 127.0.0.1 that nothing listens on now, below the kernel's
 # ephemeral range (32768+) so that no client socket can be holding it.
@@ -52,7 +52,12 @@ dlock_servers_start() {
 		fi
 		DLOCK_SERVERS_STARTED="$DLOCK_SERVERS_STARTED $name"
 	done
-	echo "== test URIs: $DLOCK_TEST_URIS"
+	echo "== test URIs: $(dlock_uris_masked "$DLOCK_TEST_URIS")"
+}
+
+# URIs as a log shows them: no password, of a server or of the Sentinels.
+dlock_uris_masked() {
+	sed -E 's#(://[^:/@ ]*:)[^@/ ]*@#\1***@#g; s#(password=)[^& ]*#\1***#g' <<<"$1"
 }
 
 dlock_servers_stop() {
@@ -72,7 +77,7 @@ dlock_servers_stop() {
 	for name in $started; do
 		"dlock_stop_$name" "$DLOCK_SERVERS_DIR/$name" || true
 	done
-	DLOCK_SERVERS_STARTED=""
+	DLOCK_SERVERS_STARTED=${DLOCK_SERVERS_STARTED:-} # sourced again: keep what this shell started
 	if [ -n "$DLOCK_SERVERS_DIR" ] && [ -d "$DLOCK_SERVERS_DIR" ]; then
 		rm -rf "$DLOCK_SERVERS_DIR"
 	fi

@@ -141,7 +141,8 @@ fi
 # When URIs are given (here or by the caller), a skipped backend is a failure.
 if [ -n "${DLOCK_TEST_URIS:-}" ]; then
 	export DLOCK_TEST_REQUIRE_ALL=1
-	echo "servers: DLOCK_TEST_URIS=$DLOCK_TEST_URIS (every backend required)"
+	. ci/servers.sh # dlock_uris_masked
+	echo "servers: DLOCK_TEST_URIS=$(dlock_uris_masked "$DLOCK_TEST_URIS") (every backend required)"
 else
 	echo "servers: none (DLOCK_TEST_URIS unset): server tests will skip"
 fi
