@@ -2,8 +2,9 @@
 # Build the libFuzzer harnesses (tests/fuzz, and those of a backend's own
 # functions beside it in backends/NAME/) with clang, AddressSanitizer
 # and UBSan, then run each for DLOCK_FUZZ_SECONDS (default 30) on its seed
-# corpus.  Exits non-zero when a harness finds a crash, a leak or a broken
-# property; the input that did it is saved in BUILD/crashes/.
+# corpus, as many at once as there are cores.  Exits non-zero when a
+# harness finds a crash, a leak or a broken property; the input that did it
+# is saved in BUILD/crashes/.
 #
 # Usage: bash ci/fuzz.sh [HARNESS...]     (default: every harness built)
 #
@@ -40,25 +41,42 @@ fi
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 mkdir -p "$out/crashes"
-failed=()
-for h in "${harnesses[@]}"; do
+# One harness: its seeds (read only) and what it learned; its exit status
+# goes to BUILD/HARNESS.rc (0: no crash).
+fuzz_one() {
+	local h=$1 seeds learned d rc=0
 	seeds=tests/fuzz/corpus/$h
 	for d in core/corpus/"$h" backends/*/corpus/"$h"; do
 		[ -d "$d" ] && seeds=$d
 	done
 	learned=$out/corpus/$h
 	mkdir -p "$learned"
-	echo "== fuzz $h: ${seconds}s"
 	# -max_len: URIs are at most 8 KiB; longer inputs only cost time.
-	if ! "$out/tests/fuzz/$h" -max_total_time="$seconds" -max_len=9000 -timeout=10 \
-		-print_final_stats=1 -artifact_prefix="$out/crashes/$h-" "$learned" "$seeds" \
-		>"$out/$h.log" 2>&1; then
+	"$out/tests/fuzz/$h" -max_total_time="$seconds" -max_len=9000 -timeout=10 \
+		-print_final_stats=1 -artifact_prefix="$out/crashes/$h-" "$learned" "$seeds" >"$out/$h.log" 2>&1 || rc=$?
+	echo "$rc" >"$out/$h.rc"
+}
+
+# As many harnesses at once as there are cores (each is one process), then
+# each one's result in order.
+jobs=$(nproc)
+pids=()
+for h in "${harnesses[@]}"; do
+	rm -f "$out/$h.rc"
+	while [ "$(jobs -pr | wc -l)" -ge "$jobs" ]; do sleep 1; done
+	echo "== fuzz $h: ${seconds}s"
+	fuzz_one "$h" &
+	pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid" || true; done
+failed=()
+for h in "${harnesses[@]}"; do
+	if [ "$(cat "$out/$h.rc" 2>/dev/null)" != 0 ]; then
 		failed+=("$h")
 		tail -n 60 "$out/$h.log"
 		echo "== fuzz $h: FAILED (input in $out/crashes/$h-*)" >&2
 	else
-		grep -E '^(stat::number_of_executed_units|stat::new_units_added)' "$out/$h.log" | tr '\n' ' '
-		echo
+		echo "== fuzz $h: $(grep -E '^(stat::number_of_executed_units|stat::new_units_added)' "$out/$h.log" | tr '\n' ' ')"
 	fi
 done
 if [ ${#failed[@]} -gt 0 ]; then
