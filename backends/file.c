@@ -955,7 +955,7 @@ static dlock_status file_list(void *backend, dlock_info *info, dlock_error *err)
 	return st;
 }
 
-/* The control door answers only what inspection sees (breaking: none, the core says so). */
+/* The control door answers only the feature queries: what inspection sees, and no breaking (file_break_lock() says why). */
 static dlock_status file_control(void *backend, void *lkp, int op, void *arg, dlock_error *err)
 {
 	struct dlock_feature_query *q = arg;
