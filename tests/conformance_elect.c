@@ -16,6 +16,7 @@
  * test's thread asserts.
  */
 #include "conformance.h"
+#include "testobserve.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,25 +142,13 @@ static void assert_leader(dlock_election *e, uint64_t term, const char *value, c
 
 /* ------------------------------------------------------- observer record */
 
-#define OBS_MAX 64
-
-typedef struct obs_entry {
-	int elected;
-	uint64_t term;
-	char value[DLOCK_VALUE_MAX + 1];
-} obs_entry;
-
-/* What an observer callback saw, guarded by mu. */
+/* What an observer callback saw (seen), and what it did besides, guarded by mu. */
 typedef struct obs_rec {
+	dlock_test_observer seen;
 	pthread_mutex_t mu;
-	size_t n;              /* calls */
-	obs_entry last;
-	obs_entry seen[OBS_MAX];
-	uint64_t highest;      /* highest term delivered */
-	int went_back;         /* a term older than one delivered before */
 	int get_calls, get_failed; /* dlock_leader_get() from the callback */
-	int call_get;          /* make that call */
-	int free_self;         /* call dlock_election_free() of its own election, once */
+	int call_get;              /* make that call */
+	int free_self;             /* call dlock_election_free() of its own election, once */
 	int free_done;
 } obs_rec;
 
@@ -168,6 +157,7 @@ static obs_rec *obs_new(void)
 	obs_rec *r = calloc(1, sizeof *r);
 	if (!r)
 		abort();
+	dlock_test_observer_init(&r->seen);
 	pthread_mutex_init(&r->mu, NULL);
 	return r;
 }
@@ -176,6 +166,7 @@ static void obs_free(obs_rec *r)
 {
 	if (!r)
 		return;
+	dlock_test_observer_destroy(&r->seen);
 	pthread_mutex_destroy(&r->mu);
 	free(r);
 }
@@ -183,21 +174,10 @@ static void obs_free(obs_rec *r)
 static void on_leader(dlock_election *e, const dlock_leader *leader, void *userdata)
 {
 	obs_rec *r = userdata;
-	int get = 0, free_self = 0;
+	dlock_test_on_leader(e, leader, &r->seen);
 	pthread_mutex_lock(&r->mu);
-	obs_entry *en = &r->last;
-	en->elected = leader->elected;
-	en->term = leader->term;
-	snprintf(en->value, sizeof en->value, "%s", leader->value ? leader->value : "(null)");
-	if (r->n < OBS_MAX)
-		r->seen[r->n] = *en;
-	r->n++;
-	if (leader->elected && leader->term < r->highest)
-		r->went_back = 1;
-	if (leader->elected && leader->term > r->highest)
-		r->highest = leader->term;
-	get = r->call_get;
-	free_self = r->free_self && !r->free_done;
+	int get = r->call_get;
+	int free_self = r->free_self && !r->free_done;
 	r->free_done |= free_self;
 	pthread_mutex_unlock(&r->mu);
 	if (get) {
@@ -213,48 +193,19 @@ static void on_leader(dlock_election *e, const dlock_leader *leader, void *userd
 		dlock_election_free(e); /* refused: its own election, from its callback */
 }
 
-static size_t obs_calls(obs_rec *r)
-{
-	pthread_mutex_lock(&r->mu);
-	size_t n = r->n;
-	pthread_mutex_unlock(&r->mu);
-	return n;
-}
-
-/* What the observer must come to: elected with `term` (0: any) and `value`, or nobody (value NULL). */
-typedef struct obs_want {
-	obs_rec *rec;
-	int elected;
-	uint64_t term;
-	const char *value;
-} obs_want;
-
-static int obs_reached(void *arg)
-{
-	obs_want *w = arg;
-	pthread_mutex_lock(&w->rec->mu);
-	const obs_entry *en = &w->rec->last;
-	int ok = w->rec->n > 0 && en->elected == w->elected && (!w->term || en->term == w->term) &&
-	         (!w->value || strcmp(en->value, w->value) == 0);
-	pthread_mutex_unlock(&w->rec->mu);
-	return ok;
-}
-
-/* Await the observer's reaching a state within `ms`; asserts it, says how long it took. */
+/*
+ * Await the observer's reaching a state within `ms`: elected with `term`
+ * (0: any) and `value`, or nobody (elected 0); asserts it, says how long
+ * it took.
+ */
 static int obs_await(obs_rec *r, int elected, uint64_t term, const char *value, int64_t ms, const char *what)
 {
-	obs_want w = { r, elected, term, value };
 	int64_t t0 = dlock_test_now_ms();
-	int ok = dlock_test_await(obs_reached, &w, ms);
-	if (!ok) {
-		pthread_mutex_lock(&r->mu);
-		printf("\n    observer did not see %s within %lld ms: last %s term %llu value \"%.40s\"", what,
-		       (long long)ms, r->last.elected ? "elected" : "nobody", (unsigned long long)r->last.term,
-		       r->last.value);
-		pthread_mutex_unlock(&r->mu);
-	} else {
+	int ok = elected ? dlock_test_observed(&r->seen, value, term, ms) : dlock_test_observed_nobody(&r->seen, ms);
+	if (!ok)
+		printf("\n    observer did not see %s within %lld ms", what, (long long)ms);
+	else
 		printf("\n    observer saw %s after %lld ms", what, (long long)(dlock_test_now_ms() - t0));
-	}
 	CU_ASSERT(ok);
 	return ok;
 }
@@ -583,24 +534,24 @@ static void test_elect_observer(void)
 		obs_await(rself, 1, term_b, "b1", bound, "B, on a second observer");
 	}
 
+	CU_ASSERT_EQUAL(dlock_test_observer_went_back(&r->seen), 0);
 	pthread_mutex_lock(&r->mu);
-	CU_ASSERT_EQUAL(r->went_back, 0);
 	CU_ASSERT(r->get_calls >= 1);
 	CU_ASSERT_EQUAL(r->get_failed, 0);
 	pthread_mutex_unlock(&r->mu);
 
 	/* Stopped: no more calls, whatever changes. */
 	CONF_ASSERT_ST(dlock_observe(eo, NULL, NULL), DLOCK_OK);
-	size_t calls = obs_calls(r), self_calls = obs_calls(rself);
+	size_t calls = dlock_test_observer_calls(&r->seen), self_calls = dlock_test_observer_calls(&rself->seen);
 	CONF_ASSERT_ST(dlock_proclaim(eb, "b2"), DLOCK_OK);
 	CONF_ASSERT_ST(dlock_resign(eb), DLOCK_OK);
 	dlock_test_sleep_ms(ELECT_OBSERVER_TTL_MS); /* the absence of calls is what is tested */
-	CU_ASSERT_EQUAL(obs_calls(r), calls);
+	CU_ASSERT_EQUAL(dlock_test_observer_calls(&r->seen), calls);
 	/* The observer that tried to free its own election stopped there (refused, nothing freed). */
 	pthread_mutex_lock(&rself->mu);
 	CU_ASSERT_EQUAL(rself->free_done, 1);
 	pthread_mutex_unlock(&rself->mu);
-	CU_ASSERT_EQUAL(obs_calls(rself), self_calls);
+	CU_ASSERT_EQUAL(dlock_test_observer_calls(&rself->seen), self_calls);
 	CU_ASSERT_EQUAL(self_calls, 1);
 	/* Observing again starts over: who leads now (nobody). */
 	CONF_ASSERT_ST(dlock_observe(eo, on_leader, r), DLOCK_OK);
@@ -713,9 +664,7 @@ static void test_elect_loss(void)
 		assert_leader(ea, c.term, "new", "elect-successor");
 		CONF_ASSERT_ST(dlock_resign(eb), DLOCK_OK);
 	}
-	pthread_mutex_lock(&r->mu);
-	CU_ASSERT_EQUAL(r->went_back, 0);
-	pthread_mutex_unlock(&r->mu);
+	CU_ASSERT_EQUAL(dlock_test_observer_went_back(&r->seen), 0);
 out:
 	dlock_election_free(eo);
 	dlock_election_free(ea);
@@ -965,14 +914,16 @@ static void test_elect_churn(void)
 		CONF_ASSERT_ST(dlock_resign(ep), DLOCK_OK);
 	}
 	CONF_ASSERT_ST(dlock_observe(eo, NULL, NULL), DLOCK_OK);
-	pthread_mutex_lock(&r->mu);
-	CU_ASSERT_EQUAL(r->went_back, 0);
-	size_t seen = r->n < OBS_MAX ? r->n : OBS_MAX, unknown = 0;
+	dlock_test_observer *heard = &r->seen;
+	pthread_mutex_lock(&heard->mu);
+	CU_ASSERT_EQUAL(heard->went_back, 0);
+	size_t seen = heard->calls < DLOCK_TEST_OBSERVER_HISTORY ? heard->calls : DLOCK_TEST_OBSERVER_HISTORY, unknown = 0;
 	for (size_t i = 0; i < seen; i++)
-		if (r->seen[i].elected && r->seen[i].term != term && !churn_term_known(rec, n, r->seen[i].term))
+		if (heard->history[i].elected && heard->history[i].term != term &&
+		    !churn_term_known(rec, n, heard->history[i].term))
 			unknown++;
-	printf("\n    the observer heard %zu changes", r->n);
-	pthread_mutex_unlock(&r->mu);
+	printf("\n    the observer heard %zu changes", heard->calls);
+	pthread_mutex_unlock(&heard->mu);
 	CU_ASSERT_EQUAL(unknown, 0);
 out:
 	dlock_election_free(eo);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "dlock/dlock.h"
+#include "testobserve.h"
 #include "testsupport.h"
 
 #define NOTIFY_MS 1000 /* a notification arrives within this; every lease here is far longer */
@@ -107,66 +108,6 @@ static void holder_session(dlock_client *c, const char *name, char *out, size_t 
 	CU_ASSERT(out[0] != '\0');
 }
 
-/* ------------------------------------------------------------ an observer */
-
-struct seen {
-	pthread_mutex_t mu;
-	int calls, elected, backwards;
-	uint64_t term;
-	char value[DLOCK_VALUE_MAX + 1];
-	/* what the await looks for */
-	int want_elected;
-	uint64_t want_term_over;
-	const char *want_value;
-};
-
-static void seen_init(struct seen *s)
-{
-	memset(s, 0, sizeof *s);
-	pthread_mutex_init(&s->mu, NULL);
-}
-
-static void on_leader(dlock_election *e, const dlock_leader *l, void *ud)
-{
-	struct seen *s = ud;
-	(void)e;
-	pthread_mutex_lock(&s->mu);
-	if (s->calls && l->elected && s->elected && l->term < s->term)
-		s->backwards++;
-	s->calls++;
-	s->elected = l->elected;
-	if (l->elected)
-		s->term = l->term;
-	snprintf(s->value, sizeof s->value, "%s", l->value);
-	pthread_mutex_unlock(&s->mu);
-}
-
-static int seen_match(void *arg)
-{
-	struct seen *s = arg;
-	pthread_mutex_lock(&s->mu);
-	int ok = s->calls > 0 && s->elected == s->want_elected &&
-	         (!s->want_elected || (s->term > s->want_term_over &&
-	                               (!s->want_value || strcmp(s->value, s->want_value) == 0)));
-	pthread_mutex_unlock(&s->mu);
-	return ok;
-}
-
-/* Wait until the observer saw a leader (`elected`) of a term over `over` with `value` (NULL: any). */
-static int seen_await(struct seen *s, int elected, uint64_t over, const char *value, int64_t ms)
-{
-	pthread_mutex_lock(&s->mu);
-	s->want_elected = elected;
-	s->want_term_over = over;
-	s->want_value = value;
-	pthread_mutex_unlock(&s->mu);
-	int ok = dlock_test_await(seen_match, s, ms);
-	if (!ok)
-		printf("\n    observer: elected %d term %llu value '%s' (wanted %d, term > %llu, '%s')", s->elected,
-		       (unsigned long long)s->term, s->value, elected, (unsigned long long)over, value ? value : "*");
-	return ok;
-}
-
 /* ------------------------------------------------------------ a candidate on a thread */
 
 struct candidate {
@@ -247,15 +188,15 @@ static void test_observe_notify(void)
 	unique(name, sizeof name, "notify");
 	dlock_client *a = open_with(LONG_TTL), *b = open_with(LONG_TTL), *o = open_with(LONG_TTL);
 	dlock_election *ea = election(a, name), *eb = election(b, name), *eo = election(o, name);
-	struct seen s;
-	seen_init(&s);
-	CU_ASSERT_EQUAL(dlock_observe(eo, on_leader, &s), DLOCK_OK);
-	CU_ASSERT(seen_await(&s, 0, 0, NULL, NOTIFY_MS));
+	dlock_test_observer s;
+	dlock_test_observer_init(&s);
+	CU_ASSERT_EQUAL(dlock_observe(eo, dlock_test_on_leader, &s), DLOCK_OK);
+	CU_ASSERT(dlock_test_observed_nobody(&s, NOTIFY_MS));
 	uint64_t t1 = 0;
 	CU_ASSERT_EQUAL_FATAL(campaign(ea, "a-1", 0, NULL, NULL, &t1), DLOCK_OK);
-	CU_ASSERT(seen_await(&s, 1, t1 - 1, "a-1", NOTIFY_MS));
+	CU_ASSERT(dlock_test_observed_after(&s, "a-1", t1 - 1, NOTIFY_MS));
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "a-2"), DLOCK_OK);
-	CU_ASSERT(seen_await(&s, 1, t1 - 1, "a-2", NOTIFY_MS));
+	CU_ASSERT(dlock_test_observed_after(&s, "a-2", t1 - 1, NOTIFY_MS));
 	struct candidate cb;
 	candidate_start(&cb, eb, "b-1");
 	dlock_test_sleep_ms(100); /* usually queued by now; either order is right */
@@ -263,10 +204,10 @@ static void test_observe_notify(void)
 	pthread_join(cb.thread, NULL);
 	CU_ASSERT_EQUAL(cb.st, DLOCK_OK);
 	CU_ASSERT(cb.term > t1);
-	CU_ASSERT(seen_await(&s, 1, t1, "b-1", NOTIFY_MS));
+	CU_ASSERT(dlock_test_observed_after(&s, "b-1", t1, NOTIFY_MS));
 	CU_ASSERT_EQUAL(dlock_resign(eb), DLOCK_OK);
-	CU_ASSERT(seen_await(&s, 0, 0, NULL, NOTIFY_MS));
-	CU_ASSERT_EQUAL(s.backwards, 0);
+	CU_ASSERT(dlock_test_observed_nobody(&s, NOTIFY_MS));
+	CU_ASSERT_EQUAL(dlock_test_observer_went_back(&s), 0);
 	dlock_election_free(eo);
 	dlock_election_free(ea);
 	dlock_election_free(eb);
@@ -287,13 +228,13 @@ static void test_terminated_leader(void)
 	dlock_client *a = open_with("ttl=1500ms"), *b = open_with("ttl=1500ms"), *o = open_with("ttl=1500ms");
 	dlock_election *ea = election(a, name), *eb = election(b, name), *eo = election(o, name);
 	PGconn *mon = monitor();
-	struct seen s;
-	seen_init(&s);
+	dlock_test_observer s;
+	dlock_test_observer_init(&s);
 	dlock_test_lost lost = { 0 };
 	uint64_t t1 = 0;
 	CU_ASSERT_EQUAL_FATAL(campaign(ea, "a", 0, dlock_test_on_lost, &lost, &t1), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_observe(eo, on_leader, &s), DLOCK_OK);
-	CU_ASSERT(seen_await(&s, 1, t1 - 1, "a", NOTIFY_MS));
+	CU_ASSERT_EQUAL(dlock_observe(eo, dlock_test_on_leader, &s), DLOCK_OK);
+	CU_ASSERT(dlock_test_observed_after(&s, "a", t1 - 1, NOTIFY_MS));
 	struct candidate cb;
 	candidate_start(&cb, eb, "b");
 	holder_session(o, name, session, sizeof session);
@@ -304,10 +245,10 @@ static void test_terminated_leader(void)
 	pthread_join(cb.thread, NULL);
 	CU_ASSERT_EQUAL(cb.st, DLOCK_OK);
 	CU_ASSERT(cb.term > t1);
-	CU_ASSERT(seen_await(&s, 1, t1, "b", 1500));
+	CU_ASSERT(dlock_test_observed_after(&s, "b", t1, 1500));
 	printf(" (told after %lld ms)", (long long)(dlock_test_now_ms() - t0));
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "a-again"), DLOCK_ENOTHELD);
-	CU_ASSERT_EQUAL(s.backwards, 0);
+	CU_ASSERT_EQUAL(dlock_test_observer_went_back(&s), 0);
 	PQfinish(mon);
 	dlock_election_free(eo);
 	dlock_election_free(ea);
@@ -366,17 +307,17 @@ static void test_break(void)
 	unique(name, sizeof name, "break");
 	dlock_client *a = open_with("ttl=3s"), *o = open_with(LONG_TTL);
 	dlock_election *ea = election(a, name), *eo = election(o, name);
-	struct seen s;
-	seen_init(&s);
+	dlock_test_observer s;
+	dlock_test_observer_init(&s);
 	dlock_test_lost lost = { 0 };
 	uint64_t t1 = 0;
 	CU_ASSERT_EQUAL_FATAL(campaign(ea, "a", 0, dlock_test_on_lost, &lost, &t1), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_observe(eo, on_leader, &s), DLOCK_OK);
-	CU_ASSERT(seen_await(&s, 1, t1 - 1, "a", NOTIFY_MS));
+	CU_ASSERT_EQUAL(dlock_observe(eo, dlock_test_on_leader, &s), DLOCK_OK);
+	CU_ASSERT(dlock_test_observed_after(&s, "a", t1 - 1, NOTIFY_MS));
 	size_t broken = 0;
 	CU_ASSERT_EQUAL(dlock_break(o, name, &broken), DLOCK_OK);
 	CU_ASSERT_EQUAL(broken, 1);
-	CU_ASSERT(seen_await(&s, 0, 0, NULL, NOTIFY_MS));
+	CU_ASSERT(dlock_test_observed_nobody(&s, NOTIFY_MS));
 	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, 3000));
 	CU_ASSERT_EQUAL(atomic_load(&lost.reason), DLOCK_LOST_SESSION);
 	dlock_election_free(eo);
@@ -395,22 +336,22 @@ static void test_observer_reconnects(void)
 	dlock_client *a = open_with(LONG_TTL), *o = open_with(app);
 	dlock_election *ea = election(a, name), *eo = election(o, name);
 	PGconn *mon = monitor();
-	struct seen s;
-	seen_init(&s);
+	dlock_test_observer s;
+	dlock_test_observer_init(&s);
 	uint64_t t1 = 0;
 	CU_ASSERT_EQUAL_FATAL(campaign(ea, "a-1", 0, NULL, NULL, &t1), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_observe(eo, on_leader, &s), DLOCK_OK);
-	CU_ASSERT(seen_await(&s, 1, t1 - 1, "a-1", NOTIFY_MS));
+	CU_ASSERT_EQUAL(dlock_observe(eo, dlock_test_on_leader, &s), DLOCK_OK);
+	CU_ASSERT(dlock_test_observed_after(&s, "a-1", t1 - 1, NOTIFY_MS));
 	/* Every session of the observer's client (its identity is in application_name). */
 	snprintf(app, sizeof app, "%%:%s", ident);
 	CU_ASSERT(sql_num(mon, "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
 	                       "WHERE application_name LIKE $1",
 	                  app) >= 1);
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "a-2"), DLOCK_OK);
-	CU_ASSERT(seen_await(&s, 1, t1 - 1, "a-2", 3 * NOTIFY_MS));
+	CU_ASSERT(dlock_test_observed_after(&s, "a-2", t1 - 1, 3 * NOTIFY_MS));
 	/* And notifications work again. */
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "a-3"), DLOCK_OK);
-	CU_ASSERT(seen_await(&s, 1, t1 - 1, "a-3", NOTIFY_MS));
+	CU_ASSERT(dlock_test_observed_after(&s, "a-3", t1 - 1, NOTIFY_MS));
 	PQfinish(mon);
 	dlock_election_free(eo);
 	dlock_election_free(ea);
@@ -469,20 +410,20 @@ static void test_churn(void)
 	pthread_mutex_init(&ch.mu, NULL);
 	dlock_client *o = open_with(LONG_TTL);
 	dlock_election *eo = election(o, name);
-	struct seen s;
-	seen_init(&s);
-	CU_ASSERT_EQUAL(dlock_observe(eo, on_leader, &s), DLOCK_OK);
+	dlock_test_observer s;
+	dlock_test_observer_init(&s);
+	CU_ASSERT_EQUAL(dlock_observe(eo, dlock_test_on_leader, &s), DLOCK_OK);
 	pthread_t t[CHURN_N];
 	for (int i = 0; i < CHURN_N; i++)
 		CU_ASSERT_EQUAL_FATAL(pthread_create(&t[i], NULL, churn_main, &ch), 0);
 	for (int i = 0; i < CHURN_N; i++)
 		pthread_join(t[i], NULL);
-	printf(" (%zu terms, observer called %d times)", ch.nterms, s.calls);
+	printf(" (%zu terms, observer called %zu times)", ch.nterms, dlock_test_observer_calls(&s));
 	CU_ASSERT(ch.nterms >= CHURN_N);
 	CU_ASSERT_EQUAL(ch.bad_order, 0);
 	CU_ASSERT_EQUAL(ch.overlap, 0);
-	CU_ASSERT(seen_await(&s, 0, 0, NULL, NOTIFY_MS));
-	CU_ASSERT_EQUAL(s.backwards, 0);
+	CU_ASSERT(dlock_test_observed_nobody(&s, NOTIFY_MS));
+	CU_ASSERT_EQUAL(dlock_test_observer_went_back(&s), 0);
 	dlock_election_free(eo);
 	dlock_client_close(o);
 }

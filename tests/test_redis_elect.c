@@ -21,6 +21,7 @@
 
 #include "dlock/dlock.h"
 #include "faultproxy.h"
+#include "testobserve.h"
 #include "testredis.h"
 #include "testsupport.h"
 
@@ -46,63 +47,6 @@ static dlock_client *open_with(const char *base, const char *prefix, const char 
 	dlock_client *c = dlock_test_open(uri, NULL, NULL);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
 	return c;
-}
-
-/* What an observer heard: the last delivery, how many, and whether a term ever went back. */
-struct heard {
-	pthread_mutex_t mu;
-	int calls, elected, went_back;
-	uint64_t term, max_term;
-	char value[DLOCK_VALUE_MAX + 1];
-};
-
-static void on_leader(dlock_election *e, const dlock_leader *l, void *ud)
-{
-	struct heard *h = ud;
-	(void)e;
-	pthread_mutex_lock(&h->mu);
-	h->calls++;
-	h->elected = l->elected;
-	h->term = l->term;
-	if (l->elected && l->term < h->max_term)
-		h->went_back = 1;
-	if (l->elected && l->term > h->max_term)
-		h->max_term = l->term;
-	snprintf(h->value, sizeof h->value, "%s", l->value);
-	pthread_mutex_unlock(&h->mu);
-}
-
-/* What an observer waits for: a leader of `term` (0: any) with `value`, or nobody (value NULL). */
-struct expect {
-	struct heard *h;
-	uint64_t term;
-	const char *value;
-};
-
-static int heard_it(void *arg)
-{
-	struct expect *x = arg;
-	pthread_mutex_lock(&x->h->mu);
-	int ok = x->h->calls > 0 &&
-	         (x->value ? x->h->elected && (!x->term || x->h->term == x->term) && strcmp(x->h->value, x->value) == 0
-	                   : !x->h->elected);
-	pthread_mutex_unlock(&x->h->mu);
-	return ok;
-}
-
-/* Await that the observer hears `value` of `term` (value NULL: nobody leads) within `ms`. */
-static int await_heard(struct heard *h, uint64_t term, const char *value, int64_t ms)
-{
-	struct expect x = { h, term, value };
-	int ok = dlock_test_await(heard_it, &x, ms);
-	if (!ok) {
-		pthread_mutex_lock(&h->mu);
-		printf("\n    observer heard: calls %d elected %d term %llu value \"%.40s\"; wanted term %llu \"%.40s\"",
-		       h->calls, h->elected, (unsigned long long)h->term, h->value, (unsigned long long)term,
-		       value ? value : "(nobody)");
-		pthread_mutex_unlock(&h->mu);
-	}
-	return ok;
 }
 
 struct campaign {
@@ -166,15 +110,16 @@ static void handoff_on(const char *base)
 	CU_ASSERT_EQUAL_FATAL(dlock_election_new(a, "svc", &ea), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_election_new(b, "svc", &eb), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_election_new(o, "svc", &eo), DLOCK_OK);
-	struct heard h = { .mu = PTHREAD_MUTEX_INITIALIZER };
-	CU_ASSERT_EQUAL_FATAL(dlock_observe(eo, on_leader, &h), DLOCK_OK);
-	CU_ASSERT(await_heard(&h, 0, NULL, 5000));
+	dlock_test_observer h;
+	dlock_test_observer_init(&h);
+	CU_ASSERT_EQUAL_FATAL(dlock_observe(eo, dlock_test_on_leader, &h), DLOCK_OK);
+	CU_ASSERT(dlock_test_observed_nobody(&h, 5000));
 
 	struct campaign ca = { .e = ea, .value = "10.0.0.1:8080", .lease_ms = LEASE_MS, .renew = 1 };
 	CU_ASSERT_EQUAL_FATAL(campaign_now(&ca), DLOCK_OK);
 	CU_ASSERT(ca.term > 0);
 	CU_ASSERT_EQUAL(ca.term, dlock_test_token(dlock_election_lock(ea)));
-	CU_ASSERT(await_heard(&h, ca.term, "10.0.0.1:8080", NOTIFY_MS));
+	CU_ASSERT(dlock_test_observed(&h, "10.0.0.1:8080", ca.term, NOTIFY_MS));
 	dlock_leader *l = NULL;
 	CU_ASSERT_EQUAL_FATAL(dlock_leader_get(eb, &l), DLOCK_OK);
 	CU_ASSERT(l->elected);
@@ -185,7 +130,7 @@ static void handoff_on(const char *base)
 
 	/* A new value: the same term; renewal keeps it. */
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "10.0.0.1:9090"), DLOCK_OK);
-	CU_ASSERT(await_heard(&h, ca.term, "10.0.0.1:9090", NOTIFY_MS));
+	CU_ASSERT(dlock_test_observed(&h, "10.0.0.1:9090", ca.term, NOTIFY_MS));
 	CU_ASSERT_EQUAL(dlock_extend(dlock_election_lock(ea), LEASE_MS), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_check(dlock_election_lock(ea)), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_proclaim(eb, "not me"), DLOCK_ENOTHELD);
@@ -198,11 +143,11 @@ static void handoff_on(const char *base)
 	pthread_join(cb.thread, NULL);
 	CU_ASSERT_EQUAL_FATAL(cb.st, DLOCK_OK);
 	CU_ASSERT(cb.term > ca.term);
-	CU_ASSERT(await_heard(&h, cb.term, "10.0.0.2:8080", NOTIFY_MS));
+	CU_ASSERT(dlock_test_observed(&h, "10.0.0.2:8080", cb.term, NOTIFY_MS));
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "gone"), DLOCK_ENOTHELD);
 	CU_ASSERT_EQUAL(dlock_resign(eb), DLOCK_OK);
-	CU_ASSERT(await_heard(&h, 0, NULL, NOTIFY_MS));
-	CU_ASSERT_FALSE(h.went_back);
+	CU_ASSERT(dlock_test_observed_nobody(&h, NOTIFY_MS));
+	CU_ASSERT_FALSE(dlock_test_observer_went_back(&h));
 	CU_ASSERT_EQUAL(atomic_load(&ca.lost.count), 0);
 	CU_ASSERT_EQUAL(atomic_load(&cb.lost.count), 0);
 
@@ -266,22 +211,23 @@ static void broken_on(const char *base)
 	CU_ASSERT_EQUAL_FATAL(dlock_election_new(a, "svc", &ea), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_election_new(b, "svc", &eb), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_election_new(o, "svc", &eo), DLOCK_OK);
-	struct heard h = { .mu = PTHREAD_MUTEX_INITIALIZER };
-	CU_ASSERT_EQUAL_FATAL(dlock_observe(eo, on_leader, &h), DLOCK_OK);
+	dlock_test_observer h;
+	dlock_test_observer_init(&h);
+	CU_ASSERT_EQUAL_FATAL(dlock_observe(eo, dlock_test_on_leader, &h), DLOCK_OK);
 	struct campaign ca = { .e = ea, .value = "a", .lease_ms = 1500, .renew = 1 };
 	CU_ASSERT_EQUAL_FATAL(campaign_now(&ca), DLOCK_OK);
-	CU_ASSERT(await_heard(&h, ca.term, "a", NOTIFY_MS));
+	CU_ASSERT(dlock_test_observed(&h, "a", ca.term, NOTIFY_MS));
 	size_t broken = 0;
 	CU_ASSERT_EQUAL(dlock_break(o, "svc", &broken), DLOCK_OK);
 	CU_ASSERT_EQUAL(broken, 1);
-	CU_ASSERT(await_heard(&h, 0, NULL, NOTIFY_MS));
+	CU_ASSERT(dlock_test_observed_nobody(&h, NOTIFY_MS));
 	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &ca.lost, 3000)); /* at its next renewal */
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "still me?"), DLOCK_ENOTHELD);
 	struct campaign cb = { .e = eb, .value = "b", .lease_ms = LEASE_MS, .renew = 1 };
 	CU_ASSERT_EQUAL_FATAL(campaign_now(&cb), DLOCK_OK);
 	CU_ASSERT(cb.term > ca.term);
-	CU_ASSERT(await_heard(&h, cb.term, "b", NOTIFY_MS));
-	CU_ASSERT_FALSE(h.went_back);
+	CU_ASSERT(dlock_test_observed(&h, "b", cb.term, NOTIFY_MS));
+	CU_ASSERT_FALSE(dlock_test_observer_went_back(&h));
 	CU_ASSERT_EQUAL(dlock_resign(eb), DLOCK_OK);
 	dlock_election_free(eo);
 	dlock_election_free(eb);
@@ -309,20 +255,21 @@ static void expired_on(const char *base)
 	CU_ASSERT_EQUAL_FATAL(dlock_election_new(a, "svc", &ea), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_election_new(b, "svc", &eb), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_election_new(o, "svc", &eo), DLOCK_OK);
-	struct heard h = { .mu = PTHREAD_MUTEX_INITIALIZER };
-	CU_ASSERT_EQUAL_FATAL(dlock_observe(eo, on_leader, &h), DLOCK_OK);
+	dlock_test_observer h;
+	dlock_test_observer_init(&h);
+	CU_ASSERT_EQUAL_FATAL(dlock_observe(eo, dlock_test_on_leader, &h), DLOCK_OK);
 	struct campaign ca = { .e = ea, .value = "paused", .lease_ms = 800, .renew = 0 };
 	CU_ASSERT_EQUAL_FATAL(campaign_now(&ca), DLOCK_OK);
-	CU_ASSERT(await_heard(&h, ca.term, "paused", NOTIFY_MS));
+	CU_ASSERT(dlock_test_observed(&h, "paused", ca.term, NOTIFY_MS));
 	int64_t t0 = dlock_test_now_ms();
 	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &ca.lost, 3000));
-	CU_ASSERT(await_heard(&h, 0, NULL, 800 + 2000 + 500)); /* the lease, then the observer's read within one */
+	CU_ASSERT(dlock_test_observed_nobody(&h, 800 + 2000 + 500)); /* the lease, then the observer's read within one */
 	printf("\n    nobody heard %lld ms after the campaign", (long long)(dlock_test_now_ms() - t0));
 	struct campaign cb = { .e = eb, .value = "next", .lease_ms = LEASE_MS, .renew = 1 };
 	CU_ASSERT_EQUAL_FATAL(campaign_now(&cb), DLOCK_OK);
 	CU_ASSERT(cb.term > ca.term);
-	CU_ASSERT(await_heard(&h, cb.term, "next", NOTIFY_MS));
-	CU_ASSERT_FALSE(h.went_back);
+	CU_ASSERT(dlock_test_observed(&h, "next", cb.term, NOTIFY_MS));
+	CU_ASSERT_FALSE(dlock_test_observer_went_back(&h));
 	CU_ASSERT_EQUAL(dlock_resign(eb), DLOCK_OK);
 	dlock_election_free(eo);
 	dlock_election_free(eb);
@@ -382,17 +329,18 @@ static void test_reconnect(void)
 	dlock_election *ea = NULL, *eo = NULL;
 	CU_ASSERT_EQUAL_FATAL(dlock_election_new(a, "svc", &ea), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_election_new(o, "svc", &eo), DLOCK_OK);
-	struct heard h = { .mu = PTHREAD_MUTEX_INITIALIZER };
-	CU_ASSERT_EQUAL_FATAL(dlock_observe(eo, on_leader, &h), DLOCK_OK);
+	dlock_test_observer h;
+	dlock_test_observer_init(&h);
+	CU_ASSERT_EQUAL_FATAL(dlock_observe(eo, dlock_test_on_leader, &h), DLOCK_OK);
 	struct campaign ca = { .e = ea, .value = "before", .lease_ms = LEASE_MS, .renew = 1 };
 	CU_ASSERT_EQUAL_FATAL(campaign_now(&ca), DLOCK_OK);
-	CU_ASSERT(await_heard(&h, ca.term, "before", NOTIFY_MS));
+	CU_ASSERT(dlock_test_observed(&h, "before", ca.term, NOTIFY_MS));
 	CU_ASSERT_EQUAL(faultproxy_refuse(px, 1), 0);
 	faultproxy_reset(px);
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "while away"), DLOCK_OK);
 	dlock_test_sleep_ms(300); /* the message is published while the observer cannot hear it */
 	CU_ASSERT_EQUAL(faultproxy_refuse(px, 0), 0);
-	CU_ASSERT(await_heard(&h, ca.term, "while away", 5000)); /* reconnect backoff at most 2 s, then a read */
+	CU_ASSERT(dlock_test_observed(&h, "while away", ca.term, 5000)); /* reconnect backoff at most 2 s, then a read */
 	CU_ASSERT_EQUAL(dlock_resign(ea), DLOCK_OK);
 	dlock_election_free(eo);
 	dlock_election_free(ea);

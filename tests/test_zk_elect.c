@@ -28,6 +28,7 @@
 #include "dlock/sys/driver.h"
 #include "dlock/sys/zookeeper.h"
 #include "faultproxy.h"
+#include "testobserve.h"
 #include "testsupport.h"
 
 #define AWAIT_MS 20000
@@ -75,72 +76,6 @@ static dlock_status campaign(dlock_election *e, const char *value, dlock_test_lo
 	o.on_lost = lost ? dlock_test_on_lost : NULL;
 	o.lost_userdata = lost;
 	return dlock_campaign(e, value, &o, term);
-}
-
-/* What an observer was told: the latest call, and whether terms ever went back. */
-struct seen {
-	pthread_mutex_t mu;
-	int calls;
-	int elected;
-	uint64_t term, top;
-	char value[DLOCK_VALUE_MAX + 1];
-	int went_back;
-};
-
-static void seen_init(struct seen *s)
-{
-	memset(s, 0, sizeof *s);
-	pthread_mutex_init(&s->mu, NULL);
-}
-
-static void on_leader(dlock_election *e, const dlock_leader *l, void *ud)
-{
-	struct seen *s = ud;
-	(void)e;
-	pthread_mutex_lock(&s->mu);
-	s->calls++;
-	s->elected = l->elected;
-	s->term = l->term;
-	snprintf(s->value, sizeof s->value, "%s", l->value);
-	if (l->elected && l->term < s->top)
-		s->went_back = 1;
-	if (l->elected && l->term > s->top)
-		s->top = l->term;
-	pthread_mutex_unlock(&s->mu);
-}
-
-/* What the observer must come to: a leader with this term and value, or nobody (elected 0). */
-struct want {
-	struct seen *s;
-	int elected;
-	uint64_t term; /* 0: any */
-	const char *value;
-};
-
-static int seen_now(void *arg)
-{
-	struct want *w = arg;
-	pthread_mutex_lock(&w->s->mu);
-	int ok = w->s->calls > 0 && w->s->elected == w->elected && (!w->term || w->s->term == w->term) &&
-	         (!w->value || strcmp(w->s->value, w->value) == 0);
-	pthread_mutex_unlock(&w->s->mu);
-	return ok;
-}
-
-/* The observer comes to `elected`/`term`/`value` within `ms`. */
-static int told_within(struct seen *s, int elected, uint64_t term, const char *value, int64_t ms)
-{
-	struct want w = { s, elected, term, value };
-	int64_t t0 = dlock_test_now_ms();
-	int ok = dlock_test_await(seen_now, &w, ms);
-	if (!ok) {
-		pthread_mutex_lock(&s->mu);
-		printf("\n    observer has elected=%d term=%llu value=\"%s\" after %lld ms; wanted %d %llu \"%s\"",
-		       s->elected, (unsigned long long)s->term, s->value, (long long)(dlock_test_now_ms() - t0), elected,
-		       (unsigned long long)term, value ? value : "*");
-		pthread_mutex_unlock(&s->mu);
-	}
-	return ok;
 }
 
 static void raw_log(const char *msg)
@@ -241,11 +176,11 @@ static void observe_on(int h)
 	dlock_client *a = open_at(&p, "identity=a&" CANDIDATE_TTL), *b = open_at(&p, "identity=b&" CANDIDATE_TTL);
 	dlock_client *o = open_at(&p, OBSERVER_TTL);
 	dlock_election *ea = election(a, "svc"), *eb = election(b, "svc"), *eo = election(o, "svc");
-	struct seen s;
-	seen_init(&s);
+	dlock_test_observer s;
+	dlock_test_observer_init(&s);
 
-	CU_ASSERT_EQUAL(dlock_observe(eo, on_leader, &s), DLOCK_OK);
-	CU_ASSERT(told_within(&s, 0, 0, "", AWAIT_MS)); /* nobody leads yet: told so once */
+	CU_ASSERT_EQUAL(dlock_observe(eo, dlock_test_on_leader, &s), DLOCK_OK);
+	CU_ASSERT(dlock_test_observed_nobody(&s, AWAIT_MS)); /* nobody leads yet: told so once */
 	dlock_leader *l = NULL;
 	CU_ASSERT_EQUAL_FATAL(dlock_leader_get(eo, &l), DLOCK_OK);
 	CU_ASSERT_EQUAL(l->elected, 0);
@@ -255,7 +190,7 @@ static void observe_on(int h)
 	CU_ASSERT_EQUAL_FATAL(campaign(ea, "10.0.0.1:80", NULL, &t1), DLOCK_OK);
 	CU_ASSERT(t1 > 0);
 	CU_ASSERT_EQUAL(t1, dlock_test_token(dlock_election_lock(ea)));
-	CU_ASSERT(told_within(&s, 1, t1, "10.0.0.1:80", NOTIFIED_MS));
+	CU_ASSERT(dlock_test_observed(&s, "10.0.0.1:80", t1, NOTIFIED_MS));
 
 	/* Any client reads the value and the term; inspection shows the holder with its value. */
 	CU_ASSERT_EQUAL_FATAL(dlock_leader_get(eo, &l), DLOCK_OK);
@@ -269,7 +204,7 @@ static void observe_on(int h)
 	/* A value with a newline, '&' and "id=" stays the leader's value; the owner record is untouched. */
 	const char *odd = "line1\nid=evil&host=x&pid=1\n";
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, odd), DLOCK_OK);
-	CU_ASSERT(told_within(&s, 1, t1, odd, NOTIFIED_MS));
+	CU_ASSERT(dlock_test_observed(&s, odd, t1, NOTIFIED_MS));
 	dlock_lock_info *info = dlock_test_inspect(b, "svc");
 	CU_ASSERT_EQUAL_FATAL(info->nholders, 1);
 	CU_ASSERT_STRING_EQUAL(info->holders[0]->identity, "a");
@@ -282,11 +217,11 @@ static void observe_on(int h)
 	memset(big, 'v', DLOCK_VALUE_MAX);
 	big[DLOCK_VALUE_MAX] = '\0';
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, big), DLOCK_OK);
-	CU_ASSERT(told_within(&s, 1, t1, big, NOTIFIED_MS));
+	CU_ASSERT(dlock_test_observed(&s, big, t1, NOTIFIED_MS));
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, ""), DLOCK_OK);
-	CU_ASSERT(told_within(&s, 1, t1, "", NOTIFIED_MS));
+	CU_ASSERT(dlock_test_observed(&s, "", t1, NOTIFIED_MS));
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "10.0.0.1:81"), DLOCK_OK);
-	CU_ASSERT(told_within(&s, 1, t1, "10.0.0.1:81", NOTIFIED_MS));
+	CU_ASSERT(dlock_test_observed(&s, "10.0.0.1:81", t1, NOTIFIED_MS));
 
 	/* Not leading: proclaim and resign say so. */
 	CU_ASSERT_EQUAL(dlock_proclaim(eb, "no"), DLOCK_ENOTHELD);
@@ -301,12 +236,12 @@ static void observe_on(int h)
 	CU_ASSERT_EQUAL_FATAL(kb.st, DLOCK_OK);
 	t2 = kb.term;
 	CU_ASSERT(t2 > t1);
-	CU_ASSERT(told_within(&s, 1, t2, "10.0.0.2:80", NOTIFIED_MS));
+	CU_ASSERT(dlock_test_observed(&s, "10.0.0.2:80", t2, NOTIFIED_MS));
 
 	/* b resigns with nobody waiting: nobody leads. */
 	CU_ASSERT_EQUAL(dlock_resign(eb), DLOCK_OK);
-	CU_ASSERT(told_within(&s, 0, 0, NULL, NOTIFIED_MS));
-	CU_ASSERT_EQUAL(s.went_back, 0);
+	CU_ASSERT(dlock_test_observed_nobody(&s, NOTIFIED_MS));
+	CU_ASSERT_EQUAL(dlock_test_observer_went_back(&s), 0);
 
 	dlock_election_free(eo);
 	dlock_election_free(ea);
@@ -330,9 +265,9 @@ static void test_terms_increase(void)
 	place_new(&p, 1);
 	dlock_client *c[N], *o = open_at(&p, OBSERVER_TTL);
 	dlock_election *e[N], *eo = election(o, "turns");
-	struct seen s;
-	seen_init(&s);
-	CU_ASSERT_EQUAL(dlock_observe(eo, on_leader, &s), DLOCK_OK);
+	dlock_test_observer s;
+	dlock_test_observer_init(&s);
+	CU_ASSERT_EQUAL(dlock_observe(eo, dlock_test_on_leader, &s), DLOCK_OK);
 	for (int i = 0; i < N; i++) {
 		c[i] = open_at(&p, CANDIDATE_TTL);
 		e[i] = election(c[i], "turns");
@@ -346,10 +281,10 @@ static void test_terms_increase(void)
 			CU_ASSERT_EQUAL_FATAL(campaign(e[i], value, NULL, &term), DLOCK_OK);
 			CU_ASSERT(term > last);
 			last = term;
-			CU_ASSERT(told_within(&s, 1, term, value, NOTIFIED_MS));
+			CU_ASSERT(dlock_test_observed(&s, value, term, NOTIFIED_MS));
 			CU_ASSERT_EQUAL(dlock_resign(e[i]), DLOCK_OK);
 		}
-	CU_ASSERT_EQUAL(s.went_back, 0);
+	CU_ASSERT_EQUAL(dlock_test_observer_went_back(&s), 0);
 	dlock_election_free(eo);
 	dlock_client_close(o);
 	for (int i = 0; i < N; i++) {
@@ -371,13 +306,13 @@ static void expired_on(int h)
 	dlock_client *a = open_at(&p, "identity=a&" CANDIDATE_TTL), *b = open_at(&p, "identity=b&" CANDIDATE_TTL);
 	dlock_client *o = open_at(&p, OBSERVER_TTL);
 	dlock_election *ea = election(a, "exp"), *eb = election(b, "exp"), *eo = election(o, "exp");
-	struct seen s;
-	seen_init(&s);
-	CU_ASSERT_EQUAL(dlock_observe(eo, on_leader, &s), DLOCK_OK);
+	dlock_test_observer s;
+	dlock_test_observer_init(&s);
+	CU_ASSERT_EQUAL(dlock_observe(eo, dlock_test_on_leader, &s), DLOCK_OK);
 	dlock_test_lost lost = { 0 };
 	uint64_t t1 = 0;
 	CU_ASSERT_EQUAL_FATAL(campaign(ea, "a", &lost, &t1), DLOCK_OK);
-	CU_ASSERT(told_within(&s, 1, t1, "a", NOTIFIED_MS));
+	CU_ASSERT(dlock_test_observed(&s, "a", t1, NOTIFIED_MS));
 	struct candidate kb;
 	candidate_start(&kb, eb, "b");
 
@@ -393,7 +328,7 @@ static void expired_on(int h)
 	pthread_join(kb.t, NULL);
 	CU_ASSERT_EQUAL_FATAL(kb.st, DLOCK_OK);
 	CU_ASSERT(kb.term > t1);
-	CU_ASSERT(told_within(&s, 1, kb.term, "b", NOTIFIED_MS));
+	CU_ASSERT(dlock_test_observed(&s, "b", kb.term, NOTIFIED_MS));
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "still a?"), DLOCK_ENOTHELD);
 	CU_ASSERT_EQUAL(dlock_resign(ea), DLOCK_ENOTHELD);
 	CU_ASSERT_EQUAL(atomic_load(&lost.count), 1);
@@ -406,8 +341,8 @@ static void expired_on(int h)
 		printf("\n    campaign again: %s: %s", dlock_status_name(st), dlock_client_errmsg(a));
 	CU_ASSERT_EQUAL_FATAL(st, DLOCK_OK);
 	CU_ASSERT(t3 > kb.term);
-	CU_ASSERT(told_within(&s, 1, t3, "a again", NOTIFIED_MS));
-	CU_ASSERT_EQUAL(s.went_back, 0);
+	CU_ASSERT(dlock_test_observed(&s, "a again", t3, NOTIFIED_MS));
+	CU_ASSERT_EQUAL(dlock_test_observer_went_back(&s), 0);
 
 	dlock_election_free(eo);
 	dlock_election_free(ea);
@@ -430,13 +365,13 @@ static void break_on(int h)
 	place_new(&p, h);
 	dlock_client *a = open_at(&p, CANDIDATE_TTL), *b = open_at(&p, CANDIDATE_TTL), *o = open_at(&p, OBSERVER_TTL);
 	dlock_election *ea = election(a, "brk"), *eb = election(b, "brk"), *eo = election(o, "brk");
-	struct seen s;
-	seen_init(&s);
-	CU_ASSERT_EQUAL(dlock_observe(eo, on_leader, &s), DLOCK_OK);
+	dlock_test_observer s;
+	dlock_test_observer_init(&s);
+	CU_ASSERT_EQUAL(dlock_observe(eo, dlock_test_on_leader, &s), DLOCK_OK);
 	dlock_test_lost lost = { 0 };
 	uint64_t t1 = 0;
 	CU_ASSERT_EQUAL_FATAL(campaign(ea, "a", &lost, &t1), DLOCK_OK);
-	CU_ASSERT(told_within(&s, 1, t1, "a", NOTIFIED_MS));
+	CU_ASSERT(dlock_test_observed(&s, "a", t1, NOTIFIED_MS));
 
 	/* Nobody waiting: the observer hears that nobody leads. */
 	size_t broken = 0;
@@ -444,7 +379,7 @@ static void break_on(int h)
 	CU_ASSERT_EQUAL(broken, 1);
 	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, 5000));
 	CU_ASSERT_EQUAL(atomic_load(&lost.reason), DLOCK_LOST_TAKEN);
-	CU_ASSERT(told_within(&s, 0, 0, NULL, NOTIFIED_MS));
+	CU_ASSERT(dlock_test_observed_nobody(&s, NOTIFIED_MS));
 	CU_ASSERT_EQUAL(dlock_resign(ea), DLOCK_ENOTHELD);
 
 	/* b leads, a waits; b's node broken: a leads with a larger term, the observer follows. */
@@ -453,7 +388,7 @@ static void break_on(int h)
 	struct candidate ka;
 	CU_ASSERT_EQUAL_FATAL(campaign(eb, "b", &lost_b, &t2), DLOCK_OK);
 	CU_ASSERT(t2 > t1);
-	CU_ASSERT(told_within(&s, 1, t2, "b", NOTIFIED_MS));
+	CU_ASSERT(dlock_test_observed(&s, "b", t2, NOTIFIED_MS));
 	candidate_start(&ka, ea, "a2");
 	dlock_lock_info *info = NULL;
 	for (int64_t t0 = dlock_test_now_ms(); dlock_test_now_ms() - t0 < AWAIT_MS;) { /* a queued */
@@ -471,8 +406,8 @@ static void break_on(int h)
 	pthread_join(ka.t, NULL);
 	CU_ASSERT_EQUAL_FATAL(ka.st, DLOCK_OK);
 	CU_ASSERT(ka.term > t2);
-	CU_ASSERT(told_within(&s, 1, ka.term, "a2", NOTIFIED_MS));
-	CU_ASSERT_EQUAL(s.went_back, 0);
+	CU_ASSERT(dlock_test_observed(&s, "a2", ka.term, NOTIFIED_MS));
+	CU_ASSERT_EQUAL(dlock_test_observer_went_back(&s), 0);
 
 	dlock_election_free(eo);
 	dlock_election_free(ea);
@@ -500,12 +435,12 @@ static void observer_session_on(int h)
 	place_new(&p, h);
 	dlock_client *a = open_at(&p, CANDIDATE_TTL), *o = open_at(&p, OBSERVER_TTL "&session_timeout=4s");
 	dlock_election *ea = election(a, "obs"), *eo = election(o, "obs");
-	struct seen s;
-	seen_init(&s);
-	CU_ASSERT_EQUAL(dlock_observe(eo, on_leader, &s), DLOCK_OK);
+	dlock_test_observer s;
+	dlock_test_observer_init(&s);
+	CU_ASSERT_EQUAL(dlock_observe(eo, dlock_test_on_leader, &s), DLOCK_OK);
 	uint64_t t1 = 0;
 	CU_ASSERT_EQUAL_FATAL(campaign(ea, "one", NULL, &t1), DLOCK_OK);
-	CU_ASSERT(told_within(&s, 1, t1, "one", NOTIFIED_MS));
+	CU_ASSERT(dlock_test_observed(&s, "one", t1, NOTIFIED_MS));
 
 	clientid_t id = session_of(o);
 	struct new_session ns = { o, id.client_id };
@@ -515,11 +450,11 @@ static void observer_session_on(int h)
 	for (int i = 0; i < 10 && !dlock_test_await(session_replaced, &ns, 3000); i++)
 		zookeeper_close(raw_open(h, &id));
 	CU_ASSERT_FATAL(session_replaced(&ns));
-	CU_ASSERT(told_within(&s, 1, t1, "two", 2 * NOTIFIED_MS));
+	CU_ASSERT(dlock_test_observed(&s, "two", t1, 2 * NOTIFIED_MS));
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "three"), DLOCK_OK);
-	CU_ASSERT(told_within(&s, 1, t1, "three", NOTIFIED_MS));
+	CU_ASSERT(dlock_test_observed(&s, "three", t1, NOTIFIED_MS));
 	CU_ASSERT_EQUAL(dlock_resign(ea), DLOCK_OK);
-	CU_ASSERT(told_within(&s, 0, 0, NULL, NOTIFIED_MS));
+	CU_ASSERT(dlock_test_observed_nobody(&s, NOTIFIED_MS));
 
 	dlock_election_free(eo);
 	dlock_election_free(ea);
@@ -553,22 +488,22 @@ static void test_observer_disconnected(void)
 	dlock_client *a = open_at(&p, CANDIDATE_TTL), *o = dlock_test_open(uri, NULL, NULL);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(o);
 	dlock_election *ea = election(a, "cut"), *eo = election(o, "cut");
-	struct seen s;
-	seen_init(&s);
-	CU_ASSERT_EQUAL(dlock_observe(eo, on_leader, &s), DLOCK_OK);
+	dlock_test_observer s;
+	dlock_test_observer_init(&s);
+	CU_ASSERT_EQUAL(dlock_observe(eo, dlock_test_on_leader, &s), DLOCK_OK);
 	uint64_t t1 = 0;
 	CU_ASSERT_EQUAL_FATAL(campaign(ea, "one", NULL, &t1), DLOCK_OK);
-	CU_ASSERT(told_within(&s, 1, t1, "one", NOTIFIED_MS));
+	CU_ASSERT(dlock_test_observed(&s, "one", t1, NOTIFIED_MS));
 	int64_t id = session_of(o).client_id;
 
 	CU_ASSERT_EQUAL_FATAL(faultproxy_refuse(px, 1), 0);
 	faultproxy_reset(px);
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "two"), DLOCK_OK);
 	CU_ASSERT_EQUAL(faultproxy_refuse(px, 0), 0);
-	CU_ASSERT(told_within(&s, 1, t1, "two", 5 * NOTIFIED_MS));
+	CU_ASSERT(dlock_test_observed(&s, "two", t1, 5 * NOTIFIED_MS));
 	CU_ASSERT_EQUAL(session_of(o).client_id, id); /* the same session: its watches came back with it */
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "three"), DLOCK_OK);
-	CU_ASSERT(told_within(&s, 1, t1, "three", NOTIFIED_MS));
+	CU_ASSERT(dlock_test_observed(&s, "three", t1, NOTIFIED_MS));
 
 	dlock_election_free(eo);
 	dlock_election_free(ea);
@@ -590,28 +525,28 @@ static void test_fresh_names(void)
 	place_new(&p, 0);
 	dlock_client *a = open_at(&p, CANDIDATE_TTL), *o = open_at(&p, OBSERVER_TTL);
 	dlock_election *ea[N], *eo[N];
-	struct seen s[N];
+	dlock_test_observer s[N];
 	for (int round = 0; round < 2; round++) {
 		for (int i = 0; i < N; i++) {
 			char name[32];
 			snprintf(name, sizeof name, "fresh-%d-%d", round, i);
 			ea[i] = election(a, name);
 			eo[i] = election(o, name);
-			seen_init(&s[i]);
-			CU_ASSERT_EQUAL(dlock_observe(eo[i], on_leader, &s[i]), DLOCK_OK);
-			CU_ASSERT(told_within(&s[i], 0, 0, NULL, AWAIT_MS));
+			dlock_test_observer_init(&s[i]);
+			CU_ASSERT_EQUAL(dlock_observe(eo[i], dlock_test_on_leader, &s[i]), DLOCK_OK);
+			CU_ASSERT(dlock_test_observed_nobody(&s[i], AWAIT_MS));
 		}
 		for (int i = 0; i < N; i++) {
 			uint64_t term = 0;
 			char value[32];
 			snprintf(value, sizeof value, "v%d", i);
 			CU_ASSERT_EQUAL_FATAL(campaign(ea[i], value, NULL, &term), DLOCK_OK);
-			CU_ASSERT(told_within(&s[i], 1, term, value, NOTIFIED_MS));
+			CU_ASSERT(dlock_test_observed(&s[i], value, term, NOTIFIED_MS));
 		}
 		for (int i = 0; i < N; i++) {
 			dlock_election_free(eo[i]);
 			dlock_election_free(ea[i]);
-			pthread_mutex_destroy(&s[i].mu);
+			dlock_test_observer_destroy(&s[i]);
 		}
 	}
 	dlock_client_close(o);
