@@ -21,26 +21,11 @@
 
 #include "dlock/dlock.h"
 #include "testobserve.h"
+#include "testpg.h"
 #include "testsupport.h"
 
 #define NOTIFY_MS 1000 /* a notification arrives within this; every lease here is far longer */
 #define LONG_TTL "ttl=60s"
-
-static unsigned counter;
-
-static void unique(char *out, size_t len, const char *tag)
-{
-	snprintf(out, len, "pgelect-%ld-%ld-%u-%s", (long)getpid(), (long)time(NULL), ++counter, tag);
-}
-
-/* The advisory URI with `params` ("k=v&k=v") appended. */
-static dlock_client *open_with(const char *params)
-{
-	char uri[1024];
-	const char *base = dlock_test_env("DLOCK_TEST_PG_URI");
-	snprintf(uri, sizeof uri, "%s%s%s", base, params[0] ? (strchr(base, '?') ? "&" : "?") : "", params);
-	return dlock_test_open(uri, NULL, NULL);
-}
 
 static dlock_election *election(dlock_client *c, const char *name)
 {
@@ -72,29 +57,6 @@ static int leader(dlock_election *e, uint64_t *term, char *v, size_t vlen)
 	snprintf(v, vlen, "%s", l->value);
 	dlock_leader_free(l);
 	return elected;
-}
-
-/* The test's own libpq connection. */
-static PGconn *monitor(void)
-{
-	PGconn *pg = PQconnectdb(dlock_test_env("DLOCK_TEST_PG_URI"));
-	if (PQstatus(pg) != CONNECTION_OK)
-		printf("\n    monitor: %s", PQerrorMessage(pg));
-	CU_ASSERT_EQUAL(PQstatus(pg), CONNECTION_OK);
-	return pg;
-}
-
-static long long sql_num(PGconn *pg, const char *sql, const char *param)
-{
-	const char *values[1] = { param };
-	PGresult *r = PQexecParams(pg, sql, param ? 1 : 0, NULL, values, NULL, NULL, 0);
-	long long v = -1;
-	if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
-		v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-	else if (PQresultStatus(r) != PGRES_TUPLES_OK)
-		printf("\n    %s: %s", sql, PQresultErrorMessage(r));
-	PQclear(r);
-	return v;
 }
 
 /* The session (backend pid) of the name's holder, as inspection shows it; NULL-free text. */
@@ -140,8 +102,8 @@ static void candidate_start(struct candidate *c, dlock_election *e, const char *
 static void test_terms(void)
 {
 	char name[128], v[DLOCK_VALUE_MAX + 1];
-	unique(name, sizeof name, "terms");
-	dlock_client *a = open_with(""), *b = open_with("");
+	dlock_testpg_name(name, sizeof name, "pgelect", "terms");
+	dlock_client *a = dlock_testpg_open_with(""), *b = dlock_testpg_open_with("");
 	int64_t f = -2;
 	CU_ASSERT_EQUAL(dlock_client_feature(a, DLOCK_FEATURE_ELECTION, &f), DLOCK_OK);
 	CU_ASSERT_EQUAL(f, DLOCK_WAKEUP_NOTIFY);
@@ -185,8 +147,8 @@ static void test_terms(void)
 static void test_observe_notify(void)
 {
 	char name[128];
-	unique(name, sizeof name, "notify");
-	dlock_client *a = open_with(LONG_TTL), *b = open_with(LONG_TTL), *o = open_with(LONG_TTL);
+	dlock_testpg_name(name, sizeof name, "pgelect", "notify");
+	dlock_client *a = dlock_testpg_open_with(LONG_TTL), *b = dlock_testpg_open_with(LONG_TTL), *o = dlock_testpg_open_with(LONG_TTL);
 	dlock_election *ea = election(a, name), *eb = election(b, name), *eo = election(o, name);
 	dlock_test_observer s;
 	dlock_test_observer_init(&s);
@@ -224,10 +186,10 @@ static void test_observe_notify(void)
 static void test_terminated_leader(void)
 {
 	char name[128], session[32];
-	unique(name, sizeof name, "terminated");
-	dlock_client *a = open_with("ttl=1500ms"), *b = open_with("ttl=1500ms"), *o = open_with("ttl=1500ms");
+	dlock_testpg_name(name, sizeof name, "pgelect", "terminated");
+	dlock_client *a = dlock_testpg_open_with("ttl=1500ms"), *b = dlock_testpg_open_with("ttl=1500ms"), *o = dlock_testpg_open_with("ttl=1500ms");
 	dlock_election *ea = election(a, name), *eb = election(b, name), *eo = election(o, name);
-	PGconn *mon = monitor();
+	PGconn *mon = dlock_testpg_monitor();
 	dlock_test_observer s;
 	dlock_test_observer_init(&s);
 	dlock_test_lost lost = { 0 };
@@ -239,7 +201,7 @@ static void test_terminated_leader(void)
 	candidate_start(&cb, eb, "b");
 	holder_session(o, name, session, sizeof session);
 	int64_t t0 = dlock_test_now_ms();
-	CU_ASSERT_EQUAL(sql_num(mon, "SELECT pg_terminate_backend($1::int)::int", session), 1);
+	CU_ASSERT_EQUAL(dlock_testpg_num(mon, "SELECT pg_terminate_backend($1::int)::int", session), 1);
 	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, 1500));
 	CU_ASSERT_EQUAL(atomic_load(&lost.reason), DLOCK_LOST_SESSION);
 	pthread_join(cb.thread, NULL);
@@ -262,16 +224,16 @@ static void test_terminated_leader(void)
 static void test_stale_row(void)
 {
 	char name[128], session[32], v[DLOCK_VALUE_MAX + 1];
-	unique(name, sizeof name, "stale");
-	dlock_client *a = open_with(""), *b = open_with("");
+	dlock_testpg_name(name, sizeof name, "pgelect", "stale");
+	dlock_client *a = dlock_testpg_open_with(""), *b = dlock_testpg_open_with("");
 	dlock_election *ea = election(a, name), *eb = election(b, name);
-	PGconn *mon = monitor();
+	PGconn *mon = dlock_testpg_monitor();
 	uint64_t t1 = 0, t = 0;
 	CU_ASSERT_EQUAL_FATAL(campaign(ea, "old", 0, NULL, NULL, &t1), DLOCK_OK);
 	holder_session(b, name, session, sizeof session);
-	CU_ASSERT_EQUAL(sql_num(mon, "SELECT pg_terminate_backend($1::int, 5000)::int", session), 1);
+	CU_ASSERT_EQUAL(dlock_testpg_num(mon, "SELECT pg_terminate_backend($1::int, 5000)::int", session), 1);
 	/* The row is still there, with the ended session. */
-	CU_ASSERT_EQUAL(sql_num(mon, "SELECT count(*) FROM dlock_leaders WHERE pid = $1::int", session), 1);
+	CU_ASSERT_EQUAL(dlock_testpg_num(mon, "SELECT count(*) FROM dlock_leaders WHERE pid = $1::int", session), 1);
 	/* Another client takes the mutex without proclaiming: it holds, with no term or value known. */
 	dlock_lock *l = dlock_test_new_lock(b, name);
 	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 5000, 0, -1, NULL, NULL), DLOCK_OK);
@@ -285,7 +247,7 @@ static void test_stale_row(void)
 	CU_ASSERT(t2 > t1);
 	holder_session(a, name, session, sizeof session);
 	CU_ASSERT_EQUAL(dlock_resign(eb), DLOCK_OK);
-	CU_ASSERT_EQUAL(sql_num(mon, "SELECT count(*) FROM dlock_leaders WHERE pid = $1::int", session), 0);
+	CU_ASSERT_EQUAL(dlock_testpg_num(mon, "SELECT count(*) FROM dlock_leaders WHERE pid = $1::int", session), 0);
 	/* The same session taking the name again shows nothing of its earlier term before it proclaims. */
 	CU_ASSERT_EQUAL(dlock_test_acquire(l, 5000, 0, -1, NULL, NULL), DLOCK_OK);
 	CU_ASSERT_EQUAL(leader(ea, &t, v, sizeof v), 1);
@@ -304,8 +266,8 @@ static void test_stale_row(void)
 static void test_break(void)
 {
 	char name[128];
-	unique(name, sizeof name, "break");
-	dlock_client *a = open_with("ttl=3s"), *o = open_with(LONG_TTL);
+	dlock_testpg_name(name, sizeof name, "pgelect", "break");
+	dlock_client *a = dlock_testpg_open_with("ttl=3s"), *o = dlock_testpg_open_with(LONG_TTL);
 	dlock_election *ea = election(a, name), *eo = election(o, name);
 	dlock_test_observer s;
 	dlock_test_observer_init(&s);
@@ -330,12 +292,12 @@ static void test_break(void)
 static void test_observer_reconnects(void)
 {
 	char name[128], ident[64], app[128];
-	unique(name, sizeof name, "reconnect");
-	snprintf(ident, sizeof ident, "obs-%ld-%u", (long)getpid(), counter);
+	dlock_testpg_name(name, sizeof name, "pgelect", "reconnect");
+	dlock_testpg_name(ident, sizeof ident, "obs", "reconnect");
 	snprintf(app, sizeof app, "identity=%s&" LONG_TTL, ident);
-	dlock_client *a = open_with(LONG_TTL), *o = open_with(app);
+	dlock_client *a = dlock_testpg_open_with(LONG_TTL), *o = dlock_testpg_open_with(app);
 	dlock_election *ea = election(a, name), *eo = election(o, name);
-	PGconn *mon = monitor();
+	PGconn *mon = dlock_testpg_monitor();
 	dlock_test_observer s;
 	dlock_test_observer_init(&s);
 	uint64_t t1 = 0;
@@ -344,7 +306,7 @@ static void test_observer_reconnects(void)
 	CU_ASSERT(dlock_test_observed_after(&s, "a-1", t1 - 1, NOTIFY_MS));
 	/* Every session of the observer's client (its identity is in application_name). */
 	snprintf(app, sizeof app, "%%:%s", ident);
-	CU_ASSERT(sql_num(mon, "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
+	CU_ASSERT(dlock_testpg_num(mon, "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
 	                       "WHERE application_name LIKE $1",
 	                  app) >= 1);
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "a-2"), DLOCK_OK);
@@ -376,7 +338,7 @@ struct churn {
 static void *churn_main(void *arg)
 {
 	struct churn *ch = arg;
-	dlock_client *c = open_with("ttl=2s");
+	dlock_client *c = dlock_testpg_open_with("ttl=2s");
 	dlock_election *e = election(c, ch->name);
 	while (dlock_test_now_ms() < ch->until_ms) {
 		uint64_t term = 0;
@@ -405,10 +367,10 @@ static void *churn_main(void *arg)
 static void test_churn(void)
 {
 	char name[128];
-	unique(name, sizeof name, "churn");
+	dlock_testpg_name(name, sizeof name, "pgelect", "churn");
 	struct churn ch = { .name = name, .until_ms = dlock_test_now_ms() + CHURN_MS };
 	pthread_mutex_init(&ch.mu, NULL);
-	dlock_client *o = open_with(LONG_TTL);
+	dlock_client *o = dlock_testpg_open_with(LONG_TTL);
 	dlock_election *eo = election(o, name);
 	dlock_test_observer s;
 	dlock_test_observer_init(&s);
@@ -432,8 +394,8 @@ static void test_churn(void)
 static void test_lease_runs_out(void)
 {
 	char name[128];
-	unique(name, sizeof name, "lease");
-	dlock_client *a = open_with("ttl=600ms&renew=0"), *b = open_with("ttl=600ms");
+	dlock_testpg_name(name, sizeof name, "pgelect", "lease");
+	dlock_client *a = dlock_testpg_open_with("ttl=600ms&renew=0"), *b = dlock_testpg_open_with("ttl=600ms");
 	dlock_election *ea = election(a, name), *eb = election(b, name);
 	dlock_test_lost lost = { 0 };
 	uint64_t t1 = 0, t2 = 0;

@@ -12,23 +12,8 @@
 #include <unistd.h>
 
 #include "dlock/dlock.h"
+#include "testpg.h"
 #include "testsupport.h"
-
-static unsigned counter;
-
-static void unique(char *out, size_t len, const char *tag)
-{
-	snprintf(out, len, "pginsp-%ld-%ld-%u-%s", (long)getpid(), (long)time(NULL), ++counter, tag);
-}
-
-/* The advisory URI with `params` ("k=v&k=v") appended. */
-static dlock_client *open_with(const char *params)
-{
-	char uri[1024];
-	const char *base = dlock_test_env("DLOCK_TEST_PG_URI");
-	snprintf(uri, sizeof uri, "%s%s%s", base, params[0] ? (strchr(base, '?') ? "&" : "?") : "", params);
-	return dlock_test_open(uri, NULL, NULL);
-}
 
 static dlock_lock_info *inspect(dlock_client *c, const char *name)
 {
@@ -42,7 +27,7 @@ static dlock_lock_info *inspect(dlock_client *c, const char *name)
 
 static void test_features(void)
 {
-	dlock_client *c = open_with("");
+	dlock_client *c = dlock_testpg_open_with("");
 	int64_t v = 0;
 	CU_ASSERT_EQUAL(dlock_client_feature(c, DLOCK_FEATURE_INSPECT, &v), DLOCK_OK);
 	CU_ASSERT(v & DLOCK_INSPECT_HELD);
@@ -60,8 +45,8 @@ static void test_features(void)
 static void test_mutex_owner(void)
 {
 	char name[128];
-	unique(name, sizeof name, "mutex");
-	dlock_client *a = open_with("identity=web%2F1%20%C3%A9t%C3%A9"), *b = open_with("");
+	dlock_testpg_name(name, sizeof name, "pginsp", "mutex");
+	dlock_client *a = dlock_testpg_open_with("identity=web%2F1%20%C3%A9t%C3%A9"), *b = dlock_testpg_open_with("");
 	dlock_lock *la = dlock_test_new_lock(a, name), *lb = dlock_test_new_lock(b, name);
 	dlock_lock_info *info = inspect(b, name);
 	if (info) {
@@ -118,10 +103,10 @@ static void test_mutex_owner(void)
 static void test_long_identity(void)
 {
 	char name[128], params[300] = "identity=";
-	unique(name, sizeof name, "longid");
+	dlock_testpg_name(name, sizeof name, "pginsp", "longid");
 	memset(params + 9, 'x', 120);
 	params[129] = '\0';
-	dlock_client *a = open_with(params);
+	dlock_client *a = dlock_testpg_open_with(params);
 	dlock_lock *la = dlock_test_new_lock(a, name);
 	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(la, 0, 0, -1, NULL, NULL), DLOCK_OK);
 	dlock_lock_info *info = inspect(a, name);
@@ -142,9 +127,9 @@ static void test_long_identity(void)
 static void test_shared_holders(void)
 {
 	char rw[128], sem[128];
-	unique(rw, sizeof rw, "rw");
-	unique(sem, sizeof sem, "sem");
-	dlock_client *c = open_with("identity=reader"), *c2 = open_with("identity=reader");
+	dlock_testpg_name(rw, sizeof rw, "pginsp", "rw");
+	dlock_testpg_name(sem, sizeof sem, "pginsp", "sem");
+	dlock_client *c = dlock_testpg_open_with("identity=reader"), *c2 = dlock_testpg_open_with("identity=reader");
 	dlock_lock *r1 = NULL, *r2 = NULL, *p[3] = { NULL, NULL, NULL };
 	CU_ASSERT_EQUAL(dlock_rwlock_new(c, rw, &r1), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_rwlock_new(c2, rw, &r2), DLOCK_OK);
@@ -205,12 +190,12 @@ static const dlock_lock_info *find(const dlock_lock_list *l, const char *name)
 static void test_list(void)
 {
 	char prefix[64], params[128], n1[128], n2[128], sem[128];
-	snprintf(prefix, sizeof prefix, "pl%ld_%u", (long)getpid(), ++counter);
+	snprintf(prefix, sizeof prefix, "pl%ld_%ld", (long)getpid(), (long)time(NULL));
 	snprintf(params, sizeof params, "prefix=%s&identity=lister", prefix);
 	snprintf(n1, sizeof n1, "a/one");
 	snprintf(n2, sizeof n2, "b/two");
 	snprintf(sem, sizeof sem, "a/sem");
-	dlock_client *c = open_with(params), *other = open_with("identity=other");
+	dlock_client *c = dlock_testpg_open_with(params), *other = dlock_testpg_open_with("identity=other");
 	dlock_lock *l1 = dlock_test_new_lock(c, n1), *l2 = dlock_test_new_lock(c, n2), *lo = dlock_test_new_lock(other, n1);
 	dlock_lock *ls = NULL;
 	CU_ASSERT_EQUAL(dlock_semaphore_new(c, sem, 2, &ls), DLOCK_OK);
@@ -259,8 +244,8 @@ static void test_list(void)
 static void test_break(void)
 {
 	char name[128];
-	unique(name, sizeof name, "break");
-	dlock_client *a = open_with("identity=stuck"), *b = open_with("identity=admin");
+	dlock_testpg_name(name, sizeof name, "pginsp", "break");
+	dlock_client *a = dlock_testpg_open_with("identity=stuck"), *b = dlock_testpg_open_with("identity=admin");
 	dlock_lock *la = dlock_test_new_lock(a, name), *lb = dlock_test_new_lock(b, name);
 	dlock_test_lost lost = { 0 };
 	size_t broken = 99;
@@ -299,7 +284,7 @@ static void test_hostile(void)
 		name[i] = (char)(1 + (i * 37 + 11) % 255);
 	memcpy(name, "'); DROP TABLE dlock_names; --", 30);
 	name[DLOCK_NAME_MAX] = '\0';
-	dlock_client *c = open_with("identity=%27%3B%20DROP%20%25%26id%3D");
+	dlock_client *c = dlock_testpg_open_with("identity=%27%3B%20DROP%20%25%26id%3D");
 	dlock_lock *l = dlock_test_new_lock(c, name);
 	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(l, 0, 0, -1, NULL, NULL), DLOCK_OK);
 	dlock_lock_info *info = inspect(c, name);
