@@ -30,13 +30,14 @@
 #include "faultproxy.h"
 #include "testobserve.h"
 #include "testsupport.h"
+#include "testzk.h"
 
 #define AWAIT_MS 20000
 #define NOTIFIED_MS 1000 /* a notification, not the read twice per lease (OBSERVER_TTL) */
 #define OBSERVER_TTL "ttl=60s"
 #define CANDIDATE_TTL "ttl=60s&session_timeout=4s"
 
-static char hosts[2][512];
+static char hosts[2][DLOCK_TESTZK_HOSTS_MAX];
 static unsigned base_counter;
 
 /* ------------------------------------------------------------ helpers */
@@ -76,37 +77,6 @@ static dlock_status campaign(dlock_election *e, const char *value, dlock_test_lo
 	o.on_lost = lost ? dlock_test_on_lost : NULL;
 	o.lost_userdata = lost;
 	return dlock_campaign(e, value, &o, term);
-}
-
-static void raw_log(const char *msg)
-{
-	(void)msg;
-}
-
-static void raw_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
-{
-	(void)zh, (void)type, (void)state, (void)path, (void)ctx;
-}
-
-static int raw_connected(void *arg)
-{
-	return zoo_state(arg) == ZOO_CONNECTED_STATE;
-}
-
-/* A handle of our own on host list `h`, with the session `id` (NULL: a new one). */
-static zhandle_t *raw_open(int h, const clientid_t *id)
-{
-	zhandle_t *zh = zookeeper_init2(hosts[h], raw_watcher, 10000, id, NULL, 0, raw_log);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(zh);
-	dlock_test_await(raw_connected, zh, AWAIT_MS);
-	return zh;
-}
-
-static clientid_t session_of(dlock_client *c)
-{
-	clientid_t id = { 0 };
-	CU_ASSERT_EQUAL(dlock_client_control(c, DLOCK_ZK_CTL_SESSION_ID, &id), DLOCK_OK);
-	return id;
 }
 
 /* The client's session is no longer `old` (a new one is connected). */
@@ -316,9 +286,9 @@ static void expired_on(int h)
 	struct candidate kb;
 	candidate_start(&kb, eb, "b");
 
-	clientid_t id = session_of(a);
+	clientid_t id = dlock_testzk_session(a);
 	for (int i = 0; i < 10 && !dlock_test_lost_seen(&lost); i++) {
-		zookeeper_close(raw_open(h, &id));
+		dlock_testzk_close_session(hosts[h], &id);
 		dlock_test_await(dlock_test_lost_seen, &lost, 3000);
 	}
 	CU_ASSERT_FATAL(dlock_test_lost_seen(&lost));
@@ -442,13 +412,13 @@ static void observer_session_on(int h)
 	CU_ASSERT_EQUAL_FATAL(campaign(ea, "one", NULL, &t1), DLOCK_OK);
 	CU_ASSERT(dlock_test_observed(&s, "one", t1, NOTIFIED_MS));
 
-	clientid_t id = session_of(o);
+	clientid_t id = dlock_testzk_session(o);
 	struct new_session ns = { o, id.client_id };
 	/* The server ends the session; the client's library may have won it back just before: close again. */
-	zookeeper_close(raw_open(h, &id));
+	dlock_testzk_close_session(hosts[h], &id);
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "two"), DLOCK_OK);
 	for (int i = 0; i < 10 && !dlock_test_await(session_replaced, &ns, 3000); i++)
-		zookeeper_close(raw_open(h, &id));
+		dlock_testzk_close_session(hosts[h], &id);
 	CU_ASSERT_FATAL(session_replaced(&ns));
 	CU_ASSERT(dlock_test_observed(&s, "two", t1, 2 * NOTIFIED_MS));
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "three"), DLOCK_OK);
@@ -494,14 +464,14 @@ static void test_observer_disconnected(void)
 	uint64_t t1 = 0;
 	CU_ASSERT_EQUAL_FATAL(campaign(ea, "one", NULL, &t1), DLOCK_OK);
 	CU_ASSERT(dlock_test_observed(&s, "one", t1, NOTIFIED_MS));
-	int64_t id = session_of(o).client_id;
+	int64_t id = dlock_testzk_session(o).client_id;
 
 	CU_ASSERT_EQUAL_FATAL(faultproxy_refuse(px, 1), 0);
 	faultproxy_reset(px);
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "two"), DLOCK_OK);
 	CU_ASSERT_EQUAL(faultproxy_refuse(px, 0), 0);
 	CU_ASSERT(dlock_test_observed(&s, "two", t1, 5 * NOTIFIED_MS));
-	CU_ASSERT_EQUAL(session_of(o).client_id, id); /* the same session: its watches came back with it */
+	CU_ASSERT_EQUAL(dlock_testzk_session(o).client_id, id); /* the same session: its watches came back with it */
 	CU_ASSERT_EQUAL(dlock_proclaim(ea, "three"), DLOCK_OK);
 	CU_ASSERT(dlock_test_observed(&s, "three", t1, NOTIFIED_MS));
 
@@ -563,7 +533,7 @@ static void test_node_data(void)
 	char parent[512], path[600], comp[DLOCK_COMPONENT_MAX + 1];
 	dlock_name_component("raw", 3, comp);
 	snprintf(parent, sizeof parent, "%s/%s", p.base, comp);
-	zhandle_t *zh = raw_open(0, NULL);
+	zhandle_t *zh = dlock_testzk_raw(hosts[0], NULL);
 	/* The base path is there: the client made it when it opened. */
 	CU_ASSERT_EQUAL_FATAL(zoo_create(zh, parent, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0), ZOK);
 	snprintf(path, sizeof path, "%s/_c_0123456789abcdef0123456789abcdef-lock-", parent);
@@ -619,12 +589,8 @@ static void add_suites(void)
 
 int main(void)
 {
-	const char *one = dlock_test_env("DLOCK_TEST_ZK_URI");
-	const char *ens = dlock_test_env("DLOCK_TEST_ZK_ENSEMBLE_URI");
-	if (!one || !ens || strncmp(one, "zk://", 5) != 0 || strncmp(ens, "zk://", 5) != 0)
+	if (!dlock_testzk_hosts(hosts))
 		return dlock_test_skip("no ZooKeeper server (DLOCK_TEST_ZK_URI unset)");
-	snprintf(hosts[0], sizeof hosts[0], "%s", one + 5);
-	snprintf(hosts[1], sizeof hosts[1], "%s", ens + 5);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	return dlock_test_main(add_suites);
 }

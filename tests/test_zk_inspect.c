@@ -25,12 +25,13 @@
 #include "dlock/sys/driver.h"
 #include "dlock/sys/zookeeper.h"
 #include "testsupport.h"
+#include "testzk.h"
 
 #define LONG_WAIT_MS 30000
 #define AWAIT_MS 20000
 #define SKEW_MS 5000 /* the servers run on this host: their clock is ours, give or take */
 
-static char hosts[2][512];
+static char hosts[2][DLOCK_TESTZK_HOSTS_MAX];
 static unsigned base_counter;
 
 /* ------------------------------------------------------------ helpers */
@@ -74,29 +75,6 @@ static dlock_status acquire_mode(dlock_lock *l, int64_t wait_ms, dlock_lock_mode
 	o.on_lost = lost ? dlock_test_on_lost : NULL;
 	o.lost_userdata = lost;
 	return dlock_acquire(l, &o);
-}
-
-static void raw_log(const char *msg)
-{
-	(void)msg;
-}
-
-static void raw_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
-{
-	(void)zh, (void)type, (void)state, (void)path, (void)ctx;
-}
-
-static int raw_connected(void *arg)
-{
-	return zoo_state(arg) == ZOO_CONNECTED_STATE;
-}
-
-static zhandle_t *raw_open(int h)
-{
-	zhandle_t *zh = zookeeper_init2(hosts[h], raw_watcher, 10000, NULL, NULL, 0, raw_log);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(zh);
-	CU_ASSERT_FATAL(dlock_test_await(raw_connected, zh, AWAIT_MS));
-	return zh;
 }
 
 /* A thread that acquires and holds until told to release. */
@@ -158,13 +136,6 @@ static dlock_lock_info *inspect_when(dlock_client *c, const char *name, size_t n
 	return i;
 }
 
-static clientid_t session_of(dlock_client *c)
-{
-	clientid_t id = { 0 };
-	CU_ASSERT_EQUAL(dlock_client_control(c, DLOCK_ZK_CTL_SESSION_ID, &id), DLOCK_OK);
-	return id;
-}
-
 static void check_holder(const dlock_holder *h, const char *identity, dlock_client *owner)
 {
 	char host[256] = "", ses[32];
@@ -178,7 +149,7 @@ static void check_holder(const dlock_holder *h, const char *identity, dlock_clie
 	CU_ASSERT(h->acquired_ms > now - 60000 - SKEW_MS && h->acquired_ms < now + SKEW_MS);
 	CU_ASSERT_EQUAL(h->lease_left_ms, -1);
 	CU_ASSERT_EQUAL(h->slot, -1);
-	snprintf(ses, sizeof ses, "0x%llx", (unsigned long long)session_of(owner).client_id);
+	snprintf(ses, sizeof ses, "0x%llx", (unsigned long long)dlock_testzk_session(owner).client_id);
 	CU_ASSERT_STRING_EQUAL(h->session, ses);
 }
 
@@ -541,7 +512,8 @@ static void test_foreign_nodes(void)
 	char uri[1024], base[64], parent[512], path[1024], made[1024];
 	new_uri(uri, sizeof uri, 0, NULL, "", base, sizeof base);
 	dlock_client *c = open_client(uri);
-	zhandle_t *zh = raw_open(0);
+	zhandle_t *zh = dlock_testzk_raw(hosts[0], NULL);
+	CU_ASSERT_EQUAL_FATAL(zoo_state(zh), ZOO_CONNECTED_STATE);
 	dlock_lock *l = new_kind(c, "old", DLOCK_KIND_MUTEX, 1);
 
 	/* A mutex node as the previous release made it: no data.  (Parents persistent: never reaped under us.) */
@@ -651,12 +623,8 @@ static void add_suites(void)
 
 int main(void)
 {
-	const char *one = dlock_test_env("DLOCK_TEST_ZK_URI");
-	const char *ens = dlock_test_env("DLOCK_TEST_ZK_ENSEMBLE_URI");
-	if (!one || !ens || strncmp(one, "zk://", 5) != 0 || strncmp(ens, "zk://", 5) != 0)
+	if (!dlock_testzk_hosts(hosts))
 		return dlock_test_skip("no ZooKeeper server (DLOCK_TEST_ZK_URI unset)");
-	snprintf(hosts[0], sizeof hosts[0], "%s", one + 5);
-	snprintf(hosts[1], sizeof hosts[1], "%s", ens + 5);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	return dlock_test_main(add_suites);
 }
