@@ -148,7 +148,8 @@ static void test_observe_notify(void)
 {
 	char name[128];
 	dlock_testpg_name(name, sizeof name, "pgelect", "notify");
-	dlock_client *a = dlock_testpg_open_with(LONG_TTL), *b = dlock_testpg_open_with(LONG_TTL), *o = dlock_testpg_open_with(LONG_TTL);
+	dlock_client *a = dlock_testpg_open_with(LONG_TTL), *b = dlock_testpg_open_with(LONG_TTL);
+	dlock_client *o = dlock_testpg_open_with(LONG_TTL);
 	dlock_election *ea = election(a, name), *eb = election(b, name), *eo = election(o, name);
 	dlock_test_observer s;
 	dlock_test_observer_init(&s);
@@ -187,7 +188,8 @@ static void test_terminated_leader(void)
 {
 	char name[128], session[32];
 	dlock_testpg_name(name, sizeof name, "pgelect", "terminated");
-	dlock_client *a = dlock_testpg_open_with("ttl=1500ms"), *b = dlock_testpg_open_with("ttl=1500ms"), *o = dlock_testpg_open_with("ttl=1500ms");
+	dlock_client *a = dlock_testpg_open_with("ttl=1500ms"), *b = dlock_testpg_open_with("ttl=1500ms");
+	dlock_client *o = dlock_testpg_open_with("ttl=1500ms");
 	dlock_election *ea = election(a, name), *eb = election(b, name), *eo = election(o, name);
 	PGconn *mon = dlock_testpg_monitor();
 	dlock_test_observer s;

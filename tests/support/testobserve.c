@@ -81,14 +81,16 @@ static int await_want(const struct want *w, int64_t ms)
 		dlock_test_observer *o = w->o;
 		pthread_mutex_lock(&o->mu);
 		printf("\n    observer after %lld ms: calls %zu elected %d term %llu value \"%.40s\"; wanted ",
-		       (long long)(dlock_test_now_ms() - t0), o->calls, o->elected, (unsigned long long)o->term, o->value);
+		       (long long)(dlock_test_now_ms() - t0), o->calls, o->elected, (unsigned long long)o->term,
+		       o->value);
 		pthread_mutex_unlock(&o->mu);
 		if (!w->elected)
 			printf("nobody");
 		else if (w->term)
 			printf("term %llu value \"%.40s\"", (unsigned long long)w->term, w->value ? w->value : "*");
 		else
-			printf("term > %llu value \"%.40s\"", (unsigned long long)w->term_over, w->value ? w->value : "*");
+			printf("term > %llu value \"%.40s\"", (unsigned long long)w->term_over,
+			       w->value ? w->value : "*");
 	}
 	return ok;
 }
