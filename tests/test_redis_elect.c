@@ -25,12 +25,9 @@
 #include "testredis.h"
 #include "testsupport.h"
 
-#define URIS_MAX 16
 #define NOTIFY_MS 1000    /* a notification, not the observer's read (15 s away at ttl=30s) */
 #define LEASE_MS 10000
 
-static char uris[URIS_MAX][DLOCK_TESTREDIS_URI_MAX];
-static size_t nuris;
 static int redis_port;
 
 /* ------------------------------------------------------------ helpers */
@@ -198,43 +195,66 @@ static void hostile_on(const char *base)
 	dlock_client_close(a);
 }
 
+/*
+ * Candidates a and b on `base` and an observer o on `obase` (NULL: `base`;
+ * `oextra` added to its URI), all on a fresh prefix, each with an election
+ * of "svc"; o observing into `seen`.
+ */
+struct stage {
+	dlock_client *a, *b, *o;
+	dlock_election *ea, *eb, *eo;
+	dlock_test_observer seen;
+};
+
+static void stage_open(struct stage *st, const char *base, const char *obase, const char *oextra)
+{
+	char prefix[64];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	st->a = open_with(base, prefix, "");
+	st->b = open_with(base, prefix, "");
+	st->o = open_with(obase ? obase : base, prefix, oextra);
+	st->ea = st->eb = st->eo = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_election_new(st->a, "svc", &st->ea), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_election_new(st->b, "svc", &st->eb), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_election_new(st->o, "svc", &st->eo), DLOCK_OK);
+	dlock_test_observer_init(&st->seen);
+	CU_ASSERT_EQUAL_FATAL(dlock_observe(st->eo, dlock_test_on_leader, &st->seen), DLOCK_OK);
+}
+
+static void stage_close(struct stage *st)
+{
+	dlock_election_free(st->eo);
+	dlock_election_free(st->eb);
+	dlock_election_free(st->ea);
+	dlock_test_observer_destroy(&st->seen);
+	dlock_client_close(st->o);
+	dlock_client_close(st->b);
+	dlock_client_close(st->a);
+}
+
 /* dlock_break(): the leader is told, the observer hears nobody at once, and the next leader's term is larger. */
 static void broken_on(const char *base)
 {
 	if (is_redlock(base))
 		return;
-	char prefix[64];
-	dlock_testredis_prefix(prefix, sizeof prefix);
-	dlock_client *a = open_with(base, prefix, ""), *b = open_with(base, prefix, "");
-	dlock_client *o = open_with(base, prefix, "ttl=30s");
-	dlock_election *ea = NULL, *eb = NULL, *eo = NULL;
-	CU_ASSERT_EQUAL_FATAL(dlock_election_new(a, "svc", &ea), DLOCK_OK);
-	CU_ASSERT_EQUAL_FATAL(dlock_election_new(b, "svc", &eb), DLOCK_OK);
-	CU_ASSERT_EQUAL_FATAL(dlock_election_new(o, "svc", &eo), DLOCK_OK);
-	dlock_test_observer h;
-	dlock_test_observer_init(&h);
-	CU_ASSERT_EQUAL_FATAL(dlock_observe(eo, dlock_test_on_leader, &h), DLOCK_OK);
-	struct campaign ca = { .e = ea, .value = "a", .lease_ms = 1500, .renew = 1 };
+	struct stage st;
+	stage_open(&st, base, NULL, "ttl=30s");
+	struct campaign ca = { .e = st.ea, .value = "a", .lease_ms = 1500, .renew = 1 };
 	CU_ASSERT_EQUAL_FATAL(campaign_now(&ca), DLOCK_OK);
-	CU_ASSERT(dlock_test_observed(&h, "a", ca.term, NOTIFY_MS));
+	CU_ASSERT(dlock_test_observed(&st.seen, "a", ca.term, NOTIFY_MS));
 	size_t broken = 0;
-	CU_ASSERT_EQUAL(dlock_break(o, "svc", &broken), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_break(st.o, "svc", &broken), DLOCK_OK);
 	CU_ASSERT_EQUAL(broken, 1);
-	CU_ASSERT(dlock_test_observed_nobody(&h, NOTIFY_MS));
+	CU_ASSERT(dlock_test_observed_nobody(&st.seen, NOTIFY_MS));
 	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &ca.lost, 3000)); /* at its next renewal */
-	CU_ASSERT_EQUAL(dlock_proclaim(ea, "still me?"), DLOCK_ENOTHELD);
-	struct campaign cb = { .e = eb, .value = "b", .lease_ms = LEASE_MS, .renew = 1 };
+	CU_ASSERT_EQUAL(dlock_proclaim(st.ea, "still me?"), DLOCK_ENOTHELD);
+	struct campaign cb = { .e = st.eb, .value = "b", .lease_ms = LEASE_MS, .renew = 1 };
 	CU_ASSERT_EQUAL_FATAL(campaign_now(&cb), DLOCK_OK);
 	CU_ASSERT(cb.term > ca.term);
-	CU_ASSERT(dlock_test_observed(&h, "b", cb.term, NOTIFY_MS));
-	CU_ASSERT_FALSE(dlock_test_observer_went_back(&h));
-	CU_ASSERT_EQUAL(dlock_resign(eb), DLOCK_OK);
-	dlock_election_free(eo);
-	dlock_election_free(eb);
-	dlock_election_free(ea);
-	dlock_client_close(o);
-	dlock_client_close(b);
-	dlock_client_close(a);
+	CU_ASSERT(dlock_test_observed(&st.seen, "b", cb.term, NOTIFY_MS));
+	CU_ASSERT_FALSE(dlock_test_observer_went_back(&st.seen));
+	CU_ASSERT_EQUAL(dlock_resign(st.eb), DLOCK_OK);
+	stage_close(&st);
 }
 
 /*
@@ -247,65 +267,23 @@ static void expired_on(const char *base)
 {
 	if (is_redlock(base))
 		return;
-	char prefix[64];
-	dlock_testredis_prefix(prefix, sizeof prefix);
-	dlock_client *a = open_with(base, prefix, ""), *b = open_with(base, prefix, "");
-	dlock_client *o = open_with(base, prefix, "ttl=2s");
-	dlock_election *ea = NULL, *eb = NULL, *eo = NULL;
-	CU_ASSERT_EQUAL_FATAL(dlock_election_new(a, "svc", &ea), DLOCK_OK);
-	CU_ASSERT_EQUAL_FATAL(dlock_election_new(b, "svc", &eb), DLOCK_OK);
-	CU_ASSERT_EQUAL_FATAL(dlock_election_new(o, "svc", &eo), DLOCK_OK);
-	dlock_test_observer h;
-	dlock_test_observer_init(&h);
-	CU_ASSERT_EQUAL_FATAL(dlock_observe(eo, dlock_test_on_leader, &h), DLOCK_OK);
-	struct campaign ca = { .e = ea, .value = "paused", .lease_ms = 800, .renew = 0 };
+	struct stage st;
+	stage_open(&st, base, NULL, "ttl=2s");
+	struct campaign ca = { .e = st.ea, .value = "paused", .lease_ms = 800, .renew = 0 };
 	CU_ASSERT_EQUAL_FATAL(campaign_now(&ca), DLOCK_OK);
-	CU_ASSERT(dlock_test_observed(&h, "paused", ca.term, NOTIFY_MS));
+	CU_ASSERT(dlock_test_observed(&st.seen, "paused", ca.term, NOTIFY_MS));
 	int64_t t0 = dlock_test_now_ms();
 	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &ca.lost, 3000));
-	CU_ASSERT(dlock_test_observed_nobody(&h, 800 + 2000 + 500)); /* the lease, then the observer's read within one */
+	/* the lease, then the observer's read within one */
+	CU_ASSERT(dlock_test_observed_nobody(&st.seen, 800 + 2000 + 500));
 	printf("\n    nobody heard %lld ms after the campaign", (long long)(dlock_test_now_ms() - t0));
-	struct campaign cb = { .e = eb, .value = "next", .lease_ms = LEASE_MS, .renew = 1 };
+	struct campaign cb = { .e = st.eb, .value = "next", .lease_ms = LEASE_MS, .renew = 1 };
 	CU_ASSERT_EQUAL_FATAL(campaign_now(&cb), DLOCK_OK);
 	CU_ASSERT(cb.term > ca.term);
-	CU_ASSERT(dlock_test_observed(&h, "next", cb.term, NOTIFY_MS));
-	CU_ASSERT_FALSE(dlock_test_observer_went_back(&h));
-	CU_ASSERT_EQUAL(dlock_resign(eb), DLOCK_OK);
-	dlock_election_free(eo);
-	dlock_election_free(eb);
-	dlock_election_free(ea);
-	dlock_client_close(o);
-	dlock_client_close(b);
-	dlock_client_close(a);
-}
-
-static void on_every_uri(void (*body)(const char *base))
-{
-	for (size_t i = 0; i < nuris; i++) {
-		/* the scheme only: a query may hold a sentinel's password */
-		printf("\n    %.*s (URI %zu)", (int)strcspn(uris[i], ":"), uris[i], i + 1);
-		body(uris[i]);
-	}
-}
-
-static void test_handoff(void)
-{
-	on_every_uri(handoff_on);
-}
-
-static void test_hostile(void)
-{
-	on_every_uri(hostile_on);
-}
-
-static void test_broken(void)
-{
-	on_every_uri(broken_on);
-}
-
-static void test_expired(void)
-{
-	on_every_uri(expired_on);
+	CU_ASSERT(dlock_test_observed(&st.seen, "next", cb.term, NOTIFY_MS));
+	CU_ASSERT_FALSE(dlock_test_observer_went_back(&st.seen));
+	CU_ASSERT_EQUAL(dlock_resign(st.eb), DLOCK_OK);
+	stage_close(&st);
 }
 
 /*
@@ -322,30 +300,22 @@ static void test_reconnect(void)
 	}
 	faultproxy *px = faultproxy_start("127.0.0.1", redis_port);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(px);
-	char prefix[64], via[128];
-	dlock_testredis_prefix(prefix, sizeof prefix);
+	char via[128];
 	snprintf(via, sizeof via, "redis://127.0.0.1:%d", faultproxy_port(px));
-	dlock_client *a = open_with(base, prefix, ""), *o = open_with(via, prefix, "ttl=30s");
-	dlock_election *ea = NULL, *eo = NULL;
-	CU_ASSERT_EQUAL_FATAL(dlock_election_new(a, "svc", &ea), DLOCK_OK);
-	CU_ASSERT_EQUAL_FATAL(dlock_election_new(o, "svc", &eo), DLOCK_OK);
-	dlock_test_observer h;
-	dlock_test_observer_init(&h);
-	CU_ASSERT_EQUAL_FATAL(dlock_observe(eo, dlock_test_on_leader, &h), DLOCK_OK);
-	struct campaign ca = { .e = ea, .value = "before", .lease_ms = LEASE_MS, .renew = 1 };
+	struct stage st;
+	stage_open(&st, base, via, "ttl=30s");
+	struct campaign ca = { .e = st.ea, .value = "before", .lease_ms = LEASE_MS, .renew = 1 };
 	CU_ASSERT_EQUAL_FATAL(campaign_now(&ca), DLOCK_OK);
-	CU_ASSERT(dlock_test_observed(&h, "before", ca.term, NOTIFY_MS));
+	CU_ASSERT(dlock_test_observed(&st.seen, "before", ca.term, NOTIFY_MS));
 	CU_ASSERT_EQUAL(faultproxy_refuse(px, 1), 0);
 	faultproxy_reset(px);
-	CU_ASSERT_EQUAL(dlock_proclaim(ea, "while away"), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_proclaim(st.ea, "while away"), DLOCK_OK);
 	dlock_test_sleep_ms(300); /* the message is published while the observer cannot hear it */
 	CU_ASSERT_EQUAL(faultproxy_refuse(px, 0), 0);
-	CU_ASSERT(dlock_test_observed(&h, "while away", ca.term, 5000)); /* reconnect backoff at most 2 s, then a read */
-	CU_ASSERT_EQUAL(dlock_resign(ea), DLOCK_OK);
-	dlock_election_free(eo);
-	dlock_election_free(ea);
-	dlock_client_close(o);
-	dlock_client_close(a);
+	/* reconnect backoff at most 2 s, then a read */
+	CU_ASSERT(dlock_test_observed(&st.seen, "while away", ca.term, 5000));
+	CU_ASSERT_EQUAL(dlock_resign(st.ea), DLOCK_OK);
+	stage_close(&st);
 	faultproxy_stop(px);
 }
 
@@ -407,10 +377,12 @@ static void test_old_format(void)
 static void add_suites(void)
 {
 	CU_pSuite s = CU_add_suite("redis elections", NULL, NULL);
-	CU_add_test(s, "campaign, proclaim, resign: terms grow, the observer hears within a second", test_handoff);
-	CU_add_test(s, "hostile names and values, 1,024 bytes", test_hostile);
-	CU_add_test(s, "break: the leader is told, the observer hears, the next term is larger", test_broken);
-	CU_add_test(s, "an expired key publishes nothing: the observer reads within a lease", test_expired);
+	dlock_testredis_add_each(s, "campaign, proclaim, resign: terms grow, the observer hears within a second",
+	                         handoff_on);
+	dlock_testredis_add_each(s, "hostile names and values, 1,024 bytes", hostile_on);
+	dlock_testredis_add_each(s, "break: the leader is told, the observer hears, the next term is larger",
+	                         broken_on);
+	dlock_testredis_add_each(s, "an expired key publishes nothing: the observer reads within a lease", expired_on);
 	CU_add_test(s, "an observer cut off reads again once reconnected", test_reconnect);
 	CU_add_test(s, "the previous release's values", test_old_format);
 }
@@ -419,8 +391,7 @@ int main(void)
 {
 	const char *port = dlock_test_env("DLOCK_TEST_REDIS_PORT");
 	redis_port = port ? atoi(port) : 0;
-	nuris = dlock_testredis_uris(uris, URIS_MAX);
-	if (nuris == 0)
+	if (dlock_testredis_every_uri() == 0)
 		return dlock_test_skip("no redis URI in DLOCK_TEST_URIS");
 	return dlock_test_main(add_suites);
 }

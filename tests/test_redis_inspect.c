@@ -20,11 +20,8 @@
 #include "testredis.h"
 #include "testsupport.h"
 
-#define URIS_MAX 16
 #define LEASE_MS 10000
 
-static char uris[URIS_MAX][DLOCK_TESTREDIS_URI_MAX];
-static size_t nuris;
 static int redis_port;
 
 /* ------------------------------------------------------------ helpers */
@@ -384,45 +381,6 @@ static void hostile_on(const char *base)
 	dlock_client_close(a);
 }
 
-static void on_every_uri(void (*body)(const char *base))
-{
-	for (size_t i = 0; i < nuris; i++) {
-		/* the scheme only: a query may hold a sentinel's password */
-		printf("\n    %.*s (URI %zu)", (int)strcspn(uris[i], ":"), uris[i], i + 1);
-		body(uris[i]);
-	}
-}
-
-static void test_mutex(void)
-{
-	on_every_uri(mutex_on);
-}
-
-static void test_shared(void)
-{
-	on_every_uri(shared_on);
-}
-
-static void test_waiters(void)
-{
-	on_every_uri(waiters_on);
-}
-
-static void test_list(void)
-{
-	on_every_uri(list_on);
-}
-
-static void test_break(void)
-{
-	on_every_uri(break_on);
-}
-
-static void test_hostile(void)
-{
-	on_every_uri(hostile_on);
-}
-
 /*
  * The previous release's values: the owner value alone.  A holder of that
  * form inspects as held by an unknown owner and keeps new clients out; the
@@ -500,12 +458,12 @@ static void test_old_format(void)
 static void add_suites(void)
 {
 	CU_pSuite s = CU_add_suite("redis inspection", NULL, NULL);
-	CU_add_test(s, "a mutex's holder: identity, pid, host, time, lease, token", test_mutex);
-	CU_add_test(s, "every reader and every permit", test_shared);
-	CU_add_test(s, "queued waiters counted", test_waiters);
-	CU_add_test(s, "list under the prefix", test_list);
-	CU_add_test(s, "break: lost at the next renewal, waiter woken, larger token", test_break);
-	CU_add_test(s, "hostile names and identity, a 1,024-byte name", test_hostile);
+	dlock_testredis_add_each(s, "a mutex's holder: identity, pid, host, time, lease, token", mutex_on);
+	dlock_testredis_add_each(s, "every reader and every permit", shared_on);
+	dlock_testredis_add_each(s, "queued waiters counted", waiters_on);
+	dlock_testredis_add_each(s, "list under the prefix", list_on);
+	dlock_testredis_add_each(s, "break: lost at the next renewal, waiter woken, larger token", break_on);
+	dlock_testredis_add_each(s, "hostile names and identity, a 1,024-byte name", hostile_on);
 	CU_add_test(s, "the previous release's values", test_old_format);
 }
 
@@ -513,8 +471,7 @@ int main(void)
 {
 	const char *port = dlock_test_env("DLOCK_TEST_REDIS_PORT");
 	redis_port = port ? atoi(port) : 0;
-	nuris = dlock_testredis_uris(uris, URIS_MAX);
-	if (nuris == 0)
+	if (dlock_testredis_every_uri() == 0)
 		return dlock_test_skip("no redis URI in DLOCK_TEST_URIS");
 	return dlock_test_main(add_suites);
 }

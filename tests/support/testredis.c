@@ -131,3 +131,42 @@ size_t dlock_testredis_uris(char (*out)[DLOCK_TESTREDIS_URI_MAX], size_t max)
 		snprintf(out[n++], DLOCK_TESTREDIS_URI_MAX, "%s", unix_uri);
 	return n;
 }
+
+/* The URIs and the bodies of dlock_testredis_add_each()'s tests (test programs register and run on one thread). */
+static char each_uris[DLOCK_TESTREDIS_EACH_MAX][DLOCK_TESTREDIS_URI_MAX];
+static size_t each_nuris;
+static struct {
+	CU_pTest test;
+	void (*body)(const char *base);
+} each_tests[DLOCK_TESTREDIS_EACH_MAX];
+static size_t each_ntests;
+
+size_t dlock_testredis_every_uri(void)
+{
+	each_nuris = dlock_testredis_uris(each_uris, DLOCK_TESTREDIS_EACH_MAX);
+	return each_nuris;
+}
+
+/* The test CUnit is running: its body on every URI. */
+static void run_each(void)
+{
+	CU_pTest now = CU_get_current_test();
+	for (size_t t = 0; t < each_ntests; t++) {
+		if (each_tests[t].test != now)
+			continue;
+		for (size_t i = 0; i < each_nuris; i++) {
+			/* the scheme only: a query may hold a sentinel's password */
+			printf("\n    %.*s (URI %zu)", (int)strcspn(each_uris[i], ":"), each_uris[i], i + 1);
+			each_tests[t].body(each_uris[i]);
+		}
+	}
+}
+
+void dlock_testredis_add_each(CU_pSuite suite, const char *name, void (*body)(const char *base))
+{
+	if (each_ntests == DLOCK_TESTREDIS_EACH_MAX)
+		abort();
+	each_tests[each_ntests].body = body;
+	each_tests[each_ntests].test = CU_add_test(suite, name, run_each);
+	each_ntests++;
+}

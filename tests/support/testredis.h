@@ -1,12 +1,13 @@
 /*
  * Helpers for the Redis test programs (test_redis, test_redis_fair): key
- * prefixes of their own, URIs, and a raw hiredis connection to look at what
- * the backend left on the server.  Failures to reach the server are fatal
- * CUnit assertions.
+ * prefixes of their own, URIs, tests run once per URI, and a raw hiredis
+ * connection to look at what the backend left on the server.  Failures to
+ * reach the server are fatal CUnit assertions.
  */
 #ifndef DLOCK_TESTREDIS_H
 #define DLOCK_TESTREDIS_H
 
+#include <CUnit/CUnit.h>
 #include <hiredis/hiredis.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,6 +58,24 @@ void dlock_testredis_get(redisContext *ctx, const char *key, char *out, size_t l
  * how many.
  */
 size_t dlock_testredis_uris(char (*out)[DLOCK_TESTREDIS_URI_MAX], size_t max);
+
+/** At most this many URIs and tests for dlock_testredis_add_each(). */
+#define DLOCK_TESTREDIS_EACH_MAX 16
+
+/**
+ * Load the URIs (dlock_testredis_uris()) that the tests of
+ * dlock_testredis_add_each() run on: how many (0: the program has nothing
+ * to test and says SKIPPED).
+ */
+size_t dlock_testredis_every_uri(void);
+
+/**
+ * Add to `suite` a test called `name` that runs `body` once per URI that
+ * dlock_testredis_every_uri() loaded, each announced by its scheme alone (a
+ * query may hold a password).  Call it from the add_suites function, at
+ * most DLOCK_TESTREDIS_EACH_MAX times (aborts beyond).
+ */
+void dlock_testredis_add_each(CU_pSuite suite, const char *name, void (*body)(const char *base));
 
 /** PREFIX:{first 32 hex digits of SHA-256(name)}:SUFFIX, as the backend names its keys. */
 void dlock_testredis_key(char *out, size_t len, const char *prefix, const char *name, const char *suffix);
