@@ -435,9 +435,7 @@ static void row_refuses(const char *uri)
 
 static void test_row_mode(void)
 {
-	row_refuses(dlock_test_env("DLOCK_TEST_PG_ROW_URI"));
-	if (dlock_test_env("DLOCK_TEST_PG_BOUNCER_URI"))
-		row_refuses(dlock_test_env("DLOCK_TEST_PG_BOUNCER_URI"));
+	dlock_testpg_each_row_uri(row_refuses);
 }
 
 static void add_suites(void)
@@ -456,7 +454,5 @@ static void add_suites(void)
 
 int main(void)
 {
-	if (!dlock_test_env("DLOCK_TEST_PG_URI") || !dlock_test_env("DLOCK_TEST_PG_ROW_URI"))
-		return dlock_test_skip("no PostgreSQL server (DLOCK_TEST_PG_URI unset)");
-	return dlock_test_main(add_suites);
+	return dlock_testpg_main(add_suites);
 }

@@ -28,7 +28,6 @@
 #define NOTIFY_MS 1000    /* a notification, not the observer's read (15 s away at ttl=30s) */
 #define LEASE_MS 10000
 
-static int redis_port;
 
 /* ------------------------------------------------------------ helpers */
 
@@ -293,11 +292,10 @@ static void expired_on(const char *base)
  */
 static void test_reconnect(void)
 {
-	const char *base = dlock_test_env("DLOCK_TEST_REDIS_URI");
-	if (!base || !redis_port) {
-		dlock_test_skip_part("DLOCK_TEST_REDIS_URI unset");
+	int redis_port = 0;
+	const char *base = dlock_testredis_single(&redis_port);
+	if (!base)
 		return;
-	}
 	faultproxy *px = faultproxy_start("127.0.0.1", redis_port);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(px);
 	char via[128];
@@ -326,11 +324,10 @@ static void test_reconnect(void)
  */
 static void test_old_format(void)
 {
-	const char *base = dlock_test_env("DLOCK_TEST_REDIS_URI");
-	if (!base || !redis_port) {
-		dlock_test_skip_part("DLOCK_TEST_REDIS_URI unset");
+	int redis_port = 0;
+	const char *base = dlock_testredis_single(&redis_port);
+	if (!base)
 		return;
-	}
 	static const struct {
 		const char *stored;
 		uint64_t term;
@@ -389,8 +386,6 @@ static void add_suites(void)
 
 int main(void)
 {
-	const char *port = dlock_test_env("DLOCK_TEST_REDIS_PORT");
-	redis_port = port ? atoi(port) : 0;
 	if (dlock_testredis_every_uri() == 0)
 		return dlock_test_skip("no redis URI in DLOCK_TEST_URIS");
 	return dlock_test_main(add_suites);

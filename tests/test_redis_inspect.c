@@ -22,7 +22,6 @@
 
 #define LEASE_MS 10000
 
-static int redis_port;
 
 /* ------------------------------------------------------------ helpers */
 
@@ -391,11 +390,10 @@ static void hostile_on(const char *base)
  */
 static void test_old_format(void)
 {
-	const char *base = dlock_test_env("DLOCK_TEST_REDIS_URI");
-	if (!base || !redis_port) {
-		dlock_test_skip_part("DLOCK_TEST_REDIS_URI unset");
+	int redis_port = 0;
+	const char *base = dlock_testredis_single(&redis_port);
+	if (!base)
 		return;
-	}
 	static const char old_release[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
 	                                  "  redis.call('DEL', KEYS[1])\n"
 	                                  "  return 1\n"
@@ -469,8 +467,6 @@ static void add_suites(void)
 
 int main(void)
 {
-	const char *port = dlock_test_env("DLOCK_TEST_REDIS_PORT");
-	redis_port = port ? atoi(port) : 0;
 	if (dlock_testredis_every_uri() == 0)
 		return dlock_test_skip("no redis URI in DLOCK_TEST_URIS");
 	return dlock_test_main(add_suites);

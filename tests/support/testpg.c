@@ -45,3 +45,17 @@ long long dlock_testpg_num(PGconn *pg, const char *sql, const char *param)
 	PQclear(r);
 	return v;
 }
+
+void dlock_testpg_each_row_uri(void (*body)(const char *uri))
+{
+	body(dlock_test_env("DLOCK_TEST_PG_ROW_URI"));
+	if (dlock_test_env("DLOCK_TEST_PG_BOUNCER_URI"))
+		body(dlock_test_env("DLOCK_TEST_PG_BOUNCER_URI"));
+}
+
+int dlock_testpg_main(void (*add_suites)(void))
+{
+	if (!dlock_test_env("DLOCK_TEST_PG_URI") || !dlock_test_env("DLOCK_TEST_PG_ROW_URI"))
+		return dlock_test_skip("no PostgreSQL server (DLOCK_TEST_PG_URI unset)");
+	return dlock_test_main(add_suites);
+}

@@ -25,4 +25,13 @@ PGconn *dlock_testpg_monitor(void);
 /** One value of a query with at most one parameter (`param`, text; NULL: none), as a number; -1 on error. */
 long long dlock_testpg_num(PGconn *pg, const char *sql, const char *param);
 
+/** Run `body` on $DLOCK_TEST_PG_ROW_URI, then on $DLOCK_TEST_PG_BOUNCER_URI when it is set. */
+void dlock_testpg_each_row_uri(void (*body)(const char *uri));
+
+/**
+ * main() of a PostgreSQL test program: SKIPPED (dlock_test_skip()) without
+ * $DLOCK_TEST_PG_URI and $DLOCK_TEST_PG_ROW_URI, else dlock_test_main().
+ */
+int dlock_testpg_main(void (*add_suites)(void));
+
 #endif

@@ -132,6 +132,17 @@ size_t dlock_testredis_uris(char (*out)[DLOCK_TESTREDIS_URI_MAX], size_t max)
 	return n;
 }
 
+const char *dlock_testredis_single(int *port)
+{
+	const char *base = dlock_test_env("DLOCK_TEST_REDIS_URI"), *p = dlock_test_env("DLOCK_TEST_REDIS_PORT");
+	*port = p ? atoi(p) : 0;
+	if (!base || !*port) {
+		dlock_test_skip_part("DLOCK_TEST_REDIS_URI unset");
+		return NULL;
+	}
+	return base;
+}
+
 /* The URIs and the bodies of dlock_testredis_add_each()'s tests (test programs register and run on one thread). */
 static char each_uris[DLOCK_TESTREDIS_EACH_MAX][DLOCK_TESTREDIS_URI_MAX];
 static size_t each_nuris;

@@ -59,6 +59,13 @@ void dlock_testredis_get(redisContext *ctx, const char *key, char *out, size_t l
  */
 size_t dlock_testredis_uris(char (*out)[DLOCK_TESTREDIS_URI_MAX], size_t max);
 
+/**
+ * The single server's URI ($DLOCK_TEST_REDIS_URI), its port
+ * ($DLOCK_TEST_REDIS_PORT) into *port; NULL, after saying that this part of
+ * the test is SKIPPED, when either is unset.
+ */
+const char *dlock_testredis_single(int *port);
+
 /** At most this many URIs and tests for dlock_testredis_add_each(). */
 #define DLOCK_TESTREDIS_EACH_MAX 16
 
