@@ -38,6 +38,14 @@ static void permit_keys(const struct redis_lock *lk, struct redis_args *a)
 	dlock_redis_argn(a, lk->npermits, lk->npermitslen);
 }
 
+/* The wake-up queue's two keys, then the holders' records (last): the acquire, release and withdraw scripts. */
+static void queue_keys(const struct redis_lock *lk, struct redis_args *a)
+{
+	dlock_redis_argn(a, lk->pqueue, lk->pqueuelen);
+	dlock_redis_argn(a, lk->pwoken, lk->pwokenlen);
+	dlock_redis_argn(a, lk->holders, lk->holderslen);
+}
+
 enum redis_script_id dlock_redis_sem_acquire_args(const struct redis_client *c, const struct redis_lock *lk,
                                                   int64_t lease_ms, int wants_token, int listed, char bufs[3][24],
                                                   struct redis_args *a, int *nkeys)
@@ -45,27 +53,30 @@ enum redis_script_id dlock_redis_sem_acquire_args(const struct redis_client *c, 
 	*a = (struct redis_args){ 0 };
 	permit_keys(lk, a);
 	dlock_redis_argn(a, lk->fence, lk->fencelen);
-	dlock_redis_argn(a, lk->holders, lk->holderslen);
+	queue_keys(lk, a);
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_argi(a, bufs[0], lease_ms);
 	dlock_redis_argi(a, bufs[1], lk->permits_n);
 	dlock_redis_arg(a, listed ? lk->waiter : "");
 	dlock_redis_argi(a, bufs[2], wants_token ? dlock_redis_fence_ttl_ms(lease_ms) : 0);
 	dlock_redis_argn(a, c->record, c->recordlen);
-	*nkeys = 7;
+	dlock_redis_arg(a, c->fair ? "1" : "0");
+	*nkeys = 9;
 	return REDIS_SCRIPT_SEM_ACQUIRE;
 }
 
 enum redis_script_id dlock_redis_sem_release_args(const struct redis_client *c, const struct redis_lock *lk,
-                                                  struct redis_args *a, int *nkeys)
+                                                  char n[24], struct redis_args *a, int *nkeys)
 {
 	*a = (struct redis_args){ 0 };
 	permit_keys(lk, a);
-	dlock_redis_argn(a, lk->holders, lk->holderslen);
+	queue_keys(lk, a);
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_argn(a, lk->chan, lk->chanlen);
 	dlock_redis_arg(a, c->publish);
-	*nkeys = 6;
+	dlock_redis_argi(a, n, lk->permits_n);
+	dlock_redis_argn(a, lk->pwake, lk->pwakelen);
+	*nkeys = 8;
 	return REDIS_SCRIPT_SEM_RELEASE;
 }
 
@@ -91,7 +102,7 @@ enum redis_script_id dlock_redis_sem_check_args(const struct redis_lock *lk, str
 	return REDIS_SCRIPT_SEM_CHECK;
 }
 
-dlock_status dlock_redis_sem_reply(const struct redis_client *c, const struct redis_lock *lk, const redisReply *r,
+dlock_status dlock_redis_sem_reply(const struct redis_client *c, struct redis_lock *lk, const redisReply *r,
                                    dlock_acquired *out, int64_t *retry_ms, dlock_error *err)
 {
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3)
@@ -106,6 +117,7 @@ dlock_status dlock_redis_sem_reply(const struct redis_client *c, const struct re
 	}
 	if (what == 0) {
 		*retry_ms = value;
+		lk->wake_own = slot == 1;
 		return DLOCK_EBUSY;
 	}
 	if (what == -1)
@@ -122,10 +134,14 @@ void dlock_redis_sem_unlist(struct redis_client *c, struct redis_lock *lk)
 		return;
 	lk->listed = 0;
 	struct redis_args a = { 0 };
-	dlock_redis_arg(&a, "ZREM");
-	dlock_redis_argn(&a, lk->pwaiters, lk->pwaiterslen);
+	char n[24];
+	permit_keys(lk, &a);
+	queue_keys(lk, &a);
 	dlock_redis_arg(&a, lk->waiter);
-	struct redis_call call = { .id = REDIS_SCRIPT_COUNT, .a = &a, .what = "give up waiting" };
+	dlock_redis_arg(&a, c->publish);
+	dlock_redis_argi(&a, n, lk->permits_n);
+	dlock_redis_argn(&a, lk->pwake, lk->pwakelen);
+	struct redis_call call = { .id = REDIS_SCRIPT_SEM_WITHDRAW, .nkeys = 8, .a = &a, .what = "give up waiting" };
 	redisReply *r = NULL;
 	int maybe_ran;
 	dlock_error ignored = { "" };
