@@ -429,7 +429,9 @@ static const char read_check_lua[] =
  * the waiter it woke and a newcomer cannot take it first.  A waiter whose
  * window passed without its attempt (dead, paused, cut off) is dropped
  * from the queue and the waiters, and its permit is free again: the next
- * release or look serves the next waiter.  A waiter counts as live while
+ * release or look serves the next waiter, and a queued waiter looks at
+ * least every QUEUED_LOOK_MS, so a waiter that died after its last look
+ * holds the others back by its window and one such look at most.  A waiter counts as live while
  * its entry in KEYS[4] does (PERMITS_LUA); the dead ones before the first
  * live one are dropped when a release reaches them, once each.
  *
@@ -444,6 +446,7 @@ static const char read_check_lua[] =
 	"local QUEUE = KEYS[#KEYS - 2]\n"                                                             \
 	"local WOKEN = KEYS[#KEYS - 1]\n"                                                             \
 	"local WAKE_CLAIM_MS = 1000\n"                                                                \
+	"local QUEUED_LOOK_MS = 2 * WAKE_CLAIM_MS\n"                                                   \
 	"local function settle_woken(now)\n"                                                          \
 	"  local past = string.format('(%d', now)\n"                                                  \
 	"  local gone = redis.call('ZRANGEBYSCORE', WOKEN, '-inf', past)\n"                           \
@@ -497,9 +500,9 @@ static const char read_check_lua[] =
 
 /*
  * Take a permit: the lowest free slot, and a new token when asked.  Busy
- * ({0, ms, watch}: when to look again, at most RETRY_MAX_MS: the end of the
- * first permit's lease, of the first claim window, or of the other kind's
- * key) while another kind holds the name or N permits are live or promised
+ * ({0, ms, watch}: when to look again, at most RETRY_MAX_MS, or
+ * QUEUED_LOOK_MS for a queued waiter: the end of the first permit's lease,
+ * of the first claim window, or of the other kind's key) while another kind holds the name or N permits are live or promised
  * to woken waiters (the caller's own promise excepted); the caller then
  * counts among the waiters (unless it tries once: no waiter id), also
  * behind another kind, so that its N is the name's while it waits, and
@@ -561,12 +564,13 @@ static const char sem_acquire_lua[] =
 	"  if claim then retry = math.min(retry, math.max(tonumber(claim) - now, 0) + 1) end\n"
 	"end\n"
 	"local watch = 0\n"
+	"if me ~= '' and ARGV[7] == '1' then\n"
+	"  retry = math.min(retry, QUEUED_LOOK_MS)\n"
+	"  redis.call('ZADD', QUEUE, 'NX', string.format('%d', now), me)\n"
+	"  if not other_kind and not old_holder() then watch = 1 end\n"
+	"end\n"
 	"if me ~= '' then\n"
 	"  redis.call('ZADD', KEYS[4], string.format('%d', now + retry + WAITER_GRACE_MS), me)\n"
-	"  if ARGV[7] == '1' then\n"
-	"    redis.call('ZADD', QUEUE, 'NX', string.format('%d', now), me)\n"
-	"    if not other_kind and not old_holder() then watch = 1 end\n"
-	"  end\n"
 	"end\n"
 	"settle_n(now)\n"
 	"settle_queue(now)\n"
