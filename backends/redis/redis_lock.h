@@ -43,8 +43,10 @@
  * readers of a read-write lock hold it, "semaphore" while permits of a
  * semaphore do), PREFIX:{D}:fence (fencing counter),
  * PREFIX:{D}:readers (a read-write lock's readers, see redis_scripts.c),
- * PREFIX:{D}:permits, :slots, :pwaiters and :npermits (a semaphore's
- * permits, their slots, its waiters and its N, see redis_sem.c),
+ * PREFIX:{D}:permits, :slots, :pwaiters, :npermits, :pqueue and :pwoken
+ * (a semaphore's permits, their slots, its waiters, its N, its wake-up
+ * queue and the waiters promised a permit; the channel :pwake:WAITER of
+ * each queued waiter; see redis_sem.c),
  * PREFIX:{D}:holders (each reader's or permit's "TOKEN ACQUIRED_MS RECORD"),
  * with fair=1 PREFIX:{D}:queue and PREFIX:{D}:waiters (the
  * waiter queue, see redis_scripts.c), and the channel PREFIX:{D}:released,

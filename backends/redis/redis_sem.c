@@ -15,11 +15,18 @@
  * id its handle made once, refreshed by every attempt.  All keys share the
  * name's {D}, so a cluster keeps them in one slot.
  *
- * Waiting is the core's loop (core_waits): a busy attempt subscribes to
- * the name's channel, where every release publishes, and the core looks
- * again on a message or when the first permit's lease ends (at most
- * RETRY_MAX_MS in the script), polling when the subscription cannot be
- * made.
+ * Waiting is the core's loop (core_waits).  A waiter that queues (fair=1,
+ * the default) joins PREFIX:{D}:pqueue in arrival order, and a release
+ * promises each permit it frees to the first live queued waiter
+ * (PREFIX:{D}:pwoken, for a claim window) and publishes on that waiter's
+ * own channel, PREFIX:{D}:pwake:WAITER, which its attempt watched: one
+ * waiter woken per permit, whatever the number of waiters (see
+ * redis_scripts.c).  A waiter behind another kind, behind a holder of the
+ * previous release (which publishes only on the name's channel) or with
+ * fair=0 watches the name's channel, where every release still publishes.
+ * The core also looks again when the first permit's lease or claim window
+ * ends (at most RETRY_MAX_MS, or QUEUED_LOOK_MS for a queued waiter),
+ * polling when no subscription can be made.
  *
  * Threads: as the lock functions: one acquisition per handle at a time,
  * the client shared.
