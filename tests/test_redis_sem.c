@@ -581,9 +581,9 @@ static void *busy_main(void *arg)
 
 /*
  * Many threads of several clients contend for two permits: never more than
- * two hold at once, and every one gets its turns.  Every release wakes
- * every waiter (no queue for semaphores), so the scripts per acquisition
- * grow with the waiters: printed, not bounded here.
+ * two hold at once, and every one gets its turns; half the clients queue
+ * (a release wakes the first of them), half do not (fair=0: every release
+ * wakes them all).  The scripts per acquisition: printed, not bounded here.
  */
 static void test_contended(void)
 {
@@ -618,6 +618,234 @@ static void test_contended(void)
 	for (int k = 0; k < BUSY_CLIENTS; k++)
 		dlock_client_close(c[k]);
 	CU_ASSERT_EQUAL(dlock_testredis_keys_under(redis_port, prefix), 1);
+}
+
+/* ------------------------------------------------------------ one waiter woken per release */
+
+#define FLAT_ROUNDS 6
+#define FLAT_N 2
+
+struct flat_waiter {
+	dlock_client *c;
+	dlock_lock *lock;
+	pthread_t thread;
+	int got, failures;
+};
+
+static void *flat_main(void *arg)
+{
+	struct flat_waiter *f = arg;
+	for (int i = 0; i < FLAT_ROUNDS; i++) {
+		if (sem_acquire(f->lock, LONG_WAIT_MS, 0, 0) != DLOCK_OK) {
+			f->failures++;
+			continue;
+		}
+		f->got++;
+		dlock_test_sleep_ms(2);
+		if (dlock_release(f->lock) != DLOCK_OK)
+			f->failures++;
+	}
+	return NULL;
+}
+
+/* `n` clients, one waiter each, on a semaphore of FLAT_N: the scripts the server ran per acquisition. */
+static double scripts_per_acquisition(int n)
+{
+	char prefix[64];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	struct flat_waiter f[16];
+	for (int i = 0; i < n; i++) {
+		f[i] = (struct flat_waiter){ .c = open_prefixed(prefix, "") };
+		f[i].lock = sem(f[i].c, "flat", FLAT_N);
+	}
+	long long scripts = command_calls("evalsha");
+	for (int i = 0; i < n; i++)
+		CU_ASSERT_FATAL(pthread_create(&f[i].thread, NULL, flat_main, &f[i]) == 0);
+	for (int i = 0; i < n; i++) {
+		pthread_join(f[i].thread, NULL);
+		CU_ASSERT_EQUAL(f[i].failures, 0);
+		CU_ASSERT_EQUAL(f[i].got, FLAT_ROUNDS); /* every waiter served */
+	}
+	scripts = command_calls("evalsha") - scripts;
+	for (int i = 0; i < n; i++) {
+		dlock_lock_free(f[i].lock);
+		dlock_client_close(f[i].c);
+	}
+	CU_ASSERT_EQUAL(dlock_testredis_keys_under(redis_port, prefix), 1);
+	return (double)scripts / (n * FLAT_ROUNDS);
+}
+
+/*
+ * A release wakes the first queued waiter, not all of them: the scripts
+ * per acquisition (attempts and releases, a server-wide count) stay about
+ * the same from 4 to 16 waiters, where waking every waiter would make them
+ * grow with the waiters (at 16: some 8 attempts per release).
+ */
+static void test_wakes_one(void)
+{
+	double four = scripts_per_acquisition(4), sixteen = scripts_per_acquisition(16);
+	printf("\n    scripts per acquisition: %.2f with 4 waiters, %.2f with 16", four, sixteen);
+	CU_ASSERT(sixteen < four * 1.5 + 1);
+}
+
+/* The server's time in ms now. */
+static long long server_ms(void)
+{
+	redisContext *ctx = dlock_testredis_raw(redis_port);
+	long long ms = dlock_testredis_server_ms(ctx);
+	redisFree(ctx);
+	return ms;
+}
+
+static long long raw_zcard(const char *key)
+{
+	redisContext *ctx = dlock_testredis_raw(redis_port);
+	long long n = dlock_testredis_integer(ctx, "ZCARD %s", key);
+	redisFree(ctx);
+	return n;
+}
+
+struct zcard_is {
+	const char *key;
+	long long want;
+};
+
+static int zcard_reached(void *arg)
+{
+	const struct zcard_is *z = arg;
+	return raw_zcard(z->key) >= z->want;
+}
+
+/*
+ * A queued waiter that died while still counted live (written here as its
+ * scripts would: first in the queue, live for seconds) is woken by the
+ * release and promised the permit for its claim window only: it claims
+ * nothing, and the live waiter behind it gets the permit within that
+ * window and one look, not after the holder's 30 s lease.
+ */
+static void test_dead_queued_waiter(void)
+{
+	char prefix[64], pqueue[256], pwaiters[256], pwoken[256];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_key(pqueue, sizeof pqueue, prefix, "dead", "pqueue");
+	dlock_testredis_key(pwaiters, sizeof pwaiters, prefix, "dead", "pwaiters");
+	dlock_testredis_key(pwoken, sizeof pwoken, prefix, "dead", "pwoken");
+	dlock_client *h = open_prefixed(prefix, ""), *wc = open_prefixed(prefix, "");
+	dlock_lock *a = sem(h, "dead", 1), *b = sem(wc, "dead", 1);
+	CU_ASSERT_EQUAL_FATAL(sem_acquire(a, 0, 30000, 0), DLOCK_OK);
+	long long now = server_ms();
+	redisContext *ctx = dlock_testredis_raw(redis_port);
+	freeReplyObject(redisCommand(ctx, "ZADD %s %lld deadwaiter", pwaiters, now + 20000));
+	freeReplyObject(redisCommand(ctx, "ZADD %s %lld deadwaiter", pqueue, now - 1000));
+	redisFree(ctx);
+	dlock_test_waiter wt;
+	dlock_test_waiter_start(&wt, b, LONG_WAIT_MS, 0);
+	struct zcard_is queued = { pqueue, 2 };
+	CU_ASSERT(dlock_test_await(zcard_reached, &queued, AWAIT_MS));
+	int64_t released = dlock_test_now_ms();
+	CU_ASSERT_EQUAL(dlock_release(a), DLOCK_OK);
+	CU_ASSERT_EQUAL(raw_zcard(pwoken), 1); /* the dead one, first in the queue, was promised the permit */
+	CU_ASSERT_EQUAL_FATAL(dlock_test_waiter_join(&wt, LONG_WAIT_MS), DLOCK_OK);
+	printf("\n    the live waiter got the permit %lld ms after the release", (long long)(wt.at_ms - released));
+	CU_ASSERT(wt.at_ms - released < 1000 + 2000 + PROMPT_MS);
+	CU_ASSERT_EQUAL(raw_zcard(pqueue), 0); /* the dead one was dropped when its window passed */
+	CU_ASSERT_EQUAL(dlock_release(b), DLOCK_OK);
+	dlock_lock_free(a);
+	dlock_lock_free(b);
+	dlock_client_close(h);
+	dlock_client_close(wc);
+	CU_ASSERT_EQUAL(dlock_testredis_keys_under(redis_port, prefix), 1);
+}
+
+/*
+ * What a client of the previous release does to a semaphore of N: its
+ * permit (a slot without the trailing space), its release (publishing on
+ * the lock's channel only) and its waiter (subscribed to that channel,
+ * counted in pwaiters).  KEYS lock, permits, slots, holders, npermits;
+ * ARGV "acquire" owner N | "release" owner channel.
+ */
+static const char old_client_lua[] =
+	"local t = redis.call('TIME')\n"
+	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+	"if ARGV[1] == 'acquire' then\n"
+	"  redis.call('SET', KEYS[1], 'semaphore', 'PX', 30000)\n"
+	"  redis.call('ZADD', KEYS[2], string.format('%d', now + 30000), ARGV[2])\n"
+	"  redis.call('HSET', KEYS[3], ARGV[2], '0')\n"
+	"  redis.call('HSET', KEYS[4], ARGV[2], string.format('0 %d old', now))\n"
+	"  redis.call('SET', KEYS[5], ARGV[3])\n"
+	"  return 1\n"
+	"end\n"
+	"redis.call('ZREM', KEYS[2], ARGV[2])\n"
+	"redis.call('HDEL', KEYS[3], ARGV[2])\n"
+	"redis.call('HDEL', KEYS[4], ARGV[2])\n"
+	"if redis.call('ZCARD', KEYS[2]) == 0 then redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) end\n"
+	"redis.call('PUBLISH', ARGV[3], '1')\n"
+	"return 1\n";
+
+static void old_client(const char *prefix, const char *what, const char *owner, const char *arg)
+{
+	char k[5][256];
+	const char *suffix[5] = { "lock", "permits", "slots", "holders", "npermits" };
+	for (int i = 0; i < 5; i++)
+		dlock_testredis_key(k[i], sizeof k[i], prefix, "mix", suffix[i]);
+	redisContext *ctx = dlock_testredis_raw(redis_port);
+	redisReply *r = redisCommand(ctx, "EVAL %s 5 %s %s %s %s %s %s %s %s", old_client_lua, k[0], k[1], k[2], k[3],
+	                             k[4], what, owner, arg);
+	CU_ASSERT(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+	freeReplyObject(r);
+	redisFree(ctx);
+}
+
+/*
+ * A rolling upgrade: a holder of the previous release, whose release
+ * publishes only on the lock's channel, wakes a queued waiter of this one
+ * (which watches that channel while such a holder is live); and this
+ * release's release wakes a waiter of the previous one, subscribed to the
+ * lock's channel.  They exclude each other throughout.
+ */
+static void test_previous_release_mix(void)
+{
+	char prefix[64], chan[256], pwaiters[256];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_testredis_key(chan, sizeof chan, prefix, "mix", "released");
+	dlock_testredis_key(pwaiters, sizeof pwaiters, prefix, "mix", "pwaiters");
+	dlock_client *c = open_prefixed(prefix, "");
+	dlock_lock *l = sem(c, "mix", 1);
+
+	old_client(prefix, "acquire", "oldholder", "1");
+	CU_ASSERT_EQUAL(sem_acquire(l, 0, 0, 0), DLOCK_EBUSY); /* the old permit counts */
+	dlock_test_waiter wt;
+	dlock_test_waiter_start(&wt, l, LONG_WAIT_MS, 0);
+	struct zcard_is listed = { pwaiters, 1 };
+	CU_ASSERT(dlock_test_await(zcard_reached, &listed, AWAIT_MS));
+	dlock_test_sleep_ms(100); /* its subscription made */
+	int64_t released = dlock_test_now_ms();
+	old_client(prefix, "release", "oldholder", chan);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_waiter_join(&wt, LONG_WAIT_MS), DLOCK_OK);
+	printf("\n    woken by the previous release's message in %lld ms", (long long)(wt.at_ms - released));
+	CU_ASSERT(wt.at_ms - released < 1000); /* the message, not its next look (2 s) */
+
+	/* A waiter of the previous release, subscribed to the lock's channel, hears this release's release. */
+	redisContext *sub = dlock_testredis_raw(redis_port);
+	struct timeval tv = { 10, 0 };
+	redisSetTimeout(sub, tv);
+	redisReply *r = redisCommand(sub, "SUBSCRIBE %s", chan);
+	freeReplyObject(r);
+	redisContext *ctx = dlock_testredis_raw(redis_port);
+	freeReplyObject(redisCommand(ctx, "ZADD %s %lld oldwaiter", pwaiters, server_ms() + 20000));
+	redisFree(ctx);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	void *msg = NULL;
+	CU_ASSERT_EQUAL(redisGetReply(sub, &msg), REDIS_OK);
+	r = msg;
+	CU_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements == 3);
+	freeReplyObject(r);
+	redisFree(sub);
+	ctx = dlock_testredis_raw(redis_port);
+	freeReplyObject(redisCommand(ctx, "ZREM %s oldwaiter", pwaiters));
+	redisFree(ctx);
+	dlock_lock_free(l);
+	dlock_client_close(c);
 }
 
 /* ------------------------------------------------------------ topologies */
@@ -766,6 +994,9 @@ static void add_suites(void)
 	CU_add_test(s, "mutexes, read-write locks and semaphores of one name", test_kinds_across_clients);
 	CU_add_test(s, "permits renewed in batches stay held", test_permits_renewed);
 	CU_add_test(s, "contended: never more than N, every thread served", test_contended);
+	CU_add_test(s, "a release wakes one waiter: scripts per acquisition flat in the waiters", test_wakes_one);
+	CU_add_test(s, "a dead queued waiter holds the others back by its window only", test_dead_queued_waiter);
+	CU_add_test(s, "the previous release's clients and this one's wake each other", test_previous_release_mix);
 	CU_add_test(s, "redis+unix: acquire, wait, release", test_unix);
 	CU_add_test(s, "rediss: acquire, wait, release", test_tls);
 	CU_add_test(s, "redis+sentinel: acquire, wait, release", test_sentinel);

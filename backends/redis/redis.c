@@ -393,7 +393,7 @@ static dlock_status redis_lock_init(void *backend, void *lkp, const char *name, 
 	char digest[REDIS_DIGEST_HEX + 1];
 	dlock_sha256(name, len, sum);
 	dlock_hex(sum, REDIS_DIGEST_HEX / 2, digest);
-	const char *grant = NULL;
+	const char *grant = NULL, *pwake = NULL;
 	struct key_slot keys[] = {
 		{ &lk->key, &lk->keylen, "lock" },
 		{ &lk->fence, &lk->fencelen, "fence" },
@@ -405,10 +405,13 @@ static dlock_status redis_lock_init(void *backend, void *lkp, const char *name, 
 		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &lk->pslots : NULL, &lk->pslotslen, "slots" },
 		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &lk->pwaiters : NULL, &lk->pwaiterslen, "pwaiters" },
 		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &lk->npermits : NULL, &lk->npermitslen, "npermits" },
+		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &lk->pqueue : NULL, &lk->pqueuelen, "pqueue" },
+		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &lk->pwoken : NULL, &lk->pwokenlen, "pwoken" },
 		{ lk->kind != DLOCK_KIND_MUTEX ? &lk->holders : NULL, &lk->holderslen, "holders" },
+		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &pwake : NULL, &lk->pwakelen, "pwake:" }, /* + the waiter id */
 		{ &grant, &lk->grantlen, "grant:" }, /* last: the owner value is appended */
 	};
-	size_t total = REDIS_OWNER_HEX;
+	size_t total = REDIS_OWNER_HEX + (lk->kind == DLOCK_KIND_SEMAPHORE ? REDIS_OWNER_HEX : 0);
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
 		if (keys[i].name)
 			total += c->prefixlen + REDIS_DIGEST_HEX + 4 + strlen(keys[i].suffix) + 1; /* ":{" "}:" NUL */
@@ -421,8 +424,9 @@ static dlock_status redis_lock_init(void *backend, void *lkp, const char *name, 
 			continue;
 		*keys[i].name = p;
 		*keys[i].len = key_name(p, c, digest, keys[i].suffix);
-		p += *keys[i].len + 1;
+		p += *keys[i].len + 1 + (keys[i].name == &pwake ? REDIS_OWNER_HEX - 1 : 0);
 	}
+	lk->pwake = pwake ? lk->keys + (pwake - lk->keys) : NULL; /* the waiter id is appended once made */
 	lk->grant = lk->keys + (grant - lk->keys); /* the block is ours to write: fair=1 appends the owner */
 	lk->slot = dlock_redis_key_slot(lk->key, lk->keylen); /* a cluster routes every key of the lock by it */
 	return DLOCK_OK;

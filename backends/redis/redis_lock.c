@@ -157,7 +157,8 @@ static dlock_status release_args_run(struct redis_client *c, struct redis_lock *
 {
 	struct redis_args a = { 0 };
 	int nkeys = 0;
-	enum redis_script_id id = lk->kind == DLOCK_KIND_SEMAPHORE ? dlock_redis_sem_release_args(c, lk, &a, &nkeys)
+	char n[24];
+	enum redis_script_id id = lk->kind == DLOCK_KIND_SEMAPHORE ? dlock_redis_sem_release_args(c, lk, n, &a, &nkeys)
 	                          : lk->shared                     ? read_release_script(c, lk, &a, &nkeys)
 	                                                           : c->algo->release_script(c, lk, &a, &nkeys);
 	return dlock_redis_run_idempotent(c, lk, id, nkeys, &a, "release", 0, out, err);
@@ -373,7 +374,9 @@ dlock_status dlock_redis_attempt(struct redis_client *c, struct redis_lock *lk, 
 			if (st != DLOCK_OK)
 				return st;
 			memcpy(lk->waiter, lk->owner, sizeof lk->waiter);
+			memcpy(lk->pwake + lk->pwakelen, lk->waiter, sizeof lk->waiter); /* its own channel */
 		}
+		lk->wake_own = 0;
 		return try_acquire(c, lk, lease_ms, dlock_wait_wants_token(w), listed, out, pttl_ms, err);
 	}
 	return dlock_wait_wants_token(w) || lk->shared
@@ -408,7 +411,11 @@ static dlock_status single_try_acquire(struct redis_client *c, struct redis_lock
 	dlock_error ignored = { "" };
 	struct redis_sub *sub = dlock_redis_route(c, lk, &rt, &ignored) == DLOCK_OK ? dlock_redis_route_sub(c, &rt)
 	                                                                            : lk->watch_sub;
-	if (lk->watching && sub != lk->watch_sub) {
+	/* A semaphore's queued waiter is woken on a channel of its own (redis_sem.c). */
+	int own = lk->kind == DLOCK_KIND_SEMAPHORE && lk->wake_own;
+	const char *chan = own ? lk->pwake : lk->chan;
+	size_t chanlen = own ? lk->pwakelen + REDIS_OWNER_HEX - 1 : lk->chanlen;
+	if (lk->watching && (sub != lk->watch_sub || own != lk->watch_own)) {
 		dlock_redis_sub_unwatch(lk->watch_sub, &lk->watch);
 		lk->watching = 0;
 	}
@@ -417,7 +424,8 @@ static dlock_status single_try_acquire(struct redis_client *c, struct redis_lock
 	if (!lk->watching && sub) {
 		lk->watching = 1;
 		lk->watch_sub = sub;
-		s = dlock_redis_sub_watch(sub, &lk->watch, lk->chan, lk->chanlen, w, NULL, NULL);
+		lk->watch_own = own;
+		s = dlock_redis_sub_watch(sub, &lk->watch, chan, chanlen, w, NULL, NULL);
 		if (s == REDIS_WATCH_ACTIVE) { /* subscribed already: a release since the try was not seen by us */
 			retry->after_ms = 0;
 			return dlock_redis_wait_failed(c, st, err);

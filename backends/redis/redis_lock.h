@@ -43,8 +43,10 @@
  * readers of a read-write lock hold it, "semaphore" while permits of a
  * semaphore do), PREFIX:{D}:fence (fencing counter),
  * PREFIX:{D}:readers (a read-write lock's readers, see redis_scripts.c),
- * PREFIX:{D}:permits, :slots, :pwaiters and :npermits (a semaphore's
- * permits, their slots, its waiters and its N, see redis_sem.c),
+ * PREFIX:{D}:permits, :slots, :pwaiters, :npermits, :pqueue and :pwoken
+ * (a semaphore's permits, their slots, its waiters, its N, its wake-up
+ * queue and the waiters promised a permit; the channel :pwake:WAITER of
+ * each queued waiter; see redis_sem.c),
  * PREFIX:{D}:holders (each reader's or permit's "TOKEN ACQUIRED_MS RECORD"),
  * with fair=1 PREFIX:{D}:queue and PREFIX:{D}:waiters (the
  * waiter queue, see redis_scripts.c), and the channel PREFIX:{D}:released,
@@ -104,16 +106,20 @@ struct redis_client {
 struct redis_lock {
 	char *keys;             /* one block holding the names below that the handle's kind uses (NULL: unused) */
 	const char *key, *fence, *queue, *waiters, *chan, *readers;
-	const char *permits, *pslots, *pwaiters, *npermits; /* a semaphore's (redis_sem.c) */
+	const char *permits, *pslots, *pwaiters, *npermits, *pqueue, *pwoken; /* a semaphore's (redis_sem.c) */
+	char *pwake;            /* a semaphore's: PREFIX:{D}:pwake: then the waiter id, its waiter's own channel */
 	const char *holders;    /* readers' and permits' records: owner -> "TOKEN ACQUIRED_MS RECORD" */
 	char *grant;            /* PREFIX:{D}:grant: then, with fair=1, the owner value (redis_fair.c) */
 	size_t keylen, fencelen, queuelen, waiterslen, chanlen, readerslen, grantlen; /* grantlen: without the owner */
-	size_t permitslen, pslotslen, pwaiterslen, npermitslen, holderslen;
+	size_t permitslen, pslotslen, pwaiterslen, npermitslen, pqueuelen, pwokenlen, holderslen;
+	size_t pwakelen;        /* without the waiter id */
 	char owner[REDIS_OWNER_HEX]; /* this acquisition's owner value, "" when none */
 	dlock_lock_kind kind;   /* DLOCK_KIND_MUTEX, RWLOCK or SEMAPHORE (whose waiters never queue: fair=1 too) */
 	uint32_t permits_n;     /* a semaphore's N */
 	char waiter[REDIS_OWNER_HEX]; /* a semaphore's id among the waiters, made once per handle ("" before) */
 	int listed;             /* a semaphore: the last attempt left `waiter` among the waiters */
+	int wake_own;           /* a semaphore: the last busy attempt said a release wakes it on lk->pwake */
+	int watch_own;          /* a semaphore: `watch` is on lk->pwake, not on the lock's channel */
 	int shared;             /* this acquisition (or attempt) is a reader's: the READ_ scripts */
 	unsigned slot;          /* the keys' hash slot (a cluster routes by it) */
 	int handed_off;         /* fair=1: our last release granted the lock to a queued waiter */
@@ -237,20 +243,22 @@ dlock_status dlock_redis_check(struct redis_client *c, struct redis_lock *lk, dl
 enum redis_script_id dlock_redis_sem_acquire_args(const struct redis_client *c, const struct redis_lock *lk,
                                                   int64_t lease_ms, int wants_token, int listed, char bufs[3][24],
                                                   struct redis_args *a, int *nkeys);
-/** A permit's release (nkeys 6), extend (6) and check (2) scripts for lk->owner. */
+/** A permit's release (nkeys 8; `n` keeps a number), extend (6) and check (2) scripts for lk->owner. */
 enum redis_script_id dlock_redis_sem_release_args(const struct redis_client *c, const struct redis_lock *lk,
-                                                  struct redis_args *a, int *nkeys);
+                                                  char n[24], struct redis_args *a, int *nkeys);
 enum redis_script_id dlock_redis_sem_extend_args(const struct redis_lock *lk, int64_t lease_ms, char lease[24],
                                                  struct redis_args *a, int *nkeys);
 enum redis_script_id dlock_redis_sem_check_args(const struct redis_lock *lk, struct redis_args *a, int *nkeys);
 /**
  * The acquire script's reply: DLOCK_OK (*out: token and slot), DLOCK_EBUSY
- * (*retry_ms: when to look again), DLOCK_EKIND (another N, both named) or
+ * (*retry_ms: when to look again; lk->wake_own: a release wakes lk on its
+ * own channel lk->pwake), DLOCK_EKIND (another N, both named) or
  * DLOCK_ESERVER for a reply of another shape.
  */
-dlock_status dlock_redis_sem_reply(const struct redis_client *c, const struct redis_lock *lk, const redisReply *r,
+dlock_status dlock_redis_sem_reply(const struct redis_client *c, struct redis_lock *lk, const redisReply *r,
                                    dlock_acquired *out, int64_t *retry_ms, dlock_error *err);
-/** A waiter that gives up: no longer counted among the waiters (best effort: its entry expires anyway). */
+/** A waiter that gives up: no longer counted among the waiters nor queued, a permit promised to it passed on
+ *  (best effort: its entries expire anyway). */
 void dlock_redis_sem_unlist(struct redis_client *c, struct redis_lock *lk);
 
 /* ------------------------------------------------------------ redis_inspect.c: who holds a lock */

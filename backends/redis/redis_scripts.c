@@ -419,79 +419,211 @@ static const char read_check_lua[] =
 	"end\n"
 
 /*
+ * The wake-up queue of the semaphore's waiters (this release's clients;
+ * see redis_sem.c).  QUEUE (KEYS[#KEYS-2]) is a sorted set of waiter ids
+ * scored by the server's time at which each first waited: arrival order.
+ * WOKEN (KEYS[#KEYS-1]) holds the waiters a release woke, each scored by
+ * the end of its claim window (WAKE_CLAIM_MS): a woken waiter's attempt
+ * may take a permit that nobody else may take meanwhile (no other attempt
+ * of these scripts counts it as free), so a release hands its permit to
+ * the waiter it woke and a newcomer cannot take it first.  A waiter whose
+ * window passed without its attempt (dead, paused, cut off) is dropped
+ * from the queue and the waiters, and its permit is free again: the next
+ * release or look serves the next waiter, and a queued waiter looks at
+ * least every QUEUED_LOOK_MS, so a waiter that died after its last look
+ * holds the others back by its window and one such look at most.  A waiter counts as live while
+ * its entry in KEYS[4] does (PERMITS_LUA); the dead ones before the first
+ * live one are dropped when a release reaches them, once each.
+ *
+ * A permit taken by these scripts has its slot written with a trailing
+ * space (Lua's tonumber() and the previous release's scripts read it as
+ * the number): its holder's release wakes the queue.  A holder of the
+ * previous release (a slot without it) publishes on the lock's channel
+ * only, so while one is live, the queued waiters are told to watch that
+ * channel as well (the attempt's reply, below).
+ */
+#define QUEUE_LUA                                                                                    \
+	"local QUEUE = KEYS[#KEYS - 2]\n"                                                             \
+	"local WOKEN = KEYS[#KEYS - 1]\n"                                                             \
+	"local WAKE_CLAIM_MS = 1000\n"                                                                \
+	"local QUEUED_LOOK_MS = 2 * WAKE_CLAIM_MS\n"                                                   \
+	"local function settle_woken(now)\n"                                                          \
+	"  local past = string.format('(%d', now)\n"                                                  \
+	"  local gone = redis.call('ZRANGEBYSCORE', WOKEN, '-inf', past)\n"                           \
+	"  if #gone > 0 then\n"                                                                       \
+	"    redis.call('ZREM', QUEUE, unpack(gone))\n"                                               \
+	"    redis.call('ZREM', KEYS[4], unpack(gone))\n"                                             \
+	"    redis.call('ZREMRANGEBYSCORE', WOKEN, '-inf', past)\n"                                   \
+	"  end\n"                                                                                     \
+	"  return redis.call('ZCARD', WOKEN)\n"                                                       \
+	"end\n"                                                                                       \
+	"local function old_holder()\n"                                                               \
+	"  for _, s in ipairs(redis.call('HVALS', KEYS[3])) do\n"                                     \
+	"    if string.sub(s, -1) ~= ' ' then return true end\n"                                      \
+	"  end\n"                                                                                     \
+	"  return false\n"                                                                            \
+	"end\n"                                                                                       \
+	"local function wake_queue(now, n, held, base, publish)\n"                                    \
+	"  local holder = redis.call('GET', KEYS[1])\n"                                               \
+	"  if holder and holder ~= MARK then return end\n"                                            \
+	"  local free = n - held - settle_woken(now)\n"                                               \
+	"  local i = 0\n"                                                                             \
+	"  while free > 0 do\n"                                                                       \
+	"    local id = redis.call('ZRANGE', QUEUE, i, i)[1]\n"                                       \
+	"    if not id then break end\n"                                                              \
+	"    if redis.call('ZSCORE', WOKEN, id) then\n"                                               \
+	"      i = i + 1\n"                                                                           \
+	"    else\n"                                                                                  \
+	"      local live = redis.call('ZSCORE', KEYS[4], id)\n"                                      \
+	"      if live and tonumber(live) >= now then\n"                                              \
+	"        redis.call('ZADD', WOKEN, string.format('%d', now + WAKE_CLAIM_MS), id)\n"           \
+	"        redis.pcall(publish, base .. id, '1')\n"                                             \
+	"        free = free - 1\n"                                                                   \
+	"        i = i + 1\n"                                                                         \
+	"      else\n"                                                                                \
+	"        redis.call('ZREM', QUEUE, id)\n"                                                     \
+	"        redis.call('ZREM', KEYS[4], id)\n"                                                   \
+	"      end\n"                                                                                 \
+	"    end\n"                                                                                   \
+	"  end\n"                                                                                     \
+	"end\n"                                                                                       \
+	"local function settle_queue(now)\n"                                                          \
+	"  local w = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')[2]\n"                        \
+	"  if not w then\n"                                                                           \
+	"    redis.call('DEL', QUEUE, WOKEN)\n"                                                       \
+	"    return\n"                                                                                \
+	"  end\n"                                                                                     \
+	"  local ttl = string.format('%d', math.max(tonumber(w) - now, WAKE_CLAIM_MS))\n"             \
+	"  redis.call('PEXPIRE', QUEUE, ttl)\n"                                                       \
+	"  redis.call('PEXPIRE', WOKEN, ttl)\n"                                                       \
+	"end\n"
+
+/*
  * Take a permit: the lowest free slot, and a new token when asked.  Busy
- * ({0, ms}: when to look again, at most RETRY_MAX_MS: the end of the first
- * permit's lease, or of the other kind's key) while another kind holds the
- * name or N permits are live; the caller then counts among the waiters
- * (unless it tries once: no waiter id), also behind another kind, so that
- * its N is the name's while it waits.
+ * ({0, ms, watch}: when to look again, at most RETRY_MAX_MS, or
+ * QUEUED_LOOK_MS for a queued waiter: the end of the first permit's lease,
+ * of the first claim window, or of the other kind's key) while another kind holds the name or N permits are live or promised
+ * to woken waiters (the caller's own promise excepted); the caller then
+ * counts among the waiters (unless it tries once: no waiter id), also
+ * behind another kind, so that its N is the name's while it waits, and
+ * with ARGV[7] "1" joins the wake-up queue.  watch: 1, a release will
+ * wake it on its own channel (redis_sem.c); 0, it watches the
+ * lock's channel (another kind holds the name, a holder of the previous
+ * release is live, or it does not queue).
  */
 static const char sem_acquire_lua[] =
 	TOKEN_LUA
 	PERMITS_LUA
+	QUEUE_LUA
 	"local now = now_ms()\n"
 	"local n = tonumber(ARGV[3])\n"
+	"local me = ARGV[4]\n"
 	"local holder = redis.call('GET', KEYS[1])\n"
 	"local other_kind = holder and holder ~= MARK\n"
 	"local held = settle_permits(now)\n"
-	"local others = other_waiters(now, ARGV[4])\n"
+	"local others = other_waiters(now, me)\n"
 	"local agreed = tonumber(redis.call('GET', KEYS[5]) or '0') or 0\n"
 	"if (held > 0 or others > 0) and agreed > 0 and agreed ~= n then\n"
 	"  settle_n(now)\n"
 	"  return {-1, agreed, 0}\n"
 	"end\n"
 	"redis.call('SET', KEYS[5], ARGV[3])\n"
-	"if not other_kind and held < n then\n"
+	"local promised = settle_woken(now)\n"
+	"local mine = me ~= '' and redis.call('ZSCORE', WOKEN, me)\n"
+	"if mine then promised = promised - 1 end\n"
+	"if not other_kind and held + promised < n then\n"
 	"  local used = {}\n"
 	"  for _, s in ipairs(redis.call('HVALS', KEYS[3])) do used[tonumber(s)] = true end\n"
 	"  local slot = 0\n"
 	"  while used[slot] do slot = slot + 1 end\n"
 	"  redis.call('SET', KEYS[1], MARK)\n"
 	"  redis.call('ZADD', KEYS[2], string.format('%d', now + tonumber(ARGV[2])), ARGV[1])\n"
-	"  redis.call('HSET', KEYS[3], ARGV[1], string.format('%d', slot))\n"
-	"  if ARGV[4] ~= '' then redis.call('ZREM', KEYS[4], ARGV[4]) end\n"
+	"  redis.call('HSET', KEYS[3], ARGV[1], string.format('%d ', slot))\n"
+	"  if me ~= '' then\n"
+	"    redis.call('ZREM', KEYS[4], me)\n"
+	"    redis.call('ZREM', QUEUE, me)\n"
+	"    redis.call('ZREM', WOKEN, me)\n"
+	"  end\n"
 	"  local token = 0\n"
 	"  if ARGV[5] ~= '0' then token = next_token(KEYS[6], ARGV[5]) end\n"
 	"  redis.call('HSET', HOLDERS, ARGV[1], string.format('%d %d %s', token, now, ARGV[6]))\n"
 	"  settle_permits(now)\n"
 	"  settle_n(now)\n"
+	"  settle_queue(now)\n"
 	"  return {1, token, slot}\n"
 	"end\n"
+	"if mine then redis.call('ZREM', WOKEN, me) end\n"
 	"local retry = RETRY_MAX_MS\n"
 	"if other_kind then\n"
 	"  local pttl = redis.call('PTTL', KEYS[1])\n"
 	"  if pttl >= 0 then retry = math.min(pttl + 1, RETRY_MAX_MS) end\n"
 	"else\n"
-	"  local first = tonumber(redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2])\n"
+	"  local first = tonumber(redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2] or now)\n"
 	"  retry = math.min(math.max(first - now, 0) + 1, RETRY_MAX_MS)\n"
+	"  local claim = redis.call('ZRANGE', WOKEN, 0, 0, 'WITHSCORES')[2]\n"
+	"  if claim then retry = math.min(retry, math.max(tonumber(claim) - now, 0) + 1) end\n"
 	"end\n"
-	"if ARGV[4] ~= '' then\n"
-	"  redis.call('ZADD', KEYS[4], string.format('%d', now + retry + WAITER_GRACE_MS), ARGV[4])\n"
+	"local watch = 0\n"
+	"if me ~= '' and ARGV[7] == '1' then\n"
+	"  retry = math.min(retry, QUEUED_LOOK_MS)\n"
+	"  redis.call('ZADD', QUEUE, 'NX', string.format('%d', now), me)\n"
+	"  if not other_kind and not old_holder() then watch = 1 end\n"
+	"end\n"
+	"if me ~= '' then\n"
+	"  redis.call('ZADD', KEYS[4], string.format('%d', now + retry + WAITER_GRACE_MS), me)\n"
 	"end\n"
 	"settle_n(now)\n"
-	"return {0, retry, 0}\n";
+	"settle_queue(now)\n"
+	"return {0, retry, watch}\n";
 
 /*
  * Owner-only: give the permit back and wake the waiters (also when it was
  * no longer ours: permits whose lease passed were dropped here, and their
- * waiters may not have heard of it).
+ * waiters may not have heard of it): the first queued live waiters, one
+ * for each permit free and not promised, each on its own channel, and on
+ * the lock's channel those that do not queue (a mutex's, a reader's, a
+ * client of the previous release: with none subscribed, that costs the
+ * server nothing per waiter).  ARGV owner, channel, PUBLISH|SPUBLISH, N,
+ * the waiters' channel prefix.
  */
 static const char sem_release_lua[] =
 	TOKEN_LUA
 	PERMITS_LUA
+	QUEUE_LUA
 	"local now = now_ms()\n"
 	"local ours = live_permit(now)\n"
+	"local held = 0\n"
 	"if redis.call('GET', KEYS[1]) == MARK then\n"
 	"  redis.call('ZREM', KEYS[2], ARGV[1])\n"
 	"  redis.call('HDEL', KEYS[3], ARGV[1])\n"
 	"  redis.call('HDEL', HOLDERS, ARGV[1])\n"
-	"  settle_permits(now)\n"
+	"  held = settle_permits(now)\n"
 	"  redis.pcall(ARGV[3], ARGV[2], '1')\n"
 	"end\n"
 	"other_waiters(now, '')\n"
+	"wake_queue(now, tonumber(ARGV[4]), held, ARGV[5], ARGV[3])\n"
 	"settle_n(now)\n"
+	"settle_queue(now)\n"
 	"if ours then return 1 end\n"
 	"return 0\n";
+
+/*
+ * A waiter that gives up leaves the waiters and the queue; a permit that
+ * a release promised it goes to the next queued waiter.  ARGV waiter id,
+ * PUBLISH|SPUBLISH, N, the waiters' channel prefix -> 1.
+ */
+static const char sem_withdraw_lua[] =
+	TOKEN_LUA
+	PERMITS_LUA
+	QUEUE_LUA
+	"local now = now_ms()\n"
+	"redis.call('ZREM', KEYS[4], ARGV[1])\n"
+	"redis.call('ZREM', QUEUE, ARGV[1])\n"
+	"if redis.call('ZREM', WOKEN, ARGV[1]) == 1 then\n"
+	"  wake_queue(now, tonumber(ARGV[3]), settle_permits(now), ARGV[4], ARGV[2])\n"
+	"end\n"
+	"settle_queue(now)\n"
+	"return 1\n";
 
 /* Owner-only: a live permit's lease runs again from now; one that ended is never taken again here. */
 static const char sem_extend_lua[] =
@@ -616,6 +748,7 @@ static const char *const bodies[REDIS_SCRIPT_COUNT] = {
 	[REDIS_SCRIPT_READ_CHECK] = read_check_lua,
 	[REDIS_SCRIPT_SEM_ACQUIRE] = sem_acquire_lua,
 	[REDIS_SCRIPT_SEM_RELEASE] = sem_release_lua,
+	[REDIS_SCRIPT_SEM_WITHDRAW] = sem_withdraw_lua,
 	[REDIS_SCRIPT_SEM_EXTEND] = sem_extend_lua,
 	[REDIS_SCRIPT_SEM_CHECK] = sem_check_lua,
 	[REDIS_SCRIPT_INSPECT] = inspect_lua,

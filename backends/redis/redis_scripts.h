@@ -24,10 +24,13 @@ enum redis_script_id {
 	REDIS_SCRIPT_READ_EXTEND,  /* KEYS lock, readers, holders; ARGV owner, lease ms -> 1 extended | 0 not ours */
 	REDIS_SCRIPT_READ_CHECK,   /* KEYS lock, readers; ARGV owner -> 1 ours | 0 not ours */
 	/* Permits of a semaphore (KEYS lock, permits, slots, waiters, N[, fence], holders last; see the scripts): */
-	REDIS_SCRIPT_SEM_ACQUIRE, /* + fence; ARGV owner, lease ms, N, waiter id ("": try once), fence ttl ms
-	                             ("0": no token), owner record
-	                             -> {1, token, slot} | {0, ms to look again, 0} | {-1, N, 0} */
-	REDIS_SCRIPT_SEM_RELEASE, /* ARGV owner, channel, PUBLISH|SPUBLISH -> 1 released | 0 not ours */
+	REDIS_SCRIPT_SEM_ACQUIRE, /* + fence, queue, woken; ARGV owner, lease ms, N, waiter id ("": try once),
+	                             fence ttl ms ("0": no token), owner record, "1" to queue
+	                             -> {1, token, slot} | {0, ms to look again, watch} | {-1, N, 0} */
+	REDIS_SCRIPT_SEM_RELEASE, /* + queue, woken; ARGV owner, channel, PUBLISH|SPUBLISH, N, waiters' channel
+	                             prefix -> 1 released | 0 not ours */
+	REDIS_SCRIPT_SEM_WITHDRAW, /* + queue, woken; ARGV waiter id, PUBLISH|SPUBLISH, N, waiters' channel
+	                              prefix -> 1 */
 	REDIS_SCRIPT_SEM_EXTEND,  /* ARGV owner, lease ms -> 1 extended | 0 not ours */
 	REDIS_SCRIPT_SEM_CHECK,   /* KEYS lock, permits; ARGV owner -> 1 ours | 0 not ours */
 	/* Every kind at once (KEYS lock, queue, waiters, fence, readers, permits, slots, holders, pwaiters,

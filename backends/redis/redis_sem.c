@@ -15,11 +15,18 @@
  * id its handle made once, refreshed by every attempt.  All keys share the
  * name's {D}, so a cluster keeps them in one slot.
  *
- * Waiting is the core's loop (core_waits): a busy attempt subscribes to
- * the name's channel, where every release publishes, and the core looks
- * again on a message or when the first permit's lease ends (at most
- * RETRY_MAX_MS in the script), polling when the subscription cannot be
- * made.
+ * Waiting is the core's loop (core_waits).  A waiter that queues (fair=1,
+ * the default) joins PREFIX:{D}:pqueue in arrival order, and a release
+ * promises each permit it frees to the first live queued waiter
+ * (PREFIX:{D}:pwoken, for a claim window) and publishes on that waiter's
+ * own channel, PREFIX:{D}:pwake:WAITER, which its attempt watched: one
+ * waiter woken per permit, whatever the number of waiters (see
+ * redis_scripts.c).  A waiter behind another kind, behind a holder of the
+ * previous release (which publishes only on the name's channel) or with
+ * fair=0 watches the name's channel, where every release still publishes.
+ * The core also looks again when the first permit's lease or claim window
+ * ends (at most RETRY_MAX_MS, or QUEUED_LOOK_MS for a queued waiter),
+ * polling when no subscription can be made.
  *
  * Threads: as the lock functions: one acquisition per handle at a time,
  * the client shared.
@@ -38,6 +45,14 @@ static void permit_keys(const struct redis_lock *lk, struct redis_args *a)
 	dlock_redis_argn(a, lk->npermits, lk->npermitslen);
 }
 
+/* The wake-up queue's two keys, then the holders' records (last): the acquire, release and withdraw scripts. */
+static void queue_keys(const struct redis_lock *lk, struct redis_args *a)
+{
+	dlock_redis_argn(a, lk->pqueue, lk->pqueuelen);
+	dlock_redis_argn(a, lk->pwoken, lk->pwokenlen);
+	dlock_redis_argn(a, lk->holders, lk->holderslen);
+}
+
 enum redis_script_id dlock_redis_sem_acquire_args(const struct redis_client *c, const struct redis_lock *lk,
                                                   int64_t lease_ms, int wants_token, int listed, char bufs[3][24],
                                                   struct redis_args *a, int *nkeys)
@@ -45,27 +60,30 @@ enum redis_script_id dlock_redis_sem_acquire_args(const struct redis_client *c, 
 	*a = (struct redis_args){ 0 };
 	permit_keys(lk, a);
 	dlock_redis_argn(a, lk->fence, lk->fencelen);
-	dlock_redis_argn(a, lk->holders, lk->holderslen);
+	queue_keys(lk, a);
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_argi(a, bufs[0], lease_ms);
 	dlock_redis_argi(a, bufs[1], lk->permits_n);
 	dlock_redis_arg(a, listed ? lk->waiter : "");
 	dlock_redis_argi(a, bufs[2], wants_token ? dlock_redis_fence_ttl_ms(lease_ms) : 0);
 	dlock_redis_argn(a, c->record, c->recordlen);
-	*nkeys = 7;
+	dlock_redis_arg(a, c->fair ? "1" : "0");
+	*nkeys = 9;
 	return REDIS_SCRIPT_SEM_ACQUIRE;
 }
 
 enum redis_script_id dlock_redis_sem_release_args(const struct redis_client *c, const struct redis_lock *lk,
-                                                  struct redis_args *a, int *nkeys)
+                                                  char n[24], struct redis_args *a, int *nkeys)
 {
 	*a = (struct redis_args){ 0 };
 	permit_keys(lk, a);
-	dlock_redis_argn(a, lk->holders, lk->holderslen);
+	queue_keys(lk, a);
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_argn(a, lk->chan, lk->chanlen);
 	dlock_redis_arg(a, c->publish);
-	*nkeys = 6;
+	dlock_redis_argi(a, n, lk->permits_n);
+	dlock_redis_argn(a, lk->pwake, lk->pwakelen);
+	*nkeys = 8;
 	return REDIS_SCRIPT_SEM_RELEASE;
 }
 
@@ -91,7 +109,7 @@ enum redis_script_id dlock_redis_sem_check_args(const struct redis_lock *lk, str
 	return REDIS_SCRIPT_SEM_CHECK;
 }
 
-dlock_status dlock_redis_sem_reply(const struct redis_client *c, const struct redis_lock *lk, const redisReply *r,
+dlock_status dlock_redis_sem_reply(const struct redis_client *c, struct redis_lock *lk, const redisReply *r,
                                    dlock_acquired *out, int64_t *retry_ms, dlock_error *err)
 {
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3)
@@ -106,6 +124,7 @@ dlock_status dlock_redis_sem_reply(const struct redis_client *c, const struct re
 	}
 	if (what == 0) {
 		*retry_ms = value;
+		lk->wake_own = slot == 1;
 		return DLOCK_EBUSY;
 	}
 	if (what == -1)
@@ -122,10 +141,14 @@ void dlock_redis_sem_unlist(struct redis_client *c, struct redis_lock *lk)
 		return;
 	lk->listed = 0;
 	struct redis_args a = { 0 };
-	dlock_redis_arg(&a, "ZREM");
-	dlock_redis_argn(&a, lk->pwaiters, lk->pwaiterslen);
+	char n[24];
+	permit_keys(lk, &a);
+	queue_keys(lk, &a);
 	dlock_redis_arg(&a, lk->waiter);
-	struct redis_call call = { .id = REDIS_SCRIPT_COUNT, .a = &a, .what = "give up waiting" };
+	dlock_redis_arg(&a, c->publish);
+	dlock_redis_argi(&a, n, lk->permits_n);
+	dlock_redis_argn(&a, lk->pwake, lk->pwakelen);
+	struct redis_call call = { .id = REDIS_SCRIPT_SEM_WITHDRAW, .nkeys = 8, .a = &a, .what = "give up waiting" };
 	redisReply *r = NULL;
 	int maybe_ran;
 	dlock_error ignored = { "" };
