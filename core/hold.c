@@ -28,7 +28,8 @@
 
 void dlock_hold_begin(struct dlock_lock *l, int64_t min_hold_ms, int64_t max_hold_ms)
 {
-	l->held_since = dlock_monotonic_ns();
+	/* Without bounds nothing counts from it: no clock reading per acquisition. */
+	l->held_since = min_hold_ms > 0 || max_hold_ms > 0 ? dlock_monotonic_ns() : 0;
 	l->min_until = min_hold_ms > 0 ? l->held_since + min_hold_ms * NS_PER_MS : 0;
 	l->max_at = max_hold_ms > 0 ? l->held_since + max_hold_ms * NS_PER_MS : INT64_MAX;
 	l->lingering = l->linger_ttl = 0;
@@ -62,8 +63,10 @@ dlock_lost_reason dlock_hold_due_reason(const struct dlock_lock *l, int64_t now)
 int dlock_hold_linger_locked(struct dlock_lock *l)
 {
 	struct dlock_client *c = l->client;
+	if (!l->min_until)
+		return 0;
 	int64_t now = dlock_monotonic_ns();
-	if (!l->min_until || now >= l->min_until)
+	if (now >= l->min_until)
 		return 0;
 	int ttl = 0;
 	if (c->caps.lease == DLOCK_LEASE_TTL && c->driver->extend) {

@@ -26,7 +26,8 @@
 
 struct dlock_wait {
 	pthread_mutex_t mu; /* guards the fields below (not client->mu) */
-	pthread_cond_t cond;
+	pthread_cond_t cond; /* made by its first waiter (cond_ready): most acquisitions never sleep */
+	int cond_ready;
 	int64_t deadline_ns;
 	int try_once;
 	int wants_token;

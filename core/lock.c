@@ -278,7 +278,8 @@ static void holder_remove_locked(struct dlock_lock *l)
 		l->next_holder = NULL;
 		l->holding = 0;
 	}
-	pthread_cond_broadcast(&e->cond);
+	if (e->queue_head) /* only queued contenders wait on it (wait_turn_locked()) */
+		pthread_cond_broadcast(&e->cond);
 }
 
 void dlock_lock_begin_call(struct dlock_lock *l)
@@ -538,7 +539,8 @@ static void queue_remove(struct dlock_entry *e, struct dlock_queued *q)
 	*pp = q->next;
 	if (e->queue_tail == q)
 		e->queue_tail = prev;
-	pthread_cond_broadcast(&e->cond);
+	if (e->queue_head) /* only queued contenders wait on it */
+		pthread_cond_broadcast(&e->cond);
 }
 
 /* The contender whose turn it is: the first in the queue whose handle is
@@ -571,12 +573,14 @@ static int room_for(const struct dlock_entry *e, const struct dlock_queued *q)
 
 /* Wait for this contender's turn to ask the server: first in the local
  * queue, nobody of this client contending for the name, and room among the
- * holders (room_for()). */
+ * holders (room_for()).  A cancellation is seen by cancel_requested, which
+ * every canceller sets under c->mu before it marks the wait cancelled
+ * (dlock_lock_cancel_locked()): no need to take the wait's own mutex. */
 static dlock_status wait_turn_locked(struct dlock_client *c, struct dlock_entry *e, struct dlock_queued *q,
                                      struct dlock_wait *w)
 {
 	for (;;) {
-		if (c->closing || dlock_wait_cancelled(w) != DLOCK_OK)
+		if (c->closing || w->cancel_requested)
 			return DLOCK_ECANCELED;
 		if (!e->contending && queue_turn(e) == q && room_for(e, q))
 			return DLOCK_OK;
@@ -608,10 +612,13 @@ static void become_holder_locked(struct dlock_lock *l, const struct acquire_para
 	/* A driver with extend() has a lease to keep; others hold by session. */
 	l->tracked = c->driver->extend != NULL;
 	l->lease_ns = p->lease_ms * NS_PER_MS;
+	holder_add_locked(l);
+	/* Into the timetables: lease_renewed() places it; an acquisition without a lease is placed too
+	 * (its loss is cleaned up). */
 	if (l->tracked)
 		dlock_lock_lease_renewed(l, acq->sent_ns ? acq->sent_ns : started_ns, l->lease_ns);
-	holder_add_locked(l);
-	dlock_sched_update(l); /* also an acquisition without a lease: its loss is cleaned up */
+	else
+		dlock_sched_update(l);
 	c->stats.acquired++;
 	if (l->lost_early)
 		dlock_lock_declare_lost(l, l->lost_reason, l->lost_detail);
@@ -712,14 +719,15 @@ dlock_status dlock_acquire(dlock_lock *l, const dlock_acquire_options *opts)
 		return DLOCK_EINVAL;
 	struct dlock_client *c = l->client;
 	struct acquire_params p;
-	dlock_error err = { "" };
+	dlock_error err; /* only its string is read: no need to clear its 512 bytes per call */
+	err.msg[0] = '\0';
 	const char *why = "";
 	dlock_status st = resolve_params(l, opts, &p, &why);
 	if (st != DLOCK_OK)
 		return dlock_client_fail(c, st, why);
 
-	int64_t now = dlock_monotonic_ns();
-	int64_t deadline = p.wait_ms < 0 ? INT64_MAX : now + p.wait_ms * NS_PER_MS;
+	/* Waiting forever needs no clock here: the lease counts from contend_locked()'s own reading. */
+	int64_t deadline = p.wait_ms < 0 ? INT64_MAX : dlock_monotonic_ns() + p.wait_ms * NS_PER_MS;
 
 	pthread_mutex_lock(&c->mu);
 	if (c->closing) {
@@ -833,7 +841,8 @@ dlock_status dlock_release(dlock_lock *l)
 	if (!l)
 		return DLOCK_EINVAL;
 	struct dlock_client *c = l->client;
-	dlock_error err = { "" };
+	dlock_error err; /* only its string is read */
+	err.msg[0] = '\0';
 	pthread_mutex_lock(&c->mu);
 	if (!l->held || l->lingering || c->closing) {
 		dlock_status st = not_held_locked(l);

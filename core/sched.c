@@ -136,6 +136,9 @@ static int64_t cleanup_due(const struct dlock_lock *l)
 void dlock_sched_update(struct dlock_lock *l)
 {
 	struct dlock_client *c = l->client;
+	/* A handle not held is in neither timetable (each needs `held`): nothing to compute. */
+	if (!l->held && !l->sched_pos[DLOCK_SCHED_WATCH] && !l->sched_pos[DLOCK_SCHED_RENEW])
+		return;
 	/* Hold bounds (hold.c): a maximum is watched like a lease; a lease already cut to end at the
 	 * maximum is not renewed; a lingering handle is released at its minimum. */
 	int64_t max_at = l->lingering ? INT64_MAX : l->max_at;

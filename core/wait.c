@@ -4,6 +4,11 @@
  * a notification (dlock_wait_wake), cancellation or the deadline.  A wake
  * that arrives while the driver is not sleeping is remembered, so a
  * notification between "try" and "sleep" is never lost.
+ *
+ * The condition variable is made by the first thread that waits on it
+ * (under w->mu), not with the wait: most acquisitions never sleep, and
+ * nobody can be waiting on it before then, so a broadcast until then has
+ * nobody to wake and is skipped.
  */
 #include "internal.h"
 
@@ -36,13 +41,30 @@ void dlock_wait_init(struct dlock_wait *w, int64_t deadline_ns, int try_once, in
 		.deadline_ns = deadline_ns, .try_once = try_once, .wants_token = wants_token, .mode = mode
 	};
 	pthread_mutex_init(&w->mu, NULL);
-	dlock_cond_init_monotonic(&w->cond);
 }
 
 void dlock_wait_destroy(struct dlock_wait *w)
 {
-	pthread_cond_destroy(&w->cond);
+	if (w->cond_ready)
+		pthread_cond_destroy(&w->cond);
 	pthread_mutex_destroy(&w->mu);
+}
+
+/* The wait's condition variable, made on first use.  w->mu held. */
+static pthread_cond_t *wait_cond(struct dlock_wait *w)
+{
+	if (!w->cond_ready) {
+		dlock_cond_init_monotonic(&w->cond);
+		w->cond_ready = 1;
+	}
+	return &w->cond;
+}
+
+/* Wake every thread waiting on the wait's condition variable (none before it is made).  w->mu held. */
+static void wait_broadcast(struct dlock_wait *w)
+{
+	if (w->cond_ready)
+		pthread_cond_broadcast(&w->cond);
 }
 
 int64_t dlock_wait_deadline_ns(const dlock_wait *w)
@@ -86,7 +108,7 @@ dlock_status dlock_wait_sleep(dlock_wait *w, int64_t max_ns)
 	dlock_status st = DLOCK_OK;
 	pthread_mutex_lock(&w->mu);
 	while (!w->cancelled && !w->woken) {
-		if (dlock_cond_wait_until(&w->cond, &w->mu, until) == ETIMEDOUT)
+		if (dlock_cond_wait_until(wait_cond(w), &w->mu, until) == ETIMEDOUT)
 			break;
 	}
 	if (w->cancelled)
@@ -102,7 +124,7 @@ void dlock_wait_wake(dlock_wait *w)
 {
 	pthread_mutex_lock(&w->mu);
 	w->woken = 1;
-	pthread_cond_broadcast(&w->cond);
+	wait_broadcast(w);
 	pthread_mutex_unlock(&w->mu);
 }
 
@@ -128,14 +150,14 @@ static void run_interrupt_locked(struct dlock_wait *w)
 	fn(arg);
 	pthread_mutex_lock(&w->mu);
 	w->interrupt_running = 0;
-	pthread_cond_broadcast(&w->cond);
+	wait_broadcast(w);
 }
 
 void dlock_wait_set_interrupt(dlock_wait *w, void (*fn)(void *arg), void *arg)
 {
 	pthread_mutex_lock(&w->mu);
 	while (w->interrupt_running)
-		pthread_cond_wait(&w->cond, &w->mu);
+		pthread_cond_wait(wait_cond(w), &w->mu);
 	w->interrupt = fn;
 	w->interrupt_arg = arg;
 	if (fn && w->cancelled)
@@ -147,7 +169,7 @@ void dlock_wait_cancel(struct dlock_wait *w)
 {
 	pthread_mutex_lock(&w->mu);
 	w->cancelled = 1;
-	pthread_cond_broadcast(&w->cond);
+	wait_broadcast(w);
 	run_interrupt_locked(w);
 	pthread_mutex_unlock(&w->mu);
 }
