@@ -1,13 +1,12 @@
 /*
  * A connection's bytes: one socket, in the clear or inside TLS, with
- * hiredis's protocol reader and command formatter on top.
+ * hiredis's protocol reader on top and the requests written here.
  *
  * Why not a redisContext: hiredis 0.14 (Debian bookworm's) reads and writes
  * its descriptor itself and has no TLS and no hook for other I/O, while its
- * reader (redisReaderFeed/GetReply) and formatter (redisFormatCommandArgv)
- * work over any byte stream.  So the connection is this small struct, and
- * the same code path serves a plain socket and an OpenSSL session: only
- * conn_recv() and conn_send() differ.
+ * reader (redisReaderFeed/GetReply) works over any byte stream.  So the
+ * connection is this small struct, and the same code path serves a plain
+ * socket and an OpenSSL session: only conn_recv() and conn_send() differ.
  *
  * Blocking: the socket is blocking with SO_RCVTIMEO/SO_SNDTIMEO set to
  * io_timeout, as hiredis's redisSetTimeout() did, so a read or write that
@@ -177,32 +176,72 @@ static int feed(struct redis_conn *conn, const char *buf, size_t n)
 
 /* ------------------------------------------------------------ commands */
 
+/* `v` in decimal at `p`; the number of digits written (at most 20). */
+static size_t put_decimal(char *p, size_t v)
+{
+	char digits[20];
+	size_t n = 0;
+	do {
+		digits[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	for (size_t i = 0; i < n; i++)
+		p[i] = digits[n - 1 - i];
+	return n;
+}
+
+/* Room for `more` bytes after what is queued; 0 when memory ran out (the connection failed). */
+static int out_reserve(struct redis_conn *conn, size_t more)
+{
+	if (conn->outlen + more <= conn->outcap)
+		return 1;
+	size_t cap = conn->outcap ? conn->outcap : 256;
+	while (cap < conn->outlen + more)
+		cap *= 2;
+	char *grown = realloc(conn->out, cap);
+	if (!grown) {
+		conn_fail(conn, REDIS_ERR_OOM, "%s", "out of memory");
+		return 0;
+	}
+	conn->out = grown;
+	conn->outcap = cap;
+	return 1;
+}
+
+/*
+ * The command in the protocol's array of bulk strings (`*N`, then `$LEN`
+ * and the bytes of each argument), written straight into the output
+ * buffer.  Not hiredis's redisFormatCommandArgv: that one allocates the
+ * command and formats each length with sprintf, which was most of the
+ * client's instructions per acquisition; the format is four lines of the
+ * protocol's specification.
+ */
 int dlock_redis_append_argv(struct redis_conn *conn, int argc, const char *const *argv, const size_t *len)
 {
 	if (conn->err)
 		return REDIS_ERR;
-	char *cmd = NULL;
-	int n = redisFormatCommandArgv(&cmd, argc, (const char **)argv, len); /* hiredis 0.14 is not const-correct */
-	if (n < 0) {
-		conn_fail(conn, REDIS_ERR_OOM, "%s", "out of memory");
+	size_t need = 1 + 20 + 2; /* *N\r\n */
+	for (int i = 0; i < argc; i++)
+		need += 1 + 20 + 2 + len[i] + 2; /* $LEN\r\n BYTES \r\n */
+	if (!out_reserve(conn, need))
 		return REDIS_ERR;
+	char *p = conn->out + conn->outlen;
+	*p++ = '*';
+	p += put_decimal(p, (size_t)argc);
+	*p++ = '\r';
+	*p++ = '\n';
+	for (int i = 0; i < argc; i++) {
+		*p++ = '$';
+		p += put_decimal(p, len[i]);
+		*p++ = '\r';
+		*p++ = '\n';
+		if (len[i])
+			memcpy(p, argv[i], len[i]);
+		p += len[i];
+		*p++ = '\r';
+		*p++ = '\n';
 	}
-	if (conn->outlen + (size_t)n > conn->outcap) {
-		size_t cap = conn->outcap ? conn->outcap : 256;
-		while (cap < conn->outlen + (size_t)n)
-			cap *= 2;
-		char *grown = realloc(conn->out, cap);
-		if (!grown) {
-			redisFreeCommand(cmd);
-			conn_fail(conn, REDIS_ERR_OOM, "%s", "out of memory");
-			return REDIS_ERR;
-		}
-		conn->out = grown;
-		conn->outcap = cap;
-	}
-	memcpy(conn->out + conn->outlen, cmd, (size_t)n);
-	conn->outlen += (size_t)n;
-	redisFreeCommand(cmd);
+	conn->outlen = (size_t)(p - conn->out);
 	return REDIS_OK;
 }
 
