@@ -441,6 +441,34 @@ static void test_terminate_backend(void)
 }
 
 /*
+ * A session ended by the server while it idles in the client's pool (here
+ * at once, before any check of the pool would notice): the next
+ * acquisitions, waiting and try-once, get the lock on a new session and
+ * never see the error.
+ */
+static void test_terminate_idle_session(void)
+{
+	char name[128], app[64];
+	unique_name(name, sizeof name, "idle-term");
+	snprintf(app, sizeof app, "dlock-idle-%ld-%u", (long)getpid(), name_counter);
+	dlock_client *a = open_app(app);
+	dlock_lock *la = new_lock(a, name);
+	PGconn *mon = monitor();
+	for (int wait_ms = 1000; la && wait_ms >= 0; wait_ms -= 1000) {
+		CU_ASSERT_EQUAL(acquire(la, 1000, 0, NULL, NULL), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
+		/* The two-argument form returns once the session is gone. */
+		CU_ASSERT(sql_num(mon, "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
+		                       "WHERE application_name = $1", app) >= 1);
+		CU_ASSERT_EQUAL(acquire(la, wait_ms, 0, NULL, NULL), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
+	}
+	PQfinish(mon);
+	dlock_lock_free(la);
+	dlock_client_close(a);
+}
+
+/*
  * The same, with a second handle of the holder's own client waiting for
  * the name: the loss lets it in without the holder's release (Curator's
  * testKilledSession).
@@ -1431,6 +1459,7 @@ static const struct {
 } mode_tests[] = {
 	{ "terminate_backend", test_terminate_backend },
 	{ "terminate_local_waiter", test_terminate_local_waiter },
+	{ "terminate_idle_session", test_terminate_idle_session },
 	{ "sigstop_holder", test_sigstop_holder },
 	{ "bounded_wait_then_normal", test_bounded_wait_then_normal },
 	{ "odd_names", test_odd_names },

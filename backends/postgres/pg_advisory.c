@@ -60,7 +60,6 @@
  * so advisory mode needs session pooling (or none); behind transaction
  * pooling use mode=row.
  */
-#include <stdio.h>
 #include <string.h>
 
 #include "pg_internal.h"
@@ -137,9 +136,7 @@ static const char sql_check[] = "SELECT count(*) FROM pg_locks WHERE locktype = 
 static int64_t acquired_at(int64_t sent, const PGresult *res)
 {
 	int64_t now = dlock_monotonic_ns();
-	const char *v = PQgetisnull(res, 0, 1) ? "0" : PQgetvalue(res, 0, 1);
-	long long us = 0;
-	sscanf(v, "%lld", &us);
+	int64_t us = PQgetisnull(res, 0, 1) ? 0 : dlock_pg_text_int(PQgetvalue(res, 0, 1));
 	int64_t at = sent + (us > 0 ? us * 1000 : 0);
 	return at < now ? at : now;
 }
@@ -205,10 +202,8 @@ static dlock_status fence(struct dlock_pg_backend *b, struct dlock_pg_conn *c, d
 static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
                             dlock_wait *w, int fencing, dlock_acquired *out, dlock_error *err)
 {
-	char key[24], lease[24], wait[24], sqlstate[6], hi[16], base[16];
-	snprintf(key, sizeof key, "%lld", (long long)lk->key);
-	snprintf(hi, sizeof hi, "%ld", (long)lk->sem_hi);
-	snprintf(base, sizeof base, "%ld", (long)lk->sem_base);
+	char key[24], lease[24], wait[24], sqlstate[6], hi[24], base[24];
+	dlock_pg_int_text(lk->key, key);
 	pthread_mutex_lock(&c->mu);
 	if (fencing) {
 		dlock_status st = fence(b, c, err);
@@ -239,6 +234,8 @@ static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
 		dlock_pg_interrupt_arm(c, w);
 	}
 	if (lk->shared) {
+		dlock_pg_int_text(lk->sem_hi, hi);
+		dlock_pg_int_text(lk->sem_base, base);
 		s.values[s.n] = hi;
 		s.values[s.n + 1] = base;
 		s.lengths[s.n] = s.lengths[s.n + 1] = -1;
@@ -322,7 +319,7 @@ static dlock_status adv_release(void *backend, void *lkp, dlock_error *err)
 	struct dlock_pg_conn *c = lk->conn;
 	char key[24], lease[24], sqlstate[6];
 	PGresult *res = NULL;
-	snprintf(key, sizeof key, "%lld", (long long)lk->key);
+	dlock_pg_int_text(lk->key, key);
 	pthread_mutex_lock(&c->mu);
 	dlock_pg_pool_unhold(b, lk);
 	/* The last lock gone: the session keeps its timeout (pg_pool.c retires it). */
@@ -427,7 +424,7 @@ static dlock_status adv_check(void *backend, void *lkp, dlock_error *err)
 	char key[24], sqlstate[6];
 	PGresult *res = NULL;
 	int isnull;
-	snprintf(key, sizeof key, "%lld", (long long)lk->key);
+	dlock_pg_int_text(lk->key, key);
 	pthread_mutex_lock(&c->mu);
 	struct dlock_pg_stmt s = { .sql = sql_check, .n = 2, .values = { key, lk->shared ? "ShareLock" : "ExclusiveLock" },
 		                   .lengths = { -1, -1 } };

@@ -68,19 +68,45 @@ dlock_status dlock_pg_lease_ok(int64_t lease_ms, dlock_error *err)
 	                       "a lease of more than %d ms does not fit PostgreSQL's session timeouts", INT_MAX);
 }
 
+void dlock_pg_int_text(int64_t v, char out[24])
+{
+	char digits[24];
+	size_t n = 0, o = 0;
+	/* In unsigned arithmetic, so that INT64_MIN has a magnitude too. */
+	uint64_t m = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+	do {
+		digits[n++] = (char)('0' + m % 10);
+		m /= 10;
+	} while (m);
+	if (v < 0)
+		out[o++] = '-';
+	while (n)
+		out[o++] = digits[--n];
+	out[o] = '\0';
+}
+
+int64_t dlock_pg_text_int(const char *text)
+{
+	int neg = *text == '-';
+	uint64_t m = 0;
+	for (const char *p = text + neg; *p >= '0' && *p <= '9'; p++)
+		m = m * 10 + (uint64_t)(*p - '0');
+	return neg ? (int64_t)(0 - m) : (int64_t)m;
+}
+
 void dlock_pg_ms_text(int64_t ms, char out[24])
 {
 	if (ms > INT_MAX)
 		ms = INT_MAX;
 	if (ms < 0)
 		ms = 1;
-	snprintf(out, 24, "%lld", (long long)ms);
+	dlock_pg_int_text(ms, out);
 }
 
 int64_t dlock_pg_int_value(const PGresult *res, int *isnull)
 {
 	*isnull = PQntuples(res) < 1 || PQnfields(res) < 1 || PQgetisnull(res, 0, 0);
-	return *isnull ? 0 : strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+	return *isnull ? 0 : dlock_pg_text_int(PQgetvalue(res, 0, 0));
 }
 
 /* ------------------------------------------------------------ cancel */

@@ -139,10 +139,20 @@ static struct dlock_pg_conn *pool_settle(struct dlock_pg_backend *b, struct dloc
 
 /* ------------------------------------------------------------ use */
 
-/* An idle connection the server has closed is readable (an error message
- * and EOF); anything else unread is consumed by libpq. */
-static int conn_seems_alive(struct dlock_pg_conn *c)
+/*
+ * An idle connection the server has closed is readable (an error message
+ * and EOF); anything else unread is consumed by libpq.  One that went idle
+ * less than RECHECK_NS ago is taken on trust, which spares the system call
+ * in the loop of a lock acquired and released again and again: if its
+ * session did end meanwhile, the statement fails with DLOCK_ECONNECT and
+ * every caller of dlock_pg_pool_take() tries once more on a new connection.
+ */
+#define RECHECK_NS 1000000000LL
+
+static int conn_seems_alive(struct dlock_pg_conn *c, int64_t now)
 {
+	if (now - c->idle_since_ns < RECHECK_NS && PQstatus(c->pg) == CONNECTION_OK)
+		return 1;
 	struct pollfd pfd = { .fd = PQsocket(c->pg), .events = POLLIN };
 	if (pfd.fd < 0)
 		return 0;
@@ -167,7 +177,8 @@ dlock_status dlock_pg_pool_take(struct dlock_pg_backend *b, int *reused, struct 
 		pthread_mutex_unlock(&p->mu);
 		if (!c)
 			break;
-		if (!idle_too_long(c, dlock_monotonic_ns()) && conn_seems_alive(c)) {
+		int64_t now = dlock_monotonic_ns();
+		if (!idle_too_long(c, now) && conn_seems_alive(c, now)) {
 			*out = c;
 			*reused = 1;
 			return DLOCK_OK;

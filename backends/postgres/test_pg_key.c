@@ -52,11 +52,33 @@ static void test_knows_param(void)
 	CU_ASSERT(!dlock_pg_knows_param("bogus"));
 }
 
+/* The statements' integer parameters and results, in and out of decimal text, at the edges too. */
+static void test_int_text(void)
+{
+	static const int64_t v[] = { 0, 1, -1, 9, 10, 2147483647, INT64_C(8408475929734341367),
+		                     INT64_C(-6975968165028297448), INT64_MAX, INT64_MIN };
+	static const char *const text[] = { "0", "1", "-1", "9", "10", "2147483647", "8408475929734341367",
+		                            "-6975968165028297448", "9223372036854775807", "-9223372036854775808" };
+	char buf[24];
+	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+		dlock_pg_int_text(v[i], buf);
+		CU_ASSERT_STRING_EQUAL(buf, text[i]);
+		CU_ASSERT_EQUAL(dlock_pg_text_int(text[i]), v[i]);
+	}
+	CU_ASSERT_EQUAL(dlock_pg_text_int(""), 0);
+	CU_ASSERT_EQUAL(dlock_pg_text_int("12x"), 12);
+	dlock_pg_ms_text(-5, buf);
+	CU_ASSERT_STRING_EQUAL(buf, "1");
+	dlock_pg_ms_text(INT64_C(1) << 40, buf);
+	CU_ASSERT_STRING_EQUAL(buf, "2147483647");
+}
+
 static void add_suites(void)
 {
 	CU_pSuite s = CU_add_suite("postgres internals", NULL, NULL);
 	CU_add_test(s, "golden_hash", test_golden_hash);
 	CU_add_test(s, "knows_param", test_knows_param);
+	CU_add_test(s, "int_text", test_int_text);
 }
 
 int main(void)
