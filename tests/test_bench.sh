@@ -26,7 +26,7 @@ raw_ops_per_s ratio_to_raw handoff_p50_us handoff_p99_us wait_p99_us reacquire_p
 overlaps stale_writes_rejected lost_reported unavailable_ms release_failed server_cpu_us_per_acq
 raw_server_cpu_us_per_acq redis_cmds_per_acq raw_redis_cmds_per_acq locks lease_ms renewals_per_s locks_lost
 client_bytes_per_lock server_cpu_ms server_cpu_pct supported permits most_holders over_permits read_ratio
-most_readers writer_overlaps reader_wait_p99_us writer_wait_p99_us"
+most_readers writer_overlaps reader_wait_p99_us writer_wait_p99_us client_cpu_us_per_acq raw_client_cpu_us_per_acq"
 failed=0
 fail() {
 	echo "FAIL: $*"
@@ -50,6 +50,7 @@ while IFS= read -r line; do
 	grep -q '"error":' <<<"$line" && fail "$name: $(sed -n 's/.*"error":\("[^"]*"\).*/\1/p' <<<"$line")"
 	grep -q '"ops":0,' <<<"$line" && fail "$name: no operation measured"
 	grep -q '"ops_per_s":null' <<<"$line" && fail "$name: no throughput"
+	grep -q '"client_cpu_us_per_acq":null' <<<"$line" && fail "$name: the client's CPU time unknown"
 	case "$name" in
 	*contended)
 		[[ "$name" == *uncontended ]] && continue
@@ -170,7 +171,7 @@ if [ -n "${DLOCK_TEST_REDIS_URI:-}" ] && [ -n "${DLOCK_TEST_REDIS_DIR:-}" ] && [
 		--scenario scale --waiters 3 --duration 600ms --json >"$tmp/redis.jsonl" 2>"$tmp/err"; then
 		check_lines "$tmp/redis.jsonl" 1 "scale on Redis"
 		for f in ops_per_s raw_ops_per_s server_cpu_us_per_acq raw_server_cpu_us_per_acq redis_cmds_per_acq \
-			raw_redis_cmds_per_acq; do
+			raw_redis_cmds_per_acq client_cpu_us_per_acq raw_client_cpu_us_per_acq; do
 			positive "$tmp/redis.jsonl" "$f" "scale on Redis"
 		done
 	else

@@ -178,6 +178,8 @@ struct bench_shared {
 	_Atomic int holders, readers, writers;
 	_Atomic int most_holders, most_readers;
 	_Atomic uint64_t violations;
+	/* the worker processes' own CPU time (user + system, every thread) from go to their last cycle, in µs */
+	_Atomic int64_t client_cpu_us;
 	int nworkers;
 	uint64_t int_cap; /* intervals per worker */
 	size_t size;
@@ -403,8 +405,10 @@ struct bench_result {
 	int nfaults;
 	struct bench_fault_result faults[BENCH_MAX_FAULTS];
 	char timeline[512];     /* faults: data file for the chart, when --plot */
-	/* scale: the servers' work per acquisition, dlock's and raw's; -1: unknown */
+	/* uncontended, contended, scale: the servers' work per acquisition, dlock's and raw's; -1: unknown */
 	double server_cpu_us_per_acq, raw_server_cpu_us_per_acq;
+	/* uncontended, contended, scale: the client processes' CPU time per acquisition; -1: unknown */
+	double client_cpu_us_per_acq, raw_client_cpu_us_per_acq;
 	double redis_cmds_per_acq, raw_redis_cmds_per_acq;
 	char server_note[200];  /* scale, held: why server CPU is unknown */
 	/* held */

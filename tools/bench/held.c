@@ -227,6 +227,7 @@ int bench_run_held(const struct bench_opts *o, const struct bench_target *t, int
 	r->duration_ms = o->hold_ms;
 	r->server_cpu_ms = r->client_bytes_per_lock = -1;
 	r->server_cpu_us_per_acq = r->raw_server_cpu_us_per_acq = r->redis_cmds_per_acq = r->raw_redis_cmds_per_acq = -1;
+	r->client_cpu_us_per_acq = r->raw_client_cpu_us_per_acq = -1;
 	bench_meter_init(&meter, t, NULL);
 	snprintf(ph.name, sizeof ph.name, "bench-held-%d-%d", (int)getpid(), index);
 	ph.sh = bench_shared_new(1, 0);

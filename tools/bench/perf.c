@@ -71,6 +71,7 @@ struct totals {
 	/* scale: the servers' work over every phase of this side; unknown once one phase's is */
 	int metered, cpu_unknown, cmds_unknown;
 	double server_cpu_us, server_cmds;
+	double client_cpu_us; /* the worker processes' */
 	char server_note[200];
 };
 
@@ -97,6 +98,7 @@ static void add_up(struct bench_shared *sh, struct totals *t)
 	t->most_holders = most > t->most_holders ? most : t->most_holders;
 	t->most_readers = readers > t->most_readers ? readers : t->most_readers;
 	t->violations += atomic_load(&sh->violations);
+	t->client_cpu_us += (double)atomic_load(&sh->client_cpu_us);
 	t->secs += (double)(atomic_load(&sh->stop_ns) - sh->go_ns) / 1e9;
 }
 
@@ -182,6 +184,7 @@ static void keep_dlock(struct bench_result *r, const struct totals *t, const str
 	r->rtt_p50_us = probe ? bench_hist_pct_us(&probe->rtt, 50) : -1;
 	r->server_cpu_us_per_acq = per_acq(t, t->server_cpu_us, t->cpu_unknown);
 	r->redis_cmds_per_acq = per_acq(t, t->server_cmds, t->cmds_unknown);
+	r->client_cpu_us_per_acq = t->ops ? t->client_cpu_us / (double)t->ops : -1;
 	snprintf(r->server_note, sizeof r->server_note, "%s", t->server_note);
 }
 
@@ -196,6 +199,7 @@ static void keep_raw(struct bench_result *r, const struct totals *t)
 	r->violations += t->violations; /* raw's are the bench's own check failing: never hidden */
 	r->raw_server_cpu_us_per_acq = per_acq(t, t->server_cpu_us, t->cpu_unknown);
 	r->raw_redis_cmds_per_acq = per_acq(t, t->server_cmds, t->cmds_unknown);
+	r->raw_client_cpu_us_per_acq = t->ops ? t->client_cpu_us / (double)t->ops : -1;
 }
 
 /*
@@ -271,7 +275,7 @@ int bench_run_perf(const struct bench_opts *o, const struct bench_target *t, con
 	                                                                          sizeof r->raw_note);
 	struct bench_meter meter;
 	bench_meter_init(&meter, t, server);
-	if (sc == BENCH_SCALE)
+	if (sc == BENCH_SCALE || sc == BENCH_UNCONTENDED || sc == BENCH_CONTENDED)
 		ph.meter = &meter;
 	static const struct totals zero;
 	/* The round-trip probe needs only the server's raw client, baseline or not. */
@@ -286,6 +290,7 @@ int bench_run_perf(const struct bench_opts *o, const struct bench_target *t, con
 	r->permits = sc == BENCH_SEMAPHORE ? o->permits : 0;
 	r->read_ratio = o->read_ratio;
 	r->server_cpu_us_per_acq = r->raw_server_cpu_us_per_acq = r->redis_cmds_per_acq = r->raw_redis_cmds_per_acq = -1;
+	r->client_cpu_us_per_acq = r->raw_client_cpu_us_per_acq = -1;
 	snprintf(ph.name, sizeof ph.name, "bench-%s-%d-%d", bench_scenario_name(sc), (int)getpid(), index);
 	if (!mine || !theirs) {
 		snprintf(r->error, sizeof r->error, "out of memory");

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -93,6 +94,15 @@ static void worker_disconnect(struct bench_worker *w)
 	}
 }
 
+/* User and system CPU time of this process, every thread, in µs. */
+static int64_t process_cpu_us(void)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+		return 0;
+	return (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
+}
+
 /* The workers of process `p`: its clients' threads. */
 static int child_run(struct bench_phase *ph, int p)
 {
@@ -115,8 +125,13 @@ static int child_run(struct bench_phase *ph, int p)
 	for (int i = 0; i < n; i++)
 		if (pthread_create(&tids[i], NULL, worker_main, &ws[i]) != 0)
 			goto fail;
+	/* This process's CPU time from the start gate to its workers' last cycle: the client's cost. */
+	while (!atomic_load(&ph->sh->go) && !atomic_load(&ph->sh->stop))
+		bench_sleep_ns(GATE_POLL_NS);
+	int64_t cpu0 = process_cpu_us();
 	for (int i = 0; i < n; i++)
 		pthread_join(tids[i], NULL);
+	atomic_fetch_add(&ph->sh->client_cpu_us, process_cpu_us() - cpu0);
 	goto out;
 fail:
 	rc = 1;

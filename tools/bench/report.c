@@ -98,6 +98,7 @@ void bench_print_json(const struct bench_result *r)
 	int fl = ok && r->sc == BENCH_FAULTS, raw = perf && r->has_raw;
 	int sem = perf && r->sc == BENCH_SEMAPHORE, rw = perf && r->sc == BENCH_READ_MOSTLY, kind = sem || rw;
 	int hand = cont || sem; /* a waiter takes over from a releaser */
+	int metered = scale || (perf && (r->sc == BENCH_UNCONTENDED || r->sc == BENCH_CONTENDED));
 	double rtt = r->rtt_p50_us;
 	json_str("backend", r->backend, &f);
 	json_str("uri", r->uri, &f);
@@ -140,12 +141,15 @@ void bench_print_json(const struct bench_result *r)
 	json_num("lost_updates", (double)r->lost_updates, fl, &f);
 	json_num("release_failed", (double)r->release_notheld, fl || held, &f);
 	json_faults(r);
-	json_num("server_cpu_us_per_acq", r->server_cpu_us_per_acq, scale && r->server_cpu_us_per_acq >= 0, &f);
+	json_num("server_cpu_us_per_acq", r->server_cpu_us_per_acq, metered && r->server_cpu_us_per_acq >= 0, &f);
 	json_num("raw_server_cpu_us_per_acq", r->raw_server_cpu_us_per_acq,
-	         scale && raw && r->raw_server_cpu_us_per_acq >= 0, &f);
-	json_num("redis_cmds_per_acq", r->redis_cmds_per_acq, scale && r->redis_cmds_per_acq >= 0, &f);
-	json_num("raw_redis_cmds_per_acq", r->raw_redis_cmds_per_acq, scale && raw && r->raw_redis_cmds_per_acq >= 0,
+	         metered && raw && r->raw_server_cpu_us_per_acq >= 0, &f);
+	json_num("redis_cmds_per_acq", r->redis_cmds_per_acq, metered && r->redis_cmds_per_acq >= 0, &f);
+	json_num("raw_redis_cmds_per_acq", r->raw_redis_cmds_per_acq, metered && raw && r->raw_redis_cmds_per_acq >= 0,
 	         &f);
+	json_num("client_cpu_us_per_acq", r->client_cpu_us_per_acq, metered && r->client_cpu_us_per_acq >= 0, &f);
+	json_num("raw_client_cpu_us_per_acq", r->raw_client_cpu_us_per_acq,
+	         metered && raw && r->raw_client_cpu_us_per_acq >= 0, &f);
 	json_num("locks", r->locks, held, &f);
 	json_num("lease_ms", (double)r->lease_ms, held, &f);
 	json_num("renewals_per_s", r->renewals_per_s, held, &f);
@@ -156,7 +160,7 @@ void bench_print_json(const struct bench_result *r)
 	json_kinds(r, sem, rw, &f);
 	if (r->raw_note[0])
 		json_str("raw_note", r->raw_note, &f);
-	if ((scale || held) && r->server_note[0])
+	if ((metered || held) && r->server_note[0])
 		json_str("server_note", r->server_note, &f);
 	if (r->failed)
 		json_str(r->failed == 2 ? "skipped" : "error", r->error, &f);
@@ -172,6 +176,15 @@ static void cell_us(char *out, size_t len, const struct bench_hist *h, double p)
 		snprintf(out, len, "-");
 	else
 		snprintf(out, len, "%.0f", v);
+}
+
+/* A value with `decimals`, or "-" when unknown (negative). */
+static void cell_num(char *out, size_t len, double v, int decimals)
+{
+	if (v < 0)
+		snprintf(out, len, "-");
+	else
+		snprintf(out, len, "%.*f", decimals, v);
 }
 
 static void perf_row(FILE *out, const struct bench_result *r)
@@ -198,18 +211,14 @@ static void perf_row(FILE *out, const struct bench_result *r)
 		snprintf(spread, sizeof spread, "%.0f", r->share_spread_pct);
 		snprintf(ovl, sizeof ovl, "%llu", (unsigned long long)r->overlaps);
 	}
-	fprintf(out, "%-20s %-11s %3dx%-2d %3d %9.0f %9s %5s %7s %7s %5s %8s %8s %8s %6s %6s %5s %4s\n", r->backend,
-	       bench_scenario_name(r->sc), r->clients, r->threads, r->processes, r->ops_per_s, raw, ratio, p50, p99,
-	       rtt, h50, h99, cont ? w99 : "-", reacq, spread, calls, ovl);
-}
-
-/* A value with `decimals`, or "-" when unknown (negative). */
-static void cell_num(char *out, size_t len, double v, int decimals)
-{
-	if (v < 0)
-		snprintf(out, len, "-");
-	else
-		snprintf(out, len, "%.*f", decimals, v);
+	char cli[16], rcli[16], srv[16], rsrv[16];
+	cell_num(cli, sizeof cli, r->client_cpu_us_per_acq, 1);
+	cell_num(rcli, sizeof rcli, r->has_raw ? r->raw_client_cpu_us_per_acq : -1, 1);
+	cell_num(srv, sizeof srv, r->server_cpu_us_per_acq, 1);
+	cell_num(rsrv, sizeof rsrv, r->has_raw ? r->raw_server_cpu_us_per_acq : -1, 1);
+	fprintf(out, "%-20s %-11s %3dx%-2d %3d %9.0f %9s %5s %7s %7s %5s %8s %8s %8s %6s %6s %5s %7s %7s %7s %7s %4s\n",
+	        r->backend, bench_scenario_name(r->sc), r->clients, r->threads, r->processes, r->ops_per_s, raw, ratio,
+	        p50, p99, rtt, h50, h99, cont ? w99 : "-", reacq, spread, calls, cli, rcli, srv, rsrv, ovl);
 }
 
 static void scale_row(FILE *out, const struct bench_result *r)
@@ -227,9 +236,12 @@ static void scale_row(FILE *out, const struct bench_result *r)
 		if (r->raw_ops_per_s > 0)
 			snprintf(ratio, sizeof ratio, "%.2f", r->ops_per_s / r->raw_ops_per_s);
 	}
-	fprintf(out, "%-20s %7d %9.0f %9s %5s %8s %8s %8s %6.1f %6.0f %8s %8s %8s %8s %4llu\n", r->backend, r->clients,
-	        r->ops_per_s, raw, ratio, h50, h99, w99, r->reacquire_pct, r->share_spread_pct, cpu, rcpu, cmds, rcmds,
-	        (unsigned long long)r->overlaps);
+	char cli[16], rcli[16];
+	cell_num(cli, sizeof cli, r->client_cpu_us_per_acq, 1);
+	cell_num(rcli, sizeof rcli, r->has_raw ? r->raw_client_cpu_us_per_acq : -1, 1);
+	fprintf(out, "%-20s %7d %9.0f %9s %5s %8s %8s %8s %6.1f %6.0f %8s %8s %8s %8s %7s %7s %4llu\n", r->backend,
+	        r->clients, r->ops_per_s, raw, ratio, h50, h99, w99, r->reacquire_pct, r->share_spread_pct, cpu, rcpu, cmds,
+	        rcmds, cli, rcli, (unsigned long long)r->overlaps);
 }
 
 static void held_row(FILE *out, const struct bench_result *r)
@@ -326,9 +338,11 @@ void bench_print_table(FILE *out, const struct bench_result *r, int n)
 			continue;
 		if (r[i].sc == BENCH_UNCONTENDED || r[i].sc == BENCH_CONTENDED) {
 			if (!perf++)
-				fprintf(out, "%-20s %-11s %6s %3s %9s %9s %5s %7s %7s %5s %8s %8s %8s %6s %6s %5s %4s\n", "backend",
-				       "scenario", "c x t", "prc", "ops/s", "raw ops/s", "ratio", "p50 us", "p99 us", "rtt",
-				       "hand p50", "hand p99", "wait p99", "reacq%", "spread", "calls", "ovl");
+				fprintf(out,
+				        "%-20s %-11s %6s %3s %9s %9s %5s %7s %7s %5s %8s %8s %8s %6s %6s %5s %7s %7s %7s %7s %4s\n",
+				        "backend", "scenario", "c x t", "prc", "ops/s", "raw ops/s", "ratio", "p50 us", "p99 us", "rtt",
+				        "hand p50", "hand p99", "wait p99", "reacq%", "spread", "calls", "cli us", "raw cli", "srv us",
+				        "raw srv", "ovl");
 			perf_row(out, &r[i]);
 		}
 	}
@@ -336,9 +350,9 @@ void bench_print_table(FILE *out, const struct bench_result *r, int n)
 		if (r[i].failed || r[i].sc != BENCH_SCALE)
 			continue;
 		if (!scale++)
-			fprintf(out, "%s%-20s %7s %9s %9s %5s %8s %8s %8s %6s %6s %8s %8s %8s %8s %4s\n", perf ? "\n" : "",
-			        "scale", "waiters", "ops/s", "raw ops/s", "ratio", "hand p50", "hand p99", "wait p99", "reacq%",
-			        "spread", "cpu us", "raw cpu", "cmds", "raw cmds", "ovl");
+			fprintf(out, "%s%-20s %7s %9s %9s %5s %8s %8s %8s %6s %6s %8s %8s %8s %8s %7s %7s %4s\n",
+			        perf ? "\n" : "", "scale", "waiters", "ops/s", "raw ops/s", "ratio", "hand p50", "hand p99",
+			        "wait p99", "reacq%", "spread", "cpu us", "raw cpu", "cmds", "raw cmds", "cli us", "raw cli", "ovl");
 		scale_row(out, &r[i]);
 	}
 	for (int i = 0; i < n; i++) {
