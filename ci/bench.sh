@@ -59,6 +59,10 @@ work=$(mktemp -d /tmp/dlock-bench-files.XXXXXX)
 zk_dir=$DLOCK_SERVERS_DIR/zookeeper/standalone
 zk_ctl=". '$PWD/ci/servers.sh'; . '$PWD/ci/servers/zookeeper.sh'"
 redis_port=$DLOCK_TEST_REDIS_PORT
+# Each server's processes, for its CPU time (--server-pids).
+redis_pids="$DLOCK_TEST_REDIS_CTL pid $redis_port"
+pg_pids="$DLOCK_TEST_PG_CTL pid"
+zk_pids="cat '$zk_dir/pid'"
 
 # A 2 s session: pauses past it take seconds, not the default 30.
 zk_uri="$DLOCK_TEST_ZK_URI?session_timeout=2s"
@@ -66,20 +70,20 @@ zk_uri="$DLOCK_TEST_ZK_URI?session_timeout=2s"
 args=(
 	--uri "mem://bench"
 	--uri "file://$work/locks"
-	--uri "$DLOCK_TEST_REDIS_URI"
+	--uri "$DLOCK_TEST_REDIS_URI" --server-pids "$redis_pids"
 	--server-stop "$DLOCK_TEST_REDIS_CTL stop $redis_port"
 	--server-start "$DLOCK_TEST_REDIS_CTL start $redis_port"
-	--uri "$DLOCK_TEST_REDIS_URI?fair=0"
+	--uri "$DLOCK_TEST_REDIS_URI?fair=0" --server-pids "$redis_pids"
 	--server-stop "$DLOCK_TEST_REDIS_CTL stop $redis_port"
 	--server-start "$DLOCK_TEST_REDIS_CTL start $redis_port"
-	--uri "$DLOCK_TEST_PG_URI"
+	--uri "$DLOCK_TEST_PG_URI" --server-pids "$pg_pids"
 	--server-stop "$DLOCK_TEST_PG_CTL stop"
 	--server-start "$DLOCK_TEST_PG_CTL start"
-	--uri "$DLOCK_TEST_PG_ROW_URI"
+	--uri "$DLOCK_TEST_PG_ROW_URI" --server-pids "$pg_pids"
 	--server-stop "$DLOCK_TEST_PG_CTL stop"
 	--server-start "$DLOCK_TEST_PG_CTL start"
 	--uri "$DLOCK_TEST_CLUSTER_URI"
-	--uri "$zk_uri"
+	--uri "$zk_uri" --server-pids "$zk_pids"
 	--server-stop "bash -c \"$zk_ctl; dlock_zk_halt '$zk_dir'\""
 	--server-start "bash -c \"$zk_ctl; dlock_zk_launch '$zk_dir' && dlock_zk_await '$zk_dir'\""
 )
@@ -112,11 +116,10 @@ echo "== dlock-bench: semaphore and read-mostly, 16 clients"
 # postmaster, whose backends dlock-bench counts as its children; ZooKeeper's
 # JVM), run again before each phase since the faults above restarted them.
 echo "== dlock-bench: scale (8, 32, 64 waiters) and held (1000 locks), with the servers' CPU"
-redis_pids="$DLOCK_TEST_REDIS_CTL pid $redis_port"
 "$bench" --uri "$DLOCK_TEST_REDIS_URI" --server-pids "$redis_pids" \
 	--uri "$DLOCK_TEST_REDIS_URI?fair=0" --server-pids "$redis_pids" \
-	--uri "$DLOCK_TEST_PG_URI" --server-pids "$DLOCK_TEST_PG_CTL pid" \
-	--uri "$zk_uri" --server-pids "cat '$zk_dir/pid'" \
+	--uri "$DLOCK_TEST_PG_URI" --server-pids "$pg_pids" \
+	--uri "$zk_uri" --server-pids "$zk_pids" \
 	--scenario scale --waiters 8,32,64 --duration "$duration" --scenario held --held 1000 --hold 6s --lease 3s \
 	--json --table "$out/table-scale.txt" --plot "$out/scale" >>"$out/results.jsonl"
 
