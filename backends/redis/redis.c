@@ -375,7 +375,8 @@ size_t dlock_redis_key(const struct redis_client *c, const struct redis_lock *lk
 	memcpy(out + n, "}:", 2);
 	memcpy(out + n + 2, suffix, s);
 	n += 2 + s;
-	memcpy(out + n, id, i);
+	if (i) /* memcpy from NULL is undefined, even of no bytes */
+		memcpy(out + n, id, i);
 	n += i;
 	out[n] = '\0';
 	return n;
