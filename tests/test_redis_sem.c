@@ -254,6 +254,60 @@ static void test_waiter_woken(void)
 	woken_waiter("fair=0");
 }
 
+/*
+ * The longest prefix the driver takes (256 bytes; one more is refused):
+ * every command names its keys and channels in full, the longest being a
+ * semaphore's release (ten names) and a queued waiter's own channel
+ * pwake:WAITER, and a fair=1 mutex's grant:OWNER.  A semaphore's waiter is
+ * woken by the release and takes, renews, checks and releases the permit;
+ * a mutex's waiter queues and is granted the lock.
+ */
+static void test_longest_prefix(void)
+{
+	char prefix[258], uri[1024];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	size_t n = strlen(prefix);
+	memset(prefix + n, 'p', 257 - n);
+	prefix[257] = '\0';
+	dlock_testredis_uri(uri, sizeof uri, redis_uri, prefix, "");
+	dlock_client *c = NULL;
+	CU_ASSERT_EQUAL(dlock_client_open(&c, uri, NULL, NULL, 0), DLOCK_EURI);
+	CU_ASSERT_PTR_NULL(c);
+	prefix[256] = '\0';
+	dlock_client *h = open_prefixed(prefix, ""), *wc = open_prefixed(prefix, "");
+	dlock_lock *a = sem(h, "long", 1), *w = sem(wc, "long", 1);
+	CU_ASSERT_EQUAL_FATAL(sem_acquire(a, 0, 30000, 0), DLOCK_OK);
+	dlock_test_waiter wt;
+	dlock_test_waiter_start(&wt, w, LONG_WAIT_MS, 30000);
+	dlock_client_stats before;
+	dlock_client_get_stats(wc, &before);
+	dlock_test_count waiting = { wc, before.server_acquires + 1 };
+	CU_ASSERT(dlock_test_await(dlock_test_attempted, &waiting, AWAIT_MS));
+	CU_ASSERT_EQUAL(dlock_release(a), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_waiter_join(&wt, LONG_WAIT_MS), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_extend(w, 30000), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_check(w), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(w), DLOCK_OK);
+	dlock_lock_free(a);
+	dlock_lock_free(w);
+	dlock_lock *m = NULL, *mw = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(h, "long-mutex", &m), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(wc, "long-mutex", &mw), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(m, 0, 30000, 0, NULL, NULL), DLOCK_OK);
+	dlock_test_waiter_start(&wt, mw, LONG_WAIT_MS, 30000);
+	dlock_client_get_stats(wc, &before);
+	waiting.want = before.server_acquires + 1;
+	CU_ASSERT(dlock_test_await(dlock_test_attempted, &waiting, AWAIT_MS));
+	CU_ASSERT_EQUAL(dlock_release(m), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_waiter_join(&wt, LONG_WAIT_MS), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_check(mw), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(mw), DLOCK_OK);
+	dlock_lock_free(m);
+	dlock_lock_free(mw);
+	dlock_client_close(h);
+	dlock_client_close(wc);
+}
+
 #define SHORT_LEASE_MS 800
 
 /*
@@ -988,6 +1042,7 @@ static void add_suites(void)
 	CU_add_test(s, "keys, values, TTLs, slots and tokens", test_keys_slots_tokens);
 	CU_add_test(s, "two handles of one client", test_one_client_two_handles);
 	CU_add_test(s, "a release's message wakes the waiter", test_waiter_woken);
+	CU_add_test(s, "the longest prefix: every name a command sends", test_longest_prefix);
 	CU_add_test(s, "a lease that runs out: lost, and taken by a waiter", test_lease_runs_out);
 	CU_add_test(s, "the server's clock decides a permit's expiry", test_server_clock_decides);
 	CU_add_test(s, "N agreed across clients, holders and waiters", test_n_agreed);

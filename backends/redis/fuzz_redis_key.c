@@ -1,15 +1,16 @@
 /*
- * libFuzzer harness for the keys of a Redis lock (backends/redis/redis.c,
- * reached through the driver's lock_init, which needs only the prefix of
- * the client state).
+ * libFuzzer harness for the keys of a Redis lock (backends/redis/redis.c:
+ * the driver's lock_init, then the names a command builds from the handle,
+ * which need only the prefix of the client state).
  *
  * Input: PREFIX NUL NAME (without a NUL, the whole input is the name and
  * the prefix is "dlock").  Properties:
- *   - the keys are exactly PREFIX:{D}:lock, PREFIX:{D}:fence and the
- *     channel PREFIX:{D}:released, D the first 32 hex digits of the
- *     name's SHA-256: no byte of the name reaches a key;
- *   - the three map to one Redis Cluster slot (the scripts touch the lock
- *     and the fence key together), whatever braces the prefix holds.
+ *   - the keys are exactly PREFIX:{D}:lock, PREFIX:{D}:fence, the
+ *     channel PREFIX:{D}:released and PREFIX:{D}:grant:OWNER, D the first
+ *     32 hex digits of the name's SHA-256: no byte of the name reaches a
+ *     key, whether built alone or into a command's arguments;
+ *   - they map to one Redis Cluster slot, the handle's (the scripts touch
+ *     the lock and the fence key together).
  */
 #include "fuzz.h"
 
@@ -43,7 +44,7 @@ static unsigned slot(const char *key, size_t n)
 
 static void check_key(const char *key, size_t len, const char *prefix, const char *digest, const char *suffix)
 {
-	char want[DLOCK_NAME_MAX + 128];
+	char want[REDIS_KEY_MAX];
 	int n = snprintf(want, sizeof want, "%s:{%s}:%s", prefix, digest, suffix);
 	FUZZ_CHECK(n > 0 && (size_t)n == len && memcmp(key, want, len) == 0);
 }
@@ -56,7 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const char *name = nul ? (const char *)nul + 1 : (const char *)data;
 	size_t len = nul ? size - (size_t)(nul + 1 - data) : size;
 	len = strnlen(name, len); /* lock names hold no NUL */
-	if (len == 0 || len > DLOCK_NAME_MAX || strlen(prefix) > DLOCK_NAME_MAX) {
+	if (len == 0 || len > DLOCK_NAME_MAX || strlen(prefix) > REDIS_PREFIX_MAX) { /* the driver refuses longer */
 		free(prefix);
 		return 0;
 	}
@@ -76,13 +77,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char digest[REDIS_DIGEST_HEX + 1];
 	dlock_sha256(name, len, sum);
 	dlock_hex(sum, REDIS_DIGEST_HEX / 2, digest);
-	check_key(lk.key, lk.keylen, prefix, digest, "lock");
-	check_key(lk.fence, lk.fencelen, prefix, digest, "fence");
-	check_key(lk.chan, lk.chanlen, prefix, digest, "released");
-	unsigned s = slot(lk.key, lk.keylen);
-	FUZZ_CHECK(slot(lk.fence, lk.fencelen) == s && slot(lk.chan, lk.chanlen) == s);
-
-	dlock_redis_driver.lock_fini(&c, &lk);
+	static const char *const suffix[] = { "lock", "fence", "released" };
+	struct redis_args a = { 0 };
+	for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++) {
+		char key[REDIS_KEY_MAX];
+		size_t n = dlock_redis_key(&c, &lk, suffix[i], NULL, key);
+		check_key(key, n, prefix, digest, suffix[i]);
+		FUZZ_CHECK(slot(key, n) == lk.slot);
+		dlock_redis_arg_key(&a, &c, &lk, suffix[i], NULL);
+		check_key(a.argv[i], a.len[i], prefix, digest, suffix[i]);
+	}
+	memset(lk.owner, 'f', REDIS_OWNER_HEX - 1);
+	lk.owner[REDIS_OWNER_HEX - 1] = '\0';
+	dlock_redis_arg_key(&a, &c, &lk, "grant:", lk.owner);
+	char grant[REDIS_OWNER_HEX + 8];
+	snprintf(grant, sizeof grant, "grant:%s", lk.owner);
+	check_key(a.argv[3], a.len[3], prefix, digest, grant);
+	FUZZ_CHECK(slot(a.argv[3], a.len[3]) == lk.slot);
 	free(prefix);
 	return 0;
 }

@@ -187,6 +187,10 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 	if (strpbrk(uri->prefix, "{}"))
 		return dlock_error_set(err, DLOCK_EURI, "redis: 'prefix' must not contain '{' or '}': %s",
 		                       uri->masked);
+	/* Each command builds its key names into its arguments, whose room is bounded. */
+	if (strlen(uri->prefix) > REDIS_PREFIX_MAX)
+		return dlock_error_set(err, DLOCK_EURI, "redis: 'prefix' is at most %d bytes: %s", REDIS_PREFIX_MAX,
+		                       uri->masked);
 	/* The servers that hold locks: the URI's hosts, or the one master its sentinels name, or
 	 * (a cluster) the master of each lock's slot, one at a time. */
 	size_t servers = via->sentinel || via->cluster ? 1 : uri->nhosts;
@@ -360,75 +364,60 @@ static void redis_capabilities(void *backend, dlock_capabilities *caps)
 
 /* ------------------------------------------------------------ locks */
 
-/* PREFIX:{DIGEST}:SUFFIX into `out`; returns its length. */
-static size_t key_name(char *out, const struct redis_client *c, const char *digest, const char *suffix)
+size_t dlock_redis_key(const struct redis_client *c, const struct redis_lock *lk, const char *suffix, const char *id,
+                       char out[REDIS_KEY_MAX])
 {
-	size_t n = c->prefixlen;
+	size_t n = c->prefixlen, s = strlen(suffix), i = id ? strnlen(id, REDIS_OWNER_HEX - 1) : 0;
 	memcpy(out, c->prefix, n);
-	n += (size_t)sprintf(out + n, ":{%s}:%s", digest, suffix);
+	memcpy(out + n, ":{", 2);
+	memcpy(out + n + 2, lk->digest, REDIS_DIGEST_HEX);
+	n += 2 + REDIS_DIGEST_HEX;
+	memcpy(out + n, "}:", 2);
+	memcpy(out + n + 2, suffix, s);
+	n += 2 + s;
+	if (i) /* memcpy from NULL is undefined, even of no bytes */
+		memcpy(out + n, id, i);
+	n += i;
+	out[n] = '\0';
 	return n;
 }
 
-/* One key of a lock's block: where its name goes, and its suffix. */
-struct key_slot {
-	const char **name;
-	size_t *len;
-	const char *suffix;
-};
-
-/*
- * The names of the lock's keys, packed in one block: those of every kind
- * (the key, the counter, the channel, the queue's three, the grant key last
- * with room for the owner value that fair=1 appends), and only for the kind
- * that uses them the readers' set (a read-write lock) or the four keys of a
- * semaphore.  The others stay NULL: no script of the handle's kind names
- * them.  A client holding 10,000 mutexes keeps six names per lock, not
- * eleven.
- */
-static dlock_status redis_lock_init(void *backend, void *lkp, const char *name, size_t len, dlock_error *err)
+void dlock_redis_arg_key(struct redis_args *a, const struct redis_client *c, const struct redis_lock *lk,
+                         const char *suffix, const char *id)
 {
-	struct redis_client *c = backend;
-	struct redis_lock *lk = lkp;
+	if (a->used + REDIS_KEY_MAX > sizeof a->bytes)
+		abort(); /* more names than REDIS_LOCK_NAMES_MAX: a programming error, never input-dependent */
+	char *p = a->bytes + a->used;
+	size_t n = dlock_redis_key(c, lk, suffix, id, p);
+	a->used += n + 1;
+	dlock_redis_argn(a, p, n);
+}
+
+void dlock_redis_lock_name(struct redis_lock *lk, const char *name, size_t len)
+{
 	unsigned char sum[32];
 	char digest[REDIS_DIGEST_HEX + 1];
 	dlock_sha256(name, len, sum);
 	dlock_hex(sum, REDIS_DIGEST_HEX / 2, digest);
-	const char *grant = NULL, *pwake = NULL;
-	struct key_slot keys[] = {
-		{ &lk->key, &lk->keylen, "lock" },
-		{ &lk->fence, &lk->fencelen, "fence" },
-		{ &lk->queue, &lk->queuelen, "queue" },
-		{ &lk->waiters, &lk->waiterslen, "waiters" },
-		{ &lk->chan, &lk->chanlen, "released" },
-		{ lk->kind == DLOCK_KIND_RWLOCK ? &lk->readers : NULL, &lk->readerslen, "readers" },
-		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &lk->permits : NULL, &lk->permitslen, "permits" },
-		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &lk->pslots : NULL, &lk->pslotslen, "slots" },
-		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &lk->pwaiters : NULL, &lk->pwaiterslen, "pwaiters" },
-		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &lk->npermits : NULL, &lk->npermitslen, "npermits" },
-		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &lk->pqueue : NULL, &lk->pqueuelen, "pqueue" },
-		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &lk->pwoken : NULL, &lk->pwokenlen, "pwoken" },
-		{ lk->kind != DLOCK_KIND_MUTEX ? &lk->holders : NULL, &lk->holderslen, "holders" },
-		{ lk->kind == DLOCK_KIND_SEMAPHORE ? &pwake : NULL, &lk->pwakelen, "pwake:" }, /* + the waiter id */
-		{ &grant, &lk->grantlen, "grant:" }, /* last: the owner value is appended */
-	};
-	size_t total = REDIS_OWNER_HEX + (lk->kind == DLOCK_KIND_SEMAPHORE ? REDIS_OWNER_HEX : 0);
-	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-		if (keys[i].name)
-			total += c->prefixlen + REDIS_DIGEST_HEX + 4 + strlen(keys[i].suffix) + 1; /* ":{" "}:" NUL */
-	lk->keys = malloc(total);
-	if (!lk->keys)
-		return dlock_error_set(err, DLOCK_ENOMEM, "redis: out of memory");
-	char *p = lk->keys;
-	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-		if (!keys[i].name)
-			continue;
-		*keys[i].name = p;
-		*keys[i].len = key_name(p, c, digest, keys[i].suffix);
-		p += *keys[i].len + 1 + (keys[i].name == &pwake ? REDIS_OWNER_HEX - 1 : 0);
-	}
-	lk->pwake = pwake ? lk->keys + (pwake - lk->keys) : NULL; /* the waiter id is appended once made */
-	lk->grant = lk->keys + (grant - lk->keys); /* the block is ours to write: fair=1 appends the owner */
-	lk->slot = dlock_redis_key_slot(lk->key, lk->keylen); /* a cluster routes every key of the lock by it */
+	memcpy(lk->digest, digest, REDIS_DIGEST_HEX);
+	/* A cluster routes every key of the lock by the slot of its hash tag, {D}: the prefix is not hashed. */
+	char tag[2 + REDIS_DIGEST_HEX];
+	tag[0] = '{';
+	memcpy(tag + 1, digest, REDIS_DIGEST_HEX);
+	tag[1 + REDIS_DIGEST_HEX] = '}';
+	lk->slot = dlock_redis_key_slot(tag, sizeof tag);
+}
+
+/*
+ * A handle keeps the digest of its name, not the names of its keys: each
+ * command builds those it sends (dlock_redis_arg_key), so that a client
+ * holding 10,000 locks keeps no key name at all.
+ */
+static dlock_status redis_lock_init(void *backend, void *lkp, const char *name, size_t len, dlock_error *err)
+{
+	(void)backend;
+	(void)err;
+	dlock_redis_lock_name(lkp, name, len);
 	return DLOCK_OK;
 }
 
@@ -477,14 +466,6 @@ static void redis_kind_capabilities(void *backend, dlock_lock_kind kind, dlock_k
 		caps->order = DLOCK_SEMAPHORE_UNORDERED;
 		caps->slots = 1;
 	}
-}
-
-static void redis_lock_fini(void *backend, void *lkp)
-{
-	struct redis_lock *lk = lkp;
-	(void)backend;
-	free(lk->keys);
-	lk->keys = NULL;
 }
 
 static dlock_status check_lease(int64_t lease_ms, dlock_error *err)
@@ -567,7 +548,7 @@ static dlock_status redis_check(void *backend, void *lk, dlock_error *err)
 	{                                                                                                      \
 		.abi_version = DLOCK_DRIVER_ABI_VERSION, .scheme = (scheme_), .lock_size = sizeof(struct redis_lock), \
 		.open = redis_open, .close = redis_close, .capabilities = redis_capabilities,                    \
-		.knows_param = (knows_param_), .lock_init = redis_lock_init, .lock_fini = redis_lock_fini,        \
+		.knows_param = (knows_param_), .lock_init = redis_lock_init,                                    \
 		.acquire = redis_acquire, .try_acquire = redis_try_acquire, .disarm = redis_disarm,              \
 		.release = redis_release, .extend = redis_extend, .check = redis_check,                         \
 		.extend_many = redis_extend_many, .kind_capabilities = redis_kind_capabilities,                  \

@@ -23,6 +23,9 @@
 
 #define REDIS_POOL_MAX 16
 #define REDIS_ARGS_MAX 16
+#define REDIS_PREFIX_MAX 256 /* bytes of the URI's prefix, which every key name repeats */
+/* Bytes an argument list keeps for the key names it builds (redis_lock.h: a lock's, REDIS_LOCK_NAMES_MAX at most). */
+#define REDIS_ARGS_BYTES 3400
 #define REDIS_REDLOCK_MAX 15 /* instances in one RedLock URI */
 #define REDIS_NS_PER_MS 1000000LL
 
@@ -155,11 +158,13 @@ redisReply *dlock_redis_command_argv(struct redis_conn *conn, int argc, const ch
 
 /* ------------------------------------------------------------ arguments */
 
-/* Arguments of one command (binary-safe). */
+/* Arguments of one command (binary-safe), and the bytes of those it built itself. */
 struct redis_args {
 	int argc;
 	const char *argv[REDIS_ARGS_MAX];
 	size_t len[REDIS_ARGS_MAX];
+	size_t used;                  /* bytes of `bytes` in use */
+	char bytes[REDIS_ARGS_BYTES]; /* key names built when the command is sent (dlock_redis_arg_key) */
 };
 
 /** Append a NUL-terminated argument. */

@@ -133,10 +133,10 @@ dlock_status dlock_redis_proclaim(void *backend, void *lkp, const char *value, s
 	if (!rec)
 		return dlock_error_set(err, DLOCK_ENOMEM, "redis: out of memory");
 	struct redis_args a = { 0 };
-	dlock_redis_argn(&a, lk->key, lk->keylen);
+	dlock_redis_arg_key(&a, c, lk, "lock", NULL);
 	dlock_redis_arg(&a, lk->owner);
 	dlock_redis_argn(&a, rec, reclen);
-	dlock_redis_argn(&a, lk->chan, lk->chanlen);
+	dlock_redis_arg_key(&a, c, lk, "released", NULL);
 	dlock_redis_arg(&a, c->publish);
 	redisReply *r = NULL;
 	/* Idempotent: a second run after a lost reply writes the same record. */
@@ -155,12 +155,13 @@ dlock_status dlock_redis_proclaim(void *backend, void *lkp, const char *value, s
 
 struct redis_elect_watch {
 	struct redis_elect_watch *next;
-	struct redis_lock lk;   /* key, chan and slot only: what routing needs */
+	struct redis_lock lk;   /* digest and slot only: what routing needs */
 	struct redis_sub *sub;  /* where `wt` is armed; NULL: nowhere now */
 	struct redis_watch wt;
 	void (*changed)(void *arg);
 	void *arg;
-	char names[];           /* the key, then the channel, each NUL-terminated */
+	size_t chanlen;
+	char chan[REDIS_KEY_MAX]; /* the lock's channel, PREFIX:{D}:released */
 };
 
 void dlock_redis_elect_init(struct redis_client *c)
@@ -190,7 +191,7 @@ static int arm_locked(struct redis_client *c, struct redis_elect_watch *ew)
 	}
 	if (!ew->sub && sub) {
 		ew->sub = sub;
-		dlock_redis_sub_watch(sub, &ew->wt, ew->lk.chan, ew->lk.chanlen, NULL, ew->changed, ew->arg);
+		dlock_redis_sub_watch(sub, &ew->wt, ew->chan, ew->chanlen, NULL, ew->changed, ew->arg);
 	}
 	return ew->sub != NULL;
 }
@@ -201,22 +202,11 @@ dlock_status dlock_redis_watch(void *backend, const char *name, size_t len, void
 	struct redis_client *c = backend;
 	if (is_redlock(c))
 		return dlock_error_set(err, DLOCK_ENOTSUP, "RedLock: no elections");
-	unsigned char sum[32];
-	char digest[REDIS_DIGEST_HEX + 1];
-	dlock_sha256(name, len, sum);
-	dlock_hex(sum, REDIS_DIGEST_HEX / 2, digest);
-	size_t one = c->prefixlen + REDIS_DIGEST_HEX + 16; /* ":{" "}:" the suffix, NUL */
-	struct redis_elect_watch *ew = calloc(1, sizeof *ew + 2 * one);
+	struct redis_elect_watch *ew = calloc(1, sizeof *ew);
 	if (!ew)
 		return dlock_error_set(err, DLOCK_ENOMEM, "redis: out of memory");
-	char *key = ew->names, *chan = ew->names + one;
-	int kn = snprintf(key, one, "%.*s:{%s}:lock", (int)c->prefixlen, c->prefix, digest);
-	int cn = snprintf(chan, one, "%.*s:{%s}:released", (int)c->prefixlen, c->prefix, digest);
-	ew->lk.key = key;
-	ew->lk.keylen = kn > 0 ? (size_t)kn : 0;
-	ew->lk.chan = chan;
-	ew->lk.chanlen = cn > 0 ? (size_t)cn : 0;
-	ew->lk.slot = dlock_redis_key_slot(ew->lk.key, ew->lk.keylen);
+	dlock_redis_lock_name(&ew->lk, name, len);
+	ew->chanlen = dlock_redis_key(c, &ew->lk, "released", NULL, ew->chan);
 	ew->changed = changed;
 	ew->arg = arg;
 	pthread_mutex_lock(&c->elect_mu);
@@ -253,7 +243,7 @@ void dlock_redis_elect_rearm(struct redis_client *c, const char *chan, size_t le
 {
 	pthread_mutex_lock(&c->elect_mu);
 	for (struct redis_elect_watch *ew = c->elect_watches; ew; ew = ew->next)
-		if (ew->lk.chanlen == len && memcmp(ew->lk.chan, chan, len) == 0)
+		if (ew->chanlen == len && memcmp(ew->chan, chan, len) == 0)
 			arm_locked(c, ew);
 	pthread_mutex_unlock(&c->elect_mu);
 }

@@ -73,26 +73,18 @@
 /* The queue keys expire once every waiter's deadline has surely passed. */
 #define FAIR_QUEUE_TTL_MS (2 * FAIR_DEADLINE_REFRESHES * FAIR_REFRESH_MAX_MS)
 
-/* PREFIX:{D}:grant:OWNER, written into lk->grant; returns its length. */
-static size_t grant_key(struct redis_lock *lk)
-{
-	size_t n = strlen(lk->owner);
-	memcpy(lk->grant + lk->grantlen, lk->owner, n + 1);
-	return lk->grantlen + n;
-}
-
 /* The handoff script: release to the next waiter (or withdraw from the queue). */
 static enum redis_script_id handoff_script(const struct redis_client *c, struct redis_lock *lk, struct redis_args *a,
                                            int *nkeys)
 {
 	*a = (struct redis_args){ 0 };
-	dlock_redis_argn(a, lk->key, lk->keylen);
-	dlock_redis_argn(a, lk->queue, lk->queuelen);
-	dlock_redis_argn(a, lk->waiters, lk->waiterslen);
-	dlock_redis_argn(a, lk->fence, lk->fencelen);
+	dlock_redis_arg_key(a, c, lk, "lock", NULL);
+	dlock_redis_arg_key(a, c, lk, "queue", NULL);
+	dlock_redis_arg_key(a, c, lk, "waiters", NULL);
+	dlock_redis_arg_key(a, c, lk, "fence", NULL);
 	dlock_redis_arg(a, lk->owner);
-	dlock_redis_argn(a, lk->chan, lk->chanlen);
-	dlock_redis_argn(a, lk->grant, grant_key(lk));
+	dlock_redis_arg_key(a, c, lk, "released", NULL);
+	dlock_redis_arg_key(a, c, lk, "grant:", lk->owner);
 	dlock_redis_arg(a, c->publish);
 	*nkeys = 4;
 	return REDIS_SCRIPT_HANDOFF;
@@ -176,26 +168,27 @@ static void enqueue_args(const struct redis_client *c, struct redis_lock *lk, co
                          int then_blpop, struct redis_args *a)
 {
 	*a = (struct redis_args){ 0 };
-	dlock_redis_argn(a, lk->key, lk->keylen);
-	dlock_redis_argn(a, lk->queue, lk->queuelen);
-	dlock_redis_argn(a, lk->waiters, lk->waiterslen);
-	dlock_redis_argn(a, lk->fence, lk->fencelen);
+	dlock_redis_arg_key(a, c, lk, "lock", NULL);
+	dlock_redis_arg_key(a, c, lk, "queue", NULL);
+	dlock_redis_arg_key(a, c, lk, "waiters", NULL);
+	dlock_redis_arg_key(a, c, lk, "fence", NULL);
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_arg(a, fw->lease);
 	dlock_redis_arg(a, fw->fence_ttl);
 	dlock_redis_arg(a, fw->deadline);
 	dlock_redis_arg(a, fw->queue_ttl);
-	dlock_redis_argn(a, lk->grant, grant_key(lk));
+	dlock_redis_arg_key(a, c, lk, "grant:", lk->owner);
 	dlock_redis_arg(a, then_blpop ? "1" : "0");
 	dlock_redis_arg(a, fw->claim);
 	dlock_redis_argn(a, c->record, c->recordlen);
 }
 
 /* The claim of a grant: the extend script, with the whole lease. */
-static void claim_args(struct redis_lock *lk, const struct fair_waiter *fw, struct redis_args *a)
+static void claim_args(const struct redis_client *c, const struct redis_lock *lk, const struct fair_waiter *fw,
+                       struct redis_args *a)
 {
 	*a = (struct redis_args){ 0 };
-	dlock_redis_argn(a, lk->key, lk->keylen);
+	dlock_redis_arg_key(a, c, lk, "lock", NULL);
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_arg(a, fw->lease);
 }
@@ -317,10 +310,10 @@ static dlock_status blpop_result(struct redis_client *c, const struct fair_waite
  * The claim's reply, read after BLPOP's: 1 when the grant is ours with the
  * whole lease.  -1 when the connection failed (then dropped).
  */
-static int claim_result(struct redis_lock *lk, struct fair_waiter *fw)
+static int claim_result(const struct redis_client *c, struct redis_lock *lk, struct fair_waiter *fw)
 {
 	struct redis_args a;
-	claim_args(lk, fw, &a);
+	claim_args(c, lk, fw, &a);
 	redisReply *r = dlock_redis_script_read(fw->conn, REDIS_SCRIPT_EXTEND, 1, &a); /* NOSCRIPT: sent by EVAL */
 	if (!r)
 		return -1;
@@ -343,10 +336,12 @@ static dlock_status enqueue_and_block(struct redis_client *c, struct redis_lock 
 	struct redis_args a, claim;
 	char secs[32];
 	enqueue_args(c, lk, fw, 1, &a);
-	claim_args(lk, fw, &claim);
+	claim_args(c, lk, fw, &claim);
 	blpop_timeout(c, ms, secs);
-	const char *argv[3] = { "BLPOP", lk->grant, secs };
-	size_t len[3] = { 5, grant_key(lk), strlen(secs) };
+	char grant[REDIS_KEY_MAX];
+	size_t grantlen = dlock_redis_key(c, lk, "grant:", lk->owner, grant);
+	const char *argv[3] = { "BLPOP", grant, secs };
+	size_t len[3] = { 5, grantlen, strlen(secs) };
 	forget_heard(fw);
 	if (dlock_redis_script_append(fw->conn, &c->scripts, REDIS_SCRIPT_ENQUEUE, 4, &a) != REDIS_OK ||
 	    dlock_redis_append_argv(fw->conn, 3, argv, len) != REDIS_OK ||
@@ -387,7 +382,7 @@ static dlock_status enqueue_and_block(struct redis_client *c, struct redis_lock 
 	uint64_t granted = 0;
 	dlock_status got = blpop_result(c, fw, reply, &granted, err);
 	/* The claim ran right behind the BLPOP.  Taken by the script: the key has the lease already. */
-	int ours = claim_result(lk, fw);
+	int ours = claim_result(c, lk, fw);
 	if (ours < 0) {
 		/* Whether the claim ran is unknown: the next look claims a grant that is still ours. */
 		dlock_status lost = conn_lost(c, fw, w, err);
@@ -443,7 +438,9 @@ static dlock_status look(struct redis_client *c, struct redis_lock *lk, struct f
 	if (!lk->watching && sub) {
 		lk->watching = 1;
 		lk->watch_sub = sub;
-		dlock_redis_sub_watch(sub, &lk->watch, lk->chan, lk->chanlen, w, on_release, fw);
+		char chan[REDIS_KEY_MAX];
+		size_t chanlen = dlock_redis_key(c, lk, "released", NULL, chan);
+		dlock_redis_sub_watch(sub, &lk->watch, chan, chanlen, w, on_release, fw);
 	}
 	if (fw->conn && fw->waits != rt.waits) /* the slot moved to another master: block there */
 		dlock_redis_pool_put(fw->waits, fw->conn);

@@ -42,8 +42,10 @@
 
 /* Every key of one name (the scripts' KEYS order), its channel, and a lock handle that routes them. */
 struct name_keys {
-	char *block;
-	struct redis_lock lk; /* key, chan and slot only: what dlock_redis_call() routes by */
+	char *block;          /* the names, NUL-terminated, PREFIX:{D}:lock first */
+	struct redis_lock lk; /* digest and slot only: what dlock_redis_call() routes by */
+	const char *chan;     /* the channel, in `block` */
+	size_t chanlen;
 	struct redis_args a;
 };
 
@@ -65,15 +67,13 @@ static dlock_status name_keys_init(const struct redis_client *c, const char dige
 		size_t len = n > 0 ? (size_t)n : 0;
 		if (i < INSPECT_NKEYS)
 			dlock_redis_argn(&nk->a, p, len);
-		if (i == 0) {
-			nk->lk.key = p;
-			nk->lk.keylen = len;
-		} else if (i == INSPECT_NKEYS) {
-			nk->lk.chan = p;
-			nk->lk.chanlen = len;
+		if (i == INSPECT_NKEYS) {
+			nk->chan = p;
+			nk->chanlen = len;
 		}
 	}
-	nk->lk.slot = dlock_redis_key_slot(nk->lk.key, nk->lk.keylen);
+	memcpy(nk->lk.digest, digest, REDIS_DIGEST_HEX);
+	nk->lk.slot = dlock_redis_key_slot(nk->a.argv[0], nk->a.len[0]); /* PREFIX:{D}:lock */
 	return DLOCK_OK;
 }
 
@@ -204,7 +204,7 @@ static dlock_status describe(const struct redis_client *c, dlock_info *info, con
 	 * their clients, and fair=0's too. */
 	int64_t waiters = sem || (v->len == 0 && pw > 0) ? pw : c->fair && !shared ? queued : -1;
 	uint32_t permits = sem ? (n > 0 && n <= UINT32_MAX ? (uint32_t)n : 0) : 1;
-	dlock_status st = dlock_info_lock(info, name, len, nk->lk.key, kind, permits, waiters);
+	dlock_status st = dlock_info_lock(info, name, len, nk->block /* its first name: PREFIX:{D}:lock */, kind, permits, waiters);
 	if (st != DLOCK_OK || v->len == 0)
 		return st;
 	if (!shared && !sem)
@@ -267,7 +267,7 @@ static dlock_status inspect_redlock(struct redis_client *c, dlock_info *info, co
 		st = dlock_error_set(err, DLOCK_ECONNECT, "RedLock: %zu of %zu instances answered, %zu needed (%s)",
 		                     answered, c->npools, c->quorum, one.msg);
 	else
-		st = dlock_info_lock(info, name, len, nk->lk.key, DLOCK_KIND_MUTEX, 1, -1);
+		st = dlock_info_lock(info, name, len, nk->block /* its first name: PREFIX:{D}:lock */, DLOCK_KIND_MUTEX, 1, -1);
 	if (st == DLOCK_OK && best < c->npools)
 		st = add_key_holder(info, str_at(r[best], 0), pttl);
 	for (size_t i = 0; i < c->npools; i++)
@@ -301,7 +301,7 @@ dlock_status dlock_redis_inspect(void *backend, const char *name, size_t len, dl
 	struct name_keys nk;
 	dlock_status st = name_keys_of(c, name, len, &nk, err);
 	if (st == DLOCK_OK && !is_redlock(c))
-		dlock_redis_elect_rearm(c, nk.lk.chan, nk.lk.chanlen); /* an observer's read: its watch where it belongs */
+		dlock_redis_elect_rearm(c, nk.chan, nk.chanlen); /* an observer's read: its watch where it belongs */
 	if (st == DLOCK_OK)
 		st = inspect_keys(c, info, name, len, &nk, err);
 	free(nk.block);
@@ -434,7 +434,7 @@ dlock_status dlock_redis_list(void *backend, dlock_info *info, dlock_error *err)
 
 static void add_break_args(const struct redis_client *c, struct name_keys *nk)
 {
-	dlock_redis_argn(&nk->a, nk->lk.chan, nk->lk.chanlen);
+	dlock_redis_argn(&nk->a, nk->chan, nk->chanlen);
 	dlock_redis_arg(&nk->a, c->publish);
 }
 

@@ -42,7 +42,7 @@ dlock_status dlock_redis_set_nx(const struct redis_client *c, struct redis_lock 
 	int n = snprintf(value, REDIS_VALUE_MAX, "%s 0 -1 %.*s", lk->owner, (int)c->recordlen, c->record);
 	*a = (struct redis_args){ 0 };
 	dlock_redis_arg(a, "SET");
-	dlock_redis_argn(a, lk->key, lk->keylen);
+	dlock_redis_arg_key(a, c, lk, "lock", NULL);
 	dlock_redis_argn(a, value, n > 0 && n < REDIS_VALUE_MAX ? (size_t)n : strlen(value));
 	dlock_redis_arg(a, "NX");
 	dlock_redis_arg(a, "PX");
@@ -141,11 +141,11 @@ dlock_status dlock_redis_run_idempotent(struct redis_client *c, const struct red
 static enum redis_script_id read_release_script(const struct redis_client *c, struct redis_lock *lk,
                                                 struct redis_args *a, int *nkeys)
 {
-	dlock_redis_argn(a, lk->key, lk->keylen);
-	dlock_redis_argn(a, lk->readers, lk->readerslen);
-	dlock_redis_argn(a, lk->holders, lk->holderslen);
+	dlock_redis_arg_key(a, c, lk, "lock", NULL);
+	dlock_redis_arg_key(a, c, lk, "readers", NULL);
+	dlock_redis_arg_key(a, c, lk, "holders", NULL);
 	dlock_redis_arg(a, lk->owner);
-	dlock_redis_argn(a, lk->chan, lk->chanlen);
+	dlock_redis_arg_key(a, c, lk, "released", NULL);
 	dlock_redis_arg(a, c->publish);
 	*nkeys = 3;
 	return REDIS_SCRIPT_READ_RELEASE;
@@ -168,9 +168,9 @@ static dlock_status release_args_run(struct redis_client *c, struct redis_lock *
 static enum redis_script_id single_release_script(const struct redis_client *c, struct redis_lock *lk,
                                                   struct redis_args *a, int *nkeys)
 {
-	dlock_redis_argn(a, lk->key, lk->keylen);
+	dlock_redis_arg_key(a, c, lk, "lock", NULL);
 	dlock_redis_arg(a, lk->owner);
-	dlock_redis_argn(a, lk->chan, lk->chanlen);
+	dlock_redis_arg_key(a, c, lk, "released", NULL);
 	dlock_redis_arg(a, c->publish);
 	*nkeys = 1;
 	return REDIS_SCRIPT_RELEASE;
@@ -238,7 +238,7 @@ static dlock_status try_set(struct redis_client *c, struct redis_lock *lk, int64
 		if (!no_pttl) {
 			struct redis_args q = { 0 };
 			dlock_redis_arg(&q, "PTTL");
-			dlock_redis_argn(&q, lk->key, lk->keylen);
+			dlock_redis_arg_key(&q, c, lk, "lock", NULL);
 			/* -2: released meanwhile, try again at once; -1: no expiry (unknown) */
 			if (run_script(c, lk, NOT_A_SCRIPT, 0, &q, "acquire", 1, &r, &maybe_ran, err) == DLOCK_OK && r &&
 			    r->type == REDIS_REPLY_INTEGER)
@@ -265,11 +265,11 @@ static enum redis_script_id acquire_args(const struct redis_client *c, struct re
                                          int wants_token, char lease[24], char fence_ttl[24], struct redis_args *a,
                                          int *nkeys)
 {
-	dlock_redis_argn(a, lk->key, lk->keylen);
+	dlock_redis_arg_key(a, c, lk, "lock", NULL);
 	if (lk->shared) {
-		dlock_redis_argn(a, lk->readers, lk->readerslen);
-		dlock_redis_argn(a, lk->fence, lk->fencelen);
-		dlock_redis_argn(a, lk->holders, lk->holderslen);
+		dlock_redis_arg_key(a, c, lk, "readers", NULL);
+		dlock_redis_arg_key(a, c, lk, "fence", NULL);
+		dlock_redis_arg_key(a, c, lk, "holders", NULL);
 		dlock_redis_arg(a, lk->owner);
 		dlock_redis_argi(a, lease, lease_ms);
 		dlock_redis_arg(a, wants_token ? "1" : "0");
@@ -277,7 +277,7 @@ static enum redis_script_id acquire_args(const struct redis_client *c, struct re
 		*nkeys = 4;
 		return REDIS_SCRIPT_READ_ACQUIRE;
 	}
-	dlock_redis_argn(a, lk->fence, lk->fencelen);
+	dlock_redis_arg_key(a, c, lk, "fence", NULL);
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_argi(a, lease, lease_ms);
 	dlock_redis_argi(a, fence_ttl, dlock_redis_fence_ttl_ms(lease_ms));
@@ -373,8 +373,7 @@ dlock_status dlock_redis_attempt(struct redis_client *c, struct redis_lock *lk, 
 			dlock_status st = dlock_redis_new_owner(lk, err); /* a random value, kept as the waiter id */
 			if (st != DLOCK_OK)
 				return st;
-			memcpy(lk->waiter, lk->owner, sizeof lk->waiter);
-			memcpy(lk->pwake + lk->pwakelen, lk->waiter, sizeof lk->waiter); /* its own channel */
+			memcpy(lk->waiter, lk->owner, sizeof lk->waiter); /* also names its own channel, pwake:WAITER */
 		}
 		lk->wake_own = 0;
 		return try_acquire(c, lk, lease_ms, dlock_wait_wants_token(w), listed, out, pttl_ms, err);
@@ -413,8 +412,8 @@ static dlock_status single_try_acquire(struct redis_client *c, struct redis_lock
 	                                                                            : lk->watch_sub;
 	/* A semaphore's queued waiter is woken on a channel of its own (redis_sem.c). */
 	int own = lk->kind == DLOCK_KIND_SEMAPHORE && lk->wake_own;
-	const char *chan = own ? lk->pwake : lk->chan;
-	size_t chanlen = own ? lk->pwakelen + REDIS_OWNER_HEX - 1 : lk->chanlen;
+	char chan[REDIS_KEY_MAX];
+	size_t chanlen = dlock_redis_key(c, lk, own ? "pwake:" : "released", own ? lk->waiter : NULL, chan);
 	if (lk->watching && (sub != lk->watch_sub || own != lk->watch_own)) {
 		dlock_redis_sub_unwatch(lk->watch_sub, &lk->watch);
 		lk->watching = 0;
@@ -475,17 +474,17 @@ dlock_status dlock_redis_release(struct redis_client *c, struct redis_lock *lk, 
 	return st;
 }
 
-enum redis_script_id dlock_redis_extend_args(const struct redis_lock *lk, int64_t lease_ms, char lease[24],
-                                             struct redis_args *a, int *nkeys)
+enum redis_script_id dlock_redis_extend_args(const struct redis_client *c, const struct redis_lock *lk,
+                                             int64_t lease_ms, char lease[24], struct redis_args *a, int *nkeys)
 {
 	if (lk->kind == DLOCK_KIND_SEMAPHORE)
-		return dlock_redis_sem_extend_args(lk, lease_ms, lease, a, nkeys);
+		return dlock_redis_sem_extend_args(c, lk, lease_ms, lease, a, nkeys);
 	*a = (struct redis_args){ 0 };
-	dlock_redis_argn(a, lk->key, lk->keylen);
+	dlock_redis_arg_key(a, c, lk, "lock", NULL);
 	*nkeys = 1;
 	if (lk->shared) {
-		dlock_redis_argn(a, lk->readers, lk->readerslen);
-		dlock_redis_argn(a, lk->holders, lk->holderslen);
+		dlock_redis_arg_key(a, c, lk, "readers", NULL);
+		dlock_redis_arg_key(a, c, lk, "holders", NULL);
 		*nkeys = 3;
 	}
 	dlock_redis_arg(a, lk->owner);
@@ -499,7 +498,7 @@ dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, i
 	char lease[24];
 	redisReply *r = NULL;
 	int nkeys;
-	enum redis_script_id id = dlock_redis_extend_args(lk, lease_ms, lease, &a, &nkeys);
+	enum redis_script_id id = dlock_redis_extend_args(c, lk, lease_ms, lease, &a, &nkeys);
 	long long acked = c->replicas;
 	int maybe_ran;
 	dlock_status st = run_script_waiting(c, lk, id, nkeys, &a, "extend", 0, extend_wrote, &acked, &r, &maybe_ran,
@@ -543,16 +542,16 @@ dlock_status dlock_redis_check(struct redis_client *c, struct redis_lock *lk, dl
 	int scripted = lk->shared || lk->kind == DLOCK_KIND_SEMAPHORE;
 	if (lk->kind == DLOCK_KIND_SEMAPHORE) {
 		int nkeys;
-		enum redis_script_id id = dlock_redis_sem_check_args(lk, &a, &nkeys);
+		enum redis_script_id id = dlock_redis_sem_check_args(c, lk, &a, &nkeys);
 		st = run_script(c, lk, id, nkeys, &a, "check", 0, &r, &maybe_ran, err);
 	} else if (lk->shared) {
-		dlock_redis_argn(&a, lk->key, lk->keylen);
-		dlock_redis_argn(&a, lk->readers, lk->readerslen);
+		dlock_redis_arg_key(&a, c, lk, "lock", NULL);
+		dlock_redis_arg_key(&a, c, lk, "readers", NULL);
 		dlock_redis_arg(&a, lk->owner);
 		st = run_script(c, lk, REDIS_SCRIPT_READ_CHECK, 2, &a, "check", 0, &r, &maybe_ran, err);
 	} else {
 		dlock_redis_arg(&a, "GET");
-		dlock_redis_argn(&a, lk->key, lk->keylen);
+		dlock_redis_arg_key(&a, c, lk, "lock", NULL);
 		st = run_script(c, lk, NOT_A_SCRIPT, 0, &a, "check", 0, &r, &maybe_ran, err);
 	}
 	if (st == DLOCK_OK && (scripted ? r->type != REDIS_REPLY_INTEGER || r->integer != 1

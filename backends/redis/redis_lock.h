@@ -50,7 +50,9 @@
  * PREFIX:{D}:holders (each reader's or permit's "TOKEN ACQUIRED_MS RECORD"),
  * with fair=1 PREFIX:{D}:queue and PREFIX:{D}:waiters (the
  * waiter queue, see redis_scripts.c), and the channel PREFIX:{D}:released,
- * where D is the first 32 hex digits of the SHA-256 of the name.  They differ
+ * where D is the first 32 hex digits of the SHA-256 of the name (the prefix
+ * at most REDIS_PREFIX_MAX bytes).  A handle keeps D only, and each command
+ * builds the names it sends into its own arguments.  They differ
  * only after the "}" that closes the digest, so they share a Redis Cluster
  * slot whatever the prefix holds, and braces or any other byte of the name
  * cannot reach a key.  With fair=1, a release grants the lock to a waiter
@@ -70,6 +72,11 @@
 #define REDIS_OWNER_BYTES 16 /* 128 random bits per acquisition */
 #define REDIS_OWNER_HEX (2 * REDIS_OWNER_BYTES + 1)
 #define REDIS_DIGEST_HEX 32
+/* A key's name, NUL included: PREFIX:{D}:SUFFIX, the longest suffix "grant:" or "pwake:" and an owner value. */
+#define REDIS_KEY_MAX (REDIS_PREFIX_MAX + 4 + REDIS_DIGEST_HEX + 6 + REDIS_OWNER_HEX)
+/* The names one command sends at most (a semaphore's release: its 8 keys, its channel and the stem of pwake). */
+#define REDIS_LOCK_NAMES_MAX 10
+_Static_assert(REDIS_LOCK_NAMES_MAX * REDIS_KEY_MAX <= REDIS_ARGS_BYTES, "a command's key names fit its arguments");
 /* A lock key's value: "OWNER TOKEN ACQUIRED_MS RECORD" (redis_scripts.c), at most this long. */
 #define REDIS_VALUE_MAX (REDIS_OWNER_HEX + 48 + DLOCK_OWNER_MAX)
 
@@ -104,28 +111,21 @@ struct redis_client {
 };
 
 struct redis_lock {
-	char *keys;             /* one block holding the names below that the handle's kind uses (NULL: unused) */
-	const char *key, *fence, *queue, *waiters, *chan, *readers;
-	const char *permits, *pslots, *pwaiters, *npermits, *pqueue, *pwoken; /* a semaphore's (redis_sem.c) */
-	char *pwake;            /* a semaphore's: PREFIX:{D}:pwake: then the waiter id, its waiter's own channel */
-	const char *holders;    /* readers' and permits' records: owner -> "TOKEN ACQUIRED_MS RECORD" */
-	char *grant;            /* PREFIX:{D}:grant: then, with fair=1, the owner value (redis_fair.c) */
-	size_t keylen, fencelen, queuelen, waiterslen, chanlen, readerslen, grantlen; /* grantlen: without the owner */
-	size_t permitslen, pslotslen, pwaiterslen, npermitslen, pqueuelen, pwokenlen, holderslen;
-	size_t pwakelen;        /* without the waiter id */
+	char digest[REDIS_DIGEST_HEX]; /* D of the keys' names (no NUL): a handle keeps no names, each
+	                                  command builds those it sends (dlock_redis_arg_key) */
 	char owner[REDIS_OWNER_HEX]; /* this acquisition's owner value, "" when none */
+	char waiter[REDIS_OWNER_HEX]; /* a semaphore's id among the waiters, made once per handle ("" before) */
 	dlock_lock_kind kind;   /* DLOCK_KIND_MUTEX, RWLOCK or SEMAPHORE (whose waiters never queue: fair=1 too) */
 	uint32_t permits_n;     /* a semaphore's N */
-	char waiter[REDIS_OWNER_HEX]; /* a semaphore's id among the waiters, made once per handle ("" before) */
-	int listed;             /* a semaphore: the last attempt left `waiter` among the waiters */
-	int wake_own;           /* a semaphore: the last busy attempt said a release wakes it on lk->pwake */
-	int watch_own;          /* a semaphore: `watch` is on lk->pwake, not on the lock's channel */
-	int shared;             /* this acquisition (or attempt) is a reader's: the READ_ scripts */
 	unsigned slot;          /* the keys' hash slot (a cluster routes by it) */
-	int handed_off;         /* fair=1: our last release granted the lock to a queued waiter */
+	unsigned char listed;   /* a semaphore: the last attempt left `waiter` among the waiters */
+	unsigned char wake_own; /* a semaphore: the last busy attempt said a release wakes it on its pwake:WAITER */
+	unsigned char watch_own; /* a semaphore: `watch` is on its pwake:WAITER, not on the lock's channel */
+	unsigned char shared;   /* this acquisition (or attempt) is a reader's: the READ_ scripts */
+	unsigned char handed_off; /* fair=1: our last release granted the lock to a queued waiter */
+	unsigned char watching; /* `watch` is armed */
 	struct redis_watch watch; /* the channel's watch while `watching`: an acquisition's armed wake-up */
 	struct redis_sub *watch_sub; /* the subscriber that holds `watch` */
-	int watching;
 };
 
 /*
@@ -156,6 +156,18 @@ struct redis_algorithm {
 extern const struct redis_algorithm dlock_redis_single;  /* redis_lock.c */
 extern const struct redis_algorithm dlock_redis_redlock; /* redlock.c */
 extern const struct redis_algorithm dlock_redis_fair;    /* redis_fair.c */
+
+/* ------------------------------------------------------------ redis.c: the names of a lock's keys */
+
+/** PREFIX:{D}:SUFFIX of lk, then `id` (an owner value or a waiter's id: grant:OWNER, pwake:WAITER) unless NULL,
+ *  NUL-terminated into `out`; returns its length. */
+size_t dlock_redis_key(const struct redis_client *c, const struct redis_lock *lk, const char *suffix, const char *id,
+                       char out[REDIS_KEY_MAX]);
+/** Append that name to `a`, built into a's own bytes (REDIS_LOCK_NAMES_MAX names per command at most). */
+void dlock_redis_arg_key(struct redis_args *a, const struct redis_client *c, const struct redis_lock *lk,
+                         const char *suffix, const char *id);
+/** lk->digest and lk->slot for a name of `len` bytes (also inspection's and elections' handles). */
+void dlock_redis_lock_name(struct redis_lock *lk, const char *name, size_t len);
 
 /* ------------------------------------------------------------ redis_route.c: where a lock's commands go */
 
@@ -229,8 +241,8 @@ dlock_status dlock_redis_attempt(struct redis_client *c, struct redis_lock *lk, 
                                  int no_pttl, dlock_acquired *out, int64_t *pttl_ms, dlock_error *err);
 /** The extend script of lk's acquisition (a reader's or the key's owner's) for a lease of `lease_ms`:
  *  its arguments into `a` (`lease` keeps the number), its number of keys into *nkeys. */
-enum redis_script_id dlock_redis_extend_args(const struct redis_lock *lk, int64_t lease_ms, char lease[24],
-                                             struct redis_args *a, int *nkeys);
+enum redis_script_id dlock_redis_extend_args(const struct redis_client *c, const struct redis_lock *lk,
+                                             int64_t lease_ms, char lease[24], struct redis_args *a, int *nkeys);
 /* One instance's release (through the algorithm's release_script, or a reader's), extend and check. */
 dlock_status dlock_redis_release(struct redis_client *c, struct redis_lock *lk, dlock_error *err);
 dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
@@ -246,13 +258,14 @@ enum redis_script_id dlock_redis_sem_acquire_args(const struct redis_client *c, 
 /** A permit's release (nkeys 8; `n` keeps a number), extend (6) and check (2) scripts for lk->owner. */
 enum redis_script_id dlock_redis_sem_release_args(const struct redis_client *c, const struct redis_lock *lk,
                                                   char n[24], struct redis_args *a, int *nkeys);
-enum redis_script_id dlock_redis_sem_extend_args(const struct redis_lock *lk, int64_t lease_ms, char lease[24],
-                                                 struct redis_args *a, int *nkeys);
-enum redis_script_id dlock_redis_sem_check_args(const struct redis_lock *lk, struct redis_args *a, int *nkeys);
+enum redis_script_id dlock_redis_sem_extend_args(const struct redis_client *c, const struct redis_lock *lk,
+                                                 int64_t lease_ms, char lease[24], struct redis_args *a, int *nkeys);
+enum redis_script_id dlock_redis_sem_check_args(const struct redis_client *c, const struct redis_lock *lk,
+                                                struct redis_args *a, int *nkeys);
 /**
  * The acquire script's reply: DLOCK_OK (*out: token and slot), DLOCK_EBUSY
  * (*retry_ms: when to look again; lk->wake_own: a release wakes lk on its
- * own channel lk->pwake), DLOCK_EKIND (another N, both named) or
+ * own channel PREFIX:{D}:pwake:WAITER), DLOCK_EKIND (another N, both named) or
  * DLOCK_ESERVER for a reply of another shape.
  */
 dlock_status dlock_redis_sem_reply(const struct redis_client *c, struct redis_lock *lk, const redisReply *r,

@@ -48,7 +48,7 @@ static void pipeline(struct redis_client *c, struct redis_pool *pool, struct red
 		if (state[i] != PENDING || pools[i] != pool)
 			continue;
 		/* The lock's own extend script: a reader's renews its entry among the readers. */
-		enum redis_script_id id = dlock_redis_extend_args(lks[i], lease_ms[i], lease[i], &a, &nkeys);
+		enum redis_script_id id = dlock_redis_extend_args(c, lks[i], lease_ms[i], lease[i], &a, &nkeys);
 		if (dlock_redis_script_append(ctx, &c->scripts, id, nkeys, &a) != REDIS_OK)
 			break;
 		sent[nsent++] = i;

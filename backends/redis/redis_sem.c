@@ -36,21 +36,21 @@
 #include "redis_lock.h"
 
 /* KEYS 1..5: every permit script but the check reads them. */
-static void permit_keys(const struct redis_lock *lk, struct redis_args *a)
+static void permit_keys(const struct redis_client *c, const struct redis_lock *lk, struct redis_args *a)
 {
-	dlock_redis_argn(a, lk->key, lk->keylen);
-	dlock_redis_argn(a, lk->permits, lk->permitslen);
-	dlock_redis_argn(a, lk->pslots, lk->pslotslen);
-	dlock_redis_argn(a, lk->pwaiters, lk->pwaiterslen);
-	dlock_redis_argn(a, lk->npermits, lk->npermitslen);
+	dlock_redis_arg_key(a, c, lk, "lock", NULL);
+	dlock_redis_arg_key(a, c, lk, "permits", NULL);
+	dlock_redis_arg_key(a, c, lk, "slots", NULL);
+	dlock_redis_arg_key(a, c, lk, "pwaiters", NULL);
+	dlock_redis_arg_key(a, c, lk, "npermits", NULL);
 }
 
 /* The wake-up queue's two keys, then the holders' records (last): the acquire, release and withdraw scripts. */
-static void queue_keys(const struct redis_lock *lk, struct redis_args *a)
+static void queue_keys(const struct redis_client *c, const struct redis_lock *lk, struct redis_args *a)
 {
-	dlock_redis_argn(a, lk->pqueue, lk->pqueuelen);
-	dlock_redis_argn(a, lk->pwoken, lk->pwokenlen);
-	dlock_redis_argn(a, lk->holders, lk->holderslen);
+	dlock_redis_arg_key(a, c, lk, "pqueue", NULL);
+	dlock_redis_arg_key(a, c, lk, "pwoken", NULL);
+	dlock_redis_arg_key(a, c, lk, "holders", NULL);
 }
 
 enum redis_script_id dlock_redis_sem_acquire_args(const struct redis_client *c, const struct redis_lock *lk,
@@ -58,9 +58,9 @@ enum redis_script_id dlock_redis_sem_acquire_args(const struct redis_client *c, 
                                                   struct redis_args *a, int *nkeys)
 {
 	*a = (struct redis_args){ 0 };
-	permit_keys(lk, a);
-	dlock_redis_argn(a, lk->fence, lk->fencelen);
-	queue_keys(lk, a);
+	permit_keys(c, lk, a);
+	dlock_redis_arg_key(a, c, lk, "fence", NULL);
+	queue_keys(c, lk, a);
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_argi(a, bufs[0], lease_ms);
 	dlock_redis_argi(a, bufs[1], lk->permits_n);
@@ -76,34 +76,35 @@ enum redis_script_id dlock_redis_sem_release_args(const struct redis_client *c, 
                                                   char n[24], struct redis_args *a, int *nkeys)
 {
 	*a = (struct redis_args){ 0 };
-	permit_keys(lk, a);
-	queue_keys(lk, a);
+	permit_keys(c, lk, a);
+	queue_keys(c, lk, a);
 	dlock_redis_arg(a, lk->owner);
-	dlock_redis_argn(a, lk->chan, lk->chanlen);
+	dlock_redis_arg_key(a, c, lk, "released", NULL);
 	dlock_redis_arg(a, c->publish);
 	dlock_redis_argi(a, n, lk->permits_n);
-	dlock_redis_argn(a, lk->pwake, lk->pwakelen);
+	dlock_redis_arg_key(a, c, lk, "pwake:", NULL); /* the stem of each waiter's channel */
 	*nkeys = 8;
 	return REDIS_SCRIPT_SEM_RELEASE;
 }
 
-enum redis_script_id dlock_redis_sem_extend_args(const struct redis_lock *lk, int64_t lease_ms, char lease[24],
-                                                 struct redis_args *a, int *nkeys)
+enum redis_script_id dlock_redis_sem_extend_args(const struct redis_client *c, const struct redis_lock *lk,
+                                                 int64_t lease_ms, char lease[24], struct redis_args *a, int *nkeys)
 {
 	*a = (struct redis_args){ 0 };
-	permit_keys(lk, a);
-	dlock_redis_argn(a, lk->holders, lk->holderslen);
+	permit_keys(c, lk, a);
+	dlock_redis_arg_key(a, c, lk, "holders", NULL);
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_argi(a, lease, lease_ms);
 	*nkeys = 6;
 	return REDIS_SCRIPT_SEM_EXTEND;
 }
 
-enum redis_script_id dlock_redis_sem_check_args(const struct redis_lock *lk, struct redis_args *a, int *nkeys)
+enum redis_script_id dlock_redis_sem_check_args(const struct redis_client *c, const struct redis_lock *lk,
+                                                struct redis_args *a, int *nkeys)
 {
 	*a = (struct redis_args){ 0 };
-	dlock_redis_argn(a, lk->key, lk->keylen);
-	dlock_redis_argn(a, lk->permits, lk->permitslen);
+	dlock_redis_arg_key(a, c, lk, "lock", NULL);
+	dlock_redis_arg_key(a, c, lk, "permits", NULL);
 	dlock_redis_arg(a, lk->owner);
 	*nkeys = 2;
 	return REDIS_SCRIPT_SEM_CHECK;
@@ -142,12 +143,12 @@ void dlock_redis_sem_unlist(struct redis_client *c, struct redis_lock *lk)
 	lk->listed = 0;
 	struct redis_args a = { 0 };
 	char n[24];
-	permit_keys(lk, &a);
-	queue_keys(lk, &a);
+	permit_keys(c, lk, &a);
+	queue_keys(c, lk, &a);
 	dlock_redis_arg(&a, lk->waiter);
 	dlock_redis_arg(&a, c->publish);
 	dlock_redis_argi(&a, n, lk->permits_n);
-	dlock_redis_argn(&a, lk->pwake, lk->pwakelen);
+	dlock_redis_arg_key(&a, c, lk, "pwake:", NULL);
 	struct redis_call call = { .id = REDIS_SCRIPT_SEM_WITHDRAW, .nkeys = 8, .a = &a, .what = "give up waiting" };
 	redisReply *r = NULL;
 	int maybe_ran;

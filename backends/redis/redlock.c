@@ -112,9 +112,9 @@ static dlock_status no_majority(struct redis_client *c, const struct fanout *f, 
 static void release_all(struct redis_client *c, struct redis_lock *lk, struct fanout *f)
 {
 	struct redis_args a = { 0 };
-	dlock_redis_argn(&a, lk->key, lk->keylen);
+	dlock_redis_arg_key(&a, c, lk, "lock", NULL);
 	dlock_redis_arg(&a, lk->owner);
-	dlock_redis_argn(&a, lk->chan, lk->chanlen);
+	dlock_redis_arg_key(&a, c, lk, "released", NULL);
 	dlock_redis_arg(&a, c->publish);
 	struct request rq = { .id = REDIS_SCRIPT_RELEASE, .nkeys = 1, .a = &a };
 	fanout_run(c, f, &rq);
@@ -199,7 +199,7 @@ static dlock_status redlock_extend(struct redis_client *c, struct redis_lock *lk
 	struct redis_args a = { 0 };
 	char lease[24];
 	struct fanout f;
-	dlock_redis_argn(&a, lk->key, lk->keylen);
+	dlock_redis_arg_key(&a, c, lk, "lock", NULL);
 	dlock_redis_arg(&a, lk->owner);
 	dlock_redis_argi(&a, lease, lease_ms);
 	struct request rq = { .id = REDIS_SCRIPT_EXTEND, .nkeys = 1, .a = &a };
@@ -223,7 +223,7 @@ static dlock_status redlock_check(struct redis_client *c, struct redis_lock *lk,
 	struct redis_args a = { 0 };
 	struct fanout f;
 	dlock_redis_arg(&a, "GET");
-	dlock_redis_argn(&a, lk->key, lk->keylen);
+	dlock_redis_arg_key(&a, c, lk, "lock", NULL);
 	struct request rq = { .id = -1, .nkeys = 1, .a = &a };
 	fanout_run(c, &f, &rq);
 	size_t ours = 0;
