@@ -166,6 +166,14 @@ void dlock_zk_own_forget(struct zk_client *c, struct zk_lock *lk)
 	pthread_mutex_unlock(&c->mu);
 }
 
+int dlock_zk_own_unwatched(struct zk_client *c, const struct zk_lock *lk)
+{
+	pthread_mutex_lock(&c->mu);
+	int unwatched = !lk->slot->own_watched && !lk->slot->own_checking;
+	pthread_mutex_unlock(&c->mu);
+	return unwatched;
+}
+
 int dlock_zk_own_gone_locked(const struct zk_lock *lk)
 {
 	return lk->slot->own_gone && strcmp(lk->slot->own, lk->node) == 0;

@@ -126,25 +126,32 @@ static int find_by_guid(struct zk_attempt *a, int *found)
 	return rc;
 }
 
-dlock_status dlock_zk_protected_create(struct zk_attempt *a)
+void dlock_zk_node_prefix(const struct zk_attempt *a, char *out, size_t len)
+{
+	const char *mark = dlock_zk_node_mark(a->kind);
+	snprintf(out, len, "%s/" ZK_NODE_PREFIX "%s%s%s", a->parent, a->guid, mark[0] == '-' ? "" : "-", mark);
+}
+
+dlock_status dlock_zk_protected_create(struct zk_attempt *a, int rc)
 {
 	char prefix[ZK_PATH_MAX];
-	const char *mark = dlock_zk_node_mark(a->kind);
-	snprintf(prefix, sizeof prefix, "%s/" ZK_NODE_PREFIX "%s%s%s", a->parent, a->guid, mark[0] == '-' ? "" : "-",
-	         mark);
+	dlock_zk_node_prefix(a, prefix, sizeof prefix);
 	for (int tries = 0; tries < 20; tries++) {
-		struct Stat st;
-		int64_t sent = dlock_monotonic_ns();
-		int rc = dlock_zk_answered(a,
-		                           zoo_create2(a->s->zh, prefix, a->data, a->data ? a->datalen : -1,
-		                                       dlock_zk_acl(a->c), ZOO_EPHEMERAL_SEQUENTIAL, a->lk->node,
-		                                       sizeof a->lk->node, &st),
-		                           sent);
-		if (rc == ZOK) {
-			a->lk->czxid = st.czxid;
-			a->lk->version = st.version;
-			return DLOCK_OK;
+		if (tries > 0 || rc == ZK_CREATE_UNSENT) {
+			struct Stat st;
+			int64_t sent = dlock_monotonic_ns();
+			rc = dlock_zk_answered(a,
+			                       zoo_create2(a->s->zh, prefix, a->data, a->data ? a->datalen : -1,
+			                                   dlock_zk_acl(a->c), ZOO_EPHEMERAL_SEQUENTIAL, a->lk->node,
+			                                   sizeof a->lk->node, &st),
+			                       sent);
+			if (rc == ZOK) {
+				a->lk->czxid = st.czxid;
+				a->lk->version = st.version;
+			}
 		}
+		if (rc == ZOK)
+			return DLOCK_OK;
 		if (rc == ZNONODE)
 			rc = dlock_zk_ensure_parent(a->s, a->parent, a->lk);
 		while (dlock_zk_rc_connection(rc)) {
@@ -173,36 +180,53 @@ static void delete_duplicate(struct zk_attempt *a, const char *child)
 		dlock_host_log(a->c->host, DLOCK_LOG_WARN, "zk: could not delete a duplicate lock node: %s", zerror(rc));
 }
 
+void dlock_zk_look_at(const struct zk_attempt *a, const struct String_vector *kids, struct zk_look *out)
+{
+	out->sem = out->dups = 0;
+	for (int32_t i = 0; i < kids->count; i++) {
+		int32_t seq;
+		out->sem |= strcmp(kids->data[i], ZK_SEM_LEASES) == 0;
+		out->dups += strcmp(kids->data[i], a->own) != 0 && dlock_zk_child_has_guid(kids->data[i], a->guid) &&
+		             dlock_zk_child_seq(kids->data[i], &seq);
+	}
+	int32_t at;
+	out->found = dlock_zk_queue_place(kids->data, kids->count, a->own, a->guid, &at);
+	out->pred[0] = '\0';
+	if (out->found && at >= 0)
+		snprintf(out->pred, sizeof out->pred, "%s", kids->data[at]);
+}
+
 /*
  * One look at the queue.  ZOK with pred[0] == '\0': the lock is ours.  ZOK
  * with pred set: the name of the node that blocks us.  ZNONODE: our node is
  * gone.  *sem: 1 when a semaphore's "leases" child is among the children.
+ * The first look of an acquisition may have come with the create (zk_pipe.c).
  */
-static int scan(struct zk_attempt *a, char *pred, size_t predlen, int *sem)
+static int scan(struct zk_attempt *a, struct zk_look *look)
 {
+	if (a->have_look) {
+		a->have_look = 0;
+		*look = a->look;
+		return look->found ? ZOK : ZNONODE;
+	}
 	struct String_vector kids = { 0, NULL };
+	/* The child watch tells of our node's deletion (zk_own.c): set by the look that finds us first, and
+	 * by every later look until our node has a watch of its own; after that it would only cost the
+	 * server a notification to this client at each change of the queue. */
+	watcher_fn watcher = dlock_zk_own_unwatched(a->c, a->lk) ? dlock_zk_own_watcher : NULL;
 	int64_t sent = dlock_monotonic_ns();
-	/* The child watch tells of our node's deletion (zk_own.c): set by the look that finds us first. */
-	int rc = dlock_zk_answered(
-		a, zoo_wget_children(a->s->zh, a->parent, dlock_zk_own_watcher, a->lk->slot, &kids), sent);
+	int rc = dlock_zk_answered(a, zoo_wget_children(a->s->zh, a->parent, watcher, a->lk->slot, &kids), sent);
 	if (rc != ZOK)
 		return rc;
-	*sem = 0;
-	for (int32_t i = 0; i < kids.count; i++)
-		*sem |= strcmp(kids.data[i], ZK_SEM_LEASES) == 0;
-	int32_t at;
-	int found = dlock_zk_queue_place(kids.data, kids.count, a->own, a->guid, &at);
-	pred[0] = '\0';
-	if (found && at >= 0)
-		snprintf(pred, predlen, "%s", kids.data[at]);
-	for (int32_t i = 0; i < kids.count; i++) {
+	dlock_zk_look_at(a, &kids, look);
+	for (int32_t i = 0; look->dups && i < kids.count; i++) {
 		int32_t seq;
 		if (strcmp(kids.data[i], a->own) != 0 && dlock_zk_child_has_guid(kids.data[i], a->guid) &&
 		    dlock_zk_child_seq(kids.data[i], &seq))
 			delete_duplicate(a, kids.data[i]);
 	}
 	deallocate_String_vector(&kids);
-	return found ? ZOK : ZNONODE;
+	return look->found ? ZOK : ZNONODE;
 }
 
 /*
@@ -274,14 +298,16 @@ static dlock_status refuse_semaphore(struct zk_attempt *a)
 
 dlock_status dlock_zk_queue_wait(struct zk_attempt *a)
 {
-	char pred[ZK_PATH_MAX];
+	struct zk_look look;
+	const char *pred = look.pred;
+	look.pred[0] = '\0';
+	look.sem = 0;
 	int first = a->check_leases;
 	for (;;) {
-		int sem = 0;
-		int rc = scan(a, pred, sizeof pred, &sem);
+		int rc = scan(a, &look);
 		if (rc == ZOK && first) {
 			first = 0;
-			dlock_status st = sem ? refuse_semaphore(a) : DLOCK_OK;
+			dlock_status st = look.sem ? refuse_semaphore(a) : DLOCK_OK;
 			if (st != DLOCK_OK || a->again)
 				return st;
 		}
@@ -340,11 +366,9 @@ static dlock_status attempt(struct zk_attempt *a, dlock_acquired *out)
 	dlock_status st = dlock_zk_new_guid(a);
 	if (st != DLOCK_OK)
 		return st;
-	st = dlock_zk_protected_create(a);
+	st = dlock_zk_create_and_look(a); /* our node, watched as ours, and the first look at the queue */
 	if (st != DLOCK_OK || a->again)
 		return st;
-	a->own = strrchr(a->lk->node, '/') + 1;
-	dlock_zk_own_start(a->c, a->lk);
 	st = dlock_zk_queue_wait(a);
 	if (a->again)
 		return st;
