@@ -788,6 +788,75 @@ static void test_deleted_waiter_requeues(void)
 	zookeeper_close(zh);
 }
 
+/* A contender that waits in its own thread with a lost callback, and keeps the lock it gets. */
+struct keeper {
+	dlock_lock *lock;
+	struct lost_rec lost;
+	pthread_t thread;
+	atomic_int done;
+	dlock_status status;
+};
+
+static void *keeper_main(void *arg)
+{
+	struct keeper *k = arg;
+	k->status = acquire_watched(k->lock, LONG_WAIT_MS, &k->lost);
+	atomic_store(&k->done, 1);
+	return NULL;
+}
+
+static int keeper_done(void *arg)
+{
+	return atomic_load(&((struct keeper *)arg)->done);
+}
+
+/*
+ * A contender that got the lock after waiting learns at once of its node's
+ * deletion, as one that found it free: whether its node was only covered by
+ * the child watch of its looks at the queue (nobody came after it), or
+ * watched by itself since a change of the queue while it waited (a
+ * try-once contender came and went), when its later looks set no child
+ * watch.
+ */
+static void test_waiter_then_deleted(void)
+{
+	for (int behind = 0; behind <= 1; behind++) {
+		char uri[1024], parent[512], node[1024];
+		fresh_base(uri, sizeof uri, "", parent, sizeof parent, "wdel");
+		dlock_client *h = open_client(uri, NULL), *o = open_client(uri, NULL), *t = open_client(uri, NULL);
+		dlock_lock *l = new_lock(h, "wdel"), *tl = new_lock(t, "wdel");
+		zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+		CU_ASSERT_EQUAL_FATAL(acquire(l, 0), DLOCK_OK);
+		struct keeper k = { .lock = new_lock(o, "wdel") };
+		CU_ASSERT_FATAL(pthread_create(&k.thread, NULL, keeper_main, &k) == 0);
+		CU_ASSERT(await_count(zh, parent, 2));
+		if (behind) /* its node and its removal: two changes of the queue */
+			CU_ASSERT_EQUAL(acquire(tl, 0), DLOCK_EBUSY);
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+		CU_ASSERT(dlock_test_await(keeper_done, &k, AWAIT_MS));
+		pthread_join(k.thread, NULL);
+		CU_ASSERT_EQUAL(k.status, DLOCK_OK);
+		uint64_t first = dlock_test_token(k.lock);
+		CU_ASSERT_FATAL(raw_only_child(zh, parent, node, sizeof node));
+		CU_ASSERT_EQUAL(acquire(tl, 0), DLOCK_EBUSY);
+		CU_ASSERT_EQUAL_FATAL(zoo_delete(zh, node, -1), ZOK);
+		CU_ASSERT(dlock_test_await(lost_called, &k.lost, AWAIT_MS));
+		CU_ASSERT_EQUAL(atomic_load(&k.lost.reason), DLOCK_LOST_TAKEN);
+		CU_ASSERT_EQUAL(acquire(tl, 0), DLOCK_OK);
+		CU_ASSERT(dlock_test_token(tl) > first);
+		CU_ASSERT_EQUAL(dlock_release(k.lock), DLOCK_ENOTHELD);
+		CU_ASSERT_EQUAL(dlock_release(tl), DLOCK_OK);
+		CU_ASSERT_EQUAL(atomic_load(&k.lost.calls), 1);
+		dlock_lock_free(l);
+		dlock_lock_free(k.lock);
+		dlock_lock_free(tl);
+		CU_ASSERT_EQUAL(dlock_client_close(h), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_client_close(o), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_client_close(t), DLOCK_OK);
+		zookeeper_close(zh);
+	}
+}
+
 /* ------------------------------------------------------------ sequence numbers */
 
 /* "_c_" + 32 x `g` + "-lock-" + seq, as the server names a node: the
@@ -2084,6 +2153,7 @@ static void add_suites(void)
 	CU_add_test(s, "holder's node changed, then deleted: still lost at once", test_changed_then_deleted);
 	CU_add_test(s, "release and giving up report no loss", test_release_is_no_loss);
 	CU_add_test(s, "a waiter's node deleted: it queues again at once", test_deleted_waiter_requeues);
+	CU_add_test(s, "a waiter that got the lock: its node deleted is lost at once", test_waiter_then_deleted);
 	CU_add_test(s, "a node numbered after the wrap queues before ours", test_seq_negative_queued);
 	CU_add_test(s, "ACL: another identity deletes neither node nor parent", test_acl);
 	CU_add_test(s, "session closed from outside: lost, next holder, larger token", test_session_expiry_steal);
