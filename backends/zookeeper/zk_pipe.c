@@ -86,14 +86,16 @@ dlock_status dlock_zk_create_and_look(struct zk_attempt *a)
 	a->have_look = 0;
 	pthread_mutex_init(&p.mu, NULL);
 	pthread_cond_init(&p.cond, NULL);
+	/* Counted before sending: a completion may run before the call that sent its request returns. */
+	p.pending = 2;
 	int64_t sent = dlock_monotonic_ns();
 	int rc = zoo_acreate2(a->s->zh, prefix, a->data, a->data ? a->datalen : -1, dlock_zk_acl(a->c),
 	                      ZOO_EPHEMERAL_SEQUENTIAL, created, &p);
 	if (rc == ZOK) {
-		p.pending = 1;
-		if (zoo_awget_children(a->s->zh, a->parent, dlock_zk_own_watcher, a->lk->slot, listed, &p) == ZOK)
-			p.pending++;
+		int sent_look = zoo_awget_children(a->s->zh, a->parent, dlock_zk_own_watcher, a->lk->slot, listed, &p);
 		pthread_mutex_lock(&p.mu);
+		if (sent_look != ZOK)
+			p.pending--; /* no completion of it will come */
 		while (p.pending > 0)
 			pthread_cond_wait(&p.cond, &p.mu);
 		rc = p.create_rc;
