@@ -5,10 +5,13 @@
  * (DLOCK_LOST_TAKEN) when the deletion is seen, without waiting for a
  * check().
  *
- * At no extra request while nobody else comes: every look at the queue
- * (get-children, zk_recipe.c) sets a child watch on the parent with this
- * watcher, so the look that finds us first has already set the watch that
- * will tell of our node's deletion.  When the children change (a contender
+ * At no extra request while nobody else comes: the looks at the queue
+ * (get-children, zk_recipe.c; the first one goes with the create,
+ * zk_pipe.c) set a child watch on the parent with this watcher, so the look
+ * that finds us first has already set the watch that will tell of our
+ * node's deletion.  Once our node has a watch of its own (below), later
+ * looks set none: it would only bring a notification at each change of
+ * the queue.  When the children change (a contender
  * queues, or our node goes), we send one exists with a watch on our node
  * itself: ZNONODE means it is gone; otherwise that watch now reports its
  * deletion, and the parent's later changes need no answer.  The parent is

@@ -12,7 +12,8 @@
  *      adopt it, else create again; a second node with our GUID found
  *      later is deleted.  So no node of ours is ever left behind to block
  *      everyone until the session ends.
- *   2. List the children.  A mutex or a writer holds the lock when its
+ *   2. List the children (the first time in the same round trip as the
+ *      create: zk_pipe.c).  A mutex or a writer holds the lock when its
  *      node is the lowest of all; a reader when no mutex or writer node is
  *      lower than its own.  Otherwise watch only the node that blocks us
  *      (exists with a watch): a mutex or a writer the node just before its
