@@ -128,6 +128,9 @@ struct zk_slot {
 	int own_watched;        /* an exists-watch is set on it */
 	int own_checking;       /* an exists (with a watch) is on its way */
 	int own_recheck;        /* that exists failed for a lost connection: send it again once connected */
+	/* The node the acquire waits for (zk_recipe.c), all mu: */
+	char pred[ZK_PATH_MAX]; /* its path, or "" */
+	int pred_gone;          /* its deletion was seen */
 };
 
 struct zk_lock;
@@ -202,6 +205,10 @@ void dlock_zk_slot_give(struct zk_slot *slot);
 void dlock_zk_slot_attach(struct zk_slot *slot, dlock_wait *w);
 /* Wake every attached acquire (mu held): the session changed. */
 void dlock_zk_slots_wake_locked(struct zk_client *c);
+/* The acquire now waits for the node `path` (NULL: for none): its deletion is noted. */
+void dlock_zk_slot_await(struct zk_slot *slot, const char *path);
+/* 1 if the deletion of the node the acquire waits for was seen since dlock_zk_slot_await(). */
+int dlock_zk_slot_awaited_gone(struct zk_slot *slot);
 /* watcher_fn for the exists-watch on the node a waiter waits for; the context is the slot. */
 void dlock_zk_slot_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
 void dlock_zk_slots_free(struct zk_client *c);
@@ -307,6 +314,8 @@ void dlock_zk_own_forget_locked(struct zk_lock *lk);
 void dlock_zk_own_forget(struct zk_client *c, struct zk_lock *lk);
 /* 1 while lk's node has no exists-watch of its own, set or on its way: a look at the queue then sets a child watch. */
 int dlock_zk_own_unwatched(struct zk_client *c, const struct zk_lock *lk);
+/* 1 once lk's node has an exists-watch of its own that the server answered (the node was there). */
+int dlock_zk_own_watched(struct zk_client *c, const struct zk_lock *lk);
 /* 1 if the deletion of lk's current node was seen (mu held). */
 int dlock_zk_own_gone_locked(const struct zk_lock *lk);
 /* Session `s` is connected again: send the checks of our nodes that a lost connection failed. */
@@ -331,6 +340,7 @@ struct zk_look {
 	int sem;                 /* a semaphore's "leases" child is among them */
 	int dups;                /* other nodes with our GUID: creates whose lost answers went through after all */
 	char pred[ZK_PATH_MAX];  /* the child that keeps us waiting, or "" when the lock is ours */
+	int pred_first;          /* nothing before `pred` keeps us waiting: once it goes, the lock is ours */
 };
 
 /* One attempt to acquire, on one session (zk_recipe.c, zk_sem.c). */

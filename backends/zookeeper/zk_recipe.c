@@ -193,8 +193,23 @@ void dlock_zk_look_at(const struct zk_attempt *a, const struct String_vector *ki
 	int32_t at;
 	out->found = dlock_zk_queue_place(kids->data, kids->count, a->own, a->guid, &at);
 	out->pred[0] = '\0';
-	if (out->found && at >= 0)
-		snprintf(out->pred, sizeof out->pred, "%s", kids->data[at]);
+	out->pred_first = 0;
+	if (!out->found || at < 0)
+		return;
+	snprintf(out->pred, sizeof out->pred, "%s", kids->data[at]);
+	/* Is anything before `pred` in our way?  Nodes made later come after ours: only these can be. */
+	int32_t mine, before;
+	enum zk_node_kind ours = dlock_zk_child_kind(a->own, &mine);
+	dlock_zk_child_kind(kids->data[at], &before);
+	out->pred_first = 1;
+	for (int32_t i = 0; i < kids->count && out->pred_first; i++) {
+		int32_t seq;
+		enum zk_node_kind k = dlock_zk_child_kind(kids->data[i], &seq);
+		if (k == ZK_NODE_NONE || k == ZK_NODE_LEASE || dlock_zk_child_has_guid(kids->data[i], a->guid))
+			continue; /* not in the queue, or ours */
+		if ((ours != ZK_NODE_READ || k != ZK_NODE_READ) && dlock_zk_seq_before(seq, before))
+			out->pred_first = 0;
+	}
 }
 
 /*
@@ -246,6 +261,7 @@ static int watch_pred(struct zk_attempt *a, const char *pred, int *rc_out)
 		*rc_out = ZBADARGUMENTS;
 		return 0;
 	}
+	dlock_zk_slot_await(a->lk->slot, path); /* before the watch is set: its event may come at once */
 	int64_t sent = dlock_monotonic_ns();
 	int rc = a->sem_queue ? zoo_wget(a->s->zh, path, dlock_zk_slot_watcher, a->lk->slot, data, &datalen, &st)
 	                      : zoo_wexists(a->s->zh, path, dlock_zk_slot_watcher, a->lk->slot, &st);
@@ -297,12 +313,29 @@ static dlock_status refuse_semaphore(struct zk_attempt *a)
 	}
 }
 
+/*
+ * Woken: is the lock ours without looking again?  Yes when the node we
+ * waited for was deleted, nothing before it was in our way (the look that
+ * chose it saw every node that can be: later ones come after ours), and
+ * our node is still there.  That last is known only once our node has an
+ * exists-watch the server answered: its deletion would then have been told
+ * before the deletion we were woken for, on the same connection, and
+ * dlock_zk_hold() refuses a node seen gone.  Otherwise look again.
+ */
+static int handed_over(struct zk_attempt *a, const struct zk_look *look)
+{
+	if (!look->pred_first || !dlock_zk_slot_awaited_gone(a->lk->slot) || !dlock_zk_own_watched(a->c, a->lk))
+		return 0;
+	dlock_host_log(a->c->host, DLOCK_LOG_DEBUG, "zk: %s leads: the node it waited for is gone", a->own);
+	return 1;
+}
+
 dlock_status dlock_zk_queue_wait(struct zk_attempt *a)
 {
 	struct zk_look look;
 	const char *pred = look.pred;
 	look.pred[0] = '\0';
-	look.sem = 0;
+	look.sem = look.pred_first = 0;
 	int first = a->check_leases;
 	for (;;) {
 		int rc = scan(a, &look);
@@ -323,6 +356,8 @@ dlock_status dlock_zk_queue_wait(struct zk_attempt *a)
 			dlock_status st = dlock_wait_sleep(a->w, -1);
 			if (st != DLOCK_OK)
 				return st;
+			if (handed_over(a, &look))
+				return DLOCK_OK;
 			continue;
 		}
 		if (rc == ZOK)
