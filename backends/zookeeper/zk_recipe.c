@@ -20,7 +20,8 @@
  *      own, of any kind; a reader the nearest mutex or writer node before
  *      its own.  One release wakes only the waiters it can let in, not the
  *      whole queue.  When that node goes, or if it is already gone, list
- *      again.
+ *      again; unless nothing before it was in our way and our own node is
+ *      known to be there (handed_over()): the lock is then ours at once.
  *
  * So the order is the queue's: a writer waits for everyone before it, and
  * a reader that comes after a waiting writer waits for that writer (no
