@@ -86,6 +86,8 @@ struct logcap {
 	const char *secret;
 	atomic_int waits;       /* "zk: OURS waits for NODE" lines */
 	char waits_for[128];    /* NODE of the latest one (logcap_mu) */
+	atomic_int own_watch;   /* "zk: OURS watches its own node" lines */
+	atomic_int handed;      /* "zk: OURS leads: the node it waited for is gone" lines */
 };
 
 static pthread_mutex_t logcap_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -111,6 +113,10 @@ static void logcap_fn(void *userdata, dlock_log_level level, const char *msg)
 		pthread_mutex_unlock(&logcap_mu);
 		atomic_fetch_add(&l->waits, 1);
 	}
+	if (strncmp(msg, "zk: ", 4) == 0 && strstr(msg, " watches its own node"))
+		atomic_fetch_add(&l->own_watch, 1);
+	if (strncmp(msg, "zk: ", 4) == 0 && strstr(msg, " leads: the node it waited for is gone"))
+		atomic_fetch_add(&l->handed, 1);
 	if (strncmp(msg, "zookeeper: ", 11) == 0)
 		atomic_fetch_add(&l->lines, 1);
 	if (l->secret && strstr(msg, l->secret))
@@ -785,6 +791,150 @@ static void test_deleted_waiter_requeues(void)
 	CU_ASSERT_EQUAL(w.status, DLOCK_OK);
 	dlock_lock_free(l);
 	CU_ASSERT_EQUAL(dlock_client_close(h), DLOCK_OK);
+	zookeeper_close(zh);
+}
+
+/* A contender that waits in its own thread with a lost callback, and keeps the lock it gets. */
+struct keeper {
+	dlock_lock *lock;
+	struct lost_rec lost;
+	pthread_t thread;
+	atomic_int done;
+	dlock_status status;
+};
+
+static void *keeper_main(void *arg)
+{
+	struct keeper *k = arg;
+	k->status = acquire_watched(k->lock, LONG_WAIT_MS, &k->lost);
+	atomic_store(&k->done, 1);
+	return NULL;
+}
+
+static int keeper_done(void *arg)
+{
+	return atomic_load(&((struct keeper *)arg)->done);
+}
+
+static int own_watched(void *arg)
+{
+	return atomic_load(&((struct logcap *)arg)->own_watch) > 0;
+}
+
+/*
+ * A contender that got the lock after waiting learns at once of its node's
+ * deletion, as one that found it free: whether its node was only covered by
+ * the child watch of its looks at the queue (nobody came after it), or
+ * watched by itself since a change of the queue while it waited (a
+ * try-once contender came and went), when its later looks set no child
+ * watch.  In that second case the release hands the lock over without a
+ * look at the queue: the holder's node was the first, and the waiter's
+ * own is known to be there.
+ */
+static void test_waiter_then_deleted(void)
+{
+	for (int behind = 0; behind <= 1; behind++) {
+		char uri[1024], parent[512], node[1024];
+		fresh_base(uri, sizeof uri, "", parent, sizeof parent, "wdel");
+		struct logcap log = { 0 };
+		dlock_client *h = open_client(uri, NULL), *o = open_client(uri, &log), *t = open_client(uri, NULL);
+		dlock_lock *l = new_lock(h, "wdel"), *tl = new_lock(t, "wdel");
+		zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+		CU_ASSERT_EQUAL_FATAL(acquire(l, 0), DLOCK_OK);
+		struct keeper k = { .lock = new_lock(o, "wdel") };
+		CU_ASSERT_FATAL(pthread_create(&k.thread, NULL, keeper_main, &k) == 0);
+		CU_ASSERT(await_count(zh, parent, 2));
+		if (behind) { /* its node and its removal: two changes of the queue */
+			CU_ASSERT_EQUAL(acquire(tl, 0), DLOCK_EBUSY);
+			CU_ASSERT(dlock_test_await(own_watched, &log, AWAIT_MS));
+		}
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+		CU_ASSERT(dlock_test_await(keeper_done, &k, AWAIT_MS));
+		pthread_join(k.thread, NULL);
+		CU_ASSERT_EQUAL(k.status, DLOCK_OK);
+		if (behind)
+			CU_ASSERT_EQUAL(atomic_load(&log.handed), 1);
+		uint64_t first = dlock_test_token(k.lock);
+		CU_ASSERT_FATAL(raw_only_child(zh, parent, node, sizeof node));
+		CU_ASSERT_EQUAL(acquire(tl, 0), DLOCK_EBUSY);
+		CU_ASSERT_EQUAL_FATAL(zoo_delete(zh, node, -1), ZOK);
+		CU_ASSERT(dlock_test_await(lost_called, &k.lost, AWAIT_MS));
+		CU_ASSERT_EQUAL(atomic_load(&k.lost.reason), DLOCK_LOST_TAKEN);
+		CU_ASSERT_EQUAL(acquire(tl, 0), DLOCK_OK);
+		CU_ASSERT(dlock_test_token(tl) > first);
+		CU_ASSERT_EQUAL(dlock_release(k.lock), DLOCK_ENOTHELD);
+		CU_ASSERT_EQUAL(dlock_release(tl), DLOCK_OK);
+		CU_ASSERT_EQUAL(atomic_load(&k.lost.calls), 1);
+		dlock_lock_free(l);
+		dlock_lock_free(k.lock);
+		dlock_lock_free(tl);
+		CU_ASSERT_EQUAL(dlock_client_close(h), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_client_close(o), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_client_close(t), DLOCK_OK);
+		zookeeper_close(zh);
+	}
+}
+
+struct waits_for_arg {
+	struct logcap *log;
+	const char *node; /* the name of the node, without its parent */
+};
+
+static int waits_for_node(void *arg)
+{
+	struct waits_for_arg *q = arg;
+	char now[128];
+	logcap_waits_for(q->log, now, sizeof now);
+	return strcmp(now, q->node) == 0;
+}
+
+/*
+ * The node a waiter waits for goes, but another one before it still holds
+ * the lock (a contender in the middle gave up): the waiter looks again and
+ * waits for the holder, even with its own node known to be there.
+ */
+static void test_middle_gives_up(void)
+{
+	char uri[1024], parent[512], holder[1024];
+	fresh_base(uri, sizeof uri, "", parent, sizeof parent, "middle");
+	struct logcap log = { 0 };
+	dlock_client *h = open_client(uri, NULL), *m = open_client(uri, NULL), *o = open_client(uri, &log);
+	dlock_lock *l = new_lock(h, "middle"), *ml = new_lock(m, "middle");
+	zhandle_t *zh = raw_open(zk_hosts, NULL, NULL);
+	CU_ASSERT_EQUAL_FATAL(acquire(l, 0), DLOCK_OK);
+	CU_ASSERT_FATAL(raw_only_child(zh, parent, holder, sizeof holder));
+	dlock_test_waiter mw;
+	dlock_test_waiter_start(&mw, ml, LONG_WAIT_MS, 0);
+	CU_ASSERT(await_count(zh, parent, 2));
+	struct keeper k = { .lock = new_lock(o, "middle") };
+	CU_ASSERT_FATAL(pthread_create(&k.thread, NULL, keeper_main, &k) == 0);
+	CU_ASSERT(await_count(zh, parent, 3));
+	dlock_client *t = open_client(uri, NULL);
+	dlock_lock *tl = new_lock(t, "middle");
+	CU_ASSERT_EQUAL(acquire(tl, 0), DLOCK_EBUSY); /* the queue changes: the waiter watches its own node */
+	CU_ASSERT(dlock_test_await(own_watched, &log, AWAIT_MS));
+	dlock_cancel(ml);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&mw, AWAIT_MS), DLOCK_ECANCELED);
+	struct waits_for_arg q = { &log, strrchr(holder, '/') + 1 };
+	CU_ASSERT(dlock_test_await(waits_for_node, &q, AWAIT_MS));
+	CU_ASSERT_EQUAL(atomic_load(&k.done), 0);
+	CU_ASSERT_EQUAL(atomic_load(&log.handed), 0);
+	CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	CU_ASSERT(dlock_test_await(keeper_done, &k, AWAIT_MS));
+	pthread_join(k.thread, NULL);
+	CU_ASSERT_EQUAL(k.status, DLOCK_OK);
+	CU_ASSERT_EQUAL(atomic_load(&log.handed), 1); /* now its node was the first */
+	CU_ASSERT_EQUAL(dlock_release(k.lock), DLOCK_OK);
+	CU_ASSERT_EQUAL(atomic_load(&k.lost.calls), 0);
+	dlock_lock_free(l);
+	dlock_lock_free(ml);
+	dlock_lock_free(k.lock);
+	dlock_lock_free(tl);
+	CU_ASSERT_EQUAL(dlock_client_close(t), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_client_close(h), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_client_close(m), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_client_close(o), DLOCK_OK);
 	zookeeper_close(zh);
 }
 
@@ -2084,6 +2234,8 @@ static void add_suites(void)
 	CU_add_test(s, "holder's node changed, then deleted: still lost at once", test_changed_then_deleted);
 	CU_add_test(s, "release and giving up report no loss", test_release_is_no_loss);
 	CU_add_test(s, "a waiter's node deleted: it queues again at once", test_deleted_waiter_requeues);
+	CU_add_test(s, "a waiter that got the lock: its node deleted is lost at once", test_waiter_then_deleted);
+	CU_add_test(s, "a contender in the middle gives up: the next one waits for the holder", test_middle_gives_up);
 	CU_add_test(s, "a node numbered after the wrap queues before ours", test_seq_negative_queued);
 	CU_add_test(s, "ACL: another identity deletes neither node nor parent", test_acl);
 	CU_add_test(s, "session closed from outside: lost, next holder, larger token", test_session_expiry_steal);

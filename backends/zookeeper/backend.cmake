@@ -13,6 +13,7 @@ if(DLOCK_BACKEND_ZOOKEEPER)
     ${_zk_dir}/zk_monitor.c
     ${_zk_dir}/zk_own.c
     ${_zk_dir}/zk_path.c
+    ${_zk_dir}/zk_pipe.c
     ${_zk_dir}/zk_recipe.c
     ${_zk_dir}/zk_sem.c
     ${_zk_dir}/zk_session.c

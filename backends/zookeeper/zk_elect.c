@@ -117,7 +117,7 @@ static int write_data(struct zk_session *s, struct zk_lock *lk, const char *data
 			rc = ZBADVERSION; /* the write may have gone through: look at the version again */
 		if (rc != ZBADVERSION)
 			return rc;
-		int32_t version;
+		int32_t version = lk->version; /* set by still_ours() whenever it answers ZOK */
 		rc = still_ours(s, lk, &version);
 		while (dlock_zk_rc_connection(rc) && dlock_zk_session_await(s, 1))
 			rc = still_ours(s, lk, &version);

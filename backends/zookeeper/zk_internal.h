@@ -12,6 +12,7 @@
  *   zk_slot.c     watch contexts that wake a waiting acquire
  *   zk_own.c      the watch on our own node: a deleted node is a lost lock
  *   zk_recipe.c   the lock recipes (mutex, read-write): protected create, queue, blocker watch
+ *   zk_pipe.c     the create and the first look at the queue in one round trip
  *   zk_sem.c      the semaphore recipe: an internal mutex, then a lease node counted among the leases
  *   zk_hold.c     held locks: release, check, loss reports
  *   zk_inspect.c  inspection, listing and breaking: who holds a name, taking it from them
@@ -127,6 +128,9 @@ struct zk_slot {
 	int own_watched;        /* an exists-watch is set on it */
 	int own_checking;       /* an exists (with a watch) is on its way */
 	int own_recheck;        /* that exists failed for a lost connection: send it again once connected */
+	/* The node the acquire waits for (zk_recipe.c), all mu: */
+	char pred[ZK_PATH_MAX]; /* its path, or "" */
+	int pred_gone;          /* its deletion was seen */
 };
 
 struct zk_lock;
@@ -201,6 +205,10 @@ void dlock_zk_slot_give(struct zk_slot *slot);
 void dlock_zk_slot_attach(struct zk_slot *slot, dlock_wait *w);
 /* Wake every attached acquire (mu held): the session changed. */
 void dlock_zk_slots_wake_locked(struct zk_client *c);
+/* The acquire now waits for the node `path` (NULL: for none): its deletion is noted. */
+void dlock_zk_slot_await(struct zk_slot *slot, const char *path);
+/* 1 if the deletion of the node the acquire waits for was seen since dlock_zk_slot_await(). */
+int dlock_zk_slot_awaited_gone(struct zk_slot *slot);
 /* watcher_fn for the exists-watch on the node a waiter waits for; the context is the slot. */
 void dlock_zk_slot_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
 void dlock_zk_slots_free(struct zk_client *c);
@@ -304,6 +312,10 @@ void dlock_zk_own_start(struct zk_client *c, struct zk_lock *lk);
 /* Stop treating lk's node as ours (before deleting it ourselves, or when done). */
 void dlock_zk_own_forget_locked(struct zk_lock *lk);
 void dlock_zk_own_forget(struct zk_client *c, struct zk_lock *lk);
+/* 1 while lk's node has no exists-watch of its own, set or on its way: a look at the queue then sets a child watch. */
+int dlock_zk_own_unwatched(struct zk_client *c, const struct zk_lock *lk);
+/* 1 once lk's node has an exists-watch of its own that the server answered (the node was there). */
+int dlock_zk_own_watched(struct zk_client *c, const struct zk_lock *lk);
 /* 1 if the deletion of lk's current node was seen (mu held). */
 int dlock_zk_own_gone_locked(const struct zk_lock *lk);
 /* Session `s` is connected again: send the checks of our nodes that a lost connection failed. */
@@ -322,6 +334,15 @@ dlock_status dlock_zk_fail(dlock_error *err, int rc, const char *what);
 
 /* ------------------------------------------------------------ recipe, holds */
 
+/* What one look at the queue saw (zk_recipe.c). */
+struct zk_look {
+	int found;               /* our node is among the children */
+	int sem;                 /* a semaphore's "leases" child is among them */
+	int dups;                /* other nodes with our GUID: creates whose lost answers went through after all */
+	char pred[ZK_PATH_MAX];  /* the child that keeps us waiting, or "" when the lock is ours */
+	int pred_first;          /* nothing before `pred` keeps us waiting: once it goes, the lock is ours */
+};
+
 /* One attempt to acquire, on one session (zk_recipe.c, zk_sem.c). */
 struct zk_attempt {
 	struct zk_client *c;
@@ -338,7 +359,12 @@ struct zk_attempt {
 	int sem_queue;           /* a semaphore's internal mutex: refuse a node ahead with another N */
 	const char *own;         /* our node's name: the last component of lk->node */
 	int again;               /* the session died or our node vanished: start over */
+	struct zk_look look;     /* the first look at the queue, answered with the create (zk_pipe.c) */
+	int have_look;           /* `look` is there and not used yet */
 };
+
+/* dlock_zk_protected_create() with no create of this attempt sent yet (every ZooKeeper code is <= 0). */
+#define ZK_CREATE_UNSENT 1
 
 /* rc, after noting that the server answered a request sent at `sent` (the session lived then). */
 int dlock_zk_answered(struct zk_attempt *a, int rc, int64_t sent);
@@ -348,8 +374,22 @@ dlock_status dlock_zk_attempt_failed(struct zk_attempt *a, int rc, const char *w
 int dlock_zk_reconnected(struct zk_attempt *a);
 /* A fresh GUID for the next node. */
 dlock_status dlock_zk_new_guid(struct zk_attempt *a);
-/* Create a->parent/_c_GUID-MARK as ephemeral sequential into lk->node, across lost answers. */
-dlock_status dlock_zk_protected_create(struct zk_attempt *a);
+/* a->parent + "/_c_GUID-" + the kind's mark: the path the server appends the sequence number to. */
+void dlock_zk_node_prefix(const struct zk_attempt *a, char *out, size_t len);
+/*
+ * Create a->parent/_c_GUID-MARK as ephemeral sequential into lk->node,
+ * across lost answers.  `rc`: the answer to a create of it already sent
+ * (lk->node, czxid and version filled on ZOK), or ZK_CREATE_UNSENT.
+ */
+dlock_status dlock_zk_protected_create(struct zk_attempt *a, int rc);
+/*
+ * The create and the first look at the queue sent together (zk_pipe.c):
+ * as dlock_zk_protected_create() followed by dlock_zk_own_start(), and
+ * a->look filled (have_look) when the look came back with our node in it.
+ */
+dlock_status dlock_zk_create_and_look(struct zk_attempt *a);
+/* What the children `kids` of a->parent say of our node a->own (no request). */
+void dlock_zk_look_at(const struct zk_attempt *a, const struct String_vector *kids, struct zk_look *out);
 /* Wait in a->parent's queue until our node leads (mutex recipe); EBUSY for try-once, EKIND. */
 dlock_status dlock_zk_queue_wait(struct zk_attempt *a);
 /* Delete our node (lk->node) after failure `st`; returns the status to report. */

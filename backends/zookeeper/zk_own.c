@@ -5,10 +5,13 @@
  * (DLOCK_LOST_TAKEN) when the deletion is seen, without waiting for a
  * check().
  *
- * At no extra request while nobody else comes: every look at the queue
- * (get-children, zk_recipe.c) sets a child watch on the parent with this
- * watcher, so the look that finds us first has already set the watch that
- * will tell of our node's deletion.  When the children change (a contender
+ * At no extra request while nobody else comes: the looks at the queue
+ * (get-children, zk_recipe.c; the first one goes with the create,
+ * zk_pipe.c) set a child watch on the parent with this watcher, so the look
+ * that finds us first has already set the watch that will tell of our
+ * node's deletion.  Once our node has a watch of its own (below), later
+ * looks set none: it would only bring a notification at each change of
+ * the queue.  When the children change (a contender
  * queues, or our node goes), we send one exists with a watch on our node
  * itself: ZNONODE means it is gone; otherwise that watch now reports its
  * deletion, and the parent's later changes need no answer.  The parent is
@@ -53,19 +56,24 @@ static void check_done(int rc, const struct Stat *stat, const void *data)
 {
 	struct zk_slot *slot = (struct zk_slot *)data;
 	struct zk_client *c = slot->c;
+	char watched[ZK_PATH_MAX] = "";
 	(void)stat;
 	dlock_zk_log_enter(c); /* the completion thread of one of c's handles */
 	pthread_mutex_lock(&c->mu);
 	if (slot->own_checking && slot->own[0] && !slot->own_gone) {
 		slot->own_checking = 0;
-		if (rc == ZOK)
+		if (rc == ZOK) {
 			slot->own_watched = 1;
+			snprintf(watched, sizeof watched, "%s", strrchr(slot->own, '/') + 1);
+		}
 		else if (rc == ZNONODE)
 			gone_locked(slot);
 		else if (dlock_zk_rc_connection(rc))
 			slot->own_recheck = 1; /* sent again once connected */
 	}
 	pthread_mutex_unlock(&c->mu);
+	if (watched[0]) /* node names are ours or the server's: no part of the lock's name */
+		dlock_host_log(c->host, DLOCK_LOG_DEBUG, "zk: %s watches its own node", watched);
 	if (rc != ZOK && rc != ZNONODE && !dlock_zk_rc_connection(rc) && !dlock_zk_rc_session_gone(rc))
 		dlock_host_log(c->host, DLOCK_LOG_WARN, "zk: could not watch the lock node (%s)", zerror(rc));
 }
@@ -164,6 +172,23 @@ void dlock_zk_own_forget(struct zk_client *c, struct zk_lock *lk)
 	pthread_mutex_lock(&c->mu);
 	dlock_zk_own_forget_locked(lk);
 	pthread_mutex_unlock(&c->mu);
+}
+
+int dlock_zk_own_unwatched(struct zk_client *c, const struct zk_lock *lk)
+{
+	pthread_mutex_lock(&c->mu);
+	int unwatched = !lk->slot->own_watched && !lk->slot->own_checking;
+	pthread_mutex_unlock(&c->mu);
+	return unwatched;
+}
+
+int dlock_zk_own_watched(struct zk_client *c, const struct zk_lock *lk)
+{
+	pthread_mutex_lock(&c->mu);
+	int watched = lk->slot->own_watched && !lk->slot->own_checking && !lk->slot->own_gone &&
+	              strcmp(lk->slot->own, lk->node) == 0;
+	pthread_mutex_unlock(&c->mu);
+	return watched;
 }
 
 int dlock_zk_own_gone_locked(const struct zk_lock *lk)

@@ -12,14 +12,16 @@
  *      adopt it, else create again; a second node with our GUID found
  *      later is deleted.  So no node of ours is ever left behind to block
  *      everyone until the session ends.
- *   2. List the children.  A mutex or a writer holds the lock when its
+ *   2. List the children (the first time in the same round trip as the
+ *      create: zk_pipe.c).  A mutex or a writer holds the lock when its
  *      node is the lowest of all; a reader when no mutex or writer node is
  *      lower than its own.  Otherwise watch only the node that blocks us
  *      (exists with a watch): a mutex or a writer the node just before its
  *      own, of any kind; a reader the nearest mutex or writer node before
  *      its own.  One release wakes only the waiters it can let in, not the
  *      whole queue.  When that node goes, or if it is already gone, list
- *      again.
+ *      again; unless nothing before it was in our way and our own node is
+ *      known to be there (handed_over()): the lock is then ours at once.
  *
  * So the order is the queue's: a writer waits for everyone before it, and
  * a reader that comes after a waiting writer waits for that writer (no
@@ -126,25 +128,32 @@ static int find_by_guid(struct zk_attempt *a, int *found)
 	return rc;
 }
 
-dlock_status dlock_zk_protected_create(struct zk_attempt *a)
+void dlock_zk_node_prefix(const struct zk_attempt *a, char *out, size_t len)
+{
+	const char *mark = dlock_zk_node_mark(a->kind);
+	snprintf(out, len, "%s/" ZK_NODE_PREFIX "%s%s%s", a->parent, a->guid, mark[0] == '-' ? "" : "-", mark);
+}
+
+dlock_status dlock_zk_protected_create(struct zk_attempt *a, int rc)
 {
 	char prefix[ZK_PATH_MAX];
-	const char *mark = dlock_zk_node_mark(a->kind);
-	snprintf(prefix, sizeof prefix, "%s/" ZK_NODE_PREFIX "%s%s%s", a->parent, a->guid, mark[0] == '-' ? "" : "-",
-	         mark);
+	dlock_zk_node_prefix(a, prefix, sizeof prefix);
 	for (int tries = 0; tries < 20; tries++) {
-		struct Stat st;
-		int64_t sent = dlock_monotonic_ns();
-		int rc = dlock_zk_answered(a,
-		                           zoo_create2(a->s->zh, prefix, a->data, a->data ? a->datalen : -1,
-		                                       dlock_zk_acl(a->c), ZOO_EPHEMERAL_SEQUENTIAL, a->lk->node,
-		                                       sizeof a->lk->node, &st),
-		                           sent);
-		if (rc == ZOK) {
-			a->lk->czxid = st.czxid;
-			a->lk->version = st.version;
-			return DLOCK_OK;
+		if (tries > 0 || rc == ZK_CREATE_UNSENT) {
+			struct Stat st;
+			int64_t sent = dlock_monotonic_ns();
+			rc = dlock_zk_answered(a,
+			                       zoo_create2(a->s->zh, prefix, a->data, a->data ? a->datalen : -1,
+			                                   dlock_zk_acl(a->c), ZOO_EPHEMERAL_SEQUENTIAL, a->lk->node,
+			                                   sizeof a->lk->node, &st),
+			                       sent);
+			if (rc == ZOK) {
+				a->lk->czxid = st.czxid;
+				a->lk->version = st.version;
+			}
 		}
+		if (rc == ZOK)
+			return DLOCK_OK;
 		if (rc == ZNONODE)
 			rc = dlock_zk_ensure_parent(a->s, a->parent, a->lk);
 		while (dlock_zk_rc_connection(rc)) {
@@ -173,36 +182,68 @@ static void delete_duplicate(struct zk_attempt *a, const char *child)
 		dlock_host_log(a->c->host, DLOCK_LOG_WARN, "zk: could not delete a duplicate lock node: %s", zerror(rc));
 }
 
+void dlock_zk_look_at(const struct zk_attempt *a, const struct String_vector *kids, struct zk_look *out)
+{
+	out->sem = out->dups = 0;
+	for (int32_t i = 0; i < kids->count; i++) {
+		int32_t seq;
+		out->sem |= strcmp(kids->data[i], ZK_SEM_LEASES) == 0;
+		out->dups += strcmp(kids->data[i], a->own) != 0 && dlock_zk_child_has_guid(kids->data[i], a->guid) &&
+		             dlock_zk_child_seq(kids->data[i], &seq);
+	}
+	int32_t at;
+	out->found = dlock_zk_queue_place(kids->data, kids->count, a->own, a->guid, &at);
+	out->pred[0] = '\0';
+	out->pred_first = 0;
+	if (!out->found || at < 0)
+		return;
+	snprintf(out->pred, sizeof out->pred, "%s", kids->data[at]);
+	/* Is anything before `pred` in our way?  Nodes made later come after ours: only these can be. */
+	int32_t mine, before;
+	enum zk_node_kind ours = dlock_zk_child_kind(a->own, &mine);
+	dlock_zk_child_kind(kids->data[at], &before);
+	out->pred_first = 1;
+	for (int32_t i = 0; i < kids->count && out->pred_first; i++) {
+		int32_t seq;
+		enum zk_node_kind k = dlock_zk_child_kind(kids->data[i], &seq);
+		if (k == ZK_NODE_NONE || k == ZK_NODE_LEASE || dlock_zk_child_has_guid(kids->data[i], a->guid))
+			continue; /* not in the queue, or ours */
+		if ((ours != ZK_NODE_READ || k != ZK_NODE_READ) && dlock_zk_seq_before(seq, before))
+			out->pred_first = 0;
+	}
+}
+
 /*
  * One look at the queue.  ZOK with pred[0] == '\0': the lock is ours.  ZOK
  * with pred set: the name of the node that blocks us.  ZNONODE: our node is
  * gone.  *sem: 1 when a semaphore's "leases" child is among the children.
+ * The first look of an acquisition may have come with the create (zk_pipe.c).
  */
-static int scan(struct zk_attempt *a, char *pred, size_t predlen, int *sem)
+static int scan(struct zk_attempt *a, struct zk_look *look)
 {
+	if (a->have_look) {
+		a->have_look = 0;
+		*look = a->look;
+		return look->found ? ZOK : ZNONODE;
+	}
 	struct String_vector kids = { 0, NULL };
+	/* The child watch tells of our node's deletion (zk_own.c): set by the look that finds us first, and
+	 * by every later look until our node has a watch of its own; after that it would only cost the
+	 * server a notification to this client at each change of the queue. */
+	watcher_fn watcher = dlock_zk_own_unwatched(a->c, a->lk) ? dlock_zk_own_watcher : NULL;
 	int64_t sent = dlock_monotonic_ns();
-	/* The child watch tells of our node's deletion (zk_own.c): set by the look that finds us first. */
-	int rc = dlock_zk_answered(
-		a, zoo_wget_children(a->s->zh, a->parent, dlock_zk_own_watcher, a->lk->slot, &kids), sent);
+	int rc = dlock_zk_answered(a, zoo_wget_children(a->s->zh, a->parent, watcher, a->lk->slot, &kids), sent);
 	if (rc != ZOK)
 		return rc;
-	*sem = 0;
-	for (int32_t i = 0; i < kids.count; i++)
-		*sem |= strcmp(kids.data[i], ZK_SEM_LEASES) == 0;
-	int32_t at;
-	int found = dlock_zk_queue_place(kids.data, kids.count, a->own, a->guid, &at);
-	pred[0] = '\0';
-	if (found && at >= 0)
-		snprintf(pred, predlen, "%s", kids.data[at]);
-	for (int32_t i = 0; i < kids.count; i++) {
+	dlock_zk_look_at(a, &kids, look);
+	for (int32_t i = 0; look->dups && i < kids.count; i++) {
 		int32_t seq;
 		if (strcmp(kids.data[i], a->own) != 0 && dlock_zk_child_has_guid(kids.data[i], a->guid) &&
 		    dlock_zk_child_seq(kids.data[i], &seq))
 			delete_duplicate(a, kids.data[i]);
 	}
 	deallocate_String_vector(&kids);
-	return found ? ZOK : ZNONODE;
+	return look->found ? ZOK : ZNONODE;
 }
 
 /*
@@ -221,6 +262,7 @@ static int watch_pred(struct zk_attempt *a, const char *pred, int *rc_out)
 		*rc_out = ZBADARGUMENTS;
 		return 0;
 	}
+	dlock_zk_slot_await(a->lk->slot, path); /* before the watch is set: its event may come at once */
 	int64_t sent = dlock_monotonic_ns();
 	int rc = a->sem_queue ? zoo_wget(a->s->zh, path, dlock_zk_slot_watcher, a->lk->slot, data, &datalen, &st)
 	                      : zoo_wexists(a->s->zh, path, dlock_zk_slot_watcher, a->lk->slot, &st);
@@ -272,16 +314,35 @@ static dlock_status refuse_semaphore(struct zk_attempt *a)
 	}
 }
 
+/*
+ * Woken: is the lock ours without looking again?  Yes when the node we
+ * waited for was deleted, nothing before it was in our way (the look that
+ * chose it saw every node that can be: later ones come after ours), and
+ * our node is still there.  That last is known only once our node has an
+ * exists-watch the server answered: its deletion would then have been told
+ * before the deletion we were woken for, on the same connection, and
+ * dlock_zk_hold() refuses a node seen gone.  Otherwise look again.
+ */
+static int handed_over(struct zk_attempt *a, const struct zk_look *look)
+{
+	if (!look->pred_first || !dlock_zk_slot_awaited_gone(a->lk->slot) || !dlock_zk_own_watched(a->c, a->lk))
+		return 0;
+	dlock_host_log(a->c->host, DLOCK_LOG_DEBUG, "zk: %s leads: the node it waited for is gone", a->own);
+	return 1;
+}
+
 dlock_status dlock_zk_queue_wait(struct zk_attempt *a)
 {
-	char pred[ZK_PATH_MAX];
+	struct zk_look look;
+	const char *pred = look.pred;
+	look.pred[0] = '\0';
+	look.sem = look.pred_first = 0;
 	int first = a->check_leases;
 	for (;;) {
-		int sem = 0;
-		int rc = scan(a, pred, sizeof pred, &sem);
+		int rc = scan(a, &look);
 		if (rc == ZOK && first) {
 			first = 0;
-			dlock_status st = sem ? refuse_semaphore(a) : DLOCK_OK;
+			dlock_status st = look.sem ? refuse_semaphore(a) : DLOCK_OK;
 			if (st != DLOCK_OK || a->again)
 				return st;
 		}
@@ -296,6 +357,8 @@ dlock_status dlock_zk_queue_wait(struct zk_attempt *a)
 			dlock_status st = dlock_wait_sleep(a->w, -1);
 			if (st != DLOCK_OK)
 				return st;
+			if (handed_over(a, &look))
+				return DLOCK_OK;
 			continue;
 		}
 		if (rc == ZOK)
@@ -340,11 +403,9 @@ static dlock_status attempt(struct zk_attempt *a, dlock_acquired *out)
 	dlock_status st = dlock_zk_new_guid(a);
 	if (st != DLOCK_OK)
 		return st;
-	st = dlock_zk_protected_create(a);
+	st = dlock_zk_create_and_look(a); /* our node, watched as ours, and the first look at the queue */
 	if (st != DLOCK_OK || a->again)
 		return st;
-	a->own = strrchr(a->lk->node, '/') + 1;
-	dlock_zk_own_start(a->c, a->lk);
 	st = dlock_zk_queue_wait(a);
 	if (a->again)
 		return st;

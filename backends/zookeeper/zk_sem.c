@@ -200,7 +200,7 @@ static dlock_status take_internal_mutex(struct zk_attempt *a, const char *locks)
 	a->kind = ZK_NODE_MUTEX;
 	dlock_status st = dlock_zk_new_guid(a);
 	if (st == DLOCK_OK)
-		st = dlock_zk_protected_create(a);
+		st = dlock_zk_protected_create(a, ZK_CREATE_UNSENT);
 	if (st != DLOCK_OK || a->again)
 		return st;
 	a->own = strrchr(a->lk->node, '/') + 1;
@@ -225,7 +225,7 @@ static dlock_status take_lease(struct zk_attempt *a, const char *leases, char *d
 	a->data = data; /* N and the owner record (zk_path.c) */
 	dlock_status st = dlock_zk_new_guid(a);
 	if (st == DLOCK_OK)
-		st = dlock_zk_protected_create(a);
+		st = dlock_zk_protected_create(a, ZK_CREATE_UNSENT);
 	if (st != DLOCK_OK || a->again)
 		return st;
 	a->own = strrchr(a->lk->node, '/') + 1;

@@ -13,7 +13,9 @@
  * never makes a ZooKeeper call (a synchronous call there would wait for the
  * thread it runs on).
  */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "zk_internal.h"
 
@@ -43,6 +45,8 @@ void dlock_zk_slot_give(struct zk_slot *slot)
 	slot->w = NULL;
 	slot->lk = NULL;
 	slot->own[0] = '\0';
+	slot->pred[0] = '\0';
+	slot->pred_gone = 0;
 	slot->in_use = 0;
 	pthread_mutex_unlock(&c->mu);
 }
@@ -52,6 +56,22 @@ void dlock_zk_slot_attach(struct zk_slot *slot, dlock_wait *w)
 	pthread_mutex_lock(&slot->c->mu);
 	slot->w = w;
 	pthread_mutex_unlock(&slot->c->mu);
+}
+
+void dlock_zk_slot_await(struct zk_slot *slot, const char *path)
+{
+	pthread_mutex_lock(&slot->c->mu);
+	snprintf(slot->pred, sizeof slot->pred, "%s", path ? path : "");
+	slot->pred_gone = 0;
+	pthread_mutex_unlock(&slot->c->mu);
+}
+
+int dlock_zk_slot_awaited_gone(struct zk_slot *slot)
+{
+	pthread_mutex_lock(&slot->c->mu);
+	int gone = slot->pred[0] && slot->pred_gone;
+	pthread_mutex_unlock(&slot->c->mu);
+	return gone;
 }
 
 void dlock_zk_slots_wake_locked(struct zk_client *c)
@@ -70,6 +90,8 @@ void dlock_zk_slot_watcher(zhandle_t *zh, int type, int state, const char *path,
 	(void)path;
 	dlock_zk_log_enter(c); /* this is the completion thread of one of c's handles */
 	pthread_mutex_lock(&c->mu);
+	if (type == ZOO_DELETED_EVENT && path && slot->pred[0] && strcmp(path, slot->pred) == 0)
+		slot->pred_gone = 1;
 	int woke = slot->w != NULL;
 	if (woke)
 		dlock_wait_wake(slot->w);

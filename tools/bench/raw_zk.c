@@ -5,6 +5,13 @@
  *            lowest wins, else watch the predecessor (exists with a watch)
  *            and look again when it goes
  *   release  delete the node
+ * Watches as dlock's (backends/zookeeper/zk_own.c), so that a node deleted
+ * by someone else is noticed as dlock notices it: the looks at the queue
+ * set a child watch on the parent until the node has an exists-watch of its
+ * own, which the first change of the children then sets (one asynchronous
+ * exists).  Without them the raw client would skip work that dlock's
+ * guarantee costs: a notification per acquisition, and per contended
+ * acquisition one exists.
  * Synchronous API of libzookeeper_mt, one session per worker thread.
  */
 #include <pthread.h>
@@ -27,7 +34,60 @@ struct zconn {
 	pthread_cond_t cond;
 	int connected, events;
 	char node[512];
+	/* The watch on our own node, all under mu: */
+	char own[512];   /* the node watched now, or "" (released) */
+	int own_watched; /* an exists-watch is set on it, or on its way */
+	int own_lost;    /* it was deleted by someone else */
 };
+
+static void own_checked(int rc, const struct Stat *st, const void *data);
+
+/* The child watch on the parent and the exists-watch on our node: they do not wake the waiting loop. */
+static void on_own_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	struct zconn *c = ctx;
+	char own[512] = "";
+	(void)state;
+	if (type == ZOO_SESSION_EVENT || !path)
+		return;
+	pthread_mutex_lock(&c->mu);
+	if (c->own[0] && strcmp(path, c->own) == 0 && type == ZOO_DELETED_EVENT)
+		c->own_lost = 1;
+	else if (c->own[0] && !c->own_watched && type == ZOO_CHILD_EVENT) {
+		c->own_watched = 1;
+		snprintf(own, sizeof own, "%s", c->own);
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (own[0])
+		zoo_awexists(zh, own, on_own_event, c, own_checked, c);
+}
+
+static void own_checked(int rc, const struct Stat *st, const void *data)
+{
+	struct zconn *c = (struct zconn *)data;
+	(void)st;
+	if (rc == ZNONODE) {
+		pthread_mutex_lock(&c->mu);
+		c->own_lost = c->own[0] != '\0';
+		pthread_mutex_unlock(&c->mu);
+	}
+}
+
+static void own_set(struct zconn *c, const char *node)
+{
+	pthread_mutex_lock(&c->mu);
+	snprintf(c->own, sizeof c->own, "%s", node);
+	c->own_watched = c->own_lost = 0;
+	pthread_mutex_unlock(&c->mu);
+}
+
+static int own_unwatched(struct zconn *c)
+{
+	pthread_mutex_lock(&c->mu);
+	int unwatched = !c->own_watched;
+	pthread_mutex_unlock(&c->mu);
+	return unwatched;
+}
 
 static void on_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
@@ -129,7 +189,7 @@ static long long seq_of(const char *child)
 static int scan(struct zconn *c, const char *parent, char *pred, size_t predlen)
 {
 	struct String_vector kids = { 0, NULL };
-	int rc = zoo_get_children(c->zh, parent, 0, &kids);
+	int rc = zoo_wget_children(c->zh, parent, own_unwatched(c) ? on_own_event : NULL, c, &kids);
 	if (rc != ZOK)
 		return rc < 0 ? rc : -rc;
 	long long mine = seq_of(strrchr(c->node, '/') + 1), best = -1;
@@ -166,6 +226,7 @@ static int zconn_acquire(void *p, const char *name, const _Atomic int *stop, cha
 	}
 	if (rc != ZOK)
 		return zfail(err, errlen, "create", rc);
+	own_set(c, c->node);
 	for (;;) {
 		int seen = events_now(c);
 		int s = scan(c, parent, pred, sizeof pred);
@@ -181,6 +242,7 @@ static int zconn_acquire(void *p, const char *name, const _Atomic int *stop, cha
 			return zfail(err, errlen, "exists", rc);
 		while (wait_event(c, seen, WAIT_SLICE_NS) == seen) {
 			if (atomic_load(stop)) {
+				own_set(c, "");
 				zoo_delete(c->zh, c->node, -1);
 				return 0;
 			}
@@ -192,6 +254,7 @@ static int zconn_release(void *p, const char *name, char *err, size_t errlen)
 {
 	struct zconn *c = p;
 	(void)name;
+	own_set(c, ""); /* our own delete is no loss */
 	int rc = zoo_delete(c->zh, c->node, -1);
 	return rc == ZOK ? 0 : zfail(err, errlen, "delete", rc);
 }
@@ -208,7 +271,8 @@ static const char *const schemes[] = { "zk", NULL };
 const struct bench_raw bench_raw_zookeeper = {
 	.name = "zookeeper",
 	.schemes = schemes,
-	.what = "create EPHEMERAL_SEQUENTIAL, get_children (+ exists watch on the predecessor), delete",
+	.what = "create EPHEMERAL_SEQUENTIAL, get_children (+ exists watch on the predecessor), delete; "
+	        "the node's deletion watched as dlock watches it",
 	.connect = zconn_connect,
 	.acquire = zconn_acquire,
 	.release = zconn_release,
