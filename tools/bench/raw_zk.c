@@ -1,10 +1,14 @@
 /*
  * The raw ZooKeeper client: the lock recipe written by hand.
  *   acquire  create PARENT/lock- EPHEMERAL_SEQUENTIAL (create2: the answer
- *            carries the node's czxid, the token), get the children;
- *            lowest wins, else watch the predecessor (exists with a watch)
- *            and look again when it goes
+ *            carries the node's czxid, the token) and get the children,
+ *            sent together (one round trip: the server answers a session's
+ *            requests in order); lowest wins, else watch the predecessor
+ *            (exists with a watch); when it goes, the lock is ours if it was
+ *            the lowest, else look again
  *   release  delete the node
+ * As dlock's zk:// does (backends/zookeeper/zk_pipe.c), so that the
+ * baseline is never slower by doing less at once.
  * Watches as dlock's (backends/zookeeper/zk_own.c), so that a node deleted
  * by someone else is noticed as dlock notices it: the looks at the queue
  * set a child watch on the parent until the node has an exists-watch of its
@@ -34,6 +38,10 @@ struct zconn {
 	pthread_cond_t cond;
 	int connected, events;
 	char node[512];
+	/* The pipelined create and first look, under mu: their answers, and how many came */
+	int answers, create_rc, kids_rc;
+	struct String_vector kids;
+	int pred_gone; /* the predecessor watched now was deleted (under mu) */
 	/* The watch on our own node, all under mu: */
 	char own[512];   /* the node watched now, or "" (released) */
 	int own_watched; /* an exists-watch is set on it, or on its way */
@@ -101,6 +109,16 @@ static void on_event(zhandle_t *zh, int type, int state, const char *path, void 
 	c->events++;
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->mu);
+}
+
+/* The exists-watch on the predecessor: an event for the waiting loop, and whether it was the deletion. */
+static void on_pred_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	struct zconn *c = ctx;
+	pthread_mutex_lock(&c->mu);
+	c->pred_gone |= type == ZOO_DELETED_EVENT;
+	pthread_mutex_unlock(&c->mu);
+	on_event(zh, type, state, path, ctx);
 }
 
 /* Wait for an event after `seen` events, up to `ns`; the event count now. */
@@ -185,23 +203,86 @@ static long long seq_of(const char *child)
 	return dash ? atoll(dash + 1) : -1;
 }
 
+/* Of `kids`, the highest sequence below ours into `pred`: 0 ours is lowest; 1 pred is set (*first: it is the lowest). */
+static int pick(struct zconn *c, const char *parent, const struct String_vector *kids, char *pred, size_t predlen,
+                int *first)
+{
+	long long mine = seq_of(strrchr(c->node, '/') + 1), best = -1, lowest = mine;
+	for (int32_t i = 0; i < kids->count; i++) {
+		long long s = seq_of(kids->data[i]);
+		if (s < mine && s > best) {
+			best = s;
+			snprintf(pred, predlen, "%s/%s", parent, kids->data[i]);
+		}
+		lowest = s >= 0 && s < lowest ? s : lowest;
+	}
+	*first = best >= 0 && best == lowest;
+	return best >= 0;
+}
+
 /* 0: ours is lowest; 1: pred is set; <0: a ZooKeeper error. */
-static int scan(struct zconn *c, const char *parent, char *pred, size_t predlen)
+static int scan(struct zconn *c, const char *parent, char *pred, size_t predlen, int *first)
 {
 	struct String_vector kids = { 0, NULL };
 	int rc = zoo_wget_children(c->zh, parent, own_unwatched(c) ? on_own_event : NULL, c, &kids);
 	if (rc != ZOK)
 		return rc < 0 ? rc : -rc;
-	long long mine = seq_of(strrchr(c->node, '/') + 1), best = -1;
-	for (int32_t i = 0; i < kids.count; i++) {
-		long long s = seq_of(kids.data[i]);
-		if (s < mine && s > best) {
-			best = s;
-			snprintf(pred, predlen, "%s/%s", parent, kids.data[i]);
-		}
-	}
+	int s = pick(c, parent, &kids, pred, predlen, first);
 	deallocate_String_vector(&kids);
-	return best >= 0;
+	return s;
+}
+
+/* The pipelined create's answer: our node, watched from now on (its child watch may fire next). */
+static void created(int rc, const char *node, const struct Stat *st, const void *data)
+{
+	struct zconn *c = (struct zconn *)data;
+	(void)st;
+	pthread_mutex_lock(&c->mu);
+	c->create_rc = rc;
+	if (rc == ZOK) {
+		snprintf(c->node, sizeof c->node, "%s", node);
+		snprintf(c->own, sizeof c->own, "%s", node);
+		c->own_watched = c->own_lost = 0;
+	}
+	c->answers++;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* The pipelined first look's answer: the children, copied. */
+static void looked(int rc, const struct String_vector *kids, const void *data)
+{
+	struct zconn *c = (struct zconn *)data;
+	pthread_mutex_lock(&c->mu);
+	c->kids_rc = rc;
+	c->kids = (struct String_vector){ 0, NULL };
+	if (rc == ZOK && kids && kids->count > 0 && allocate_String_vector(&c->kids, kids->count) == ZOK)
+		for (int32_t i = 0; i < kids->count; i++)
+			c->kids.data[i] = strdup(kids->data[i]);
+	c->answers++;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* Create and first look in one round trip: 0 (c->kids set: free it), or a ZooKeeper error. */
+static int create_and_look(struct zconn *c, const char *parent, const char *prefix)
+{
+	pthread_mutex_lock(&c->mu);
+	c->answers = 0;
+	c->own[0] = '\0';
+	pthread_mutex_unlock(&c->mu);
+	int rc = zoo_acreate2(c->zh, prefix, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL | ZOO_SEQUENCE, created, c);
+	if (rc != ZOK)
+		return rc;
+	int sent = zoo_awget_children(c->zh, parent, on_own_event, c, looked, c) == ZOK ? 2 : 1;
+	pthread_mutex_lock(&c->mu);
+	while (c->answers < sent)
+		pthread_cond_wait(&c->cond, &c->mu);
+	rc = c->create_rc != ZOK ? c->create_rc : sent == 2 ? c->kids_rc : ZSYSTEMERROR;
+	if (rc != ZOK)
+		deallocate_String_vector(&c->kids);
+	pthread_mutex_unlock(&c->mu);
+	return rc;
 }
 
 static int zfail(char *err, size_t errlen, const char *what, int rc)
@@ -216,37 +297,45 @@ static int zconn_acquire(void *p, const char *name, const _Atomic int *stop, cha
 	char parent[400], prefix[420], pred[512];
 	snprintf(parent, sizeof parent, ROOT "/%s", name);
 	snprintf(prefix, sizeof prefix, "%s/lock-", parent);
-	struct Stat created; /* its czxid is the fencing token, as dlock's */
-	int rc = zoo_create2(c->zh, prefix, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL | ZOO_SEQUENCE, c->node,
-	                     sizeof c->node, &created);
+	/* The create's czxid is the fencing token, as dlock's: the answer carries it. */
+	int rc = create_and_look(c, parent, prefix);
 	if (rc == ZNONODE) {
 		zoo_create(c->zh, parent, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
-		rc = zoo_create2(c->zh, prefix, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL | ZOO_SEQUENCE, c->node,
-		                 sizeof c->node, &created);
+		rc = create_and_look(c, parent, prefix);
 	}
 	if (rc != ZOK)
-		return zfail(err, errlen, "create", rc);
-	own_set(c, c->node);
+		return zfail(err, errlen, "create and get_children", rc);
+	int first = 0, seen = events_now(c);
+	int s = pick(c, parent, &c->kids, pred, sizeof pred, &first);
+	deallocate_String_vector(&c->kids);
 	for (;;) {
-		int seen = events_now(c);
-		int s = scan(c, parent, pred, sizeof pred);
 		if (s == 0)
 			return 1;
 		if (s < 0)
 			return zfail(err, errlen, "get_children", -s);
 		struct Stat st;
-		rc = zoo_wexists(c->zh, pred, on_event, c, &st);
-		if (rc == ZNONODE)
-			continue;
-		if (rc != ZOK)
+		pthread_mutex_lock(&c->mu);
+		c->pred_gone = 0;
+		pthread_mutex_unlock(&c->mu);
+		rc = zoo_wexists(c->zh, pred, on_pred_event, c, &st);
+		if (rc != ZOK && rc != ZNONODE)
 			return zfail(err, errlen, "exists", rc);
-		while (wait_event(c, seen, WAIT_SLICE_NS) == seen) {
-			if (atomic_load(stop)) {
-				own_set(c, "");
-				zoo_delete(c->zh, c->node, -1);
-				return 0;
+		if (rc == ZOK) {
+			while (wait_event(c, seen, WAIT_SLICE_NS) == seen) {
+				if (atomic_load(stop)) {
+					own_set(c, "");
+					zoo_delete(c->zh, c->node, -1);
+					return 0;
+				}
 			}
 		}
+		pthread_mutex_lock(&c->mu);
+		int gone = rc == ZNONODE || c->pred_gone;
+		pthread_mutex_unlock(&c->mu);
+		if (first && gone) /* the lowest went, and nothing lower can come: ours */
+			return 1;
+		seen = events_now(c);
+		s = scan(c, parent, pred, sizeof pred, &first);
 	}
 }
 
@@ -271,8 +360,9 @@ static const char *const schemes[] = { "zk", NULL };
 const struct bench_raw bench_raw_zookeeper = {
 	.name = "zookeeper",
 	.schemes = schemes,
-	.what = "create EPHEMERAL_SEQUENTIAL, get_children (+ exists watch on the predecessor), delete; "
-	        "the node's deletion watched as dlock watches it",
+	.what = "create EPHEMERAL_SEQUENTIAL and get_children sent together (+ exists watch on the predecessor; "
+	        "its deletion hands the lock over when it was the lowest), delete; the node's deletion watched as "
+	        "dlock watches it",
 	.connect = zconn_connect,
 	.acquire = zconn_acquire,
 	.release = zconn_release,
