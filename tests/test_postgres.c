@@ -28,6 +28,7 @@
 #include <netinet/in.h>
 
 #include "dlock/dlock.h"
+#include "testpg.h"
 #include "testsupport.h"
 #include "dlock/sys/driver.h"   /* dlock_sha256() */
 #include "dlock/sys/postgres.h" /* DLOCK_PG_CTL_ADVISORY_KEY */
@@ -92,33 +93,9 @@ static dlock_status acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl
 	return dlock_test_acquire(l, wait_ms, lease_ms, -1, fn, ud);
 }
 
-/* The test's own libpq connection (advisory URI: plain libpq). */
-static PGconn *monitor(void)
-{
-	PGconn *pg = PQconnectdb(dlock_test_env("DLOCK_TEST_PG_URI"));
-	if (PQstatus(pg) != CONNECTION_OK)
-		printf("\n    monitor: %s", PQerrorMessage(pg));
-	CU_ASSERT_EQUAL(PQstatus(pg), CONNECTION_OK);
-	return pg;
-}
-
-/* One value of a one-parameter query (text), as a number; -1 on error. */
-static long long sql_num(PGconn *pg, const char *sql, const char *param)
-{
-	const char *values[1] = { param };
-	PGresult *r = PQexecParams(pg, sql, param ? 1 : 0, NULL, values, NULL, NULL, 0);
-	long long v = -1;
-	if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
-		v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-	else if (PQresultStatus(r) != PGRES_TUPLES_OK)
-		printf("\n    %s: %s", sql, PQresultErrorMessage(r));
-	PQclear(r);
-	return v;
-}
-
 static long long backends_of(PGconn *pg, const char *app)
 {
-	return sql_num(pg, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app);
+	return dlock_testpg_num(pg, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app);
 }
 
 /* ------------------------------------------------------------ lost callback */
@@ -380,7 +357,7 @@ static void test_first_token_own_session(void)
 	uri_with(uri, sizeof uri, dlock_test_env("DLOCK_TEST_PG_URI"), param);
 	dlock_client *c = open_uri(uri);
 	dlock_lock *a = new_lock(c, name1), *b = new_lock(c, name2);
-	PGconn *mon = monitor();
+	PGconn *mon = dlock_testpg_monitor();
 	if (a && b && expect(acquire(a, 0, 0, NULL, NULL), DLOCK_OK)) {
 		CU_ASSERT_EQUAL(backends_of(mon, app), 1);
 		dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
@@ -404,7 +381,7 @@ static void test_first_token_own_session(void)
 /* End every session of application `app`; returns how many. */
 static long long terminate_app(PGconn *mon, const char *app)
 {
-	return sql_num(mon, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+	return dlock_testpg_num(mon, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
 	               app);
 }
 
@@ -416,7 +393,7 @@ static void test_terminate_backend(void)
 	snprintf(app, sizeof app, "dlock-term-%ld-%u", (long)getpid(), name_counter);
 	dlock_client *a = open_app(app), *b = open_uri(mode_uri);
 	dlock_lock *la = new_lock(a, name), *lb = new_lock(b, name);
-	PGconn *mon = monitor();
+	PGconn *mon = dlock_testpg_monitor();
 	lost_rec r;
 	lost_init(&r);
 	if (la && lb && expect(acquire(la, 0, 1500, on_lost, &r), DLOCK_OK)) {
@@ -453,12 +430,12 @@ static void test_terminate_idle_session(void)
 	snprintf(app, sizeof app, "dlock-idle-%ld-%u", (long)getpid(), name_counter);
 	dlock_client *a = open_app(app);
 	dlock_lock *la = new_lock(a, name);
-	PGconn *mon = monitor();
+	PGconn *mon = dlock_testpg_monitor();
 	for (int wait_ms = 1000; la && wait_ms >= 0; wait_ms -= 1000) {
 		CU_ASSERT_EQUAL(acquire(la, 1000, 0, NULL, NULL), DLOCK_OK);
 		CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
 		/* The two-argument form returns once the session is gone. */
-		CU_ASSERT(sql_num(mon, "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
+		CU_ASSERT(dlock_testpg_num(mon, "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
 		                       "WHERE application_name = $1", app) >= 1);
 		CU_ASSERT_EQUAL(acquire(la, wait_ms, 0, NULL, NULL), DLOCK_OK);
 		CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
@@ -480,7 +457,7 @@ static void test_terminate_local_waiter(void)
 	snprintf(app, sizeof app, "dlock-terml-%ld-%u", (long)getpid(), name_counter);
 	dlock_client *a = open_app(app);
 	dlock_lock *l1 = new_lock(a, name), *l2 = new_lock(a, name);
-	PGconn *mon = monitor();
+	PGconn *mon = dlock_testpg_monitor();
 	lost_rec r;
 	lost_init(&r);
 	if (l1 && l2 && expect(acquire(l1, 0, 1500, on_lost, &r), DLOCK_OK)) {
@@ -529,7 +506,7 @@ static void test_idle_session_ends(void)
 	uri_with(uri, sizeof uri, dlock_test_env("DLOCK_TEST_PG_URI"), param);
 	dlock_client *c = open_uri(uri);
 	dlock_lock *l = new_lock(c, name);
-	idle_watch w = { .mon = monitor(), .app = app };
+	idle_watch w = { .mon = dlock_testpg_monitor(), .app = app };
 	if (l && expect(dlock_test_acquire(l, 0, 300, 0, NULL, NULL), DLOCK_OK)) {
 		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
 		CU_ASSERT_EQUAL(backends_of(w.mon, app), 1); /* kept for the next acquisition */
@@ -636,7 +613,7 @@ static void test_bounded_wait_then_normal(void)
 	snprintf(app, sizeof app, "dlock-bounded-%ld", (long)getpid());
 	dlock_client *holder = open_uri(mode_uri), *c = open_app(app);
 	dlock_lock *h = new_lock(holder, name), *l = new_lock(c, name);
-	PGconn *mon = monitor();
+	PGconn *mon = dlock_testpg_monitor();
 	if (h && l && expect(acquire(h, 0, 0, NULL, NULL), DLOCK_OK)) {
 		int64_t t0 = dlock_test_now_ms();
 		CU_ASSERT_EQUAL(acquire(l, BOUND, 0, NULL, NULL), DLOCK_ETIMEDOUT);
@@ -665,7 +642,7 @@ static void test_odd_names(void)
 		"\xff\xfe\x80 not utf-8", "a\x01\x02\x7f\xc3\x28", "E'\\\\'",
 	};
 	dlock_client *a = open_uri(mode_uri), *b = open_uri(mode_uri);
-	PGconn *mon = monitor();
+	PGconn *mon = dlock_testpg_monitor();
 	char big[DLOCK_NAME_MAX + 1];
 	memset(big, '\xff', DLOCK_NAME_MAX);
 	big[DLOCK_NAME_MAX] = '\0';
@@ -689,7 +666,7 @@ static void test_odd_names(void)
 			CU_ASSERT(PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "1") == 0);
 			PQclear(r);
 		} else { /* the server shows the documented key as held */
-			CU_ASSERT_EQUAL(sql_num(mon, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+			CU_ASSERT_EQUAL(dlock_testpg_num(mon, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
 			                             "AND granted AND objsubid = 1 "
 			                             "AND classid = (($1::int8 >> 32) & 4294967295)::oid "
 			                             "AND objid = ($1::int8 & 4294967295)::oid", key),
@@ -701,7 +678,7 @@ static void test_odd_names(void)
 		dlock_lock_free(l);
 	}
 	if (mode_is_row) /* and the table is still there */
-		CU_ASSERT_EQUAL(sql_num(mon, "SELECT count(*) FROM pg_class WHERE relname = 'dlock_locks'", NULL), 1);
+		CU_ASSERT_EQUAL(dlock_testpg_num(mon, "SELECT count(*) FROM pg_class WHERE relname = 'dlock_locks'", NULL), 1);
 	PQfinish(mon);
 	dlock_client_close(a);
 	dlock_client_close(b);
@@ -715,7 +692,7 @@ static void test_many_locks_connections(void)
 	snprintf(app, sizeof app, "dlock-many-%ld-%d", (long)getpid(), mode_is_row);
 	dlock_client *c = open_app(app), *other = open_uri(mode_uri);
 	dlock_lock *locks[N] = { NULL };
-	PGconn *mon = monitor();
+	PGconn *mon = dlock_testpg_monitor();
 	int ok = c && other;
 	for (int i = 0; ok && i < N; i++) {
 		unique_name(names[i], sizeof names[i], "many");
@@ -868,7 +845,7 @@ static void test_rollback(void)
 	unique_name(name, sizeof name, "rollback");
 	dlock_client *a = open_uri(mode_uri), *b = open_uri(mode_uri);
 	dlock_lock *l = new_lock(a, name);
-	PGconn *mon = monitor();
+	PGconn *mon = dlock_testpg_monitor();
 	size_t n;
 	char *ns = NULL;
 	char key[32] = "0";
@@ -877,7 +854,7 @@ static void test_rollback(void)
 	free(ns);
 	if (l && expect(acquire(l, 0, 0, NULL, NULL), DLOCK_OK)) {
 		PQclear(PQexec(mon, "BEGIN"));
-		CU_ASSERT_EQUAL(sql_num(mon, "SELECT pg_try_advisory_lock($1::int8)::int", key), 0);
+		CU_ASSERT_EQUAL(dlock_testpg_num(mon, "SELECT pg_try_advisory_lock($1::int8)::int", key), 0);
 		PQclear(PQexec(mon, "ROLLBACK"));
 		CU_ASSERT_EQUAL(dlock_test_probe(b, name), DLOCK_EBUSY);
 		CU_ASSERT_EQUAL(dlock_check(l), DLOCK_OK);
@@ -885,10 +862,10 @@ static void test_rollback(void)
 	}
 	/* Server semantics: the lock outlives the ROLLBACK of its transaction. */
 	PQclear(PQexec(mon, "BEGIN"));
-	CU_ASSERT_EQUAL(sql_num(mon, "SELECT pg_try_advisory_lock($1::int8)::int", key), 1);
+	CU_ASSERT_EQUAL(dlock_testpg_num(mon, "SELECT pg_try_advisory_lock($1::int8)::int", key), 1);
 	PQclear(PQexec(mon, "ROLLBACK"));
 	CU_ASSERT_EQUAL(dlock_test_probe(b, name), DLOCK_EBUSY);
-	CU_ASSERT_EQUAL(sql_num(mon, "SELECT pg_advisory_unlock($1::int8)::int", key), 1);
+	CU_ASSERT_EQUAL(dlock_testpg_num(mon, "SELECT pg_advisory_unlock($1::int8)::int", key), 1);
 	CU_ASSERT_EQUAL(dlock_test_probe(b, name), DLOCK_OK);
 	PQfinish(mon);
 	dlock_lock_free(l);
@@ -1034,7 +1011,7 @@ static void test_rw_one_client(void)
 	snprintf(app, sizeof app, "dlock-rw1-%ld-%u", (long)getpid(), name_counter);
 	dlock_client *a = open_app(app);
 	dlock_lock *r1 = new_rwlock(a, name), *r2 = new_rwlock(a, name), *w = new_rwlock(a, name);
-	PGconn *mon = monitor();
+	PGconn *mon = dlock_testpg_monitor();
 	rw_taker t2, tw;
 	int64_t key = 0;
 	/* r1 on this thread; r2 and the writer on threads of their own, joined only at the end. */
@@ -1095,7 +1072,7 @@ static void test_rw_writer_first_one_client(void)
 	const char *uri = dlock_test_env("DLOCK_TEST_PG_URI");
 	dlock_client *a = open_uri(uri), *b = open_uri(uri);
 	dlock_lock *r1 = new_rwlock(a, name), *r2 = new_rwlock(a, name), *w = new_rwlock(b, name);
-	PGconn *mon = monitor();
+	PGconn *mon = dlock_testpg_monitor();
 	rw_taker tw, t2;
 	if (!r1 || !r2 || !w || !expect(rw_acquire(r1, DLOCK_MODE_SHARED, 0), DLOCK_OK))
 		goto done;
@@ -1206,7 +1183,7 @@ static long long marker_sessions(PGconn *mon, const char *name, uint32_t n, int 
 	         "SELECT %s FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 "
 	         "AND granted AND mode = 'ShareLock' AND classid = %ld AND objid = %ld",
 	         count ? "count(DISTINCT pid)" : "COALESCE(max(pid), -1)", hi, base + 1023 + (long)n);
-	return sql_num(mon, sql, NULL);
+	return dlock_testpg_num(mon, sql, NULL);
 }
 
 /*
@@ -1278,7 +1255,7 @@ static void test_sem_one_client(void)
 	dlock_client *a = open_uri(uri), *b = open_uri(uri);
 	dlock_lock *l1 = new_sem(a, name, 1), *l2 = new_sem(a, name, 1);
 	dlock_lock *m1 = new_sem(a, name2, 2), *m2 = new_sem(a, name2, 2), *m3 = new_sem(b, name2, 2);
-	PGconn *mon = monitor();
+	PGconn *mon = dlock_testpg_monitor();
 	CU_ASSERT_EQUAL_FATAL(acquire(l1, 0, 0, NULL, NULL), DLOCK_OK);
 	CU_ASSERT_EQUAL(slot_of(l1), 0);
 	dlock_test_waiter w;
@@ -1324,7 +1301,7 @@ static void test_sem_terminate(void)
 	const char *uri = mode_uri;
 	dlock_client *a = open_uri(uri), *b = open_uri(uri);
 	dlock_lock *la = new_sem(a, name, 1), *lb = new_sem(b, name, 1);
-	PGconn *mon = monitor();
+	PGconn *mon = dlock_testpg_monitor();
 	lost_rec lost;
 	lost_init(&lost);
 	CU_ASSERT_EQUAL_FATAL(acquire(la, 0, 1500, on_lost, &lost), DLOCK_OK);
@@ -1336,7 +1313,7 @@ static void test_sem_terminate(void)
 	snprintf(p, sizeof p, "%lld", pid);
 	CU_ASSERT(pid > 0);
 	int64_t t0 = dlock_test_now_ms();
-	CU_ASSERT_EQUAL(sql_num(mon, "SELECT pg_terminate_backend($1::int)::int", p), 1);
+	CU_ASSERT_EQUAL(dlock_testpg_num(mon, "SELECT pg_terminate_backend($1::int)::int", p), 1);
 	if (expect(dlock_test_waiter_join(&w, LONG_WAIT_MS), DLOCK_OK)) {
 		printf("\n    permit of an ended session taken after %lld ms", (long long)(w.at_ms - t0));
 		CU_ASSERT(w.at_ms - t0 < 500 + SLACK_MS);
@@ -1528,7 +1505,7 @@ static void test_lock_table_full(void)
 	dlock_lock *l = dlock_test_new_lock(c, "table-full");
 	CU_ASSERT_EQUAL(acquire(l, 0, 0, NULL, NULL), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
-	PGconn *filler = monitor();
+	PGconn *filler = dlock_testpg_monitor();
 	PGresult *r = PQexec(filler, "SELECT count(pg_advisory_lock(2000000000 + g)) FROM generate_series(1, 1000000) g");
 	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
 	int full = state && strcmp(state, "53200") == 0;
