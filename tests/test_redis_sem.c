@@ -770,6 +770,19 @@ static int zcard_reached(void *arg)
 	return raw_zcard(z->key) >= z->want;
 }
 
+/* Someone subscribes to the channel `arg` (PUBSUB NUMSUB). */
+static int channel_heard(void *arg)
+{
+	redisContext *ctx = dlock_testredis_raw(redis_port);
+	redisReply *r = redisCommand(ctx, "PUBSUB NUMSUB %s", (const char *)arg);
+	int heard = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_INTEGER &&
+	            r->element[1]->integer > 0;
+	if (r)
+		freeReplyObject(r);
+	redisFree(ctx);
+	return heard;
+}
+
 /*
  * A queued waiter that died while still counted live (written here as its
  * scripts would: first in the queue, live for seconds) is woken by the
@@ -872,7 +885,7 @@ static void test_previous_release_mix(void)
 	dlock_test_waiter_start(&wt, l, LONG_WAIT_MS, 0);
 	struct zcard_is listed = { pwaiters, 1 };
 	CU_ASSERT(dlock_test_await(zcard_reached, &listed, AWAIT_MS));
-	dlock_test_sleep_ms(100); /* its subscription made */
+	CU_ASSERT(dlock_test_await(channel_heard, chan, AWAIT_MS)); /* its subscription made */
 	int64_t released = dlock_test_now_ms();
 	old_client(prefix, "release", "oldholder", chan);
 	CU_ASSERT_EQUAL_FATAL(dlock_test_waiter_join(&wt, LONG_WAIT_MS), DLOCK_OK);
