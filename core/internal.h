@@ -101,7 +101,7 @@ struct dlock_lock {
 
 	/* The current acquisition. */
 	int held;
-	pthread_t owner;      /* thread that acquired it */
+	uint64_t owner;       /* identity of the thread that acquired it (dlock_registry_thread_id()) */
 	unsigned depth;       /* reentrant hold count */
 	dlock_lock_mode mode; /* of the current acquisition */
 	uint64_t token;

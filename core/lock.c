@@ -597,7 +597,7 @@ static void become_holder_locked(struct dlock_lock *l, const struct acquire_para
 {
 	struct dlock_client *c = l->client;
 	l->held = 1;
-	l->owner = pthread_self();
+	l->owner = dlock_registry_thread_id();
 	l->depth = 1;
 	l->mode = p->mode;
 	l->token = acq->token;
@@ -668,8 +668,8 @@ static const char *acquire_failure_text(dlock_status st, char *buf, size_t len, 
 /* Reentry, or a name this thread already holds through another handle. */
 static int reentry_locked(struct dlock_lock *l, const struct acquire_params *p, dlock_status *st)
 {
-	pthread_t self = pthread_self();
-	if (l->held && !l->lingering && pthread_equal(l->owner, self)) {
+	uint64_t self = dlock_registry_thread_id();
+	if (l->held && !l->lingering && l->owner == self) {
 		if (l->lost) {
 			*st = lock_fail(l, DLOCK_ENOTHELD, "was lost; release it before acquiring again");
 		} else if (l->mode == DLOCK_MODE_SHARED && p->mode == DLOCK_MODE_EXCLUSIVE) {
@@ -687,7 +687,7 @@ static int reentry_locked(struct dlock_lock *l, const struct acquire_params *p, 
 	/* A semaphore: a thread may hold several permits, unless it holds every permit of the client. */
 	uint32_t mine = 0;
 	for (const struct dlock_lock *h = l->entry->holders; h; h = h->next_holder)
-		if (h != l && !h->lingering && pthread_equal(h->owner, self))
+		if (h != l && !h->lingering && h->owner == self)
 			mine++;
 	if (mine == 0 || (l->kind == DLOCK_KIND_SEMAPHORE && mine < l->permits))
 		return 0;

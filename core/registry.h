@@ -3,6 +3,7 @@
 #define DLOCK_CORE_REGISTRY_H
 
 #include <pthread.h>
+#include <stdint.h>
 
 #include "dlock/sys/driver.h"
 
@@ -58,5 +59,14 @@ void *dlock_registry_shared(const dlock_driver *driver, void *(*create)(void));
  * the system has no key left.
  */
 dlock_status dlock_registry_thread_key(void (*destructor)(void *), pthread_key_t *out);
+
+/**
+ * The calling thread's identity in this process: 1 or more, the same for
+ * every call of one thread, and never given to another thread, even after
+ * this one has exited (unlike pthread_self(), whose value glibc gives to
+ * the next thread it creates).  The core keys ownership and reentrancy on
+ * it.  The first call of a thread takes the registry's mutex once.
+ */
+uint64_t dlock_registry_thread_id(void);
 
 #endif

@@ -483,6 +483,85 @@ out:
 	conf_close(a);
 }
 
+/*
+ * Curator's TestLeaderLatch.testBasicAlt: candidates of one client, each
+ * started from a thread of its own that ends once it leads (the first one
+ * ends before the others start, so the next thread may get its id); the
+ * test's thread sees exactly one leader at a time, resigns it, and the
+ * next candidate leads, until every one has led once.  Leadership belongs
+ * to the election handle, not to a thread id that the system hands out
+ * again.
+ */
+#define ALT_CANDIDATES 10
+
+static int alt_any_done(void *arg)
+{
+	campaigner *c = arg;
+	for (int i = 0; i < ALT_CANDIDATES; i++)
+		if (c[i].e && campaigner_done(&c[i]))
+			return 1;
+	return 0;
+}
+
+static void test_elect_started_in_threads(void)
+{
+	dlock_client *client = conf_open();
+	dlock_election *e[ALT_CANDIDATES] = { NULL };
+	campaigner c[ALT_CANDIDATES];
+	int joined[ALT_CANDIDATES] = { 0 };
+	memset(c, 0, sizeof c);
+	char name[128];
+	conf_name(name, sizeof name, "elect-alt");
+	if (elect_unsupported(client))
+		goto out;
+	for (int i = 0; i < ALT_CANDIDATES; i++)
+		if (!(e[i] = election(client, name)))
+			goto out;
+	campaigner_start(&c[0], e[0], "alt", CONF_LONG_WAIT_MS);
+	pthread_join(c[0].thread, NULL);
+	joined[0] = 1;
+	for (int i = 1; i < ALT_CANDIDATES; i++)
+		campaigner_start(&c[i], e[i], "alt", CONF_LONG_WAIT_MS);
+
+	int led = 0, left = ALT_CANDIDATES;
+	while (left > 0) {
+		int someone = dlock_test_await(alt_any_done, c, CONF_LONG_WAIT_MS);
+		CU_ASSERT(someone);
+		if (!someone)
+			break;
+		int leader = -1, leaders = 0;
+		for (int i = 0; i < ALT_CANDIDATES; i++) {
+			if (!c[i].e || !campaigner_done(&c[i]))
+				continue;
+			leaders++;
+			leader = i;
+		}
+		CU_ASSERT_EQUAL(leaders, 1);
+		if (!joined[leader])
+			pthread_join(c[leader].thread, NULL);
+		joined[leader] = 1;
+		if (!CONF_ASSERT_ST(c[leader].status, DLOCK_OK))
+			break;
+		CONF_ASSERT_ST(dlock_check(dlock_election_lock(e[leader])), DLOCK_OK);
+		assert_leader(e[leader], c[leader].term, "alt", NULL);
+		CONF_ASSERT_ST(dlock_resign(e[leader]), DLOCK_OK);
+		c[leader].e = NULL;
+		led++;
+		left--;
+	}
+	CU_ASSERT_EQUAL(led, ALT_CANDIDATES);
+out:
+	/* After a failure: cancel the campaigns still running and end their threads. */
+	for (int i = 0; i < ALT_CANDIDATES; i++) {
+		if (c[i].e && !joined[i]) {
+			dlock_test_await(cancel_until_done, &c[i], CONF_AWAIT_MS);
+			pthread_join(c[i].thread, NULL);
+		}
+		dlock_election_free(e[i]);
+	}
+	conf_close(client);
+}
+
 /* ------------------------------------------------------- observers */
 
 /*
@@ -937,6 +1016,7 @@ out:
 const conf_test conf_elect_tests[] = {
 	{ "elect_basics", test_elect_basics },
 	{ "elect_second_candidate", test_elect_second_candidate },
+	{ "elect_started_in_threads", test_elect_started_in_threads },
 	{ "elect_observer", test_elect_observer },
 	{ "elect_notification", test_elect_notification },
 	{ "elect_loss", test_elect_loss },

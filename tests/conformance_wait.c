@@ -5,6 +5,7 @@
 #include "conformance.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 /* A name, a holder client that has it, and a second client for the tests. */
 typedef struct held_fixture {
@@ -229,6 +230,119 @@ static void test_reentrant_two_handles_deadlock(void)
 	held_teardown(&f);
 }
 
+/*
+ * A thread that acquired and ended is not the owner of the next thread the
+ * system starts, even when that thread gets the same pthread_t (glibc hands
+ * out a joined thread's id again): the new thread's try-once of the held
+ * handle is refused, and another handle of the same name waits and times
+ * out instead of being refused as a deadlock.  For a mutex, a writer (whose
+ * handle a reader's acquisition of its own thread would reenter) and a
+ * semaphore whose every permit of the client the ended thread holds.
+ */
+typedef struct ended_step {
+	dlock_lock *first, *second; /* acquired in this order; second may be NULL */
+	dlock_lock_mode mode;
+	int64_t first_wait_ms, second_wait_ms;
+	dlock_status first_st, second_st;
+} ended_step;
+
+static void *ended_run(void *arg)
+{
+	ended_step *s = arg;
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.mode = s->mode;
+	o.wait_ms = s->first_wait_ms;
+	s->first_st = dlock_acquire(s->first, &o);
+	if (s->second) {
+		o.wait_ms = s->second_wait_ms;
+		s->second_st = dlock_acquire(s->second, &o);
+	}
+	return NULL;
+}
+
+/* Run `s` in a new thread and wait for it to end; *id is the thread's pthread_t. */
+static void ended_in_thread(ended_step *s, pthread_t *id)
+{
+	if (pthread_create(id, NULL, ended_run, s) != 0)
+		abort();
+	pthread_join(*id, NULL);
+}
+
+/* Thread A takes `mine` (and `mine2`) and ends; thread C then tries `mine` once and waits 300 ms on `other`.
+ * Adds 1 to *reused when C had A's pthread_t. */
+static void ended_owner_case(dlock_lock *mine, dlock_lock *mine2, dlock_lock *other, dlock_lock_mode mode,
+                             int *reused)
+{
+	pthread_t a, c;
+	ended_step take = { mine, mine2, DLOCK_MODE_EXCLUSIVE, 0, 0, DLOCK_STATUS_COUNT_, DLOCK_OK };
+	ended_in_thread(&take, &a);
+	if (!CONF_ASSERT_ST(take.first_st, DLOCK_OK) || !CONF_ASSERT_ST(take.second_st, DLOCK_OK))
+		return;
+	ended_step probe = { mine, other, mode, 0, 300, DLOCK_STATUS_COUNT_, DLOCK_STATUS_COUNT_ };
+	ended_in_thread(&probe, &c);
+	*reused += pthread_equal(a, c) != 0;
+	CONF_ASSERT_ST(probe.first_st, DLOCK_EBUSY);
+	CONF_ASSERT_ST(probe.second_st, DLOCK_ETIMEDOUT);
+	/* Released from this thread, as any handle may be; then the other handle gets it. */
+	CONF_ASSERT_ST(dlock_release(mine), DLOCK_OK);
+	if (mine2)
+		CONF_ASSERT_ST(dlock_release(mine2), DLOCK_OK);
+	CONF_ASSERT_ST(dlock_release(mine), DLOCK_ENOTHELD);
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.mode = mode;
+	o.wait_ms = CONF_LONG_WAIT_MS;
+	CONF_ASSERT_ST(dlock_acquire(other, &o), DLOCK_OK);
+	CONF_ASSERT_ST(dlock_release(other), DLOCK_OK);
+}
+
+static void test_owner_thread_ended(void)
+{
+	char name[128];
+	int reused = 0, cases = 0;
+	dlock_client *client = conf_open();
+	if (!client)
+		return;
+
+	conf_name(name, sizeof name, "ended-mutex");
+	dlock_lock *h = conf_lock(client, name), *other = conf_lock(client, name);
+	if (h && other) {
+		ended_owner_case(h, NULL, other, DLOCK_MODE_EXCLUSIVE, &reused);
+		cases++;
+	}
+	dlock_lock_free(h);
+	dlock_lock_free(other);
+
+	conf_name(name, sizeof name, "ended-rw");
+	h = other = NULL;
+	dlock_status st = dlock_rwlock_new(client, name, &h);
+	if (st == DLOCK_OK && CONF_ASSERT_ST(dlock_rwlock_new(client, name, &other), DLOCK_OK)) {
+		ended_owner_case(h, NULL, other, DLOCK_MODE_SHARED, &reused);
+		cases++;
+	} else {
+		CONF_ASSERT_ST2(st, DLOCK_OK, DLOCK_ENOTSUP);
+	}
+	dlock_lock_free(h);
+	dlock_lock_free(other);
+
+	conf_name(name, sizeof name, "ended-sem");
+	dlock_lock *h2 = NULL;
+	h = other = NULL;
+	st = dlock_semaphore_new(client, name, 2, &h);
+	if (st == DLOCK_OK && CONF_ASSERT_ST(dlock_semaphore_new(client, name, 2, &h2), DLOCK_OK) &&
+	    CONF_ASSERT_ST(dlock_semaphore_new(client, name, 2, &other), DLOCK_OK)) {
+		ended_owner_case(h, h2, other, DLOCK_MODE_EXCLUSIVE, &reused);
+		cases++;
+	} else {
+		CONF_ASSERT_ST2(st, DLOCK_OK, DLOCK_ENOTSUP);
+	}
+	dlock_lock_free(h);
+	dlock_lock_free(h2);
+	dlock_lock_free(other);
+	conf_close(client);
+	if (reused < cases)
+		printf("\n    note: the system gave the ended thread's id again in %d of %d cases", reused, cases);
+}
+
 /* ------------------------------------------------------- cancel, close */
 
 static int cancel_until_done(void *arg)
@@ -352,6 +466,7 @@ const conf_test conf_wait_tests[] = {
 	{ "stats_one_cycle", test_stats_one_cycle },
 	{ "reentrant_same_handle", test_reentrant_same_handle },
 	{ "reentrant_two_handles_deadlock", test_reentrant_two_handles_deadlock },
+	{ "owner_thread_ended", test_owner_thread_ended },
 	{ "cancel_waiting_acquire", test_cancel_waiting_acquire },
 	{ "close_cancels_waiter", test_close_cancels_waiter },
 	{ "close_releases_held", test_close_releases_held },

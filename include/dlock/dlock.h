@@ -627,6 +627,10 @@ typedef struct dlock_acquire_options {
  *
  * Reentrancy: if the calling thread already holds this handle, a hold
  * count goes up with no server round trip (release undoes one level).
+ * A thread is known by an identity the process never gives to another
+ * thread: an acquisition whose thread has ended is no thread's to reenter
+ * (any thread may still release it), even for a new thread that the
+ * system gives the same pthread_t.
  * A thread that holds the name through another handle of the same client
  * gets DLOCK_EDEADLK (DLOCK_EBUSY for try-once) instead of waiting forever.
  * Read-write handles add the rules of dlock_rwlock_new() (a reader asking
