@@ -1496,7 +1496,9 @@ static int raw_queue(zhandle_t *zh, const char *parent, char names[][128], int m
 	return n;
 }
 
-/* "_c_" + 32 lower-case hex digits + "-" + mark + 10 digits: the form Curator's recipes use. */
+/* "_c_" + 32 lower-case hex digits + "-" + mark + 10 digits: dlock's form.  Curator's recipes write a
+ * 36-character UUID (with hyphens) where dlock writes 32 hex digits; both start "_c_" and end "-MARK"
+ * and 10 digits, which is what the recipes of either look at to order the nodes. */
 static int curator_form(const char *node, const char *mark)
 {
 	size_t m = strlen(mark), n = strlen(node);

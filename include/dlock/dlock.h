@@ -557,7 +557,7 @@ typedef enum dlock_lost_reason {
 	DLOCK_LOST_EXPIRED = 0,   /**< lease ran out without a successful renewal */
 	DLOCK_LOST_TAKEN = 1,     /**< the server says another owner has it / it is gone */
 	DLOCK_LOST_SESSION = 2,   /**< session or connection holding it ended */
-	DLOCK_LOST_CLOSED = 3,    /**< reserved */
+	DLOCK_LOST_CLOSED = 3,    /**< reserved: never passed by this version of dlock */
 	DLOCK_LOST_MAX_HOLD = 4   /**< held for its maximum (dlock_acquire_options::max_hold_ms): the core
 	                               released it */
 } dlock_lost_reason;
@@ -830,7 +830,7 @@ typedef struct dlock_election dlock_election;
  * beside the lock where any client can read it.  Make a handle for `name`
  * (as dlock_lock_new()) on `client`; free it with dlock_election_free().
  * DLOCK_ENOTSUP where the backend has no elections (DLOCK_FEATURE_ELECTION
- * is 0).  Thread-safe.
+ * is -1).  Thread-safe.
  */
 DLOCK_API dlock_status dlock_election_new(dlock_client *client, const char *name, dlock_election **out);
 
