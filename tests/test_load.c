@@ -3,9 +3,9 @@
  * DLOCK_TEST_ZK_URI, DLOCK_TEST_PG_URI, from the scripts in ci/servers/):
  *
  *   - 64 clients, each on its own thread, contend for 8 names (8 clients
- *     per name) until at least 10,000 acquisitions are done (ZooKeeper,
- *     which commits every create and delete through its log at about 900
- *     a second here: 3,000); zero overlapping holders, and each name's
+ *     per name) until at least 10,000 acquisitions are done on every
+ *     backend (ZooKeeper, which commits every create and delete through
+ *     its log, takes about ten seconds); zero overlapping holders, and each name's
  *     fencing tokens strictly increase in the order the holders entered.
  *   - 64 clients, each on its own thread, take permits of one semaphore
  *     of 3 permits, and then read (nine times in ten) and write one
@@ -422,7 +422,7 @@ int main(void)
 	if (zk) {
 		/* Its own base path, and a session timeout that a loaded machine keeps alive. */
 		snprintf(zk_uri, sizeof zk_uri, "%s/dlock-load-%ld?session_timeout=10s", zk, (long)getpid());
-		backends[nbackends++] = (struct backend){ "zookeeper", zk_uri, 3000, 10000 };
+		backends[nbackends++] = (struct backend){ "zookeeper", zk_uri, 10000, 10000 };
 	}
 	if (pg)
 		backends[nbackends++] = (struct backend){ "postgres", pg, 10000, 100000 };
