@@ -3,7 +3,8 @@
  * dlock_break()) and the client's identity.  A free name, bad input and a
  * name of hostile bytes; the holder another client shows (identity, host,
  * pid, acquisition time on the server's clock, lease left, token); every
- * reader of a read-write lock and every permit of a semaphore; waiters;
+ * reader of a read-write lock and every permit of a semaphore; the kind
+ * a name is in use as, for each kind and each way of holding it; waiters;
  * listing under a name prefix; breaking a holder (its lost-lock callback
  * runs, a waiter gets the name with a larger token); the identity option
  * against the URI's, and bad identities.
@@ -424,7 +425,6 @@ static void test_inspect_rwlock(void)
 		goto done;
 	}
 	int64_t flags = inspect_flags(client);
-	int kinds_known = feature_of(client, DLOCK_FEATURE_KIND_CHECK) == 1;
 	int64_t before = wall_ms();
 	for (int i = 0; i < READERS; i++) {
 		snprintf(id[i], sizeof id[i], "reader-%d", i);
@@ -436,8 +436,7 @@ static void test_inspect_rwlock(void)
 	dlock_lock_info *info = inspect_ok(client, name);
 	if (info) {
 		CU_ASSERT_EQUAL(info->nholders, READERS);
-		if (kinds_known)
-			CU_ASSERT_EQUAL(info->kind, DLOCK_KIND_RWLOCK);
+		CU_ASSERT_EQUAL(info->kind, DLOCK_KIND_RWLOCK);
 		for (size_t i = 0; i < info->nholders; i++)
 			CU_ASSERT_EQUAL(info->holders[i]->mode, DLOCK_MODE_SHARED);
 		for (int i = 0; (flags & DLOCK_INSPECT_OWNER) && i < READERS; i++) {
@@ -454,8 +453,7 @@ static void test_inspect_rwlock(void)
 	CONF_ASSERT_ST(hold(l[0], INSP_LEASE_MS, DLOCK_MODE_EXCLUSIVE), DLOCK_OK);
 	info = inspect_ok(client, name);
 	if (holders_are(info, 1)) {
-		if (kinds_known)
-			CU_ASSERT_EQUAL(info->kind, DLOCK_KIND_RWLOCK);
+		CU_ASSERT_EQUAL(info->kind, DLOCK_KIND_RWLOCK);
 		check_holder(info->holders[0], flags, id[0], l[0], before, INSP_LEASE_MS, DLOCK_MODE_EXCLUSIVE);
 	}
 	dlock_lock_info_free(info);
@@ -540,6 +538,193 @@ static int waiters_counted(void *arg)
 	int yes = dlock_inspect(s->client, s->name, &info) == DLOCK_OK && info->waiters >= 1;
 	dlock_lock_info_free(info);
 	return yes;
+}
+
+/* ------------------------------------------------------- the kind a name is in use as */
+
+/*
+ * Each way of holding a name, and the kind inspection must name for it:
+ * the kind the name is in use as (an acquisition of another kind is
+ * refused, or waits), whatever the server keeps.  A writer is a holder of
+ * a read-write lock, not a mutex, also when it took the read level on its
+ * handle too (as Redisson's RedissonReadWriteLockTest testReadLockIsLocked
+ * and testWriteReadReentrancy do).  Each case again with a waiter blocked
+ * beside the holders: the kind stays, and a backend that counts waiters
+ * never says 0 while one waits.
+ */
+typedef struct kind_case {
+	const char *tag;
+	dlock_lock_kind kind;        /* the handles' kind */
+	uint32_t permits;            /* a semaphore's N */
+	int holders;                 /* handles holding, each in a client of its own */
+	dlock_lock_mode mode;        /* how each holds */
+	int read_level;              /* the one writer also takes the read level on its handle */
+	dlock_lock_mode waiter_mode; /* how the waiter asks (a handle of the same kind) */
+} kind_case;
+
+enum { KIND_HOLDERS_MAX = 3 };
+
+static const kind_case kind_cases[] = {
+	{ "mutex", DLOCK_KIND_MUTEX, 1, 1, DLOCK_MODE_EXCLUSIVE, 0, DLOCK_MODE_EXCLUSIVE },
+	{ "writer", DLOCK_KIND_RWLOCK, 1, 1, DLOCK_MODE_EXCLUSIVE, 0, DLOCK_MODE_EXCLUSIVE },
+	{ "writer+read", DLOCK_KIND_RWLOCK, 1, 1, DLOCK_MODE_EXCLUSIVE, 1, DLOCK_MODE_SHARED },
+	{ "reader", DLOCK_KIND_RWLOCK, 1, 1, DLOCK_MODE_SHARED, 0, DLOCK_MODE_EXCLUSIVE },
+	{ "readers", DLOCK_KIND_RWLOCK, 1, 3, DLOCK_MODE_SHARED, 0, DLOCK_MODE_EXCLUSIVE },
+	{ "permit", DLOCK_KIND_SEMAPHORE, 3, 1, DLOCK_MODE_EXCLUSIVE, 0, DLOCK_MODE_EXCLUSIVE },
+	{ "permits", DLOCK_KIND_SEMAPHORE, 2, 2, DLOCK_MODE_EXCLUSIVE, 0, DLOCK_MODE_EXCLUSIVE },
+};
+
+static const char *kind_word(dlock_lock_kind k)
+{
+	return k == DLOCK_KIND_RWLOCK ? "rwlock" : k == DLOCK_KIND_SEMAPHORE ? "semaphore" : "mutex";
+}
+
+/* A handle of the case's kind on `client`. */
+static dlock_lock *kind_lock(dlock_client *client, const char *name, const kind_case *k)
+{
+	dlock_lock *lock = NULL;
+	dlock_status st = !client                          ? DLOCK_EINVAL
+	                  : k->kind == DLOCK_KIND_RWLOCK    ? dlock_rwlock_new(client, name, &lock)
+	                  : k->kind == DLOCK_KIND_SEMAPHORE ? dlock_semaphore_new(client, name, k->permits, &lock)
+	                                                    : dlock_lock_new(client, name, &lock);
+	if (client)
+		CONF_ASSERT_ST(st, DLOCK_OK);
+	return lock;
+}
+
+/* Inspected from `viewer`: the case's kind, its holders in its mode; `when` says at which step. */
+static void check_kind(dlock_client *viewer, const char *name, const kind_case *k, int holders, const char *when)
+{
+	dlock_lock_info *info = inspect_ok(viewer, name);
+	if (!info)
+		return;
+	if (info->kind != k->kind)
+		printf("\n    %s (%s): inspection says %s, the name is in use as a %s", k->tag, when,
+		       kind_word(info->kind), kind_word(k->kind));
+	CU_ASSERT_EQUAL(info->kind, k->kind);
+	CU_ASSERT_EQUAL(info->nholders, (size_t)holders);
+	for (size_t i = 0; i < info->nholders; i++)
+		CU_ASSERT_EQUAL(info->holders[i]->mode, k->mode);
+	uint32_t permits = k->kind == DLOCK_KIND_SEMAPHORE ? k->permits : 1;
+	CU_ASSERT(info->permits == permits || info->permits == 0);
+	dlock_lock_info_free(info);
+}
+
+static int waiter_not_hidden(void *arg)
+{
+	waiters_seen *s = arg;
+	dlock_lock_info *info = NULL;
+	int yes = dlock_inspect(s->client, s->name, &info) == DLOCK_OK && info->waiters != 0;
+	dlock_lock_info_free(info);
+	return yes;
+}
+
+/* One case: held, inspected, (the read level let go, inspected,) a waiter beside, inspected, released. */
+static void kind_case_run(dlock_client *viewer, const kind_case *k)
+{
+	dlock_client *c[KIND_HOLDERS_MAX] = { NULL }, *wc = NULL;
+	dlock_lock *l[KIND_HOLDERS_MAX] = { NULL }, *wl = NULL;
+	char name[128];
+	conf_name(name, sizeof name, "insp-kind");
+	for (int i = 0; i < k->holders; i++) {
+		c[i] = conf_open();
+		l[i] = kind_lock(c[i], name, k);
+		if (!l[i] || !CONF_ASSERT_ST(hold(l[i], INSP_LEASE_MS, k->mode), DLOCK_OK))
+			goto done;
+	}
+	check_kind(viewer, name, k, k->holders, "held");
+	if (k->read_level) {
+		/* The writer takes the read level too: still one holder, the writer; then it lets that level go. */
+		if (!CONF_ASSERT_ST(hold(l[0], INSP_LEASE_MS, DLOCK_MODE_SHARED), DLOCK_OK))
+			goto done;
+		check_kind(viewer, name, k, 1, "writer with the read level");
+		CONF_ASSERT_ST(dlock_release(l[0]), DLOCK_OK);
+		check_kind(viewer, name, k, 1, "the read level let go");
+	}
+	wc = conf_open();
+	wl = kind_lock(wc, name, k);
+	if (!wl)
+		goto release;
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = 0;
+	o.mode = k->waiter_mode;
+	if (k->kind == DLOCK_KIND_SEMAPHORE && k->holders < (int)k->permits) {
+		CONF_ASSERT_ST(dlock_acquire(wl, &o), DLOCK_OK); /* room left: one more holder, no waiter */
+		check_kind(viewer, name, k, k->holders + 1, "one more permit");
+		CONF_ASSERT_ST(dlock_release(wl), DLOCK_OK);
+		goto release;
+	}
+	CONF_ASSERT_ST(dlock_acquire(wl, &o), DLOCK_EBUSY);
+	uint64_t base = conf_stats(wc).server_acquires;
+	conf_waiter w;
+	conf_waiter_start(&w, wl, CONF_LONG_WAIT_MS, 1, NULL);
+	conf_waiter_await_blocked(&w, wc, base);
+	check_kind(viewer, name, k, k->holders, "with a waiter");
+	if (inspect_flags(viewer) & DLOCK_INSPECT_WAITERS) {
+		waiters_seen seen = { viewer, name };
+		CU_ASSERT(dlock_test_await(waiter_not_hidden, &seen, CONF_AWAIT_MS));
+	}
+	for (int i = 0; i < k->holders; i++)
+		CONF_ASSERT_ST(dlock_release(l[i]), DLOCK_OK);
+	CONF_ASSERT_ST(conf_waiter_join(&w, CONF_LONG_WAIT_MS), DLOCK_OK);
+	CONF_ASSERT_ST(w.release_status, DLOCK_OK);
+	goto gone;
+release:
+	for (int i = 0; i < k->holders; i++)
+		CONF_ASSERT_ST(dlock_release(l[i]), DLOCK_OK);
+gone:;
+	dlock_lock_info *info = inspect_ok(viewer, name);
+	if (info)
+		CU_ASSERT_EQUAL(info->nholders, 0);
+	dlock_lock_info_free(info);
+done:
+	dlock_lock_free(wl);
+	conf_close(wc);
+	for (int i = 0; i < KIND_HOLDERS_MAX; i++) {
+		dlock_lock_free(l[i]);
+		conf_close(c[i]);
+	}
+}
+
+/* Every case of kind_cases the backend has the kind for, and a leader of an election: a mutex. */
+static void test_inspect_kind(void)
+{
+	dlock_client *viewer = conf_open();
+	if (inspect_unsupported(viewer))
+		goto done;
+	int rw = feature_of(viewer, DLOCK_FEATURE_RWLOCK) != DLOCK_RWLOCK_NONE;
+	int sem = feature_of(viewer, DLOCK_FEATURE_SEMAPHORE) != DLOCK_SEMAPHORE_NONE;
+	for (size_t i = 0; i < sizeof kind_cases / sizeof kind_cases[0]; i++) {
+		const kind_case *k = &kind_cases[i];
+		if ((k->kind == DLOCK_KIND_RWLOCK && !rw) || (k->kind == DLOCK_KIND_SEMAPHORE && !sem)) {
+			char why[96];
+			snprintf(why, sizeof why, "%s: no %s on this backend", k->tag, kind_word(k->kind));
+			dlock_test_skip_part(why);
+			continue;
+		}
+		kind_case_run(viewer, k);
+	}
+	if (feature_of(viewer, DLOCK_FEATURE_ELECTION) < 0) {
+		dlock_test_skip_part("leader: no elections on this backend");
+		goto done;
+	}
+	dlock_client *cand = conf_open();
+	dlock_election *e = NULL;
+	char name[128];
+	conf_name(name, sizeof name, "insp-kind-leader");
+	if (cand && CONF_ASSERT_ST(dlock_election_new(cand, name, &e), DLOCK_OK)) {
+		dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+		o.wait_ms = CONF_AWAIT_MS;
+		o.lease_ms = INSP_LEASE_MS;
+		if (CONF_ASSERT_ST(dlock_campaign(e, "leader-value", &o, NULL), DLOCK_OK)) {
+			check_kind(viewer, name, &kind_cases[0], 1, "leader");
+			CONF_ASSERT_ST(dlock_resign(e), DLOCK_OK);
+		}
+	}
+	dlock_election_free(e);
+	conf_close(cand);
+done:
+	conf_close(viewer);
 }
 
 /* A waiter blocked in another client is counted where the backend can know. */
@@ -848,6 +1033,7 @@ const conf_test conf_inspect_tests[] = {
 	{ "inspect_rwlock", test_inspect_rwlock },
 	{ "inspect_semaphore", test_inspect_semaphore },
 	{ "inspect_waiters", test_inspect_waiters },
+	{ "inspect_kind", test_inspect_kind },
 	{ "inspect_list", test_list },
 	{ "inspect_break", test_break },
 	{ "inspect_identity_option", test_identity_option },
