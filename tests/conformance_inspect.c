@@ -140,6 +140,15 @@ static dlock_lock_info *inspect_ok(dlock_client *client, const char *name)
 	return info;
 }
 
+/* Inspected from `client`: `name` has no holder. */
+static void assert_no_holder(dlock_client *client, const char *name)
+{
+	dlock_lock_info *info = inspect_ok(client, name);
+	if (info)
+		CU_ASSERT_EQUAL(info->nholders, 0);
+	dlock_lock_info_free(info);
+}
+
 static const dlock_holder *holder_of(const dlock_lock_info *info, const char *identity)
 {
 	for (size_t i = 0; info && i < info->nholders; i++)
@@ -326,10 +335,7 @@ static void test_inspect_hostile_name(void)
 	dlock_lock_info_free(info);
 	/* The same name but its last byte: another resource, free. */
 	name[DLOCK_NAME_MAX - 1] = name[DLOCK_NAME_MAX - 1] == 'x' ? 'y' : 'x';
-	info = inspect_ok(client, name);
-	if (info)
-		CU_ASSERT_EQUAL(info->nholders, 0);
-	dlock_lock_info_free(info);
+	assert_no_holder(client, name);
 	CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
 done:
 	dlock_lock_free(lock);
@@ -369,10 +375,7 @@ static void test_inspect_holder(void)
 		dlock_lock_info_free(info);
 	}
 	CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
-	dlock_lock_info *info = inspect_ok(client, name);
-	if (info)
-		CU_ASSERT_EQUAL(info->nholders, 0);
-	dlock_lock_info_free(info);
+	assert_no_holder(client, name);
 done:
 	dlock_lock_free(lock);
 	conf_close(holder);
@@ -514,10 +517,7 @@ static void test_inspect_semaphore(void)
 	dlock_lock_info_free(info);
 	for (int i = 0; i < HELD; i++)
 		CONF_ASSERT_ST(dlock_release(l[i]), DLOCK_OK);
-	info = inspect_ok(client, name);
-	if (info)
-		CU_ASSERT_EQUAL(info->nholders, 0);
-	dlock_lock_info_free(info);
+	assert_no_holder(client, name);
 done:
 	for (int i = 0; i < HELD; i++) {
 		dlock_lock_free(l[i]);
@@ -619,7 +619,44 @@ static int waiter_not_hidden(void *arg)
 	return yes;
 }
 
-/* One case: held, inspected, (the read level let go, inspected,) a waiter beside, inspected, released. */
+/*
+ * Another handle of the case's kind (`wl`, in client `wc`) beside the
+ * holders `l`: one more permit where a semaphore has room, else a waiter
+ * blocked until the holders let go, inspected meanwhile.  Releases the
+ * holders.
+ */
+static void kind_beside(dlock_client *viewer, const char *name, const kind_case *k, dlock_lock *const *l,
+                        dlock_client *wc, dlock_lock *wl)
+{
+	int waits = !(k->kind == DLOCK_KIND_SEMAPHORE && k->holders < (int)k->permits);
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = 0;
+	o.mode = k->waiter_mode;
+	conf_waiter w;
+	if (!waits) {
+		CONF_ASSERT_ST(dlock_acquire(wl, &o), DLOCK_OK);
+		check_kind(viewer, name, k, k->holders + 1, "one more permit");
+		CONF_ASSERT_ST(dlock_release(wl), DLOCK_OK);
+	} else {
+		CONF_ASSERT_ST(dlock_acquire(wl, &o), DLOCK_EBUSY);
+		uint64_t base = conf_stats(wc).server_acquires;
+		conf_waiter_start(&w, wl, CONF_LONG_WAIT_MS, 1, NULL);
+		conf_waiter_await_blocked(&w, wc, base);
+		check_kind(viewer, name, k, k->holders, "with a waiter");
+		if (inspect_flags(viewer) & DLOCK_INSPECT_WAITERS) {
+			waiters_seen seen = { viewer, name };
+			CU_ASSERT(dlock_test_await(waiter_not_hidden, &seen, CONF_AWAIT_MS));
+		}
+	}
+	for (int i = 0; i < k->holders; i++)
+		CONF_ASSERT_ST(dlock_release(l[i]), DLOCK_OK);
+	if (waits) {
+		CONF_ASSERT_ST(conf_waiter_join(&w, CONF_LONG_WAIT_MS), DLOCK_OK);
+		CONF_ASSERT_ST(w.release_status, DLOCK_OK);
+	}
+}
+
+/* One case: held, inspected, (the read level taken and let go, inspected,) another beside, released. */
 static void kind_case_run(dlock_client *viewer, const kind_case *k)
 {
 	dlock_client *c[KIND_HOLDERS_MAX] = { NULL }, *wc = NULL;
@@ -643,40 +680,12 @@ static void kind_case_run(dlock_client *viewer, const kind_case *k)
 	}
 	wc = conf_open();
 	wl = kind_lock(wc, name, k);
-	if (!wl)
-		goto release;
-	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-	o.wait_ms = 0;
-	o.mode = k->waiter_mode;
-	if (k->kind == DLOCK_KIND_SEMAPHORE && k->holders < (int)k->permits) {
-		CONF_ASSERT_ST(dlock_acquire(wl, &o), DLOCK_OK); /* room left: one more holder, no waiter */
-		check_kind(viewer, name, k, k->holders + 1, "one more permit");
-		CONF_ASSERT_ST(dlock_release(wl), DLOCK_OK);
-		goto release;
-	}
-	CONF_ASSERT_ST(dlock_acquire(wl, &o), DLOCK_EBUSY);
-	uint64_t base = conf_stats(wc).server_acquires;
-	conf_waiter w;
-	conf_waiter_start(&w, wl, CONF_LONG_WAIT_MS, 1, NULL);
-	conf_waiter_await_blocked(&w, wc, base);
-	check_kind(viewer, name, k, k->holders, "with a waiter");
-	if (inspect_flags(viewer) & DLOCK_INSPECT_WAITERS) {
-		waiters_seen seen = { viewer, name };
-		CU_ASSERT(dlock_test_await(waiter_not_hidden, &seen, CONF_AWAIT_MS));
-	}
-	for (int i = 0; i < k->holders; i++)
-		CONF_ASSERT_ST(dlock_release(l[i]), DLOCK_OK);
-	CONF_ASSERT_ST(conf_waiter_join(&w, CONF_LONG_WAIT_MS), DLOCK_OK);
-	CONF_ASSERT_ST(w.release_status, DLOCK_OK);
-	goto gone;
-release:
-	for (int i = 0; i < k->holders; i++)
-		CONF_ASSERT_ST(dlock_release(l[i]), DLOCK_OK);
-gone:;
-	dlock_lock_info *info = inspect_ok(viewer, name);
-	if (info)
-		CU_ASSERT_EQUAL(info->nholders, 0);
-	dlock_lock_info_free(info);
+	if (wl)
+		kind_beside(viewer, name, k, l, wc, wl);
+	else
+		for (int i = 0; i < k->holders; i++)
+			CONF_ASSERT_ST(dlock_release(l[i]), DLOCK_OK);
+	assert_no_holder(viewer, name);
 done:
 	dlock_lock_free(wl);
 	conf_close(wc);
@@ -914,10 +923,7 @@ static void test_break(void)
 	uint64_t token_c = fenced ? dlock_test_token(lc) : 0;
 	CONF_ASSERT_ST(dlock_break(b, name, &broken), DLOCK_OK);
 	CU_ASSERT(broken >= 1);
-	info = inspect_ok(b, name);
-	if (info)
-		CU_ASSERT_EQUAL(info->nholders, 0);
-	dlock_lock_info_free(info);
+	assert_no_holder(b, name);
 	if (CONF_ASSERT_ST(conf_acquire(lb, 0), DLOCK_OK)) {
 		if (fenced)
 			CU_ASSERT(dlock_test_token(lb) > token_c);
