@@ -38,8 +38,9 @@
  * `waits`, so that waiters never take the connections releases need.
  *
  * Keys of a lock: PREFIX:{D}:lock ("OWNER TOKEN ACQUIRED_MS RECORD": the
- * owner value, then what inspection shows of the holder (redis_scripts.c),
- * or the owner value alone as the previous release wrote it; TTL = lease; "shared" while
+ * owner value, then what inspection shows of the holder (redis_scripts.c;
+ * a writer's RECORD ends in REDIS_RWLOCK_FIELD), or the owner value alone
+ * as the previous release wrote it; TTL = lease; "shared" while
  * readers of a read-write lock hold it, "semaphore" while permits of a
  * semaphore do), PREFIX:{D}:fence (fencing counter),
  * PREFIX:{D}:readers (a read-write lock's readers, see redis_scripts.c),
