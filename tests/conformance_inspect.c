@@ -3,7 +3,8 @@
  * dlock_break()) and the client's identity.  A free name, bad input and a
  * name of hostile bytes; the holder another client shows (identity, host,
  * pid, acquisition time on the server's clock, lease left, token); every
- * reader of a read-write lock and every permit of a semaphore; waiters;
+ * reader of a read-write lock and every permit of a semaphore; the kind
+ * a name is in use as, for each kind and each way of holding it; waiters;
  * listing under a name prefix; breaking a holder (its lost-lock callback
  * runs, a waiter gets the name with a larger token); the identity option
  * against the URI's, and bad identities.
@@ -137,6 +138,15 @@ static dlock_lock_info *inspect_ok(dlock_client *client, const char *name)
 		CU_ASSERT(info->nholders == 0 || info->holders);
 	}
 	return info;
+}
+
+/* Inspected from `client`: `name` has no holder. */
+static void assert_no_holder(dlock_client *client, const char *name)
+{
+	dlock_lock_info *info = inspect_ok(client, name);
+	if (info)
+		CU_ASSERT_EQUAL(info->nholders, 0);
+	dlock_lock_info_free(info);
 }
 
 static const dlock_holder *holder_of(const dlock_lock_info *info, const char *identity)
@@ -325,10 +335,7 @@ static void test_inspect_hostile_name(void)
 	dlock_lock_info_free(info);
 	/* The same name but its last byte: another resource, free. */
 	name[DLOCK_NAME_MAX - 1] = name[DLOCK_NAME_MAX - 1] == 'x' ? 'y' : 'x';
-	info = inspect_ok(client, name);
-	if (info)
-		CU_ASSERT_EQUAL(info->nholders, 0);
-	dlock_lock_info_free(info);
+	assert_no_holder(client, name);
 	CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
 done:
 	dlock_lock_free(lock);
@@ -368,10 +375,7 @@ static void test_inspect_holder(void)
 		dlock_lock_info_free(info);
 	}
 	CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
-	dlock_lock_info *info = inspect_ok(client, name);
-	if (info)
-		CU_ASSERT_EQUAL(info->nholders, 0);
-	dlock_lock_info_free(info);
+	assert_no_holder(client, name);
 done:
 	dlock_lock_free(lock);
 	conf_close(holder);
@@ -424,7 +428,6 @@ static void test_inspect_rwlock(void)
 		goto done;
 	}
 	int64_t flags = inspect_flags(client);
-	int kinds_known = feature_of(client, DLOCK_FEATURE_KIND_CHECK) == 1;
 	int64_t before = wall_ms();
 	for (int i = 0; i < READERS; i++) {
 		snprintf(id[i], sizeof id[i], "reader-%d", i);
@@ -436,8 +439,7 @@ static void test_inspect_rwlock(void)
 	dlock_lock_info *info = inspect_ok(client, name);
 	if (info) {
 		CU_ASSERT_EQUAL(info->nholders, READERS);
-		if (kinds_known)
-			CU_ASSERT_EQUAL(info->kind, DLOCK_KIND_RWLOCK);
+		CU_ASSERT_EQUAL(info->kind, DLOCK_KIND_RWLOCK);
 		for (size_t i = 0; i < info->nholders; i++)
 			CU_ASSERT_EQUAL(info->holders[i]->mode, DLOCK_MODE_SHARED);
 		for (int i = 0; (flags & DLOCK_INSPECT_OWNER) && i < READERS; i++) {
@@ -454,8 +456,7 @@ static void test_inspect_rwlock(void)
 	CONF_ASSERT_ST(hold(l[0], INSP_LEASE_MS, DLOCK_MODE_EXCLUSIVE), DLOCK_OK);
 	info = inspect_ok(client, name);
 	if (holders_are(info, 1)) {
-		if (kinds_known)
-			CU_ASSERT_EQUAL(info->kind, DLOCK_KIND_RWLOCK);
+		CU_ASSERT_EQUAL(info->kind, DLOCK_KIND_RWLOCK);
 		check_holder(info->holders[0], flags, id[0], l[0], before, INSP_LEASE_MS, DLOCK_MODE_EXCLUSIVE);
 	}
 	dlock_lock_info_free(info);
@@ -516,10 +517,7 @@ static void test_inspect_semaphore(void)
 	dlock_lock_info_free(info);
 	for (int i = 0; i < HELD; i++)
 		CONF_ASSERT_ST(dlock_release(l[i]), DLOCK_OK);
-	info = inspect_ok(client, name);
-	if (info)
-		CU_ASSERT_EQUAL(info->nholders, 0);
-	dlock_lock_info_free(info);
+	assert_no_holder(client, name);
 done:
 	for (int i = 0; i < HELD; i++) {
 		dlock_lock_free(l[i]);
@@ -540,6 +538,202 @@ static int waiters_counted(void *arg)
 	int yes = dlock_inspect(s->client, s->name, &info) == DLOCK_OK && info->waiters >= 1;
 	dlock_lock_info_free(info);
 	return yes;
+}
+
+/* ------------------------------------------------------- the kind a name is in use as */
+
+/*
+ * Each way of holding a name, and the kind inspection must name for it:
+ * the kind the name is in use as (an acquisition of another kind is
+ * refused, or waits), whatever the server keeps.  A writer is a holder of
+ * a read-write lock, not a mutex, also when it took the read level on its
+ * handle too (as Redisson's RedissonReadWriteLockTest testReadLockIsLocked
+ * and testWriteReadReentrancy do).  Each case again with a waiter blocked
+ * beside the holders: the kind stays, and a backend that counts waiters
+ * never says 0 while one waits.
+ */
+typedef struct kind_case {
+	const char *tag;
+	dlock_lock_kind kind;        /* the handles' kind */
+	uint32_t permits;            /* a semaphore's N */
+	int holders;                 /* handles holding, each in a client of its own */
+	dlock_lock_mode mode;        /* how each holds */
+	int read_level;              /* the one writer also takes the read level on its handle */
+	dlock_lock_mode waiter_mode; /* how the waiter asks (a handle of the same kind) */
+} kind_case;
+
+enum { KIND_HOLDERS_MAX = 3 };
+
+static const kind_case kind_cases[] = {
+	{ "mutex", DLOCK_KIND_MUTEX, 1, 1, DLOCK_MODE_EXCLUSIVE, 0, DLOCK_MODE_EXCLUSIVE },
+	{ "writer", DLOCK_KIND_RWLOCK, 1, 1, DLOCK_MODE_EXCLUSIVE, 0, DLOCK_MODE_EXCLUSIVE },
+	{ "writer+read", DLOCK_KIND_RWLOCK, 1, 1, DLOCK_MODE_EXCLUSIVE, 1, DLOCK_MODE_SHARED },
+	{ "reader", DLOCK_KIND_RWLOCK, 1, 1, DLOCK_MODE_SHARED, 0, DLOCK_MODE_EXCLUSIVE },
+	{ "readers", DLOCK_KIND_RWLOCK, 1, 3, DLOCK_MODE_SHARED, 0, DLOCK_MODE_EXCLUSIVE },
+	{ "permit", DLOCK_KIND_SEMAPHORE, 3, 1, DLOCK_MODE_EXCLUSIVE, 0, DLOCK_MODE_EXCLUSIVE },
+	{ "permits", DLOCK_KIND_SEMAPHORE, 2, 2, DLOCK_MODE_EXCLUSIVE, 0, DLOCK_MODE_EXCLUSIVE },
+};
+
+static const char *kind_word(dlock_lock_kind k)
+{
+	return k == DLOCK_KIND_RWLOCK ? "rwlock" : k == DLOCK_KIND_SEMAPHORE ? "semaphore" : "mutex";
+}
+
+/* A handle of the case's kind on `client`. */
+static dlock_lock *kind_lock(dlock_client *client, const char *name, const kind_case *k)
+{
+	dlock_lock *lock = NULL;
+	dlock_status st = !client                          ? DLOCK_EINVAL
+	                  : k->kind == DLOCK_KIND_RWLOCK    ? dlock_rwlock_new(client, name, &lock)
+	                  : k->kind == DLOCK_KIND_SEMAPHORE ? dlock_semaphore_new(client, name, k->permits, &lock)
+	                                                    : dlock_lock_new(client, name, &lock);
+	if (client)
+		CONF_ASSERT_ST(st, DLOCK_OK);
+	return lock;
+}
+
+/* Inspected from `viewer`: the case's kind, its holders in its mode; `when` says at which step. */
+static void check_kind(dlock_client *viewer, const char *name, const kind_case *k, int holders, const char *when)
+{
+	dlock_lock_info *info = inspect_ok(viewer, name);
+	if (!info)
+		return;
+	if (info->kind != k->kind)
+		printf("\n    %s (%s): inspection says %s, the name is in use as a %s", k->tag, when,
+		       kind_word(info->kind), kind_word(k->kind));
+	CU_ASSERT_EQUAL(info->kind, k->kind);
+	CU_ASSERT_EQUAL(info->nholders, (size_t)holders);
+	for (size_t i = 0; i < info->nholders; i++)
+		CU_ASSERT_EQUAL(info->holders[i]->mode, k->mode);
+	uint32_t permits = k->kind == DLOCK_KIND_SEMAPHORE ? k->permits : 1;
+	CU_ASSERT(info->permits == permits || info->permits == 0);
+	dlock_lock_info_free(info);
+}
+
+static int waiter_not_hidden(void *arg)
+{
+	waiters_seen *s = arg;
+	dlock_lock_info *info = NULL;
+	int yes = dlock_inspect(s->client, s->name, &info) == DLOCK_OK && info->waiters != 0;
+	dlock_lock_info_free(info);
+	return yes;
+}
+
+/*
+ * Another handle of the case's kind (`wl`, in client `wc`) beside the
+ * holders `l`: one more permit where a semaphore has room, else a waiter
+ * blocked until the holders let go, inspected meanwhile.  Releases the
+ * holders.
+ */
+static void kind_beside(dlock_client *viewer, const char *name, const kind_case *k, dlock_lock *const *l,
+                        dlock_client *wc, dlock_lock *wl)
+{
+	int waits = !(k->kind == DLOCK_KIND_SEMAPHORE && k->holders < (int)k->permits);
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = 0;
+	o.mode = k->waiter_mode;
+	conf_waiter w;
+	if (!waits) {
+		CONF_ASSERT_ST(dlock_acquire(wl, &o), DLOCK_OK);
+		check_kind(viewer, name, k, k->holders + 1, "one more permit");
+		CONF_ASSERT_ST(dlock_release(wl), DLOCK_OK);
+	} else {
+		CONF_ASSERT_ST(dlock_acquire(wl, &o), DLOCK_EBUSY);
+		uint64_t base = conf_stats(wc).server_acquires;
+		conf_waiter_start(&w, wl, CONF_LONG_WAIT_MS, 1, NULL);
+		conf_waiter_await_blocked(&w, wc, base);
+		check_kind(viewer, name, k, k->holders, "with a waiter");
+		if (inspect_flags(viewer) & DLOCK_INSPECT_WAITERS) {
+			waiters_seen seen = { viewer, name };
+			CU_ASSERT(dlock_test_await(waiter_not_hidden, &seen, CONF_AWAIT_MS));
+		}
+	}
+	for (int i = 0; i < k->holders; i++)
+		CONF_ASSERT_ST(dlock_release(l[i]), DLOCK_OK);
+	if (waits) {
+		CONF_ASSERT_ST(conf_waiter_join(&w, CONF_LONG_WAIT_MS), DLOCK_OK);
+		CONF_ASSERT_ST(w.release_status, DLOCK_OK);
+	}
+}
+
+/* One case: held, inspected, (the read level taken and let go, inspected,) another beside, released. */
+static void kind_case_run(dlock_client *viewer, const kind_case *k)
+{
+	dlock_client *c[KIND_HOLDERS_MAX] = { NULL }, *wc = NULL;
+	dlock_lock *l[KIND_HOLDERS_MAX] = { NULL }, *wl = NULL;
+	char name[128];
+	conf_name(name, sizeof name, "insp-kind");
+	for (int i = 0; i < k->holders; i++) {
+		c[i] = conf_open();
+		l[i] = kind_lock(c[i], name, k);
+		if (!l[i] || !CONF_ASSERT_ST(hold(l[i], INSP_LEASE_MS, k->mode), DLOCK_OK))
+			goto done;
+	}
+	check_kind(viewer, name, k, k->holders, "held");
+	if (k->read_level) {
+		/* The writer takes the read level too: still one holder, the writer; then it lets that level go. */
+		if (!CONF_ASSERT_ST(hold(l[0], INSP_LEASE_MS, DLOCK_MODE_SHARED), DLOCK_OK))
+			goto done;
+		check_kind(viewer, name, k, 1, "writer with the read level");
+		CONF_ASSERT_ST(dlock_release(l[0]), DLOCK_OK);
+		check_kind(viewer, name, k, 1, "the read level let go");
+	}
+	wc = conf_open();
+	wl = kind_lock(wc, name, k);
+	if (wl)
+		kind_beside(viewer, name, k, l, wc, wl);
+	else
+		for (int i = 0; i < k->holders; i++)
+			CONF_ASSERT_ST(dlock_release(l[i]), DLOCK_OK);
+	assert_no_holder(viewer, name);
+done:
+	dlock_lock_free(wl);
+	conf_close(wc);
+	for (int i = 0; i < KIND_HOLDERS_MAX; i++) {
+		dlock_lock_free(l[i]);
+		conf_close(c[i]);
+	}
+}
+
+/* Every case of kind_cases the backend has the kind for, and a leader of an election: a mutex. */
+static void test_inspect_kind(void)
+{
+	dlock_client *viewer = conf_open();
+	if (inspect_unsupported(viewer))
+		goto done;
+	int rw = feature_of(viewer, DLOCK_FEATURE_RWLOCK) != DLOCK_RWLOCK_NONE;
+	int sem = feature_of(viewer, DLOCK_FEATURE_SEMAPHORE) != DLOCK_SEMAPHORE_NONE;
+	for (size_t i = 0; i < sizeof kind_cases / sizeof kind_cases[0]; i++) {
+		const kind_case *k = &kind_cases[i];
+		if ((k->kind == DLOCK_KIND_RWLOCK && !rw) || (k->kind == DLOCK_KIND_SEMAPHORE && !sem)) {
+			char why[96];
+			snprintf(why, sizeof why, "%s: no %s on this backend", k->tag, kind_word(k->kind));
+			dlock_test_skip_part(why);
+			continue;
+		}
+		kind_case_run(viewer, k);
+	}
+	if (feature_of(viewer, DLOCK_FEATURE_ELECTION) < 0) {
+		dlock_test_skip_part("leader: no elections on this backend");
+		goto done;
+	}
+	dlock_client *cand = conf_open();
+	dlock_election *e = NULL;
+	char name[128];
+	conf_name(name, sizeof name, "insp-kind-leader");
+	if (cand && CONF_ASSERT_ST(dlock_election_new(cand, name, &e), DLOCK_OK)) {
+		dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+		o.wait_ms = CONF_AWAIT_MS;
+		o.lease_ms = INSP_LEASE_MS;
+		if (CONF_ASSERT_ST(dlock_campaign(e, "leader-value", &o, NULL), DLOCK_OK)) {
+			check_kind(viewer, name, &kind_cases[0], 1, "leader");
+			CONF_ASSERT_ST(dlock_resign(e), DLOCK_OK);
+		}
+	}
+	dlock_election_free(e);
+	conf_close(cand);
+done:
+	conf_close(viewer);
 }
 
 /* A waiter blocked in another client is counted where the backend can know. */
@@ -729,10 +923,7 @@ static void test_break(void)
 	uint64_t token_c = fenced ? dlock_test_token(lc) : 0;
 	CONF_ASSERT_ST(dlock_break(b, name, &broken), DLOCK_OK);
 	CU_ASSERT(broken >= 1);
-	info = inspect_ok(b, name);
-	if (info)
-		CU_ASSERT_EQUAL(info->nholders, 0);
-	dlock_lock_info_free(info);
+	assert_no_holder(b, name);
 	if (CONF_ASSERT_ST(conf_acquire(lb, 0), DLOCK_OK)) {
 		if (fenced)
 			CU_ASSERT(dlock_test_token(lb) > token_c);
@@ -848,6 +1039,7 @@ const conf_test conf_inspect_tests[] = {
 	{ "inspect_rwlock", test_inspect_rwlock },
 	{ "inspect_semaphore", test_inspect_semaphore },
 	{ "inspect_waiters", test_inspect_waiters },
+	{ "inspect_kind", test_inspect_kind },
 	{ "inspect_list", test_list },
 	{ "inspect_break", test_break },
 	{ "inspect_identity_option", test_identity_option },

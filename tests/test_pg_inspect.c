@@ -186,6 +186,67 @@ static const dlock_lock_info *find(const dlock_lock_list *l, const char *name)
 	return NULL;
 }
 
+/* `name` inspected from `c`: of `kind`, with `n` holders. */
+static void kind_is(dlock_client *c, const char *name, dlock_lock_kind kind, size_t n)
+{
+	dlock_lock_info *info = inspect(c, name);
+	if (info) {
+		CU_ASSERT_EQUAL(info->kind, kind);
+		CU_ASSERT_EQUAL(info->nholders, n);
+	}
+	dlock_lock_info_free(info);
+}
+
+/*
+ * A writer holds the name's WRITER key beside its own (pg_advisory.c):
+ * with a token and without (fencing=off), on a session that also holds a
+ * mutex of another name, which stays a mutex; listed by name as a
+ * read-write lock; let go with the writer's release (a mutex of the name
+ * on the same client is a mutex then); and broken as a mutex is.
+ */
+static void test_writer_kind(void)
+{
+	char w[128], m[128], prefix[64], params[128];
+	snprintf(prefix, sizeof prefix, "pw%ld_%ld", (long)getpid(), (long)time(NULL));
+	const char *fencing[2] = { "", "&fencing=off" };
+	for (int f = 0; f < 2; f++) {
+		snprintf(params, sizeof params, "prefix=%s&identity=writer%s", prefix, fencing[f]);
+		snprintf(w, sizeof w, "w/%d", f);
+		snprintf(m, sizeof m, "m/%d", f);
+		dlock_client *c = dlock_testpg_open_with(params), *admin = dlock_testpg_open_with(params);
+		dlock_lock *lw = NULL, *lm = dlock_test_new_lock(c, m), *lm2 = NULL;
+		CU_ASSERT_EQUAL_FATAL(dlock_rwlock_new(c, w, &lw), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_test_acquire(lm, 0, 0, -1, NULL, NULL), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_test_acquire(lw, 0, 0, -1, NULL, NULL), DLOCK_OK);
+		kind_is(admin, w, DLOCK_KIND_RWLOCK, 1);
+		kind_is(admin, m, DLOCK_KIND_MUTEX, 1);
+		dlock_lock_list *list = NULL;
+		CU_ASSERT_EQUAL(dlock_list(admin, "w/", &list), DLOCK_OK);
+		const dlock_lock_info *it = find(list, w);
+		CU_ASSERT_PTR_NOT_NULL(it);
+		if (it)
+			CU_ASSERT_EQUAL(it->kind, DLOCK_KIND_RWLOCK);
+		dlock_lock_list_free(list);
+		CU_ASSERT_EQUAL(dlock_release(lw), DLOCK_OK);
+		lm2 = dlock_test_new_lock(c, w);
+		CU_ASSERT_EQUAL(dlock_test_acquire(lm2, 0, 0, -1, NULL, NULL), DLOCK_OK);
+		kind_is(admin, w, DLOCK_KIND_MUTEX, 1);
+		CU_ASSERT_EQUAL(dlock_release(lm2), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_test_acquire(lw, 0, 0, -1, NULL, NULL), DLOCK_OK);
+		size_t broken = 0;
+		CU_ASSERT_EQUAL(dlock_break(admin, w, &broken), DLOCK_OK);
+		CU_ASSERT_EQUAL(broken, 1);
+		kind_is(admin, w, DLOCK_KIND_MUTEX, 0);
+		dlock_release(lw); /* lost with its session, as the mutex of that session is */
+		dlock_release(lm);
+		dlock_lock_free(lw);
+		dlock_lock_free(lm);
+		dlock_lock_free(lm2);
+		dlock_client_close(c);
+		dlock_client_close(admin);
+	}
+}
+
 /* Listing under the client's prefix, by name prefix; another prefix's names are not listed by name. */
 static void test_list(void)
 {
@@ -340,6 +401,7 @@ static void add_suites(void)
 	CU_add_test(s, "mutex_owner", test_mutex_owner);
 	CU_add_test(s, "long_identity", test_long_identity);
 	CU_add_test(s, "shared_holders", test_shared_holders);
+	CU_add_test(s, "writer_kind", test_writer_kind);
 	CU_add_test(s, "list", test_list);
 	CU_add_test(s, "break", test_break);
 	CU_add_test(s, "hostile", test_hostile);

@@ -25,14 +25,21 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static dlock_client *open_as(const char *base, const char *prefix, const char *identity)
+/* A client on `base` with `prefix` and the URI parameters `extra`. */
+static dlock_client *open_with(const char *base, const char *prefix, const char *extra)
 {
-	char uri[1400], extra[300];
-	snprintf(extra, sizeof extra, "identity=%s", identity);
+	char uri[1400];
 	dlock_testredis_uri(uri, sizeof uri, base, prefix, extra);
 	dlock_client *c = dlock_test_open(uri, NULL, NULL);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
 	return c;
+}
+
+static dlock_client *open_as(const char *base, const char *prefix, const char *identity)
+{
+	char extra[300];
+	snprintf(extra, sizeof extra, "identity=%s", identity);
+	return open_with(base, prefix, extra);
 }
 
 static int64_t flags_of(dlock_client *c)
@@ -143,6 +150,47 @@ static void mutex_on(const char *base)
 		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
 	}
 	dlock_lock_free(l);
+	dlock_client_close(a);
+	dlock_client_close(b);
+}
+
+/*
+ * A writer is a read-write lock's holder, whichever way its key was
+ * written: the script with a token, or a plain SET NX without one
+ * (fencing=0), alone and with the read level taken on its handle.
+ */
+static void writer_on(const char *base)
+{
+	if (is_redlock(base))
+		return; /* no read-write locks there */
+	char prefix[64];
+	dlock_testredis_prefix(prefix, sizeof prefix);
+	dlock_client *a = open_with(base, prefix, "identity=writer&fencing=0"), *b = open_as(base, prefix, "writer");
+	dlock_client *clients[2] = { a, b };
+	for (int i = 0; i < 2; i++) {
+		dlock_lock *w = NULL;
+		CU_ASSERT_EQUAL_FATAL(dlock_rwlock_new(clients[i], "doc", &w), DLOCK_OK);
+		dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+		o.wait_ms = 0;
+		o.lease_ms = LEASE_MS;
+		CU_ASSERT_EQUAL_FATAL(dlock_acquire(w, &o), DLOCK_OK);
+		o.mode = DLOCK_MODE_SHARED;
+		for (int level = 0; level < 2; level++) {
+			dlock_lock_info *info = inspect_n(clients[1 - i], "doc", 1);
+			if (info) {
+				CU_ASSERT_EQUAL(info->kind, DLOCK_KIND_RWLOCK);
+				CU_ASSERT_EQUAL(info->holders[0]->mode, DLOCK_MODE_EXCLUSIVE);
+				CU_ASSERT_STRING_EQUAL(info->holders[0]->identity, "writer");
+				CU_ASSERT_EQUAL(info->waiters, -1); /* a read-write lock's wait in their clients */
+				dlock_lock_info_free(info);
+			}
+			if (level == 0)
+				CU_ASSERT_EQUAL(dlock_acquire(w, &o), DLOCK_OK); /* the read level on the writer's handle */
+		}
+		CU_ASSERT_EQUAL(dlock_release(w), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(w), DLOCK_OK);
+		dlock_lock_free(w);
+	}
 	dlock_client_close(a);
 	dlock_client_close(b);
 }
@@ -457,6 +505,7 @@ static void add_suites(void)
 {
 	CU_pSuite s = CU_add_suite("redis inspection", NULL, NULL);
 	dlock_testredis_add_each(s, "a mutex's holder: identity, pid, host, time, lease, token", mutex_on);
+	dlock_testredis_add_each(s, "a writer, with a token or without: a read-write lock", writer_on);
 	dlock_testredis_add_each(s, "every reader and every permit", shared_on);
 	dlock_testredis_add_each(s, "queued waiters counted", waiters_on);
 	dlock_testredis_add_each(s, "list under the prefix", list_on);

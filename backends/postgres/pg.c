@@ -264,6 +264,7 @@ static dlock_status pg_lock_init_kind(void *backend, void *lkp, const char *name
 	struct dlock_pg_lock *lk = lkp;
 	dlock_status st = pg_lock_init(backend, lkp, name, len, err);
 	lk->permits = spec->kind == DLOCK_KIND_SEMAPHORE ? spec->permits : 0;
+	lk->rwlock = spec->kind == DLOCK_KIND_RWLOCK;
 	return st;
 }
 

@@ -38,7 +38,10 @@
  * Read-write locks: a reader takes pg_advisory_lock_shared(key) (or the
  * try form) and releases with pg_advisory_unlock_shared(key); a writer, or
  * a mutex, takes the exclusive lock of the same key, so every kind of a
- * name meets on one key and mixing kinds is safe (KIND_CHECK 0).  Shared
+ * name meets on one key and mixing kinds is safe (KIND_CHECK 0).  A writer
+ * also takes the name's WRITER key (DLOCK_PG_RW_WRITER) shared in the same
+ * statement and lets it go with the key: the exclusive key alone cannot
+ * tell inspection (pg_inspect.c) a writer from a mutex.  Shared
  * and exclusive advisory locks of one key exclude each other, and
  * PostgreSQL's lock manager makes a request that conflicts with a waiting
  * one wait behind it (the wait queue's waitMask), the try form included:
@@ -73,15 +76,20 @@
 #define SET_IDLE(n) "CASE WHEN $" n " IS NULL THEN false " \
 	"ELSE set_config('idle_session_timeout', $" n ", false) IS NULL END"
 
-/* The lock (`fn`: "" exclusive, "_shared" a reader) and the lease, then: the token (TOKEN set) or 0
- * (PLAIN set). */
-#define TRY(fn, tail) "SELECT CASE WHEN NOT pg_try_advisory_lock" fn "($1) THEN NULL " \
+/* The lock (`fn`: "" exclusive, "_shared" a reader), `mark` (a writer's, or ""), the lease, then: the
+ * token (TOKEN set) or 0 (PLAIN set). */
+#define TRY(fn, mark, tail) "SELECT CASE WHEN NOT pg_try_advisory_lock" fn "($1) THEN NULL " mark \
 	"WHEN " SET_IDLE("2") " THEN NULL ELSE " tail " END" ELAPSED
-#define WAIT(fn, tail) "SELECT CASE " \
+#define WAIT(fn, mark, tail) "SELECT CASE " \
 	"WHEN set_config('lock_timeout', $3, true) IS NULL THEN NULL " \
 	"WHEN pg_advisory_lock" fn "($1) IS NULL THEN NULL " \
-	"WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL " \
+	"WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL " mark \
 	"WHEN " SET_IDLE("2") " THEN NULL ELSE " tail " END" ELAPSED
+/* A writer of a read-write lock, once it holds the key: the name's WRITER key ($h, $b + 2050,
+ * DLOCK_PG_RW_WRITER) shared, which tells inspection that the key is held as a read-write lock, not a
+ * mutex.  Only writers take it, all shared: it never waits. */
+#define WRITER_MARK(h, b) "WHEN pg_advisory_lock_shared($" h "::int4, $" b "::int4 + 2050) IS NULL THEN NULL "
+#define WRITER_UNMARK(h, b) "pg_advisory_unlock_shared($" h "::int4, $" b "::int4 + 2050)"
 
 /* A reader, once it holds the key shared: whether a semaphore of the name holds or awaits it too
  * (pg_sem.c: each holds the name's ANY key shared; $h, $b its two-int key).  Tried exclusive for the
@@ -102,18 +110,25 @@
 	"WHEN " SEM_USED("4", "5") " THEN " SEM_REFUSED " " \
 	"WHEN " SET_IDLE("2") " THEN NULL ELSE 0 END" ELAPSED
 
-/* Prepared once per session (pg_exec.c); $1 key, $2 idle timeout or NULL, $3 wait; a reader's then
- * the two-int key of the name's semaphores.  Readers take no token, so their statements are all in
- * the PLAIN set. */
-#define PREPARE_PLAIN "PREPARE dlock_try(int8, text) AS " TRY("", "0") ";" \
-	"PREPARE dlock_wait(int8, text, text) AS " WAIT("", "0") ";" \
+/* Prepared once per session (pg_exec.c); $1 key, $2 idle timeout or NULL, $3 wait; a reader's and a
+ * writer's (_w) then the name's two-int key (hi, base).  Readers take no token, so their statements are
+ * all in the PLAIN set. */
+#define PREPARE_PLAIN "PREPARE dlock_try(int8, text) AS " TRY("", "", "0") ";" \
+	"PREPARE dlock_wait(int8, text, text) AS " WAIT("", "", "0") ";" \
 	"PREPARE dlock_unlock(int8, text) AS SELECT pg_advisory_unlock($1), " SET_IDLE("2") ";" \
+	"PREPARE dlock_try_w(int8, text, int4, int4) AS " TRY("", WRITER_MARK("3", "4"), "0") ";" \
+	"PREPARE dlock_wait_w(int8, text, text, int4, int4) AS " WAIT("", WRITER_MARK("4", "5"), "0") ";" \
+	"PREPARE dlock_unlock_w(int8, text, int4, int4) AS SELECT pg_advisory_unlock($1), " SET_IDLE("2") ", " \
+	WRITER_UNMARK("3", "4") ";" \
 	"PREPARE dlock_try_shared(int8, text, int4, int4) AS " TRY_SHARED ";" \
 	"PREPARE dlock_wait_shared(int8, text, text, int4, int4) AS " WAIT_SHARED ";" \
 	"PREPARE dlock_unlock_shared(int8, text) AS SELECT pg_advisory_unlock_shared($1), " SET_IDLE("2") ";" \
 	DLOCK_PG_SEM_PREPARE_PLAIN
-#define PREPARE_TOKEN "PREPARE dlock_try_token(int8, text) AS " TRY("", "nextval(" SEQ ")") ";" \
-	"PREPARE dlock_wait_token(int8, text, text) AS " WAIT("", "nextval(" SEQ ")") ";" \
+#define PREPARE_TOKEN "PREPARE dlock_try_token(int8, text) AS " TRY("", "", "nextval(" SEQ ")") ";" \
+	"PREPARE dlock_wait_token(int8, text, text) AS " WAIT("", "", "nextval(" SEQ ")") ";" \
+	"PREPARE dlock_try_token_w(int8, text, int4, int4) AS " TRY("", WRITER_MARK("3", "4"), "nextval(" SEQ ")") ";" \
+	"PREPARE dlock_wait_token_w(int8, text, text, int4, int4) AS " \
+	WAIT("", WRITER_MARK("4", "5"), "nextval(" SEQ ")") ";" \
 	DLOCK_PG_SEM_PREPARE_TOKEN
 /* The TOKEN set first: when it fails, nothing after it runs. */
 static const char sql_prepare_plain[] = PREPARE_PLAIN;
@@ -121,6 +136,7 @@ static const char sql_prepare_token[] = PREPARE_TOKEN;
 static const char sql_prepare_both[] = PREPARE_TOKEN PREPARE_PLAIN;
 static const char sql_undo[] = "SELECT pg_advisory_unlock($1::int8)";
 static const char sql_undo_shared[] = "SELECT pg_advisory_unlock_shared($1::int8)";
+static const char sql_undo_writer[] = "SELECT pg_advisory_unlock($1::int8), " WRITER_UNMARK("2", "3");
 static const char sql_beat[] = "SELECT set_config('idle_session_timeout', $1, false)";
 static const char sql_check[] = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
                                 "AND pid = pg_backend_pid() AND granted AND objsubid = 1 AND mode = $2 "
@@ -150,12 +166,32 @@ static const char *idle_text(const struct dlock_pg_conn *c, int64_t ms, char buf
 	return buf;
 }
 
+/* 1 when the current acquisition of `lk` is a read-write lock's writer's: it takes WRITER_MARK too. */
+static int writer(const struct dlock_pg_lock *lk)
+{
+	return lk->rwlock && !lk->shared;
+}
+
+/* The name's two-int key as statement parameters: s->values[s->n], [s->n + 1] (hi, base) in `hi`, `base`. */
+static void add_two_int_key(const struct dlock_pg_lock *lk, struct dlock_pg_stmt *s, char hi[24], char base[24])
+{
+	dlock_pg_int_text(lk->sem_hi, hi);
+	dlock_pg_int_text(lk->sem_base, base);
+	s->values[s->n] = hi;
+	s->values[s->n + 1] = base;
+	s->lengths[s->n] = s->lengths[s->n + 1] = -1;
+	s->n += 2;
+}
+
 /* Unlock after a failed attempt that may have locked; else drop the session. */
 static void undo(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_lock *lk,
                  const char *key)
 {
-	struct dlock_pg_stmt s = { .sql = lk->shared ? sql_undo_shared : sql_undo, .n = 1, .values = { key },
-		                   .lengths = { -1 } };
+	char hi[24], base[24];
+	struct dlock_pg_stmt s = { .sql = lk->shared ? sql_undo_shared : writer(lk) ? sql_undo_writer : sql_undo,
+		                   .n = 1, .values = { key }, .lengths = { -1 } };
+	if (writer(lk))
+		add_two_int_key(lk, &s, hi, base);
 	dlock_error ignored;
 	char sqlstate[6];
 	if (c->dead || c->nlocks == 0 || dlock_pg_run(b, c, &s, sqlstate, &ignored) != DLOCK_OK)
@@ -220,27 +256,25 @@ static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
 	}
 	int64_t idle_ms = dlock_pg_conn_lease(c, lk->lease_ms);
 	const char *idle = idle_text(c, idle_ms, lease);
-	struct dlock_pg_stmt s = { .prepared = lk->shared ? "dlock_try_shared" : fencing ? "dlock_try_token" : "dlock_try",
+	static const char *const try_stmt[2][2] = { { "dlock_try", "dlock_try_token" },
+		                                    { "dlock_try_w", "dlock_try_token_w" } };
+	static const char *const wait_stmt[2][2] = { { "dlock_wait", "dlock_wait_token" },
+		                                     { "dlock_wait_w", "dlock_wait_token_w" } };
+	struct dlock_pg_stmt s = { .prepared = lk->shared ? "dlock_try_shared" : try_stmt[writer(lk)][fencing != 0],
 		                   .token = fencing, .n = 2, .values = { key, idle }, .lengths = { -1, -1 } };
 	int64_t deadline = dlock_pg_io_deadline(b);
 	if (w) {
 		int64_t left = dlock_wait_remaining_ms(w);
 		dlock_pg_ms_text(left < 0 ? 0 : left, wait);
-		s.prepared = lk->shared ? "dlock_wait_shared" : fencing ? "dlock_wait_token" : "dlock_wait";
+		s.prepared = lk->shared ? "dlock_wait_shared" : wait_stmt[writer(lk)][fencing != 0];
 		s.n = 3;
 		s.values[2] = wait;
 		s.lengths[2] = -1;
 		deadline = dlock_pg_wait_deadline(b, w);
 		dlock_pg_interrupt_arm(c, w);
 	}
-	if (lk->shared) {
-		dlock_pg_int_text(lk->sem_hi, hi);
-		dlock_pg_int_text(lk->sem_base, base);
-		s.values[s.n] = hi;
-		s.values[s.n + 1] = base;
-		s.lengths[s.n] = s.lengths[s.n + 1] = -1;
-		s.n += 2;
-	}
+	if (lk->shared || writer(lk))
+		add_two_int_key(lk, &s, hi, base);
 	PGresult *res = NULL;
 	int64_t sent = dlock_monotonic_ns();
 	dlock_status st = dlock_pg_exec(b, c, &s, deadline, &res, sqlstate, err);
@@ -317,7 +351,7 @@ static dlock_status adv_release(void *backend, void *lkp, dlock_error *err)
 	if (lk->permits)
 		return dlock_pg_sem_release(b, lk, err);
 	struct dlock_pg_conn *c = lk->conn;
-	char key[24], lease[24], sqlstate[6];
+	char key[24], lease[24], sqlstate[6], hi[24], base[24];
 	PGresult *res = NULL;
 	dlock_pg_int_text(lk->key, key);
 	pthread_mutex_lock(&c->mu);
@@ -325,8 +359,11 @@ static dlock_status adv_release(void *backend, void *lkp, dlock_error *err)
 	/* The last lock gone: the session keeps its timeout (pg_pool.c retires it). */
 	int64_t idle_ms = dlock_pg_conn_lease(c, 0);
 	const char *idle = idle_ms == 0 ? NULL : idle_text(c, idle_ms, lease);
-	struct dlock_pg_stmt s = { .prepared = lk->shared ? "dlock_unlock_shared" : "dlock_unlock", .n = 2,
-		                   .values = { key, idle }, .lengths = { -1, -1 } };
+	struct dlock_pg_stmt s = { .prepared = lk->shared ? "dlock_unlock_shared" : writer(lk) ? "dlock_unlock_w"
+		                                                                              : "dlock_unlock",
+		                   .n = 2, .values = { key, idle }, .lengths = { -1, -1 } };
+	if (writer(lk))
+		add_two_int_key(lk, &s, hi, base);
 	char channel[DLOCK_PG_CHANNEL_SIZE];
 	if (lk->proclaimed) { /* a leader resigns: its row goes and its observers are told (pg_elect.c) */
 		dlock_pg_leader_channel(lk->key, channel);

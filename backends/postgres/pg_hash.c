@@ -20,7 +20,9 @@
  *                  slot, 1023 + N the marker of a semaphore of N permits, and
  *                  2048 the key every semaphore holder and waiter of the
  *                  name holds shared (pg_sem.c, pg_row_sem.c), 2049 the key
- *                  every reader of row mode holds shared (pg_row.c).  Both numbers are
+ *                  every reader of row mode holds shared (pg_row.c), 2050
+ *                  the key a writer of advisory mode holds shared beside
+ *                  the bigint key (pg_advisory.c).  Both numbers are
  *                  non-negative, so int4 and oid agree; bit 30 keeps the
  *                  objid off the setup lock (objid 1, pg_setup.c).
  *

@@ -8,11 +8,13 @@
  * and by every holder and waiter of a semaphore; and its two-int keys
  * (objsubid 2): a permit's slot (offsets 0..1023, exclusive), the marker
  * of N (1023 + N) and ANY (2048), shared by the holders and waiters of a
- * semaphore.  Per session:
+ * semaphore, and WRITER (2050), shared by a writer (pg_advisory.c).  Per
+ * session:
  *
  *   a slot held                 a permit's holder (its slot)
  *   a marker or ANY, no slot    a semaphore's waiter
- *   K exclusive                 a mutex or a writer (the server cannot tell which: kind MUTEX)
+ *   K exclusive and WRITER      a writer (kind RWLOCK)
+ *   K exclusive                 a mutex (kind MUTEX; also a writer of a release before WRITER)
  *   K shared (no marker)        a reader (kind RWLOCK)
  *   K not granted               a waiter (the server queues it)
  *
@@ -28,7 +30,9 @@
  * names it through dlock_names (pg_names.c) when the name was written
  * there under the client's prefix; a key with no name is listed by its
  * resource ("advisory:CLASSID:OBJID"), as are other applications' advisory
- * locks, which the server cannot tell from dlock's.  Names come back as
+ * locks, which the server cannot tell from dlock's; such a key's writer
+ * shows as a mutex (its WRITER key is only tied to the name's key through
+ * the name).  Names come back as
  * bytes (bytea), never as SQL.
  *
  * Breaking ends the sessions that hold the name, with
@@ -66,7 +70,7 @@
 #define OF_NAME                                                                                           \
 	" AND ((l.objsubid = 1 AND l.classid::int8 = (($1::int8 >> 32) & 4294967295) "                       \
 	"AND l.objid::int8 = ($1::int8 & 4294967295)) OR (l.objsubid = 2 AND l.classid::int8 = $2::int4 "      \
-	"AND l.objid::int8 BETWEEN $3::int4 AND $3::int4 + 2048))"
+	"AND l.objid::int8 BETWEEN $3::int4 AND $3::int4 + 2050))"
 
 /* Columns of a row; inspection's statement with dlock_leaders also has a leader's term and value. */
 enum { C_PID, C_SUB, C_OFF, C_EXCL, C_GRANTED, C_APP, C_HOST, C_CLASSID, C_OBJID, C_GROUP, C_NAME, C_SEMPID,
@@ -108,7 +112,7 @@ static const char sql_list_named[] =
 	ADVISORY OF_NAME " AND l.granted), "                                                                  \
 	"h AS (SELECT DISTINCT pid FROM l WHERE (objsubid = 2 AND o < 1024 AND mode = 'ExclusiveLock') "      \
 	"OR (objsubid = 1 AND NOT EXISTS (SELECT 1 FROM l m WHERE m.pid = l.pid AND m.objsubid = 2 "           \
-	"AND m.o >= 1024))) "
+	"AND m.o BETWEEN 1024 AND 2048))) "
 static const char sql_break[] = HOLDERS "SELECT pid, pg_terminate_backend(pid, $4::int8) FROM h";
 static const char sql_break_13[] = HOLDERS "SELECT pid, pg_terminate_backend(pid) FROM h WHERE $4::int8 >= 0";
 
@@ -185,7 +189,7 @@ static int yes(const PGresult *r, int row, int col)
 
 /* What one session of a group holds. */
 struct session {
-	int sem, slot, k_excl, k_shared, waits, wants_shared, skip;
+	int sem, slot, k_excl, k_shared, waits, wants_shared, skip, writer;
 	int64_t permits;
 };
 
@@ -200,6 +204,8 @@ static void read_session(const PGresult *r, int first, int end, int unnamed_k, s
 			s->wants_shared |= sub == 1 && !excl;
 		} else if (sub == 2 && excl && off < 1024) {
 			s->slot = 1;
+		} else if (sub == 2 && off == DLOCK_PG_RW_WRITER) {
+			s->writer = 1;
 		} else if (sub == 2 && !excl && off >= 1024) {
 			s->sem = 1;
 			if (off <= 2047)
@@ -301,7 +307,7 @@ static dlock_status describe(dlock_info *info, const PGresult *r, int first, int
 		read_session(r, i, j, unnamed_k, &s);
 		if (!s.skip) {
 			sem |= s.sem || s.slot;
-			rw |= !s.sem && !s.slot && (s.k_shared || s.wants_shared);
+			rw |= !s.sem && !s.slot && (s.k_shared || s.wants_shared || (s.k_excl && s.writer));
 			permits = s.permits ? s.permits : permits;
 			holders += holds(&s);
 			waiters += waits(&s);

@@ -128,6 +128,7 @@ struct dlock_pg_lock {
 	int64_t lease_ms;                 /* of the current acquisition */
 	int fencing;                      /* row mode: the current acquisition wants a token */
 	int shared;                       /* the current acquisition is a reader's (DLOCK_MODE_SHARED) */
+	int rwlock;                       /* a read-write lock's handle: its writers hold DLOCK_PG_RW_WRITER too */
 	int64_t key;                      /* advisory key */
 	int32_t sem_hi, sem_base;         /* the name's two-int keys (pg_hash.c): classid, objid of slot 0 */
 	uint32_t permits;                 /* a semaphore's N; 0 for a mutex or read-write lock */
@@ -400,6 +401,8 @@ dlock_status dlock_pg_row_sem_acquire(struct dlock_pg_backend *b, struct dlock_p
 #define DLOCK_PG_SEM_MARK 1023 /* + N: held shared by holders and waiters of a semaphore of N */
 #define DLOCK_PG_SEM_ANY 2048  /* held shared by every holder and waiter of a semaphore of the name */
 #define DLOCK_PG_SEM_READER 2049 /* row mode: held shared by every reader of a read-write lock */
+#define DLOCK_PG_RW_WRITER 2050  /* advisory mode: held shared by a read-write lock's writer beside the name's
+                                    key, which alone cannot tell it from a mutex (pg_inspect.c) */
 
 /* pg_advisory.c, pg_row.c */
 extern const struct dlock_pg_mode dlock_pg_advisory_mode;

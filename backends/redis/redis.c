@@ -235,6 +235,9 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 	c->prefix = uri->prefix;
 	c->prefixlen = strlen(uri->prefix);
 	c->record = dlock_host_owner(host, &c->recordlen);
+	memcpy(c->rw_record, c->record, c->recordlen);
+	memcpy(c->rw_record + c->recordlen, REDIS_RWLOCK_FIELD, sizeof REDIS_RWLOCK_FIELD);
+	c->rw_recordlen = c->recordlen + strlen(REDIS_RWLOCK_FIELD);
 	c->publish = via->cluster ? "SPUBLISH" : "PUBLISH";
 	if (via->cluster) {
 		st = open_cluster(c, uri, via, fair, err);

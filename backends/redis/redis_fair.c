@@ -180,7 +180,9 @@ static void enqueue_args(const struct redis_client *c, struct redis_lock *lk, co
 	dlock_redis_arg_key(a, c, lk, "grant:", lk->owner);
 	dlock_redis_arg(a, then_blpop ? "1" : "0");
 	dlock_redis_arg(a, fw->claim);
-	dlock_redis_argn(a, c->record, c->recordlen);
+	size_t reclen = 0;
+	const char *rec = dlock_redis_record_of(c, lk, &reclen);
+	dlock_redis_argn(a, rec, reclen);
 }
 
 /* The claim of a grant: the extend script, with the whole lease. */

@@ -6,9 +6,12 @@
  *
  * What the server keeps (redis_scripts.c): a mutex's or a writer's lock
  * key holds "OWNER TOKEN ACQUIRED_MS RECORD" (RECORD: the holder client's
- * dlock_host_owner(); TOKEN 0 and ACQUIRED_MS -1 after a plain SET NX, that
- * is without a token, and on RedLock), or only "OWNER" when an older
- * release wrote it; readers and permits have their records in
+ * dlock_host_owner(), a writer's ending in "&kind=rwlock": the key alone
+ * cannot tell a writer from a mutex, and the name is in use as the kind of
+ * its holder; TOKEN 0 and ACQUIRED_MS -1 after a plain SET NX, that is
+ * without a token, and on RedLock), or only "OWNER" when an older release
+ * wrote it (a writer of an older release shows as a mutex); readers and
+ * permits have their records in
  * PREFIX:{D}:holders.  Inspecting a name is one read-only script on the
  * server of the name's slot (KEYS: every key of the name, which share one
  * hash slot); on RedLock, the same script on every instance, the holder
@@ -191,6 +194,17 @@ static dlock_status add_key_holder(dlock_info *info, const redisReply *v, int64_
 	return dlock_info_holder(info, &h, rec, reclen);
 }
 
+/* 1 when the lock key's value `v` is a read-write lock's writer's: its record has REDIS_RWLOCK_FIELD (the
+ * record's fields are percent-encoded, so no other bytes of it can read so). */
+static int writer_of_rwlock(const redisReply *v)
+{
+	size_t n = strlen(REDIS_RWLOCK_FIELD);
+	for (size_t i = 0; i + n <= v->len; i++)
+		if (memcmp(v->str + i, REDIS_RWLOCK_FIELD, n) == 0 && (i + n == v->len || v->str[i + n] == '&'))
+			return 1;
+	return 0;
+}
+
 /* Describe the name from one inspect reply.  `name` NULL: a listing that does not know it. */
 static dlock_status describe(const struct redis_client *c, dlock_info *info, const char *name, size_t len,
                              const struct name_keys *nk, const redisReply *r)
@@ -199,10 +213,12 @@ static dlock_status describe(const struct redis_client *c, dlock_info *info, con
 	int64_t pttl = int_at(r, 1), queued = int_at(r, 3), pw = int_at(r, 4), n = int_at(r, 5);
 	int shared = v->len == strlen(SHARED_MARK) && memcmp(v->str, SHARED_MARK, v->len) == 0;
 	int sem = v->len == strlen(SEMAPHORE_MARK) && memcmp(v->str, SEMAPHORE_MARK, v->len) == 0;
-	dlock_lock_kind kind = shared ? DLOCK_KIND_RWLOCK : sem ? DLOCK_KIND_SEMAPHORE : DLOCK_KIND_MUTEX;
-	/* Waiters the server sees: a semaphore's (any mode), the queue's (fair=1); readers' and writers' wait in
-	 * their clients, and fair=0's too. */
-	int64_t waiters = sem || (v->len == 0 && pw > 0) ? pw : c->fair && !shared ? queued : -1;
+	dlock_lock_kind kind = shared || writer_of_rwlock(v) ? DLOCK_KIND_RWLOCK
+	                       : sem                          ? DLOCK_KIND_SEMAPHORE
+	                                                      : DLOCK_KIND_MUTEX;
+	/* Waiters the server sees: a semaphore's (any mode), the queue's (fair=1, a mutex's); readers' and
+	 * writers' wait in their clients, and fair=0's too. */
+	int64_t waiters = sem || (v->len == 0 && pw > 0) ? pw : c->fair && kind == DLOCK_KIND_MUTEX ? queued : -1;
 	uint32_t permits = sem ? (n > 0 && n <= UINT32_MAX ? (uint32_t)n : 0) : 1;
 	dlock_status st = dlock_info_lock(info, name, len, nk->block /* its first name: PREFIX:{D}:lock */, kind, permits, waiters);
 	if (st != DLOCK_OK || v->len == 0)

@@ -39,7 +39,9 @@ dlock_status dlock_redis_set_nx(const struct redis_client *c, struct redis_lock 
 	dlock_status st = dlock_redis_new_owner(lk, err);
 	if (st != DLOCK_OK)
 		return st;
-	int n = snprintf(value, REDIS_VALUE_MAX, "%s 0 -1 %.*s", lk->owner, (int)c->recordlen, c->record);
+	size_t reclen = 0;
+	const char *rec = dlock_redis_record_of(c, lk, &reclen);
+	int n = snprintf(value, REDIS_VALUE_MAX, "%s 0 -1 %.*s", lk->owner, (int)reclen, rec);
 	*a = (struct redis_args){ 0 };
 	dlock_redis_arg(a, "SET");
 	dlock_redis_arg_key(a, c, lk, "lock", NULL);
@@ -48,6 +50,13 @@ dlock_status dlock_redis_set_nx(const struct redis_client *c, struct redis_lock 
 	dlock_redis_arg(a, "PX");
 	dlock_redis_argi(a, lease, lease_ms);
 	return DLOCK_OK;
+}
+
+const char *dlock_redis_record_of(const struct redis_client *c, const struct redis_lock *lk, size_t *len)
+{
+	int rw = lk->kind == DLOCK_KIND_RWLOCK;
+	*len = rw ? c->rw_recordlen : c->recordlen;
+	return rw ? c->rw_record : c->record;
 }
 
 int dlock_redis_owns(const char *v, size_t len, const char *owner)
@@ -265,6 +274,8 @@ static enum redis_script_id acquire_args(const struct redis_client *c, struct re
                                          int wants_token, char lease[24], char fence_ttl[24], struct redis_args *a,
                                          int *nkeys)
 {
+	size_t reclen = 0;
+	const char *rec = dlock_redis_record_of(c, lk, &reclen);
 	dlock_redis_arg_key(a, c, lk, "lock", NULL);
 	if (lk->shared) {
 		dlock_redis_arg_key(a, c, lk, "readers", NULL);
@@ -273,7 +284,7 @@ static enum redis_script_id acquire_args(const struct redis_client *c, struct re
 		dlock_redis_arg(a, lk->owner);
 		dlock_redis_argi(a, lease, lease_ms);
 		dlock_redis_arg(a, wants_token ? "1" : "0");
-		dlock_redis_argn(a, c->record, c->recordlen);
+		dlock_redis_argn(a, rec, reclen);
 		*nkeys = 4;
 		return REDIS_SCRIPT_READ_ACQUIRE;
 	}
@@ -281,7 +292,7 @@ static enum redis_script_id acquire_args(const struct redis_client *c, struct re
 	dlock_redis_arg(a, lk->owner);
 	dlock_redis_argi(a, lease, lease_ms);
 	dlock_redis_argi(a, fence_ttl, dlock_redis_fence_ttl_ms(lease_ms));
-	dlock_redis_argn(a, c->record, c->recordlen);
+	dlock_redis_argn(a, rec, reclen);
 	*nkeys = 2;
 	return REDIS_SCRIPT_ACQUIRE;
 }

@@ -38,8 +38,9 @@
  * `waits`, so that waiters never take the connections releases need.
  *
  * Keys of a lock: PREFIX:{D}:lock ("OWNER TOKEN ACQUIRED_MS RECORD": the
- * owner value, then what inspection shows of the holder (redis_scripts.c),
- * or the owner value alone as the previous release wrote it; TTL = lease; "shared" while
+ * owner value, then what inspection shows of the holder (redis_scripts.c;
+ * a writer's RECORD ends in REDIS_RWLOCK_FIELD), or the owner value alone
+ * as the previous release wrote it; TTL = lease; "shared" while
  * readers of a read-write lock hold it, "semaphore" while permits of a
  * semaphore do), PREFIX:{D}:fence (fencing counter),
  * PREFIX:{D}:readers (a read-write lock's readers, see redis_scripts.c),
@@ -79,6 +80,9 @@
 _Static_assert(REDIS_LOCK_NAMES_MAX * REDIS_KEY_MAX <= REDIS_ARGS_BYTES, "a command's key names fit its arguments");
 /* A lock key's value: "OWNER TOKEN ACQUIRED_MS RECORD" (redis_scripts.c), at most this long. */
 #define REDIS_VALUE_MAX (REDIS_OWNER_HEX + 48 + DLOCK_OWNER_MAX)
+/* Appended to the owner record of a read-write lock's holds: a writer's key says which kind it is (inspection
+ * tells it from a mutex's by that); a field the core's record parser skips. */
+#define REDIS_RWLOCK_FIELD "&kind=rwlock"
 
 /* ------------------------------------------------------------ client, lock */
 
@@ -106,6 +110,8 @@ struct redis_client {
 	int64_t replicas_timeout_ms; /* replicas_timeout: WAIT's bound */
 	const char *record;       /* the client's owner record (dlock_host_owner), stored beside each hold */
 	size_t recordlen;
+	char rw_record[DLOCK_OWNER_MAX + sizeof REDIS_RWLOCK_FIELD]; /* the record of a read-write lock's holds */
+	size_t rw_recordlen;
 	pthread_mutex_t elect_mu; /* guards elect_watches (redis_elect.c) */
 	struct redis_elect_watch *elect_watches; /* the observers' watches of this client */
 };
@@ -223,6 +229,9 @@ dlock_status dlock_redis_set_nx(const struct redis_client *c, struct redis_lock 
 /** 1 when a lock key's value `v` (`len` bytes) is `owner`'s: the value itself (an older release's) or its
  *  first word. */
 int dlock_redis_owns(const char *v, size_t len, const char *owner);
+/** The owner record stored beside a hold of `lk` (*len its length): the client's, or for a read-write lock its
+ *  rw_record, so that inspection names a writer's kind. */
+const char *dlock_redis_record_of(const struct redis_client *c, const struct redis_lock *lk, size_t *len);
 /** The fencing counter's expiry for acquisitions of `lease_ms`: far longer than any lease. */
 int64_t dlock_redis_fence_ttl_ms(int64_t lease_ms);
 /** Run script `id` (one retry when the connection failed after sending).  Error replies become statuses.
