@@ -11,8 +11,9 @@
 # tokens), OUTDIR/table-kinds.txt (a semaphore and a read-mostly read-write
 # lock), OUTDIR/table-scale.txt (many waiters on one name, and many locks
 # held by one client, with the servers' CPU time), OUTDIR/table-failover.txt
-# (the faults scenario with a failover), and OUTDIR/*.png, OUTDIR/scale/*.png
-# and OUTDIR/failover/*.png with the data and gnuplot scripts behind them.
+# (the faults scenario with a failover, and on RedLock), and OUTDIR/*.png,
+# OUTDIR/scale/*.png and OUTDIR/failover/*.png with the data and gnuplot
+# scripts behind them.
 # Environment:
 #   DLOCK_BENCH_DURATION   length of each measured phase (default 2s)
 #   DLOCK_BENCH_BUILD      build directory to use (default build/plain, built here)
@@ -128,9 +129,10 @@ echo "== dlock-bench: scale (8, 32, 64 waiters) and held (1000 locks), with the 
 # promoted, on a pair of its own per mode (a failover leaves no standby
 # behind; the URI lists both hosts, target_session_attrs=read-write); on the
 # ZooKeeper ensemble the leader killed (two of three go on), started again
-# afterwards.  The charts go to a folder of their own: a second run's would
-# replace the first's.
-echo "== dlock-bench: faults with a failover"
+# afterwards.  RedLock's rows (below) are here too: a URI of several servers
+# like the others of this run.  The charts go to a folder of their own: a
+# second run's would replace the first's.
+echo "== dlock-bench: faults with a failover, and on RedLock"
 new_pg_pair() {
 	local got
 	got=$($DLOCK_TEST_PG_CTL pair-new) || return 1
@@ -151,6 +153,18 @@ cluster_failover="bash $PWD/ci/servers/redis/cluster-failover.sh $DLOCK_TEST_RED
 # stopped proxy, the master killed), without and with replicas=1.
 sentinel_uri="redis+sentinel://:$DLOCK_TEST_SENTINEL_DATA_PASSWORD@127.0.0.1:${DLOCK_TEST_SENTINEL_PORTS// /,127.0.0.1:}/$DLOCK_TEST_SENTINEL_MASTER?sentinel_password=$DLOCK_TEST_SENTINEL_PASSWORD"
 stale_failover="bash $PWD/ci/servers/redis/stale-failover.sh $DLOCK_TEST_REDIS_DIR $DLOCK_TEST_SENTINEL_MASTER 2500"
+# RedLock over three independent servers (no fencing token, no failover, no
+# cut: one raw connection does not reach three servers): the pause, then a
+# restart of one of the three (the holder's key stays on the other two, a
+# majority) and, in a row of its own, of two (a majority forgets the key, as
+# one Redis does when it restarts without persistence).
+read -r redlock_1 redlock_2 _ <<<"$DLOCK_TEST_REDLOCK_PORTS"
+redlock_ctl() { # VERB PORT...: the command that runs VERB on each PORT
+	local verb=$1 line="" port
+	shift
+	for port; do line+="${line:+ && }$DLOCK_TEST_REDIS_CTL $verb $port"; done
+	printf '%s' "$line"
+}
 "$bench" --uri "$pg_adv_uri" --failover "$DLOCK_TEST_PG_CTL pair-failover $pg_adv_dir" \
 	--uri "$pg_row_uri" --failover "$DLOCK_TEST_PG_CTL pair-failover $pg_row_dir" \
 	--uri "$DLOCK_TEST_ZK_ENSEMBLE_URI?session_timeout=2s" --failover "$DLOCK_TEST_ZK_CTL kill-leader" \
@@ -159,6 +173,10 @@ stale_failover="bash $PWD/ci/servers/redis/stale-failover.sh $DLOCK_TEST_REDIS_D
 	--uri "$sentinel_uri&replicas=1&replicas_timeout=200ms" --failover "$stale_failover" \
 	--uri "$DLOCK_TEST_CLUSTER_URI" --failover "$cluster_failover planned" \
 	--uri "$DLOCK_TEST_CLUSTER_URI" --failover "$cluster_failover crash" \
+	--uri "$DLOCK_TEST_REDLOCK_URI" --server-stop "$(redlock_ctl stop "$redlock_1")" \
+	--server-start "$(redlock_ctl start "$redlock_1")" \
+	--uri "$DLOCK_TEST_REDLOCK_URI" --server-stop "$(redlock_ctl stop "$redlock_1" "$redlock_2")" \
+	--server-start "$(redlock_ctl start "$redlock_1" "$redlock_2")" \
 	--scenario faults --lease 2s --json --table "$out/table-failover.txt" --plot "$out/failover" \
 	>>"$out/results.jsonl"
 $DLOCK_TEST_PG_CTL pair-drop "$pg_adv_dir"

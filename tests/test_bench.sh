@@ -7,8 +7,9 @@
 # on file:// (the servers' columns unknown without --server-pids, measured
 # with it) and, when DLOCK_TEST_REDIS_URI is set, a short scale run on Redis;
 # then the semaphore and read-mostly scenarios on mem:// and file:// (never
-# more holders than permits, never a writer beside anyone), and a "not
-# supported" row for RedLock, which has neither kind.
+# more holders than permits, never a writer beside anyone), a "not
+# supported" row for RedLock, which has neither kind, and the faults
+# scenario's pause on RedLock (about 4 s).
 #
 #   test_bench.sh /path/to/dlock-bench
 set -u
@@ -233,13 +234,24 @@ fi
 if [ -n "${DLOCK_TEST_REDLOCK_URI:-}" ]; then
 	if "$bench" --uri "$DLOCK_TEST_REDLOCK_URI" --scenario semaphore --scenario read-mostly --clients 2 \
 		--duration 300ms --table "$tmp/redlock.txt" >/dev/null 2>"$tmp/err"; then
-		[ "$(grep -c 'not supported: DLOCK_FEATURE_' "$tmp/redlock.txt")" -eq 2 ] ||
-			fail "RedLock: no two 'not supported' rows: $(cat "$tmp/redlock.txt")"
+		[ "$(grep -c '^redlock .*not supported: DLOCK_FEATURE_' "$tmp/redlock.txt")" -eq 2 ] ||
+			fail "RedLock: no two 'not supported' rows labelled redlock: $(cat "$tmp/redlock.txt")"
 	else
 		fail "dlock-bench on RedLock failed instead of saying 'not supported': $(cat "$tmp/err")"
 	fi
+	# The faults scenario on RedLock (ci/bench.sh runs it): only the pause here, which
+	# stops a worker, never a server; no cut (no raw client of three servers); its
+	# writes carry no token, so the store refuses none.
+	if "$bench" --uri "$DLOCK_TEST_REDLOCK_URI" --scenario faults --lease 200ms --fault-clients 2 --json \
+		>"$tmp/redlock-faults.jsonl" 2>"$tmp/err"; then
+		check_lines "$tmp/redlock-faults.jsonl" 1 "faults on RedLock"
+		grep -Eq '"backend":"redlock",.*"ops":[1-9][0-9]*,.*"stale_writes_rejected":0,.*"faults":\[\{"fault":"pause",[^]]*\}\]' \
+			"$tmp/redlock-faults.jsonl" || fail "faults on RedLock: not one pause and nothing else, or a write refused: $(cat "$tmp/redlock-faults.jsonl")"
+	else
+		fail "dlock-bench --scenario faults on RedLock exited with an error: $(cat "$tmp/err")"
+	fi
 else
-	echo "skip - 'not supported' rows on RedLock (DLOCK_TEST_REDLOCK_URI unset)"
+	echo "skip - RedLock's 'not supported' rows and faults (DLOCK_TEST_REDLOCK_URI unset)"
 fi
 
 if [ "$failed" -eq 0 ]; then

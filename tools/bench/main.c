@@ -11,15 +11,33 @@
 
 #include "bench.h"
 
+/* RedLock: several hosts after redis:// or rediss:// (a scheme without a topology), past any user:password@. */
+static int is_redlock(const char *uri, const char *backend)
+{
+	size_t n = strcspn(uri, ":");
+	if (strcmp(backend, "redis") != 0 || memchr(uri, '+', n) || strncmp(uri + n, "://", 3) != 0)
+		return 0;
+	const char *a = uri + n + 3;
+	size_t len = strcspn(a, "/?#");
+	for (const char *at; (at = memchr(a, '@', len)) != NULL; a = at + 1)
+		len -= (size_t)(at + 1 - a);
+	return memchr(a, ',', len) != NULL;
+}
+
 /*
  * The backend's name, or the URI's scheme where it names a topology or TLS
  * on the same backend: "rediss", "redis-sentinel", "redis-cluster" ('+'
- * becomes '-'), so that a table tells a cluster from a single server.
+ * becomes '-'), so that a table tells a cluster from a single server; and
+ * "redlock" ("rediss-redlock") for Redis over several independent servers.
  */
 static void backend_kind(const char *uri, const char *backend, char *out, size_t len)
 {
 	size_t n = strcspn(uri, ":"), b = strlen(backend);
 	int topology = memchr(uri, '+', n) != NULL, tls = n == b + 1 && uri[b] == 's';
+	if (is_redlock(uri, backend)) {
+		snprintf(out, len, "%s", tls ? "rediss-redlock" : "redlock");
+		return;
+	}
 	if (n <= b || n >= len || strncmp(uri, backend, b) != 0 || !(topology || tls)) {
 		snprintf(out, len, "%s", backend);
 		return;

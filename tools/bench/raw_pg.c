@@ -246,12 +246,16 @@ static int pconn_ping(void *p)
 	return run(p, "SELECT 1", PGRES_TUPLES_OK);
 }
 
-/* Only the holders: sessions of dlock that hold an advisory lock or sit in a transaction (row mode). */
+/*
+ * Only the holders: sessions of dlock that hold an advisory lock or sit in a transaction (row mode).
+ * dlock names its sessions "dlock:PID:OWNER" (pg_owner.c), or "dlock" when it has no owner to show.
+ */
 static int pconn_cut(void *p, char *msg, size_t msglen)
 {
 	struct pconn *c = p;
 	PGresult *r = PQexec(c->pg, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-	                            "WHERE application_name = 'dlock' AND pid <> pg_backend_pid() "
+	                            "WHERE (application_name = 'dlock' OR application_name LIKE 'dlock:%') "
+	                            "AND pid <> pg_backend_pid() "
 	                            "AND (state LIKE 'idle in transaction%' OR pid IN "
 	                            "(SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted))");
 	int ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
