@@ -91,24 +91,6 @@ static dlock_status proclaim_held(struct dlock_election *e, const char *value, s
 	return DLOCK_OK;
 }
 
-/* The caller's options, of whichever version, as current ones. */
-static dlock_status copy_options(struct dlock_client *c, const dlock_acquire_options *opts,
-                                 dlock_acquire_options *o)
-{
-	static const size_t size_of[] = { 0, offsetof(dlock_acquire_options, fencing),
-		                           offsetof(dlock_acquire_options, mode),
-		                           offsetof(dlock_acquire_options, min_hold_ms), sizeof(dlock_acquire_options) };
-	dlock_acquire_options init = DLOCK_ACQUIRE_OPTIONS_INIT;
-	*o = init;
-	if (!opts)
-		return DLOCK_OK;
-	if (opts->version < 1 || opts->version > DLOCK_ACQUIRE_OPTIONS_VERSION)
-		return dlock_client_fail(c, DLOCK_EVERSION, "dlock_campaign: options version not known to this library");
-	memcpy(o, opts, size_of[opts->version]);
-	o->version = DLOCK_ACQUIRE_OPTIONS_VERSION;
-	return DLOCK_OK;
-}
-
 dlock_status dlock_campaign(dlock_election *e, const char *value, const dlock_acquire_options *opts, uint64_t *term)
 {
 	if (term)
@@ -119,15 +101,17 @@ dlock_status dlock_campaign(dlock_election *e, const char *value, const dlock_ac
 	size_t len;
 	dlock_acquire_options o;
 	dlock_status st = check_value(c, value, &len);
-	if (st == DLOCK_OK)
-		st = copy_options(c, opts, &o);
 	if (st != DLOCK_OK)
 		return st;
-	if (o.fencing == 0 || o.mode != DLOCK_MODE_EXCLUSIVE)
+	const char *bad = "";
+	st = dlock_options_read(opts, &o, &bad); /* of whichever version, as current ones */
+	if (st != DLOCK_OK)
+		return dlock_client_fail(c, st, bad);
+	if (o.fence == DLOCK_OFF || o.mode != DLOCK_MODE_EXCLUSIVE)
 		return dlock_client_fail(c, DLOCK_EINVAL,
 		                        "dlock_campaign: a term is the acquisition's fencing token: fencing must be on, "
 		                        "and the mode exclusive");
-	o.fencing = 1;
+	o.fence = DLOCK_ON;
 	st = dlock_acquire(e->lock, &o);
 	if (st != DLOCK_OK)
 		return st;

@@ -1,6 +1,6 @@
 /*
  * Hold bounds, after ShedLock's "lock at least for" and "lock at most for"
- * (dlock_acquire_options::min_hold_ms, max_hold_ms; URI min_hold, max_hold).
+ * (dlock_acquire_options::min_hold, max_hold; URI min_hold, max_hold).
  *
  * Maximum: the watch timetable keys a held handle on the earlier of its
  * lease's validity and its max_at; the watch thread then declares the loss

@@ -285,6 +285,11 @@ const char *dlock_lock_lost_text(const struct dlock_lock *l);
 /** Lease accounting after a request sent at `sent_ns` succeeded.  c->mu held. */
 void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lease_ns);
 
+/* options.c: `in` (NULL: the defaults), of any version, as current options in *out: renewal and fence
+ * DLOCK_DEFAULT, DLOCK_ON or DLOCK_OFF, hold bounds 0, DLOCK_HOLD_NONE or >0.  DLOCK_EVERSION or
+ * DLOCK_EINVAL with a static message in *why. */
+dlock_status dlock_options_read(const dlock_acquire_options *in, dlock_acquire_options *out, const char **why);
+
 /* hold.c: minimum and maximum hold.  c->mu held throughout (dropped where said). */
 /** Set the bounds of the acquisition that `l` just made (held_since now). */
 void dlock_hold_begin(struct dlock_lock *l, int64_t min_hold_ms, int64_t max_hold_ms);

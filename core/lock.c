@@ -460,18 +460,23 @@ struct acquire_params {
 	int64_t min_hold_ms, max_hold_ms; /* 0: none */
 };
 
-/* The acquisition's parameters from `o` and the URI; on failure *why says what is wrong. */
-static dlock_status resolve_params(const struct dlock_lock *l, const dlock_acquire_options *o,
+/* A hold bound of the options (0: the URI's, DLOCK_HOLD_NONE: none) in ms, 0 for none. */
+static int64_t hold_ms(int64_t opt, int64_t uri_ms)
+{
+	return opt == 0 ? uri_ms : opt == DLOCK_HOLD_NONE ? 0 : opt;
+}
+
+/* The acquisition's parameters from `opts` (of any version: dlock_options_read()) and the URI; on
+ * failure *why says what is wrong. */
+static dlock_status resolve_params(const struct dlock_lock *l, const dlock_acquire_options *opts,
                                    struct acquire_params *p, const char **why)
 {
 	const dlock_uri *u = l->client->uri;
-	/* Version 1 is version 2 without `fencing`; version 2 is version 3 without `mode`.  Fields past
-	 * the caller's version are never read: its struct ends before them. */
-	if (o && (o->version < 1 || o->version > DLOCK_ACQUIRE_OPTIONS_VERSION)) {
-		*why = "dlock_acquire: options version not known to this library (1 to 4)";
-		return DLOCK_EVERSION;
-	}
-	p->mode = (o && o->version >= 3) ? o->mode : DLOCK_MODE_EXCLUSIVE;
+	dlock_acquire_options o;
+	dlock_status st = dlock_options_read(opts, &o, why);
+	if (st != DLOCK_OK)
+		return st;
+	p->mode = o.mode;
 	if (p->mode != DLOCK_MODE_EXCLUSIVE && p->mode != DLOCK_MODE_SHARED) {
 		*why = "dlock_acquire: mode out of range";
 		return DLOCK_EINVAL;
@@ -483,10 +488,10 @@ static dlock_status resolve_params(const struct dlock_lock *l, const dlock_acqui
 		return DLOCK_EINVAL;
 	}
 	*why = "dlock_acquire: bad options (wait_ms or lease_ms out of range)";
-	p->wait_ms = (!o || o->wait_ms == DLOCK_WAIT_DEFAULT) ? u->wait_ms : o->wait_ms;
-	p->lease_ms = (!o || o->lease_ms == 0) ? u->ttl_ms : o->lease_ms;
-	p->renew = (!o || o->renew < 0) ? u->renew : o->renew != 0;
-	p->fencing = (!o || o->version < 2 || o->fencing < 0) ? u->fencing : o->fencing != 0;
+	p->wait_ms = o.wait_ms == DLOCK_WAIT_DEFAULT ? u->wait_ms : o.wait_ms;
+	p->lease_ms = o.lease_ms == 0 ? u->ttl_ms : o.lease_ms;
+	p->renew = o.renewal == DLOCK_DEFAULT ? u->renew : o.renewal == DLOCK_ON;
+	p->fencing = o.fence == DLOCK_DEFAULT ? u->fencing : o.fence == DLOCK_ON;
 	/* A backend whose readers get no token (DLOCK_FEATURE_READ_FENCING NONE) is never asked for one:
 	 * the driver spares the work, and dlock_lock_fencing_token() says why there is none.  The kinds
 	 * never change once the client is handed out. */
@@ -494,19 +499,18 @@ static dlock_status resolve_params(const struct dlock_lock *l, const dlock_acqui
 		p->fencing = 0;
 	if (l->kind == DLOCK_KIND_SEMAPHORE && l->client->kinds[DLOCK_KIND_SEMAPHORE].read_fencing == DLOCK_FENCING_NONE)
 		p->fencing = 0;
-	p->on_lost = o ? o->on_lost : NULL;
-	p->lost_userdata = o ? o->lost_userdata : NULL;
-	p->min_hold_ms = (!o || o->version < 4 || o->min_hold_ms == -1) ? u->min_hold_ms : o->min_hold_ms;
-	p->max_hold_ms = (!o || o->version < 4 || o->max_hold_ms == -1) ? u->max_hold_ms : o->max_hold_ms;
+	p->on_lost = o.on_lost;
+	p->lost_userdata = o.lost_userdata;
+	p->min_hold_ms = hold_ms(o.min_hold, u->min_hold_ms);
+	p->max_hold_ms = hold_ms(o.max_hold, u->max_hold_ms);
 	if (p->wait_ms < DLOCK_WAIT_FOREVER || p->lease_ms < 0 || p->lease_ms > INT64_MAX / NS_PER_MS / 2)
 		return DLOCK_EINVAL;
-	if (p->min_hold_ms < 0 || p->max_hold_ms < 0 || p->min_hold_ms > INT64_MAX / NS_PER_MS / 2 ||
-	    p->max_hold_ms > INT64_MAX / NS_PER_MS / 2) {
-		*why = "dlock_acquire: min_hold_ms and max_hold_ms are -1 (the URI's), 0 (none) or a duration";
+	if (p->min_hold_ms > INT64_MAX / NS_PER_MS / 2 || p->max_hold_ms > INT64_MAX / NS_PER_MS / 2) {
+		*why = "dlock_acquire: min_hold or max_hold is too long";
 		return DLOCK_EINVAL;
 	}
 	if (p->max_hold_ms > 0 && p->max_hold_ms < p->min_hold_ms) {
-		*why = "dlock_acquire: max_hold_ms is less than min_hold_ms";
+		*why = "dlock_acquire: max_hold is less than min_hold";
 		return DLOCK_EINVAL;
 	}
 	/* A lease never outlives the maximum hold: the server lets it go at the bound by itself. */

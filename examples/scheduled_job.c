@@ -12,7 +12,7 @@
  * A short job needs a minimum hold: if it finishes in 200 ms on host A, host
  * B, whose clock or cron is a second late, would find the lock free and run
  * it again.  So the lock is held for AT_LEAST seconds (default 2) after it
- * was taken, even when the job is done sooner (min_hold_ms, after
+ * was taken, even when the job is done sooner (min_hold, after
  * ShedLock's "lock at least for").  On a TTL backend (Redis) the lease
  * then ends at the bound by itself; on a session backend (ZooKeeper,
  * PostgreSQL, file://) the lock goes with the process, so the program
@@ -113,7 +113,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	opts.wait_ms = 0; /* try once */
-	opts.min_hold_ms = (int64_t)at_least * 1000;
+	opts.min_hold = at_least > 0 ? (int64_t)at_least * 1000 : DLOCK_HOLD_NONE; /* 0 would be the URI's */
 	acquired_at = now_ms();
 	st = dlock_acquire(lock, &opts);
 	if (st == DLOCK_EBUSY) {
@@ -142,7 +142,7 @@ int main(int argc, char **argv)
 	printf("nightly-report done\n");
 	fflush(stdout);
 	if (dlock_client_capabilities(client, &caps) == DLOCK_OK && caps.lease == DLOCK_LEASE_SESSION)
-		stay_until(acquired_at + opts.min_hold_ms);
+		stay_until(acquired_at + (int64_t)at_least * 1000);
 	rc = 0;
 out:
 	dlock_lock_free(lock);

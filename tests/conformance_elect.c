@@ -95,7 +95,7 @@ static dlock_status campaign(dlock_election *e, const char *value, int64_t wait_
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 	o.wait_ms = wait_ms;
 	o.lease_ms = lease_ms;
-	o.renew = renew;
+	o.renewal = dlock_test_switch(renew);
 	o.on_lost = lost ? dlock_test_on_lost : NULL;
 	o.lost_userdata = lost;
 	return dlock_campaign(e, value, &o, term);
@@ -386,7 +386,7 @@ static void test_elect_basics(void)
 	/* A term is a fencing token: a campaign without one is refused. */
 	dlock_acquire_options unfenced = DLOCK_ACQUIRE_OPTIONS_INIT;
 	unfenced.wait_ms = 0;
-	unfenced.fencing = 0;
+	unfenced.fence = DLOCK_OFF;
 	CONF_ASSERT_ST(dlock_campaign(eb, "x", &unfenced, NULL), DLOCK_EINVAL);
 	assert_no_leader(ea);
 

@@ -423,7 +423,7 @@ static dlock_status acquire_fencing(dlock_lock *lock, int64_t wait_ms, int fenci
 {
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 	o.wait_ms = wait_ms;
-	o.fencing = fencing;
+	o.fence = dlock_test_switch(fencing);
 	return dlock_acquire(lock, &o);
 }
 

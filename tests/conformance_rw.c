@@ -331,7 +331,7 @@ static void test_rw_lost_reader(void)
 	o.wait_ms = 0;
 	o.mode = DLOCK_MODE_SHARED;
 	o.lease_ms = RW_SHORT_LEASE_MS;
-	o.renew = 0;
+	o.renewal = DLOCK_OFF;
 	o.on_lost = lost_cb;
 	o.lost_userdata = &lost;
 	CONF_ASSERT_ST(dlock_acquire(r, &o), DLOCK_OK);

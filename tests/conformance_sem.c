@@ -448,7 +448,7 @@ static void test_sem_lost_permit(void)
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 	o.wait_ms = 0;
 	o.lease_ms = SEM_SHORT_LEASE_MS;
-	o.renew = 0;
+	o.renewal = DLOCK_OFF;
 	o.on_lost = lost_cb;
 	o.lost_userdata = &lost;
 	CONF_ASSERT_ST(dlock_acquire(p, &o), DLOCK_OK);

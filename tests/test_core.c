@@ -341,7 +341,7 @@ static dlock_acquire_options opts_lease(int64_t lease_ms, int renew, struct lost
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 	o.wait_ms = 0;
 	o.lease_ms = lease_ms;
-	o.renew = renew;
+	o.renewal = dlock_test_switch(renew);
 	o.on_lost = log ? on_lost : NULL;
 	o.lost_userdata = log;
 	return o;

@@ -31,7 +31,7 @@ static dlock_status acquire_opts(dlock_lock *l, dlock_lock_mode mode, int fencin
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 	o.wait_ms = 0;
 	o.mode = mode;
-	o.fencing = fencing;
+	o.fence = dlock_test_switch(fencing);
 	return dlock_acquire(l, &o);
 }
 

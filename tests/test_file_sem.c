@@ -99,7 +99,7 @@ static void test_features(void)
 
 	/* Without a token: a slot all the same, and no write to the file. */
 	o.mode = DLOCK_MODE_EXCLUSIVE;
-	o.fencing = 0;
+	o.fence = DLOCK_OFF;
 	uint64_t t = 0;
 	CU_ASSERT_EQUAL_FATAL(dlock_acquire(l, &o), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &t), DLOCK_ENOTSUP);

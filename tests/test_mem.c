@@ -417,13 +417,13 @@ static void test_options_versions(void)
 	dlock_acquire_options v1 = DLOCK_ACQUIRE_OPTIONS_INIT;
 	v1.version = 1;
 	v1.wait_ms = 0;
-	v1.fencing = 1; /* not part of version 1: never read */
+	v1.fence = DLOCK_ON; /* not part of version 1: never read */
 	CU_ASSERT_EQUAL(dlock_acquire(l, &v1), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &token), DLOCK_ENOTSUP); /* the URI's fencing=off */
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 	o.wait_ms = 0;
-	o.fencing = 1;
+	o.fence = DLOCK_ON;
 	CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &token), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);

@@ -114,7 +114,7 @@ static dlock_status acquire(dlock_lock *l, int64_t wait_ms, int fencing)
 {
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 	o.wait_ms = wait_ms;
-	o.fencing = fencing;
+	o.fence = dlock_test_switch(fencing);
 	return dlock_acquire(l, &o);
 }
 

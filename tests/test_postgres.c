@@ -362,7 +362,7 @@ static void test_first_token_own_session(void)
 		CU_ASSERT_EQUAL(backends_of(mon, app), 1);
 		dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 		o.wait_ms = 0;
-		o.fencing = 1;
+		o.fence = DLOCK_ON;
 		if (expect(dlock_acquire(b, &o), DLOCK_OK)) {
 			CU_ASSERT(dlock_test_token(b) > 0);
 			CU_ASSERT_EQUAL(backends_of(mon, app), 2);

@@ -210,7 +210,7 @@ static dlock_status rw_acquire(dlock_lock *l, dlock_lock_mode mode, int64_t leas
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 	o.wait_ms = 0;
 	o.lease_ms = lease_ms;
-	o.renew = renew;
+	o.renewal = dlock_test_switch(renew);
 	o.mode = mode;
 	return dlock_acquire(l, &o);
 }

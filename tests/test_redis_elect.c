@@ -61,7 +61,7 @@ static dlock_status campaign_now(struct campaign *cp)
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 	o.wait_ms = 20000;
 	o.lease_ms = cp->lease_ms;
-	o.renew = cp->renew;
+	o.renewal = dlock_test_switch(cp->renew);
 	o.on_lost = dlock_test_on_lost;
 	o.lost_userdata = &cp->lost;
 	cp->st = dlock_campaign(cp->e, cp->value, &o, &cp->term);
@@ -361,7 +361,7 @@ static void test_old_format(void)
 	}
 	/* A holder the previous release wrote (the owner alone) is not ours to proclaim over. */
 	CU_ASSERT_EQUAL(dlock_campaign(e, "mine", &(dlock_acquire_options){ .version = DLOCK_ACQUIRE_OPTIONS_VERSION,
-	                                                                  .wait_ms = 0, .fencing = 1, .renew = -1 },
+	                                                                  .wait_ms = 0 },
 	                               NULL),
 	                DLOCK_EBUSY);
 	redisReply *r = redisCommand(ctx, "DEL %s", key);

@@ -137,7 +137,7 @@ static void mutex_on(const char *base)
 	if (!is_redlock(base)) {
 		dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 		o.wait_ms = 0;
-		o.fencing = 0;
+		o.fence = DLOCK_OFF;
 		CU_ASSERT_EQUAL_FATAL(dlock_acquire(l, &o), DLOCK_OK);
 		info = inspect_n(b, "job", 1);
 		if (info) {

@@ -106,7 +106,7 @@ static void test_confirmed(void)
 		long long before = wait_calls();
 		dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 		o.wait_ms = 0;
-		o.fencing = fencing;
+		o.fence = dlock_test_switch(fencing);
 		CU_ASSERT_EQUAL_FATAL(dlock_acquire(l, &o), DLOCK_OK);
 		value_at(replica_port, key, on_replica, sizeof on_replica);
 		CU_ASSERT(on_replica[0] != '\0'); /* WAIT returned: the replica has it */

@@ -59,7 +59,7 @@ static dlock_status rw_acquire(dlock_lock *l, dlock_lock_mode mode, int64_t wait
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 	o.wait_ms = wait_ms;
 	o.lease_ms = lease_ms;
-	o.renew = renew;
+	o.renewal = dlock_test_switch(renew);
 	o.mode = mode;
 	return dlock_acquire(l, &o);
 }
@@ -308,7 +308,7 @@ static void test_readers_renewed(void)
 			dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 			o.wait_ms = 0;
 			o.lease_ms = RENEW_LEASE_MS;
-			o.renew = 1;
+			o.renewal = DLOCK_ON;
 			o.mode = READ;
 			o.on_lost = dlock_test_on_lost;
 			o.lost_userdata = &lost;

@@ -845,6 +845,12 @@ int cli_open_client(const char *uri_opt, const char *identity, int quiet, dlock_
 	return 0;
 }
 
+/* --min-hold or --max-hold (-1: not given) as a bound of the acquire options: the URI's when not given. */
+static int64_t hold_option(int64_t ms)
+{
+	return ms < 0 ? 0 : ms == 0 ? DLOCK_HOLD_NONE : ms;
+}
+
 /* Open the client and acquire the lock: -1 when held, else the exit status. */
 static int acquire(struct session *s, struct cli_watch *watch)
 {
@@ -867,12 +873,12 @@ static int acquire(struct session *s, struct cli_watch *watch)
 	cli_watch_lock(watch, s->lock);
 	aopts.wait_ms = cli->wait_ms;
 	aopts.lease_ms = cli->ttl_ms;
-	aopts.renew = 1; /* COMMAND may outlive any lease */
+	aopts.renewal = DLOCK_ON; /* COMMAND may outlive any lease */
 	aopts.on_lost = cli_lost_callback;
 	aopts.lost_userdata = &s->lost;
 	aopts.mode = cli->shared ? DLOCK_MODE_SHARED : DLOCK_MODE_EXCLUSIVE;
-	aopts.min_hold_ms = cli->min_hold_ms;
-	aopts.max_hold_ms = cli->max_hold_ms;
+	aopts.min_hold = hold_option(cli->min_hold_ms);
+	aopts.max_hold = hold_option(cli->max_hold_ms);
 	if (s->election != NULL)
 		st = dlock_campaign(s->election, cli->value, &aopts, NULL); /* the term: command_env() */
 	else

@@ -24,6 +24,10 @@
  *   - The library writes nothing to stdout or stderr; messages go to the
  *     log callback of dlock_client_options.
  *   - Durations in this API are milliseconds.
+ *   - Options structs (dlock_client_options, dlock_acquire_options) start
+ *     with a version and have an ..._INIT macro.  A designated initializer
+ *     that names `version` and one field is safe too: zero never turns a
+ *     safeguard off, and each field's comment says what its zero means.
  *
  * Connections of a shared client, per backend:
  *   - redis://: a pool of up to 16 connections per server, plus one
@@ -150,16 +154,24 @@ typedef struct dlock_lock dlock_lock;
 /** Longest identity of a client (dlock_client_options::identity, URI `identity`), in bytes. */
 #define DLOCK_IDENTITY_MAX 128
 
-/** Options for dlock_client_open().  Initialise with DLOCK_CLIENT_OPTIONS_INIT. */
+/**
+ * Options for dlock_client_open().  Initialise with DLOCK_CLIENT_OPTIONS_INIT, or with a designated
+ * initializer that names `version`: what a field left out (zero) means is in its comment.  None of
+ * them is a safeguard: the lock's own safeguards are per acquisition (dlock_acquire_options) and
+ * in the URI.
+ */
 typedef struct dlock_client_options {
-	unsigned version;          /**< DLOCK_CLIENT_OPTIONS_VERSION */
+	unsigned version;          /**< DLOCK_CLIENT_OPTIONS_VERSION; 0 or a version this library does not know: DLOCK_EVERSION */
 	dlock_log_fn log;          /**< NULL: messages are dropped */
-	void *log_userdata;        /**< Passed to `log` as is. */
-	dlock_log_level log_level; /**< most verbose level passed to `log` */
+	void *log_userdata;        /**< Passed to `log` as is (NULL too). */
+	/** Most verbose level passed to `log`.  0 is DLOCK_LOG_ERROR: errors only, so warnings — a lock
+	 *  lost with no `on_lost` callback, a renewal late — are dropped; DLOCK_CLIENT_OPTIONS_INIT
+	 *  gives DLOCK_LOG_WARN.  It changes what is logged, never what the library does. */
+	dlock_log_level log_level;
 	/** Who this client is, as inspection shows its locks to others (dlock_inspect()): 1 to
-	 *  DLOCK_IDENTITY_MAX bytes, no control byte (else DLOCK_EINVAL).  NULL: the URI's `identity`,
-	 *  else "HOST:PID".  Stored on the server beside every lock the client holds, so it must not
-	 *  hold a secret.  (Version 2.) */
+	 *  DLOCK_IDENTITY_MAX bytes, no control byte (else DLOCK_EINVAL).  NULL (zero): the URI's
+	 *  `identity`, else "HOST:PID".  Stored on the server beside every lock the client holds, so it
+	 *  must not hold a secret.  (Version 2.) */
 	const char *identity;
 } dlock_client_options;
 
@@ -558,7 +570,7 @@ typedef enum dlock_lost_reason {
 	DLOCK_LOST_TAKEN = 1,     /**< the server says another owner has it / it is gone */
 	DLOCK_LOST_SESSION = 2,   /**< session or connection holding it ended */
 	DLOCK_LOST_CLOSED = 3,    /**< reserved: never passed by this version of dlock */
-	DLOCK_LOST_MAX_HOLD = 4   /**< held for its maximum (dlock_acquire_options::max_hold_ms): the core
+	DLOCK_LOST_MAX_HOLD = 4   /**< held for its maximum (dlock_acquire_options::max_hold): the core
 	                               released it */
 } dlock_lost_reason;
 
@@ -582,45 +594,87 @@ typedef enum dlock_lock_mode {
 } dlock_lock_mode;
 
 /**
- * Current value of dlock_acquire_options::version.  Versions 1 to 3 are
- * still accepted: version 1 has no `fencing` (-1), versions 1 and 2 no
- * `mode` (exclusive), and versions 1 to 3 no hold bounds (the URI's).
+ * A setting of one acquisition that is on or off (dlock_acquire_options::renewal and ::fence).
+ * Zero is the URI's setting, so that a field a designated initializer leaves out keeps what the
+ * URI says (on, unless the URI turns it off) and never turns a safeguard off.
  */
-#define DLOCK_ACQUIRE_OPTIONS_VERSION 4
+typedef enum dlock_switch {
+	DLOCK_DEFAULT = 0, /**< the URI's parameter (`renew`, `fencing`), on when the URI does not say */
+	DLOCK_ON = 1,      /**< on, whatever the URI says */
+	DLOCK_OFF = 2      /**< off, whatever the URI says */
+} dlock_switch;
 
-/** Options of one acquisition.  Initialise with DLOCK_ACQUIRE_OPTIONS_INIT. */
+/**
+ * dlock_acquire_options::min_hold or ::max_hold: no bound, whatever the URI says.  Not -1, which
+ * meant "the URI's" in version 4: a -1 carried over from there is DLOCK_EINVAL, not "none".
+ */
+#define DLOCK_HOLD_NONE (-2)
+
+/**
+ * Current value of dlock_acquire_options::version.  Every earlier version is still accepted, with
+ * the meanings it was built with; a caller's struct ends after the fields of its version, and the
+ * library reads none past them:
+ *   - 1: wait_ms, lease_ms, `renew`, on_lost, lost_userdata; fencing as the URI's `fencing`;
+ *   - 2: adds `fencing`;
+ *   - 3: adds mode (before it: exclusive);
+ *   - 4: adds `min_hold_ms` and `max_hold_ms` (before them: the URI's `min_hold`, `max_hold`);
+ *   - 5: the same layout, with those four fields renamed (`renew` is renewal, `fencing` fence,
+ *     `min_hold_ms` min_hold, `max_hold_ms` max_hold) so that source written for an older version
+ *     fails to compile rather than change meaning, since 0 in each now means the URI's.
+ * In versions 1 to 4, `renew` and `fencing` are negative for the URI's, 0 for off and any other
+ * value for on; `min_hold_ms` and `max_hold_ms` are -1 for the URI's, 0 for no bound, or a
+ * duration.  So there a designated initializer that leaves them out turns renewal and fencing off.
+ */
+#define DLOCK_ACQUIRE_OPTIONS_VERSION 5
+
+/**
+ * Options of one acquisition.  Initialise with DLOCK_ACQUIRE_OPTIONS_INIT, or with a designated
+ * initializer that names `version` and the fields it sets: what a field left out (zero) means is
+ * in its comment, and no zero turns a safeguard off.
+ */
 typedef struct dlock_acquire_options {
-	unsigned version;   /**< DLOCK_ACQUIRE_OPTIONS_VERSION */
-	int64_t wait_ms;    /**< 0: try once; >0: bound; DLOCK_WAIT_FOREVER; DLOCK_WAIT_DEFAULT */
+	unsigned version;   /**< DLOCK_ACQUIRE_OPTIONS_VERSION; 0 or a version this library does not know: DLOCK_EVERSION */
+	/** 0: try once (DLOCK_EBUSY when held elsewhere); >0: a bound; DLOCK_WAIT_FOREVER;
+	 *  DLOCK_WAIT_DEFAULT: the URI's `wait` (what DLOCK_ACQUIRE_OPTIONS_INIT gives) */
+	int64_t wait_ms;
 	int64_t lease_ms;   /**< 0: the URI's `ttl`, else 30000.  TTL backends: the key's TTL; session backends: see caps */
-	int renew;          /**< -1: the URI's `renew` (default on); 0: off; 1: on */
-	dlock_lost_fn on_lost; /**< may be NULL; when set, a loss is logged at INFO, not WARN */
+	/** A dlock_switch: automatic renewal of the lease.  0 (DLOCK_DEFAULT): the URI's `renew` (default
+	 *  on); DLOCK_ON; DLOCK_OFF: the lock is lost when its first lease runs out.  Any other value:
+	 *  DLOCK_EINVAL.  (Version 1, then named `renew`.) */
+	int renewal;
+	dlock_lost_fn on_lost; /**< NULL: no callback (a loss is logged at WARN); when set, a loss is logged at INFO */
 	void *lost_userdata;   /**< Passed to `on_lost` as is. */
-	/** -1: the URI's `fencing` (default on); 1: take a fencing token; 0: take none, which spares the
-	 *  server work a token costs (Redis: a script instead of a plain SET; PostgreSQL: nextval; file://:
-	 *  a write and fdatasync) — dlock_lock_fencing_token() then returns DLOCK_ENOTSUP.  (Version 2.) */
-	int fencing;
-	/** DLOCK_MODE_EXCLUSIVE (the default) or DLOCK_MODE_SHARED; shared only on a read-write handle
+	/** A dlock_switch: whether the acquisition takes a fencing token.  0 (DLOCK_DEFAULT): the URI's
+	 *  `fencing` (default on); DLOCK_ON; DLOCK_OFF: none, which spares the server work a token costs
+	 *  (Redis: a script instead of a plain SET; PostgreSQL: nextval; file://: a write and fdatasync)
+	 *  — dlock_lock_fencing_token() then returns DLOCK_ENOTSUP.  Any other value: DLOCK_EINVAL.
+	 *  (Version 2, then named `fencing`.) */
+	int fence;
+	/** 0 (DLOCK_MODE_EXCLUSIVE, the default) or DLOCK_MODE_SHARED; shared only on a read-write handle
 	 *  (dlock_rwlock_new()), DLOCK_EINVAL on a mutex or for a value out of range.  (Version 3.) */
 	dlock_lock_mode mode;
-	/** Minimum hold, after ShedLock's "lock at least for": -1: the URI's `min_hold` (default 0: none).
+	/** Minimum hold in ms, after ShedLock's "lock at least for".  0: the URI's `min_hold` (default:
+	 *  none); DLOCK_HOLD_NONE: none; else a duration (another negative value: DLOCK_EINVAL).
 	 *  A release sooner than this after the acquisition returns DLOCK_OK at once, but the name stays
 	 *  held until the bound has passed since the acquisition: on TTL backends the lease is set to end
 	 *  at the bound (so it holds even if the process dies), on session backends the core keeps the
 	 *  session's hold and releases it at the bound — a process that exits (or a client closed) before
 	 *  then frees it with its session.  Meanwhile the handle counts as not held, and acquiring it
-	 *  again waits for the bound.  (Version 4.) */
-	int64_t min_hold_ms;
-	/** Maximum hold, after ShedLock's "lock at most for": -1: the URI's `max_hold` (default 0: none).
+	 *  again waits for the bound.  (Version 4, then named `min_hold_ms`.) */
+	int64_t min_hold;
+	/** Maximum hold in ms, after ShedLock's "lock at most for".  0: the URI's `max_hold` (default:
+	 *  none); DLOCK_HOLD_NONE: none; else a duration (another negative value: DLOCK_EINVAL).
 	 *  When the acquisition has held the name this long, the core releases it on the server and
 	 *  reports it lost with DLOCK_LOST_MAX_HOLD, as any loss (renewal does not carry it past the
-	 *  bound).  At least `min_hold_ms` when both are set (else DLOCK_EINVAL).  (Version 4.) */
-	int64_t max_hold_ms;
+	 *  bound).  At least the minimum hold when both are set (else DLOCK_EINVAL).  (Version 4, then
+	 *  named `max_hold_ms`.) */
+	int64_t max_hold;
 } dlock_acquire_options;
 
 /** Default acquire options: exclusive; the URI's wait bound, lease, renewal, fencing and hold bounds; no callback. */
 #define DLOCK_ACQUIRE_OPTIONS_INIT \
-	{ DLOCK_ACQUIRE_OPTIONS_VERSION, DLOCK_WAIT_DEFAULT, 0, -1, NULL, NULL, -1, DLOCK_MODE_EXCLUSIVE, -1, -1 }
+	{ DLOCK_ACQUIRE_OPTIONS_VERSION, DLOCK_WAIT_DEFAULT, 0, DLOCK_DEFAULT, NULL, NULL, DLOCK_DEFAULT, \
+	  DLOCK_MODE_EXCLUSIVE, 0, 0 }
 
 /**
  * Acquire the lock.  `opts` may be NULL for defaults.
@@ -641,7 +695,7 @@ typedef struct dlock_acquire_options {
  * shared acquisitions ask it one after another while the name is held
  * shared, so several handles of one client may hold it at once.
  * Every acquisition goes through the server and gets its own fencing token
- * (unless it asked for none: dlock_acquire_options::fencing).
+ * (unless it asked for none: dlock_acquire_options::fence).
  *
  * Returns DLOCK_OK, DLOCK_EBUSY (try once, held elsewhere), DLOCK_ETIMEDOUT
  * (bound expired), DLOCK_ECANCELED (dlock_cancel() or client closed),

@@ -129,8 +129,8 @@ static dlock_status v1_acquire(void *backend, void *lkp, int64_t lease_ms, dlock
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 	o.wait_ms = dlock_wait_try_once(w) ? 0 : left < 0 ? DLOCK_WAIT_FOREVER : left;
 	o.lease_ms = lease_ms;
-	o.renew = 0; /* the outer core renews through extend() */
-	o.fencing = dlock_wait_wants_token(w);
+	o.renewal = DLOCK_OFF; /* the outer core renews through extend() */
+	o.fence = dlock_wait_wants_token(w) ? DLOCK_ON : DLOCK_OFF;
 	o.on_lost = forward_lost;
 	o.lost_userdata = lk;
 	if (!dlock_wait_try_once(w) && left == 0)
@@ -142,7 +142,7 @@ static dlock_status v1_acquire(void *backend, void *lkp, int64_t lease_ms, dlock
 	if (st != DLOCK_OK)
 		return failed(p, st, err);
 	uint64_t token = 0;
-	if (o.fencing && dlock_lock_fencing_token(lk->inner, &token) != DLOCK_OK)
+	if (o.fence == DLOCK_ON && dlock_lock_fencing_token(lk->inner, &token) != DLOCK_OK)
 		token = 0;
 	*out = (dlock_acquired){ .token = token, .sent_ns = sent };
 	return DLOCK_OK;

@@ -162,10 +162,15 @@ dlock_status dlock_test_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 	o.wait_ms = wait_ms;
 	o.lease_ms = lease_ms;
-	o.renew = renew;
+	o.renewal = dlock_test_switch(renew);
 	o.on_lost = fn;
 	o.lost_userdata = ud;
 	return dlock_acquire(l, &o);
+}
+
+int dlock_test_switch(int v)
+{
+	return v < 0 ? DLOCK_DEFAULT : v == 0 ? DLOCK_OFF : DLOCK_ON;
 }
 
 void dlock_test_on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata)

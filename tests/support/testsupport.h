@@ -113,6 +113,9 @@ dlock_lock *dlock_test_new_lock(dlock_client *c, const char *name);
 dlock_status dlock_test_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, int renew, dlock_lost_fn fn,
                                 void *ud);
 
+/** A test's -1 (the URI's), 0 (off) or 1 (on) as a dlock_switch (dlock_acquire_options::renewal, ::fence). */
+int dlock_test_switch(int v);
+
 /* A thread that runs one acquire; records when it returned and the token. */
 typedef struct dlock_test_waiter {
 	dlock_lock *lock;

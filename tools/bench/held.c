@@ -95,7 +95,7 @@ void bench_work_held(struct bench_worker *w)
 	dlock_acquire_options opts = DLOCK_ACQUIRE_OPTIONS_INIT;
 	opts.wait_ms = HELD_WAIT_MS;
 	opts.lease_ms = w->ph->lease_ms;
-	opts.fencing = w->ph->o->fencing;
+	opts.fence = w->ph->o->fencing ? DLOCK_ON : DLOCK_OFF;
 	opts.on_lost = on_lost;
 	int64_t t0 = bench_now_ns();
 	for (; got < n && !atomic_load(&sh->stop); got++) {

@@ -129,7 +129,7 @@ void bench_work_kind(struct bench_worker *w)
 	}
 	dlock_acquire_options opts = DLOCK_ACQUIRE_OPTIONS_INIT;
 	opts.wait_ms = KIND_WAIT_MS;
-	opts.fencing = ph->o->fencing;
+	opts.fence = ph->o->fencing ? DLOCK_ON : DLOCK_OFF;
 	uint64_t rng = seed_of(w);
 	while (!atomic_load(&ph->sh->stop)) {
 		int shared = ph->sc == BENCH_READ_MOSTLY && next_shared(&rng, ph->o->read_ratio);

@@ -107,7 +107,7 @@ void bench_work_dlock(struct bench_worker *w)
 	}
 	dlock_acquire_options opts = DLOCK_ACQUIRE_OPTIONS_INIT;
 	opts.wait_ms = CONTENDED_WAIT_MS;
-	opts.fencing = w->ph->o->fencing;
+	opts.fence = w->ph->o->fencing ? DLOCK_ON : DLOCK_OFF;
 	while (!atomic_load(&w->ph->sh->stop))
 		if (dlock_cycle(w, lock, &opts) != 0 && !atomic_load(&w->ph->sh->stop))
 			bench_sleep_ns(ERROR_BACKOFF_NS);
