@@ -115,10 +115,17 @@
 #define PREPARE_TOKEN "PREPARE dlock_try_token(int8, text) AS " TRY("", "nextval(" SEQ ")") ";" \
 	"PREPARE dlock_wait_token(int8, text, text) AS " WAIT("", "nextval(" SEQ ")") ";" \
 	DLOCK_PG_SEM_PREPARE_TOKEN
+/* fencing_durability=commit: the same names, each token committed durably (pg_internal.h). */
+#define DURABLE_SEQ DLOCK_PG_DURABLE("nextval(" SEQ ")")
+#define PREPARE_TOKEN_DURABLE "PREPARE dlock_try_token(int8, text) AS " TRY("", DURABLE_SEQ) ";" \
+	"PREPARE dlock_wait_token(int8, text, text) AS " WAIT("", DURABLE_SEQ) ";" \
+	DLOCK_PG_SEM_PREPARE_TOKEN_DURABLE
 /* The TOKEN set first: when it fails, nothing after it runs. */
 static const char sql_prepare_plain[] = PREPARE_PLAIN;
 static const char sql_prepare_token[] = PREPARE_TOKEN;
 static const char sql_prepare_both[] = PREPARE_TOKEN PREPARE_PLAIN;
+static const char sql_prepare_token_durable[] = PREPARE_TOKEN_DURABLE;
+static const char sql_prepare_both_durable[] = PREPARE_TOKEN_DURABLE PREPARE_PLAIN;
 static const char sql_undo[] = "SELECT pg_advisory_unlock($1::int8)";
 static const char sql_undo_shared[] = "SELECT pg_advisory_unlock_shared($1::int8)";
 static const char sql_beat[] = "SELECT set_config('idle_session_timeout', $1, false)";
@@ -441,6 +448,7 @@ static dlock_status adv_check(void *backend, void *lkp, dlock_error *err)
 const struct dlock_pg_mode dlock_pg_advisory_mode = {
 	.name = "advisory",
 	.prepare = { NULL, sql_prepare_plain, sql_prepare_token, sql_prepare_both },
+	.prepare_durable = { NULL, sql_prepare_plain, sql_prepare_token_durable, sql_prepare_both_durable },
 	.acquire = adv_acquire,
 	.release = adv_release,
 	.extend = adv_extend,

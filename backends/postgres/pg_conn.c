@@ -45,9 +45,15 @@ static int carried_by_uri(const char *key)
 	return 0;
 }
 
+/* The URI parameters pg.c reads, which libpq never sees. */
+static int dlock_param(const char *key)
+{
+	return strcmp(key, "mode") == 0 || strcmp(key, "table") == 0 || strcmp(key, "fencing_durability") == 0;
+}
+
 int dlock_pg_knows_param(const char *key)
 {
-	if (strcmp(key, "mode") == 0 || strcmp(key, "table") == 0)
+	if (dlock_param(key))
 		return 1;
 	if (carried_by_uri(key))
 		return 0;
@@ -58,11 +64,6 @@ int dlock_pg_knows_param(const char *key)
 			known = 1;
 	PQconninfoFree(opts);
 	return known;
-}
-
-static int dlock_param(const char *key)
-{
-	return strcmp(key, "mode") == 0 || strcmp(key, "table") == 0;
 }
 
 /* Append "key=value" unless the URI gave the key itself. */
