@@ -21,7 +21,10 @@
  * The statements are prepared once per session (no parse and plan per
  * call): those without a token when the session first runs one, the two
  * with a token only when one is first wanted (pg_internal.h), so that with
- * fencing off neither the sequence nor a privilege on it is needed.
+ * fencing off neither the sequence nor a privilege on it is needed.  With
+ * fencing_durability=commit the statements with a token are the same but
+ * for the token itself, DLOCK_PG_DURABLE (pg_internal.h: the answer only
+ * once the commit is durable), under the same names.
  * Before the first token of a client, pg_setup.c checks the sequence.  The
  * idle timeout is sent only when the session's must
  * change (NULL otherwise): while locks remain, to the longest of their
