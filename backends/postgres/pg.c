@@ -204,10 +204,10 @@ fail:
 }
 
 /*
- * Tokens are nextval of one sequence, which writes WAL once per 33 values
- * and whose caller waits for nothing (README, "PostgreSQL failover";
- * test_pg_failover): they can come again after a crash or a failover, so
- * CONDITIONAL, with the conditions.  fencing_durability=commit narrows them
+ * Tokens are nextval of one sequence, which writes WAL once per 33 values,
+ * and only the caller whose nextval wrote it waits for its commit (README,
+ * "PostgreSQL failover"; test_pg_failover): they can come again after a
+ * crash or a failover, so CONDITIONAL, with the conditions.  fencing_durability=commit narrows them
  * to those under which a committed transaction is lost; that is still not
  * every configuration (an asynchronous standby promoted), hence not STRICT.
  */
