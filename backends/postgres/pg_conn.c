@@ -232,12 +232,13 @@ static dlock_status connect_failed(const struct dlock_pg_backend *b, PGconn *pg,
 	const char *msg = pg ? PQerrorMessage(pg) : "out of memory";
 	char sqlstate[6] = "", text[384];
 	dlock_status st = DLOCK_ECONNECT;
+	/* EAUTH also when the server wants a password and the URI has none, or when (sslmode=verify-ca,
+	 * verify-full) the server did not prove who it is, as rediss:// says. */
 	if (find_sqlstate(msg, sqlstate))
 		st = dlock_pg_sqlstate_status(sqlstate);
-	else if (strstr(msg, "fe_sendauth"))
-		st = DLOCK_EAUTH; /* the server wants a password and the URI has none */
-	else if (strstr(msg, "certificate verify failed") || strstr(msg, "does not match host name"))
-		st = DLOCK_EAUTH; /* sslmode=verify-ca/verify-full: the server did not prove who it is (as rediss://) */
+	else if (strstr(msg, "fe_sendauth") || strstr(msg, "certificate verify failed") ||
+	         strstr(msg, "does not match host name"))
+		st = DLOCK_EAUTH;
 	if (st == DLOCK_EBUSY || st == DLOCK_ECANCELED || st == DLOCK_ESERVER)
 		st = DLOCK_ECONNECT;
 	dlock_pg_one_line(msg, text, sizeof text);
