@@ -8,7 +8,7 @@
  *
  *   choose_backend file:///var/lock/payments
  *   choose_backend zk://zk1:2181,zk2:2181,zk3:2181/payments
- *   choose_backend 'postgres://app@db1/app?mode=advisory'
+ *   choose_backend 'postgres://app@db1,db2/app?target_session_attrs=read-write&fencing_durability=commit'
  *   choose_backend redis://cache:6379                    (refused: AP)
  *
  * The program moves money between accounts, so two holders at once must
@@ -16,7 +16,11 @@
  * after a failover or a long pause, so the program reads the capabilities
  * and refuses it instead of trusting whatever URI it was configured with;
  * it also refuses a backend without fencing tokens, which it writes with
- * every transfer.
+ * every transfer.  Tokens that are only conditional (postgres://, whose
+ * tokens can come again after a crash or a failover) are taken, but the
+ * program says on stderr when they can go back, from fencing_note: the
+ * ledger then refuses the writes of a holder whose token came again, and
+ * whoever runs it should know when that can happen.
  * local backends (mem://, file://) are exact, for the processes they serve.
  *
  * URI defaults to file:///tmp/dlock-examples-UID.  Exit status: 0 when the
@@ -100,6 +104,9 @@ int main(int argc, char **argv)
 		rc = EXIT_REFUSED;
 		goto out;
 	}
+	if (caps.fencing == DLOCK_FENCING_CONDITIONAL)
+		fprintf(stderr, "choose_backend: note: the fencing tokens of %s can go back: %s\n",
+		        dlock_client_uri(client), caps.fencing_note);
 	st = dlock_lock_new(client, "account:7", &lock);
 	if (st != DLOCK_OK) {
 		fprintf(stderr, "choose_backend: %s\n", why(client, st));

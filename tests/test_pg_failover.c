@@ -20,6 +20,12 @@
  *                         nextval waits for the synchronous standby; a row-mode
  *                         token, whose transaction commits only at release.
  *                         Each gives a token again after the failover.
+ *   fencing_durability=commit   the synchronous standby gone, no acquisition
+ *                         returns a token (each waits for its commit), and
+ *                         after the failover tokens go on above every one
+ *                         handed out; with an asynchronous standby that
+ *                         missed the record, tokens still come again, as
+ *                         the capability's note says.
  *
  * The sequence pre-logs 32 values: a nextval writes WAL once every 33 calls
  * (and on the first call after a checkpoint), with the value it returns
@@ -276,12 +282,16 @@ static void report(const char *what, uint64_t before, uint64_t after)
  * that wrote one (here: stopped, the extreme of a lag): the new primary
  * starts from the record before, and gives tokens already given.
  */
-static void test_async_missed(void)
+static void async_missed(const char *params, const char *what)
 {
 	struct pair p;
 	if (!pair_new(&p, "async"))
 		return;
-	dlock_client *a = ft_open(p.uri);
+	char uri[768];
+	snprintf(uri, sizeof uri, "%s", p.uri);
+	if (params)
+		ft_uri_with(uri, sizeof uri, p.uri, params);
+	dlock_client *a = ft_open(uri);
 	uint64_t before = tokens_until_next_logs(a, p.primary_port);
 	/* Up to here the standby has it all (the primary flushes asynchronous commits within 3 x 200 ms). */
 	CU_ASSERT(dlock_test_await(standby_has_all, &p, FT_AWAIT_MS));
@@ -293,11 +303,16 @@ static void test_async_missed(void)
 	}
 	fail_over(&p, 1);
 	uint64_t after = one_token(a, l);
-	report("asynchronous standby that missed the last record", before, after);
+	report(what, before, after);
 	CU_ASSERT(after != 0 && after <= before);
 	dlock_lock_free(l);
 	dlock_client_close(a);
 	pair_drop(&p);
+}
+
+static void test_async_missed(void)
+{
+	async_missed(NULL, "asynchronous standby that missed the last record");
 }
 
 /*
@@ -366,6 +381,59 @@ static void test_sync_row_held(void)
 	pair_drop(&p);
 }
 
+/* ------------------------------------------------------------ fencing_durability=commit */
+
+/*
+ * The synchronous standby gone: every acquisition of a durable client
+ * waits for its commit, so none returns a token (io_timeout ends each;
+ * the retry on a new session finds the key held by the old one, still
+ * waiting on the server: EBUSY), where a
+ * plain client got one at once (test_sync_unlogged_token).  After the
+ * failover the tokens go on above every token ever returned.
+ */
+static void test_durable_standby_gone(void)
+{
+	struct pair p;
+	if (!pair_new(&p, "sync"))
+		return;
+	char uri[768];
+	ft_uri_with(uri, sizeof uri, p.uri, "io_timeout=1s&fencing_durability=commit");
+	dlock_client *a = ft_open(uri);
+	dlock_capabilities caps;
+	CU_ASSERT_EQUAL(dlock_client_capabilities(a, &caps), DLOCK_OK);
+	CU_ASSERT_EQUAL(caps.fencing, DLOCK_FENCING_CONDITIONAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(caps.fencing_note, "fencing_durability=commit"));
+	uint64_t before = tokens_until_next_logs(a, p.primary_port);
+	CU_ASSERT(pair_ctl(&p, "pair-stop", "standby"));
+	const char *names[] = { "writes-the-record", "takes-the-next", "and-the-next" };
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		dlock_lock *l = ft_lock(a, names[i]);
+		dlock_status st = ft_acquire(l, 0, 0, NULL);
+		printf("\n    durable, standby gone, %s: %s: %s", names[i], dlock_status_name(st), dlock_client_errmsg(a));
+		CU_ASSERT_NOT_EQUAL(st, DLOCK_OK);
+		if (st == DLOCK_OK) {
+			uint64_t t = dlock_test_token(l);
+			before = t > before ? t : before;
+			dlock_release(l);
+		}
+		dlock_lock_free(l);
+	}
+	fail_over(&p, 1);
+	dlock_lock *l = ft_lock(a, "takes-the-next");
+	uint64_t after = one_token(a, l);
+	report("fencing_durability=commit, synchronous standby gone", before, after);
+	CU_ASSERT(after > before);
+	dlock_lock_free(l);
+	dlock_client_close(a);
+	pair_drop(&p);
+}
+
+/* An asynchronous standby waits for nothing: a durable client's tokens come again too (its note says so). */
+static void test_durable_async_missed(void)
+{
+	async_missed("fencing_durability=commit", "fencing_durability=commit, asynchronous standby that missed the last record");
+}
+
 static void add_suites(void)
 {
 	CU_pSuite s = CU_add_suite("postgres failover", NULL, NULL);
@@ -373,6 +441,10 @@ static void add_suites(void)
 	CU_add_test(s, "asynchronous standby that missed the last record: tokens again", test_async_missed);
 	CU_add_test(s, "synchronous standby gone: a token that wrote nothing comes again", test_sync_unlogged_token);
 	CU_add_test(s, "synchronous standby, row mode: the held token comes again", test_sync_row_held);
+	CU_add_test(s, "fencing_durability=commit, synchronous standby gone: no token, then larger ones",
+	            test_durable_standby_gone);
+	CU_add_test(s, "fencing_durability=commit, asynchronous standby that missed the record: tokens again",
+	            test_durable_async_missed);
 }
 
 int main(void)

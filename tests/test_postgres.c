@@ -284,6 +284,10 @@ static void test_uri_params(void)
 		{ "sslmode=disable&application_name=dlock-uri-test&connect_timeout=3", DLOCK_OK },
 		{ "options=-c%20search_path%3Dpublic", DLOCK_OK },
 		{ "mode=advisory&ttl=10s&prefix=other", DLOCK_OK },
+		{ "fencing_durability=yes", DLOCK_EURI },
+		{ "mode=row&fencing_durability=commit", DLOCK_EURI }, /* row tokens commit at release */
+		{ "fencing_durability=commit", DLOCK_OK },
+		{ "mode=row&fencing_durability=none", DLOCK_OK },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		char uri[1024], err[512] = "";
@@ -293,6 +297,39 @@ static void test_uri_params(void)
 		if (st != cases[i].want)
 			printf("\n    %s: %s (%s)", cases[i].param, dlock_status_name(st), err);
 		CU_ASSERT_EQUAL(st, cases[i].want);
+	}
+}
+
+/*
+ * Tokens can come again after a crash or a failover (README, "PostgreSQL
+ * failover"; test_pg_failover), in both modes and with
+ * fencing_durability=commit too: CONDITIONAL, and the note says when, for
+ * mutexes and permits alike.
+ */
+static void test_fencing_capability(void)
+{
+	const char *base = dlock_test_env("DLOCK_TEST_PG_URI");
+	static const struct {
+		const char *param, *says;
+	} cases[] = {
+		{ "mode=advisory", "33 tokens" },
+		{ "mode=row", "commits at release" },
+		{ "fencing_durability=commit", "asynchronous replication" },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char uri[1024];
+		uri_with(uri, sizeof uri, base, cases[i].param);
+		dlock_client *c = open_uri(uri);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+		dlock_capabilities caps;
+		CU_ASSERT_EQUAL(dlock_client_capabilities(c, &caps), DLOCK_OK);
+		CU_ASSERT_EQUAL(caps.fencing, DLOCK_FENCING_CONDITIONAL);
+		CU_ASSERT_PTR_NOT_NULL(strstr(caps.fencing_note, cases[i].says));
+		printf("\n    %s: %s: %s", cases[i].param, dlock_fencing_name(caps.fencing), caps.fencing_note);
+		int64_t v = -1;
+		CU_ASSERT_EQUAL(dlock_client_feature(c, DLOCK_FEATURE_PERMIT_FENCING, &v), DLOCK_OK);
+		CU_ASSERT_EQUAL(v, DLOCK_FENCING_CONDITIONAL);
+		dlock_client_close(c);
 	}
 }
 
@@ -1555,6 +1592,7 @@ static void add_suites(void)
 	CU_add_test(s, "missing_database", test_missing_database);
 	CU_add_test(s, "refused", test_refused);
 	CU_add_test(s, "uri_params", test_uri_params);
+	CU_add_test(s, "fencing_capability", test_fencing_capability);
 	CU_add_test(s, "missing_privilege", test_missing_privilege);
 	CU_add_test(s, "cloexec", test_cloexec);
 	CU_add_test(s, "idle_session_ends", test_idle_session_ends);

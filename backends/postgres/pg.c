@@ -8,7 +8,11 @@
  * `mode=advisory` (default: session advisory locks, pg_advisory.c) or
  * `mode=row` (row locks in a lock table, pg_row.c),
  * `table=NAME` (row mode's table, default dlock_locks: letters, digits and
- * '_', not starting with a digit, at most 63 bytes), and every libpq
+ * '_', not starting with a digit, at most 63 bytes),
+ * `fencing_durability=none|commit` (advisory mode: with `commit` an
+ * acquisition returns its token only once a commit after it is durable,
+ * DLOCK_PG_DURABLE in pg_internal.h; a parameter of this backend, as the
+ * core's `fencing` is on or off for every backend), and every libpq
  * connection keyword except the five the URI itself carries (host, port,
  * user, password, dbname) — see pg_conn.c.
  *
@@ -40,6 +44,16 @@ static dlock_status read_mode(const dlock_uri *uri, struct dlock_pg_backend *b, 
 		return dlock_error_set(err, DLOCK_EURI, "'table' needs mode=row in %s", uri->masked);
 	if (!*table)
 		*table = b->mode == &dlock_pg_row_mode ? DLOCK_PG_TABLE_DEFAULT : NULL;
+	const char *durability = dlock_uri_get(uri, "fencing_durability");
+	if (durability && strcmp(durability, "commit") != 0 && strcmp(durability, "none") != 0)
+		return dlock_error_set(err, DLOCK_EURI,
+		                       "bad value for 'fencing_durability' in %s: expected none or commit", uri->masked);
+	b->durable = durability && strcmp(durability, "commit") == 0;
+	if (b->durable && !b->mode->prepare_durable[DLOCK_PG_SET_TOKEN])
+		return dlock_error_set(err, DLOCK_EURI,
+		                       "'fencing_durability=commit' needs mode=advisory in %s: a row lock's token is "
+		                       "taken in the transaction that holds the row, which commits only at release",
+		                       uri->masked);
 	return DLOCK_OK;
 }
 
@@ -115,7 +129,7 @@ static dlock_status session_kind(struct dlock_pg_backend *b, struct dlock_pg_con
 		return DLOCK_OK;
 	}
 	for (int i = 0; i < 4; i++)
-		b->prepare[i] = b->mode->prepare[i];
+		b->prepare[i] = b->durable ? b->mode->prepare_durable[i] : b->mode->prepare[i];
 	if (direct)
 		return DLOCK_OK;
 	return dlock_error_set(err, DLOCK_ENOTSUP,
@@ -189,14 +203,42 @@ fail:
 	return st;
 }
 
+/*
+ * Tokens are nextval of one sequence, which writes WAL once per 33 values,
+ * and only the caller whose nextval wrote it waits for its commit (README,
+ * "PostgreSQL failover"; test_pg_failover): they can come again after a
+ * crash or a failover, so CONDITIONAL, with the conditions.  fencing_durability=commit narrows them
+ * to those under which a committed transaction is lost; that is still not
+ * every configuration (an asynchronous standby promoted), hence not STRICT.
+ */
+static const char *fencing_note(const struct dlock_pg_backend *b)
+{
+	if (b->mode == &dlock_pg_row_mode)
+		return "tokens come from the sequence dlock_fence, taken in the transaction that holds the row, which "
+		       "commits at release: after a crash of the server or a failover to a standby, a token handed "
+		       "out (up to 33 of them) can come again, synchronous replication or not";
+	if (b->durable)
+		return "fencing_durability=commit: an acquisition returns its token only once a commit after it "
+		       "(synchronous_commit at least on) is flushed, and with synchronous replication flushed by the "
+		       "synchronous standbys; a token goes back only where such a commit is lost: a failover to a "
+		       "standby that had not flushed it (asynchronous replication, or one that "
+		       "synchronous_standby_names did not make the commit wait for), or a crash of a server that "
+		       "runs with fsync off";
+	return "tokens come from the sequence dlock_fence, whose state reaches the WAL once per 33 values; only "
+	       "the acquisition that writes it waits for that commit: after a crash of the server or a failover "
+	       "to a standby, up to 33 tokens handed out can come again (with asynchronous replication, and with "
+	       "synchronous replication for the 32 tokens after a record not yet on the standby); "
+	       "fencing_durability=commit makes each token as durable as a commit";
+}
+
 static void pg_capabilities(void *backend, dlock_capabilities *caps)
 {
-	(void)backend;
+	const struct dlock_pg_backend *b = backend;
 	*caps = (dlock_capabilities){
 		.backend = "postgres",
 		.consistency = DLOCK_CONSISTENCY_CP,
-		.fencing = DLOCK_FENCING_STRICT,
-		.fencing_note = "",
+		.fencing = DLOCK_FENCING_CONDITIONAL,
+		.fencing_note = fencing_note(b),
 		.fair = 1,
 		.lease = DLOCK_LEASE_SESSION,
 		.wakeup = DLOCK_WAKEUP_SERVER_QUEUE,
@@ -251,7 +293,7 @@ static void pg_kind_capabilities(void *backend, dlock_lock_kind kind, dlock_kind
 	if (kind == DLOCK_KIND_SEMAPHORE) {
 		caps->order = DLOCK_SEMAPHORE_UNORDERED;
 		caps->slots = 1;
-		caps->read_fencing = DLOCK_FENCING_STRICT;
+		caps->read_fencing = DLOCK_FENCING_CONDITIONAL; /* as a mutex's (fencing_note) */
 		caps->kind_checked = 1;
 	}
 }

@@ -21,7 +21,10 @@
  * The statements are prepared once per session (no parse and plan per
  * call): those without a token when the session first runs one, the two
  * with a token only when one is first wanted (pg_internal.h), so that with
- * fencing off neither the sequence nor a privilege on it is needed.
+ * fencing off neither the sequence nor a privilege on it is needed.  With
+ * fencing_durability=commit the statements with a token are the same but
+ * for the token itself, DLOCK_PG_DURABLE (pg_internal.h: the answer only
+ * once the commit is durable), under the same names.
  * Before the first token of a client, pg_setup.c checks the sequence.  The
  * idle timeout is sent only when the session's must
  * change (NULL otherwise): while locks remain, to the longest of their
@@ -130,10 +133,17 @@
 	"PREPARE dlock_wait_token_w(int8, text, text, int4, int4) AS " \
 	WAIT("", WRITER_MARK("4", "5"), "nextval(" SEQ ")") ";" \
 	DLOCK_PG_SEM_PREPARE_TOKEN
+/* fencing_durability=commit: the same names, each token committed durably (pg_internal.h). */
+#define DURABLE_SEQ DLOCK_PG_DURABLE("nextval(" SEQ ")")
+#define PREPARE_TOKEN_DURABLE "PREPARE dlock_try_token(int8, text) AS " TRY("", DURABLE_SEQ) ";" \
+	"PREPARE dlock_wait_token(int8, text, text) AS " WAIT("", DURABLE_SEQ) ";" \
+	DLOCK_PG_SEM_PREPARE_TOKEN_DURABLE
 /* The TOKEN set first: when it fails, nothing after it runs. */
 static const char sql_prepare_plain[] = PREPARE_PLAIN;
 static const char sql_prepare_token[] = PREPARE_TOKEN;
 static const char sql_prepare_both[] = PREPARE_TOKEN PREPARE_PLAIN;
+static const char sql_prepare_token_durable[] = PREPARE_TOKEN_DURABLE;
+static const char sql_prepare_both_durable[] = PREPARE_TOKEN_DURABLE PREPARE_PLAIN;
 static const char sql_undo[] = "SELECT pg_advisory_unlock($1::int8)";
 static const char sql_undo_shared[] = "SELECT pg_advisory_unlock_shared($1::int8)";
 static const char sql_undo_writer[] = "SELECT pg_advisory_unlock($1::int8), " WRITER_UNMARK("2", "3");
@@ -478,6 +488,7 @@ static dlock_status adv_check(void *backend, void *lkp, dlock_error *err)
 const struct dlock_pg_mode dlock_pg_advisory_mode = {
 	.name = "advisory",
 	.prepare = { NULL, sql_prepare_plain, sql_prepare_token, sql_prepare_both },
+	.prepare_durable = { NULL, sql_prepare_plain, sql_prepare_token_durable, sql_prepare_both_durable },
 	.acquire = adv_acquire,
 	.release = adv_release,
 	.extend = adv_extend,

@@ -45,9 +45,15 @@ static int carried_by_uri(const char *key)
 	return 0;
 }
 
+/* The URI parameters pg.c reads, which libpq never sees. */
+static int dlock_param(const char *key)
+{
+	return strcmp(key, "mode") == 0 || strcmp(key, "table") == 0 || strcmp(key, "fencing_durability") == 0;
+}
+
 int dlock_pg_knows_param(const char *key)
 {
-	if (strcmp(key, "mode") == 0 || strcmp(key, "table") == 0)
+	if (dlock_param(key))
 		return 1;
 	if (carried_by_uri(key))
 		return 0;
@@ -58,11 +64,6 @@ int dlock_pg_knows_param(const char *key)
 			known = 1;
 	PQconninfoFree(opts);
 	return known;
-}
-
-static int dlock_param(const char *key)
-{
-	return strcmp(key, "mode") == 0 || strcmp(key, "table") == 0;
 }
 
 /* Append "key=value" unless the URI gave the key itself. */
@@ -231,10 +232,13 @@ static dlock_status connect_failed(const struct dlock_pg_backend *b, PGconn *pg,
 	const char *msg = pg ? PQerrorMessage(pg) : "out of memory";
 	char sqlstate[6] = "", text[384];
 	dlock_status st = DLOCK_ECONNECT;
+	/* EAUTH also when the server wants a password and the URI has none, or when (sslmode=verify-ca,
+	 * verify-full) the server did not prove who it is, as rediss:// says. */
 	if (find_sqlstate(msg, sqlstate))
 		st = dlock_pg_sqlstate_status(sqlstate);
-	else if (strstr(msg, "fe_sendauth"))
-		st = DLOCK_EAUTH; /* the server wants a password and the URI has none */
+	else if (strstr(msg, "fe_sendauth") || strstr(msg, "certificate verify failed") ||
+	         strstr(msg, "does not match host name"))
+		st = DLOCK_EAUTH;
 	if (st == DLOCK_EBUSY || st == DLOCK_ECANCELED || st == DLOCK_ESERVER)
 		st = DLOCK_ECONNECT;
 	dlock_pg_one_line(msg, text, sizeof text);

@@ -97,6 +97,30 @@
 #define DLOCK_PG_SET_PLAIN 1u
 #define DLOCK_PG_SET_TOKEN 2u
 
+/*
+ * fencing_durability=commit (pg.c): the token expression `seq` (a nextval)
+ * in a statement whose commit is durable before its answer leaves the
+ * server.  nextval writes WAL once per 33 values and only then makes its
+ * transaction wait at commit; a transaction that merely has an id (as
+ * txid_current() gives) but wrote no WAL commits without flushing or
+ * waiting either.  So the statement writes a small transactional WAL record
+ * of its own, pg_logical_emit_message(true, 'dlock', '') (a logical
+ * decoding client sees it, with prefix "dlock" and no content): its
+ * transaction then has an id and WAL, and its commit record, which comes
+ * after the sequence's latest record in the WAL, is flushed and, with
+ * synchronous replication, waited for on the synchronous standbys.
+ * synchronous_commit is raised to `on` for this transaction only (SET
+ * LOCAL; `remote_apply` kept).  The server sends the statement's result
+ * only with ReadyForQuery, after the commit, so the token reaches the
+ * caller only once it is that durable; a cancelled wait (whose commit
+ * PostgreSQL reports as done, with a warning) never returns a token
+ * (pg_advisory.c, pg_sem.c: a cancelled acquisition ends its session).
+ */
+#define DLOCK_PG_DURABLE(seq)                                                                             \
+	"CASE WHEN set_config('synchronous_commit', CASE current_setting('synchronous_commit') "            \
+	"WHEN 'remote_apply' THEN 'remote_apply' ELSE 'on' END, true) IS NULL THEN NULL "                   \
+	"WHEN pg_logical_emit_message(true, 'dlock', '') IS NULL THEN NULL ELSE " seq " END"
+
 struct dlock_pg_lock;
 
 /* One libpq connection of a client. */
@@ -163,6 +187,8 @@ struct dlock_pg_mode {
 	/* The mode's PREPAREs, indexed by DLOCK_PG_SET_* bits (see
 	 * dlock_pg_backend.prepare); NULLs: built when the client opens. */
 	const char *prepare[4];
+	/* The same with fencing_durability=commit (pg.c), or NULLs: the mode cannot have it. */
+	const char *prepare_durable[4];
 	dlock_driver_acquire_fn *acquire;
 	dlock_driver_release_fn *release;
 	dlock_driver_extend_fn *extend;
@@ -179,6 +205,7 @@ struct dlock_pg_backend {
 	int64_t io_timeout_ms;
 	struct dlock_pg_params params;
 	int fencing;               /* the URI's `fencing`: open sets the sequence up */
+	int durable;               /* fencing_durability=commit: a token returns once its commit did (pg.c) */
 	atomic_int fence_ready;    /* the sequence exists and this role may use it (seen once) */
 	char *table;               /* row mode: quoted identifier */
 	char *sql_row_insert, *sql_row_try, *sql_row_wait, *sql_row_try_token, *sql_row_wait_token;

@@ -99,5 +99,9 @@
 #define DLOCK_PG_SEM_PREPARE_TOKEN                                                   \
 	"PREPARE dlock_sem_enter_token" SEM_ARGS " AS " ENTER(SEM_SEQ) ";"            \
 	"PREPARE dlock_sem_retry_token" SEM_ARGS " AS " RETRY(SEM_SEQ) ";"
+/* fencing_durability=commit (pg_advisory.c): the same names, the token committed durably. */
+#define DLOCK_PG_SEM_PREPARE_TOKEN_DURABLE                                           \
+	"PREPARE dlock_sem_enter_token" SEM_ARGS " AS " ENTER(DLOCK_PG_DURABLE(SEM_SEQ)) ";" \
+	"PREPARE dlock_sem_retry_token" SEM_ARGS " AS " RETRY(DLOCK_PG_DURABLE(SEM_SEQ)) ";"
 
 #endif

@@ -26,6 +26,9 @@
 #   DLOCK_TEST_PG_STANDBY_URI  postgres://dlock@127.0.0.1:SPORT/dlock_test, a streaming hot standby
 #                           through pgbouncer (only when pgbouncer is installed)
 #   DLOCK_TEST_PG_PORT      the port
+#   DLOCK_TEST_PG_TLS_URI, _TLS_PORT, _TLS_CA, _TLS_OTHER_CA   a server of its own that
+#                           speaks TLS only, with a certificate from a CA made at start
+#                           (ci/servers/postgres/tls.sh); the servers above have no TLS
 #   DLOCK_TEST_PG_CTL       a command: "$DLOCK_TEST_PG_CTL sql 'SELECT 1'" runs SQL
 #                           as the superuser (psql, tuples only); also stop,
 #                           start, restart, pid (the postmaster's, from
@@ -40,6 +43,10 @@
 
 # shellcheck source=ci/servers/postgres/pair.sh
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/postgres/pair.sh"
+# shellcheck source=ci/servers/postgres/tls.sh
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/postgres/tls.sh"
+# shellcheck source=ci/tls.sh
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tls.sh"
 
 dlock_pg_bindir() {
 	local d
@@ -189,10 +196,12 @@ dlock_start_postgres() {
 		export DLOCK_TEST_PG_BOUNCER_URI="postgresql://dlock@127.0.0.1:$(cat "$dir/bouncer_port")/dlock_test?mode=row"
 		dlock_add_test_uri "$DLOCK_TEST_PG_BOUNCER_URI"
 	fi
+	dlock_pg_tls_start "$dir"
 }
 
 dlock_stop_postgres() {
 	dlock_pg_bouncer_halt "$1"
+	dlock_pg_tls_stop "$1"
 	dlock_pg_pairs_halt "$1"
 	[ -d "$1/standby" ] && dlock_pg_halt "$1/standby"
 	dlock_pg_halt "$1"
