@@ -127,17 +127,15 @@
 	"PREPARE dlock_wait_shared(int8, text, text, int4, int4) AS " WAIT_SHARED ";" \
 	"PREPARE dlock_unlock_shared(int8, text) AS SELECT pg_advisory_unlock_shared($1), " SET_IDLE("2") ";" \
 	DLOCK_PG_SEM_PREPARE_PLAIN
-#define PREPARE_TOKEN "PREPARE dlock_try_token(int8, text) AS " TRY("", "", "nextval(" SEQ ")") ";" \
-	"PREPARE dlock_wait_token(int8, text, text) AS " WAIT("", "", "nextval(" SEQ ")") ";" \
-	"PREPARE dlock_try_token_w(int8, text, int4, int4) AS " TRY("", WRITER_MARK("3", "4"), "nextval(" SEQ ")") ";" \
-	"PREPARE dlock_wait_token_w(int8, text, text, int4, int4) AS " \
-	WAIT("", WRITER_MARK("4", "5"), "nextval(" SEQ ")") ";" \
-	DLOCK_PG_SEM_PREPARE_TOKEN
+/* The statements that take a token, `tok` the expression that takes it: the mutex's and the writer's. */
+#define PREPARE_TOKEN_WITH(tok) "PREPARE dlock_try_token(int8, text) AS " TRY("", "", tok) ";" \
+	"PREPARE dlock_wait_token(int8, text, text) AS " WAIT("", "", tok) ";" \
+	"PREPARE dlock_try_token_w(int8, text, int4, int4) AS " TRY("", WRITER_MARK("3", "4"), tok) ";" \
+	"PREPARE dlock_wait_token_w(int8, text, text, int4, int4) AS " WAIT("", WRITER_MARK("4", "5"), tok) ";"
+#define PREPARE_TOKEN PREPARE_TOKEN_WITH("nextval(" SEQ ")") DLOCK_PG_SEM_PREPARE_TOKEN
 /* fencing_durability=commit: the same names, each token committed durably (pg_internal.h). */
-#define DURABLE_SEQ DLOCK_PG_DURABLE("nextval(" SEQ ")")
-#define PREPARE_TOKEN_DURABLE "PREPARE dlock_try_token(int8, text) AS " TRY("", DURABLE_SEQ) ";" \
-	"PREPARE dlock_wait_token(int8, text, text) AS " WAIT("", DURABLE_SEQ) ";" \
-	DLOCK_PG_SEM_PREPARE_TOKEN_DURABLE
+#define PREPARE_TOKEN_DURABLE \
+	PREPARE_TOKEN_WITH(DLOCK_PG_DURABLE("nextval(" SEQ ")")) DLOCK_PG_SEM_PREPARE_TOKEN_DURABLE
 /* The TOKEN set first: when it fails, nothing after it runs. */
 static const char sql_prepare_plain[] = PREPARE_PLAIN;
 static const char sql_prepare_token[] = PREPARE_TOKEN;
