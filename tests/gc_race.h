@@ -1,0 +1,22 @@
+/*
+ * The race of dlock_gc() against holders, for test_file_gc and test_pg_gc:
+ * GC_RACE_WORKERS processes acquire and release GC_RACE_NAMES names of
+ * `prefix` (each time one at random) until GC_RACE_ACQUISITIONS are done
+ * in total, while one more process runs dlock_gc() over `prefix` in a loop.
+ * Asserts (CUnit, in the parent) that no two holders of a name ever
+ * overlapped (dlock_test_overlap, one per name), that each name's fencing
+ * tokens strictly increased in entry order across every removal, that
+ * every acquisition and gc call succeeded, and that gc removed something
+ * (else it raced nothing).  Call it with no client open (children fork).
+ */
+#ifndef DLOCK_TEST_GC_RACE_H
+#define DLOCK_TEST_GC_RACE_H
+
+#define GC_RACE_WORKERS 4
+#define GC_RACE_NAMES 3
+#define GC_RACE_ACQUISITIONS 10000
+
+/** Run the race on the client URI `uri`, on the names PREFIX0, PREFIX1, ... */
+void gc_race(const char *uri, const char *prefix);
+
+#endif
