@@ -28,7 +28,8 @@
  * the file at the path (open_and_lock(): same device and inode, a link
  * left): when gc removed it between the open and the lock, the acquirer
  * lets it go and opens the name again.  A file without a token yet starts
- * from the floor, so a name's tokens never go back across a removal.
+ * from the floor, so a name's tokens never go back across a removal.  A
+ * try-once acquisition that meets gc's moment on a file answers busy.
  * Collections of one directory take turns (flock on DIR).  A dlock
  * without this check (before collection existed) must not run beside gc
  * on the same directory: it would keep locking the unlinked inode.

@@ -144,6 +144,10 @@ dlock_status dlock_pg_gc(void *backend, const char *prefix, size_t len, unsigned
 	struct dlock_pg_backend *b = backend;
 	int dry = (flags & DLOCK_GC_DRY_RUN) != 0;
 	*count = 0;
+	if (b->mode == &dlock_pg_advisory_mode && !atomic_load(&b->names_listed))
+		return dlock_error_set(err, DLOCK_ENOTSUP,
+		                       "%s: advisory locks leave nothing behind and there is no " DLOCK_PG_NAMES
+		                       " table: nothing to collect", b->masked);
 	if (b->mode == &dlock_pg_advisory_mode && !atomic_load(&b->names_fresh))
 		return dlock_error_set(err, DLOCK_ENOTSUP,
 		                       "%s: advisory locks leave nothing behind, and " DLOCK_PG_NAMES

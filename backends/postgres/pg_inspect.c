@@ -129,7 +129,7 @@ dlock_status dlock_pg_feature(struct dlock_pg_backend *b, int feature, int64_t *
 		return DLOCK_OK;
 	}
 	if (feature == DLOCK_FEATURE_GC) { /* pg_gc.c */
-		*value = !advisory || atomic_load(&b->names_fresh);
+		*value = !advisory || (atomic_load(&b->names_listed) && atomic_load(&b->names_fresh));
 		return DLOCK_OK;
 	}
 	if (feature == DLOCK_FEATURE_ELECTION) { /* pg_elect.c */
