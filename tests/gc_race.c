@@ -23,6 +23,10 @@ struct race {
 	atomic_uint workers_done;
 	atomic_ulong gc_rounds, gc_removed;
 	uint64_t last[GC_RACE_NAMES]; /* each name's latest token, written by its holder only */
+	atomic_int sem_inside;       /* permits held now */
+	atomic_uint sem_over;        /* entries that found GC_RACE_PERMITS already inside */
+	atomic_uint sem_entries;
+	uint64_t slot_last[GC_RACE_PERMITS]; /* each slot's latest token, written by its holder only */
 	char why[256];               /* the first failure */
 };
 
@@ -32,23 +36,54 @@ static void failed(struct race *r, const char *what, dlock_client *c, dlock_stat
 		snprintf(r->why, sizeof r->why, "%s: %s %s", what, dlock_status_name(st), c ? dlock_client_errmsg(c) : "");
 }
 
+/* Inside the semaphore: never more than GC_RACE_PERMITS, and the slot's token above its last. */
+static void permit_held(struct race *r, dlock_lock *sem)
+{
+	uint64_t token = 0;
+	uint32_t slot = UINT32_MAX;
+	atomic_fetch_add(&r->sem_entries, 1);
+	if (atomic_fetch_add(&r->sem_inside, 1) >= GC_RACE_PERMITS)
+		atomic_fetch_add(&r->sem_over, 1);
+	if (dlock_lock_fencing_token(sem, &token) != DLOCK_OK || dlock_lock_permit_slot(sem, &slot) != DLOCK_OK ||
+	    slot >= GC_RACE_PERMITS || token <= r->slot_last[slot])
+		atomic_fetch_add(&r->backwards, 1);
+	else
+		r->slot_last[slot] = token;
+	atomic_fetch_sub(&r->sem_inside, 1);
+}
+
 static int worker(struct race *r, dlock_test_overlap **ov, const char *uri, const char *prefix, unsigned seed)
 {
 	dlock_client *c = dlock_test_open(uri, NULL, NULL);
-	dlock_lock *l[GC_RACE_NAMES] = { NULL };
+	dlock_lock *l[GC_RACE_NAMES + 1] = { NULL };
 	char name[128];
 	for (int i = 0; c && i < GC_RACE_NAMES; i++) {
 		snprintf(name, sizeof name, "%s%d", prefix, i);
 		l[i] = dlock_test_new_lock(c, name);
 	}
-	dlock_acquire_options opts = DLOCK_ACQUIRE_OPTIONS_INIT;
+	snprintf(name, sizeof name, "%ssem", prefix);
+	if (c && dlock_semaphore_new(c, name, GC_RACE_PERMITS, &l[GC_RACE_NAMES]) != DLOCK_OK)
+		failed(r, "semaphore", c, DLOCK_EINVAL);
+	dlock_acquire_options opts = DLOCK_ACQUIRE_OPTIONS_INIT, once = DLOCK_ACQUIRE_OPTIONS_INIT;
 	opts.wait_ms = WAIT_MS;
+	once.wait_ms = 0; /* a permit is tried again at once: waiting would poll, slowly */
 	while (c && atomic_fetch_add(&r->taken, 1) < GC_RACE_ACQUISITIONS) {
-		int i = (int)(rand_r(&seed) % GC_RACE_NAMES);
-		dlock_status st = l[i] ? dlock_acquire(l[i], &opts) : DLOCK_EINVAL;
+		int i = (int)(rand_r(&seed) % (GC_RACE_NAMES + 1));
+		dlock_status st = l[i] ? dlock_acquire(l[i], i == GC_RACE_NAMES ? &once : &opts) : DLOCK_EINVAL;
+		for (int64_t until = dlock_test_now_ms() + WAIT_MS; st == DLOCK_EBUSY && dlock_test_now_ms() < until;)
+			st = dlock_acquire(l[i], &once); /* a try-once meeting gc's moment is busy too */
 		if (st != DLOCK_OK) {
 			failed(r, "acquire", c, st);
 			break;
+		}
+		if (i == GC_RACE_NAMES) {
+			permit_held(r, l[i]);
+			st = dlock_release(l[i]);
+			if (st != DLOCK_OK) {
+				failed(r, "release", c, st);
+				break;
+			}
+			continue;
 		}
 		dlock_test_overlap_enter(ov[i]);
 		uint64_t token = 0;
@@ -62,7 +97,7 @@ static int worker(struct race *r, dlock_test_overlap **ov, const char *uri, cons
 			break;
 		}
 	}
-	for (int i = 0; i < GC_RACE_NAMES; i++)
+	for (int i = 0; i <= GC_RACE_NAMES; i++)
 		dlock_lock_free(l[i]);
 	dlock_client_close(c);
 	atomic_fetch_add(&r->workers_done, 1);
@@ -112,14 +147,17 @@ void gc_race(const char *uri, const char *prefix)
 		violations += dlock_test_overlap_violations(ov[i]);
 		dlock_test_overlap_free(ov[i]);
 	}
-	printf("\n    %s: %llu acquisitions in %lld ms, %lu gc rounds removed %lu names, %llu overlaps, %u tokens "
-	       "not increasing%s%s",
-	       uri, (unsigned long long)entered, (long long)(dlock_test_now_ms() - t0), atomic_load(&r->gc_rounds),
-	       atomic_load(&r->gc_removed), (unsigned long long)violations, atomic_load(&r->backwards),
+	entered += atomic_load(&r->sem_entries);
+	printf("\n    %s: %llu acquisitions (%u permits) in %lld ms, %lu gc rounds removed %lu names, %llu overlaps, "
+	       "%u permits past %d, %u tokens not increasing%s%s",
+	       uri, (unsigned long long)entered, atomic_load(&r->sem_entries), (long long)(dlock_test_now_ms() - t0),
+	       atomic_load(&r->gc_rounds), atomic_load(&r->gc_removed), (unsigned long long)violations,
+	       atomic_load(&r->sem_over), GC_RACE_PERMITS, atomic_load(&r->backwards),
 	       r->failures ? ", first failure: " : "", r->why);
 	CU_ASSERT_EQUAL(atomic_load(&r->failures), 0);
 	CU_ASSERT_EQUAL(entered, GC_RACE_ACQUISITIONS);
 	CU_ASSERT_EQUAL(violations, 0);
+	CU_ASSERT_EQUAL(atomic_load(&r->sem_over), 0);
 	CU_ASSERT_EQUAL(atomic_load(&r->backwards), 0);
 	CU_ASSERT(atomic_load(&r->gc_removed) > 0);
 	dlock_test_shared_free(r, sizeof *r);
