@@ -489,6 +489,10 @@ dlock_status dlock_redis_gc(void *backend, const char *prefix, size_t len, unsig
 	struct redis_client *c = backend;
 	(void)prefix, (void)len, (void)flags, (void)removed, (void)arg;
 	*count = 0;
+	if (is_redlock(c))
+		return dlock_error_set(err, DLOCK_ENOTSUP,
+		                       "redis %s collects nothing: RedLock writes only a name's lock key, which expires "
+		                       "with the lease", c->label);
 	return dlock_error_set(err, DLOCK_ENOTSUP,
 	                       "redis %s collects nothing: every key of a name expires by itself, the fencing "
 	                       "counter (:fence) last, 100 leases (at least 7 days) after the name's last "
