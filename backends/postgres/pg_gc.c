@@ -126,10 +126,14 @@ static dlock_status collect(struct dlock_pg_backend *b, const char *sql, int npa
 	for (;;) {
 		PGresult *res = NULL;
 		dlock_status st = query(b, &s, &res, sqlstate, err);
+		if (st == DLOCK_EPERM) {
+			char said[200];
+			snprintf(said, sizeof said, "%.150s", err->msg);
+			return dlock_error_set(err, st, "gc may not delete from %s (GRANT DELETE ON %s TO the role): %s",
+			                       resource, resource, said);
+		}
 		if (st != DLOCK_OK)
-			return st == DLOCK_EPERM ? dlock_error_set(err, st, "%s: gc may not delete from %s: %s",
-			                                           b->masked, resource, err->msg)
-			                         : st;
+			return st;
 		size_t n = report(res, resource, removed, arg);
 		PQclear(res);
 		*count += n;
