@@ -121,6 +121,14 @@ static int collector(struct race *r, const char *uri, const char *prefix)
 	return c ? 0 : 1;
 }
 
+dlock_status gc_try(dlock_lock *l, int shared)
+{
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = 0;
+	o.mode = shared ? DLOCK_MODE_SHARED : DLOCK_MODE_EXCLUSIVE;
+	return dlock_acquire(l, &o);
+}
+
 void gc_race(const char *uri, const char *prefix)
 {
 	struct race *r = dlock_test_shared_alloc(sizeof *r);

@@ -14,6 +14,8 @@
 #ifndef DLOCK_TEST_GC_RACE_H
 #define DLOCK_TEST_GC_RACE_H
 
+#include "dlock/dlock.h"
+
 #define GC_RACE_WORKERS 4
 #define GC_RACE_NAMES 3
 #define GC_RACE_PERMITS 2
@@ -21,5 +23,8 @@
 
 /** Run the race on the client URI `uri`, on the names PREFIX0, PREFIX1, ... */
 void gc_race(const char *uri, const char *prefix);
+
+/** Try `l` once (DLOCK_ACQUIRE_OPTIONS_INIT: the URI's lease, renewal and fencing), shared when `shared`. */
+dlock_status gc_try(dlock_lock *l, int shared);
 
 #endif

@@ -68,7 +68,7 @@ static uint64_t once(dlock_client *c, const char *name)
 {
 	dlock_lock *l = dlock_test_new_lock(c, name);
 	uint64_t token = 0;
-	CU_ASSERT_EQUAL(dlock_test_acquire(l, 0, 0, -1, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(gc_try(l, 0), DLOCK_OK);
 	token = dlock_test_token(l);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
 	dlock_lock_free(l);
@@ -86,12 +86,9 @@ static void test_removes_unused_keeps_held(void)
 	dlock_lock *rw = NULL, *sem = NULL;
 	CU_ASSERT_EQUAL(dlock_rwlock_new(c, "held-reader", &rw), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_semaphore_new(c, "held-permit", 2, &sem), DLOCK_OK);
-	dlock_acquire_options shared = DLOCK_ACQUIRE_OPTIONS_INIT;
-	shared.wait_ms = 0;
-	shared.mode = DLOCK_MODE_SHARED;
-	CU_ASSERT_EQUAL(dlock_test_acquire(m, 0, 0, -1, NULL, NULL), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_acquire(rw, &shared), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_test_acquire(sem, 0, 0, -1, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(gc_try(m, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(gc_try(rw, 1), DLOCK_OK);
+	CU_ASSERT_EQUAL(gc_try(sem, 0), DLOCK_OK);
 	CU_ASSERT_EQUAL(lock_files(dir), 5);
 
 	/* dry run: says what would go, removes nothing */
@@ -180,10 +177,7 @@ static void test_tokens_never_go_back(void)
 	CU_ASSERT_EQUAL(count, 2);
 	dlock_lock *rw = NULL;
 	CU_ASSERT_EQUAL(dlock_rwlock_new(c, "tok", &rw), DLOCK_OK);
-	dlock_acquire_options shared = DLOCK_ACQUIRE_OPTIONS_INIT;
-	shared.wait_ms = 0;
-	shared.mode = DLOCK_MODE_SHARED;
-	CU_ASSERT_EQUAL(dlock_acquire(rw, &shared), DLOCK_OK);
+	CU_ASSERT_EQUAL(gc_try(rw, 1), DLOCK_OK);
 	CU_ASSERT(dlock_test_token(rw) >= t); /* a reader: the latest writer's, or the floor */
 	CU_ASSERT_EQUAL(dlock_release(rw), DLOCK_OK);
 	dlock_lock_free(rw);
@@ -191,7 +185,7 @@ static void test_tokens_never_go_back(void)
 	CU_ASSERT(once(c, "low") > t); /* every new file starts above the floor */
 	dlock_lock *sem = NULL;
 	CU_ASSERT_EQUAL(dlock_semaphore_new(c, "fresh-sem", 2, &sem), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_test_acquire(sem, 0, 0, -1, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(gc_try(sem, 0), DLOCK_OK);
 	CU_ASSERT(dlock_test_token(sem) > t);
 	CU_ASSERT_EQUAL(dlock_release(sem), DLOCK_OK);
 	dlock_lock_free(sem);

@@ -45,7 +45,7 @@ static dlock_client *open_prefixed(const char *base, const char *prefix)
 static void once(dlock_client *c, const char *name)
 {
 	dlock_lock *l = dlock_test_new_lock(c, name);
-	CU_ASSERT_EQUAL(dlock_test_acquire(l, 0, 0, -1, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(gc_try(l, 0), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
 	dlock_lock_free(l);
 }
@@ -54,7 +54,7 @@ static void sem_once(dlock_client *c, const char *name, uint32_t n)
 {
 	dlock_lock *l = NULL;
 	CU_ASSERT_EQUAL(dlock_semaphore_new(c, name, n, &l), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_test_acquire(l, 0, 0, -1, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(gc_try(l, 0), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
 	dlock_lock_free(l);
 }
@@ -86,12 +86,9 @@ static void test_row_mode(void)
 	dlock_lock *m = dlock_test_new_lock(c, "held-mutex"), *rw = NULL, *sem = NULL;
 	CU_ASSERT_EQUAL(dlock_rwlock_new(c, "held-reader", &rw), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_semaphore_new(c, "held-permit", 2, &sem), DLOCK_OK);
-	dlock_acquire_options shared = DLOCK_ACQUIRE_OPTIONS_INIT;
-	shared.wait_ms = 0;
-	shared.mode = DLOCK_MODE_SHARED;
-	CU_ASSERT_EQUAL(dlock_test_acquire(m, 0, 0, -1, NULL, NULL), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_acquire(rw, &shared), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_test_acquire(sem, 0, 0, -1, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(gc_try(m, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(gc_try(rw, 1), DLOCK_OK);
+	CU_ASSERT_EQUAL(gc_try(sem, 0), DLOCK_OK);
 	CU_ASSERT_EQUAL(rows_under(pg, "dlock_locks", prefix), 2 + 4 + 1 + 1 + 3);
 
 	struct seen s = { "", 0 };
@@ -144,7 +141,7 @@ static void test_advisory_names(void)
 	once(c, "b");
 	sem_once(c, "s", 2);
 	dlock_lock *held = dlock_test_new_lock(c, "held");
-	CU_ASSERT_EQUAL(dlock_test_acquire(held, 0, 0, -1, NULL, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(gc_try(held, 0), DLOCK_OK);
 	CU_ASSERT_EQUAL(rows_under(pg, "dlock_names", prefix), 4);
 
 	/* written just now: a live client may count them as written, nothing goes */
