@@ -1119,16 +1119,18 @@ static void gc_flush(struct file_client *c, struct gc_batch *b, int unlink_them,
 {
 	if (*st == DLOCK_OK && unlink_them && b->n > 0)
 		*st = raise_floor(c, b->top, err);
+	size_t done = 0;
 	for (size_t i = 0; i < b->n; i++) {
 		if (*st == DLOCK_OK && unlink_them && unlink(b->path[i]) != 0)
 			*st = fail_errno(err, errno, "cannot remove", b->path[i]);
-		if (*st == DLOCK_OK) {
-			removed(arg, b->len[i] ? b->name[i] : NULL, (size_t)b->len[i], b->path[i]);
-			(*count)++;
-		}
+		if (*st == DLOCK_OK)
+			done = i + 1;
 		ofd_lock(b->fd[i], F_UNLCK);
 		close(b->fd[i]);
 	}
+	for (size_t i = 0; i < done; i++) /* told once nothing is locked: the callback may lock the name */
+		removed(arg, b->len[i] ? b->name[i] : NULL, (size_t)b->len[i], b->path[i]);
+	*count += done;
 	b->n = 0;
 	b->top = 0;
 }
