@@ -1140,9 +1140,16 @@ static void gc_flush(struct file_client *c, struct gc_batch *b, int unlink_them,
 static dlock_status gc_take(const char *path, int *fdp, uint64_t *token, dlock_error *err)
 {
 	*fdp = -1;
-	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0 && (errno == ENOENT || errno == ELOOP || errno == EISDIR))
+		return DLOCK_OK; /* gone, or not a lock file (a symlink, a directory): never ours to remove */
 	if (fd < 0)
-		return errno == ENOENT ? DLOCK_OK : fail_errno(err, errno, "cannot open lock file", path);
+		return fail_errno(err, errno, "cannot open lock file", path);
+	struct stat sb;
+	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		close(fd); /* a FIFO or a device planted under a lock file's name */
+		return DLOCK_OK;
+	}
 	dlock_status st = DLOCK_OK;
 	if (ofd_lock(fd, F_WRLCK) != 0) {
 		if (errno != EAGAIN && errno != EACCES) /* else held, or an attempt in progress */

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "dlock/dlock.h"
 #include "gc_race.h"
@@ -145,6 +146,17 @@ static void test_prefix(void)
 	CU_ASSERT_EQUAL(count, 2);
 	CU_ASSERT(strstr(s.names, "order:1") && strstr(s.names, "order:2"));
 	CU_ASSERT_EQUAL(lock_files(dir), 2);
+	/* what is not a lock file under a lock file's name is left alone, and gc goes on */
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/planted.lock", dir);
+	CU_ASSERT_EQUAL(symlink("/etc/passwd", path), 0);
+	snprintf(path, sizeof path, "%s/adir.lock", dir);
+	CU_ASSERT_EQUAL(mkdir(path, 0700), 0);
+	CU_ASSERT_EQUAL(dlock_gc(c, NULL, DLOCK_GC_DRY_RUN, NULL, NULL, &count), DLOCK_OK);
+	CU_ASSERT_EQUAL(count, 2);
+	CU_ASSERT_EQUAL(rmdir(path), 0);
+	snprintf(path, sizeof path, "%s/planted.lock", dir);
+	CU_ASSERT_EQUAL(unlink(path), 0);
 	/* a hashed name (too long to keep in a file name) is collected only without a prefix */
 	char longname[401];
 	memset(longname, 'x', sizeof longname - 1);
