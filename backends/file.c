@@ -25,9 +25,9 @@
  * replaced whole by rename, made durable before any unlink) to the file's
  * token, and unlinks the file while still holding its lock.  Every
  * acquirer, once it has locked a file, checks that its descriptor is still
- * the file at the path (open_and_lock(): same device and inode, a link
- * left): when gc removed it between the open and the lock, the acquirer
- * lets it go and opens the name again.  A file without a token yet starts
+ * the file at the path (open_and_lock(): a link left, which is enough as
+ * gc only unlinks): when gc removed it between the open and the lock, the
+ * acquirer lets it go and opens the name again.  A file without a token yet starts
  * from the floor, so a name's tokens never go back across a removal.  A
  * try-once acquisition that meets gc's moment on a file answers busy.
  * Collections of one directory take turns (flock on DIR).  A dlock
@@ -431,14 +431,24 @@ static dlock_status lock_failed(struct file_lock *lk, int e, dlock_error *err)
 	return dlock_error_set(err, DLOCK_EBUSY, "file://: %s is locked by another owner", lk->path);
 }
 
-/* 1: `fd` is the file at `path` and still linked; 0: gc removed it (or put another in its place); -1: errno. */
-static int still_linked(int fd, const char *path)
+/*
+ * 1: `fd` is still linked; 0: gc removed it; -1: errno.  A link count is
+ * enough to tell that `fd` is still the file at its path: gc only ever
+ * unlinks a lock file (dlock never renames nor links one), and an
+ * unlinked inode stays unlinked.  So an acquirer's check is one fstat()
+ * (a second lookup of the path, lstat(), made an acquisition without a
+ * token about 3 us slower, 8 us instead of 5, here); gc's own check
+ * (`by_path`) compares the inode at the path as well.
+ */
+static int still_linked(int fd, const char *path, int by_path)
 {
 	struct stat mine, there;
 	if (fstat(fd, &mine) != 0)
 		return -1;
 	if (mine.st_nlink == 0)
 		return 0;
+	if (!by_path)
+		return 1;
 	if (lstat(path, &there) != 0)
 		return errno == ENOENT ? 0 : -1;
 	return mine.st_dev == there.st_dev && mine.st_ino == there.st_ino;
@@ -462,7 +472,7 @@ static dlock_status open_and_lock(struct file_client *c, struct file_lock *lk, s
 			return st;
 		if (ofd_range(fd, F_OFD_SETLK, type, start, len) != 0)
 			return lock_failed(lk, errno, err);
-		int linked = still_linked(fd, lk->path);
+		int linked = still_linked(fd, lk->path, 0);
 		if (linked > 0)
 			return DLOCK_OK;
 		if (linked < 0)
@@ -1157,7 +1167,7 @@ static dlock_status gc_take(const char *path, int *fdp, uint64_t *token, dlock_e
 		close(fd);
 		return st;
 	}
-	int linked = still_linked(fd, path);
+	int linked = still_linked(fd, path, 1);
 	if (linked < 0)
 		st = fail_errno(err, errno, "cannot look at lock file", path);
 	else if (linked > 0)
