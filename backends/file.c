@@ -395,10 +395,11 @@ static dlock_status bump_token_with(struct file_client *c, int fd, const char *p
                                     const struct file_lock *owner, dlock_error *err)
 {
 	unsigned char b[TOKEN_LEN + OWNER_BLOCK_MAX];
-	uint64_t t = 0, own = 0;
+	uint64_t own = 0, t = 0;
 	dlock_status st = read_token(fd, path, &own, err);
-	if (st == DLOCK_OK)
-		st = file_token(c, fd, path, &t, err);
+	t = own;
+	if (st == DLOCK_OK && own == 0) /* a new file: its tokens start from the floor */
+		st = read_floor(c, &t, err);
 	if (st != DLOCK_OK)
 		return st;
 	if (t == UINT64_MAX)
