@@ -437,8 +437,8 @@ static dlock_status lock_failed(struct file_lock *lk, int e, dlock_error *err)
  * enough to tell that `fd` is still the file at its path: gc only ever
  * unlinks a lock file (dlock never renames nor links one), and an
  * unlinked inode stays unlinked.  So an acquirer's check is one fstat()
- * (a second lookup of the path, lstat(), made an acquisition without a
- * token about 3 us slower, 8 us instead of 5, here); gc's own check
+ * (a second lookup of the path, lstat(), measurably slowed an acquisition
+ * without a token: dlock-bench uncontended, --fencing off); gc's own check
  * (`by_path`) compares the inode at the path as well.
  */
 static int still_linked(int fd, const char *path, int by_path)
