@@ -12,11 +12,27 @@
  * drops the lock when the holder dies.  DIR must be on a local file system
  * (on NFS the kernel may lose a lock while the descriptor stays open).
  *
- * Lock files are NEVER unlinked.  Unlinking on release races with a
- * contender that has already opened the old file: it locks the unlinked
- * inode while a third process creates and locks a new file under the same
- * name, and both believe they hold the lock.  Keeping the file also keeps
- * the fencing token, which lives in it.
+ * Lock files are never unlinked on release.  Unlinking on release races
+ * with a contender that has already opened the old file: it locks the
+ * unlinked inode while a third process creates and locks a new file under
+ * the same name, and both believe they hold the lock.  Keeping the file
+ * also keeps the fencing token, which lives in it.
+ *
+ * Collection (dlock_gc(), file_gc()) removes the files of unused names
+ * all the same, safely: gc takes a file's whole-file lock without waiting
+ * (so no holder of any kind, and no attempt in progress, has it), raises
+ * the directory's token floor (DIR/.dlock-floor: 8 bytes little-endian,
+ * replaced whole by rename, made durable before any unlink) to the file's
+ * token, and unlinks the file while still holding its lock.  Every
+ * acquirer, once it has locked a file, checks that its descriptor is still
+ * the file at the path (open_and_lock(): a link left, which is enough as
+ * gc only unlinks): when gc removed it between the open and the lock, the
+ * acquirer lets it go and opens the name again.  A file without a token yet starts
+ * from the floor, so a name's tokens never go back across a removal.  A
+ * try-once acquisition that meets gc's moment on a file answers busy.
+ * Collections of one directory take turns (flock on DIR).  A dlock
+ * without this check (before collection existed) must not run beside gc
+ * on the same directory: it would keep locking the unlinked inode.
  *
  * Descriptor lifetime: a handle keeps its descriptor open only while it
  * acquires or holds the lock, and closes it on release or failure.  Idle
@@ -104,6 +120,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <time.h>
@@ -113,6 +130,10 @@
 #include "dlock/sys/driver.h"
 
 #define FILE_SUFFIX ".lock"
+#define FLOOR_FILE ".dlock-floor"      /* the directory's token floor, written by gc (see the top of the file) */
+#define FLOOR_NEW ".dlock-floor.new"   /* the next floor, renamed over FLOOR_FILE */
+#define RELOCK_TRIES 1000              /* attempts at a file that gc keeps removing before EBUSY */
+#define GC_BATCH 64                    /* files gc holds at once: one floor write per batch */
 
 /* The token's bytes, and a semaphore's, in the lock file (see the top of the file). */
 #define TOKEN_LEN 8                                                  /* the token: bytes [0, 8) */
@@ -128,6 +149,7 @@
 
 struct file_client {
 	char *dir; /* absolute, without trailing '/' (except "/" itself) */
+	char *floor; /* DIR/.dlock-floor */
 	dlock_host *host;
 	const char *owner; /* the client's owner record (dlock_host_owner) */
 	size_t owner_len;
@@ -294,6 +316,31 @@ static dlock_status read_token(int fd, const char *path, uint64_t *token, dlock_
 	return DLOCK_OK;
 }
 
+/* The directory's token floor (0 when gc never wrote one): where a new lock file's tokens start. */
+static dlock_status read_floor(const struct file_client *c, uint64_t *floor, dlock_error *err)
+{
+	*floor = 0;
+	int fd = open(c->floor, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 && errno == ENOENT)
+		return DLOCK_OK;
+	if (fd < 0)
+		return fail_errno(err, errno, "cannot open the token floor", c->floor);
+	dlock_status st = read_token(fd, c->floor, floor, err);
+	close(fd);
+	return st;
+}
+
+/* The token of the locked file `fd`: its own, or the floor for a file that has none yet (new, or made
+ * again after gc removed it). */
+static dlock_status file_token(const struct file_client *c, int fd, const char *path, uint64_t *token,
+                               dlock_error *err)
+{
+	dlock_status st = read_token(fd, path, token, err);
+	if (st == DLOCK_OK && *token == 0)
+		st = read_floor(c, token, err);
+	return st;
+}
+
 /* FNV-1a, 32 bits: tells a whole owner block from a torn one. */
 static uint32_t fnv32(const unsigned char *p, size_t n)
 {
@@ -348,8 +395,11 @@ static dlock_status bump_token_with(struct file_client *c, int fd, const char *p
                                     const struct file_lock *owner, dlock_error *err)
 {
 	unsigned char b[TOKEN_LEN + OWNER_BLOCK_MAX];
-	uint64_t t = 0;
-	dlock_status st = read_token(fd, path, &t, err);
+	uint64_t own = 0, t = 0;
+	dlock_status st = read_token(fd, path, &own, err);
+	t = own;
+	if (st == DLOCK_OK && own == 0) /* a new file: its tokens start from the floor */
+		st = read_floor(c, &t, err);
 	if (st != DLOCK_OK)
 		return st;
 	if (t == UINT64_MAX)
@@ -362,7 +412,7 @@ static dlock_status bump_token_with(struct file_client *c, int fd, const char *p
 		return fail_errno(err, n < 0 ? errno : EIO, "cannot write the fencing token of", path);
 	if (fdatasync(fd) != 0)
 		return fail_errno(err, errno, "cannot sync the fencing token of", path);
-	if (t == 0 && sync_dir(c->dir) != 0)
+	if (own == 0 && sync_dir(c->dir) != 0)
 		return fail_errno(err, errno, "cannot sync directory", c->dir);
 	*token = next;
 	return DLOCK_OK;
@@ -382,13 +432,57 @@ static dlock_status lock_failed(struct file_lock *lk, int e, dlock_error *err)
 	return dlock_error_set(err, DLOCK_EBUSY, "file://: %s is locked by another owner", lk->path);
 }
 
-/* One try at the OFD lock of `type` on `fd`: DLOCK_OK, DLOCK_EBUSY, or an error. */
-static dlock_status lock_fd(struct file_lock *lk, int fd, short type, int64_t *sent_ns, dlock_error *err)
+/*
+ * 1: `fd` is still linked; 0: gc removed it; -1: errno.  A link count is
+ * enough to tell that `fd` is still the file at its path: gc only ever
+ * unlinks a lock file (dlock never renames nor links one), and an
+ * unlinked inode stays unlinked.  So an acquirer's check is one fstat()
+ * (a second lookup of the path, lstat(), measurably slowed an acquisition
+ * without a token: dlock-bench uncontended, --fencing off); gc's own check
+ * (`by_path`) compares the inode at the path as well.
+ */
+static int still_linked(int fd, const char *path, int by_path)
 {
-	*sent_ns = dlock_monotonic_ns();
-	if (ofd_lock(fd, type) == 0)
-		return DLOCK_OK;
-	return lock_failed(lk, errno, err);
+	struct stat mine, there;
+	if (fstat(fd, &mine) != 0)
+		return -1;
+	if (mine.st_nlink == 0)
+		return 0;
+	if (!by_path)
+		return 1;
+	if (lstat(path, &there) != 0)
+		return errno == ENOENT ? 0 : -1;
+	return mine.st_dev == there.st_dev && mine.st_ino == there.st_ino;
+}
+
+/*
+ * Open the lock file and take `type` on [start, start + len) without
+ * waiting, on the file that is at the path once locked.  gc unlinks a file
+ * only while it holds the whole file locked, so a lock we hold keeps the
+ * file in place; a file found removed after our lock was collected between
+ * our open() and our lock: let it go and open the name again.  *fdp: the
+ * descriptor (-1 when none), which the caller unlocks and closes on failure.
+ */
+static dlock_status open_and_lock(struct file_client *c, struct file_lock *lk, short type, off_t start, off_t len,
+                                  int *fdp, dlock_error *err)
+{
+	for (int tries = 0; tries < RELOCK_TRIES; tries++) {
+		dlock_status st = DLOCK_OK;
+		int fd = *fdp = open_lock_file(c, lk, &st, err);
+		if (fd < 0)
+			return st;
+		if (ofd_range(fd, F_OFD_SETLK, type, start, len) != 0)
+			return lock_failed(lk, errno, err);
+		int linked = still_linked(fd, lk->path, 0);
+		if (linked > 0)
+			return DLOCK_OK;
+		if (linked < 0)
+			return fail_errno(err, errno, "cannot look at lock file", lk->path);
+		ofd_lock(fd, F_UNLCK);
+		close(fd);
+		*fdp = -1;
+	}
+	return dlock_error_set(err, DLOCK_EBUSY, "file://: %s kept being removed by gc", lk->path);
 }
 
 /* Without a token: the owner block alone after the token bytes (one write, no sync: it is only shown). */
@@ -505,12 +599,12 @@ static dlock_status sem_attempt(struct file_client *c, struct file_lock *lk, dlo
 	uint32_t slot = 0;
 	uint64_t token = 0;
 	int64_t sent_ns = dlock_monotonic_ns();
-	int fd = *fdp = open_lock_file(c, lk, &st, err);
-	if (fd < 0)
+	/* Ours first, then the others': of two contenders with different N, the later sees the earlier.
+	 * Busy: a mutex or writer holds the whole file. */
+	st = open_and_lock(c, lk, F_RDLCK, SEM_MARK_BASE + (off_t)lk->permits, 1, fdp, err);
+	if (st != DLOCK_OK)
 		return st;
-	/* Ours first, then the others': of two contenders with different N, the later sees the earlier. */
-	if (ofd_range(fd, F_OFD_SETLK, F_RDLCK, SEM_MARK_BASE + (off_t)lk->permits, 1) != 0)
-		return lock_failed(lk, errno, err); /* a mutex or writer holds the whole file */
+	int fd = *fdp;
 	st = sem_check_permits(lk, fd, err);
 	if (st == DLOCK_OK)
 		st = sem_take_slot(lk, fd, &slot, err);
@@ -567,6 +661,11 @@ static dlock_status file_open(const dlock_uri *uri, dlock_host *host, void **bac
 	}
 	for (size_t n = strlen(c->dir); n > 1 && c->dir[n - 1] == '/'; n--)
 		c->dir[n - 1] = '\0';
+	if (asprintf(&c->floor, "%s%s" FLOOR_FILE, c->dir, strcmp(c->dir, "/") ? "/" : "") < 0) {
+		c->floor = NULL;
+		st = dlock_error_set(err, DLOCK_ENOMEM, "file://: out of memory");
+		goto fail;
+	}
 	c->host = host;
 	c->owner = dlock_host_owner(host, &c->owner_len);
 	st = make_dirs(c->dir, err);
@@ -575,8 +674,10 @@ static dlock_status file_open(const dlock_uri *uri, dlock_host *host, void **bac
 	*backend = c;
 	return DLOCK_OK;
 fail:
-	if (c)
+	if (c) {
 		free(c->dir);
+		free(c->floor);
+	}
 	free(c);
 	return st;
 }
@@ -585,6 +686,7 @@ static void file_close(void *backend)
 {
 	struct file_client *c = backend;
 	free(c->dir);
+	free(c->floor);
 	free(c);
 }
 
@@ -687,14 +789,12 @@ static dlock_status file_try_acquire(void *backend, void *lkp, int64_t lease_ms,
 		lk->slot = out->slot;
 		return DLOCK_OK;
 	}
-	fd = open_lock_file(c, lk, &st, err);
-	if (fd < 0)
-		goto fail;
-	st = lock_fd(lk, fd, type, &sent_ns, err);
+	sent_ns = dlock_monotonic_ns();
+	st = open_and_lock(c, lk, type, 0, 0, &fd, err);
 	if (st != DLOCK_OK)
 		goto fail;
 	if (type == F_RDLCK && dlock_wait_wants_token(w))
-		st = read_token(fd, lk->path, &token, err);
+		st = file_token(c, fd, lk->path, &token, err);
 	else if (type == F_WRLCK && dlock_wait_wants_token(w))
 		st = bump_token_with(c, fd, lk->path, &token, lk, err);
 	else if (type == F_WRLCK)
@@ -984,6 +1084,164 @@ static dlock_status file_break_lock(void *backend, const char *name, size_t len,
 	                       "it (or when that process exits); stop the holder to free it");
 }
 
+/* ---------------------------------------------------------- collection */
+
+/* Files gc holds locked until the floor is written and they are unlinked. */
+struct gc_batch {
+	size_t n;
+	uint64_t top; /* the highest token among them */
+	int fd[GC_BATCH];
+	int len[GC_BATCH]; /* the name's length; 0: hashed */
+	char name[GC_BATCH][DLOCK_COMPONENT_MAX + 1];
+	char path[GC_BATCH][PATH_MAX];
+};
+
+/* Raise the floor to `top` (never lower it): a new file written whole, made durable, renamed over the old. */
+static dlock_status raise_floor(struct file_client *c, uint64_t top, dlock_error *err)
+{
+	uint64_t floor = 0;
+	unsigned char b[TOKEN_LEN];
+	char next[PATH_MAX];
+	dlock_status st = read_floor(c, &floor, err);
+	if (st != DLOCK_OK || top <= floor)
+		return st;
+	snprintf(next, sizeof next, "%s%s" FLOOR_NEW, c->dir, strcmp(c->dir, "/") ? "/" : "");
+	int fd = open(next, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0)
+		return fail_errno(err, errno, "cannot create", next);
+	put_le(b, top, TOKEN_LEN);
+	ssize_t n = pwrite(fd, b, sizeof b, 0);
+	int e = n < 0 ? errno : EIO;
+	if (n == (ssize_t)sizeof b && fdatasync(fd) != 0)
+		n = -1, e = errno;
+	close(fd);
+	if (n != (ssize_t)sizeof b)
+		return fail_errno(err, e, "cannot write", next);
+	if (rename(next, c->floor) != 0)
+		return fail_errno(err, errno, "cannot rename the token floor to", c->floor);
+	if (sync_dir(c->dir) != 0)
+		return fail_errno(err, errno, "cannot sync directory", c->dir);
+	return DLOCK_OK;
+}
+
+/* Let the files of the batch go: with `unlink_them` (and DLOCK_OK in *st), unlink each first and report it. */
+static void gc_flush(struct file_client *c, struct gc_batch *b, int unlink_them, dlock_gc_removed_fn *removed,
+                     void *arg, size_t *count, dlock_status *st, dlock_error *err)
+{
+	if (*st == DLOCK_OK && unlink_them && b->n > 0)
+		*st = raise_floor(c, b->top, err);
+	size_t done = 0;
+	for (size_t i = 0; i < b->n; i++) {
+		if (*st == DLOCK_OK && unlink_them && unlink(b->path[i]) != 0)
+			*st = fail_errno(err, errno, "cannot remove", b->path[i]);
+		if (*st == DLOCK_OK)
+			done = i + 1;
+		ofd_lock(b->fd[i], F_UNLCK);
+		close(b->fd[i]);
+	}
+	for (size_t i = 0; i < done; i++) /* told once nothing is locked: the callback may lock the name */
+		removed(arg, b->len[i] ? b->name[i] : NULL, (size_t)b->len[i], b->path[i]);
+	*count += done;
+	b->n = 0;
+	b->top = 0;
+}
+
+/* Lock `path` whole without waiting, as gc: *fdp the descriptor when nobody uses it, -1 when it is in
+ * use or gone; DLOCK_OK, or an error. */
+static dlock_status gc_take(const char *path, int *fdp, uint64_t *token, dlock_error *err)
+{
+	*fdp = -1;
+	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0 && (errno == ENOENT || errno == ELOOP || errno == EISDIR))
+		return DLOCK_OK; /* gone, or not a lock file (a symlink, a directory): never ours to remove */
+	if (fd < 0)
+		return fail_errno(err, errno, "cannot open lock file", path);
+	struct stat sb;
+	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		close(fd); /* a FIFO or a device planted under a lock file's name */
+		return DLOCK_OK;
+	}
+	dlock_status st = DLOCK_OK;
+	if (ofd_lock(fd, F_WRLCK) != 0) {
+		if (errno != EAGAIN && errno != EACCES) /* else held, or an attempt in progress */
+			st = fail_errno(err, errno, "cannot lock", path);
+		close(fd);
+		return st;
+	}
+	int linked = still_linked(fd, path, 1);
+	if (linked < 0)
+		st = fail_errno(err, errno, "cannot look at lock file", path);
+	else if (linked > 0)
+		st = read_token(fd, path, token, err);
+	if (st == DLOCK_OK && linked > 0) {
+		*fdp = fd;
+		return DLOCK_OK;
+	}
+	ofd_lock(fd, F_UNLCK);
+	close(fd);
+	return st;
+}
+
+/*
+ * Remove the lock files nobody holds or tries (see "Collection" at the top
+ * of the file), those of the names starting with `prefix` (hashed names
+ * only without a prefix).  Collections of one directory take turns (flock
+ * on DIR, held throughout), so the floor is only ever raised.
+ */
+static dlock_status file_gc(void *backend, const char *prefix, size_t plen, unsigned flags,
+                            dlock_gc_removed_fn *removed, void *arg, size_t *count, dlock_error *err)
+{
+	struct file_client *c = backend;
+	int unlink_them = !(flags & DLOCK_GC_DRY_RUN);
+	*count = 0;
+	int dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return fail_errno(err, errno, "cannot open directory", c->dir);
+	int rc;
+	do
+		rc = flock(dfd, LOCK_EX);
+	while (rc != 0 && errno == EINTR);
+	if (rc != 0) {
+		dlock_status st = fail_errno(err, errno, "cannot lock directory", c->dir);
+		close(dfd);
+		return st;
+	}
+	DIR *d = opendir(c->dir);
+	struct gc_batch *b = calloc(1, sizeof *b);
+	dlock_status st = DLOCK_OK;
+	if (!d || !b) {
+		st = !d ? fail_errno(err, errno, "cannot read directory", c->dir)
+		        : dlock_error_set(err, DLOCK_ENOMEM, "file://: out of memory");
+		goto done;
+	}
+	for (struct dirent *e = readdir(d); e && st == DLOCK_OK; e = readdir(d)) {
+		int len = name_of_file(e->d_name, b->name[b->n]);
+		if (len < 0 || e->d_name[0] == '.')
+			continue;
+		if (plen > 0 && ((size_t)len < plen || memcmp(b->name[b->n], prefix, plen) != 0))
+			continue;
+		snprintf(b->path[b->n], PATH_MAX, "%s%s%s", c->dir, strcmp(c->dir, "/") ? "/" : "", e->d_name);
+		uint64_t token = 0;
+		st = gc_take(b->path[b->n], &b->fd[b->n], &token, err);
+		if (b->fd[b->n] < 0)
+			continue;
+		b->len[b->n] = len;
+		if (token > b->top)
+			b->top = token;
+		if (++b->n == GC_BATCH)
+			gc_flush(c, b, unlink_them, removed, arg, count, &st, err);
+	}
+	gc_flush(c, b, unlink_them, removed, arg, count, &st, err);
+	if (st == DLOCK_OK && unlink_them && *count > 0 && sync_dir(c->dir) != 0)
+		st = fail_errno(err, errno, "cannot sync directory", c->dir);
+done:
+	if (d)
+		closedir(d);
+	free(b);
+	close(dfd); /* and the flock with it */
+	return st;
+}
+
 const dlock_driver dlock_file_driver = {
 	.abi_version = DLOCK_DRIVER_ABI_VERSION,
 	.scheme = "file",
@@ -1004,4 +1262,5 @@ const dlock_driver dlock_file_driver = {
 	.inspect = file_inspect,
 	.list = file_list,
 	.break_lock = file_break_lock,
+	.gc = file_gc,
 };

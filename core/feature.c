@@ -69,6 +69,11 @@ static int core_answer(const struct dlock_client *c, dlock_feature f, int64_t *v
 		else
 			*value = dlock_driver_watch_of(c->driver) ? DLOCK_WAKEUP_NOTIFY : DLOCK_WAKEUP_POLL;
 		return 1;
+	case DLOCK_FEATURE_GC:
+		if (dlock_driver_gc_of(c->driver))
+			return 0; /* the driver may have the method only to say why it has nothing to collect */
+		*value = 0;
+		return 1;
 	}
 	return 0;
 }
@@ -86,6 +91,10 @@ static int core_default(const struct dlock_client *c, dlock_feature f, int64_t *
 	}
 	if (f == DLOCK_FEATURE_ELECTION) {
 		*value = dlock_driver_watch_of(c->driver) ? DLOCK_WAKEUP_NOTIFY : DLOCK_WAKEUP_POLL;
+		return 1;
+	}
+	if (f == DLOCK_FEATURE_GC) {
+		*value = 1;
 		return 1;
 	}
 	return 0;
@@ -111,6 +120,7 @@ const char *dlock_feature_name(dlock_feature f)
 	case DLOCK_FEATURE_INSPECT: return "inspect";
 	case DLOCK_FEATURE_BREAK: return "break";
 	case DLOCK_FEATURE_ELECTION: return "election";
+	case DLOCK_FEATURE_GC: return "gc";
 	}
 	return "unknown";
 }

@@ -1,6 +1,6 @@
 /*
- * Inspection and breaking: dlock_inspect(), dlock_list(), dlock_break(),
- * and the dlock_info builder through which a driver describes what the
+ * Inspection, breaking and collecting: dlock_inspect(), dlock_list(),
+ * dlock_break(), dlock_gc(), and the dlock_info builder through which a driver describes what the
  * server holds.  The core owns every byte it hands out here: a driver's
  * strings are copied as it adds them, so a driver frees nothing and an
  * application frees one object.
@@ -370,6 +370,62 @@ dlock_status dlock_break(dlock_client *c, const char *name, size_t *broken)
 		*broken = n;
 	if (st == DLOCK_OK)
 		dlock_client_logf(c, DLOCK_LOG_INFO, "broke a lock: %zu holder%s removed", n, n == 1 ? "" : "s");
+	return end(c, st, &err);
+}
+
+/* What dlock_gc() hands the driver: the user's callback, and a buffer to make each name a C string. */
+struct gc_relay {
+	dlock_gc_fn fn;
+	void *userdata;
+	char name[DLOCK_NAME_MAX + 1];
+};
+
+static void gc_removed(void *arg, const char *name, size_t len, const char *resource)
+{
+	struct gc_relay *r = arg;
+	if (!r->fn)
+		return;
+	if (name && len > DLOCK_NAME_MAX)
+		len = DLOCK_NAME_MAX; /* a driver's bug; never past the buffer */
+	if (name)
+		memcpy(r->name, name, len);
+	if (name)
+		r->name[len] = '\0';
+	r->fn(name ? r->name : NULL, resource ? resource : "", r->userdata);
+}
+
+dlock_status dlock_gc(dlock_client *c, const char *prefix, unsigned flags, dlock_gc_fn fn, void *userdata,
+                      size_t *count)
+{
+	if (count)
+		*count = 0;
+	if (!c)
+		return DLOCK_EINVAL;
+	if (flags & ~(unsigned)DLOCK_GC_DRY_RUN)
+		return dlock_client_fail(c, DLOCK_EINVAL, "dlock_gc: unknown flags");
+	if (prefix && strnlen(prefix, DLOCK_NAME_MAX + 1) > DLOCK_NAME_MAX)
+		return dlock_client_fail(c, DLOCK_EINVAL, "the name prefix is longer than a name can be");
+	dlock_driver_gc_fn *gc = dlock_driver_gc_of(c->driver);
+	if (!gc) {
+		char buf[160];
+		snprintf(buf, sizeof buf, "%s:// has no garbage collection (see DLOCK_FEATURE_GC)", c->driver->scheme);
+		return dlock_client_fail(c, DLOCK_ENOTSUP, buf);
+	}
+	dlock_status st = begin(c);
+	if (st != DLOCK_OK)
+		return st;
+	struct gc_relay *r = malloc(sizeof *r);
+	if (!r)
+		return end(c, DLOCK_ENOMEM, &(dlock_error){ "out of memory collecting names" });
+	*r = (struct gc_relay){ .fn = fn, .userdata = userdata };
+	size_t n = 0;
+	dlock_error err = { "" };
+	st = gc(c->backend, prefix ? prefix : "", prefix ? strlen(prefix) : 0, flags, gc_removed, r, &n, &err);
+	free(r);
+	if (count)
+		*count = n;
+	if (n > 0 && !(flags & DLOCK_GC_DRY_RUN))
+		dlock_client_logf(c, DLOCK_LOG_INFO, "collected %zu unused name%s", n, n == 1 ? "" : "s");
 	return end(c, st, &err);
 }
 

@@ -161,6 +161,11 @@ dlock_driver_unwatch_fn *dlock_driver_unwatch_of(const dlock_driver *d)
 	return d && d->abi_version >= 5 && d->watch ? d->unwatch : NULL;
 }
 
+dlock_driver_gc_fn *dlock_driver_gc_of(const dlock_driver *d)
+{
+	return d && d->abi_version >= 6 ? d->gc : NULL;
+}
+
 /* Register `d`, or write in why[] (size REASON_MAX) why not. */
 static dlock_status register_locked(const dlock_driver *d, char *why)
 {

@@ -49,6 +49,7 @@ dlock_driver_break_fn *dlock_driver_break_of(const dlock_driver *d);
 dlock_driver_proclaim_fn *dlock_driver_proclaim_of(const dlock_driver *d);
 dlock_driver_watch_fn *dlock_driver_watch_of(const dlock_driver *d);
 dlock_driver_unwatch_fn *dlock_driver_unwatch_of(const dlock_driver *d);
+dlock_driver_gc_fn *dlock_driver_gc_of(const dlock_driver *d);
 
 /** The registry's per-driver shared object (see dlock_host_shared()). */
 void *dlock_registry_shared(const dlock_driver *driver, void *(*create)(void));

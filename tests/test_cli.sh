@@ -196,6 +196,7 @@ check "--help writes nothing on stderr" empty "$err"
 missing=""
 for word in --uri --wait --no-wait --ttl --conflict-exit-code --grace --shared --exclusive --limit --quiet --help --version \
 	--identity --min-hold --max-hold --json "status NAME" "list [NAME-PREFIX]" "break NAME" \
+	"gc [NAME-PREFIX]" --dry-run \
 	"leader NAME" "elect NAME -- COMMAND" --value --watch DLOCK_LEADER_TERM \
 	mem:// file:/// redis:// zk:// postgres:// DLOCK_URI XDG_RUNTIME_DIR /tmp/dlock- \
 	DLOCK_FENCING_TOKEN DLOCK_PERMIT_SLOT " 64 " " 69 " " 71 " " 75 " " 76 " " 77 " " 78 " " 126 " " 127 " "128+N"; do
@@ -215,13 +216,13 @@ check "--version shows no refused backend when none was" eval '! grep -q "^refus
 if [ -n "$REFUSED_CLI" ]; then
 	"$REFUSED_CLI" --version >"$out" 2>"$err"
 	check "--version names a refused built-in driver and why" \
-		contains "$out" "^refused: future (ABI version 9, this library accepts 1 to 5)$"
+		contains "$out" "^refused: future (ABI version 9, this library accepts 1 to 6)$"
 	check "... and still lists the others" contains "$out" "^backends: mem,file$"
 	"$REFUSED_CLI" --uri future://x name -- true >"$out" 2>"$err"
 	rc=$?
 	check "a URI of a refused driver's scheme exits 78 (got $rc)" [ "$rc" -eq 78 ]
 	check "... saying why the driver was refused" contains "$err" \
-		"^dlock: cannot open the lock service: driver 'future' refused at registration: ABI version 9, this library accepts 1 to 5"
+		"^dlock: cannot open the lock service: driver 'future' refused at registration: ABI version 9, this library accepts 1 to 6"
 else
 	echo "skip - refused built-in driver (no dlock_refused_cli given)"
 fi
@@ -698,6 +699,11 @@ expect_rc "'dlock list --' is a lock named list without COMMAND: usage error" 64
 expect_rc "status without NAME is a usage error" 64 status
 check "... saying NAME is missing" contains "$err" "^dlock: status: missing lock NAME$"
 expect_rc "break with two names is a usage error" 64 break a b
+expect_rc "gc with two prefixes is a usage error" 64 gc a b
+expect_rc "--dry-run with status is a usage error" 64 status --dry-run a
+check "... naming the option" contains "$err" "^dlock: status: option '--dry-run' is for gc$"
+expect_rc "--dry-run when running a command is a usage error" 64 --dry-run a -- true
+expect_rc "gc --json is a usage error" 64 gc --json
 expect_rc "status with an empty NAME is a usage error" 64 status ""
 expect_rc "status with --wait is a usage error" 64 status --wait 1s a
 check "... naming the option" contains "$err" "^dlock: status: option '--wait' is for running a command under a lock$"
@@ -904,8 +910,49 @@ hold_checks() {
 	check "$label: ... saying it was held for its maximum" contains "$err" "^dlock: lock '$name-max' lost (held for its maximum)"
 }
 
+# gc_checks LABEL URI: gc of unused names (a dry run first), a held name kept; 78 where nothing is collected.
+gc_checks() {
+	local label=$1 uri=$2 p="gc-$$-$RANDOM-"
+	dl --uri "$uri" -n "${p}a" -- true
+	dl --uri "$uri" -n "${p}b" -- true
+	hold "${p}held" "$label-gc" --uri "$uri"
+	dl --uri "$uri" gc --dry-run "$p"
+	if [ "$rc" -eq 78 ]; then
+		check "$label: gc where nothing is collected exits 78, saying why" \
+			eval 'contains "$err" "^dlock: gc: .*collects nothing" && [ ! -s "$out" ]'
+		release "$hold_pid" "$label-gc"
+		return
+	fi
+	if [ "$label" = pg ]; then # advisory mode: only names that no client wrote for 20 minutes
+		check "$label: gc --dry-run of names just written exits 0 and lists none" eval '[ "$rc" -eq 0 ] && [ ! -s "$out" ]'
+		release "$hold_pid" "$label-gc"
+		return
+	fi
+	check "$label: gc --dry-run exits 0 (got $rc), listing the two free names, not the held one" \
+		eval '[ "$rc" -eq 0 ] && [ "$(grep -c "^would remove	${p}[ab]	." "$out")" -eq 2 ] && [ "$(wc -l <"$out")" -eq 2 ]'
+	dl --uri "$uri" gc --dry-run "$p"
+	check "$label: ... and removes nothing: a second dry run says the same" \
+		eval '[ "$(grep -c "^would remove	${p}[ab]	." "$out")" -eq 2 ]'
+	dl --uri "$uri" gc "$p"
+	check "$label: gc exits 0 (got $rc), saying it removed the two" \
+		eval '[ "$rc" -eq 0 ] && [ "$(grep -c "^removed	${p}[ab]	." "$out")" -eq 2 ] && [ "$(wc -l <"$out")" -eq 2 ]'
+	dl --uri "$uri" gc "$p"
+	check "$label: ... then nothing is left to remove" eval '[ "$rc" -eq 0 ] && [ ! -s "$out" ]'
+	expect_rc "$label: ... and the held name is still held" 75 --uri "$uri" -n "${p}held" -- true
+	release "$hold_pid" "$label-gc"
+	dl --uri "$uri" gc -q "$p"
+	check "$label: once released gc takes it, quietly (-q)" eval '[ "$rc" -eq 0 ] && [ ! -s "$out" ]'
+	dl --uri "$uri" gc --dry-run "$p"
+	check "$label: ... and nothing is left" eval '[ "$rc" -eq 0 ] && [ ! -s "$out" ]'
+	dl --uri "$uri" -n "${p}a" -- true
+	check "$label: a removed name is taken again" [ "$rc" -eq 0 ]
+}
+
 inspect_checks file "file://$tmp/locks"
 hold_checks file "file://$tmp/locks"
+gc_checks file "file://$tmp/locks"
+expect_rc "mem:// has nothing to collect: gc exits 78" 78 --uri mem://x gc
+check "... saying why" contains "$err" "^dlock: gc: .*collects nothing"
 expect_rc "the URI's min_hold keeps dlock too" 0 --uri "file://$tmp/locks?min_hold=1500" "hold-uri-$$" -- true
 check "... for about 1.5 s (${ms} ms)" eval '[ "$ms" -ge 1400 ] && [ "$ms" -lt 5000 ]'
 "$DLOCK" --min-hold 20s "hold-sig-$$" -- true &
@@ -923,6 +970,7 @@ for var in DLOCK_TEST_REDIS_URI DLOCK_TEST_PG_URI DLOCK_TEST_PG_ROW_URI DLOCK_TE
 		label=$(echo "${label%_URI}" | tr 'A-Z_' 'a-z-')
 		inspect_checks "$label" "${!var}"
 		hold_checks "$label" "${!var}"
+		gc_checks "$label" "${!var}"
 	else
 		echo "skip - verbs and hold bounds on $var (unset)"
 	fi

@@ -66,9 +66,19 @@ static void check_client(const char *uri)
 	CU_ASSERT(rw != DLOCK_RWLOCK_NONE || (rf == DLOCK_FENCING_NONE && kc == 0));
 	CU_ASSERT(kc == 0 || kc == 1);
 	dlock_lock_free(rwl);
+
+	/* Collection: the feature says whether dlock_gc() does something (a dry run, on a prefix no name has). */
+	char none[64];
+	snprintf(none, sizeof none, "feature-gc-none-%ld-", (long)getpid());
+	int64_t gc = feature(c, DLOCK_FEATURE_GC);
+	size_t n = 1;
+	CU_ASSERT_EQUAL(dlock_gc(c, none, DLOCK_GC_DRY_RUN, NULL, NULL, &n), gc ? DLOCK_OK : DLOCK_ENOTSUP);
+	CU_ASSERT_EQUAL(n, 0);
+	CU_ASSERT(gc == 0 || gc == 1);
 	printf("\n    %s: rwlock=%s read-fencing=%s kind-check=%lld", dlock_client_uri(c),
 	       dlock_rwlock_policy_name((dlock_rwlock_policy)rw), dlock_fencing_name((dlock_fencing)rf),
 	       (long long)kc);
+	printf("\n    %s: gc=%lld", dlock_client_uri(c), (long long)gc);
 	printf("\n    %s: %s %s fair=%d extend=%lld check=%lld control=%lld", dlock_client_uri(c),
 	       dlock_consistency_name(caps.consistency), dlock_lease_kind_name(caps.lease), caps.fair,
 	       (long long)feature(c, DLOCK_FEATURE_EXTEND), (long long)feature(c, DLOCK_FEATURE_CHECK),
@@ -114,6 +124,7 @@ static void test_bad_input(void)
 	CU_ASSERT_STRING_EQUAL(dlock_feature_name(DLOCK_FEATURE_RWLOCK), "rwlock");
 	CU_ASSERT_STRING_EQUAL(dlock_feature_name(DLOCK_FEATURE_READ_FENCING), "read-fencing");
 	CU_ASSERT_STRING_EQUAL(dlock_feature_name(DLOCK_FEATURE_KIND_CHECK), "kind-check");
+	CU_ASSERT_STRING_EQUAL(dlock_feature_name(DLOCK_FEATURE_GC), "gc");
 	CU_ASSERT_STRING_EQUAL(dlock_rwlock_policy_name(DLOCK_RWLOCK_NONE), "none");
 	CU_ASSERT_STRING_EQUAL(dlock_rwlock_policy_name(DLOCK_RWLOCK_WRITER_FIRST), "writer-first");
 	CU_ASSERT_STRING_EQUAL(dlock_rwlock_policy_name(DLOCK_RWLOCK_NO_PREFERENCE), "no-preference");

@@ -9,6 +9,7 @@
  *   advisory, fencing on:   USAGE on the sequence dlock_fence
  *   row, fencing off:       SELECT, INSERT, UPDATE on the lock table
  *   row, fencing on:        both
+ *   dlock gc in row mode:   DELETE on the lock table besides
  *
  * Environment (ci/servers/postgres.sh): DLOCK_TEST_PG_URI (role dlock, owner
  * of the database: it owns the objects and grants on them) and
@@ -276,6 +277,17 @@ static void test_row(void)
 	c = open_ok(uri);
 	if (c) {
 		locks_work(c, "row-on", 1);
+		/* dlock gc needs DELETE besides, and says so. */
+		char del[128];
+		size_t n = 0;
+		snprintf(del, sizeof del, "DELETE ON %s", table);
+		CU_ASSERT_EQUAL(dlock_gc(c, NULL, 0, NULL, NULL, &n), DLOCK_EPERM);
+		printf("\n    gc refused as it should: %s", dlock_client_errmsg(c));
+		CU_ASSERT(strstr(dlock_client_errmsg(c), "GRANT DELETE ON") != NULL);
+		grant_to(del);
+		CU_ASSERT_EQUAL(dlock_gc(c, NULL, 0, NULL, NULL, &n), DLOCK_OK);
+		CU_ASSERT_EQUAL(n, 3); /* the rows of row-off, row-off-token and row-on */
+		revoke_from(del);
 		revoke_from("USAGE ON SEQUENCE dlock_fence");
 		token_refused(c, "row-revoked");
 		dlock_client_close(c);

@@ -51,6 +51,7 @@ struct cli {
 	int json;           /* --json (verbs) */
 	const char *value;  /* --value (elect): what the leader proclaims; NULL: none */
 	int watch;          /* --watch (leader) */
+	int dry_run;        /* --dry-run (gc) */
 	const char *run_only; /* the first option seen that only running COMMAND takes */
 	const char *lock_only; /* the first option seen that only a lock takes, not an election */
 	enum cli_verb verb; /* a verb, or CLI_VERB_NONE */
@@ -104,6 +105,7 @@ static const char help_text[] =
 	"  or:  dlock status [OPTION]... NAME\n"
 	"  or:  dlock list [OPTION]... [NAME-PREFIX]\n"
 	"  or:  dlock break [OPTION]... NAME\n"
+	"  or:  dlock gc [--dry-run] [OPTION]... [NAME-PREFIX]\n"
 	"  or:  dlock leader [OPTION]... NAME\n"
 	"  or:  dlock elect [OPTION]... NAME -- COMMAND [ARG]...\n"
 	"Run COMMAND while holding the distributed lock NAME, keep the lock renewed\n"
@@ -130,6 +132,13 @@ static const char help_text[] =
 	"                    (every lock of that session goes); says which, and how\n"
 	"                    many holders were removed; exit 0 when some were, 1 when\n"
 	"                    NAME was free\n"
+	"  gc [NAME-PREFIX]  remove what the names that start with NAME-PREFIX (all\n"
+	"                    without it) left on the server while nobody holds or\n"
+	"                    waits for them (lock files, rows), never what a holder\n"
+	"                    uses nor what keeps fencing tokens from going back: one\n"
+	"                    line per name, \"removed\", NAME and RESOURCE separated\n"
+	"                    by tabs; exit 0.  With --dry-run remove nothing and say\n"
+	"                    \"would remove\" instead\n"
 	"  leader NAME       who leads the election NAME: one line of TERM, VALUE and\n"
 	"                    IDENTITY separated by tabs, \"none\" when nobody leads;\n"
 	"                    exit 0 when someone leads, 1 when nobody does; with\n"
@@ -144,7 +153,8 @@ static const char help_text[] =
 	"  Their answer goes to stdout.  Names, values, identities, hosts and\n"
 	"  sessions are untrusted: in text every byte outside printable ASCII, and the\n"
 	"  backslash, is written \\xNN (\\\\).  A backend without inspection or\n"
-	"  breaking exits 78, and so does one without elections for leader and elect.\n"
+	"  breaking exits 78, and so does one without elections for leader and elect,\n"
+	"  and one with nothing to collect for gc.\n"
 	"\n"
 	"Options:\n"
 	"      --uri URI          lock service (default: see Default URI below)\n"
@@ -187,6 +197,7 @@ static const char help_text[] =
 	"                         bytes (default: none)\n"
 	"      --watch            leader: print who leads at each change, until\n"
 	"                         interrupted\n"
+	"      --dry-run          gc: remove nothing, print what would be removed\n"
 	"      --json             status, list, break and leader: print one JSON object\n"
 	"                         (list: an array; leader --watch: one a line), valid\n"
 	"                         whatever the bytes: a string that\n"
@@ -259,7 +270,7 @@ static const char help_text[] =
 	"  128+N  COMMAND was killed by signal N, or dlock got signal N before\n"
 	"         COMMAND started or while it kept the lock for --min-hold\n"
 	"  0, 1   status: 0 held, 1 free; break: 0 holders removed, 1 NAME was free;\n"
-	"         list: 0; leader: 0 someone leads, 1 nobody does (--watch: 0 when\n"
+	"         list, gc: 0; leader: 0 someone leads, 1 nobody does (--watch: 0 when\n"
 	"         ended by SIGINT or SIGTERM)\n"
 	"  64     usage error (EX_USAGE), also NAME in use as another kind of lock\n"
 	"         (with -s/-x while others use it without, or the reverse; with\n"
@@ -276,7 +287,8 @@ static const char help_text[] =
 	"  78     bad URI, unknown or refused backend, missing database, lock\n"
 	"         directory missing and not creatable or not a directory, a\n"
 	"         backend without read-write locks for -s/-x, or without\n"
-	"         inspection, breaking or elections for a verb (EX_CONFIG)\n"
+	"         inspection, breaking, elections or collection for a verb\n"
+	"         (EX_CONFIG)\n"
 	"  126    COMMAND cannot be executed\n"
 	"  127    COMMAND not found\n";
 
@@ -309,7 +321,8 @@ static int print_version(void)
 
 /* ------------------------------------------------------------ options */
 
-enum { OPT_URI = 256, OPT_TTL, OPT_GRACE, OPT_IDENTITY, OPT_MIN_HOLD, OPT_MAX_HOLD, OPT_JSON, OPT_VALUE, OPT_WATCH };
+enum { OPT_URI = 256, OPT_TTL, OPT_GRACE, OPT_IDENTITY, OPT_MIN_HOLD, OPT_MAX_HOLD, OPT_JSON, OPT_VALUE, OPT_WATCH,
+       OPT_DRY_RUN };
 
 static const char short_options[] = "+:w:nE:sxl:qhV"; /* '+': stop at NAME */
 
@@ -327,6 +340,7 @@ static const struct option long_options[] = {
 	{"min-hold", required_argument, NULL, OPT_MIN_HOLD},
 	{"max-hold", required_argument, NULL, OPT_MAX_HOLD},
 	{"json", no_argument, NULL, OPT_JSON},
+	{"dry-run", no_argument, NULL, OPT_DRY_RUN},
 	{"value", required_argument, NULL, OPT_VALUE},
 	{"watch", no_argument, NULL, OPT_WATCH},
 	{"quiet", no_argument, NULL, 'q'},
@@ -453,6 +467,9 @@ static int apply_option(struct cli *cli, int opt, char **argv)
 	case OPT_WATCH:
 		cli->watch = 1;
 		return -1;
+	case OPT_DRY_RUN:
+		cli->dry_run = 1;
+		return -1;
 	case 'w':
 		run_only(cli, "--wait");
 		cli->wait_given = 1;
@@ -516,6 +533,8 @@ static int parse_operands(struct cli *cli, int argc, char **argv)
 		return usage_error("--json goes with status, list, break and leader");
 	if (cli->watch)
 		return usage_error("--watch goes with leader");
+	if (cli->dry_run)
+		return usage_error("--dry-run goes with gc");
 	if (cli->value != NULL && cli->verb != CLI_VERB_ELECT)
 		return usage_error("--value goes with elect");
 	if (cli->min_hold_ms >= 0 && cli->max_hold_ms >= 0 && cli->max_hold_ms < cli->min_hold_ms)
@@ -570,6 +589,10 @@ static int parse_verb(struct cli *cli, int argc, char **argv)
 		return usage_error("%s: option '--value' is for elect", verb);
 	if (cli->watch && cli->verb != CLI_VERB_LEADER)
 		return usage_error("%s: option '--watch' is for leader", verb);
+	if (cli->dry_run && cli->verb != CLI_VERB_GC)
+		return usage_error("%s: option '--dry-run' is for gc", verb);
+	if (cli->json && cli->verb == CLI_VERB_GC)
+		return usage_error("gc: option '--json' is for status, list, break and leader");
 	if (cli->watch && cli->quiet)
 		return usage_error("leader: --watch prints each change: not with --quiet");
 	if (cli->run_only != NULL)
@@ -577,9 +600,10 @@ static int parse_verb(struct cli *cli, int argc, char **argv)
 	operands = n - optind;
 	if (operands > 1)
 		return usage_error("%s: one %s at most, got %d operands", verb,
-		                   cli->verb == CLI_VERB_LIST ? "NAME-PREFIX" : "NAME", operands);
+		                   cli->verb == CLI_VERB_LIST || cli->verb == CLI_VERB_GC ? "NAME-PREFIX" : "NAME",
+		                   operands);
 	cli->name = operands == 1 ? args[optind] : NULL;
-	if (cli->verb == CLI_VERB_LIST)
+	if (cli->verb == CLI_VERB_LIST || cli->verb == CLI_VERB_GC)
 		return -1;
 	if (cli->name == NULL)
 		return usage_error("%s: missing lock NAME", verb);
@@ -1064,6 +1088,7 @@ int main(int argc, char **argv)
 			.json = cli.json,
 			.quiet = cli.quiet,
 			.watch = cli.watch,
+			.dry_run = cli.dry_run,
 			.name = cli.name,
 		};
 		return cli_verb_run(&verb);

@@ -1,6 +1,7 @@
 /*
  * The dlock command's verbs: who holds a lock (status), which locks are
- * held (list), and taking a lock from its holders (break).
+ * held (list), taking a lock from its holders (break), and removing what
+ * unused names left on the server (gc).
  *
  * Everything here comes from the server and so from other processes:
  * names, resources, identities, hosts and sessions are printed through
@@ -32,6 +33,7 @@ static const char *const verb_names[] = {
 	[CLI_VERB_LIST] = "list",
 	[CLI_VERB_BREAK] = "break",
 	[CLI_VERB_LEADER] = "leader",
+	[CLI_VERB_GC] = "gc",
 	[CLI_VERB_ELECT] = "elect",
 };
 
@@ -344,6 +346,32 @@ static int run_break(dlock_client *c, const struct cli_verb_args *a)
 	return flush_out(broken > 0 ? 0 : CLI_EXIT_FREE);
 }
 
+/* One line per name collected: what, NAME (empty when the server keeps only a hash), RESOURCE. */
+struct gc_out {
+	const char *what;
+	int quiet;
+};
+
+static void gc_line(const char *name, const char *resource, void *userdata)
+{
+	const struct gc_out *o = userdata;
+	char qname[QUOTED_MAX], qres[QUOTED_MAX];
+	if (!o->quiet)
+		printf("%s\t%s\t%s\n", o->what, name ? cli_text(qname, sizeof qname, name) : "",
+		       cli_text(qres, sizeof qres, resource));
+}
+
+static int run_gc(dlock_client *c, const struct cli_verb_args *a)
+{
+	struct gc_out o = { .what = a->dry_run ? "would remove" : "removed", .quiet = a->quiet };
+	dlock_status st = dlock_gc(c, a->name, a->dry_run ? DLOCK_GC_DRY_RUN : 0, gc_line, &o, NULL);
+	if (st != DLOCK_OK) {
+		fflush(stdout); /* what was removed before the failure is printed */
+		return verb_failed(c, "gc", st);
+	}
+	return flush_out(0);
+}
+
 int cli_verb_run(const struct cli_verb_args *a)
 {
 	dlock_client *c = NULL;
@@ -363,6 +391,9 @@ int cli_verb_run(const struct cli_verb_args *a)
 		break;
 	case CLI_VERB_BREAK:
 		rc = run_break(c, a);
+		break;
+	case CLI_VERB_GC:
+		rc = run_gc(c, a);
 		break;
 	case CLI_VERB_NONE:
 	case CLI_VERB_LEADER:

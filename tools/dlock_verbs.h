@@ -1,6 +1,7 @@
 /*
  * The dlock command's verbs: `dlock status NAME`, `dlock list [PREFIX]`,
- * `dlock break NAME`, `dlock leader NAME` and `dlock elect NAME -- COMMAND`.
+ * `dlock break NAME`, `dlock gc [PREFIX]`, `dlock leader NAME` and
+ * `dlock elect NAME -- COMMAND`.
  * dlock.c parses the command line, opens the client (cli_open_client())
  * and runs elect's COMMAND as it runs a lock's; dlock_verbs.c asks the
  * library and prints the answer on stdout (text or --json, escaped by
@@ -24,6 +25,7 @@ enum cli_verb {
 	CLI_VERB_LIST,
 	CLI_VERB_BREAK,
 	CLI_VERB_LEADER,
+	CLI_VERB_GC,
 	CLI_VERB_ELECT, /* runs COMMAND while leading: dlock.c, not cli_verb_run() */
 };
 
@@ -35,7 +37,8 @@ struct cli_verb_args {
 	int json;             /* --json */
 	int quiet;            /* --quiet: nothing on stdout, the exit status only */
 	int watch;            /* leader --watch: each change until interrupted */
-	const char *name;     /* NAME of status, break and leader; list's PREFIX (NULL: all) */
+	int dry_run;          /* gc --dry-run: remove nothing */
+	const char *name;     /* NAME of status, break and leader; list's and gc's PREFIX (NULL: all) */
 };
 
 /** The verb named `word`, or CLI_VERB_NONE. */

@@ -16,8 +16,9 @@ if(DLOCK_BACKEND_POSTGRES)
     backends/postgres/pg_owner.c
     backends/postgres/pg_names.c
     backends/postgres/pg_inspect.c
+    backends/postgres/pg_gc.c
     backends/postgres/pg_elect.c
     backends/postgres/pg_watch.c)
-  list(APPEND DLOCK_BACKEND_TESTS test_postgres test_pg_privileges test_pg_standby test_pg_inspect test_pg_elect)
+  list(APPEND DLOCK_BACKEND_TESTS test_postgres test_pg_privileges test_pg_standby test_pg_inspect test_pg_elect test_pg_gc)
   list(APPEND DLOCK_BACKEND_UNIT_TESTS ${CMAKE_CURRENT_LIST_DIR}/test_pg_key.c)
 endif()

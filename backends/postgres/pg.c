@@ -391,6 +391,7 @@ static dlock_status pg_control(void *backend, void *lkp, int op, void *arg, dloc
 		.proclaim = dlock_pg_proclaim,                \
 		.watch = dlock_pg_watch,                      \
 		.unwatch = dlock_pg_unwatch,                  \
+		.gc = dlock_pg_gc,                            \
 	}
 
 const dlock_driver dlock_postgres_driver = PG_DRIVER("postgres");

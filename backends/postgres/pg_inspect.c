@@ -132,6 +132,10 @@ dlock_status dlock_pg_feature(struct dlock_pg_backend *b, int feature, int64_t *
 		*value = advisory ? DLOCK_BREAK_SESSION : DLOCK_BREAK_NONE;
 		return DLOCK_OK;
 	}
+	if (feature == DLOCK_FEATURE_GC) { /* pg_gc.c */
+		*value = !advisory || (atomic_load(&b->names_listed) && atomic_load(&b->names_fresh));
+		return DLOCK_OK;
+	}
 	if (feature == DLOCK_FEATURE_ELECTION) { /* pg_elect.c */
 		*value = advisory && (atomic_load(&b->leaders) & DLOCK_PG_LEADERS_WRITE) ? DLOCK_WAKEUP_NOTIFY : -1;
 		return DLOCK_OK;

@@ -77,6 +77,7 @@
 #define DLOCK_PG_SEQUENCE "dlock_fence"
 #define DLOCK_PG_TABLE_DEFAULT "dlock_locks"
 #define DLOCK_PG_NAMES "dlock_names" /* advisory mode: key -> name, for listing (pg_names.c) */
+#define DLOCK_PG_NAMES_FRESH_S 600   /* a client writes a name again after this long; gc waits twice that */
 #define DLOCK_PG_IDLE_MAX 4
 /* Most locks one advisory session takes on by sharing: every statement on a session costs more the
  * more locks it holds (a SELECT 1 took 133 us with none, 866 us with 10,000), so a client holding
@@ -220,9 +221,12 @@ struct dlock_pg_backend {
 	struct dlock_pg_pool pool;
 	atomic_int names_ready;    /* advisory: dlock_names exists and this role may insert (pg_names.c) */
 	atomic_int names_listed;   /* advisory: dlock_names exists (listing joins it) */
+	atomic_int names_fresh;    /* advisory: dlock_names has `seen`, which writes move (gc may collect) */
+	atomic_int names_upsert;   /* advisory: this role may move `seen` (UPDATE): writes are upserts */
 	pthread_mutex_t names_mu;  /* guards the cache of keys whose name is written */
 	int64_t *names_seen;
 	size_t names_cap, names_n;
+	int64_t names_since_ns;    /* when the cache started (monotonic); forgotten DLOCK_PG_NAMES_FRESH_S later */
 	atomic_int leaders;        /* advisory: DLOCK_PG_LEADERS_* bits of dlock_leaders (pg_elect.c) */
 	pthread_mutex_t watch_mu;  /* guards `listener` being made */
 	struct dlock_pg_listener *listener; /* elections: the LISTEN connection's thread, once watched (pg_watch.c) */
@@ -410,6 +414,10 @@ dlock_status dlock_pg_list(void *backend, dlock_info *info, dlock_error *err);
 dlock_status dlock_pg_break(void *backend, const char *name, size_t len, size_t *broken, dlock_error *err);
 /** DLOCK_FEATURE_INSPECT and DLOCK_FEATURE_BREAK of the client; DLOCK_ENOTSUP for another feature. */
 dlock_status dlock_pg_feature(struct dlock_pg_backend *b, int feature, int64_t *value);
+
+/* pg_gc.c */
+dlock_status dlock_pg_gc(void *backend, const char *prefix, size_t len, unsigned flags, dlock_gc_removed_fn *removed,
+                         void *arg, size_t *count, dlock_error *err);
 
 /* pg_sem.c */
 /** A semaphore's permit (lk->permits > 0), advisory mode: the mode's methods hand over to these. */

@@ -13,8 +13,8 @@
  *   1. INSERT ... ON CONFLICT DO NOTHING of the name, in autocommit — inside
  *      the transaction it would wait on another holder's uncommitted
  *      insert, which NOWAIT does not cover.  Skipped once this handle has
- *      seen the row (rows are never deleted by dlock; if one disappears the
- *      lock statement says so and the insert runs again).
+ *      seen the row (only dlock_gc() deletes rows, pg_gc.c; if one disappears
+ *      the lock statement says so and the insert runs again).
  *   2. BEGIN and, in the same round trip (pg_exec.c), one statement whose
  *      CASE runs in order: lock_timeout for
  *      a bounded wait (transaction-local), the row lock (FOR UPDATE NOWAIT
@@ -47,6 +47,7 @@
 	"WHEN set_config('idle_in_transaction_session_timeout', $2, true) IS NULL THEN NULL " \
 	"ELSE " tail " END" ELAPSED
 #define NEXTVAL "nextval('" DLOCK_PG_SEQUENCE "')"
+#define ROW_GONE_MAX 100 /* inserts of a row that gc keeps deleting before ESERVER */
 
 static const char sql_beat[] = "SELECT set_config('idle_in_transaction_session_timeout', $1, true)";
 
@@ -209,14 +210,15 @@ static dlock_status lock_row(struct dlock_pg_backend *b, struct dlock_pg_conn *c
 	return st;
 }
 
-/* Insert if needed, lock; c->mu held. */
+/* Insert if needed, lock; c->mu held.  dlock_gc() may delete a free row between the insert and the lock
+ * (pg_gc.c): each time, insert it again, up to ROW_GONE_MAX times in a row. */
 static dlock_status row_attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
                                 dlock_wait *w, dlock_acquired *out, dlock_error *err)
 {
 	dlock_status st = lk->fencing ? dlock_pg_fence(b, c, err) : DLOCK_OK;
 	if (st != DLOCK_OK)
 		return st;
-	for (int pass = 0; pass < 2; pass++) {
+	for (int pass = 0; pass < ROW_GONE_MAX; pass++) {
 		st = lk->row_exists ? DLOCK_OK : insert_row(b, c, lk, err);
 		int64_t token = -1, at = 0;
 		if (st == DLOCK_OK)

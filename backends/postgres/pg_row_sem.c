@@ -8,7 +8,9 @@
  *     SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1 (no round trip per slot);
  *   - the name's row FOR SHARE, so that a mutex or a writer (FOR UPDATE)
  *     and a semaphore exclude each other on the server; a semaphore that
- *     finds the row held FOR UPDATE (NOWAIT fails) is DLOCK_EKIND;
+ *     finds the row held FOR UPDATE for ROW_LOCK_GRACE is DLOCK_EKIND (a
+ *     shorter lock is dlock_gc()'s, pg_gc.c, which then deletes the row:
+ *     ENTER inserts it again);
  *   - transaction advisory locks on the two-int keys of pg_sem.c, shared:
  *     the marker of its N and ANY.  A reader of row mode holds the READER
  *     key (base + 2049) shared and checks ANY (pg_row.c); a semaphore
@@ -34,6 +36,10 @@
 
 #include "pg_internal.h"
 
+/* How long ENTER waits for the name's row FOR SHARE before it says the name is a mutex's: dlock_gc()
+ * locks a free row for the moment of its statement (pg_gc.c), a mutex or writer for its hold. */
+#define ROW_LOCK_GRACE "100ms"
+#define ROW_GONE_MAX 100 /* inserts of rows that gc keeps deleting before ESERVER */
 #define POLL_FIRST_MS 10
 #define POLL_MAX_MS 500
 #define ELAPSED ", (extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000000)::int8"
@@ -67,7 +73,9 @@
 #define ENTER(tail)                                                                                      \
 	"SELECT CASE WHEN pg_advisory_xact_lock_shared(" HI ", " BASE " + 2048) IS NULL THEN NULL "          \
 	"WHEN pg_advisory_xact_lock_shared(" HI ", " BASE " + 1023 + " NPERM ") IS NULL THEN NULL "         \
-	"WHEN NOT EXISTS (SELECT 1 FROM %s WHERE name = $1::bytea FOR SHARE NOWAIT) THEN ARRAY[-5]::int8[] " \
+	"WHEN set_config('lock_timeout', '" ROW_LOCK_GRACE "', true) IS NULL THEN NULL "                    \
+	"WHEN NOT EXISTS (SELECT 1 FROM %s WHERE name = $1::bytea FOR SHARE) THEN ARRAY[-5]::int8[] "        \
+	"WHEN set_config('lock_timeout', '0', true) IS NULL THEN NULL "                                      \
 	"WHEN set_config('idle_in_transaction_session_timeout', $5::text, true) IS NULL THEN NULL "          \
 	"WHEN set_config('dlock.c', COALESCE(CASE WHEN " FREE("2048") " AND " FREE("2049") " THEN NULL::int8 " \
 	"ELSE " CONFLICT " END, 0)::text, true) <> '0' THEN ARRAY[current_setting('dlock.c')::int8] "        \
@@ -205,7 +213,7 @@ static dlock_status run(struct dlock_pg_backend *b, struct dlock_pg_conn *c, str
 			lk->row_exists = 1;
 		}
 		st = attempt(b, c, lk, &a, entered, fencing, out, &code, err);
-		if (st == DLOCK_OK && code == -5 && pass == 0) { /* a row went missing: insert again */
+		if (st == DLOCK_OK && code == -5 && pass < ROW_GONE_MAX) { /* a row went (gc): insert again */
 			rollback(b, c);
 			lk->row_exists = 0;
 			continue;

@@ -558,6 +558,7 @@ static dlock_status redis_check(void *backend, void *lk, dlock_error *err)
 		.lock_init_kind = redis_lock_init_kind, .control = dlock_redis_control,                           \
 		.inspect = dlock_redis_inspect, .list = dlock_redis_list, .break_lock = dlock_redis_break,         \
 		.proclaim = dlock_redis_proclaim, .watch = dlock_redis_watch, .unwatch = dlock_redis_unwatch,    \
+		.gc = dlock_redis_gc,                                                                              \
 	}
 
 const dlock_driver dlock_redis_driver = REDIS_DRIVER("redis", redis_knows_param);

@@ -498,6 +498,24 @@ dlock_status dlock_redis_break(void *backend, const char *name, size_t len, size
 	return st;
 }
 
+/* Collection: nothing to do here, every key of a name has a TTL.  A method only to say why. */
+dlock_status dlock_redis_gc(void *backend, const char *prefix, size_t len, unsigned flags,
+                            dlock_gc_removed_fn *removed, void *arg, size_t *count, dlock_error *err)
+{
+	struct redis_client *c = backend;
+	(void)prefix, (void)len, (void)flags, (void)removed, (void)arg;
+	*count = 0;
+	if (is_redlock(c))
+		return dlock_error_set(err, DLOCK_ENOTSUP,
+		                       "redis %s collects nothing: RedLock writes only a name's lock key, which expires "
+		                       "with the lease", c->label);
+	return dlock_error_set(err, DLOCK_ENOTSUP,
+	                       "redis %s collects nothing: every key of a name expires by itself, the fencing "
+	                       "counter (:fence) last, 100 leases (at least 7 days) after the name's last "
+	                       "acquisition, and until then it must stay so that tokens never go back",
+	                       c->label);
+}
+
 /* ------------------------------------------------------------ the control door */
 
 dlock_status dlock_redis_control(void *backend, void *lk, int op, void *arg, dlock_error *err)
@@ -518,6 +536,10 @@ dlock_status dlock_redis_control(void *backend, void *lk, int op, void *arg, dlo
 	}
 	if (q->feature == DLOCK_FEATURE_BREAK) {
 		q->value = DLOCK_BREAK_DELETE;
+		return DLOCK_OK;
+	}
+	if (q->feature == DLOCK_FEATURE_GC) {
+		q->value = 0;
 		return DLOCK_OK;
 	}
 	if (q->feature == DLOCK_FEATURE_ELECTION) { /* RedLock gives no token, so no term */

@@ -290,6 +290,9 @@ dlock_status dlock_redis_inspect(void *backend, const char *name, size_t len, dl
 dlock_status dlock_redis_list(void *backend, dlock_info *info, dlock_error *err);
 dlock_status dlock_redis_break(void *backend, const char *name, size_t len, size_t *broken, dlock_error *err);
 dlock_status dlock_redis_control(void *backend, void *lk, int op, void *arg, dlock_error *err);
+/** dlock_gc(): nothing to collect (every key expires); DLOCK_ENOTSUP saying why (redis_inspect.c). */
+dlock_status dlock_redis_gc(void *backend, const char *prefix, size_t len, unsigned flags,
+                            dlock_gc_removed_fn *removed, void *arg, size_t *count, dlock_error *err);
 
 /* ------------------------------------------------------------ redis_elect.c: elections */
 

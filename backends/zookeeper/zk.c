@@ -203,9 +203,23 @@ static dlock_status zk_feature(struct dlock_feature_query *q)
 		q->value = ZK_INSPECT_FLAGS;
 	else if (q->feature == DLOCK_FEATURE_BREAK)
 		q->value = DLOCK_BREAK_DELETE;
+	else if (q->feature == DLOCK_FEATURE_GC)
+		q->value = 0;
 	else
 		return DLOCK_ENOTSUP;
 	return DLOCK_OK;
+}
+
+/* Collection: the server's job here (zk_path.c: a name's nodes are containers).  Says why. */
+static dlock_status zk_gc(void *backend, const char *prefix, size_t len, unsigned flags,
+                          dlock_gc_removed_fn *removed, void *arg, size_t *count, dlock_error *err)
+{
+	(void)backend, (void)prefix, (void)len, (void)flags, (void)removed, (void)arg;
+	*count = 0;
+	return dlock_error_set(err, DLOCK_ENOTSUP,
+	                       "zk:// collects nothing: a name's nodes are containers, which the server removes by "
+	                       "itself some time after their last child, and the fencing token is the zxid of the "
+	                       "server, which never goes back");
 }
 
 static dlock_status zk_inspect(void *backend, const char *name, size_t len, dlock_info *info, dlock_error *err)
@@ -298,6 +312,7 @@ const dlock_driver dlock_zk_driver = {
 	.inspect = zk_inspect,
 	.list = zk_list,
 	.break_lock = zk_break,
+	.gc = zk_gc,
 	.proclaim = zk_proclaim,
 	.watch = zk_watch,
 	.unwatch = zk_unwatch,

@@ -310,9 +310,11 @@ typedef enum dlock_feature {
 	DLOCK_FEATURE_INSPECT = 15,    /**< dlock_inspect_flags, OR-ed: what dlock_inspect() and dlock_list()
 	                                    can see; 0 when the backend has no inspection */
 	DLOCK_FEATURE_BREAK = 16,      /**< a dlock_break_effect: what dlock_break() does to the holder */
-	DLOCK_FEATURE_ELECTION = 17    /**< a dlock_wakeup: elections (dlock_election_new()), and how observers
+	DLOCK_FEATURE_ELECTION = 17,   /**< a dlock_wakeup: elections (dlock_election_new()), and how observers
 	                                    learn of a change besides reading at least once per lease: NOTIFY
 	                                    (the server tells them) or POLL (only the reads); -1: no elections */
+	DLOCK_FEATURE_GC = 18          /**< 1: dlock_gc() removes what unused names left on the server; 0: it
+	                                    answers DLOCK_ENOTSUP (nothing stays but what must, see the README) */
 } dlock_feature;
 
 /**
@@ -867,6 +869,41 @@ DLOCK_API void dlock_lock_list_free(dlock_lock_list *list);
  * Thread-safe.
  */
 DLOCK_API dlock_status dlock_break(dlock_client *client, const char *name, size_t *broken);
+
+/** Flags of dlock_gc(), OR-ed. */
+typedef enum dlock_gc_flags {
+	DLOCK_GC_DRY_RUN = 1 /**< remove nothing: report what would be removed now */
+} dlock_gc_flags;
+
+/**
+ * Called by dlock_gc() once per name whose leftovers it removed (or would
+ * remove, with DLOCK_GC_DRY_RUN), on the calling thread, before it
+ * returns: `name` is the lock's name (NUL-terminated; NULL where the
+ * server keeps only a hash of it), `resource` where the server kept it (a
+ * file, a row), printable.  Both are valid during the call only.  It must
+ * not call dlock_gc() on the same client.
+ */
+typedef void (*dlock_gc_fn)(const char *name, const char *resource, void *userdata);
+
+/**
+ * Remove what names whose locks nobody holds or waits for left on the
+ * server (lock files, rows: see "What each name leaves behind" in the
+ * README), under the client's prefix, for the names that start with
+ * `name_prefix` (NULL or "": all; a name the server keeps only hashed
+ * only then).  What must stay stays: nothing a later fencing token is
+ * counted from goes back, and nothing a holder or a waiter uses is
+ * removed, so no two holders ever come of it — an acquisition that meets
+ * a removal takes the name again.  `flags`: dlock_gc_flags.  `fn` (may be
+ * NULL) hears of each name; *count (may be NULL) gets how many were
+ * removed (or would be).  DLOCK_ENOTSUP where the backend has nothing to
+ * collect or cannot collect it safely (DLOCK_FEATURE_GC 0; the message
+ * says why), DLOCK_EINVAL for a prefix longer than a name, DLOCK_ECLOSED
+ * after close, DLOCK_EPERM when the server refuses, or a server error
+ * (what was removed before it stays removed and counted).  Thread-safe;
+ * work grows with the names the server keeps.
+ */
+DLOCK_API dlock_status dlock_gc(dlock_client *client, const char *name_prefix, unsigned flags, dlock_gc_fn fn,
+                                void *userdata, size_t *count);
 
 /* ------------------------------------------------------- leader election */
 

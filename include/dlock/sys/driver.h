@@ -81,6 +81,7 @@
  *     it from a stuck holder); dlock_host_owner() and the owner record.
  *   - version 5: proclaim, watch and unwatch (leader election: a leader's
  *     value beside its lock, and observers woken by the server).
+ *   - version 6: gc (removing what unused names left on the server).
  * Registration accepts every version from 1 through DLOCK_DRIVER_ABI_VERSION
  * (DLOCK_EVERSION otherwise: a driver built for a newer library), and the
  * core never reads a slot past the version a driver declares, so a driver
@@ -106,7 +107,7 @@ extern "C" {
 #endif
 
 /** Version of struct dlock_driver; raised with each appended block of methods. */
-#define DLOCK_DRIVER_ABI_VERSION 5
+#define DLOCK_DRIVER_ABI_VERSION 6
 
 /* ------------------------------------------------------------ error text */
 
@@ -723,6 +724,32 @@ typedef dlock_status dlock_driver_watch_fn(void *backend, const char *name, size
 typedef void dlock_driver_unwatch_fn(void *backend, void *watch);
 
 /**
+ * Tell the core of one name whose leftovers gc() removed (or would
+ * remove): `name` its `len` bytes (NULL, 0 where the server keeps only a
+ * hash), `resource` where it was kept (printable, NUL-terminated).  The
+ * core filters nothing: a driver calls it only for names it matched.
+ */
+typedef void dlock_gc_removed_fn(void *arg, const char *name, size_t len, const char *resource);
+
+/**
+ * Remove what the names of the client's prefix that start with `prefix`
+ * (`len` bytes, untrusted; 0: all) left on the server while no holder or
+ * waiter uses them (ABI version 6; MAY: without it dlock_gc() answers
+ * DLOCK_ENOTSUP).  Never lets two holders in: what is removed is locked
+ * first, without waiting, so a holder keeps it, and an acquirer that
+ * meets a removal takes the name again; never resets what a later fencing
+ * token is counted from.  With DLOCK_GC_DRY_RUN in `flags` it removes
+ * nothing and reports what it would.  Calls `removed(arg, ...)` once per
+ * name, on the calling thread, before it returns; *count gets their
+ * number (also on failure: what was removed until then).  A backend with
+ * nothing to collect may have the method only to answer DLOCK_ENOTSUP
+ * with the reason, and answers DLOCK_FEATURE_GC 0 on its control door.
+ * Threads: any; may run beside every other call of the client.
+ */
+typedef dlock_status dlock_driver_gc_fn(void *backend, const char *prefix, size_t len, unsigned flags,
+                                        dlock_gc_removed_fn *removed, void *arg, size_t *count, dlock_error *err);
+
+/**
  * A backend: one const object per URI scheme, written with designated
  * initializers and passed to dlock_register_driver().  Each method is
  * marked MUST (registration refuses NULL) or MAY (NULL: the matching API
@@ -764,6 +791,9 @@ typedef struct dlock_driver {
 	dlock_driver_proclaim_fn *proclaim; /**< MAY; elections need it (and inspect) */
 	dlock_driver_watch_fn *watch;       /**< MAY; with unwatch, or neither */
 	dlock_driver_unwatch_fn *unwatch;   /**< MAY; with watch */
+
+	/* ABI version 6 */
+	dlock_driver_gc_fn *gc; /**< MAY */
 } dlock_driver;
 
 /**
