@@ -170,3 +170,12 @@ void gc_race(const char *uri, const char *prefix)
 	CU_ASSERT(atomic_load(&r->gc_removed) > 0);
 	dlock_test_shared_free(r, sizeof *r);
 }
+
+void gc_seen_removed(const char *name, const char *resource, void *userdata)
+{
+	struct gc_seen *s = userdata;
+	size_t n = strlen(s->names);
+	CU_ASSERT_PTR_NOT_NULL(resource);
+	snprintf(s->names + n, sizeof s->names - n, "%s%s", n ? "," : "", name ? name : "?");
+	s->calls++;
+}

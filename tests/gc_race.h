@@ -1,5 +1,6 @@
 /*
- * The race of dlock_gc() against holders, for test_file_gc and test_pg_gc:
+ * The race of dlock_gc() against holders, and a recorder of what gc reports
+ * (struct gc_seen), for test_file_gc and test_pg_gc:
  * GC_RACE_WORKERS processes acquire and release GC_RACE_NAMES mutexes of
  * `prefix` and a semaphore of GC_RACE_PERMITS permits (each time one of
  * them at random) until GC_RACE_ACQUISITIONS are done in total, while one
@@ -14,6 +15,8 @@
 #ifndef DLOCK_TEST_GC_RACE_H
 #define DLOCK_TEST_GC_RACE_H
 
+#include <stddef.h>
+
 #include "dlock/dlock.h"
 
 #define GC_RACE_WORKERS 4
@@ -26,5 +29,14 @@ void gc_race(const char *uri, const char *prefix);
 
 /** Try `l` once (DLOCK_ACQUIRE_OPTIONS_INIT: the URI's lease, renewal and fencing), shared when `shared`. */
 dlock_status gc_try(dlock_lock *l, int shared);
+
+/** What dlock_gc() reported, in order: names joined by ',' ("?" for a hashed one).  Start it { "", 0 }. */
+struct gc_seen {
+	char names[512];
+	size_t calls;
+};
+
+/** A dlock_gc_removed_fn for a struct gc_seen `userdata`; asserts that each call names a resource. */
+void gc_seen_removed(const char *name, const char *resource, void *userdata);
 
 #endif

@@ -22,20 +22,6 @@
 #include "gc_race.h"
 #include "testsupport.h"
 
-/* What a gc call reported, in order: names joined by ',' ("?" for a hashed one). */
-struct seen {
-	char names[512];
-	size_t calls;
-};
-
-static void on_removed(const char *name, const char *resource, void *userdata)
-{
-	struct seen *s = userdata;
-	size_t n = strlen(s->names);
-	CU_ASSERT_PTR_NOT_NULL(resource);
-	snprintf(s->names + n, sizeof s->names - n, "%s%s", n ? "," : "", name ? name : "?");
-	s->calls++;
-}
 
 static dlock_client *open_dir(const char *dir)
 {
@@ -93,17 +79,17 @@ static void test_removes_unused_keeps_held(void)
 	CU_ASSERT_EQUAL(lock_files(dir), 5);
 
 	/* dry run: says what would go, removes nothing */
-	struct seen s = { "", 0 };
+	struct gc_seen s = { "", 0 };
 	size_t count = 99;
-	CU_ASSERT_EQUAL(dlock_gc(c, NULL, DLOCK_GC_DRY_RUN, on_removed, &s, &count), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_gc(c, NULL, DLOCK_GC_DRY_RUN, gc_seen_removed, &s, &count), DLOCK_OK);
 	CU_ASSERT_EQUAL(count, 2);
 	CU_ASSERT_EQUAL(s.calls, 2);
 	CU_ASSERT(strstr(s.names, "free-a") && strstr(s.names, "free-b") && !strstr(s.names, "held"));
 	CU_ASSERT_EQUAL(lock_files(dir), 5);
 
 	/* the real one: the two free files go, the three held stay and stay held */
-	struct seen s2 = { "", 0 };
-	CU_ASSERT_EQUAL(dlock_gc(c, "", 0, on_removed, &s2, &count), DLOCK_OK);
+	struct gc_seen s2 = { "", 0 };
+	CU_ASSERT_EQUAL(dlock_gc(c, "", 0, gc_seen_removed, &s2, &count), DLOCK_OK);
 	CU_ASSERT_EQUAL(count, 2);
 	CU_ASSERT_STRING_EQUAL(s.names, s2.names);
 	CU_ASSERT_EQUAL(lock_files(dir), 3);
@@ -140,9 +126,9 @@ static void test_prefix(void)
 	once(c, "order:2");
 	once(c, "other");
 	once(c, "orde");
-	struct seen s = { "", 0 };
+	struct gc_seen s = { "", 0 };
 	size_t count = 0;
-	CU_ASSERT_EQUAL(dlock_gc(c, "order:", 0, on_removed, &s, &count), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_gc(c, "order:", 0, gc_seen_removed, &s, &count), DLOCK_OK);
 	CU_ASSERT_EQUAL(count, 2);
 	CU_ASSERT(strstr(s.names, "order:1") && strstr(s.names, "order:2"));
 	CU_ASSERT_EQUAL(lock_files(dir), 2);
@@ -164,8 +150,8 @@ static void test_prefix(void)
 	once(c, longname);
 	CU_ASSERT_EQUAL(dlock_gc(c, "x", 0, NULL, NULL, &count), DLOCK_OK);
 	CU_ASSERT_EQUAL(count, 0);
-	struct seen s2 = { "", 0 };
-	CU_ASSERT_EQUAL(dlock_gc(c, NULL, 0, on_removed, &s2, &count), DLOCK_OK);
+	struct gc_seen s2 = { "", 0 };
+	CU_ASSERT_EQUAL(dlock_gc(c, NULL, 0, gc_seen_removed, &s2, &count), DLOCK_OK);
 	CU_ASSERT_EQUAL(count, 3);
 	CU_ASSERT(strstr(s2.names, "?") != NULL);
 	CU_ASSERT_EQUAL(lock_files(dir), 0);

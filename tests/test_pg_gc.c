@@ -20,19 +20,6 @@
 #include "testpg.h"
 #include "testsupport.h"
 
-struct seen {
-	char names[512];
-	size_t calls;
-};
-
-static void on_removed(const char *name, const char *resource, void *userdata)
-{
-	struct seen *s = userdata;
-	size_t n = strlen(s->names);
-	CU_ASSERT_PTR_NOT_NULL(resource);
-	snprintf(s->names + n, sizeof s->names - n, "%s%s", n ? "," : "", name ? name : "?");
-	s->calls++;
-}
 
 /* A client of `base` (a URI with a query already, or none) with the prefix `prefix`. */
 static dlock_client *open_prefixed(const char *base, const char *prefix)
@@ -91,16 +78,16 @@ static void test_row_mode(void)
 	CU_ASSERT_EQUAL(gc_try(sem, 0), DLOCK_OK);
 	CU_ASSERT_EQUAL(rows_under(pg, "dlock_locks", prefix), 2 + 4 + 1 + 1 + 3);
 
-	struct seen s = { "", 0 };
+	struct gc_seen s = { "", 0 };
 	size_t count = 0;
-	CU_ASSERT_EQUAL(dlock_gc(c, NULL, DLOCK_GC_DRY_RUN, on_removed, &s, &count), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_gc(c, NULL, DLOCK_GC_DRY_RUN, gc_seen_removed, &s, &count), DLOCK_OK);
 	CU_ASSERT_EQUAL(count, 3);
 	CU_ASSERT(strstr(s.names, "free-a") && strstr(s.names, "free-b") && strstr(s.names, "free-sem"));
 	CU_ASSERT(strstr(s.names, "held") == NULL);
 	CU_ASSERT_EQUAL(rows_under(pg, "dlock_locks", prefix), 11);
 
-	struct seen s2 = { "", 0 };
-	CU_ASSERT_EQUAL(dlock_gc(c, "free-", 0, on_removed, &s2, &count), DLOCK_OK);
+	struct gc_seen s2 = { "", 0 };
+	CU_ASSERT_EQUAL(dlock_gc(c, "free-", 0, gc_seen_removed, &s2, &count), DLOCK_OK);
 	CU_ASSERT_EQUAL(count, 3);
 	CU_ASSERT_EQUAL(rows_under(pg, "dlock_locks", prefix), 5); /* the held ones' rows, slot rows too */
 	CU_ASSERT_EQUAL(dlock_check(m), DLOCK_OK);
@@ -154,8 +141,8 @@ static void test_advisory_names(void)
 	CU_ASSERT_EQUAL(dlock_testpg_num(pg, "WITH u AS (UPDATE dlock_names SET seen = now() - interval '1 hour' "
 	                                     "WHERE substr(name, 1, length(convert_to($1, 'UTF8'))) = "
 	                                     "convert_to($1, 'UTF8') RETURNING 1) SELECT count(*) FROM u", pat), 4);
-	struct seen s = { "", 0 };
-	CU_ASSERT_EQUAL(dlock_gc(c, NULL, DLOCK_GC_DRY_RUN, on_removed, &s, &count), DLOCK_OK);
+	struct gc_seen s = { "", 0 };
+	CU_ASSERT_EQUAL(dlock_gc(c, NULL, DLOCK_GC_DRY_RUN, gc_seen_removed, &s, &count), DLOCK_OK);
 	CU_ASSERT_EQUAL(count, 3);
 	CU_ASSERT(strstr(s.names, "a") && strstr(s.names, "b") && strstr(s.names, "s") && !strstr(s.names, "held"));
 	CU_ASSERT_EQUAL(rows_under(pg, "dlock_names", prefix), 4);

@@ -97,11 +97,30 @@ void dlock_test_shared_free(void *mem, size_t size)
 		munmap(mem, size);
 }
 
+/* Replace the value of every query parameter whose name ends in "password" (password=,
+ * sentinel_password=) in `out` with "***". */
+static void mask_password_params(char *out, size_t outlen)
+{
+	static const char key[] = "password=";
+	char *q = strchr(out, '?');
+	for (char *p = q ? strstr(q, key) : NULL; p; p = strstr(p, key)) {
+		char *value = p + sizeof key - 1;
+		size_t len = strcspn(value, "&#");
+		if (len > 0 && (len != 3 || strncmp(value, "***", 3) != 0)) {
+			char rest[4096];
+			snprintf(rest, sizeof rest, "%s", value + len);
+			snprintf(value, outlen - (size_t)(value - out), "***%s", rest);
+		}
+		p = value;
+	}
+}
+
 void dlock_test_mask_uri(const char *uri, char *out, size_t outlen)
 {
 	if (!outlen)
 		return;
 	snprintf(out, outlen, "%s", uri ? uri : "(null)");
+	mask_password_params(out, outlen);
 	char *auth = strstr(out, "://");
 	if (!auth)
 		return;

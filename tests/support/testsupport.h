@@ -67,8 +67,9 @@ void dlock_test_shared_free(void *mem, size_t size);
 
 /**
  * Copy `uri` into `out` (always NUL-terminated, truncated to `outlen`) with
- * the password of its userinfo replaced by "***", for test output about a
- * URI that no client could open.
+ * the password of its userinfo, and the value of every query parameter
+ * whose name ends in "password" (sentinel_password=), replaced by "***",
+ * for test output about a URI that no client could open.
  */
 void dlock_test_mask_uri(const char *uri, char *out, size_t outlen);
 
