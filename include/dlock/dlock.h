@@ -596,9 +596,10 @@ typedef enum dlock_lock_mode {
 } dlock_lock_mode;
 
 /**
- * A setting of one acquisition that is on or off (dlock_acquire_options::renewal and ::fence).
- * Zero is the URI's setting, so that a field a designated initializer leaves out keeps what the
- * URI says (on, unless the URI turns it off) and never turns a safeguard off.
+ * A setting of one acquisition that is on or off (dlock_acquire_options::renewal and
+ * dlock_acquire_options::fence).  Zero is the URI's setting, so that a field a designated
+ * initializer leaves out keeps what the URI says (on, unless the URI turns it off) and never turns
+ * a safeguard off.
  */
 typedef enum dlock_switch {
 	DLOCK_DEFAULT = 0, /**< the URI's parameter (`renew`, `fencing`), on when the URI does not say */
@@ -607,8 +608,9 @@ typedef enum dlock_switch {
 } dlock_switch;
 
 /**
- * dlock_acquire_options::min_hold or ::max_hold: no bound, whatever the URI says.  Not -1, which
- * meant "the URI's" in version 4: a -1 carried over from there is DLOCK_EINVAL, not "none".
+ * dlock_acquire_options::min_hold or dlock_acquire_options::max_hold: no bound, whatever the URI
+ * says.  Not -1, which meant "the URI's" in version 4: a -1 carried over from there is
+ * DLOCK_EINVAL, not "none".
  */
 #define DLOCK_HOLD_NONE (-2)
 
