@@ -17,9 +17,11 @@
  * the owner record in its data (identity, host, pid), and after it a
  * leader's value (zk_elect.c); a node without a record (the previous
  * release, Curator) is a holder whose owner is unknown.  No lease:
- * a node lives as long as its session.  Cost: one get-children (two for a
- * semaphore, three with its queue) and one get-data per holder; a holder
- * that goes between the two is looked at again, a few times at most.
+ * a node lives as long as its session.  Cost: a sync first (so that what
+ * another client did before the call is seen, whichever server answers),
+ * one get-children (two for a semaphore, three with its queue) and one
+ * get-data per holder; a holder that goes between the two is looked at
+ * again, a few times at most.
  *
  * A listing reads the children of the base path (one request: ZooKeeper
  * has no paging) and describes each child as above.  Names come back from
@@ -81,6 +83,18 @@ struct view {
 };
 
 /* A connected session for this call, within the connect timeout; DLOCK_ECONNECT. */
+static void synced(int rc, const char *value, const void *data)
+{
+	(void)rc, (void)value, (void)data; /* the read behind it answers for both */
+}
+
+/*
+ * The current session, its server asked first to catch up with the leader
+ * (sync): a follower may not yet have applied what another client did
+ * before this call, and reads are answered by the session's own server.
+ * The session's requests are answered in order, so the reads sent behind
+ * the sync wait for it; a sync that fails fails them too.
+ */
 static dlock_status session_get(struct zk_client *c, struct zk_session **out, dlock_error *err)
 {
 	int64_t deadline = dlock_monotonic_ns() + c->cfg.connect_timeout_ms * NS_PER_MS;
@@ -97,6 +111,7 @@ static dlock_status session_get(struct zk_client *c, struct zk_session **out, dl
 	if (!up)
 		return dlock_error_set(err, DLOCK_ECONNECT, "zk://: not connected to ZooKeeper within %lld ms",
 		                       (long long)c->cfg.connect_timeout_ms);
+	(void)zoo_async(s->zh, c->cfg.base, synced, NULL);
 	return DLOCK_OK;
 }
 
