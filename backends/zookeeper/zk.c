@@ -33,10 +33,17 @@
  * observers are woken by a child watch on the name and a data watch on
  * the leader's node, armed again at each event and after reconnections.
  *
+ * Layers: this file is the driver's face, above every other file of the
+ * folder.  The sessions (zk_session.c, zk_monitor.c) sit beneath the
+ * recipes, holds and elections and call none of them: what a session's
+ * reconnection or death means to them goes through the hooks set here at
+ * open (session_hooks).
+ *
  * Descriptors: libzookeeper_mt 3.8 as built by Debian opens its socket and
  * its wake-up pipe without close-on-exec, and gives no way to reach them;
  * a process that execs while a zk:// client is open passes them on.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,12 +51,31 @@
 #include "dlock/sys/zookeeper.h"
 #include "zk_internal.h"
 
+/* What a session's changes mean to the layers above it: its files call nothing above them but these. */
+static const struct zk_session_hooks session_hooks = {
+	.reconnected_locked = dlock_zk_watches_reconnected_locked, /* zk_elect.c */
+	.rearm_locked = dlock_zk_watches_rearm_locked,             /* zk_elect.c */
+	.expired_locked = dlock_zk_report_lost_locked,             /* zk_hold.c */
+};
+
+/* The base path, made once the first session is connected: a server that refuses it refuses the client. */
+static dlock_status make_base(struct zk_client *c, dlock_error *err)
+{
+	int rc = dlock_zk_ensure_base(c->cur);
+	if (rc == ZOK)
+		return DLOCK_OK;
+	char what[ZK_PATH_MAX];
+	snprintf(what, sizeof what, "creating the base path %s", c->cfg.base);
+	return dlock_zk_fail(err, rc, what);
+}
+
 static dlock_status zk_open(const dlock_uri *uri, dlock_host *host, void **backend, dlock_error *err)
 {
 	struct zk_client *c = calloc(1, sizeof *c);
 	if (!c)
 		return dlock_error_set(err, DLOCK_ENOMEM, "zk://: out of memory");
 	c->host = host;
+	c->hooks = session_hooks;
 	c->owner = dlock_host_owner(host, &c->owner_len);
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_condattr_t attr;
@@ -63,6 +89,9 @@ static dlock_status zk_open(const dlock_uri *uri, dlock_host *host, void **backe
 	if (st != DLOCK_OK)
 		goto fail;
 	st = dlock_zk_session_start(c, err);
+	if (st != DLOCK_OK)
+		goto fail;
+	st = make_base(c, err);
 	if (st != DLOCK_OK)
 		goto fail;
 	st = dlock_zk_monitor_start(c, err);

@@ -65,7 +65,7 @@ struct qnode {
 };
 
 /* One holder as read: its node's stat and data. */
-struct held {
+struct holder_node {
 	char path[ZK_PATH_MAX];
 	enum zk_node_kind kind;
 	struct Stat st;
@@ -78,7 +78,7 @@ struct view {
 	dlock_lock_kind kind;
 	uint32_t permits; /* 0 unknown */
 	int64_t waiters;
-	struct held *holders;
+	struct holder_node *holders;
 	size_t n, cap;
 };
 
@@ -164,13 +164,13 @@ static int read_holder(struct zk_session *s, struct view *v, const char *dir, co
 {
 	if (v->n == v->cap) {
 		size_t cap = v->cap ? v->cap * 2 : 4;
-		struct held *h = realloc(v->holders, cap * sizeof *h);
+		struct holder_node *h = realloc(v->holders, cap * sizeof *h);
 		if (!h)
 			return ZSYSTEMERROR;
 		v->holders = h;
 		v->cap = cap;
 	}
-	struct held *h = &v->holders[v->n];
+	struct holder_node *h = &v->holders[v->n];
 	int n = snprintf(h->path, sizeof h->path, "%s/%s", dir, q->child);
 	if (n < 0 || (size_t)n >= sizeof h->path)
 		return ZBADARGUMENTS;
@@ -311,7 +311,7 @@ static dlock_status describe(const struct view *v, const char *name, size_t len,
 {
 	dlock_status st = dlock_info_lock(info, name, len, parent, v->kind, v->permits, v->waiters);
 	for (size_t i = 0; st == DLOCK_OK && i < v->n; i++) {
-		const struct held *h = &v->holders[i];
+		const struct holder_node *h = &v->holders[i];
 		char session[SESSION_HEX];
 		snprintf(session, sizeof session, "0x%llx", (unsigned long long)h->st.ephemeralOwner);
 		dlock_holder d = DLOCK_HOLDER_INIT;
@@ -332,17 +332,6 @@ static dlock_status describe(const struct view *v, const char *name, size_t len,
 		st = dlock_info_holder(info, &d, owner, olen);
 	}
 	return st;
-}
-
-dlock_status dlock_zk_name_parent(const struct zk_client *c, const char *name, size_t len, char *out,
-                                  dlock_error *err)
-{
-	char comp[DLOCK_COMPONENT_MAX + 1];
-	dlock_name_component(name, len, comp);
-	int n = snprintf(out, ZK_PATH_MAX, "%s/%s", c->cfg.base, comp);
-	if (n < 0 || n >= ZK_PATH_MAX)
-		return dlock_error_set(err, DLOCK_EINVAL, "zk://: the base path is too long for this name");
-	return DLOCK_OK;
 }
 
 dlock_status dlock_zk_inspect(struct zk_client *c, const char *name, size_t len, dlock_info *info,

@@ -136,6 +136,21 @@ struct zk_slot {
 struct zk_lock;
 struct zk_watch;
 
+/*
+ * What the layers above the sessions do when a session changes: set by
+ * zk.c at open, before the first session starts, so that the session files
+ * (zk_session.c, zk_monitor.c) call nothing above them.  Each runs with `mu`
+ * held.
+ */
+struct zk_session_hooks {
+	/* A session connected (the session watcher, on the completion thread): mark what must be armed again. */
+	void (*reconnected_locked)(struct zk_client *c);
+	/* Each turn of the monitor thread (mu may be dropped inside and taken again): arm what was marked. */
+	void (*rearm_locked)(struct zk_client *c);
+	/* Session `gen` is dead: what was held in it is lost, for the reason `why`. */
+	void (*expired_locked)(struct zk_client *c, uint64_t gen, const char *why);
+};
+
 struct zk_client {
 	dlock_host *host;
 	struct zk_config cfg;
@@ -147,6 +162,7 @@ struct zk_client {
 	struct zk_slot *slots;       /* mu */
 	struct zk_lock *held;        /* locks held now (mu) */
 	struct zk_watch *watches;    /* observers' watches, in use or free for reuse (mu; zk_elect.c) */
+	struct zk_session_hooks hooks; /* set at open, before the first session; never changed after */
 	const char *owner;           /* the owner record written on every lock and lease node (core's, static) */
 	size_t owner_len;
 	int stop;                    /* mu */
@@ -160,7 +176,7 @@ dlock_status dlock_zk_session_new(struct zk_client *c, struct zk_session **out, 
 void dlock_zk_session_free(struct zk_session *s);
 /* pthread_cond_timedwait on a CLOCK_MONOTONIC condition; returns its code. */
 int dlock_zk_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ns);
-/* Start the first session and wait until it is connected (open). */
+/* Start the first session and wait until it is connected (open; c->hooks set). */
 dlock_status dlock_zk_session_start(struct zk_client *c, dlock_error *err);
 /* Start the monitor thread: pings, loss timing, replacing dead sessions. */
 dlock_status dlock_zk_monitor_start(struct zk_client *c, dlock_error *err);
@@ -186,7 +202,7 @@ int dlock_zk_session_await(struct zk_session *s, int after_loss);
 int dlock_zk_session_connected(struct zk_session *s);
 /* A request sent at `sent_ns` was answered: the server had the session then. */
 void dlock_zk_session_answered(struct zk_session *s, int64_t sent_ns);
-/* Declare `s` dead (mu held): report its locks lost, wake waiters, let the monitor replace it. */
+/* Declare `s` dead (mu held): report its locks lost (c->hooks), wake waiters, let the monitor replace it. */
 void dlock_zk_session_kill_locked(struct zk_session *s, const char *why);
 
 /* ------------------------------------------------------------ logging */
@@ -238,6 +254,9 @@ dlock_status dlock_zk_lock_paths(const struct zk_config *cfg, struct zk_lock *lk
                                  size_t len, dlock_error *err);
 /* Free what dlock_zk_lock_paths() allocated. */
 void dlock_zk_lock_paths_free(struct zk_lock *lk);
+/* The name's node, BASE/ + its component, into out (ZK_PATH_MAX bytes); DLOCK_EINVAL when too long. */
+dlock_status dlock_zk_name_parent(const struct zk_client *c, const char *name, size_t len, char *out,
+                                  dlock_error *err);
 /* The ACL for every node we create: creator-only with credentials, else open. */
 struct ACL_vector *dlock_zk_acl(const struct zk_client *c);
 /* Create the base path's missing components (persistent).  Returns a ZooKeeper code. */
@@ -402,7 +421,7 @@ dlock_status dlock_zk_acquire(struct zk_client *c, struct zk_lock *lk, dlock_wai
 /* Record `lk` as held in session `s`; 0 if `s` died or our node was deleted meanwhile. */
 int dlock_zk_hold(struct zk_client *c, struct zk_session *s, struct zk_lock *lk);
 void dlock_zk_unhold(struct zk_client *c, struct zk_lock *lk);
-/* Report every lock held in session `gen` lost (mu held). */
+/* Report every lock held in session `gen` lost (mu held; the sessions' expiry hook, zk.c). */
 void dlock_zk_report_lost_locked(struct zk_client *c, uint64_t gen, const char *why);
 dlock_status dlock_zk_release(struct zk_client *c, struct zk_lock *lk, dlock_error *err);
 dlock_status dlock_zk_check(struct zk_client *c, struct zk_lock *lk, dlock_error *err);
@@ -420,9 +439,6 @@ dlock_status dlock_zk_inspect(struct zk_client *c, const char *name, size_t len,
                               dlock_error *err);
 dlock_status dlock_zk_list(struct zk_client *c, dlock_info *info, dlock_error *err);
 dlock_status dlock_zk_break(struct zk_client *c, const char *name, size_t len, size_t *broken, dlock_error *err);
-/* The name's node, BASE/ + its component, into out (ZK_PATH_MAX bytes); DLOCK_EINVAL when too long. */
-dlock_status dlock_zk_name_parent(const struct zk_client *c, const char *name, size_t len, char *out,
-                                  dlock_error *err);
 
 /* ------------------------------------------------------------ elections (zk_elect.c) */
 
@@ -433,9 +449,9 @@ dlock_status dlock_zk_proclaim(struct zk_client *c, struct zk_lock *lk, const ch
 dlock_status dlock_zk_watch(struct zk_client *c, const char *name, size_t len, void (*changed)(void *arg),
                             void *arg, void **out, dlock_error *err);
 void dlock_zk_unwatch(struct zk_client *c, struct zk_watch *w);
-/* A session connected (mu held): every watch in use is armed again on it, and told. */
+/* A session connected (mu held): every watch in use is armed again on it, and told (hook, zk.c). */
 void dlock_zk_watches_reconnected_locked(struct zk_client *c);
-/* The monitor's turn (mu held, dropped inside): arm the watches that wait for a connection. */
+/* The monitor's turn (mu held, dropped inside): arm the watches that wait for a connection (hook, zk.c). */
 void dlock_zk_watches_rearm_locked(struct zk_client *c);
 /* Free every watch context (close, after the sessions). */
 void dlock_zk_watches_free(struct zk_client *c);

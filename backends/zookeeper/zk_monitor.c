@@ -13,7 +13,8 @@
  * would be late by as much as two thirds of the timeout.
  *
  * Observers' watches that a reconnection or a new session left unarmed
- * are armed again here (zk_elect.c), on the connected session.
+ * are armed again here, on the connected session, through the hook that
+ * zk.c set at open (c->hooks, zk_elect.c's).
  *
  * Replacing: a session is never replaced from a watcher (that would make
  * synchronous calls on the completion thread); the watcher marks it dead
@@ -147,7 +148,7 @@ static void *monitor_main(void *arg)
 			continue;
 		}
 		close_retired_locked(c);
-		dlock_zk_watches_rearm_locked(c); /* observers' watches, after a reconnection or a new session */
+		c->hooks.rearm_locked(c); /* observers' watches, after a reconnection or a new session */
 		int64_t wake = tick_locked(c);
 		if (!c->stop && c->cur->state != ZK_DEAD)
 			dlock_zk_cond_wait_until(&c->cond, &c->mu, wake);

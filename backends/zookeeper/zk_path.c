@@ -85,6 +85,17 @@ void dlock_zk_lock_paths_free(struct zk_lock *lk)
 	lk->kept_len = 0;
 }
 
+dlock_status dlock_zk_name_parent(const struct zk_client *c, const char *name, size_t len, char *out,
+                                  dlock_error *err)
+{
+	char comp[DLOCK_COMPONENT_MAX + 1];
+	dlock_name_component(name, len, comp);
+	int n = snprintf(out, ZK_PATH_MAX, "%s/%s", c->cfg.base, comp);
+	if (n < 0 || n >= ZK_PATH_MAX)
+		return dlock_error_set(err, DLOCK_EINVAL, "zk://: the base path is too long for this name");
+	return DLOCK_OK;
+}
+
 struct ACL_vector *dlock_zk_acl(const struct zk_client *c)
 {
 	return c->cfg.auth ? &ZOO_CREATOR_ALL_ACL : &ZOO_OPEN_ACL_UNSAFE;

@@ -15,6 +15,10 @@
  *               above) or refused: every lock held in it is reported lost
  *               and the monitor starts a new session for later acquires.
  *               A dead session's handle is closed once no call uses it.
+ *
+ * What a change means to the layers above (observers' watches to arm
+ * again, held locks to report lost) is theirs: the session calls the hooks
+ * that zk.c set at open (c->hooks), and nothing above it by name.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -70,7 +74,7 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
 	if (s->state != ZK_DEAD) {
 		if (state == ZOO_CONNECTED_STATE) {
 			on_connected_locked(s, zh, msg, sizeof msg);
-			dlock_zk_watches_reconnected_locked(c); /* the monitor arms them again, then tells */
+			c->hooks.reconnected_locked(c); /* observers' watches: the monitor arms them again, then tells */
 			level = DLOCK_LOG_INFO;
 		} else if (state == ZOO_CONNECTING_STATE || state == ZOO_ASSOCIATING_STATE) {
 			on_connecting_locked(s, msg, sizeof msg);
@@ -98,7 +102,7 @@ void dlock_zk_session_kill_locked(struct zk_session *s, const char *why)
 	if (s->state == ZK_DEAD)
 		return;
 	s->state = ZK_DEAD;
-	dlock_zk_report_lost_locked(c, s->gen, why);
+	c->hooks.expired_locked(c, s->gen, why);
 	dlock_zk_slots_wake_locked(c);
 	pthread_cond_broadcast(&c->cond);
 }
@@ -270,14 +274,5 @@ dlock_status dlock_zk_session_start(struct zk_client *c, dlock_error *err)
 	if (st != DLOCK_OK)
 		return st;
 	c->cur = s;
-	st = await_first_connection(c, s, err);
-	if (st != DLOCK_OK)
-		return st;
-	int rc = dlock_zk_ensure_base(s);
-	if (rc != ZOK) {
-		char what[ZK_PATH_MAX];
-		snprintf(what, sizeof what, "creating the base path %s", c->cfg.base);
-		return dlock_zk_fail(err, rc, what);
-	}
-	return DLOCK_OK;
+	return await_first_connection(c, s, err);
 }
