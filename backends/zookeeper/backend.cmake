@@ -4,6 +4,8 @@ if(DLOCK_BACKEND_ZOOKEEPER)
   set(_zk_dir ${CMAKE_CURRENT_LIST_DIR})
   set(_zk_sources
     ${_zk_dir}/zk.c
+    ${_zk_dir}/zk_acquire.c
+    ${_zk_dir}/zk_attempt.c
     ${_zk_dir}/zk_config.c
     ${_zk_dir}/zk_elect.c
     ${_zk_dir}/zk_error.c

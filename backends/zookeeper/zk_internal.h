@@ -1,8 +1,11 @@
 /*
  * zk:// — the ZooKeeper backend's private declarations, shared by the
- * files of backends/zookeeper/ and by tests/test_zookeeper.c.
+ * files of backends/zookeeper/ (its unit test and fuzz harness too).
  *
- *   zk.c          the driver object and its methods
+ * The files, each above those it uses, from the top:
+ *
+ *   zk.c          the driver object and its methods; sets the sessions' hooks
+ *   zk_acquire.c  acquire: attempts on one session after another
  *   zk_config.c   URI -> connect string, base path, credentials, session timeout
  *   zk_path.c     lock name -> znode paths, ACLs, base and parent creation
  *   zk_session.c  one zhandle per session: connection state, use by calls
@@ -11,9 +14,10 @@
  *   zk_error.c    ZooKeeper result codes -> dlock statuses
  *   zk_slot.c     watch contexts that wake a waiting acquire
  *   zk_own.c      the watch on our own node: a deleted node is a lost lock
- *   zk_recipe.c   the lock recipes (mutex, read-write): protected create, queue, blocker watch
- *   zk_pipe.c     the create and the first look at the queue in one round trip
  *   zk_sem.c      the semaphore recipe: an internal mutex, then a lease node counted among the leases
+ *   zk_recipe.c   the lock recipes (mutex, read-write): the queue and the blocker watch
+ *   zk_pipe.c     the create and the first look at the queue in one round trip
+ *   zk_attempt.c  one attempt on one session: protected create, reading the queue, giving up
  *   zk_hold.c     held locks: release, check, loss reports
  *   zk_inspect.c  inspection, listing and breaking: who holds a name, taking it from them
  *   zk_elect.c    elections: a leader's value in its node's data, observers' watches
@@ -351,9 +355,21 @@ int dlock_zk_rc_answered(int rc);
 /* Write `what` and the ZooKeeper code into err; returns the matching status. */
 dlock_status dlock_zk_fail(dlock_error *err, int rc, const char *what);
 
-/* ------------------------------------------------------------ recipe, holds */
+/* ------------------------------------------------------------ holds (zk_hold.c) */
 
-/* What one look at the queue saw (zk_recipe.c). */
+/* Record `lk` as held in session `s`; 0 if `s` died or our node was deleted meanwhile. */
+int dlock_zk_hold(struct zk_client *c, struct zk_session *s, struct zk_lock *lk);
+void dlock_zk_unhold(struct zk_client *c, struct zk_lock *lk);
+/* Report every lock held in session `gen` lost (mu held; the sessions' expiry hook, zk.c). */
+void dlock_zk_report_lost_locked(struct zk_client *c, uint64_t gen, const char *why);
+dlock_status dlock_zk_release(struct zk_client *c, struct zk_lock *lk, dlock_error *err);
+dlock_status dlock_zk_check(struct zk_client *c, struct zk_lock *lk, dlock_error *err);
+/* Delete our node of session `s` with its version, across connection loss; a ZooKeeper code. */
+int dlock_zk_delete_own(struct zk_session *s, const char *node, int32_t version);
+
+/* ------------------------------------------------------------ attempts (zk_attempt.c) */
+
+/* What one look at the queue saw (dlock_zk_look_at). */
 struct zk_look {
 	int found;               /* our node is among the children */
 	int sem;                 /* a semaphore's "leases" child is among them */
@@ -362,7 +378,7 @@ struct zk_look {
 	int pred_first;          /* nothing before `pred` keeps us waiting: once it goes, the lock is ours */
 };
 
-/* One attempt to acquire, on one session (zk_recipe.c, zk_sem.c). */
+/* One attempt to acquire, on one session (the recipes: zk_recipe.c, zk_sem.c). */
 struct zk_attempt {
 	struct zk_client *c;
 	struct zk_session *s;
@@ -401,32 +417,35 @@ void dlock_zk_node_prefix(const struct zk_attempt *a, char *out, size_t len);
  * (lk->node, czxid and version filled on ZOK), or ZK_CREATE_UNSENT.
  */
 dlock_status dlock_zk_protected_create(struct zk_attempt *a, int rc);
+/* What the children `kids` of a->parent say of our node a->own (no request). */
+void dlock_zk_look_at(const struct zk_attempt *a, const struct String_vector *kids, struct zk_look *out);
+/* Delete our node (lk->node) after failure `st`; returns the status to report. */
+dlock_status dlock_zk_give_up(struct zk_attempt *a, dlock_status st);
+
+/* ------------------------------------------------------------ recipes (zk_pipe.c, zk_recipe.c, zk_sem.c) */
+
 /*
  * The create and the first look at the queue sent together (zk_pipe.c):
  * as dlock_zk_protected_create() followed by dlock_zk_own_start(), and
  * a->look filled (have_look) when the look came back with our node in it.
  */
 dlock_status dlock_zk_create_and_look(struct zk_attempt *a);
-/* What the children `kids` of a->parent say of our node a->own (no request). */
-void dlock_zk_look_at(const struct zk_attempt *a, const struct String_vector *kids, struct zk_look *out);
 /* Wait in a->parent's queue until our node leads (mutex recipe); EBUSY for try-once, EKIND. */
 dlock_status dlock_zk_queue_wait(struct zk_attempt *a);
-/* Delete our node (lk->node) after failure `st`; returns the status to report. */
-dlock_status dlock_zk_give_up(struct zk_attempt *a, dlock_status st);
+/*
+ * The mutex's or read-write lock's attempt on session a->s: ours once
+ * *out is filled, an error, or DLOCK_OK with `again` when the session died
+ * or our node vanished (start over on the next one).
+ */
+dlock_status dlock_zk_mutex_attempt(struct zk_attempt *a, dlock_acquired *out);
 /* The semaphore's attempt (zk_sem.c): same contract as the mutex's. */
 dlock_status dlock_zk_sem_attempt(struct zk_attempt *a, dlock_acquired *out);
 
+/* ------------------------------------------------------------ acquire (zk_acquire.c) */
+
+/* Attempts on one session after another until the lock is ours, an error, or the wait ends. */
 dlock_status dlock_zk_acquire(struct zk_client *c, struct zk_lock *lk, dlock_wait *w, dlock_acquired *out,
                               dlock_error *err);
-/* Record `lk` as held in session `s`; 0 if `s` died or our node was deleted meanwhile. */
-int dlock_zk_hold(struct zk_client *c, struct zk_session *s, struct zk_lock *lk);
-void dlock_zk_unhold(struct zk_client *c, struct zk_lock *lk);
-/* Report every lock held in session `gen` lost (mu held; the sessions' expiry hook, zk.c). */
-void dlock_zk_report_lost_locked(struct zk_client *c, uint64_t gen, const char *why);
-dlock_status dlock_zk_release(struct zk_client *c, struct zk_lock *lk, dlock_error *err);
-dlock_status dlock_zk_check(struct zk_client *c, struct zk_lock *lk, dlock_error *err);
-/* Delete our node of session `s` with its version, across connection loss; a ZooKeeper code. */
-int dlock_zk_delete_own(struct zk_session *s, const char *node, int32_t version);
 
 /* ------------------------------------------------------------ inspection (zk_inspect.c) */
 

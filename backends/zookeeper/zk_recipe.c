@@ -5,13 +5,9 @@
  *
  *   1. Create PARENT/_c_GUID-lock- (a mutex), PARENT/_c_GUID-__WRIT__ (a
  *      writer) or PARENT/_c_GUID-__READ__ (a reader) as
- *      EPHEMERAL_SEQUENTIAL, GUID fresh per acquisition.  If the parent is missing (never made, or an empty
- *      container the server just reaped), make it and create again.  If
- *      the connection drops during the create, the node may or may not
- *      exist: after reconnecting, look for a child carrying our GUID and
- *      adopt it, else create again; a second node with our GUID found
- *      later is deleted.  So no node of ours is ever left behind to block
- *      everyone until the session ends.
+ *      EPHEMERAL_SEQUENTIAL, GUID fresh per acquisition, across a missing
+ *      parent and lost answers (the protected create, zk_attempt.c); a
+ *      second node with our GUID that a look finds later is deleted.
  *   2. List the children (the first time in the same round trip as the
  *      create: zk_pipe.c).  A mutex or a writer holds the lock when its
  *      node is the lowest of all; a reader when no mutex or writer node is
@@ -33,7 +29,7 @@
  * a "leases" child lists it, and a lease node there refuses the name
  * (DLOCK_EKIND); the semaphore looks for our nodes after making its own.
  *   3. Give up (deadline, cancel, try-once) by deleting our node with the
- *      version it was created with.
+ *      version it was created with (zk_attempt.c).
  *
  * From the create on, our own node is watched (zk_own.c): a holder whose
  * node another client deletes is told the lock is lost; a contender whose
@@ -50,125 +46,13 @@
  * it could give.
  *
  * If the session dies during an attempt, its node dies with it; the
- * attempt starts again on the next session while the wait allows.
+ * acquire starts again on the next session while the wait allows
+ * (zk_acquire.c).
  */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "zk_internal.h"
-
-int dlock_zk_answered(struct zk_attempt *a, int rc, int64_t sent)
-{
-	if (dlock_zk_rc_answered(rc))
-		dlock_zk_session_answered(a->s, sent);
-	return rc;
-}
-
-dlock_status dlock_zk_attempt_failed(struct zk_attempt *a, int rc, const char *what)
-{
-	if (dlock_zk_rc_session_gone(rc)) {
-		a->again = 1;
-		return DLOCK_OK;
-	}
-	return dlock_zk_fail(a->err, rc, what);
-}
-
-int dlock_zk_reconnected(struct zk_attempt *a)
-{
-	if (dlock_zk_session_await(a->s, 1))
-		return 1;
-	a->again = 1;
-	return 0;
-}
-
-dlock_status dlock_zk_new_guid(struct zk_attempt *a)
-{
-	unsigned char raw[ZK_GUID_HEX / 2];
-	if (dlock_random_bytes(raw, sizeof raw) != DLOCK_OK)
-		return dlock_error_set(a->err, DLOCK_EIO, "zk://: no random bytes for the node's GUID");
-	dlock_hex(raw, sizeof raw, a->guid);
-	return DLOCK_OK;
-}
-
-/* ------------------------------------------------------------ create */
-
-static int adopt(struct zk_attempt *a, const char *child)
-{
-	struct Stat st;
-	snprintf(a->lk->node, sizeof a->lk->node, "%s/%s", a->parent, child);
-	int64_t sent = dlock_monotonic_ns();
-	int rc = dlock_zk_answered(a, zoo_exists(a->s->zh, a->lk->node, 0, &st), sent);
-	if (rc == ZOK) {
-		a->lk->czxid = st.czxid;
-		a->lk->version = st.version;
-	}
-	return rc;
-}
-
-/* Did a create whose answer was lost make our node?  ZOK with *found set or not. */
-static int find_by_guid(struct zk_attempt *a, int *found)
-{
-	struct String_vector kids = { 0, NULL };
-	int64_t sent = dlock_monotonic_ns();
-	int rc = dlock_zk_answered(a, zoo_get_children(a->s->zh, a->parent, 0, &kids), sent);
-	*found = 0;
-	if (rc == ZNONODE)
-		return ZOK;
-	for (int32_t i = 0; rc == ZOK && i < kids.count && !*found; i++) {
-		int32_t seq;
-		if (dlock_zk_child_has_guid(kids.data[i], a->guid) && dlock_zk_child_seq(kids.data[i], &seq)) {
-			rc = adopt(a, kids.data[i]);
-			*found = rc == ZOK;
-			if (rc == ZNONODE)
-				rc = ZOK;
-		}
-	}
-	deallocate_String_vector(&kids);
-	return rc;
-}
-
-void dlock_zk_node_prefix(const struct zk_attempt *a, char *out, size_t len)
-{
-	const char *mark = dlock_zk_node_mark(a->kind);
-	snprintf(out, len, "%s/" ZK_NODE_PREFIX "%s%s%s", a->parent, a->guid, mark[0] == '-' ? "" : "-", mark);
-}
-
-dlock_status dlock_zk_protected_create(struct zk_attempt *a, int rc)
-{
-	char prefix[ZK_PATH_MAX];
-	dlock_zk_node_prefix(a, prefix, sizeof prefix);
-	for (int tries = 0; tries < 20; tries++) {
-		if (tries > 0 || rc == ZK_CREATE_UNSENT) {
-			struct Stat st;
-			int64_t sent = dlock_monotonic_ns();
-			rc = dlock_zk_answered(a,
-			                       zoo_create2(a->s->zh, prefix, a->data, a->data ? a->datalen : -1,
-			                                   dlock_zk_acl(a->c), ZOO_EPHEMERAL_SEQUENTIAL, a->lk->node,
-			                                   sizeof a->lk->node, &st),
-			                       sent);
-			if (rc == ZOK) {
-				a->lk->czxid = st.czxid;
-				a->lk->version = st.version;
-			}
-		}
-		if (rc == ZOK)
-			return DLOCK_OK;
-		if (rc == ZNONODE)
-			rc = dlock_zk_ensure_parent(a->s, a->parent, a->lk);
-		while (dlock_zk_rc_connection(rc)) {
-			if (!dlock_zk_reconnected(a))
-				return DLOCK_OK;
-			int found;
-			rc = find_by_guid(a, &found);
-			if (rc == ZOK && found)
-				return DLOCK_OK;
-		}
-		if (rc != ZOK)
-			return dlock_zk_attempt_failed(a, rc, "creating the lock node");
-	}
-	return dlock_error_set(a->err, DLOCK_ESERVER, "zk://: the lock node could not be created (parent keeps vanishing)");
-}
 
 /* ------------------------------------------------------------ queue */
 
@@ -180,37 +64,6 @@ static void delete_duplicate(struct zk_attempt *a, const char *child)
 	int rc = zoo_delete(a->s->zh, path, -1);
 	if (rc != ZOK && rc != ZNONODE)
 		dlock_host_log(a->c->host, DLOCK_LOG_WARN, "zk: could not delete a duplicate lock node: %s", zerror(rc));
-}
-
-void dlock_zk_look_at(const struct zk_attempt *a, const struct String_vector *kids, struct zk_look *out)
-{
-	out->sem = out->dups = 0;
-	for (int32_t i = 0; i < kids->count; i++) {
-		int32_t seq;
-		out->sem |= strcmp(kids->data[i], ZK_SEM_LEASES) == 0;
-		out->dups += strcmp(kids->data[i], a->own) != 0 && dlock_zk_child_has_guid(kids->data[i], a->guid) &&
-		             dlock_zk_child_seq(kids->data[i], &seq);
-	}
-	int32_t at;
-	out->found = dlock_zk_queue_place(kids->data, kids->count, a->own, a->guid, &at);
-	out->pred[0] = '\0';
-	out->pred_first = 0;
-	if (!out->found || at < 0)
-		return;
-	snprintf(out->pred, sizeof out->pred, "%s", kids->data[at]);
-	/* Is anything before `pred` in our way?  Nodes made later come after ours: only these can be. */
-	int32_t mine, before;
-	enum zk_node_kind ours = dlock_zk_child_kind(a->own, &mine);
-	dlock_zk_child_kind(kids->data[at], &before);
-	out->pred_first = 1;
-	for (int32_t i = 0; i < kids->count && out->pred_first; i++) {
-		int32_t seq;
-		enum zk_node_kind k = dlock_zk_child_kind(kids->data[i], &seq);
-		if (k == ZK_NODE_NONE || k == ZK_NODE_LEASE || dlock_zk_child_has_guid(kids->data[i], a->guid))
-			continue; /* not in the queue, or ours */
-		if ((ours != ZK_NODE_READ || k != ZK_NODE_READ) && dlock_zk_seq_before(seq, before))
-			out->pred_first = 0;
-	}
 }
 
 /*
@@ -378,28 +231,8 @@ dlock_status dlock_zk_queue_wait(struct zk_attempt *a)
 
 /* ------------------------------------------------------------ attempt */
 
-dlock_status dlock_zk_give_up(struct zk_attempt *a, dlock_status st)
+dlock_status dlock_zk_mutex_attempt(struct zk_attempt *a, dlock_acquired *out)
 {
-	dlock_zk_own_forget(a->c, a->lk); /* our own delete is no loss */
-	int rc = dlock_zk_delete_own(a->s, a->lk->node, a->lk->version);
-	if (rc != ZOK && rc != ZNONODE && !dlock_zk_rc_session_gone(rc))
-		dlock_host_log(a->c->host, DLOCK_LOG_WARN,
-		               "zk: could not delete an abandoned lock node (%s); it goes when the session ends",
-		               zerror(rc));
-	if (st == DLOCK_ETIMEDOUT)
-		return dlock_error_set(a->err, DLOCK_EBUSY,
-		                       a->lk->kind == DLOCK_KIND_SEMAPHORE ? "zk://: every permit stayed held"
-		                                                           : "zk://: the lock stayed held by another owner");
-	if (st == DLOCK_ECANCELED)
-		return dlock_error_set(a->err, st, "zk://: acquire cancelled");
-	return st;
-}
-
-static dlock_status attempt(struct zk_attempt *a, dlock_acquired *out)
-{
-	a->lk->gen = a->s->gen;
-	if (a->lk->kind == DLOCK_KIND_SEMAPHORE)
-		return dlock_zk_sem_attempt(a, out);
 	dlock_status st = dlock_zk_new_guid(a);
 	if (st != DLOCK_OK)
 		return st;
@@ -417,47 +250,4 @@ static dlock_status attempt(struct zk_attempt *a, dlock_acquired *out)
 	}
 	*out = (dlock_acquired){ .token = a->kind == ZK_NODE_READ ? 0 : (uint64_t)a->lk->czxid, .sent_ns = 0 };
 	return DLOCK_OK;
-}
-
-/* After a dead session: start over on the next one, if the wait allows. */
-static dlock_status may_start_over(struct zk_attempt *a)
-{
-	if (dlock_wait_cancelled(a->w) != DLOCK_OK)
-		return dlock_error_set(a->err, DLOCK_ECANCELED, "zk://: acquire cancelled");
-	if (dlock_wait_try_once(a->w) || dlock_wait_remaining_ms(a->w) == 0)
-		return dlock_error_set(a->err, DLOCK_ECONNECT,
-		                       "zk://: the ZooKeeper session ended during the acquire and no time is left");
-	dlock_host_log(a->c->host, DLOCK_LOG_INFO, "zk: the session ended during an acquire; starting over");
-	return DLOCK_OK;
-}
-
-dlock_status dlock_zk_acquire(struct zk_client *c, struct zk_lock *lk, dlock_wait *w, dlock_acquired *out,
-                              dlock_error *err)
-{
-	/* The owner record is the data of every mutex, reader and writer node (zk_path.c). */
-	struct zk_attempt a = { .c = c, .lk = lk, .w = w, .err = err, .parent = lk->parent, .check_leases = 1,
-		                .data = c->owner, .datalen = (int)c->owner_len };
-	if (lk->kind == DLOCK_KIND_RWLOCK)
-		a.kind = dlock_wait_mode(w) == DLOCK_MODE_SHARED ? ZK_NODE_READ : ZK_NODE_WRITE;
-	else
-		a.kind = ZK_NODE_MUTEX;
-	dlock_status st;
-	dlock_zk_slot_attach(lk->slot, w);
-	for (;;) {
-		st = dlock_zk_session_wait(c, w, &a.s, err);
-		if (st != DLOCK_OK)
-			break;
-		a.again = 0;
-		st = attempt(&a, out);
-		dlock_zk_session_put(a.s);
-		if (st != DLOCK_OK || !a.again)
-			break;
-		st = may_start_over(&a);
-		if (st != DLOCK_OK)
-			break;
-	}
-	dlock_zk_slot_attach(lk->slot, NULL);
-	if (st != DLOCK_OK)
-		dlock_zk_own_forget(c, lk);
-	return st;
 }

@@ -126,7 +126,7 @@ static void delete_duplicate(struct zk_attempt *a, const char *child)
 }
 
 /* Count the leases: ZOK with *count (ours included) and *found, or a code; N compared on the first look. */
-static int look(struct zk_attempt *a, int first, int32_t *count, int *found)
+static int count_leases(struct zk_attempt *a, int first, int32_t *count, int *found)
 {
 	struct String_vector kids = { 0, NULL };
 	int64_t sent = dlock_monotonic_ns();
@@ -163,7 +163,7 @@ static dlock_status lease_wait(struct zk_attempt *a)
 	for (int first = 1;;) {
 		int32_t count = 0;
 		int found = 0;
-		int rc = look(a, first, &count, &found);
+		int rc = count_leases(a, first, &count, &found);
 		if (rc == REFUSED)
 			return DLOCK_EKIND;
 		if (rc == ZOK && !found)
