@@ -23,7 +23,7 @@
 
 #include "fuzz.h"
 
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 /* Split off the next NUL-terminated piece of [*p, end). */
 static char *piece(const uint8_t **p, const uint8_t *end)

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "testsupport.h"
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 /* "_c_" + 32 x `g` + "-lock-" + seq, as the server names a node. */
 static void node_name(char *out, size_t len, char g, const char *seq)

@@ -49,7 +49,7 @@
 
 #include "dlock/sys/control.h"
 #include "dlock/sys/zookeeper.h"
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 /* What a session's changes mean to the layers above it: its files call nothing above them but these. */
 static const struct zk_session_hooks session_hooks = {

@@ -8,7 +8,7 @@
  * Threads: the acquiring thread; the acquire's slot is attached for the
  * call, so that session events and watches wake it.
  */
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 /* One attempt on session a->s: the recipe of the lock's kind. */
 static dlock_status attempt(struct zk_attempt *a, dlock_acquired *out)

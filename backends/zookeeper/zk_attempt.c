@@ -29,7 +29,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 int dlock_zk_answered(struct zk_attempt *a, int rc, int64_t sent)
 {

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 static int host_char_ok(char ch)
 {

@@ -52,7 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 #define NS_PER_MS 1000000LL
 #define PROCLAIM_TRIES 5 /* versions that moved under us (lost answers, another writer) */

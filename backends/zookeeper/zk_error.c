@@ -1,5 +1,5 @@
 /* ZooKeeper result codes: what they say about a request and the session. */
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 int dlock_zk_rc_connection(int rc)
 {

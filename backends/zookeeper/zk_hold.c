@@ -5,7 +5,7 @@
  */
 #include <stdio.h>
 
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 int dlock_zk_hold(struct zk_client *c, struct zk_session *s, struct zk_lock *lk)
 {

@@ -47,7 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 #define NS_PER_MS 1000000LL
 #define LOOKS_MAX 5      /* looks at a name whose holders keep changing */

@@ -23,7 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 /* Per thread, not shared: see above.  Set only for the duration of work for one client. */
 static _Thread_local struct zk_client *log_client;

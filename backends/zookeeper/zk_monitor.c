@@ -24,7 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 #define NS_PER_MS 1000000LL
 #define MONITOR_IDLE_NS (1000 * NS_PER_MS)

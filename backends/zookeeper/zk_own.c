@@ -37,7 +37,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 #define DELETED_MSG "zk://: the lock node was deleted (by another client)"
 

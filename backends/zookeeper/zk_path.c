@@ -53,7 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 dlock_status dlock_zk_lock_paths(const struct zk_config *cfg, struct zk_lock *lk, const char *name,
                                  size_t len, dlock_error *err)

@@ -25,7 +25,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 struct pipe {
 	struct zk_attempt *a;

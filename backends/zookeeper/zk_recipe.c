@@ -52,7 +52,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 /* ------------------------------------------------------------ queue */
 

@@ -43,7 +43,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 #define REFUSED 1 /* not a ZooKeeper code (those are 0 or negative): another N, err set */
 

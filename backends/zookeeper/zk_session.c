@@ -26,7 +26,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 #define NS_PER_MS 1000000LL
 #define LOSS_SETTLE_NS (20 * NS_PER_MS)

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "zk_internal.h"
+#include "zookeeper_internal.h"
 
 struct zk_slot *dlock_zk_slot_take(struct zk_client *c, struct zk_lock *lk)
 {

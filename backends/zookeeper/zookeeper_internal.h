@@ -2,25 +2,25 @@
  * zk:// — the ZooKeeper backend's private declarations, shared by the
  * files of backends/zookeeper/ (its unit test and fuzz harness too).
  *
- * The files, each above those it uses, from the top:
+ * The files, each above those it uses (none uses a file above it):
  *
  *   zk.c          the driver object and its methods; sets the sessions' hooks
  *   zk_acquire.c  acquire: attempts on one session after another
- *   zk_config.c   URI -> connect string, base path, credentials, session timeout
- *   zk_path.c     lock name -> znode paths, ACLs, base and parent creation
- *   zk_session.c  one zhandle per session: connection state, use by calls
- *   zk_monitor.c  the monitor thread: pings, loss timing, replacing dead sessions
- *   zk_log.c      the client library's log, routed to the dlock client's log
- *   zk_error.c    ZooKeeper result codes -> dlock statuses
- *   zk_slot.c     watch contexts that wake a waiting acquire
- *   zk_own.c      the watch on our own node: a deleted node is a lost lock
  *   zk_sem.c      the semaphore recipe: an internal mutex, then a lease node counted among the leases
  *   zk_recipe.c   the lock recipes (mutex, read-write): the queue and the blocker watch
  *   zk_pipe.c     the create and the first look at the queue in one round trip
  *   zk_attempt.c  one attempt on one session: protected create, reading the queue, giving up
- *   zk_hold.c     held locks: release, check, loss reports
  *   zk_inspect.c  inspection, listing and breaking: who holds a name, taking it from them
  *   zk_elect.c    elections: a leader's value in its node's data, observers' watches
+ *   zk_hold.c     held locks: release, check, loss reports
+ *   zk_path.c     lock name -> znode paths, ACLs, base and parent creation
+ *   zk_monitor.c  the monitor thread: pings, loss timing, replacing dead sessions
+ *   zk_session.c  one zhandle per session: connection state, use by calls
+ *   zk_own.c      the watch on our own node: a deleted node is a lost lock
+ *   zk_slot.c     watch contexts that wake a waiting acquire
+ *   zk_config.c   URI -> connect string, base path, credentials, session timeout
+ *   zk_log.c      the client library's log, routed to the dlock client's log
+ *   zk_error.c    ZooKeeper result codes -> dlock statuses
  *
  * Locking: one mutex per client (`mu`) guards every field marked "mu".  It
  * is never held across a ZooKeeper call, so the library's completion thread
@@ -29,8 +29,8 @@
  * dlock_report_lost(), which take short-lived core locks and never call a
  * driver.
  */
-#ifndef DLOCK_ZK_INTERNAL_H
-#define DLOCK_ZK_INTERNAL_H
+#ifndef DLOCK_ZOOKEEPER_INTERNAL_H
+#define DLOCK_ZOOKEEPER_INTERNAL_H
 
 #include <pthread.h>
 #include <stddef.h>
