@@ -32,8 +32,10 @@
  * reconnects; a new session (after an expiry) has none.  Either way the
  * session watcher marks every watch in use (zk_session.c), and the monitor
  * thread arms them again on the connected session (zk_monitor.c), calling
- * changed() once they are set.  An arming cut by a lost connection waits
- * for the same.
+ * changed() once they are set: both through the sessions' hooks, which
+ * zk.c points at dlock_zk_watches_reconnected_locked() and
+ * dlock_zk_watches_rearm_locked().  An arming cut by a lost connection
+ * waits for the same.
  *
  * Lifetime: a ZooKeeper watch keeps its context until it fires, so, as
  * the slots (zk_slot.c), watch contexts live until the client closes:
