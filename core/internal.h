@@ -9,6 +9,7 @@
 #define DLOCK_CORE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 
 #include "dlock/sys/driver.h"
@@ -144,6 +145,10 @@ struct dlock_lock {
 	void *lk;             /* the driver's per-lock state (lock_size bytes) */
 };
 
+/* The driver's state follows its handle in one allocation, aligned for any type:
+ * l->lk == (char *)l + DLOCK_LK_OFFSET. */
+#define DLOCK_LK_OFFSET ((sizeof(struct dlock_lock) + 15) & ~(size_t)15)
+
 /* ------------------------------------------------------------- elections */
 
 /* An election (election.c): its mutex, and what observing it needs (observe.c, under c->mu). */
@@ -230,16 +235,26 @@ struct dlock_client {
 	int observers_disarmed;    /* closing has disarmed every watch (dlock_observer_stop()) */
 };
 
-/* client.c */
+/* report.c: what a client tells its application. */
 /** Record `msg` as the calling thread's last error on `c`; returns `status`.  c->mu held. */
 dlock_status dlock_client_fail_locked(struct dlock_client *c, dlock_status status, const char *msg);
 /** Same, c->mu not held. */
 dlock_status dlock_client_fail(struct dlock_client *c, dlock_status status, const char *msg);
+/** Log through the client's callback, if it takes `level`; a line is cut at 1023 bytes. */
 void dlock_client_logf(struct dlock_client *c, dlock_log_level level, const char *fmt, ...)
 #if defined(__GNUC__)
 	__attribute__((format(printf, 3, 4)))
 #endif
 	;
+void dlock_client_vlogf(struct dlock_client *c, dlock_log_level level, const char *fmt, va_list ap);
+/** The name of `e`, printable and shortened, for messages: at most `outlen` bytes with the NUL. */
+void dlock_entry_printable(const struct dlock_entry *e, char *out, size_t outlen);
+
+/* lifetime.c: a client's memory. */
+/** A new client with the log settings of `opts` (may be NULL), nothing else yet; NULL out of memory. */
+struct dlock_client *dlock_client_new(const dlock_client_options *opts);
+/** Free a client that no thread and no handle can reach any more (its driver closed or never opened). */
+void dlock_client_free(struct dlock_client *c);
 /** Free the client's memory once it is closed and its last handle is gone.  c->mu held; unlocks it. */
 void dlock_client_maybe_free_locked(struct dlock_client *c);
 

@@ -34,28 +34,10 @@ static uint64_t name_hash(const char *name, size_t len)
 	return h;
 }
 
-/* A printable, shortened form of an untrusted name for messages. */
-static void printable_name(const struct dlock_entry *e, char *out, size_t outlen)
-{
-	size_t o = 0;
-	for (size_t i = 0; i < e->len && o + 8 < outlen; i++) {
-		unsigned char ch = (unsigned char)e->name[i];
-		if (ch >= 0x20 && ch < 0x7f && ch != '\\')
-			out[o++] = (char)ch;
-		else
-			o += (size_t)snprintf(out + o, outlen - o, "\\x%02x", ch);
-		if (o > 60 && i + 1 < e->len) {
-			o += (size_t)snprintf(out + o, outlen - o, "...");
-			break;
-		}
-	}
-	out[o < outlen ? o : outlen - 1] = '\0';
-}
-
 static dlock_status lock_fail(struct dlock_lock *l, dlock_status st, const char *what)
 {
 	char name[96], msg[DLOCK_ERROR_MAX];
-	printable_name(l->entry, name, sizeof name);
+	dlock_entry_printable(l->entry, name, sizeof name);
 	snprintf(msg, sizeof msg, "lock '%s': %s", name, what);
 	return dlock_client_fail_locked(l->client, st, msg);
 }
@@ -125,14 +107,6 @@ static void entry_put_locked(struct dlock_client *c, struct dlock_entry *e)
 
 /* ------------------------------------------------------------ handles */
 
-/* The driver's state follows the handle, aligned for any type. */
-#define LK_OFFSET ((sizeof(struct dlock_lock) + 15) & ~(size_t)15)
-
-static struct dlock_lock *lock_from_lk(void *lk)
-{
-	return (struct dlock_lock *)(void *)((char *)lk - LK_OFFSET);
-}
-
 /* Prepare the driver's state of a new handle: lock_init_kind() when the driver knows kinds, else lock_init(). */
 static dlock_status driver_lock_init(struct dlock_client *c, struct dlock_lock *l, const char *name, size_t len,
                                      dlock_error *err)
@@ -176,13 +150,13 @@ static dlock_status lock_new_kind(dlock_client *c, const char *name, dlock_lock_
 		return dlock_client_fail(c, DLOCK_EINVAL, len ? "lock name is longer than 1024 bytes"
 		                                              : "lock name is empty");
 
-	struct dlock_lock *l = calloc(1, LK_OFFSET + c->driver->lock_size);
+	struct dlock_lock *l = calloc(1, DLOCK_LK_OFFSET + c->driver->lock_size);
 	if (!l)
 		return dlock_client_fail(c, DLOCK_ENOMEM, "out of memory");
 	l->client = c;
 	l->kind = kind;
 	l->permits = permits;
-	l->lk = (char *)l + LK_OFFSET;
+	l->lk = (char *)l + DLOCK_LK_OFFSET;
 
 	pthread_mutex_lock(&c->mu);
 	if (c->closing) {
@@ -406,7 +380,7 @@ void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, con
 		set_lost_detail(l, detail);
 	l->client->stats.lost++;
 	char name[96];
-	printable_name(l->entry, name, sizeof name);
+	dlock_entry_printable(l->entry, name, sizeof name);
 	dlock_client_logf(l->client, l->on_lost ? DLOCK_LOG_INFO : DLOCK_LOG_WARN, "lock '%s' lost: %s", name,
 	                  dlock_lock_lost_text(l)); /* with a callback, the application is told there */
 	l->client->losses_pending = 1;
@@ -438,14 +412,6 @@ void dlock_lock_loss_cleaned(struct dlock_lock *l)
 	dlock_sched_update(l);
 	if (l->lingering) /* released by its owner already: nothing waits for a release */
 		dlock_lock_drop_hold_locked(l);
-}
-
-void dlock_report_lost(dlock_host *host, void *lk, dlock_lost_reason reason, const char *detail)
-{
-	struct dlock_client *c = host->client;
-	pthread_mutex_lock(&c->mu);
-	dlock_lock_declare_lost(lock_from_lk(lk), reason, detail);
-	pthread_mutex_unlock(&c->mu);
 }
 
 /* ------------------------------------------------------------ acquire */
