@@ -7,7 +7,7 @@
  * Threads: any, also from a driver's own threads and with its mutexes held;
  * only dlock_report_lost() takes c->mu, which the core never holds while it
  * calls a driver.  Errors: none to return; a report for a handle that is
- * not held is ignored (lock.c).
+ * not held is ignored (held.c).
  */
 #include "internal.h"
 #include "registry.h"
