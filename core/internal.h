@@ -171,6 +171,7 @@ struct dlock_election {
 	struct dlock_election *observe_next_in_client;
 };
 
+/* observe.c */
 /** Who leads according to an inspection (NULL: nobody); `out` points into `info`. */
 dlock_status dlock_election_leader_of(const dlock_lock_info *info, dlock_leader *out);
 /** Stop the client's observer thread and disarm every watch (closing, before the driver closes). */
