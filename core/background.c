@@ -10,12 +10,20 @@
  * declared on time: the holder must hear of it before the server can give
  * the lock to someone else.
  *
- * The renewal thread also cleans up after a declared loss (see
- * cleanup_due() for when): it has the driver release what may be left of
+ * The renewal thread also cleans up after a declared loss (see sched.c,
+ * cleanup_due(), for when): it has the driver release what may be left of
  * the acquisition on the server (the release is owner-only), and only then
  * lets the next local contender for the name go to the server, so that the
  * other handles of the client move on without waiting for the application
  * to release the lost one.
+ *
+ * Both take their work from the client's timetables (sched.c); a loss, a
+ * renewal's answer, a cleanup and a linger's end go through held.c and
+ * linger.c, the hold bounds through hold.c.  Threads: both run with
+ * c->mu held, dropped around driver calls (the handles marked busy) and
+ * callbacks.  Errors: starting returns DLOCK_ENOMEM when a thread cannot be
+ * made; a failed renewal is logged and tried again until the lease runs
+ * out, and the holder then hears of the loss.
  */
 #include "internal.h"
 #include "registry.h"
@@ -221,7 +229,7 @@ static int renew_due_locked(struct dlock_client *c, int64_t *next_due)
 			if (now >= l->min_until) { /* its minimum hold has passed: release it now */
 				if (n > 0)
 					break;
-				dlock_hold_end_linger_locked(l, 0);
+				dlock_linger_end_locked(l, 0);
 				return 1;
 			}
 			if (now < due)
@@ -294,12 +302,6 @@ void dlock_background_stop(struct dlock_client *c)
 	pthread_mutex_unlock(&c->mu);
 	pthread_join(c->renew_thread, NULL);
 	pthread_join(c->bg_thread, NULL);
-}
-
-void dlock_background_kick(struct dlock_client *c)
-{
-	pthread_cond_signal(&c->bg_cond);
-	pthread_cond_signal(&c->renew_cond);
 }
 
 int dlock_background_is_self(struct dlock_client *c)

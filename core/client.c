@@ -1,76 +1,23 @@
 /*
- * Clients: open from a URI, close, per-thread error detail, logging,
- * capabilities and counters.  Lock handles live in lock.c; the background
- * thread in background.c.
+ * Clients: open from a URI, close, and what a client tells about itself
+ * (its masked URI, capabilities and counters).  Its memory is lifetime.c's,
+ * its error text and log report.c's, the services its driver gets host.c's;
+ * lock handles live in lock.c, the background threads in background.c, the
+ * observer thread in observe.c.
+ *
+ * Threads: any.  Close cancels the acquires in progress and waits for
+ * every call on the client to return; from a lost-lock callback of the
+ * same client it refuses (DLOCK_EDEADLK).  Errors: open writes its message
+ * into the caller's buffer (there is no client yet); close through
+ * dlock_client_errmsg().
  */
 #include "internal.h"
 #include "registry.h"
 #include "uri.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ------------------------------------------------------------ errors */
-
-/* The text lives in errmsg.c, one record per thread and client. */
-dlock_status dlock_client_fail_locked(struct dlock_client *c, dlock_status status, const char *msg)
-{
-	dlock_errs_set(c->errs, msg && *msg ? msg : dlock_strerror(status));
-	return status;
-}
-
-dlock_status dlock_client_fail(struct dlock_client *c, dlock_status status, const char *msg)
-{
-	return dlock_client_fail_locked(c, status, msg);
-}
-
-const char *dlock_client_errmsg(dlock_client *c)
-{
-	if (!c)
-		return "client is NULL";
-	return dlock_errs_get(c->errs);
-}
-
-/* ------------------------------------------------------------ logging */
-
-static void vlog(struct dlock_client *c, dlock_log_level level, const char *fmt, va_list ap)
-{
-	if (!c->log || level > c->log_level)
-		return;
-	char buf[1024];
-	vsnprintf(buf, sizeof buf, fmt, ap);
-	c->log(c->log_userdata, level, buf);
-}
-
-void dlock_client_logf(struct dlock_client *c, dlock_log_level level, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vlog(c, level, fmt, ap);
-	va_end(ap);
-}
-
-void dlock_host_log(dlock_host *host, dlock_log_level level, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vlog(host->client, level, fmt, ap);
-	va_end(ap);
-}
-
-const char *dlock_host_owner(dlock_host *host, size_t *len)
-{
-	if (len)
-		*len = host->client->owner.record_len;
-	return host->client->owner.record;
-}
-
-void *dlock_host_shared(dlock_host *host, void *(*create)(void))
-{
-	return dlock_registry_shared(host->client->driver, create);
-}
 
 /* ------------------------------------------------------------ open */
 
@@ -93,48 +40,6 @@ static dlock_status check_params(const dlock_driver *d, const dlock_uri *uri, dl
 	return DLOCK_OK;
 }
 
-static struct dlock_client *client_new(const dlock_client_options *opts)
-{
-	struct dlock_client *c = calloc(1, sizeof *c);
-	if (!c)
-		return NULL;
-	c->nbuckets = 64;
-	c->buckets = calloc(c->nbuckets, sizeof *c->buckets);
-	if (!c->buckets || dlock_errs_open(&c->errs) != DLOCK_OK) {
-		free(c->buckets);
-		free(c);
-		return NULL;
-	}
-	pthread_mutex_init(&c->mu, NULL);
-	dlock_cond_init_monotonic(&c->cond);
-	dlock_cond_init_monotonic(&c->bg_cond);
-	dlock_cond_init_monotonic(&c->renew_cond);
-	dlock_cond_init_monotonic(&c->observe_cond);
-	c->host.client = c;
-	c->bg_sleep_until = c->renew_sleep_until = INT64_MIN;
-	c->log_level = DLOCK_LOG_WARN;
-	if (opts) {
-		c->log = opts->log;
-		c->log_userdata = opts->log_userdata;
-		c->log_level = opts->log_level;
-	}
-	return c;
-}
-
-static void client_free(struct dlock_client *c)
-{
-	dlock_errs_close(c->errs);
-	dlock_uri_free(c->uri);
-	free(c->buckets);
-	dlock_sched_free(c);
-	pthread_cond_destroy(&c->bg_cond);
-	pthread_cond_destroy(&c->renew_cond);
-	pthread_cond_destroy(&c->observe_cond);
-	pthread_cond_destroy(&c->cond);
-	pthread_mutex_destroy(&c->mu);
-	free(c);
-}
-
 dlock_status dlock_client_open(dlock_client **out, const char *text, const dlock_client_options *opts,
                                char *errbuf, size_t errlen)
 {
@@ -152,7 +57,7 @@ dlock_status dlock_client_open(dlock_client **out, const char *text, const dlock
 	const char *identity = opts && opts->version >= 2 ? opts->identity : NULL;
 	if (identity && dlock_identity_check(identity, &err) != DLOCK_OK)
 		return fail_open(errbuf, errlen, DLOCK_EINVAL, err.msg);
-	c = client_new(opts);
+	c = dlock_client_new(opts);
 	if (!c)
 		return fail_open(errbuf, errlen, DLOCK_ENOMEM, "out of memory");
 	st = dlock_uri_parse(text, &c->uri, &err);
@@ -195,7 +100,7 @@ dlock_status dlock_client_open(dlock_client **out, const char *text, const dlock
 	return DLOCK_OK;
 fail:
 	fail_open(errbuf, errlen, st, err.msg);
-	client_free(c);
+	dlock_client_free(c);
 	return st;
 }
 
@@ -237,14 +142,6 @@ dlock_status dlock_client_close(dlock_client *c)
 	c->closed = 1;
 	dlock_client_maybe_free_locked(c);
 	return DLOCK_OK;
-}
-
-void dlock_client_maybe_free_locked(struct dlock_client *c)
-{
-	int free_now = c->closed && c->nlocks == 0;
-	pthread_mutex_unlock(&c->mu);
-	if (free_now)
-		client_free(c);
 }
 
 /* ------------------------------------------------------------ queries */

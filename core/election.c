@@ -4,7 +4,8 @@
  * beside it (the driver's proclaim()); the term is the acquisition's
  * fencing token; resigning releases it; losing leadership is the mutex's
  * loss, with the same callback.  Reading who leads is an inspection of the
- * name.  Observing runs on the client's observer thread (observe.c).
+ * name (observe.c tells the leader from it).  Observing runs on the
+ * client's observer thread (observe.c).
  *
  * Ownership: an election owns its mutex handle and a copy of its name;
  * the application frees it with dlock_election_free() (also after the
@@ -156,19 +157,6 @@ struct leader_store {
 	dlock_leader pub;
 	dlock_lock_info *info;
 };
-
-dlock_status dlock_election_leader_of(const dlock_lock_info *info, dlock_leader *out)
-{
-	*out = (dlock_leader){ 0, 0, "", NULL };
-	if (!info || info->nholders == 0)
-		return DLOCK_OK;
-	const dlock_holder *h = info->holders[0];
-	out->elected = 1;
-	out->term = h->token;
-	out->value = h->value ? h->value : "";
-	out->holder = h;
-	return DLOCK_OK;
-}
 
 dlock_status dlock_leader_get(dlock_election *e, dlock_leader **out)
 {

@@ -9,6 +9,7 @@
 #define DLOCK_CORE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 
 #include "dlock/sys/driver.h"
@@ -128,7 +129,7 @@ struct dlock_lock {
 	int64_t min_until;    /* minimum hold: a release sooner lingers until then; 0: none */
 	int64_t max_at;       /* maximum hold: declared lost (DLOCK_LOST_MAX_HOLD) then; INT64_MAX: none */
 	int lingering;        /* released by its owner before min_until: still held on the server until then,
-	                         by the core (the handle counts as not held; see hold.c) */
+	                         by the core (the handle counts as not held; see linger.c) */
 	int linger_ttl;       /* lingering on a lease set to end at min_until: no renewal, and closing leaves it */
 	dlock_lost_fn on_lost;
 	void *lost_userdata;
@@ -143,6 +144,10 @@ struct dlock_lock {
 
 	void *lk;             /* the driver's per-lock state (lock_size bytes) */
 };
+
+/* The driver's state follows its handle in one allocation, aligned for any type:
+ * l->lk == (char *)l + DLOCK_LK_OFFSET. */
+#define DLOCK_LK_OFFSET ((sizeof(struct dlock_lock) + 15) & ~(size_t)15)
 
 /* ------------------------------------------------------------- elections */
 
@@ -166,6 +171,7 @@ struct dlock_election {
 	struct dlock_election *observe_next_in_client;
 };
 
+/* observe.c */
 /** Who leads according to an inspection (NULL: nobody); `out` points into `info`. */
 dlock_status dlock_election_leader_of(const dlock_lock_info *info, dlock_leader *out);
 /** Stop the client's observer thread and disarm every watch (closing, before the driver closes). */
@@ -230,16 +236,27 @@ struct dlock_client {
 	int observers_disarmed;    /* closing has disarmed every watch (dlock_observer_stop()) */
 };
 
-/* client.c */
+/* report.c: what a client tells its application. */
 /** Record `msg` as the calling thread's last error on `c`; returns `status`.  c->mu held. */
 dlock_status dlock_client_fail_locked(struct dlock_client *c, dlock_status status, const char *msg);
 /** Same, c->mu not held. */
 dlock_status dlock_client_fail(struct dlock_client *c, dlock_status status, const char *msg);
+/** Log through the client's callback, if it takes `level`; a line is cut at 1023 bytes. */
 void dlock_client_logf(struct dlock_client *c, dlock_log_level level, const char *fmt, ...)
 #if defined(__GNUC__)
 	__attribute__((format(printf, 3, 4)))
 #endif
 	;
+/** The same, with the arguments in `ap`. */
+void dlock_client_vlogf(struct dlock_client *c, dlock_log_level level, const char *fmt, va_list ap);
+/** The name of `e`, printable and shortened, for messages: at most `outlen` bytes with the NUL. */
+void dlock_entry_printable(const struct dlock_entry *e, char *out, size_t outlen);
+
+/* lifetime.c: a client's memory. */
+/** A new client with the log settings of `opts` (may be NULL), nothing else yet; NULL out of memory. */
+struct dlock_client *dlock_client_new(const dlock_client_options *opts);
+/** Free a client that no thread and no handle can reach any more (its driver closed or never opened). */
+void dlock_client_free(struct dlock_client *c);
 /** Free the client's memory once it is closed and its last handle is gone.  c->mu held; unlocks it. */
 void dlock_client_maybe_free_locked(struct dlock_client *c);
 
@@ -263,61 +280,71 @@ void dlock_lock_cancel_locked(struct dlock_lock *l);
 /** Wait until no driver call runs on `l`, then mark one running.  c->mu held. */
 void dlock_lock_begin_call(struct dlock_lock *l);
 void dlock_lock_end_call(struct dlock_lock *l);
+
+/* held.c: what the core keeps of a hold.  c->mu held throughout. */
+/** Count `l` among the holders of its name (a new acquisition). */
+void dlock_holder_add_locked(struct dlock_lock *l);
+/** No longer count `l` among the holders, and let the local contenders look again. */
+void dlock_holder_remove_locked(struct dlock_lock *l);
+/** Lease accounting after a request sent at `sent_ns` succeeded. */
+void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lease_ns);
 /** Why the server no longer has `l` when a request sent at `sent_ns` says so:
- *  EXPIRED if the lease had ended by then, else TAKEN.  c->mu held. */
+ *  EXPIRED if the lease had ended by then, else TAKEN. */
 dlock_lost_reason dlock_lock_gone_reason(const struct dlock_lock *l, int64_t sent_ns);
-/** Declare the current acquisition lost and queue its callback.  c->mu held. */
+/** Longest loss detail kept, in bytes. */
+#define DLOCK_LOST_DETAIL_MAX 255
+/** The loss detail of `l`, "" when none. */
+const char *dlock_lock_lost_text(const struct dlock_lock *l);
+/** Declare the current acquisition lost and queue its callback. */
 void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, const char *detail);
+/** After the driver released a lost acquisition: let the next local contender go. */
+void dlock_lock_loss_cleaned(struct dlock_lock *l);
 /**
  * Release `l` on the server for the core (a loss cleaned up, a linger ended), whoever holds it: the
  * handle is busy meanwhile (it may already be), server_releases counts it, and a failure other than
- * DLOCK_ENOTHELD is logged at `level` after `what`.  c->mu held, dropped inside.
+ * DLOCK_ENOTHELD is logged at `level` after `what`.  c->mu dropped inside.
  */
 void dlock_lock_server_release_locked(struct dlock_lock *l, dlock_log_level level, const char *what);
-/** Mark `l` free locally (no level left) and let the next local contender go.  c->mu held. */
+/** Mark `l` free locally (no level left) and let the next local contender go. */
 void dlock_lock_drop_hold_locked(struct dlock_lock *l);
-/** After the driver released a lost acquisition: let the next local contender go.  c->mu held. */
-void dlock_lock_loss_cleaned(struct dlock_lock *l);
-/** Longest loss detail kept, in bytes. */
-#define DLOCK_LOST_DETAIL_MAX 255
-/** The loss detail of `l`, "" when none.  c->mu held. */
-const char *dlock_lock_lost_text(const struct dlock_lock *l);
-/** Lease accounting after a request sent at `sent_ns` succeeded.  c->mu held. */
-void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lease_ns);
 
 /* options.c: `in` (NULL: the defaults), of any version, as current options in *out: renewal and fence
  * DLOCK_DEFAULT, DLOCK_ON or DLOCK_OFF, hold bounds 0, DLOCK_HOLD_NONE or >0.  DLOCK_EVERSION or
  * DLOCK_EINVAL with a static message in *why. */
 dlock_status dlock_options_read(const dlock_acquire_options *in, dlock_acquire_options *out, const char **why);
 
-/* hold.c: minimum and maximum hold.  c->mu held throughout (dropped where said). */
+/* hold.c: the bounds of a hold.  c->mu held throughout. */
 /** Set the bounds of the acquisition that `l` just made (held_since now). */
 void dlock_hold_begin(struct dlock_lock *l, int64_t min_hold_ms, int64_t max_hold_ms);
 /** The lease to ask of a renewal of `l` at `now`: its lease, cut so that it ends at max_at. */
 int64_t dlock_hold_renew_lease(const struct dlock_lock *l, int64_t now);
 /** Why the watch thread finds `l` due: DLOCK_LOST_MAX_HOLD when its maximum is what ran out. */
 dlock_lost_reason dlock_hold_due_reason(const struct dlock_lock *l, int64_t now);
+/** Forget the hold of `l` (no longer held). */
+void dlock_hold_clear(struct dlock_lock *l);
+
+/* linger.c: the minimum hold.  c->mu held throughout (dropped where said). */
 /**
  * A release of the last level of `l` (held, not lost, a call begun on it): when its minimum hold has
  * not passed, make it linger (on a TTL backend the lease is first set to end at the bound, c->mu
  * dropped for that driver call) and return 1; else 0 (release it now).
  */
-int dlock_hold_linger_locked(struct dlock_lock *l);
+int dlock_linger_begin_locked(struct dlock_lock *l);
 /** End the linger of `l` (its bound passed, or the handle is freed): release it on the server
  *  (unless `leave_ttl` and its lease ends at the bound by itself) and let the name go.  c->mu dropped inside. */
-void dlock_hold_end_linger_locked(struct dlock_lock *l, int leave_ttl);
-/** Forget the hold of `l` (no longer held). */
-void dlock_hold_clear(struct dlock_lock *l);
+void dlock_linger_end_locked(struct dlock_lock *l, int leave_ttl);
 
 /* kind.c */
 /** Ask the driver what it does with each kind (or fill in "mutexes only").  Right after open(). */
 void dlock_kind_caps_load(struct dlock_client *c);
 
 /* background.c */
+/** Start the client's two threads; DLOCK_ENOMEM when one cannot be made (then none runs). */
 dlock_status dlock_background_start(struct dlock_client *c);
+/** Stop and join them (closing).  c->mu not held. */
 void dlock_background_stop(struct dlock_client *c);
-/** Wake both background threads to look at the locks again.  c->mu held. */
-void dlock_background_kick(struct dlock_client *c);
+/** 1 if the calling thread is `c`'s watch thread, the one that calls lost-lock callbacks. */
+int dlock_background_is_self(struct dlock_client *c);
 
 /* sched.c: the background threads' timetables.  c->mu held throughout. */
 /** Grow the timetables to hold `handles` handles, so that updates never allocate.  DLOCK_ENOMEM. */
@@ -331,7 +358,7 @@ void dlock_sched_update(struct dlock_lock *l);
 void dlock_sched_forget(struct dlock_lock *l);
 /** The handle due first in timetable `which`, NULL when it is empty. */
 struct dlock_lock *dlock_sched_first(struct dlock_client *c, int which);
-/** 1 if the calling thread is `c`'s background thread. */
-int dlock_background_is_self(struct dlock_client *c);
+/** Wake both background threads to look at the handles again (a loss to deliver or clean up). */
+void dlock_sched_wake(struct dlock_client *c);
 
 #endif

@@ -1,8 +1,10 @@
 /*
  * Lock handles: what every backend shares.  Reentrancy (hold counts),
  * local coalescing (threads of one client queue per name in FIFO order and
- * only the head asks the server), deadlines, cancellation, lease accounting
- * and owner-only release happen here; the driver does the server's part.
+ * only the head asks the server), deadlines, cancellation and owner-only
+ * release happen here; what the core keeps of a hold (lease, loss, the
+ * name's holders) is held.c's, the hold bounds are hold.c's and linger.c's,
+ * the waiting loop retry.c's; the driver does the server's part.
  *
  * Kinds and modes: a handle has a kind for its life (mutex, read-write
  * lock, semaphore of N permits); an acquisition has a mode (exclusive,
@@ -14,6 +16,13 @@
  * Within one client a name in use as another kind (or as a semaphore of
  * another N) is refused here (DLOCK_EKIND); across clients the driver
  * tells.
+ *
+ * Threads: every call may come from any thread.  c->mu guards the handles
+ * and the name entries; it is dropped around every driver call, which
+ * counts meanwhile as running on its handle (busy, or contending in an
+ * acquisition) or on the client (inflight, while a handle is made).
+ * Errors: statuses, with the text through dlock_client_errmsg(), naming
+ * the lock printably.
  */
 #include "internal.h"
 #include "registry.h"
@@ -34,28 +43,10 @@ static uint64_t name_hash(const char *name, size_t len)
 	return h;
 }
 
-/* A printable, shortened form of an untrusted name for messages. */
-static void printable_name(const struct dlock_entry *e, char *out, size_t outlen)
-{
-	size_t o = 0;
-	for (size_t i = 0; i < e->len && o + 8 < outlen; i++) {
-		unsigned char ch = (unsigned char)e->name[i];
-		if (ch >= 0x20 && ch < 0x7f && ch != '\\')
-			out[o++] = (char)ch;
-		else
-			o += (size_t)snprintf(out + o, outlen - o, "\\x%02x", ch);
-		if (o > 60 && i + 1 < e->len) {
-			o += (size_t)snprintf(out + o, outlen - o, "...");
-			break;
-		}
-	}
-	out[o < outlen ? o : outlen - 1] = '\0';
-}
-
 static dlock_status lock_fail(struct dlock_lock *l, dlock_status st, const char *what)
 {
 	char name[96], msg[DLOCK_ERROR_MAX];
-	printable_name(l->entry, name, sizeof name);
+	dlock_entry_printable(l->entry, name, sizeof name);
 	snprintf(msg, sizeof msg, "lock '%s': %s", name, what);
 	return dlock_client_fail_locked(l->client, st, msg);
 }
@@ -125,14 +116,6 @@ static void entry_put_locked(struct dlock_client *c, struct dlock_entry *e)
 
 /* ------------------------------------------------------------ handles */
 
-/* The driver's state follows the handle, aligned for any type. */
-#define LK_OFFSET ((sizeof(struct dlock_lock) + 15) & ~(size_t)15)
-
-static struct dlock_lock *lock_from_lk(void *lk)
-{
-	return (struct dlock_lock *)(void *)((char *)lk - LK_OFFSET);
-}
-
 /* Prepare the driver's state of a new handle: lock_init_kind() when the driver knows kinds, else lock_init(). */
 static dlock_status driver_lock_init(struct dlock_client *c, struct dlock_lock *l, const char *name, size_t len,
                                      dlock_error *err)
@@ -176,13 +159,13 @@ static dlock_status lock_new_kind(dlock_client *c, const char *name, dlock_lock_
 		return dlock_client_fail(c, DLOCK_EINVAL, len ? "lock name is longer than 1024 bytes"
 		                                              : "lock name is empty");
 
-	struct dlock_lock *l = calloc(1, LK_OFFSET + c->driver->lock_size);
+	struct dlock_lock *l = calloc(1, DLOCK_LK_OFFSET + c->driver->lock_size);
 	if (!l)
 		return dlock_client_fail(c, DLOCK_ENOMEM, "out of memory");
 	l->client = c;
 	l->kind = kind;
 	l->permits = permits;
-	l->lk = (char *)l + LK_OFFSET;
+	l->lk = (char *)l + DLOCK_LK_OFFSET;
 
 	pthread_mutex_lock(&c->mu);
 	if (c->closing) {
@@ -256,32 +239,6 @@ uint32_t dlock_lock_get_permits(const dlock_lock *l)
 	return l ? l->permits : 0;
 }
 
-/* Count `l` among the holders of its name (a new acquisition).  c->mu held. */
-static void holder_add_locked(struct dlock_lock *l)
-{
-	struct dlock_entry *e = l->entry;
-	l->next_holder = e->holders;
-	e->holders = l;
-	e->shared = l->mode == DLOCK_MODE_SHARED;
-	l->holding = 1;
-}
-
-/* No longer count `l` among the holders, and let the local contenders look again.  c->mu held. */
-static void holder_remove_locked(struct dlock_lock *l)
-{
-	struct dlock_entry *e = l->entry;
-	if (l->holding) {
-		struct dlock_lock **pp = &e->holders;
-		while (*pp != l)
-			pp = &(*pp)->next_holder;
-		*pp = l->next_holder;
-		l->next_holder = NULL;
-		l->holding = 0;
-	}
-	if (e->queue_head) /* only queued contenders wait on it (wait_turn_locked()) */
-		pthread_cond_broadcast(&e->cond);
-}
-
 void dlock_lock_begin_call(struct dlock_lock *l)
 {
 	while (l->busy)
@@ -311,7 +268,7 @@ void dlock_lock_free(dlock_lock *l)
 		pthread_cond_wait(&c->cond, &c->mu);
 	dlock_lock_begin_call(l);
 	if (l->held && l->lingering) /* its bound has not passed: a lease ends there by itself */
-		dlock_hold_end_linger_locked(l, 1);
+		dlock_linger_end_locked(l, 1);
 	if (l->driver_ready && !c->closing && c->driver->lock_fini) {
 		pthread_mutex_unlock(&c->mu);
 		c->driver->lock_fini(c->backend, l->lk);
@@ -337,115 +294,6 @@ void dlock_lock_free(dlock_lock *l)
 const char *dlock_lock_name(const dlock_lock *l)
 {
 	return l ? l->entry->name : "";
-}
-
-/* ------------------------------------------------------------ lease */
-
-/* Validity is counted from when the request was sent, minus an allowance
- * for clock drift between client and server (1% + 2 ms, as RedLock does)
- * and for the client to act on the loss before the server can hand the
- * lock on (5%, at most 50 ms: a scheduling delay on a loaded host). */
-void dlock_lock_lease_renewed(struct dlock_lock *l, int64_t sent_ns, int64_t lease_ns)
-{
-	int64_t act = lease_ns / 20 < 50 * NS_PER_MS ? lease_ns / 20 : 50 * NS_PER_MS;
-	l->lease_ns = lease_ns;
-	l->lease_end = sent_ns + lease_ns;
-	l->valid_until = sent_ns + lease_ns - lease_ns / 100 - 2 * NS_PER_MS - act;
-	l->next_renew = sent_ns + lease_ns / 3;
-	dlock_sched_update(l);
-}
-
-/* Keep `detail` (NULL or "": none) as the loss's text, cut at DLOCK_LOST_DETAIL_MAX bytes.  Out of
- * memory, the loss keeps no text (callers then say "lock was lost"). */
-static void set_lost_detail(struct dlock_lock *l, const char *detail)
-{
-	free(l->lost_detail);
-	l->lost_detail = detail && detail[0] ? strndup(detail, DLOCK_LOST_DETAIL_MAX) : NULL;
-}
-
-const char *dlock_lock_lost_text(const struct dlock_lock *l)
-{
-	return l->lost_detail ? l->lost_detail : "";
-}
-
-dlock_lost_reason dlock_lock_gone_reason(const struct dlock_lock *l, int64_t sent_ns)
-{
-	return l->tracked && sent_ns >= l->lease_end ? DLOCK_LOST_EXPIRED : DLOCK_LOST_TAKEN;
-}
-
-void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, const char *detail)
-{
-	if (!l->held && l->contending && !l->lost_early) {
-		/* The driver saw the loss before acquire() returned: keep it for
-		 * when the acquisition is recorded. */
-		l->lost_early = 1;
-		l->lost_reason = reason;
-		set_lost_detail(l, detail);
-		return;
-	}
-	if (!l->held || l->lost)
-		return;
-	/* A lease cut to end at the maximum hold that runs out (however it is noticed) is the maximum. */
-	if (reason == DLOCK_LOST_EXPIRED && dlock_hold_due_reason(l, dlock_monotonic_ns()) == DLOCK_LOST_MAX_HOLD) {
-		reason = DLOCK_LOST_MAX_HOLD;
-		detail = "held for its maximum hold: released";
-	}
-	if (l->lingering) {
-		/* Its owner released it: nobody is told, what is left is only cleaned up. */
-		l->lost = 1;
-		l->lost_reason = reason;
-		l->lost_delivered = 1;
-		dlock_sched_update(l);
-		dlock_background_kick(l->client);
-		return;
-	}
-	l->lost = 1;
-	l->lost_pending = 1;
-	l->lost_reason = reason;
-	if (detail != l->lost_detail) /* a loss kept from acquire() is already there */
-		set_lost_detail(l, detail);
-	l->client->stats.lost++;
-	char name[96];
-	printable_name(l->entry, name, sizeof name);
-	dlock_client_logf(l->client, l->on_lost ? DLOCK_LOG_INFO : DLOCK_LOG_WARN, "lock '%s' lost: %s", name,
-	                  dlock_lock_lost_text(l)); /* with a callback, the application is told there */
-	l->client->losses_pending = 1;
-	dlock_sched_update(l);
-	dlock_background_kick(l->client);
-}
-
-void dlock_lock_server_release_locked(struct dlock_lock *l, dlock_log_level level, const char *what)
-{
-	struct dlock_client *c = l->client;
-	dlock_error err = { "" };
-	int was_busy = l->busy;
-	l->busy = 1;
-	dlock_sched_update(l);
-	pthread_mutex_unlock(&c->mu);
-	dlock_status st = c->driver->release(c->backend, l->lk, &err);
-	pthread_mutex_lock(&c->mu);
-	c->stats.server_releases++;
-	if (st != DLOCK_OK && st != DLOCK_ENOTHELD)
-		dlock_client_logf(c, level, "%s (%s): %s", what, dlock_status_name(st), err.msg);
-	l->busy = was_busy;
-	dlock_sched_update(l);
-}
-
-void dlock_lock_loss_cleaned(struct dlock_lock *l)
-{
-	l->loss_cleaned = 1;
-	holder_remove_locked(l);
-	dlock_sched_update(l);
-	if (l->lingering) /* released by its owner already: nothing waits for a release */
-		dlock_lock_drop_hold_locked(l);
-}
-
-void dlock_report_lost(dlock_host *host, void *lk, dlock_lost_reason reason, const char *detail)
-{
-	struct dlock_client *c = host->client;
-	pthread_mutex_lock(&c->mu);
-	dlock_lock_declare_lost(lock_from_lk(lk), reason, detail);
-	pthread_mutex_unlock(&c->mu);
 }
 
 /* ------------------------------------------------------------ acquire */
@@ -616,7 +464,7 @@ static void become_holder_locked(struct dlock_lock *l, const struct acquire_para
 	/* A driver with extend() has a lease to keep; others hold by session. */
 	l->tracked = c->driver->extend != NULL;
 	l->lease_ns = p->lease_ms * NS_PER_MS;
-	holder_add_locked(l);
+	dlock_holder_add_locked(l);
 	/* Into the timetables: lease_renewed() places it; an acquisition without a lease is placed too
 	 * (its loss is cleaned up). */
 	if (l->tracked)
@@ -829,17 +677,6 @@ static dlock_status not_held_locked(struct dlock_lock *l)
 	return lock_fail(l, DLOCK_ENOTHELD, "not held by this handle");
 }
 
-void dlock_lock_drop_hold_locked(struct dlock_lock *l)
-{
-	dlock_hold_clear(l);
-	l->held = 0;
-	l->depth = 0;
-	l->lost_pending = 0;
-	l->generation++;
-	holder_remove_locked(l);
-	dlock_sched_update(l);
-}
-
 dlock_status dlock_release(dlock_lock *l)
 {
 	if (!l)
@@ -876,7 +713,7 @@ dlock_status dlock_release(dlock_lock *l)
 		pthread_mutex_unlock(&c->mu);
 		return st;
 	}
-	if (!was_lost && dlock_hold_linger_locked(l)) { /* its minimum hold keeps it until the bound */
+	if (!was_lost && dlock_linger_begin_locked(l)) { /* its minimum hold keeps it until the bound */
 		dlock_lock_end_call(l);
 		pthread_mutex_unlock(&c->mu);
 		return DLOCK_OK;

@@ -1,7 +1,9 @@
 /*
  * The observer thread of a client: reads who leads each observed election
  * and calls its observer back on a change (dlock_observe()).  Started on
- * the first dlock_observe() of the client, stopped when it closes.
+ * the first dlock_observe() of the client, stopped when it closes.  Who
+ * leads is the first holder of an inspection of the name
+ * (dlock_election_leader_of(), which dlock_leader_get() reads too).
  *
  * For each election it arms the driver's watch() first, then reads (an
  * inspection), so that a change between the two wakes it again; it reads
@@ -29,6 +31,19 @@ static int64_t read_period_ns(const struct dlock_client *c)
 {
 	int64_t ms = c->uri->ttl_ms / 2;
 	return (ms < 100 ? 100 : ms) * NS_PER_MS;
+}
+
+dlock_status dlock_election_leader_of(const dlock_lock_info *info, dlock_leader *out)
+{
+	*out = (dlock_leader){ 0, 0, "", NULL };
+	if (!info || info->nholders == 0)
+		return DLOCK_OK;
+	const dlock_holder *h = info->holders[0];
+	out->elected = 1;
+	out->term = h->token;
+	out->value = h->value ? h->value : "";
+	out->holder = h;
+	return DLOCK_OK;
 }
 
 /* From the driver, any thread: the name may have changed. */

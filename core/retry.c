@@ -72,7 +72,7 @@ dlock_status dlock_retry_loop(struct dlock_client *c, void *lk, int64_t lease_ms
 		if (st == DLOCK_OK || (st != DLOCK_EBUSY && !r.transient) || w->try_once)
 			break;
 		if (!waiting++)
-			dlock_host_log(&c->host, DLOCK_LOG_DEBUG, "waiting: %s", err->msg[0] ? err->msg : "busy");
+			dlock_client_logf(c, DLOCK_LOG_DEBUG, "waiting: %s", err->msg[0] ? err->msg : "busy");
 		dlock_status ws = dlock_wait_sleep(w, sleep_ns_after(&r, r.armed && disarm, &b));
 		if (ws == DLOCK_OK)
 			continue;

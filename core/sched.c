@@ -11,7 +11,7 @@
  *                       renew on, not lost: keyed on next_renew), lost
  *                       and not cleaned up yet (keyed on when the cleanup
  *                       is due), or lingering (keyed on its minimum hold,
- *                       or its renewal if sooner; see hold.c).
+ *                       or its renewal if sooner; see linger.c).
  *
  * Which heap a handle is in, and where, follows from its fields alone:
  * every change of held, busy, lost, loss_cleaned, next_renew,
@@ -139,7 +139,7 @@ void dlock_sched_update(struct dlock_lock *l)
 	/* A handle not held is in neither timetable (each needs `held`): nothing to compute. */
 	if (!l->held && !l->sched_pos[DLOCK_SCHED_WATCH] && !l->sched_pos[DLOCK_SCHED_RENEW])
 		return;
-	/* Hold bounds (hold.c): a maximum is watched like a lease; a lease already cut to end at the
+	/* Hold bounds (hold.c, linger.c): a maximum is watched like a lease; a lease already cut to end at the
 	 * maximum is not renewed; a lingering handle is released at its minimum. */
 	int64_t max_at = l->lingering ? INT64_MAX : l->max_at;
 	int64_t watch_key = l->tracked && l->valid_until < max_at ? l->valid_until : max_at;
@@ -159,6 +159,12 @@ void dlock_sched_update(struct dlock_lock *l)
 		pthread_cond_signal(&c->bg_cond);
 	if (l->sched_pos[DLOCK_SCHED_RENEW] && due < c->renew_sleep_until)
 		pthread_cond_signal(&c->renew_cond);
+}
+
+void dlock_sched_wake(struct dlock_client *c)
+{
+	pthread_cond_signal(&c->bg_cond);
+	pthread_cond_signal(&c->renew_cond);
 }
 
 void dlock_sched_forget(struct dlock_lock *l)
