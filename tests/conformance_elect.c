@@ -205,6 +205,35 @@ static int obs_await(obs_rec *r, int elected, uint64_t term, const char *value, 
 
 /* ------------------------------------------------------- basics */
 
+/* Two candidates of one fresh name: A on a client whose URI adds `a_param`, B on a client of the URI as is. */
+typedef struct elect_pair {
+	dlock_client *a, *b;
+	dlock_election *ea, *eb;
+	char name[160];
+} elect_pair;
+
+/* 1 when both elections are made; 0 (a failure, or SKIPPED) otherwise.  Close with pair_close() either way. */
+static int pair_open(elect_pair *p, const char *a_param, const char *tag)
+{
+	memset(p, 0, sizeof *p);
+	p->a = open_with(a_param);
+	p->b = conf_open();
+	conf_name(p->name, sizeof p->name, tag);
+	if (!p->a || elect_unsupported(p->b))
+		return 0;
+	p->ea = election(p->a, p->name);
+	p->eb = election(p->b, p->name);
+	return p->ea && p->eb;
+}
+
+static void pair_close(elect_pair *p)
+{
+	dlock_election_free(p->ea);
+	dlock_election_free(p->eb);
+	conf_close(p->b);
+	conf_close(p->a);
+}
+
 /* Quotes, %, braces, backslash, every control byte but NUL, and 0xff: what a query or a record must escape. */
 static void hostile_value(char *out, size_t outlen)
 {
@@ -232,16 +261,12 @@ static void hostile_value(char *out, size_t outlen)
  */
 static void test_elect_basics(void)
 {
-	dlock_client *a = open_with("identity=elect-leader"), *b = conf_open();
-	dlock_election *ea = NULL, *eb = NULL;
-	char name[128];
-	conf_name(name, sizeof name, "elect-basics");
-	if (!a || elect_unsupported(b))
+	elect_pair p;
+	if (!pair_open(&p, "identity=elect-leader", "elect-basics"))
 		goto out;
-	ea = election(a, name);
-	eb = election(b, name);
-	if (!ea || !eb)
-		goto out;
+	dlock_client *a = p.a, *b = p.b;
+	dlock_election *ea = p.ea, *eb = p.eb;
+	const char *name = p.name;
 	CU_ASSERT_PTR_NOT_NULL(dlock_election_lock(ea));
 	CU_ASSERT_STRING_EQUAL(dlock_lock_name(dlock_election_lock(ea)), name);
 	assert_no_leader(eb);
@@ -337,13 +362,10 @@ static void test_elect_basics(void)
 	}
 	/* Freeing a leading election resigns. */
 	dlock_election_free(eb);
-	eb = NULL;
+	p.eb = NULL;
 	assert_no_leader(ea);
 out:
-	dlock_election_free(ea);
-	dlock_election_free(eb);
-	conf_close(b);
-	conf_close(a);
+	pair_close(&p);
 }
 
 /* ------------------------------------------------------- hostile values */
@@ -381,16 +403,13 @@ static void assert_inspected(dlock_client *viewer, const char *name, const char 
  */
 static void test_elect_hostile_values(void)
 {
-	dlock_client *a = open_with("identity=a%20b%26value%3Dc"), *b = conf_open();
-	dlock_election *ea = NULL, *eb = NULL;
-	char name[160];
-	conf_name(name, sizeof name, "elect-hostile'); DROP TABLE dlock_leaders; -- x' .. redis.call('FLUSHALL') .. '");
-	if (!a || elect_unsupported(b))
+	elect_pair p;
+	if (!pair_open(&p, "identity=a%20b%26value%3Dc",
+	               "elect-hostile'); DROP TABLE dlock_leaders; -- x' .. redis.call('FLUSHALL') .. '"))
 		goto out;
-	ea = election(a, name);
-	eb = election(b, name);
-	if (!ea || !eb)
-		goto out;
+	dlock_client *b = p.b;
+	dlock_election *ea = p.ea, *eb = p.eb;
+	const char *name = p.name;
 	char every[DLOCK_VALUE_MAX + 1];
 	for (size_t i = 0; i < DLOCK_VALUE_MAX; i++)
 		every[i] = (char)(1 + i % 255);
@@ -408,10 +427,7 @@ static void test_elect_hostile_values(void)
 	CONF_ASSERT_ST(dlock_resign(ea), DLOCK_OK);
 	assert_no_leader(eb);
 out:
-	dlock_election_free(ea);
-	dlock_election_free(eb);
-	conf_close(b);
-	conf_close(a);
+	pair_close(&p);
 }
 
 /* ------------------------------------------------------- a second candidate */
