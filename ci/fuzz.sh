@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
-# Build the libFuzzer harnesses (tests/fuzz, and those of a backend's own
-# functions beside it in backends/NAME/) with clang, AddressSanitizer
-# and UBSan, then run each for DLOCK_FUZZ_SECONDS (default 30) on its seed
-# corpus, as many at once as there are cores.  Exits non-zero when a
+# Build the libFuzzer harnesses (tests/fuzz/fuzz_*.c) with clang,
+# AddressSanitizer and UBSan, then run each for DLOCK_FUZZ_SECONDS (default
+# 30) on its seed corpus, as many at once as there are cores.  Exits non-zero when a
 # harness finds a crash, a leak or a broken property; the input that did it
 # is saved in BUILD/crashes/.
 #
 # Usage: bash ci/fuzz.sh [HARNESS...]     (default: every harness built)
 #
 # BUILD is build/fuzz (DLOCK_FUZZ_BUILD).  The seeds in
-# tests/fuzz/corpus/HARNESS/ (core/corpus/HARNESS/, backends/NAME/corpus/HARNESS/) are only read; what the fuzzer learns goes to
+# tests/fuzz/corpus/HARNESS/ are only read; what the fuzzer learns goes to
 # BUILD/corpus/HARNESS/ and is kept between runs.  A crash input becomes a
 # regression case by being copied into the seed directory: every later run
 # (and `ctest -L fuzz` in BUILD) replays it first.
@@ -44,11 +43,8 @@ mkdir -p "$out/crashes"
 # One harness: its seeds (read only) and what it learned; its exit status
 # goes to BUILD/HARNESS.rc (0: no crash).
 fuzz_one() {
-	local h=$1 seeds learned d rc=0
+	local h=$1 seeds learned rc=0
 	seeds=tests/fuzz/corpus/$h
-	for d in core/corpus/"$h" backends/*/corpus/"$h"; do
-		[ -d "$d" ] && seeds=$d
-	done
 	learned=$out/corpus/$h
 	mkdir -p "$learned"
 	# -max_len: URIs are at most 8 KiB; longer inputs only cost time.

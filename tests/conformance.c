@@ -487,8 +487,10 @@ static void add_suites(void)
 #endif
 	if (only_group <= 0) {
 		CU_pSuite uri_suite = CU_add_suite("uri", NULL, NULL);
-		if (uri_suite)
+		if (uri_suite) {
 			add_table(uri_suite, conf_uri_tests);
+			add_table(uri_suite, conf_scheme_tests);
+		}
 		snprintf(uri, sizeof uri, "mem://conformance-%ld", (long)getpid());
 		add_backend(uri);
 		snprintf(uri, sizeof uri, "file://%s/", file_dir);

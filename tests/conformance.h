@@ -56,6 +56,7 @@ extern const conf_test conf_hold_tests[];    /* conformance_hold.c */
 extern const conf_test conf_inspect_tests[]; /* conformance_inspect.c */
 extern const conf_test conf_elect_tests[];   /* conformance_elect.c */
 extern const conf_test conf_uri_tests[];     /* conformance_names.c, not per URI */
+extern const conf_test conf_scheme_tests[];  /* conformance_uri.c, not per URI */
 
 /* ------------------------------------------------------- the backend */
 

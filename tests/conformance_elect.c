@@ -1,14 +1,17 @@
 /*
  * Conformance: leader election (dlock_election_new(), dlock_campaign(),
  * dlock_proclaim(), dlock_resign(), dlock_leader_get(), dlock_observe()).
- * The leader and its value as another client reads them; bad input and a
- * value of hostile bytes; a second candidate that waits, times out, is
- * cancelled and takes over with a larger term; an observer that hears who
- * leads at once and then each change, never an older term, and stops when
- * told; notification within a moment where the backend says NOTIFY; a
- * leader broken from outside is told and its successor's term is larger;
- * and churn: candidates of two processes taking turns, some pausing past
- * their lease, every leadership recorded and checked afterwards.
+ * The leader and its value as another client reads them; bad input, and
+ * names, identities and values of hostile bytes that stay data; a second
+ * candidate that waits, times out, is cancelled and takes over with a
+ * larger term; an observer that hears who leads at once and then each
+ * change, never an older term, and stops when told; notification within a
+ * moment where the backend says NOTIFY (campaigns, proclaims, turns,
+ * handoffs, resignations); a leader broken from outside is told why, and
+ * an observer hears nobody, or its successor with a larger term; a leader
+ * that stops renewing is told when its lease runs out; and churn:
+ * candidates of two processes taking turns, some pausing past their
+ * lease, every leadership recorded and checked afterwards.
  *
  * A backend without elections (DLOCK_FEATURE_ELECTION -1) says SKIPPED and
  * checks that dlock_election_new() answers DLOCK_ENOTSUP with a message.
@@ -16,11 +19,13 @@
  * test's thread asserts.
  */
 #include "conformance.h"
+#include "testelect.h"
 #include "testobserve.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Lease of the leader that is broken: it learns of the break within a renewal period (a third). */
 #define ELECT_BREAK_LEASE_MS 3000
@@ -65,6 +70,7 @@ static int elect_unsupported(dlock_client *client)
 	CU_ASSERT_PTR_NULL(e);
 	const char *msg = dlock_client_errmsg(client);
 	CU_ASSERT(msg && *msg);
+	CONF_ASSERT_ST(dlock_test_probe(client, "elect-unsupported"), DLOCK_OK); /* nothing left behind */
 	dlock_test_skip_part("no leader election on this backend (DLOCK_FEATURE_ELECTION is -1: DLOCK_ENOTSUP)");
 	return 1;
 }
@@ -86,19 +92,6 @@ static dlock_election *election(dlock_client *client, const char *name)
 	if (client)
 		CONF_ASSERT_ST(dlock_election_new(client, name, &e), DLOCK_OK);
 	return e;
-}
-
-/* dlock_campaign() with a wait bound, a lease (0: the URI's), renewal (-1: the URI's) and a lost callback. */
-static dlock_status campaign(dlock_election *e, const char *value, int64_t wait_ms, int64_t lease_ms, int renew,
-                             dlock_test_lost *lost, uint64_t *term)
-{
-	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-	o.wait_ms = wait_ms;
-	o.lease_ms = lease_ms;
-	o.renewal = dlock_test_switch(renew);
-	o.on_lost = lost ? dlock_test_on_lost : NULL;
-	o.lost_userdata = lost;
-	return dlock_campaign(e, value, &o, term);
 }
 
 /* Who leads, read once from `e`'s client; asserts that the read worked. */
@@ -210,84 +203,36 @@ static int obs_await(obs_rec *r, int elected, uint64_t term, const char *value, 
 	return ok;
 }
 
-/* ------------------------------------------------------- campaigner thread */
-
-/* A thread that runs one dlock_campaign(); records its status and term. */
-typedef struct campaigner {
-	dlock_election *e;
-	const char *value;
-	int64_t wait_ms;
-	pthread_t thread;
-	atomic_int started, done;
-	dlock_status status;
-	uint64_t term;
-} campaigner;
-
-static void *campaigner_run(void *arg)
-{
-	campaigner *c = arg;
-	atomic_store(&c->started, 1);
-	c->status = campaign(c->e, c->value, c->wait_ms, 0, -1, NULL, &c->term);
-	atomic_store(&c->done, 1);
-	return NULL;
-}
-
-static void campaigner_start(campaigner *c, dlock_election *e, const char *value, int64_t wait_ms)
-{
-	memset(c, 0, sizeof *c);
-	c->e = e;
-	c->value = value;
-	c->wait_ms = wait_ms;
-	c->status = DLOCK_STATUS_COUNT_;
-	if (pthread_create(&c->thread, NULL, campaigner_run, c) != 0)
-		abort();
-}
-
-static int campaigner_started(void *arg)
-{
-	return atomic_load(&((campaigner *)arg)->started);
-}
-
-static int campaigner_done(void *arg)
-{
-	return atomic_load(&((campaigner *)arg)->done);
-}
-
-/* Await that the campaign is waiting on the server (its client's acquire count moved), then a settle. */
-static void campaigner_await_blocked(campaigner *c, dlock_client *client, uint64_t base_server_acquires)
-{
-	CU_ASSERT(dlock_test_await(campaigner_started, c, CONF_AWAIT_MS));
-	dlock_test_count count = { client, base_server_acquires + 1 };
-	dlock_test_await(dlock_test_attempted, &count, 300);
-	dlock_test_sleep_ms(50);
-	CU_ASSERT(!campaigner_done(c));
-}
-
-static int cancel_until_done(void *arg)
-{
-	campaigner *c = arg;
-	if (campaigner_done(c))
-		return 1;
-	dlock_cancel(dlock_election_lock(c->e));
-	return 0;
-}
-
-/* Join, allowing `timeout_ms`; past that a failure, and the campaign is cancelled until it returns. */
-static dlock_status campaigner_join(campaigner *c, int64_t timeout_ms)
-{
-	if (!dlock_test_await(campaigner_done, c, timeout_ms)) {
-		printf("\n    campaign still blocked after %lld ms: cancelling it", (long long)timeout_ms);
-		CU_FAIL("campaign did not return in time");
-		if (!dlock_test_await(cancel_until_done, c, CONF_AWAIT_MS)) {
-			printf("\nFATAL: a cancelled campaign never returned; stopping the suite\n");
-			abort();
-		}
-	}
-	pthread_join(c->thread, NULL);
-	return c->status;
-}
-
 /* ------------------------------------------------------- basics */
+
+/* Two candidates of one fresh name: A on a client whose URI adds `a_param`, B on a client of the URI as is. */
+typedef struct elect_pair {
+	dlock_client *a, *b;
+	dlock_election *ea, *eb;
+	char name[160];
+} elect_pair;
+
+/* 1 when both elections are made; 0 (a failure, or SKIPPED) otherwise.  Close with pair_close() either way. */
+static int pair_open(elect_pair *p, const char *a_param, const char *tag)
+{
+	memset(p, 0, sizeof *p);
+	p->a = open_with(a_param);
+	p->b = conf_open();
+	conf_name(p->name, sizeof p->name, tag);
+	if (!p->a || elect_unsupported(p->b))
+		return 0;
+	p->ea = election(p->a, p->name);
+	p->eb = election(p->b, p->name);
+	return p->ea && p->eb;
+}
+
+static void pair_close(elect_pair *p)
+{
+	dlock_election_free(p->ea);
+	dlock_election_free(p->eb);
+	conf_close(p->b);
+	conf_close(p->a);
+}
 
 /* Quotes, %, braces, backslash, every control byte but NUL, and 0xff: what a query or a record must escape. */
 static void hostile_value(char *out, size_t outlen)
@@ -316,22 +261,18 @@ static void hostile_value(char *out, size_t outlen)
  */
 static void test_elect_basics(void)
 {
-	dlock_client *a = open_with("identity=elect-leader"), *b = conf_open();
-	dlock_election *ea = NULL, *eb = NULL;
-	char name[128];
-	conf_name(name, sizeof name, "elect-basics");
-	if (!a || elect_unsupported(b))
+	elect_pair p;
+	if (!pair_open(&p, "identity=elect-leader", "elect-basics"))
 		goto out;
-	ea = election(a, name);
-	eb = election(b, name);
-	if (!ea || !eb)
-		goto out;
+	dlock_client *a = p.a, *b = p.b;
+	dlock_election *ea = p.ea, *eb = p.eb;
+	const char *name = p.name;
 	CU_ASSERT_PTR_NOT_NULL(dlock_election_lock(ea));
 	CU_ASSERT_STRING_EQUAL(dlock_lock_name(dlock_election_lock(ea)), name);
 	assert_no_leader(eb);
 
 	uint64_t term = 0, token = 0;
-	if (!CONF_ASSERT_ST(campaign(ea, "host-a:8080", 0, 0, -1, NULL, &term), DLOCK_OK))
+	if (!CONF_ASSERT_ST(dlock_test_campaign(ea, "host-a:8080", 0, 0, -1, NULL, &term), DLOCK_OK))
 		goto out;
 	CU_ASSERT(term > 0);
 	CONF_ASSERT_ST(dlock_lock_fencing_token(dlock_election_lock(ea), &token), DLOCK_OK);
@@ -340,6 +281,10 @@ static void test_elect_basics(void)
 	assert_leader(ea, term, "host-a:8080", "elect-leader"); /* the leader reads itself the same way */
 
 	CONF_ASSERT_ST(dlock_proclaim(ea, "host-a:9090"), DLOCK_OK);
+	assert_leader(eb, term, "host-a:9090", "elect-leader");
+	/* The leader's lock is a lock like any other: it extends and checks, and keeps its term. */
+	CONF_ASSERT_ST2(dlock_extend(dlock_election_lock(ea), 10000), DLOCK_OK, DLOCK_ENOTSUP);
+	CONF_ASSERT_ST2(dlock_check(dlock_election_lock(ea)), DLOCK_OK, DLOCK_ENOTSUP);
 	assert_leader(eb, term, "host-a:9090", "elect-leader");
 	CONF_ASSERT_ST(dlock_proclaim(ea, NULL), DLOCK_OK); /* NULL is "" */
 	assert_leader(eb, term, "", "elect-leader");
@@ -365,7 +310,7 @@ static void test_elect_basics(void)
 
 	/* Campaigning again while leading (the same handle and thread): a new value, the same term. */
 	uint64_t again = 0;
-	CONF_ASSERT_ST(campaign(ea, "host-a:7070", 0, 0, -1, NULL, &again), DLOCK_OK);
+	CONF_ASSERT_ST(dlock_test_campaign(ea, "host-a:7070", 0, 0, -1, NULL, &again), DLOCK_OK);
 	CU_ASSERT_EQUAL(again, term);
 	assert_leader(eb, term, "host-a:7070", "elect-leader");
 
@@ -380,7 +325,7 @@ static void test_elect_basics(void)
 	assert_no_leader(eb);
 
 	/* A value too long is refused before campaigning: nobody leads. */
-	CONF_ASSERT_ST(campaign(eb, too_long, 0, 0, -1, NULL, &term), DLOCK_EINVAL);
+	CONF_ASSERT_ST(dlock_test_campaign(eb, too_long, 0, 0, -1, NULL, &term), DLOCK_EINVAL);
 	CU_ASSERT_EQUAL(term, 0);
 	assert_no_leader(ea);
 	/* A term is a fencing token: a campaign without one is refused. */
@@ -417,13 +362,72 @@ static void test_elect_basics(void)
 	}
 	/* Freeing a leading election resigns. */
 	dlock_election_free(eb);
-	eb = NULL;
+	p.eb = NULL;
 	assert_no_leader(ea);
 out:
-	dlock_election_free(ea);
-	dlock_election_free(eb);
-	conf_close(b);
-	conf_close(a);
+	pair_close(&p);
+}
+
+/* ------------------------------------------------------- hostile values */
+
+/* Values a backend's own syntax could misread: its record's separators and fields, SQL, Lua, escapes, newlines. */
+static const char *const tricky_values[] = {
+	"", " ", "&", "%", "a b&value=c%00%ZZ", "k=v&id=x", "line1\nid=evil&host=x&pid=1\n",
+	"'); DROP TABLE dlock_leaders; -- \xc3\xa9\\x00", "x' .. redis.call('FLUSHALL') .. '", "\xc3\xa9t\xc3\xa9\n",
+};
+
+/* Inspection of the leader's name, where the backend has it: its one holder, with `value`, this process and `identity`. */
+static void assert_inspected(dlock_client *viewer, const char *name, const char *value, const char *identity)
+{
+	int64_t flags = 0;
+	CONF_ASSERT_ST(dlock_client_feature(viewer, DLOCK_FEATURE_INSPECT, &flags), DLOCK_OK);
+	if (!(flags & DLOCK_INSPECT_HELD))
+		return;
+	dlock_lock_info *info = dlock_test_inspect(viewer, name);
+	CU_ASSERT_EQUAL_FATAL(info->nholders, 1);
+	const dlock_holder *h = info->holders[0];
+	CU_ASSERT(h->value && strcmp(h->value, value) == 0);
+	if (flags & DLOCK_INSPECT_OWNER) {
+		CU_ASSERT_STRING_EQUAL(h->identity, identity);
+		CU_ASSERT_EQUAL(h->pid, (int64_t)getpid());
+	}
+	dlock_lock_info_free(info);
+}
+
+/*
+ * Untrusted bytes stay data: an election whose name carries SQL and Lua, a
+ * leader whose identity holds '&', '=' and a space, and values of every
+ * byte but NUL (DLOCK_VALUE_MAX of them) and of the backend's own record
+ * syntax, each read back exactly by another client, in the same term, the
+ * identity untouched; inspection shows the holder with that value.
+ */
+static void test_elect_hostile_values(void)
+{
+	elect_pair p;
+	if (!pair_open(&p, "identity=a%20b%26value%3Dc",
+	               "elect-hostile'); DROP TABLE dlock_leaders; -- x' .. redis.call('FLUSHALL') .. '"))
+		goto out;
+	dlock_client *b = p.b;
+	dlock_election *ea = p.ea, *eb = p.eb;
+	const char *name = p.name;
+	char every[DLOCK_VALUE_MAX + 1];
+	for (size_t i = 0; i < DLOCK_VALUE_MAX; i++)
+		every[i] = (char)(1 + i % 255);
+	every[DLOCK_VALUE_MAX] = '\0';
+	uint64_t term = 0;
+	if (!CONF_ASSERT_ST(dlock_test_campaign(ea, every, 0, 0, -1, NULL, &term), DLOCK_OK))
+		goto out;
+	assert_leader(eb, term, every, "a b&value=c");
+	assert_inspected(b, name, every, "a b&value=c");
+	for (size_t i = 0; i < sizeof tricky_values / sizeof tricky_values[0]; i++) {
+		CONF_ASSERT_ST(dlock_proclaim(ea, tricky_values[i]), DLOCK_OK);
+		assert_leader(eb, term, tricky_values[i], "a b&value=c");
+	}
+	assert_inspected(b, name, tricky_values[sizeof tricky_values / sizeof tricky_values[0] - 1], "a b&value=c");
+	CONF_ASSERT_ST(dlock_resign(ea), DLOCK_OK);
+	assert_no_leader(eb);
+out:
+	pair_close(&p);
 }
 
 /* ------------------------------------------------------- a second candidate */
@@ -444,35 +448,35 @@ static void test_elect_second_candidate(void)
 	ea = election(a, name);
 	eb = election(b, name);
 	uint64_t term_a = 0, term_b = 0;
-	if (!ea || !eb || !CONF_ASSERT_ST(campaign(ea, "a", 0, 0, -1, NULL, &term_a), DLOCK_OK))
+	if (!ea || !eb || !CONF_ASSERT_ST(dlock_test_campaign(ea, "a", 0, 0, -1, NULL, &term_a), DLOCK_OK))
 		goto out;
 
-	CONF_ASSERT_ST(campaign(eb, "b", 0, 0, -1, NULL, &term_b), DLOCK_EBUSY);
+	CONF_ASSERT_ST(dlock_test_campaign(eb, "b", 0, 0, -1, NULL, &term_b), DLOCK_EBUSY);
 	int64_t t0 = dlock_test_now_ms();
-	CONF_ASSERT_ST(campaign(eb, "b", 200, 0, -1, NULL, &term_b), DLOCK_ETIMEDOUT);
+	CONF_ASSERT_ST(dlock_test_campaign(eb, "b", 200, 0, -1, NULL, &term_b), DLOCK_ETIMEDOUT);
 	CU_ASSERT(dlock_test_now_ms() - t0 >= 190);
 	CU_ASSERT_EQUAL(term_b, 0);
 	CONF_ASSERT_ST(dlock_proclaim(eb, "b"), DLOCK_ENOTHELD);
 	assert_leader(eb, term_a, "a", NULL);
 
-	campaigner c;
+	dlock_test_candidate c;
 	uint64_t base = conf_stats(b).server_acquires;
-	campaigner_start(&c, eb, "b", CONF_LONG_WAIT_MS);
-	campaigner_await_blocked(&c, b, base);
-	CU_ASSERT(dlock_test_await(cancel_until_done, &c, CONF_AWAIT_MS));
-	CONF_ASSERT_ST(campaigner_join(&c, CONF_AWAIT_MS), DLOCK_ECANCELED);
+	dlock_test_candidate_start(&c, eb, "b", CONF_LONG_WAIT_MS);
+	dlock_test_candidate_await_blocked(&c, b, base, CONF_AWAIT_MS);
+	CU_ASSERT(dlock_test_await(dlock_test_candidate_cancel, &c, CONF_AWAIT_MS));
+	CONF_ASSERT_ST(dlock_test_candidate_join(&c, CONF_AWAIT_MS), DLOCK_ECANCELED);
 	CU_ASSERT_EQUAL(c.term, 0);
 	assert_leader(eb, term_a, "a", NULL);
 	CONF_ASSERT_ST(dlock_check(dlock_election_lock(ea)), DLOCK_OK);
 
 	base = conf_stats(b).server_acquires;
-	campaigner_start(&c, eb, "b", CONF_LONG_WAIT_MS);
-	campaigner_await_blocked(&c, b, base);
+	dlock_test_candidate_start(&c, eb, "b", CONF_LONG_WAIT_MS);
+	dlock_test_candidate_await_blocked(&c, b, base, CONF_AWAIT_MS);
 	CONF_ASSERT_ST(dlock_resign(ea), DLOCK_OK);
-	if (CONF_ASSERT_ST(campaigner_join(&c, CONF_LONG_WAIT_MS), DLOCK_OK)) {
+	if (CONF_ASSERT_ST(dlock_test_candidate_join(&c, CONF_LONG_WAIT_MS), DLOCK_OK)) {
 		CU_ASSERT(c.term > term_a);
 		assert_leader(ea, c.term, "b", "elect-second");
-		CONF_ASSERT_ST(campaign(ea, "a", 0, 0, -1, NULL, &term_a), DLOCK_EBUSY);
+		CONF_ASSERT_ST(dlock_test_campaign(ea, "a", 0, 0, -1, NULL, &term_a), DLOCK_EBUSY);
 		CONF_ASSERT_ST(dlock_resign(eb), DLOCK_OK);
 	}
 	assert_no_leader(ea);
@@ -496,9 +500,9 @@ out:
 
 static int alt_any_done(void *arg)
 {
-	campaigner *c = arg;
+	dlock_test_candidate *c = arg;
 	for (int i = 0; i < ALT_CANDIDATES; i++)
-		if (c[i].e && campaigner_done(&c[i]))
+		if (c[i].e && dlock_test_candidate_done(&c[i]))
 			return 1;
 	return 0;
 }
@@ -507,7 +511,7 @@ static void test_elect_started_in_threads(void)
 {
 	dlock_client *client = conf_open();
 	dlock_election *e[ALT_CANDIDATES] = { NULL };
-	campaigner c[ALT_CANDIDATES];
+	dlock_test_candidate c[ALT_CANDIDATES];
 	int joined[ALT_CANDIDATES] = { 0 };
 	memset(c, 0, sizeof c);
 	char name[128];
@@ -517,11 +521,11 @@ static void test_elect_started_in_threads(void)
 	for (int i = 0; i < ALT_CANDIDATES; i++)
 		if (!(e[i] = election(client, name)))
 			goto out;
-	campaigner_start(&c[0], e[0], "alt", CONF_LONG_WAIT_MS);
+	dlock_test_candidate_start(&c[0], e[0], "alt", CONF_LONG_WAIT_MS);
 	pthread_join(c[0].thread, NULL);
 	joined[0] = 1;
 	for (int i = 1; i < ALT_CANDIDATES; i++)
-		campaigner_start(&c[i], e[i], "alt", CONF_LONG_WAIT_MS);
+		dlock_test_candidate_start(&c[i], e[i], "alt", CONF_LONG_WAIT_MS);
 
 	int led = 0, left = ALT_CANDIDATES;
 	while (left > 0) {
@@ -531,7 +535,7 @@ static void test_elect_started_in_threads(void)
 			break;
 		int leader = -1, leaders = 0;
 		for (int i = 0; i < ALT_CANDIDATES; i++) {
-			if (!c[i].e || !campaigner_done(&c[i]))
+			if (!c[i].e || !dlock_test_candidate_done(&c[i]))
 				continue;
 			leaders++;
 			leader = i;
@@ -554,7 +558,7 @@ out:
 	/* After a failure: cancel the campaigns still running and end their threads. */
 	for (int i = 0; i < ALT_CANDIDATES; i++) {
 		if (c[i].e && !joined[i]) {
-			dlock_test_await(cancel_until_done, &c[i], CONF_AWAIT_MS);
+			dlock_test_await(dlock_test_candidate_cancel, &c[i], CONF_AWAIT_MS);
 			pthread_join(c[i].thread, NULL);
 		}
 		dlock_election_free(e[i]);
@@ -593,14 +597,14 @@ static void test_elect_observer(void)
 	obs_await(r, 0, 0, "", bound, "nobody, at once");
 
 	uint64_t term_a = 0, term_b = 0;
-	if (!CONF_ASSERT_ST(campaign(ea, "a1", 0, 0, -1, NULL, &term_a), DLOCK_OK))
+	if (!CONF_ASSERT_ST(dlock_test_campaign(ea, "a1", 0, 0, -1, NULL, &term_a), DLOCK_OK))
 		goto out;
 	obs_await(r, 1, term_a, "a1", bound, "A's first value");
 	CONF_ASSERT_ST(dlock_proclaim(ea, "a2"), DLOCK_OK);
 	obs_await(r, 1, term_a, "a2", bound, "A's new value");
 	CONF_ASSERT_ST(dlock_resign(ea), DLOCK_OK);
 	obs_await(r, 0, 0, "", bound, "nobody after A resigned");
-	if (!CONF_ASSERT_ST(campaign(eb, "b1", 0, 0, -1, NULL, &term_b), DLOCK_OK))
+	if (!CONF_ASSERT_ST(dlock_test_campaign(eb, "b1", 0, 0, -1, NULL, &term_b), DLOCK_OK))
 		goto out;
 	CU_ASSERT(term_b > term_a);
 	obs_await(r, 1, term_b, "b1", bound, "B");
@@ -650,99 +654,245 @@ out:
 /*
  * Where the backend notifies (DLOCK_FEATURE_ELECTION is NOTIFY), an
  * observer whose ttl is 30 s (it reads again only every 15 s) still hears
- * a campaign, a proclaim and a resignation within CONF_SLACK_MS.
+ * each change within CONF_SLACK_MS: a campaign, a proclaim, candidates of
+ * three clients taking turns (each term larger than the one before), a
+ * resignation that hands the name to a candidate waiting, and the last
+ * resignation (nobody leads); never an older term.
  */
+#define NOTIFY_CANDIDATES 3
+#define NOTIFY_ROUNDS 2
+
 static void test_elect_notification(void)
 {
-	dlock_client *a = conf_open(), *o = open_with(ELECT_NOTIFY_TTL);
-	dlock_election *ea = NULL, *eo = NULL;
+	dlock_client *o = open_with(ELECT_NOTIFY_TTL), *c[NOTIFY_CANDIDATES] = { NULL };
+	dlock_election *eo = NULL, *e[NOTIFY_CANDIDATES] = { NULL };
 	obs_rec *r = obs_new();
-	char name[128];
+	char name[128], value[32];
 	conf_name(name, sizeof name, "elect-notify");
-	if (!a || elect_unsupported(o))
+	if (elect_unsupported(o))
 		goto out;
 	if (election_feature(o) != DLOCK_WAKEUP_NOTIFY) {
 		dlock_test_skip_part("observers are not notified on this backend (DLOCK_FEATURE_ELECTION is POLL)");
 		goto out;
 	}
-	ea = election(a, name);
 	eo = election(o, name);
-	if (!ea || !eo)
+	for (int i = 0; i < NOTIFY_CANDIDATES; i++)
+		if (!(c[i] = conf_open()) || !(e[i] = election(c[i], name)))
+			goto out;
+	if (!eo)
 		goto out;
 	CONF_ASSERT_ST(dlock_observe(eo, on_leader, r), DLOCK_OK);
 	obs_await(r, 0, 0, "", CONF_AWAIT_MS, "nobody, at once");
-	uint64_t term = 0;
-	if (!CONF_ASSERT_ST(campaign(ea, "n1", 0, 0, -1, NULL, &term), DLOCK_OK))
+	uint64_t term = 0, last = 0;
+	if (!CONF_ASSERT_ST(dlock_test_campaign(e[0], "n1", 0, 0, -1, NULL, &term), DLOCK_OK))
 		goto out;
 	obs_await(r, 1, term, "n1", CONF_SLACK_MS, "the campaign, notified");
-	CONF_ASSERT_ST(dlock_proclaim(ea, "n2"), DLOCK_OK);
+	CONF_ASSERT_ST(dlock_proclaim(e[0], "n2"), DLOCK_OK);
 	obs_await(r, 1, term, "n2", CONF_SLACK_MS, "the proclaim, notified");
-	CONF_ASSERT_ST(dlock_resign(ea), DLOCK_OK);
+	CONF_ASSERT_ST(dlock_resign(e[0]), DLOCK_OK);
 	obs_await(r, 0, 0, "", CONF_SLACK_MS, "the resignation, notified");
+
+	/* Turns: every term larger than the last, each heard. */
+	for (int round = 0; round < NOTIFY_ROUNDS; round++)
+		for (int i = 0; i < NOTIFY_CANDIDATES; i++) {
+			snprintf(value, sizeof value, "c%d-r%d", i, round);
+			if (!CONF_ASSERT_ST(dlock_test_campaign(e[i], value, CONF_LONG_WAIT_MS, 0, -1, NULL, &term), DLOCK_OK))
+				goto out;
+			if (term <= last)
+				printf("\n    term %llu after %llu", (unsigned long long)term, (unsigned long long)last);
+			CU_ASSERT(term > last);
+			last = term;
+			obs_await(r, 1, term, value, CONF_SLACK_MS, "a turn, notified");
+			CONF_ASSERT_ST(dlock_resign(e[i]), DLOCK_OK);
+		}
+
+	/* A resignation hands the name to a candidate waiting on another client. */
+	if (!CONF_ASSERT_ST(dlock_test_campaign(e[0], "before", 0, 0, -1, NULL, &term), DLOCK_OK))
+		goto out;
+	obs_await(r, 1, term, "before", CONF_SLACK_MS, "the leader before the handoff");
+	dlock_test_candidate next;
+	uint64_t base = conf_stats(c[1]).server_acquires;
+	dlock_test_candidate_start(&next, e[1], "after", CONF_LONG_WAIT_MS);
+	dlock_test_candidate_await_blocked(&next, c[1], base, CONF_AWAIT_MS);
+	CONF_ASSERT_ST(dlock_resign(e[0]), DLOCK_OK);
+	if (CONF_ASSERT_ST(dlock_test_candidate_join(&next, CONF_LONG_WAIT_MS), DLOCK_OK)) {
+		CU_ASSERT(next.term > term);
+		obs_await(r, 1, next.term, "after", CONF_SLACK_MS, "the handoff, notified");
+		CONF_ASSERT_ST(dlock_resign(e[1]), DLOCK_OK);
+		obs_await(r, 0, 0, "", CONF_SLACK_MS, "the last resignation, notified");
+	}
+	CU_ASSERT_EQUAL(dlock_test_observer_went_back(&r->seen), 0);
 out:
 	dlock_election_free(eo);
-	dlock_election_free(ea);
+	for (int i = 0; i < NOTIFY_CANDIDATES; i++) {
+		dlock_election_free(e[i]);
+		conf_close(c[i]);
+	}
 	conf_close(o);
-	conf_close(a);
 	obs_free(r);
 }
 
 /* ------------------------------------------------------- loss */
 
 /*
- * A leader broken from outside (dlock_break) is told through its lost-lock
- * callback within a renewal period; the candidate waiting takes over with
- * a larger term; an observer converges on it; the old leader's proclaim
- * and resign are DLOCK_ENOTHELD and leave the new leader alone.
+ * A client observing with the ttl that shows how it hears of a change: a
+ * notification within CONF_SLACK_MS where `probe`'s backend notifies (ttl
+ * 30 s), else its read twice per lease (ttl 1 s); *bound is that time.
  */
-static void test_elect_loss(void)
+static dlock_client *open_observer(dlock_client *probe, int64_t *bound)
 {
-	dlock_client *a = conf_open(), *b = open_with("identity=elect-successor"), *o = open_with(ELECT_OBSERVER_TTL);
-	dlock_election *ea = NULL, *eb = NULL, *eo = NULL;
-	obs_rec *r = obs_new();
-	char name[128];
-	conf_name(name, sizeof name, "elect-loss");
-	if (!a || !b || elect_unsupported(o))
-		goto out;
-	int64_t effect = DLOCK_BREAK_NONE;
-	CONF_ASSERT_ST(dlock_client_feature(o, DLOCK_FEATURE_BREAK, &effect), DLOCK_OK);
-	if (effect == DLOCK_BREAK_NONE) {
-		dlock_test_skip_part("no breaking on this backend (DLOCK_FEATURE_BREAK is none): loss is tested by churn");
-		goto out;
+	if (election_feature(probe) == DLOCK_WAKEUP_NOTIFY) {
+		*bound = CONF_SLACK_MS;
+		return open_with(ELECT_NOTIFY_TTL);
 	}
-	ea = election(a, name);
-	eb = election(b, name);
-	eo = election(o, name);
-	dlock_test_lost lost = { 0 };
-	uint64_t term_a = 0;
-	if (!ea || !eb || !eo ||
-	    !CONF_ASSERT_ST(campaign(ea, "old", 0, ELECT_BREAK_LEASE_MS, 1, &lost, &term_a), DLOCK_OK))
-		goto out;
-	CONF_ASSERT_ST(dlock_observe(eo, on_leader, r), DLOCK_OK);
-	obs_await(r, 1, term_a, "old", ELECT_OBSERVER_TTL_MS + CONF_SLACK_MS, "the first leader");
-	campaigner c;
-	uint64_t base = conf_stats(b).server_acquires;
-	campaigner_start(&c, eb, "new", CONF_LONG_WAIT_MS);
-	campaigner_await_blocked(&c, b, base);
+	*bound = ELECT_OBSERVER_TTL_MS + CONF_SLACK_MS;
+	return open_with(ELECT_OBSERVER_TTL);
+}
 
+/* Break `name` from `o`'s client; the leader recorded in `lost` is told within a renewal period, once, why. */
+static void break_leader(dlock_client *o, const char *name, dlock_test_lost *lost, int64_t effect)
+{
 	size_t broken = 0;
 	int64_t t0 = dlock_test_now_ms();
 	CONF_ASSERT_ST(dlock_break(o, name, &broken), DLOCK_OK);
 	CU_ASSERT(broken >= 1);
 	int64_t bound = ELECT_BREAK_LEASE_MS / 3 + 2 * CONF_SLACK_MS;
-	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, bound));
+	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, lost, bound));
 	printf("\n    the broken leader was told after %lld ms (bound %lld)", (long long)(dlock_test_now_ms() - t0),
 	       (long long)bound);
-	CU_ASSERT_EQUAL(atomic_load(&lost.count), 1);
-	if (CONF_ASSERT_ST(campaigner_join(&c, CONF_LONG_WAIT_MS), DLOCK_OK)) {
+	CU_ASSERT_EQUAL(atomic_load(&lost->count), 1);
+	/* Deleted on the server: taken from it; its session ended: lost with the session. */
+	CU_ASSERT_EQUAL(atomic_load(&lost->reason),
+	                effect == DLOCK_BREAK_SESSION ? DLOCK_LOST_SESSION : DLOCK_LOST_TAKEN);
+}
+
+/*
+ * A leader broken from outside (dlock_break) is told through its lost-lock
+ * callback within a renewal period, with the reason the backend's break
+ * gives (DLOCK_FEATURE_BREAK); its proclaim and resign are DLOCK_ENOTHELD.
+ * With nobody waiting, an observer hears that nobody leads; with a
+ * candidate waiting (the client broken before), the candidate takes over
+ * with a larger term and the observer hears it, and the old leader's
+ * proclaim and resign leave the new one alone.  The observer hears each
+ * change by notification within a moment where the backend notifies, else
+ * within its lease, and never goes back.
+ */
+static void test_elect_loss(void)
+{
+	dlock_client *a = conf_open(), *b = open_with("identity=elect-successor"), *o = NULL;
+	dlock_election *ea = NULL, *eb = NULL, *eo = NULL;
+	obs_rec *r = obs_new();
+	char name[128];
+	int64_t hear = 0;
+	conf_name(name, sizeof name, "elect-loss");
+	if (!b || elect_unsupported(a))
+		goto out;
+	int64_t effect = DLOCK_BREAK_NONE;
+	CONF_ASSERT_ST(dlock_client_feature(a, DLOCK_FEATURE_BREAK, &effect), DLOCK_OK);
+	if (effect == DLOCK_BREAK_NONE) {
+		dlock_test_skip_part("no breaking on this backend (DLOCK_FEATURE_BREAK is none): loss is tested by churn");
+		goto out;
+	}
+	o = open_observer(a, &hear);
+	ea = election(a, name);
+	eb = election(b, name);
+	eo = o ? election(o, name) : NULL;
+	if (!ea || !eb || !eo)
+		goto out;
+	CONF_ASSERT_ST(dlock_observe(eo, on_leader, r), DLOCK_OK);
+	obs_await(r, 0, 0, "", CONF_AWAIT_MS, "nobody, at once");
+
+	/* Nobody waiting: nobody leads. */
+	dlock_test_lost lost_b = { 0 };
+	uint64_t term_b = 0;
+	if (!CONF_ASSERT_ST(dlock_test_campaign(eb, "first", 0, ELECT_BREAK_LEASE_MS, 1, &lost_b, &term_b), DLOCK_OK))
+		goto out;
+	obs_await(r, 1, term_b, "first", hear, "the first leader");
+	break_leader(o, name, &lost_b, effect);
+	obs_await(r, 0, 0, "", hear, "nobody after the break");
+	CONF_ASSERT_ST(dlock_proclaim(eb, "first again"), DLOCK_ENOTHELD);
+	CONF_ASSERT_ST(dlock_resign(eb), DLOCK_ENOTHELD);
+
+	/* A candidate waiting (the client broken before): it takes over. */
+	dlock_test_lost lost = { 0 };
+	uint64_t term_a = 0;
+	if (!CONF_ASSERT_ST(dlock_test_campaign(ea, "old", 0, ELECT_BREAK_LEASE_MS, 1, &lost, &term_a), DLOCK_OK))
+		goto out;
+	CU_ASSERT(term_a > term_b);
+	obs_await(r, 1, term_a, "old", hear, "the second leader");
+	dlock_test_candidate c;
+	uint64_t base = conf_stats(b).server_acquires;
+	dlock_test_candidate_start(&c, eb, "new", CONF_LONG_WAIT_MS);
+	dlock_test_candidate_await_blocked(&c, b, base, CONF_AWAIT_MS);
+	break_leader(o, name, &lost, effect);
+	if (CONF_ASSERT_ST(dlock_test_candidate_join(&c, CONF_LONG_WAIT_MS), DLOCK_OK)) {
 		CU_ASSERT(c.term > term_a);
-		obs_await(r, 1, c.term, "new", ELECT_OBSERVER_TTL_MS + CONF_SLACK_MS, "the next leader");
+		obs_await(r, 1, c.term, "new", hear, "the next leader");
 		CONF_ASSERT_ST(dlock_proclaim(ea, "old again"), DLOCK_ENOTHELD);
 		CONF_ASSERT_ST(dlock_resign(ea), DLOCK_ENOTHELD);
 		CONF_ASSERT_ST(dlock_check(dlock_election_lock(eb)), DLOCK_OK);
 		assert_leader(ea, c.term, "new", "elect-successor");
 		CONF_ASSERT_ST(dlock_resign(eb), DLOCK_OK);
 	}
+	CU_ASSERT_EQUAL(dlock_test_observer_went_back(&r->seen), 0);
+out:
+	dlock_election_free(eo);
+	dlock_election_free(ea);
+	dlock_election_free(eb);
+	conf_close(o);
+	conf_close(b);
+	conf_close(a);
+	obs_free(r);
+}
+
+/*
+ * Where renewal keeps a lease or heartbeat alive (DLOCK_FEATURE_EXTEND), a
+ * leader that stops renewing is told when its lease runs out, and an
+ * observer hears that nobody leads within that lease and its own (a key
+ * that expires may publish nothing: the observer's read finds it); the
+ * next leader's term is larger, and the old leader's proclaim is
+ * DLOCK_ENOTHELD.
+ */
+#define ELECT_PAUSED_LEASE_MS 800
+
+static void test_elect_lease_runs_out(void)
+{
+	dlock_client *a = conf_open(), *b = conf_open(), *o = open_with(ELECT_OBSERVER_TTL);
+	dlock_election *ea = NULL, *eb = NULL, *eo = NULL;
+	obs_rec *r = obs_new();
+	char name[128];
+	conf_name(name, sizeof name, "elect-lease");
+	if (!a || !b || elect_unsupported(o))
+		goto out;
+	int64_t renews = 0;
+	CONF_ASSERT_ST(dlock_client_feature(o, DLOCK_FEATURE_EXTEND, &renews), DLOCK_OK);
+	if (!renews) {
+		dlock_test_skip_part("nothing to renew (DLOCK_FEATURE_EXTEND is 0): a leader holds while its session lives");
+		goto out;
+	}
+	ea = election(a, name);
+	eb = election(b, name);
+	eo = election(o, name);
+	int64_t bound = ELECT_OBSERVER_TTL_MS + CONF_SLACK_MS;
+	dlock_test_lost lost = { 0 };
+	uint64_t term = 0, next = 0;
+	if (!ea || !eb || !eo || !CONF_ASSERT_ST(dlock_observe(eo, on_leader, r), DLOCK_OK))
+		goto out;
+	int64_t t0 = dlock_test_now_ms();
+	if (!CONF_ASSERT_ST(dlock_test_campaign(ea, "paused", 0, ELECT_PAUSED_LEASE_MS, 0, &lost, &term), DLOCK_OK))
+		goto out;
+	obs_await(r, 1, term, "paused", bound, "the leader");
+	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, ELECT_PAUSED_LEASE_MS + 2 * CONF_SLACK_MS));
+	printf("\n    the leader was told %lld ms after its campaign (lease %d ms)", (long long)(dlock_test_now_ms() - t0),
+	       ELECT_PAUSED_LEASE_MS);
+	obs_await(r, 0, 0, "", ELECT_PAUSED_LEASE_MS + bound, "nobody, once the lease ran out");
+	if (CONF_ASSERT_ST(dlock_test_campaign(eb, "next", CONF_LONG_WAIT_MS, 0, -1, NULL, &next), DLOCK_OK)) {
+		CU_ASSERT(next > term);
+		obs_await(r, 1, next, "next", bound, "the next leader");
+		CONF_ASSERT_ST(dlock_proclaim(ea, "paused again"), DLOCK_ENOTHELD);
+		CONF_ASSERT_ST(dlock_resign(eb), DLOCK_OK);
+	}
+	CU_ASSERT_EQUAL(atomic_load(&lost.count), 1);
 	CU_ASSERT_EQUAL(dlock_test_observer_went_back(&r->seen), 0);
 out:
 	dlock_election_free(eo);
@@ -811,7 +961,7 @@ static void *churn_candidate_run(void *arg)
 		dlock_test_lost lost = { 0 };
 		uint64_t term = 0;
 		int64_t wait = rec->deadline_ms - dlock_test_now_ms() + CONF_SLACK_MS;
-		st = campaign(e, value, wait > 0 ? wait : 0, CHURN_LEASE_MS, paused ? 0 : 1, &lost, &term);
+		st = dlock_test_campaign(e, value, wait > 0 ? wait : 0, CHURN_LEASE_MS, paused ? 0 : 1, &lost, &term);
 		int64_t start = dlock_test_now_ms();
 		unsigned seq = atomic_fetch_add(&rec->seq, 1);
 		if (st == DLOCK_ETIMEDOUT)
@@ -987,7 +1137,7 @@ static void test_elect_churn(void)
 	/* Every candidate is gone: the observer comes to nobody, then to the last leader. */
 	obs_await(r, 0, 0, "", bound, "nobody after the churn");
 	uint64_t term = 0;
-	if (CONF_ASSERT_ST(campaign(ep, "last", CONF_LONG_WAIT_MS, 0, -1, NULL, &term), DLOCK_OK)) {
+	if (CONF_ASSERT_ST(dlock_test_campaign(ep, "last", CONF_LONG_WAIT_MS, 0, -1, NULL, &term), DLOCK_OK)) {
 		CU_ASSERT(term > highest);
 		obs_await(r, 1, term, "last", bound, "the last leader");
 		CONF_ASSERT_ST(dlock_resign(ep), DLOCK_OK);
@@ -1015,11 +1165,13 @@ out:
 
 const conf_test conf_elect_tests[] = {
 	{ "elect_basics", test_elect_basics },
+	{ "elect_hostile_values", test_elect_hostile_values },
 	{ "elect_second_candidate", test_elect_second_candidate },
 	{ "elect_started_in_threads", test_elect_started_in_threads },
 	{ "elect_observer", test_elect_observer },
 	{ "elect_notification", test_elect_notification },
 	{ "elect_loss", test_elect_loss },
+	{ "elect_lease_runs_out", test_elect_lease_runs_out },
 	{ "elect_churn", test_elect_churn },
 	{ NULL, NULL },
 };

@@ -113,30 +113,44 @@ static void excl_assert_overlap(dlock_test_overlap *ov, uint64_t expected)
 #define THREAD_CLIENTS 3
 #define THREADS_PER_CLIENT 2
 
+static void assert_increasing(const uint64_t *tokens, size_t n);
+
+/*
+ * Threads of several clients of one process: never two holders, and where
+ * the backend fences, each holder's token larger than the one before it.
+ */
 static void test_exclusion_threads(void)
 {
 	enum { N = THREAD_CLIENTS * THREADS_PER_CLIENT };
 	char name[128];
 	conf_name(name, sizeof name, "excl-threads");
 	size_t per_thread = conf_scaled(EXCL_TOTAL) / N + 1;
+	size_t total = per_thread * N;
+	int fenced = conf_caps()->fencing != DLOCK_FENCING_NONE;
 	dlock_client *clients[THREAD_CLIENTS] = { NULL };
 	excl_worker workers[N];
 	dlock_test_overlap *ov = dlock_test_overlap_new();
+	uint64_t *tokens = calloc(total, sizeof *tokens);
 	memset(workers, 0, sizeof workers);
 
 	for (int c = 0; c < THREAD_CLIENTS; c++)
 		if (!(clients[c] = conf_open()))
 			goto out;
+	if (!tokens)
+		goto out;
 	for (int i = 0; i < N; i++)
 		workers[i] = (excl_worker){ .client = clients[i % THREAD_CLIENTS], .name = name,
-		                            .iterations = per_thread, .ov = ov };
+		                            .iterations = per_thread, .ov = ov, .tokens = fenced ? tokens : NULL };
 	excl_run_group(workers, N);
 	for (int i = 0; i < N; i++)
 		excl_assert_worker(&workers[i]);
-	excl_assert_overlap(ov, (uint64_t)per_thread * N);
+	excl_assert_overlap(ov, (uint64_t)total);
+	if (fenced && dlock_test_overlap_count(ov) == total)
+		assert_increasing(tokens, total);
 out:
 	for (int c = 0; c < THREAD_CLIENTS; c++)
 		conf_close(clients[c]);
+	free(tokens);
 	dlock_test_overlap_free(ov);
 }
 

@@ -213,6 +213,56 @@ static void test_lease_without_renewal(void)
 	lost_destroy(&r);
 }
 
+/*
+ * TTL: a client waiting for the name gets it when the holder's lease runs
+ * out, not before; the holder is told, its handle checks and releases as
+ * not held, and that late release leaves the new holder's lock alone.
+ */
+static void test_lease_expiry_hands_over(void)
+{
+	if (conf_caps()->lease != DLOCK_LEASE_TTL) {
+		dlock_test_skip_part("session lease: no lease runs out while the client lives");
+		return;
+	}
+	char name[128];
+	conf_name(name, sizeof name, "handover");
+	dlock_client *client = conf_open();
+	dlock_client *other = conf_open();
+	dlock_lock *lock = conf_lock(client, name);
+	dlock_lock *next = conf_lock(other, name);
+	lost_rec r;
+	lost_init(&r, 0, NULL);
+	int64_t t0 = dlock_test_now_ms();
+	if (!lock || !next || !CONF_ASSERT_ST(acquire_lease(lock, SHORT_LEASE_MS, 0, &r), DLOCK_OK))
+		goto out;
+	uint64_t token = token_of(lock);
+	CONF_ASSERT_ST(conf_acquire(next, 0), DLOCK_EBUSY);
+	if (!CONF_ASSERT_ST(conf_acquire(next, CONF_LONG_WAIT_MS), DLOCK_OK))
+		goto out;
+	int64_t waited = dlock_test_now_ms() - t0;
+	if (waited < SHORT_LEASE_MS)
+		printf("\n    the waiter got the name %lld ms after a lease of %d ms began", (long long)waited,
+		       SHORT_LEASE_MS);
+	CU_ASSERT(waited >= SHORT_LEASE_MS);
+	if (conf_caps()->fencing != DLOCK_FENCING_NONE)
+		CU_ASSERT(token_of(next) > token);
+	/* The holder is told before it releases (a release would cancel the callback). */
+	CU_ASSERT_EQUAL(lost_await(&r, CONF_AWAIT_MS), 1);
+	CONF_ASSERT_ST2(dlock_check(lock), DLOCK_ENOTHELD, DLOCK_ENOTSUP);
+	CONF_ASSERT_ST(dlock_release(lock), DLOCK_ENOTHELD);
+	/* The late release did not remove the new holder's lock. */
+	CONF_ASSERT_ST2(dlock_check(next), DLOCK_OK, DLOCK_ENOTSUP);
+	CONF_ASSERT_ST(dlock_test_probe(client, name), DLOCK_EBUSY);
+	CONF_ASSERT_ST(dlock_release(next), DLOCK_OK);
+	CU_ASSERT_EQUAL(lost_calls(&r), 1);
+out:
+	dlock_lock_free(next);
+	dlock_lock_free(lock);
+	conf_close(other);
+	conf_close(client);
+	lost_destroy(&r);
+}
+
 static void test_renewal_keeps_lock(void)
 {
 	char name[128];
@@ -249,11 +299,13 @@ static void extend_ttl(dlock_client *client, dlock_client *other, const char *na
 		CONF_ASSERT_ST(dlock_extend(lock, 10 * SHORT_LEASE_MS), DLOCK_OK);
 		dlock_test_sleep_ms(2 * SHORT_LEASE_MS); /* past the first lease */
 		CONF_ASSERT_ST(dlock_test_probe(other, name), DLOCK_EBUSY);
+		CONF_ASSERT_ST2(dlock_check(lock), DLOCK_OK, DLOCK_ENOTSUP);
 		CU_ASSERT_EQUAL(lost_calls(&r), 0);
 		CONF_ASSERT_ST(dlock_extend(lock, 0), DLOCK_OK);
 		CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
 		CU_ASSERT_EQUAL(lost_calls(&r), 0);
 		CONF_ASSERT_ST(dlock_extend(lock, 0), DLOCK_ENOTHELD);
+		CONF_ASSERT_ST(dlock_test_probe(other, name), DLOCK_OK);
 	}
 	dlock_lock_free(lock);
 	lost_destroy(&r);
@@ -320,7 +372,9 @@ static void test_lost_callback_reentry(void)
  * (Curator's testKilledSession: the second mutex of the same client gets
  * the lock).  The loss frees the name on the server and locally without
  * the application's release; that release then says ENOTHELD and makes no
- * server call.
+ * server call.  Another thread acquiring through the lost handle itself
+ * waits until the handle's owner has released it, and holds up nobody
+ * meanwhile.
  */
 static void test_lost_frees_local_waiter(void)
 {
@@ -338,12 +392,15 @@ static void test_lost_frees_local_waiter(void)
 	lost_init(&r, 0, NULL);
 	if (!other || !m1 || !m2 || !CONF_ASSERT_ST(acquire_lease(m1, 3 * SHORT_LEASE_MS, 0, &r), DLOCK_OK))
 		goto out;
-	conf_waiter w;
+	conf_waiter same, w;
+	conf_waiter_start(&same, m1, CONF_LONG_WAIT_MS, 0, NULL); /* another thread, on the held handle */
+	conf_waiter_await_blocked(&same, NULL, 0);
 	conf_waiter_start(&w, m2, CONF_LONG_WAIT_MS, 0, NULL);
 	conf_waiter_await_blocked(&w, NULL, 0); /* queued in the client, not on the server */
 	CU_ASSERT_EQUAL(lost_await(&r, 3 * SHORT_LEASE_MS + CONF_AWAIT_MS), 1);
-	/* The waiter gets the lock although m1 was never released. */
+	/* The waiter gets the lock although m1 was never released; m1's own waiter still waits. */
 	if (CONF_ASSERT_ST(conf_waiter_join(&w, CONF_AWAIT_MS), DLOCK_OK)) {
+		CU_ASSERT(!conf_waiter_done(&same));
 		CONF_ASSERT_ST(dlock_test_probe(other, name), DLOCK_EBUSY);
 		uint64_t releases = conf_stats(client).server_releases;
 		CONF_ASSERT_ST(dlock_release(m1), DLOCK_ENOTHELD);
@@ -352,9 +409,16 @@ static void test_lost_frees_local_waiter(void)
 		CONF_ASSERT_ST(dlock_test_probe(other, name), DLOCK_EBUSY); /* m2 still holds it */
 		CONF_ASSERT_ST(dlock_release(m2), DLOCK_OK);
 		CU_ASSERT_EQUAL(lost_calls(&r), 1);
-		/* m1 is an ordinary handle again. */
+		/* m1 is an ordinary handle again: its waiting thread gets it. */
+		if (CONF_ASSERT_ST(conf_waiter_join(&same, CONF_LONG_WAIT_MS), DLOCK_OK)) {
+			CONF_ASSERT_ST2(dlock_check(m1), DLOCK_OK, DLOCK_ENOTSUP);
+			CONF_ASSERT_ST(dlock_test_probe(other, name), DLOCK_EBUSY);
+			CONF_ASSERT_ST(dlock_release(m1), DLOCK_OK);
+		}
 		if (CONF_ASSERT_ST(conf_acquire(m1, 0), DLOCK_OK))
 			CONF_ASSERT_ST(dlock_release(m1), DLOCK_OK);
+	} else {
+		conf_waiter_join(&same, CONF_AWAIT_MS);
 	}
 out:
 	dlock_lock_free(m1);
@@ -394,17 +458,21 @@ static uint64_t fenced_cycle(dlock_lock *lock)
 	return token;
 }
 
-static void fencing_increases(dlock_client *a, dlock_client *b, const char *name)
+/* Tokens grow from holder to holder, and outlive every client that used the name (closes *a and *b). */
+static void fencing_increases(dlock_client **a, dlock_client **b, const char *name)
 {
 	uint64_t t[4];
-	dlock_lock *la = conf_lock(a, name);
-	dlock_lock *lb = conf_lock(b, name);
+	dlock_lock *la = conf_lock(*a, name);
+	dlock_lock *lb = conf_lock(*b, name);
 	t[0] = fenced_cycle(la);
 	t[1] = fenced_cycle(lb);
 	t[2] = fenced_cycle(la);
 	dlock_lock_free(la);
 	dlock_lock_free(lb);
-	/* A free period with no handle at all, then a client that never held it. */
+	/* A free period with no handle and no client at all, then a client that never held it. */
+	conf_close(*a);
+	conf_close(*b);
+	*a = *b = NULL;
 	dlock_client *c = conf_open();
 	dlock_lock *lc = c ? conf_lock(c, name) : NULL;
 	t[3] = fenced_cycle(lc);
@@ -488,7 +556,7 @@ static void test_fencing(void)
 		if (conf_caps()->fencing == DLOCK_FENCING_NONE)
 			fencing_none(a, name);
 		else
-			fencing_increases(a, b, name);
+			fencing_increases(&a, &b, name);
 	}
 	conf_close(b);
 	conf_close(a);
@@ -497,6 +565,7 @@ static void test_fencing(void)
 const conf_test conf_lease_tests[] = {
 	{ "capabilities", test_capabilities },
 	{ "lease_without_renewal", test_lease_without_renewal },
+	{ "lease_expiry_hands_over", test_lease_expiry_hands_over },
 	{ "renewal_keeps_lock", test_renewal_keeps_lock },
 	{ "extend", test_extend },
 	{ "lost_callback_reentry", test_lost_callback_reentry },

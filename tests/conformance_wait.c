@@ -356,6 +356,11 @@ static int cancel_until_done(void *arg)
 	return 0;
 }
 
+/*
+ * A waiting acquire that is cancelled returns DLOCK_ECANCELED promptly (a
+ * waiter that polls has its sleep cut short); neither it nor a waiter that
+ * timed out leaves anything behind that would keep another client out.
+ */
 static void test_cancel_waiting_acquire(void)
 {
 	held_fixture f;
@@ -365,7 +370,12 @@ static void test_cancel_waiting_acquire(void)
 	}
 	conf_waiter w;
 	dlock_lock *lock = start_blocked_waiter(&f, &w);
+	int64_t t0 = dlock_test_now_ms();
 	CU_ASSERT(dlock_test_await(cancel_until_done, &w, 5000));
+	int64_t took = dlock_test_now_ms() - t0;
+	if (took >= CONF_SLACK_MS)
+		printf("\n    the cancelled acquire returned after %lld ms", (long long)took);
+	CU_ASSERT(took < CONF_SLACK_MS);
 	CONF_ASSERT_ST(conf_waiter_join(&w, CONF_AWAIT_MS), DLOCK_ECANCELED);
 
 	/* A cancel affects only the acquire in progress. */
@@ -373,6 +383,8 @@ static void test_cancel_waiting_acquire(void)
 	CONF_ASSERT_ST(conf_acquire(lock, 100), DLOCK_ETIMEDOUT);
 	CONF_ASSERT_ST(dlock_release(lock), DLOCK_ENOTHELD);
 	CONF_ASSERT_ST(dlock_release(f.held), DLOCK_OK);
+	/* Neither waiter left anything: another client gets the name at once. */
+	CONF_ASSERT_ST(dlock_test_probe(f.holder, f.name), DLOCK_OK);
 	CONF_ASSERT_ST(conf_acquire(lock, 0), DLOCK_OK);
 	CONF_ASSERT_ST(dlock_release(lock), DLOCK_OK);
 	dlock_lock_free(lock);

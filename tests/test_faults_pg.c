@@ -71,8 +71,9 @@ static void test_terminated_bound(void)
 	ft_name(name, sizeof name, "terminated");
 	snprintf(params, sizeof params, "application_name=%s", app);
 	ft_uri_with(uri, sizeof uri, mode_uri, params);
-	dlock_client *a = ft_open(uri), *b = ft_open(mode_uri);
-	dlock_lock *la = ft_lock(a, name), *lb = ft_lock(b, name);
+	ft_pair p;
+	ft_pair_open(&p, uri, mode_uri, name);
+	dlock_lock *la = p.lv, *lb = p.ld;
 	PGconn *mon = monitor();
 	ft_lost lost = { 0 };
 	CU_ASSERT_EQUAL_FATAL(ft_acquire(la, 0, TERM_LEASE_MS, &lost), DLOCK_OK);
@@ -97,10 +98,7 @@ static void test_terminated_bound(void)
 	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
 	CU_ASSERT_EQUAL(atomic_load(&lost.calls), 1);
 	PQfinish(mon);
-	dlock_lock_free(la);
-	dlock_lock_free(lb);
-	dlock_client_close(a);
-	dlock_client_close(b);
+	ft_pair_close(&p);
 }
 
 /* ------------------------------------------------------------ blackholed holder */
@@ -110,48 +108,17 @@ static void test_terminated_bound(void)
 /*
  * The holder's network goes silent: its heartbeats never arrive, so the
  * server ends its idle session after the lease and frees the lock; the
- * holder must have declared the loss first, and its token is refused.
+ * holder must have declared the loss first, and its token is refused
+ * (ft_silent_begin()); afterwards the client works on.
  */
 static void test_blackholed_holder(void)
 {
-	char uri[512], name[64];
-	ft_name(name, sizeof name, "blackholed");
+	char uri[512];
 	faultproxy *px = ft_proxy_to(pg_port);
 	via(uri, sizeof uri, px, "io_timeout=300ms");
-	dlock_client *a = ft_open(uri), *b = ft_open(mode_uri);
-	dlock_lock *la = ft_lock(a, name), *lb = ft_lock(b, name);
-	ft_lost lost = { 0 };
-	ft_store store;
-	ft_store_init(&store);
-	CU_ASSERT_EQUAL_FATAL(ft_acquire(la, 0, HOLE_LEASE_MS, &lost), DLOCK_OK);
-	int64_t from_a = dlock_test_now_ms();
-	uint64_t ta = dlock_test_token(la);
-	CU_ASSERT(ft_store_write(&store, ta));
-	dlock_test_waiter w;
-	dlock_test_waiter_start(&w, lb, FT_LONG_WAIT_MS, 0);
-	faultproxy_blackhole(px, FP_BOTH);
-	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, FT_AWAIT_MS), DLOCK_OK);
-	CU_ASSERT(dlock_test_await(ft_lost_called, &lost, FT_AWAIT_MS));
-	int64_t told = atomic_load(&lost.at_ms);
-	printf("\n    holder told at +%lld ms, the server freed it for the next holder at +%lld ms (lease %d ms)",
-	       (long long)(told - from_a), (long long)(w.at_ms - from_a), HOLE_LEASE_MS);
-	CU_ASSERT(w.token > ta);
-	CU_ASSERT(ft_store_write(&store, w.token));
-	CU_ASSERT_FALSE(ft_store_write(&store, ta));
-	ft_interval iv[2] = { { "silent holder", from_a, told, ta }, { "next holder", w.at_ms, dlock_test_now_ms(), w.token } };
-	ft_assert_disjoint(iv, 2);
-	faultproxy_pass(px);
-	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_ENOTHELD);
-	CU_ASSERT_EQUAL(dlock_check(lb), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
-	CU_ASSERT_EQUAL(atomic_load(&lost.calls), 1);
-	CU_ASSERT_EQUAL(ft_acquire(la, 5000, 0, NULL), DLOCK_OK); /* the client recovers */
-	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
-	dlock_lock_free(la);
-	dlock_lock_free(lb);
-	dlock_client_close(a);
-	dlock_client_close(b);
-	ft_store_destroy(&store);
+	ft_silent s;
+	ft_silent_begin(&s, px, uri, mode_uri, "blackholed", 1, HOLE_LEASE_MS);
+	ft_silent_end(&s, FT_ANY_REASON);
 	faultproxy_stop(px);
 }
 

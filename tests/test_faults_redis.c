@@ -80,8 +80,8 @@ static long lock_keys(int port, const char *prefix)
 /*
  * The holder's network stops past its TTL (blackhole both ways, sockets
  * open): it must declare every lock lost, once, before the server lets the
- * next holder in; afterwards its release and extend say not held and leave
- * the next holder's key alone, and its token is refused by the storage.
+ * next holder in (ft_silent_begin()); afterwards its extend, check and
+ * release say not held and leave the next holder's key alone.
  */
 static void test_paused_holder(void)
 {
@@ -90,59 +90,19 @@ static void test_paused_holder(void)
 	faultproxy *px = ft_proxy_to(redis_port);
 	uri_at(uri, sizeof uri, faultproxy_port(px), prefix, "io_timeout=200ms");
 	uri_at(direct, sizeof direct, redis_port, prefix, "");
-	dlock_client *a = ft_open(uri), *b = ft_open(direct);
-	dlock_lock *la[PAUSE_LOCKS], *lb = ft_lock(b, "paused-0");
-	ft_lost lost[PAUSE_LOCKS] = { 0 };
-	ft_store store;
-	ft_store_init(&store);
-	int64_t from_a = dlock_test_now_ms();
-	for (int i = 0; i < PAUSE_LOCKS; i++) {
-		char name[32];
-		snprintf(name, sizeof name, "paused-%d", i);
-		la[i] = ft_lock(a, name);
-		CU_ASSERT_EQUAL_FATAL(ft_acquire(la[i], 0, PAUSE_LEASE_MS, &lost[i]), DLOCK_OK);
-	}
-	uint64_t ta = dlock_test_token(la[0]);
-	CU_ASSERT(ft_store_write(&store, ta));
+	ft_silent s;
+	ft_silent_begin(&s, px, uri, direct, "paused", PAUSE_LOCKS, PAUSE_LEASE_MS);
 
-	dlock_test_waiter w;
-	dlock_test_waiter_start(&w, lb, FT_LONG_WAIT_MS, 0);
-	faultproxy_blackhole(px, FP_BOTH);
-	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, FT_AWAIT_MS), DLOCK_OK);
-	for (int i = 0; i < PAUSE_LOCKS; i++)
-		CU_ASSERT(dlock_test_await(ft_lost_called, &lost[i], FT_AWAIT_MS));
-	int64_t told = atomic_load(&lost[0].at_ms);
-	printf("\n    holder told at +%lld ms, next holder in at +%lld ms (lease %d ms)", (long long)(told - from_a),
-	       (long long)(w.at_ms - from_a), PAUSE_LEASE_MS);
-	CU_ASSERT(w.token > ta);
-	CU_ASSERT(ft_store_write(&store, w.token));
-
-	/* The network comes back: the old holder learns nothing new, and harms nothing. */
-	faultproxy_pass(px);
-	owner_of(redis_port, prefix, "paused-0", before, sizeof before);
-	CU_ASSERT_EQUAL(dlock_extend(la[0], 10000), DLOCK_ENOTHELD);
-	CU_ASSERT_EQUAL(dlock_check(la[0]), DLOCK_ENOTHELD);
-	CU_ASSERT_EQUAL(dlock_release(la[0]), DLOCK_ENOTHELD);
-	owner_of(redis_port, prefix, "paused-0", after, sizeof after);
+	/* The network is back: the old holder learns nothing new, and harms nothing. */
+	const char *name = dlock_lock_name(s.first.lv);
+	owner_of(redis_port, prefix, name, before, sizeof before);
+	CU_ASSERT_EQUAL(dlock_extend(s.first.lv, 10000), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(dlock_check(s.first.lv), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(dlock_release(s.first.lv), DLOCK_ENOTHELD);
+	owner_of(redis_port, prefix, name, after, sizeof after);
 	CU_ASSERT(before[0] != '\0');
 	CU_ASSERT_STRING_EQUAL(before, after);
-	CU_ASSERT_EQUAL(dlock_check(lb), DLOCK_OK);
-	CU_ASSERT_FALSE(ft_store_write(&store, ta)); /* the stale writer is refused */
-
-	ft_interval iv[2] = { { "paused holder", from_a, told, ta }, { "next holder", w.at_ms, dlock_test_now_ms(), w.token } };
-	ft_assert_disjoint(iv, 2);
-	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
-	for (int i = 0; i < PAUSE_LOCKS; i++) {
-		if (i > 0)
-			CU_ASSERT_EQUAL(dlock_release(la[i]), DLOCK_ENOTHELD);
-		CU_ASSERT_EQUAL(atomic_load(&lost[i].calls), 1); /* once per lost lock */
-		CU_ASSERT_EQUAL(atomic_load(&lost[i].reason), DLOCK_LOST_EXPIRED);
-		dlock_lock_free(la[i]);
-	}
-	dlock_lock_free(lb);
-	dlock_client_close(a);
-	dlock_client_close(b);
-	ft_store_destroy(&store);
+	ft_silent_end(&s, DLOCK_LOST_EXPIRED);
 	faultproxy_stop(px);
 }
 
@@ -175,25 +135,22 @@ static void test_reply_blackholed(void)
 	faultproxy *px = ft_proxy_to(redis_port);
 	uri_at(uri, sizeof uri, faultproxy_port(px), prefix, "io_timeout=300ms");
 	uri_at(direct, sizeof direct, redis_port, prefix, "");
-	dlock_client *a = ft_open(uri), *b = ft_open(direct);
-	dlock_lock *la = ft_lock(a, "silent"), *lb = ft_lock(b, "silent");
+	ft_pair p;
+	ft_pair_open(&p, uri, direct, "silent");
 	faultproxy_blackhole(px, FP_DOWN);
 
 	dlock_test_waiter w;
-	dlock_test_waiter_start(&w, la, 0, 0);
+	dlock_test_waiter_start(&w, p.lv, 0, 0);
 	struct key_seen k = { redis_port, prefix, "silent" };
 	CU_ASSERT(dlock_test_await(key_exists, &k, FT_AWAIT_MS)); /* the SET went through */
 	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, FT_AWAIT_MS), DLOCK_ECONNECT);
 	CU_ASSERT_FALSE(key_exists(&k)); /* removed by its owner, not left for 30 s */
-	CU_ASSERT_EQUAL(ft_acquire(lb, 0, 0, NULL), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
+	CU_ASSERT_EQUAL(ft_acquire(p.ld, 0, 0, NULL), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(p.ld), DLOCK_OK);
 	faultproxy_pass(px);
-	CU_ASSERT_EQUAL(ft_acquire(la, 0, 0, NULL), DLOCK_OK); /* and the client works on */
-	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
-	dlock_lock_free(la);
-	dlock_lock_free(lb);
-	dlock_client_close(a);
-	dlock_client_close(b);
+	CU_ASSERT_EQUAL(ft_acquire(p.lv, 0, 0, NULL), DLOCK_OK); /* and the client works on */
+	CU_ASSERT_EQUAL(dlock_release(p.lv), DLOCK_OK);
+	ft_pair_close(&p);
 	faultproxy_stop(px);
 }
 
@@ -219,8 +176,9 @@ static void test_redlock_slow_majority(void)
 	         faultproxy_port(px[1]), faultproxy_port(px[2]), prefix);
 	snprintf(direct, sizeof direct, "redis://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?prefix=%s", redlock_ports[0],
 	         redlock_ports[1], redlock_ports[2], prefix);
-	dlock_client *a = ft_open(uri), *b = ft_open(direct);
-	dlock_lock *la = ft_lock(a, "slow"), *lb = ft_lock(b, "slow");
+	ft_pair p;
+	ft_pair_open(&p, uri, direct, "slow");
+	dlock_lock *la = p.lv, *lb = p.ld;
 	for (int i = 1; i < 3; i++)
 		faultproxy_latency(px[i], FP_BOTH, SLOW_MS);
 
@@ -228,7 +186,7 @@ static void test_redlock_slow_majority(void)
 	dlock_status st = ft_acquire(la, 1000, REDLOCK_LEASE_MS, NULL);
 	int64_t dt = dlock_test_now_ms() - t0;
 	printf("\n    slow majority: %s after %lld ms: %s", dlock_status_name(st), (long long)dt,
-	       dlock_client_errmsg(a));
+	       dlock_client_errmsg(p.via));
 	CU_ASSERT(st == DLOCK_ETIMEDOUT || st == DLOCK_EBUSY);
 	CU_ASSERT(dt < 1000 + 2 * 2 * SLOW_MS + FT_SLACK_MS);
 	for (int i = 0; i < 3; i++)
@@ -240,10 +198,7 @@ static void test_redlock_slow_majority(void)
 		faultproxy_pass(px[i]);
 	CU_ASSERT_EQUAL(ft_acquire(la, 1000, REDLOCK_LEASE_MS, NULL), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
-	dlock_lock_free(la);
-	dlock_lock_free(lb);
-	dlock_client_close(a);
-	dlock_client_close(b);
+	ft_pair_close(&p);
 	for (int i = 0; i < 3; i++)
 		faultproxy_stop(px[i]);
 }

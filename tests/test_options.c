@@ -8,6 +8,8 @@
  *   - Version 4, as a program built against that header passes it (the
  *     frozen copy of its struct below): 0 still means off for `renew` and
  *     `fencing` and no bound for the holds, -1 the URI's.
+ *   - Version 1 (before `fencing`) still works and means the URI's
+ *     fencing; a version newer than this library's is refused.
  *   - dlock_campaign() reads the options the same way.
  *
  * Every test uses mem:// namespaces of its own.  Renewals are awaited
@@ -304,6 +306,36 @@ static void test_v4_keeps_its_meaning(void)
 	close_pair(&p);
 }
 
+/*
+ * Version 1 (before `fence`) is still accepted and means the URI's
+ * fencing, whatever lies where later fields went; a version newer than
+ * this library's is refused.
+ */
+static void test_v1_and_unknown_versions(void)
+{
+	dlock_client *c = dlock_test_open("mem://t_optver?fencing=off", NULL, NULL);
+	dlock_lock *l = dlock_test_new_lock(c, "n");
+	CU_ASSERT_FATAL(l != NULL);
+	uint64_t token = 0;
+	dlock_acquire_options v1 = DLOCK_ACQUIRE_OPTIONS_INIT;
+	v1.version = 1;
+	v1.wait_ms = 0;
+	v1.fence = DLOCK_ON; /* not part of version 1: never read */
+	CU_ASSERT_EQUAL(dlock_acquire(l, &v1), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &token), DLOCK_ENOTSUP); /* the URI's fencing=off */
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+	o.wait_ms = 0;
+	o.fence = DLOCK_ON;
+	CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_lock_fencing_token(l, &token), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+	o.version = DLOCK_ACQUIRE_OPTIONS_VERSION + 1;
+	CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_EVERSION);
+	dlock_lock_free(l);
+	dlock_client_close(c);
+}
+
 /* A campaign's term is a fencing token: version 5 left out is the URI's (on), version 4's 0 is off. */
 static void test_campaign_by_version(void)
 {
@@ -333,6 +365,7 @@ static void add_suites(void)
 	CU_add_test(s, "v5: hold bounds left out are the URI's; DLOCK_HOLD_NONE is none", test_v5_hold_bounds);
 	CU_add_test(s, "v5: undefined values and version 4's -1 are refused", test_v5_bad_values);
 	CU_add_test(s, "v4: 0 is still off for renewal and fencing, none for holds", test_v4_keeps_its_meaning);
+	CU_add_test(s, "v1 still works; a newer version is refused", test_v1_and_unknown_versions);
 	CU_add_test(s, "campaign: options read by version", test_campaign_by_version);
 }
 

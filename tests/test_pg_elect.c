@@ -1,12 +1,15 @@
 /*
- * PostgreSQL: leader election in advisory mode (backends/postgres/pg_elect.c,
- * pg_watch.c) against a real server.  Terms increase; another client reads
- * the leader's value and term; an observer hears of a proclaim, a
- * resignation and a break through NOTIFY, well before its lease; a leader
- * whose session the server ends is told (DLOCK_LOST_SESSION) and the next
- * one's term is larger; the row an ended leader left is never shown as a
- * later holder's; an observer whose LISTEN session is ended reads again
- * once it is back; row mode has no elections.  Environment:
+ * PostgreSQL: what is its own about leader election in advisory mode
+ * (backends/postgres/pg_elect.c, pg_watch.c), against a real server: a
+ * leader whose session the server ends (pg_terminate_backend) is told
+ * (DLOCK_LOST_SESSION) and the next one's term is larger; the row an ended
+ * leader left is never shown as a later holder's; an observer whose LISTEN
+ * session is ended reads again once it is back; candidates of one process
+ * taking turns on a 2 s lease never overlap, and an observer with a
+ * one-minute lease ends on nobody within a second; advisory mode notifies
+ * observers, row mode has no elections.  The contract of elections
+ * (campaign, values, notification, breaking, a lease that runs out) is the
+ * conformance suite's, which runs on every postgres URI.  Environment:
  * DLOCK_TEST_PG_URI (advisory), DLOCK_TEST_PG_ROW_URI (row),
  * DLOCK_TEST_PG_BOUNCER_URI (optional).  Without DLOCK_TEST_PG_URI the
  * program says SKIPPED.
@@ -20,6 +23,7 @@
 #include <unistd.h>
 
 #include "dlock/dlock.h"
+#include "testelect.h"
 #include "testobserve.h"
 #include "testpg.h"
 #include "testsupport.h"
@@ -35,16 +39,6 @@ static dlock_election *election(dlock_client *c, const char *name)
 		printf("\n    election_new: %s: %s", dlock_status_name(st), dlock_client_errmsg(c));
 	CU_ASSERT_EQUAL_FATAL(st, DLOCK_OK);
 	return e;
-}
-
-static dlock_status campaign(dlock_election *e, const char *value, int64_t wait_ms, dlock_lost_fn fn, void *ud,
-                             uint64_t *term)
-{
-	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-	o.wait_ms = wait_ms;
-	o.on_lost = fn;
-	o.lost_userdata = ud;
-	return dlock_campaign(e, value, &o, term);
 }
 
 /* Who leads, read by `e`'s client: elected, term, value (value copied into `v`). */
@@ -70,114 +64,7 @@ static void holder_session(dlock_client *c, const char *name, char *out, size_t 
 	CU_ASSERT(out[0] != '\0');
 }
 
-/* ------------------------------------------------------------ a candidate on a thread */
-
-struct candidate {
-	dlock_election *e;
-	const char *value;
-	pthread_t thread;
-	dlock_status st;
-	uint64_t term;
-	dlock_test_lost lost;
-};
-
-static void *candidate_main(void *arg)
-{
-	struct candidate *c = arg;
-	c->st = campaign(c->e, c->value, 20000, dlock_test_on_lost, &c->lost, &c->term);
-	return NULL;
-}
-
-static void candidate_start(struct candidate *c, dlock_election *e, const char *value)
-{
-	memset(c, 0, sizeof *c);
-	c->e = e;
-	c->value = value;
-	CU_ASSERT_EQUAL_FATAL(pthread_create(&c->thread, NULL, candidate_main, c), 0);
-}
-
 /* ------------------------------------------------------------ tests */
-
-/* Campaign, read from another client, proclaim, resign; the next leader's term is larger. */
-static void test_terms(void)
-{
-	char name[128], v[DLOCK_VALUE_MAX + 1];
-	dlock_testpg_name(name, sizeof name, "pgelect", "terms");
-	dlock_client *a = dlock_testpg_open_with(""), *b = dlock_testpg_open_with("");
-	int64_t f = -2;
-	CU_ASSERT_EQUAL(dlock_client_feature(a, DLOCK_FEATURE_ELECTION, &f), DLOCK_OK);
-	CU_ASSERT_EQUAL(f, DLOCK_WAKEUP_NOTIFY);
-	dlock_election *ea = election(a, name), *eb = election(b, name);
-	uint64_t t1 = 0, t2 = 0, t = 0;
-	CU_ASSERT_EQUAL(leader(eb, &t, v, sizeof v), 0);
-	CU_ASSERT_EQUAL_FATAL(campaign(ea, "10.0.0.1:8080", 0, NULL, NULL, &t1), DLOCK_OK);
-	CU_ASSERT(t1 > 0);
-	CU_ASSERT_EQUAL(leader(eb, &t, v, sizeof v), 1);
-	CU_ASSERT_EQUAL(t, t1);
-	CU_ASSERT_STRING_EQUAL(v, "10.0.0.1:8080");
-	/* Bytes that SQL would mind travel as bytes. */
-	CU_ASSERT_EQUAL(dlock_proclaim(ea, "'); DROP TABLE dlock_leaders; -- \xc3\xa9\\x00"), DLOCK_OK);
-	CU_ASSERT_EQUAL(leader(eb, &t, v, sizeof v), 1);
-	CU_ASSERT_EQUAL(t, t1);
-	CU_ASSERT_STRING_EQUAL(v, "'); DROP TABLE dlock_leaders; -- \xc3\xa9\\x00");
-	/* A second candidate waits, and times out. */
-	CU_ASSERT_EQUAL(campaign(eb, "b", 100, NULL, NULL, &t), DLOCK_ETIMEDOUT);
-	CU_ASSERT_EQUAL(dlock_resign(ea), DLOCK_OK);
-	CU_ASSERT_EQUAL(leader(eb, &t, v, sizeof v), 0);
-	CU_ASSERT_EQUAL(dlock_proclaim(ea, "x"), DLOCK_ENOTHELD);
-	CU_ASSERT_EQUAL_FATAL(campaign(eb, "b", 0, NULL, NULL, &t2), DLOCK_OK);
-	CU_ASSERT(t2 > t1);
-	CU_ASSERT_EQUAL(leader(ea, &t, v, sizeof v), 1);
-	CU_ASSERT_EQUAL(t, t2);
-	CU_ASSERT_STRING_EQUAL(v, "b");
-	/* The longest value. */
-	char big[DLOCK_VALUE_MAX + 1];
-	memset(big, 'v', DLOCK_VALUE_MAX);
-	big[DLOCK_VALUE_MAX] = '\0';
-	CU_ASSERT_EQUAL(dlock_proclaim(eb, big), DLOCK_OK);
-	CU_ASSERT_EQUAL(leader(ea, &t, v, sizeof v), 1);
-	CU_ASSERT_STRING_EQUAL(v, big);
-	dlock_election_free(ea);
-	dlock_election_free(eb);
-	dlock_client_close(a);
-	dlock_client_close(b);
-}
-
-/* An observer with a one-minute lease hears of a proclaim, a resignation and a new leader within a second. */
-static void test_observe_notify(void)
-{
-	char name[128];
-	dlock_testpg_name(name, sizeof name, "pgelect", "notify");
-	dlock_client *a = dlock_testpg_open_with(LONG_TTL), *b = dlock_testpg_open_with(LONG_TTL);
-	dlock_client *o = dlock_testpg_open_with(LONG_TTL);
-	dlock_election *ea = election(a, name), *eb = election(b, name), *eo = election(o, name);
-	dlock_test_observer s;
-	dlock_test_observer_init(&s);
-	CU_ASSERT_EQUAL(dlock_observe(eo, dlock_test_on_leader, &s), DLOCK_OK);
-	CU_ASSERT(dlock_test_observed_nobody(&s, NOTIFY_MS));
-	uint64_t t1 = 0;
-	CU_ASSERT_EQUAL_FATAL(campaign(ea, "a-1", 0, NULL, NULL, &t1), DLOCK_OK);
-	CU_ASSERT(dlock_test_observed_after(&s, "a-1", t1 - 1, NOTIFY_MS));
-	CU_ASSERT_EQUAL(dlock_proclaim(ea, "a-2"), DLOCK_OK);
-	CU_ASSERT(dlock_test_observed_after(&s, "a-2", t1 - 1, NOTIFY_MS));
-	struct candidate cb;
-	candidate_start(&cb, eb, "b-1");
-	dlock_test_sleep_ms(100); /* usually queued by now; either order is right */
-	CU_ASSERT_EQUAL(dlock_resign(ea), DLOCK_OK);
-	pthread_join(cb.thread, NULL);
-	CU_ASSERT_EQUAL(cb.st, DLOCK_OK);
-	CU_ASSERT(cb.term > t1);
-	CU_ASSERT(dlock_test_observed_after(&s, "b-1", t1, NOTIFY_MS));
-	CU_ASSERT_EQUAL(dlock_resign(eb), DLOCK_OK);
-	CU_ASSERT(dlock_test_observed_nobody(&s, NOTIFY_MS));
-	CU_ASSERT_EQUAL(dlock_test_observer_went_back(&s), 0);
-	dlock_election_free(eo);
-	dlock_election_free(ea);
-	dlock_election_free(eb);
-	dlock_client_close(o);
-	dlock_client_close(a);
-	dlock_client_close(b);
-}
 
 /*
  * The leader's session ended by the server (pg_terminate_backend): the
@@ -196,18 +83,17 @@ static void test_terminated_leader(void)
 	dlock_test_observer_init(&s);
 	dlock_test_lost lost = { 0 };
 	uint64_t t1 = 0;
-	CU_ASSERT_EQUAL_FATAL(campaign(ea, "a", 0, dlock_test_on_lost, &lost, &t1), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_campaign(ea, "a", 0, 0, -1, &lost, &t1), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_observe(eo, dlock_test_on_leader, &s), DLOCK_OK);
 	CU_ASSERT(dlock_test_observed_after(&s, "a", t1 - 1, NOTIFY_MS));
-	struct candidate cb;
-	candidate_start(&cb, eb, "b");
+	dlock_test_candidate cb;
+	dlock_test_candidate_start(&cb, eb, "b", 20000);
 	holder_session(o, name, session, sizeof session);
 	int64_t t0 = dlock_test_now_ms();
 	CU_ASSERT_EQUAL(dlock_testpg_num(mon, "SELECT pg_terminate_backend($1::int)::int", session), 1);
 	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, 1500));
 	CU_ASSERT_EQUAL(atomic_load(&lost.reason), DLOCK_LOST_SESSION);
-	pthread_join(cb.thread, NULL);
-	CU_ASSERT_EQUAL(cb.st, DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_candidate_join(&cb, 20000), DLOCK_OK);
 	CU_ASSERT(cb.term > t1);
 	CU_ASSERT(dlock_test_observed_after(&s, "b", t1, 1500));
 	printf(" (told after %lld ms)", (long long)(dlock_test_now_ms() - t0));
@@ -231,7 +117,7 @@ static void test_stale_row(void)
 	dlock_election *ea = election(a, name), *eb = election(b, name);
 	PGconn *mon = dlock_testpg_monitor();
 	uint64_t t1 = 0, t = 0;
-	CU_ASSERT_EQUAL_FATAL(campaign(ea, "old", 0, NULL, NULL, &t1), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_campaign(ea, "old", 0, 0, -1, NULL, &t1), DLOCK_OK);
 	holder_session(b, name, session, sizeof session);
 	CU_ASSERT_EQUAL(dlock_testpg_num(mon, "SELECT pg_terminate_backend($1::int, 5000)::int", session), 1);
 	/* The row is still there, with the ended session. */
@@ -245,7 +131,7 @@ static void test_stale_row(void)
 	CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
 	/* A resignation takes its row along. */
 	uint64_t t2 = 0;
-	CU_ASSERT_EQUAL_FATAL(campaign(eb, "new", 0, NULL, NULL, &t2), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_campaign(eb, "new", 0, 0, -1, NULL, &t2), DLOCK_OK);
 	CU_ASSERT(t2 > t1);
 	holder_session(a, name, session, sizeof session);
 	CU_ASSERT_EQUAL(dlock_resign(eb), DLOCK_OK);
@@ -264,32 +150,6 @@ static void test_stale_row(void)
 	dlock_client_close(b);
 }
 
-/* dlock_break() of the leader: the leader is told, and the observer (one-minute lease) within a second. */
-static void test_break(void)
-{
-	char name[128];
-	dlock_testpg_name(name, sizeof name, "pgelect", "break");
-	dlock_client *a = dlock_testpg_open_with("ttl=3s"), *o = dlock_testpg_open_with(LONG_TTL);
-	dlock_election *ea = election(a, name), *eo = election(o, name);
-	dlock_test_observer s;
-	dlock_test_observer_init(&s);
-	dlock_test_lost lost = { 0 };
-	uint64_t t1 = 0;
-	CU_ASSERT_EQUAL_FATAL(campaign(ea, "a", 0, dlock_test_on_lost, &lost, &t1), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_observe(eo, dlock_test_on_leader, &s), DLOCK_OK);
-	CU_ASSERT(dlock_test_observed_after(&s, "a", t1 - 1, NOTIFY_MS));
-	size_t broken = 0;
-	CU_ASSERT_EQUAL(dlock_break(o, name, &broken), DLOCK_OK);
-	CU_ASSERT_EQUAL(broken, 1);
-	CU_ASSERT(dlock_test_observed_nobody(&s, NOTIFY_MS));
-	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, 3000));
-	CU_ASSERT_EQUAL(atomic_load(&lost.reason), DLOCK_LOST_SESSION);
-	dlock_election_free(eo);
-	dlock_election_free(ea);
-	dlock_client_close(o);
-	dlock_client_close(a);
-}
-
 /* The observer's LISTEN session ended: a proclaim sent meanwhile is seen once it is back, not a lease later. */
 static void test_observer_reconnects(void)
 {
@@ -303,7 +163,7 @@ static void test_observer_reconnects(void)
 	dlock_test_observer s;
 	dlock_test_observer_init(&s);
 	uint64_t t1 = 0;
-	CU_ASSERT_EQUAL_FATAL(campaign(ea, "a-1", 0, NULL, NULL, &t1), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_campaign(ea, "a-1", 0, 0, -1, NULL, &t1), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_observe(eo, dlock_test_on_leader, &s), DLOCK_OK);
 	CU_ASSERT(dlock_test_observed_after(&s, "a-1", t1 - 1, NOTIFY_MS));
 	/* Every session of the observer's client (its identity is in application_name). */
@@ -344,7 +204,7 @@ static void *churn_main(void *arg)
 	dlock_election *e = election(c, ch->name);
 	while (dlock_test_now_ms() < ch->until_ms) {
 		uint64_t term = 0;
-		if (campaign(e, "c", 500, NULL, NULL, &term) != DLOCK_OK)
+		if (dlock_test_campaign(e, "c", 500, 0, -1, NULL, &term) != DLOCK_OK)
 			continue;
 		pthread_mutex_lock(&ch->mu);
 		ch->overlap += ch->leading++ != 0;
@@ -392,26 +252,6 @@ static void test_churn(void)
 	dlock_client_close(o);
 }
 
-/* A leader that stops renewing is told when its lease runs out, and the server ends its session. */
-static void test_lease_runs_out(void)
-{
-	char name[128];
-	dlock_testpg_name(name, sizeof name, "pgelect", "lease");
-	dlock_client *a = dlock_testpg_open_with("ttl=600ms&renew=0"), *b = dlock_testpg_open_with("ttl=600ms");
-	dlock_election *ea = election(a, name), *eb = election(b, name);
-	dlock_test_lost lost = { 0 };
-	uint64_t t1 = 0, t2 = 0;
-	CU_ASSERT_EQUAL_FATAL(campaign(ea, "a", 0, dlock_test_on_lost, &lost, &t1), DLOCK_OK);
-	CU_ASSERT(dlock_test_await(dlock_test_lost_seen, &lost, 2000));
-	CU_ASSERT_EQUAL(campaign(eb, "b", 3000, NULL, NULL, &t2), DLOCK_OK);
-	CU_ASSERT(t2 > t1);
-	CU_ASSERT_EQUAL(dlock_proclaim(ea, "a-again"), DLOCK_ENOTHELD);
-	dlock_election_free(ea);
-	dlock_election_free(eb);
-	dlock_client_close(a);
-	dlock_client_close(b);
-}
-
 /* Row mode (direct and behind PgBouncer): no elections, said why. */
 static void row_refuses(const char *uri)
 {
@@ -420,7 +260,7 @@ static void row_refuses(const char *uri)
 	dlock_status st = dlock_election_new(c, "x", &e);
 	if (st == DLOCK_OK) { /* a core that offers elections to every client of the driver: the campaign says no */
 		uint64_t t;
-		CU_ASSERT_EQUAL(campaign(e, "v", 0, NULL, NULL, &t), DLOCK_ENOTSUP);
+		CU_ASSERT_EQUAL(dlock_test_campaign(e, "v", 0, 0, -1, NULL, &t), DLOCK_ENOTSUP);
 		CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(c), "mode=row"));
 		dlock_election_free(e);
 	} else {
@@ -433,23 +273,25 @@ static void row_refuses(const char *uri)
 	dlock_client_close(c);
 }
 
-static void test_row_mode(void)
+/* Advisory mode notifies observers (LISTEN/NOTIFY); row mode, direct and behind PgBouncer, has no elections. */
+static void test_modes(void)
 {
+	dlock_client *c = dlock_testpg_open_with("");
+	int64_t f = -2;
+	CU_ASSERT_EQUAL(dlock_client_feature(c, DLOCK_FEATURE_ELECTION, &f), DLOCK_OK);
+	CU_ASSERT_EQUAL(f, DLOCK_WAKEUP_NOTIFY);
+	dlock_client_close(c);
 	dlock_testpg_each_row_uri(row_refuses);
 }
 
 static void add_suites(void)
 {
 	CU_pSuite s = CU_add_suite("pg_elect", NULL, NULL);
-	CU_add_test(s, "terms", test_terms);
-	CU_add_test(s, "observe_notify", test_observe_notify);
 	CU_add_test(s, "terminated_leader", test_terminated_leader);
 	CU_add_test(s, "stale_row", test_stale_row);
-	CU_add_test(s, "break", test_break);
 	CU_add_test(s, "observer_reconnects", test_observer_reconnects);
 	CU_add_test(s, "churn", test_churn);
-	CU_add_test(s, "lease_runs_out", test_lease_runs_out);
-	CU_add_test(s, "row_mode", test_row_mode);
+	CU_add_test(s, "modes", test_modes);
 }
 
 int main(void)

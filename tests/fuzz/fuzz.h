@@ -1,5 +1,5 @@
 /*
- * Shared by the libFuzzer harnesses (tests/fuzz, backends/NAME/fuzz_*.c).  A harness checks
+ * Shared by the libFuzzer harnesses (tests/fuzz/fuzz_*.c).  A harness checks
  * properties with FUZZ_CHECK, which prints the broken property and aborts:
  * libFuzzer then saves the input as a crash artifact.  Stopping on the first
  * broken property is the point, so the macro is an abort, not a return.

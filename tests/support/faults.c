@@ -149,6 +149,93 @@ int ft_fd_count(void)
 	return n - 3; /* ".", ".." and the directory's own descriptor */
 }
 
+/* ------------------------------------------------------------ one name, two clients */
+
+void ft_pair_open(ft_pair *p, const char *via_uri, const char *direct_uri, const char *name)
+{
+	p->via = ft_open(via_uri);
+	p->direct = ft_open(direct_uri);
+	p->lv = ft_lock(p->via, name);
+	p->ld = ft_lock(p->direct, name);
+}
+
+void ft_pair_close(ft_pair *p)
+{
+	dlock_lock_free(p->lv);
+	dlock_lock_free(p->ld);
+	dlock_client_close(p->via);
+	dlock_client_close(p->direct);
+	*p = (ft_pair){ NULL, NULL, NULL, NULL };
+}
+
+/* ------------------------------------------------------------ a holder gone silent */
+
+void ft_silent_begin(ft_silent *s, faultproxy *px, const char *via_uri, const char *direct_uri, const char *tag,
+                     int nlocks, int64_t lease_ms)
+{
+	char base[64], name[80];
+	CU_ASSERT_FATAL(nlocks >= 1 && nlocks <= FT_SILENT_MAX);
+	memset(s, 0, sizeof *s);
+	s->nlocks = nlocks;
+	ft_store_init(&s->store);
+	ft_name(base, sizeof base, tag);
+	snprintf(name, sizeof name, "%s-0", base);
+	ft_pair_open(&s->first, via_uri, direct_uri, name);
+	for (int i = 1; i < nlocks; i++) {
+		snprintf(name, sizeof name, "%s-%d", base, i);
+		s->more[i - 1] = ft_lock(s->first.via, name);
+	}
+	s->from_ms = dlock_test_now_ms();
+	CU_ASSERT_EQUAL_FATAL(ft_acquire(s->first.lv, 0, lease_ms, &s->lost[0]), DLOCK_OK);
+	for (int i = 1; i < nlocks; i++)
+		CU_ASSERT_EQUAL_FATAL(ft_acquire(s->more[i - 1], 0, lease_ms, &s->lost[i]), DLOCK_OK);
+	s->token = dlock_test_token(s->first.lv);
+	CU_ASSERT(ft_store_write(&s->store, s->token));
+
+	dlock_test_waiter w;
+	dlock_test_waiter_start(&w, s->first.ld, FT_LONG_WAIT_MS, 0);
+	s->cut_ms = dlock_test_now_ms();
+	faultproxy_blackhole(px, FP_BOTH);
+	CU_ASSERT_EQUAL(dlock_test_waiter_join(&w, FT_AWAIT_MS), DLOCK_OK);
+	for (int i = 0; i < nlocks; i++)
+		CU_ASSERT(dlock_test_await(ft_lost_called, &s->lost[i], FT_AWAIT_MS));
+	s->told_ms = atomic_load(&s->lost[0].at_ms);
+	s->next_at_ms = w.at_ms;
+	s->next_token = w.token;
+	printf("\n    silent from +%lld ms: holder told at +%lld ms, next holder in at +%lld ms (after its acquire)",
+	       (long long)(s->cut_ms - s->from_ms), (long long)(s->told_ms - s->from_ms),
+	       (long long)(s->next_at_ms - s->from_ms));
+	CU_ASSERT(s->next_token > s->token);
+	CU_ASSERT(ft_store_write(&s->store, s->next_token));
+	CU_ASSERT_FALSE(ft_store_write(&s->store, s->token)); /* the stale writer is refused */
+	ft_interval iv[2] = { { "silent holder", s->from_ms, s->told_ms, s->token },
+		              { "next holder", s->next_at_ms, dlock_test_now_ms(), s->next_token } };
+	ft_assert_disjoint(iv, 2);
+	faultproxy_pass(px);
+}
+
+void ft_silent_end(ft_silent *s, int reason)
+{
+	dlock_lock *first = s->first.lv;
+	CU_ASSERT_EQUAL(dlock_check(first), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(dlock_check(s->first.ld), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_release(s->first.ld), DLOCK_OK);
+	for (int i = 0; i < s->nlocks; i++) {
+		CU_ASSERT_EQUAL(dlock_release(i ? s->more[i - 1] : first), DLOCK_ENOTHELD);
+		CU_ASSERT_EQUAL(atomic_load(&s->lost[i].calls), 1); /* once per lost lock */
+		if (reason != FT_ANY_REASON)
+			CU_ASSERT_EQUAL(atomic_load(&s->lost[i].reason), reason);
+	}
+	/* The holder's client works on, and its next token is larger still. */
+	CU_ASSERT_EQUAL(ft_acquire(first, FT_LONG_WAIT_MS, 0, NULL), DLOCK_OK);
+	CU_ASSERT(dlock_test_token(first) > s->next_token);
+	CU_ASSERT_EQUAL(dlock_release(first), DLOCK_OK);
+	for (int i = 1; i < s->nlocks; i++)
+		dlock_lock_free(s->more[i - 1]);
+	ft_pair_close(&s->first);
+	ft_store_destroy(&s->store);
+}
+
 /* ------------------------------------------------------------ the same faults on every backend */
 
 /* `uri` moved onto `px`, with `params`. */
