@@ -192,7 +192,7 @@ struct dlock_client {
 	dlock_uri *uri;
 	struct dlock_host host;
 	dlock_capabilities caps;
-	dlock_kind_caps kinds[DLOCK_KINDS]; /* per dlock_lock_kind, from the driver (kind.c) */
+	dlock_kind_caps kinds[DLOCK_KINDS]; /* per dlock_lock_kind, from the driver (feature.c) */
 	int retry_loop;            /* 1: acquisitions go through dlock_retry_loop(), else the driver's acquire() */
 	struct dlock_owner owner;  /* identity and owner record (owner.c), fixed at open */
 	dlock_log_fn log;
@@ -309,9 +309,9 @@ void dlock_hold_end_linger_locked(struct dlock_lock *l, int leave_ttl);
 /** Forget the hold of `l` (no longer held). */
 void dlock_hold_clear(struct dlock_lock *l);
 
-/* kind.c */
-/** Ask the driver what it does with each kind (or fill in "mutexes only").  Right after open(). */
-void dlock_kind_caps_load(struct dlock_client *c);
+/* feature.c */
+/** Ask the driver its facts into c->caps and c->kinds (a driver without kinds: "mutexes only").  Right after open(). */
+void dlock_facts_load(struct dlock_client *c);
 
 /* background.c */
 dlock_status dlock_background_start(struct dlock_client *c);
