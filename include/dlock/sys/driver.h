@@ -10,7 +10,8 @@
  * the waiting loop (backoff and wake-ups, for drivers that answer single
  * attempts through try_acquire()), renewal scheduling, lost-lock callbacks
  * and error text, and then calls the driver for what is particular to its
- * server.  examples/kv_driver.c is a small network driver to start from.
+ * server.  examples/kv_driver.c is a network driver of the whole contract
+ * to start from.
  *
  * Guarantees the core gives a driver:
  *   - open() is called once per client, close() once after every other
