@@ -126,7 +126,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dlock/sys/control.h"
 #include "dlock/sys/driver.h"
 
 #define FILE_SUFFIX ".lock"
@@ -699,39 +698,6 @@ static void file_close(void *backend)
 	free(c);
 }
 
-static void file_capabilities(void *backend, dlock_capabilities *caps)
-{
-	(void)backend;
-	*caps = (dlock_capabilities){
-		.backend = "file",
-		.consistency = DLOCK_CONSISTENCY_LOCAL,
-		.fencing = DLOCK_FENCING_STRICT,
-		.fencing_note = "",
-		.fair = 0,
-		.lease = DLOCK_LEASE_SESSION,
-		.wakeup = DLOCK_WAKEUP_POLL,
-		.scope = DLOCK_SCOPE_HOST,
-	};
-}
-
-/* Mutexes and read-write locks, one kind on this backend (see the top of the file). */
-static void file_kind_capabilities(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps)
-{
-	(void)backend;
-	caps->supported = kind == DLOCK_KIND_MUTEX || kind == DLOCK_KIND_RWLOCK || kind == DLOCK_KIND_SEMAPHORE;
-	caps->kind_checked = 0;
-	if (kind == DLOCK_KIND_RWLOCK) {
-		caps->policy = DLOCK_RWLOCK_NO_PREFERENCE;
-		caps->read_fencing = DLOCK_FENCING_STRICT;
-	}
-	if (kind == DLOCK_KIND_SEMAPHORE) {
-		caps->order = DLOCK_SEMAPHORE_UNORDERED;
-		caps->slots = 1;
-		caps->read_fencing = DLOCK_FENCING_STRICT;
-		caps->core_waits = 1;
-	}
-}
-
 static dlock_status file_lock_init(void *backend, void *lkp, const char *name, size_t len,
                                    dlock_error *err)
 {
@@ -1064,20 +1030,34 @@ static dlock_status file_list(void *backend, dlock_info *info, dlock_error *err)
 	return st;
 }
 
-/* The control door answers only the feature queries: what inspection sees, and no breaking (file_break_lock() says why). */
-static dlock_status file_control(void *backend, void *lkp, int op, void *arg, dlock_error *err)
+/*
+ * Every kind locks one file, so the kinds exclude each other (nothing to
+ * refuse: see the top of the file); waiters poll; what inspection sees;
+ * no breaking (file_break_lock() says why); collection (file_gc()).
+ */
+static dlock_status file_feature(void *backend, dlock_lock_kind kind, int code, dlock_fact *out)
 {
-	struct dlock_feature_query *q = arg;
 	(void)backend;
-	(void)err;
-	if (op != DLOCK_CTL_FEATURE || lkp || !q)
-		return DLOCK_ENOTSUP;
-	if (q->feature == DLOCK_FEATURE_INSPECT)
-		q->value = FILE_INSPECT;
-	else if (q->feature == DLOCK_FEATURE_BREAK)
-		q->value = DLOCK_BREAK_NONE;
-	else
-		return DLOCK_ENOTSUP;
+	switch (code) {
+	case DLOCK_FACT_BACKEND: out->text = "file"; break;
+	case DLOCK_FEATURE_CONSISTENCY: out->value = DLOCK_CONSISTENCY_LOCAL; break;
+	case DLOCK_FEATURE_FENCING:
+	case DLOCK_FEATURE_READ_FENCING:
+	case DLOCK_FEATURE_PERMIT_FENCING: out->value = DLOCK_FENCING_STRICT; break;
+	case DLOCK_FEATURE_FAIR: out->value = 0; break;
+	case DLOCK_FEATURE_LEASE: out->value = DLOCK_LEASE_SESSION; break;
+	case DLOCK_FEATURE_WAKEUP: out->value = DLOCK_WAKEUP_POLL; break;
+	case DLOCK_FEATURE_SCOPE: out->value = DLOCK_SCOPE_HOST; break;
+	case DLOCK_FEATURE_RWLOCK: out->value = DLOCK_RWLOCK_NO_PREFERENCE; break;
+	case DLOCK_FEATURE_SEMAPHORE: out->value = DLOCK_SEMAPHORE_UNORDERED; break;
+	case DLOCK_FACT_SLOTS: out->value = 1; break;
+	case DLOCK_FEATURE_KIND_CHECK: out->value = 0; break;
+	case DLOCK_FACT_CORE_WAITS: out->value = kind == DLOCK_KIND_SEMAPHORE; break;
+	case DLOCK_FEATURE_INSPECT: out->value = FILE_INSPECT; break;
+	case DLOCK_FEATURE_BREAK: out->value = DLOCK_BREAK_NONE; break;
+	case DLOCK_FEATURE_GC: out->value = 1; break;
+	default: return DLOCK_ENOTSUP;
+	}
 	return DLOCK_OK;
 }
 
@@ -1257,19 +1237,16 @@ const dlock_driver dlock_file_driver = {
 	.lock_size = sizeof(struct file_lock),
 	.open = file_open,
 	.close = file_close,
-	.capabilities = file_capabilities,
 	.knows_param = NULL,
-	.lock_init = file_lock_init,
 	.lock_fini = file_lock_fini,
-	.kind_capabilities = file_kind_capabilities,
 	.lock_init_kind = file_lock_init_kind,
 	.try_acquire = file_try_acquire,
 	.release = file_release,
 	.extend = NULL,
 	.check = file_check,
-	.control = file_control,
 	.inspect = file_inspect,
 	.list = file_list,
 	.break_lock = file_break_lock,
 	.gc = file_gc,
+	.feature = file_feature,
 };

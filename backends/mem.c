@@ -47,7 +47,7 @@
  * for a name never used.  Breaking removes every holder (DLOCK_BREAK_DELETE)
  * and tells each at once through dlock_report_lost(DLOCK_LOST_TAKEN): the
  * holder need not wait for a renewal to learn of it.  The fencing counter
- * stays.  The control door answers only those two features.
+ * stays.  Every fact of the backend is stated in mem_feature().
  *
  * Elections: a holder's value (proclaim()) is kept on its name until the
  * name changes hands; observers' watches hang off the name and are called
@@ -66,7 +66,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "dlock/sys/control.h"
 #include "dlock/sys/driver.h"
 
 #define MEM_BUCKETS_MIN 64
@@ -414,38 +413,6 @@ static void mem_close(void *backend)
 	free(c);
 }
 
-static void mem_capabilities(void *backend, dlock_capabilities *caps)
-{
-	(void)backend;
-	*caps = (dlock_capabilities){
-		.backend = "mem",
-		.consistency = DLOCK_CONSISTENCY_LOCAL,
-		.fencing = DLOCK_FENCING_STRICT,
-		.fencing_note = "",
-		.fair = 1,
-		.lease = DLOCK_LEASE_TTL,
-		.wakeup = DLOCK_WAKEUP_NOTIFY,
-		.scope = DLOCK_SCOPE_PROCESS,
-	};
-}
-
-/* Every kind, natively; the kinds are told apart (DLOCK_EKIND). */
-static void mem_kind_capabilities(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps)
-{
-	(void)backend;
-	caps->supported = 1;
-	caps->kind_checked = 1;
-	if (kind == DLOCK_KIND_RWLOCK) {
-		caps->policy = DLOCK_RWLOCK_WRITER_FIRST;
-		caps->read_fencing = DLOCK_FENCING_STRICT;
-	}
-	if (kind == DLOCK_KIND_SEMAPHORE) {
-		caps->order = DLOCK_SEMAPHORE_FIFO;
-		caps->slots = 1;
-		caps->read_fencing = DLOCK_FENCING_STRICT;
-	}
-}
-
 static dlock_status mem_lock_init_kind(void *backend, void *lkp, const char *name, size_t len,
                                        const dlock_kind_spec *spec, dlock_error *err)
 {
@@ -460,12 +427,6 @@ static dlock_status mem_lock_init_kind(void *backend, void *lkp, const char *nam
 	if (!lk->name)
 		return dlock_error_set(err, DLOCK_ENOMEM, "mem://%s: out of memory", c->ns->id);
 	return DLOCK_OK;
-}
-
-static dlock_status mem_lock_init(void *backend, void *lkp, const char *name, size_t len, dlock_error *err)
-{
-	dlock_kind_spec spec = { .kind = DLOCK_KIND_MUTEX, .permits = 1 };
-	return mem_lock_init_kind(backend, lkp, name, len, &spec, err);
 }
 
 /*
@@ -926,22 +887,29 @@ static void mem_unwatch(void *backend, void *watch)
 	free(w);
 }
 
-/* The control door answers only the features the core asks of it. */
-static dlock_status mem_control(void *backend, void *lkp, int op, void *arg, dlock_error *err)
+/* Every kind, natively, told apart (DLOCK_EKIND); FIFO waiters with wake-ups; each acquisition a token. */
+static dlock_status mem_feature(void *backend, dlock_lock_kind kind, int code, dlock_fact *out)
 {
-	struct dlock_feature_query *q = arg;
-	(void)backend;
-	(void)err;
-	if (op != DLOCK_CTL_FEATURE || lkp || !q)
-		return DLOCK_ENOTSUP;
-	if (q->feature == DLOCK_FEATURE_INSPECT)
-		q->value = MEM_INSPECT;
-	else if (q->feature == DLOCK_FEATURE_BREAK)
-		q->value = DLOCK_BREAK_DELETE;
-	else if (q->feature == DLOCK_FEATURE_GC)
-		q->value = 0;
-	else
-		return DLOCK_ENOTSUP;
+	(void)backend, (void)kind;
+	switch (code) {
+	case DLOCK_FACT_BACKEND: out->text = "mem"; break;
+	case DLOCK_FEATURE_CONSISTENCY: out->value = DLOCK_CONSISTENCY_LOCAL; break;
+	case DLOCK_FEATURE_FENCING:
+	case DLOCK_FEATURE_READ_FENCING:
+	case DLOCK_FEATURE_PERMIT_FENCING: out->value = DLOCK_FENCING_STRICT; break;
+	case DLOCK_FEATURE_FAIR: out->value = 1; break;
+	case DLOCK_FEATURE_LEASE: out->value = DLOCK_LEASE_TTL; break;
+	case DLOCK_FEATURE_WAKEUP: out->value = DLOCK_WAKEUP_NOTIFY; break;
+	case DLOCK_FEATURE_SCOPE: out->value = DLOCK_SCOPE_PROCESS; break;
+	case DLOCK_FEATURE_RWLOCK: out->value = DLOCK_RWLOCK_WRITER_FIRST; break;
+	case DLOCK_FEATURE_SEMAPHORE: out->value = DLOCK_SEMAPHORE_FIFO; break;
+	case DLOCK_FACT_SLOTS: out->value = 1; break;
+	case DLOCK_FEATURE_KIND_CHECK: out->value = 1; break;
+	case DLOCK_FEATURE_INSPECT: out->value = MEM_INSPECT; break;
+	case DLOCK_FEATURE_BREAK: out->value = DLOCK_BREAK_DELETE; break;
+	case DLOCK_FEATURE_GC: out->value = 0; break;
+	default: return DLOCK_ENOTSUP;
+	}
 	return DLOCK_OK;
 }
 
@@ -962,10 +930,7 @@ const dlock_driver dlock_mem_driver = {
 	.lock_size = sizeof(struct mem_lock),
 	.open = mem_open,
 	.close = mem_close,
-	.capabilities = mem_capabilities,
 	.knows_param = NULL,
-	.lock_init = mem_lock_init,
-	.kind_capabilities = mem_kind_capabilities,
 	.lock_init_kind = mem_lock_init_kind,
 	.lock_fini = mem_lock_fini,
 	.try_acquire = mem_try_acquire,
@@ -973,7 +938,6 @@ const dlock_driver dlock_mem_driver = {
 	.release = mem_release,
 	.extend = mem_extend,
 	.check = mem_check,
-	.control = mem_control,
 	.inspect = mem_inspect,
 	.list = mem_list,
 	.proclaim = mem_proclaim,
@@ -981,4 +945,5 @@ const dlock_driver dlock_mem_driver = {
 	.unwatch = mem_unwatch,
 	.break_lock = mem_break,
 	.gc = mem_gc,
+	.feature = mem_feature,
 };

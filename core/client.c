@@ -84,8 +84,7 @@ dlock_status dlock_client_open(dlock_client **out, const char *text, const dlock
 		c->backend = NULL;
 		goto fail;
 	}
-	c->driver->capabilities(c->backend, &c->caps);
-	dlock_kind_caps_load(c);
+	dlock_facts_load(c);
 	/* The core waits for drivers that answer single attempts, except where the server queues the
 	 * waiters itself and the driver can wait in that queue (driver.h, try_acquire). */
 	c->retry_loop = dlock_driver_try_acquire_of(c->driver) &&

@@ -198,7 +198,7 @@ struct dlock_client {
 	dlock_uri *uri;
 	struct dlock_host host;
 	dlock_capabilities caps;
-	dlock_kind_caps kinds[DLOCK_KINDS]; /* per dlock_lock_kind, from the driver (kind.c) */
+	dlock_kind_caps kinds[DLOCK_KINDS]; /* per dlock_lock_kind, from the driver (feature.c) */
 	int retry_loop;            /* 1: acquisitions go through dlock_retry_loop(), else the driver's acquire() */
 	struct dlock_owner owner;  /* identity and owner record (owner.c), fixed at open */
 	dlock_log_fn log;
@@ -334,9 +334,9 @@ int dlock_linger_begin_locked(struct dlock_lock *l);
  *  (unless `leave_ttl` and its lease ends at the bound by itself) and let the name go.  c->mu dropped inside. */
 void dlock_linger_end_locked(struct dlock_lock *l, int leave_ttl);
 
-/* kind.c */
-/** Ask the driver what it does with each kind (or fill in "mutexes only").  Right after open(). */
-void dlock_kind_caps_load(struct dlock_client *c);
+/* feature.c */
+/** Ask the driver its facts into c->caps and c->kinds (a driver without kinds: "mutexes only").  Right after open(). */
+void dlock_facts_load(struct dlock_client *c);
 
 /* background.c */
 /** Start the client's two threads; DLOCK_ENOMEM when one cannot be made (then none runs). */

@@ -85,22 +85,28 @@ static const char *missing_method(const dlock_driver *d)
 		return "open";
 	if (!d->close)
 		return "close";
-	if (!d->capabilities)
-		return "capabilities";
-	if (!d->lock_init)
-		return "lock_init";
+	if (!dlock_driver_capabilities_of(d) && !dlock_driver_feature_of(d))
+		return d->abi_version >= 7 ? "feature" : "capabilities";
+	if (!d->lock_init && !dlock_driver_lock_init_kind_of(d))
+		return d->abi_version >= 3 ? "lock_init or lock_init_kind" : "lock_init";
 	if (!d->acquire && !dlock_driver_try_acquire_of(d))
 		return d->abi_version >= 2 ? "acquire or try_acquire" : "acquire";
 	if (!d->release)
 		return "release";
-	if (!dlock_driver_kind_capabilities_of(d) != !dlock_driver_lock_init_kind_of(d))
+	if (d->abi_version < 7 && !dlock_driver_kind_capabilities_of(d) != !dlock_driver_lock_init_kind_of(d))
 		return dlock_driver_kind_capabilities_of(d) ? "lock_init_kind (it comes with kind_capabilities)"
 		                                            : "kind_capabilities (it comes with lock_init_kind)";
 	return NULL;
 }
 
 /* Slots of a version-N driver are read only when N is at least the
- * version that brought them: an older driver's struct ends before. */
+ * version that brought them: an older driver's struct ends before.  The
+ * slots that version 7 replaced by feature() are read only before it. */
+dlock_driver_capabilities_fn *dlock_driver_capabilities_of(const dlock_driver *d)
+{
+	return d && d->abi_version < 7 ? d->capabilities : NULL;
+}
+
 dlock_driver_control_fn *dlock_driver_control_of(const dlock_driver *d)
 {
 	return d && d->abi_version >= 2 ? d->control : NULL;
@@ -118,7 +124,7 @@ dlock_driver_disarm_fn *dlock_driver_disarm_of(const dlock_driver *d)
 
 dlock_driver_kind_capabilities_fn *dlock_driver_kind_capabilities_of(const dlock_driver *d)
 {
-	return d && d->abi_version >= 3 ? d->kind_capabilities : NULL;
+	return d && d->abi_version >= 3 && d->abi_version < 7 ? d->kind_capabilities : NULL;
 }
 
 dlock_driver_lock_init_kind_fn *dlock_driver_lock_init_kind_of(const dlock_driver *d)
@@ -164,6 +170,11 @@ dlock_driver_unwatch_fn *dlock_driver_unwatch_of(const dlock_driver *d)
 dlock_driver_gc_fn *dlock_driver_gc_of(const dlock_driver *d)
 {
 	return d && d->abi_version >= 6 ? d->gc : NULL;
+}
+
+dlock_driver_feature_fn *dlock_driver_feature_of(const dlock_driver *d)
+{
+	return d && d->abi_version >= 7 ? d->feature : NULL;
 }
 
 /* Register `d`, or write in why[] (size REASON_MAX) why not. */

@@ -33,10 +33,13 @@ void dlock_registry_add_builtins(const dlock_driver *const *table);
  * read it).  Every read of the slot goes through here.
  */
 dlock_driver_control_fn *dlock_driver_control_of(const dlock_driver *d);
+/** capabilities() of `d` (ABI versions 1 to 6), or NULL: from version 7 feature() answers. */
+dlock_driver_capabilities_fn *dlock_driver_capabilities_of(const dlock_driver *d);
 /** try_acquire() and disarm() of `d` (ABI version 2), or NULL: a version-1 driver has neither. */
 dlock_driver_try_acquire_fn *dlock_driver_try_acquire_of(const dlock_driver *d);
 dlock_driver_disarm_fn *dlock_driver_disarm_of(const dlock_driver *d);
-/** kind_capabilities() and lock_init_kind() of `d` (ABI version 3), or NULL: older drivers have mutexes only. */
+/** kind_capabilities() (ABI versions 3 to 6) and lock_init_kind() (from 3) of `d`, or NULL: older drivers have
+ * mutexes only. */
 dlock_driver_kind_capabilities_fn *dlock_driver_kind_capabilities_of(const dlock_driver *d);
 dlock_driver_lock_init_kind_fn *dlock_driver_lock_init_kind_of(const dlock_driver *d);
 /** extend_many() of `d` (ABI version 3, with extend()), or NULL: the core then renews one lock at a time. */
@@ -50,6 +53,8 @@ dlock_driver_proclaim_fn *dlock_driver_proclaim_of(const dlock_driver *d);
 dlock_driver_watch_fn *dlock_driver_watch_of(const dlock_driver *d);
 dlock_driver_unwatch_fn *dlock_driver_unwatch_of(const dlock_driver *d);
 dlock_driver_gc_fn *dlock_driver_gc_of(const dlock_driver *d);
+/** feature() of `d` (ABI version 7), or NULL: an older driver states its facts through the slots above. */
+dlock_driver_feature_fn *dlock_driver_feature_of(const dlock_driver *d);
 
 /** The registry's per-driver shared object (see dlock_host_shared()). */
 void *dlock_registry_shared(const dlock_driver *driver, void *(*create)(void));

@@ -78,6 +78,22 @@ static void ctl_caps(void *backend, dlock_capabilities *caps)
 	                              .scope = DLOCK_SCOPE_PROCESS };
 }
 
+/* The same facts, as a driver of ABI version 7 states them. */
+static dlock_status ctl_feature(void *backend, dlock_lock_kind kind, int code, dlock_fact *out)
+{
+	(void)backend, (void)kind;
+	switch (code) {
+	case DLOCK_FACT_BACKEND: out->text = "ctl"; return DLOCK_OK;
+	case DLOCK_FEATURE_FENCING: out->value = DLOCK_FENCING_STRICT; return DLOCK_OK;
+	case DLOCK_FEATURE_FAIR: out->value = 1; return DLOCK_OK;
+	case DLOCK_FEATURE_CONSISTENCY: /* LOCAL */
+	case DLOCK_FEATURE_LEASE:       /* TTL */
+	case DLOCK_FEATURE_WAKEUP:      /* NOTIFY */
+	case DLOCK_FEATURE_SCOPE: out->value = 0; return DLOCK_OK; /* PROCESS */
+	default: return DLOCK_ENOTSUP;
+	}
+}
+
 static int ctl_knows(const char *key)
 {
 	return strcmp(key, "knob") == 0;
@@ -191,7 +207,7 @@ static const dlock_driver ctl_driver = {
 	.lock_size = sizeof(struct ctl_lock),
 	.open = ctl_open,
 	.close = ctl_close,
-	.capabilities = ctl_caps,
+	.feature = ctl_feature,
 	.knows_param = ctl_knows,
 	.lock_init = ctl_init,
 	.acquire = ctl_acquire,
@@ -226,7 +242,7 @@ _Static_assert(sizeof(struct driver_v1) == offsetof(dlock_driver, control),
  * version, one without a required method, one with a scheme taken. */
 #define CTL_MOST_METHODS                                                       \
 	.lock_size = sizeof(struct ctl_lock), .open = ctl_open, .close = ctl_close, \
-	.capabilities = ctl_caps, .lock_init = ctl_init, .acquire = ctl_acquire
+	.feature = ctl_feature, .lock_init = ctl_init, .acquire = ctl_acquire
 
 static const dlock_driver bad_abi_driver = {
 	.abi_version = 9,
@@ -362,12 +378,77 @@ static void test_registry_versions(void)
 	/* Version 3: kind_capabilities and lock_init_kind come together or not at all. */
 	d.scheme = "ctlkinds";
 	d.abi_version = 3;
+	d.capabilities = ctl_caps;
 	d.lock_init_kind = ctl_init_kind;
 	CU_ASSERT_EQUAL(dlock_register_driver(&d), DLOCK_EINVAL);
 	d.lock_init_kind = NULL;
 	d.kind_capabilities = ctl_kind_caps;
 	CU_ASSERT_EQUAL(dlock_register_driver(&d), DLOCK_EINVAL);
 	CU_ASSERT_PTR_NULL(strstr(dlock_backends(), "ctlkinds"));
+	/* Version 7: the facts come from feature(); capabilities() does not stand in for it. */
+	d = ctl_driver;
+	d.scheme = "ctlnofeature";
+	d.feature = NULL;
+	CU_ASSERT_EQUAL(dlock_register_driver(&d), DLOCK_EINVAL);
+	d.capabilities = ctl_caps;
+	CU_ASSERT_EQUAL(dlock_register_driver(&d), DLOCK_EINVAL);
+	/* Neither lock_init nor lock_init_kind: refused in every version. */
+	d = ctl_driver;
+	d.scheme = "ctlnoinit";
+	d.lock_init = NULL;
+	CU_ASSERT_EQUAL(dlock_register_driver(&d), DLOCK_EINVAL);
+	CU_ASSERT_PTR_NULL(strstr(dlock_backends(), "ctlnofeature"));
+	CU_ASSERT_PTR_NULL(strstr(dlock_backends(), "ctlnoinit"));
+}
+
+/* Drivers with lock_init_kind and no lock_init: of version 7, and of version 3 with kind_capabilities. */
+static const dlock_driver init_kind_v7_driver = {
+	.abi_version = DLOCK_DRIVER_ABI_VERSION,
+	.scheme = "ctlinitkind",
+	.lock_size = sizeof(struct ctl_lock),
+	.open = ctl_open,
+	.close = ctl_close,
+	.feature = ctl_feature,
+	.lock_init_kind = ctl_init_kind,
+	.acquire = ctl_acquire,
+	.release = ctl_release,
+};
+
+static const dlock_driver init_kind_v3_driver = {
+	.abi_version = 3,
+	.scheme = "ctlinitkind3",
+	.lock_size = sizeof(struct ctl_lock),
+	.open = ctl_open,
+	.close = ctl_close,
+	.capabilities = ctl_caps,
+	.kind_capabilities = ctl_kind_caps,
+	.lock_init_kind = ctl_init_kind,
+	.acquire = ctl_acquire,
+	.release = ctl_release,
+};
+
+/* lock_init is optional where lock_init_kind exists: the core never calls it there. */
+static void test_lock_init_optional(void)
+{
+	static const char *uris[] = { "ctlinitkind://x", "ctlinitkind3://x" };
+	CU_ASSERT_EQUAL_FATAL(dlock_register_driver(&init_kind_v7_driver), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_register_driver(&init_kind_v3_driver), DLOCK_OK);
+	for (int i = 0; i < 2; i++) {
+		dlock_client *c = open_ctl(uris[i]);
+		dlock_capabilities caps;
+		dlock_lock *l = NULL, *rw = NULL;
+		dlock_acquire_options o = opts_lease(10000, 0, NULL);
+		CU_ASSERT_EQUAL(dlock_client_capabilities(c, &caps), DLOCK_OK);
+		CU_ASSERT_STRING_EQUAL(caps.backend, "ctl");
+		CU_ASSERT_EQUAL(caps.fencing, DLOCK_FENCING_STRICT);
+		CU_ASSERT_EQUAL(caps.fair, 1);
+		CU_ASSERT_EQUAL_FATAL(dlock_lock_new(c, "init-kind", &l), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_acquire(l, &o), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_release(l), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_rwlock_new(c, "init-kind-rw", &rw), DLOCK_ENOTSUP); /* mutexes only, either way */
+		dlock_lock_free(l);
+		dlock_client_close(c);
+	}
 }
 
 /* A version-1 driver works, and its door is closed without reading past it. */
@@ -498,7 +579,7 @@ static void test_refused_builtins(void)
 	CU_ASSERT_EQUAL(dlock_client_open(&c, "badabi://x?ttl=1s", NULL, err, sizeof err), DLOCK_ENOBACKEND);
 	CU_ASSERT_PTR_NULL(c);
 	CU_ASSERT_PTR_NOT_NULL(
-	        strstr(err, "driver 'badabi' refused at registration: ABI version 9, this library accepts 1 to 6"));
+	        strstr(err, "driver 'badabi' refused at registration: ABI version 9, this library accepts 1 to 7"));
 	CU_ASSERT_EQUAL(dlock_client_open(&c, "norelease://x", NULL, err, sizeof err), DLOCK_ENOBACKEND);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "driver 'norelease' refused at registration: "));
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "'release'"));
@@ -516,7 +597,7 @@ static void test_refused_builtins(void)
 	while (dlock_backend_refused(n, &scheme, &reason) == DLOCK_OK) {
 		if (n == 0) {
 			CU_ASSERT_STRING_EQUAL(scheme, "badabi");
-			CU_ASSERT_STRING_EQUAL(reason, "ABI version 9, this library accepts 1 to 6");
+			CU_ASSERT_STRING_EQUAL(reason, "ABI version 9, this library accepts 1 to 7");
 		} else if (n == 2) {
 			CU_ASSERT_STRING_EQUAL(scheme, "mem");
 			CU_ASSERT_PTR_NOT_NULL(strstr(reason, "'mem'"));
@@ -780,6 +861,7 @@ static void add_suites(void)
 	CU_add_test(s, "registry rules", test_registry_rules);
 	CU_add_test(s, "registry accepts versions 1 to current", test_registry_versions);
 	CU_add_test(s, "a version-1 driver works, its door is closed", test_driver_v1);
+	CU_add_test(s, "lock_init is optional beside lock_init_kind", test_lock_init_optional);
 	CU_add_test(s, "the control door reaches the driver", test_control_door);
 	CU_add_test(s, "backend parameters checked", test_params_checked);
 	CU_add_test(s, "a refused built-in driver says why", test_refused_builtins);

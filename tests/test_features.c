@@ -3,7 +3,9 @@
  * dlock_capabilities.  Its answers agree with the capabilities on every
  * backend (mem://, file:// and each server URI in DLOCK_TEST_URIS); the
  * method facts match what the calls do; unknown codes, NULL arguments and
- * a closed client fail cleanly.  The frozen struct's layout is pinned.
+ * a closed client fail cleanly.  A driver states its facts in feature()
+ * (ABI version 7, "feat7://") or, before, in capabilities() and the
+ * control door ("feat://").  The frozen struct's layout is pinned.
  */
 #include "dlock/dlock.h"
 #include "dlock/sys/control.h"
@@ -223,16 +225,90 @@ static void test_driver_answers_newer_codes(void)
 	dlock_client_close(c);
 }
 
+/* "feat7://": the same fact through feature() (ABI version 7), which also claims read-write locks, and
+ * counts the questions that reach it. */
+static int feat7_asked[2]; /* [0]: NEWER_FEATURE, [1]: a code of the contract's own */
+
+static dlock_status feat7_feature(void *backend, dlock_lock_kind kind, int code, dlock_fact *out)
+{
+	(void)backend, (void)kind;
+	if (code == NEWER_FEATURE) {
+		out->value = 8 + feat7_asked[0]++; /* asked anew each time */
+		return DLOCK_OK;
+	}
+	if (code >= DLOCK_FACT_FIRST)
+		feat7_asked[1]++;
+	if (code == DLOCK_FEATURE_FENCING)
+		out->value = DLOCK_FENCING_STRICT;
+	else if (code == DLOCK_FEATURE_RWLOCK)
+		out->value = DLOCK_RWLOCK_WRITER_FIRST; /* without lock_init_kind, the core has none */
+	else
+		return DLOCK_ENOTSUP;
+	return DLOCK_OK;
+}
+
+static const dlock_driver feat7_driver = {
+	.abi_version = 7,
+	.scheme = "feat7",
+	.open = feat_open,
+	.close = feat_close,
+	.feature = feat7_feature,
+	.lock_init = feat_init,
+	.release = feat_release,
+	.try_acquire = feat_try,
+};
+
+/* A version-7 driver: every fact from feature(), the core's defaults for what it leaves out. */
+static void test_driver_of_version_7(void)
+{
+	dlock_client *c = dlock_test_open("feat7://", NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	dlock_capabilities caps;
+	CU_ASSERT_EQUAL(dlock_client_capabilities(c, &caps), DLOCK_OK);
+	CU_ASSERT_STRING_EQUAL(caps.backend, "feat7"); /* DLOCK_FACT_BACKEND unanswered: the scheme */
+	CU_ASSERT_STRING_EQUAL(caps.fencing_note, "");
+	CU_ASSERT_EQUAL(caps.fencing, DLOCK_FENCING_STRICT);
+	CU_ASSERT_EQUAL(caps.wakeup, DLOCK_WAKEUP_NOTIFY); /* 0 */
+	int opened = feat7_asked[1];
+	CU_ASSERT(opened > 0); /* the contract's facts, asked once at open */
+	int64_t v = 0;
+	CU_ASSERT_EQUAL(dlock_client_feature(c, (dlock_feature)NEWER_FEATURE, &v), DLOCK_OK);
+	CU_ASSERT_EQUAL(v, 8);
+	CU_ASSERT_EQUAL(dlock_client_feature(c, (dlock_feature)NEWER_FEATURE, &v), DLOCK_OK);
+	CU_ASSERT_EQUAL(v, 9);
+	CU_ASSERT_EQUAL(dlock_client_feature(c, (dlock_feature)(NEWER_FEATURE + 1), &v), DLOCK_ENOTSUP);
+	CU_ASSERT_PTR_NOT_NULL(strstr(dlock_client_errmsg(c), "not known to this library or to feat7://"));
+	/* The contract's own codes are not an application's: refused without asking the driver. */
+	v = 42;
+	CU_ASSERT_EQUAL(dlock_client_feature(c, (dlock_feature)DLOCK_FACT_BACKEND, &v), DLOCK_ENOTSUP);
+	CU_ASSERT_EQUAL(dlock_client_feature(c, (dlock_feature)DLOCK_FACT_SLOTS, &v), DLOCK_ENOTSUP);
+	CU_ASSERT_EQUAL(v, 42);
+	CU_ASSERT_EQUAL(feat7_asked[1], opened);
+	/* What the core answers from the driver's methods: no door, no gc, no kinds without lock_init_kind. */
+	CU_ASSERT_EQUAL(feature(c, DLOCK_FEATURE_CONTROL), 0);
+	CU_ASSERT_EQUAL(feature(c, DLOCK_FEATURE_GC), 0);
+	CU_ASSERT_EQUAL(feature(c, DLOCK_FEATURE_RWLOCK), DLOCK_RWLOCK_NONE);
+	CU_ASSERT_EQUAL(feature(c, DLOCK_FEATURE_ELECTION), -1);
+	dlock_lock *rw = NULL;
+	CU_ASSERT_EQUAL(dlock_rwlock_new(c, "rw", &rw), DLOCK_ENOTSUP);
+	dlock_client_close(c);
+}
+
 static void add_suites(void)
 {
 	if (dlock_register_driver(&feat_driver) != DLOCK_OK) {
 		fprintf(stderr, "test_features: cannot register feat://\n");
 		exit(1);
 	}
+	if (dlock_register_driver(&feat7_driver) != DLOCK_OK) {
+		fprintf(stderr, "test_features: cannot register feat7://\n");
+		exit(1);
+	}
 	CU_pSuite s = CU_add_suite("features", NULL, NULL);
 	CU_add_test(s, "answers agree with the capabilities and the calls, on every backend", test_agrees_everywhere);
 	CU_add_test(s, "unknown codes and NULL arguments", test_bad_input);
 	CU_add_test(s, "a code newer than the core's is the driver's to answer", test_driver_answers_newer_codes);
+	CU_add_test(s, "a driver of version 7 states its facts in feature()", test_driver_of_version_7);
 }
 
 int main(void)

@@ -22,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlock/sys/control.h"
 #include "dlock/sys/postgres.h"
 #include "pg_internal.h"
 
@@ -231,24 +230,12 @@ static const char *fencing_note(const struct dlock_pg_backend *b)
 	       "fencing_durability=commit makes each token as durable as a commit";
 }
 
-static void pg_capabilities(void *backend, dlock_capabilities *caps)
-{
-	const struct dlock_pg_backend *b = backend;
-	*caps = (dlock_capabilities){
-		.backend = "postgres",
-		.consistency = DLOCK_CONSISTENCY_CP,
-		.fencing = DLOCK_FENCING_CONDITIONAL,
-		.fencing_note = fencing_note(b),
-		.fair = 1,
-		.lease = DLOCK_LEASE_SESSION,
-		.wakeup = DLOCK_WAKEUP_SERVER_QUEUE,
-		.scope = DLOCK_SCOPE_NETWORK,
-	};
-}
-
 /* ------------------------------------------------------------ locks */
 
-static dlock_status pg_lock_init(void *backend, void *lkp, const char *name, size_t len, dlock_error *err)
+/* A mutex or read-write lock: the name's key or row, each acquisition's mode decides; a semaphore:
+ * its N slot keys (pg_sem.c). */
+static dlock_status pg_lock_init_kind(void *backend, void *lkp, const char *name, size_t len,
+                                      const dlock_kind_spec *spec, dlock_error *err)
 {
 	struct dlock_pg_backend *b = backend;
 	struct dlock_pg_lock *lk = lkp;
@@ -260,54 +247,9 @@ static dlock_status pg_lock_init(void *backend, void *lkp, const char *name, siz
 	dlock_pg_sem_keys(ns, n, &lk->sem_hi, &lk->sem_base);
 	lk->row_name = ns; /* row mode's row; advisory mode writes it to dlock_names once (pg_names.c) */
 	lk->row_len = n;
-	return DLOCK_OK;
-}
-
-/*
- * Read-write locks in both modes, on the same server resource as the
- * mutex of that name (the key, the row), so the kinds exclude each other
- * and nothing needs refusing (KIND_CHECK 0).  Advisory mode is
- * WRITER_FIRST (pg_advisory.c says why); in row mode a FOR SHARE request
- * is granted beside the FOR SHARE holders even while a FOR UPDATE waits,
- * so readers that keep overlapping can starve a writer (NO_PREFERENCE).
- * Readers get no fencing token in either mode (pg_advisory.c).
- */
-static void pg_kind_capabilities(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps)
-{
-	const struct dlock_pg_backend *b = backend;
-	int row = b->mode == &dlock_pg_row_mode;
-	caps->supported = kind == DLOCK_KIND_MUTEX || kind == DLOCK_KIND_RWLOCK || kind == DLOCK_KIND_SEMAPHORE;
-	caps->kind_checked = 0;
-	if (kind == DLOCK_KIND_RWLOCK) {
-		caps->policy = row ? DLOCK_RWLOCK_NO_PREFERENCE : DLOCK_RWLOCK_WRITER_FIRST;
-		caps->read_fencing = DLOCK_FENCING_NONE;
-	}
-	/*
-	 * Semaphores: N slot keys (pg_sem.c, waiters woken by NOTIFY or a
-	 * bounded poll) or N slot rows (pg_row_sem.c, a bounded poll), in no
-	 * order; a permit has its slot and a token of the sequence.  Its holders
-	 * hold the mutex's key (row) shared, so a mutex or a writer cannot
-	 * hold beside them; a semaphore beside a mutex, a reader, or a semaphore
-	 * of another N is refused (kind_checked).
-	 */
-	if (kind == DLOCK_KIND_SEMAPHORE) {
-		caps->order = DLOCK_SEMAPHORE_UNORDERED;
-		caps->slots = 1;
-		caps->read_fencing = DLOCK_FENCING_CONDITIONAL; /* as a mutex's (fencing_note) */
-		caps->kind_checked = 1;
-	}
-}
-
-/* A mutex or read-write lock: the name's key or row, each acquisition's mode decides; a semaphore:
- * its N slot keys (pg_sem.c). */
-static dlock_status pg_lock_init_kind(void *backend, void *lkp, const char *name, size_t len,
-                                      const dlock_kind_spec *spec, dlock_error *err)
-{
-	struct dlock_pg_lock *lk = lkp;
-	dlock_status st = pg_lock_init(backend, lkp, name, len, err);
 	lk->permits = spec->kind == DLOCK_KIND_SEMAPHORE ? spec->permits : 0;
 	lk->rwlock = spec->kind == DLOCK_KIND_RWLOCK;
-	return st;
+	return DLOCK_OK;
 }
 
 static void pg_lock_fini(void *backend, void *lkp)
@@ -352,14 +294,55 @@ static dlock_status pg_check(void *backend, void *lk, dlock_error *err)
 	return ((struct dlock_pg_backend *)backend)->mode->check(backend, lk, err);
 }
 
+/*
+ * The backend's facts.  CP, fair: the server queues the waiters.
+ *
+ * Read-write locks in both modes, on the same server resource as the
+ * mutex of that name (the key, the row), so the kinds exclude each other
+ * and nothing needs refusing (KIND_CHECK 0).  Advisory mode is
+ * WRITER_FIRST (pg_advisory.c says why); in row mode a FOR SHARE request
+ * is granted beside the FOR SHARE holders even while a FOR UPDATE waits,
+ * so readers that keep overlapping can starve a writer (NO_PREFERENCE).
+ * Readers get no fencing token in either mode (pg_advisory.c).
+ *
+ * Semaphores: N slot keys (pg_sem.c, waiters woken by NOTIFY or a
+ * bounded poll) or N slot rows (pg_row_sem.c, a bounded poll), in no
+ * order; a permit has its slot and a token of the sequence.  Its holders
+ * hold the mutex's key (row) shared, so a mutex or a writer cannot
+ * hold beside them; a semaphore beside a mutex, a reader, or a semaphore
+ * of another N is refused (KIND_CHECK 1 for semaphores).
+ *
+ * What inspection, breaking, collection and elections do depends on the
+ * mode and on what the server has shown so far: dlock_pg_feature().
+ */
+static dlock_status pg_feature(void *backend, dlock_lock_kind kind, int code, dlock_fact *out)
+{
+	struct dlock_pg_backend *b = backend;
+	int row = b->mode == &dlock_pg_row_mode;
+	switch (code) {
+	case DLOCK_FACT_BACKEND: out->text = "postgres"; break;
+	case DLOCK_FEATURE_CONSISTENCY: out->value = DLOCK_CONSISTENCY_CP; break;
+	case DLOCK_FEATURE_FENCING:
+	case DLOCK_FEATURE_PERMIT_FENCING: out->value = DLOCK_FENCING_CONDITIONAL; break; /* a permit's: a mutex's */
+	case DLOCK_FACT_FENCING_NOTE: out->text = fencing_note(b); break;
+	case DLOCK_FEATURE_READ_FENCING: out->value = DLOCK_FENCING_NONE; break;
+	case DLOCK_FEATURE_FAIR: out->value = 1; break;
+	case DLOCK_FEATURE_LEASE: out->value = DLOCK_LEASE_SESSION; break;
+	case DLOCK_FEATURE_WAKEUP: out->value = DLOCK_WAKEUP_SERVER_QUEUE; break;
+	case DLOCK_FEATURE_SCOPE: out->value = DLOCK_SCOPE_NETWORK; break;
+	case DLOCK_FEATURE_RWLOCK: out->value = row ? DLOCK_RWLOCK_NO_PREFERENCE : DLOCK_RWLOCK_WRITER_FIRST; break;
+	case DLOCK_FEATURE_SEMAPHORE: out->value = DLOCK_SEMAPHORE_UNORDERED; break;
+	case DLOCK_FACT_SLOTS: out->value = 1; break;
+	case DLOCK_FEATURE_KIND_CHECK: out->value = kind == DLOCK_KIND_SEMAPHORE; break;
+	default: return dlock_pg_feature(b, code, &out->value);
+	}
+	return DLOCK_OK;
+}
+
 /* Operations of dlock/sys/postgres.h. */
 static dlock_status pg_control(void *backend, void *lkp, int op, void *arg, dlock_error *err)
 {
-	(void)err;
-	if (op == DLOCK_CTL_FEATURE && !lkp) {
-		struct dlock_feature_query *q = arg;
-		return dlock_pg_feature(backend, q->feature, &q->value);
-	}
+	(void)backend, (void)err;
 	if (op != DLOCK_PG_CTL_ADVISORY_KEY || !lkp)
 		return DLOCK_ENOTSUP;
 	*(int64_t *)arg = ((struct dlock_pg_lock *)lkp)->key;
@@ -373,16 +356,13 @@ static dlock_status pg_control(void *backend, void *lkp, int op, void *arg, dloc
 		.lock_size = sizeof(struct dlock_pg_lock),    \
 		.open = pg_open,                              \
 		.close = pg_close,                            \
-		.capabilities = pg_capabilities,              \
 		.knows_param = dlock_pg_knows_param,          \
-		.lock_init = pg_lock_init,                    \
 		.lock_fini = pg_lock_fini,                    \
 		.acquire = pg_acquire,                        \
 		.release = pg_release,                        \
 		.extend = pg_extend,                          \
 		.check = pg_check,                            \
 		.control = pg_control,                        \
-		.kind_capabilities = pg_kind_capabilities,    \
 		.lock_init_kind = pg_lock_init_kind,          \
 		.extend_many = pg_extend_many,                \
 		.inspect = dlock_pg_inspect,                  \
@@ -392,6 +372,7 @@ static dlock_status pg_control(void *backend, void *lkp, int op, void *arg, dloc
 		.watch = dlock_pg_watch,                      \
 		.unwatch = dlock_pg_unwatch,                  \
 		.gc = dlock_pg_gc,                            \
+		.feature = pg_feature,                        \
 	}
 
 const dlock_driver dlock_postgres_driver = PG_DRIVER("postgres");

@@ -412,7 +412,8 @@ void dlock_pg_listener_free(struct dlock_pg_listener *l);
 dlock_status dlock_pg_inspect(void *backend, const char *name, size_t len, dlock_info *info, dlock_error *err);
 dlock_status dlock_pg_list(void *backend, dlock_info *info, dlock_error *err);
 dlock_status dlock_pg_break(void *backend, const char *name, size_t len, size_t *broken, dlock_error *err);
-/** DLOCK_FEATURE_INSPECT and DLOCK_FEATURE_BREAK of the client; DLOCK_ENOTSUP for another feature. */
+/** DLOCK_FEATURE_INSPECT, _BREAK, _GC and _ELECTION of the client (they change as the server shows what it
+ *  allows); DLOCK_ENOTSUP for another feature. */
 dlock_status dlock_pg_feature(struct dlock_pg_backend *b, int feature, int64_t *value);
 
 /* pg_gc.c */

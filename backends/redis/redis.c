@@ -1,6 +1,6 @@
 /*
  * redis://, rediss:// and redis+unix:// — the driver objects: open and close,
- * capabilities and the keys of a lock.  Open chooses the client's two
+ * the backend's facts (redis_feature) and the keys of a lock.  Open chooses the client's two
  * modes (redis_lock.h): the transport from the scheme (redis_transport.c)
  * and the lock algorithm from the URI — several hosts: RedLock (redlock.c);
  * one server: the fair queue (redis_fair.c), unless fair=0 or replicas=N
@@ -345,26 +345,6 @@ static int rediss_cluster_knows_param(const char *key)
 	return algorithm_param(key) || dlock_redis_cluster_tls.knows_param(key);
 }
 
-static void redis_capabilities(void *backend, dlock_capabilities *caps)
-{
-	struct redis_client *c = backend;
-	*caps = (dlock_capabilities){
-		.backend = "redis",
-		.consistency = DLOCK_CONSISTENCY_AP,
-		.fencing = c->algo->fencing,
-		.fencing_note = c->algo->fencing == DLOCK_FENCING_NONE
-		                        ? ""
-		                        : "tokens come from a per-name counter kept at least at the server's clock in "
-		                          "microseconds; they go back only if that counter is lost (restart without "
-		                          "persistence, failover to a replica that missed it, eviction) and the "
-		                          "server's clock is then behind the last token",
-		.fair = c->fair,
-		.lease = DLOCK_LEASE_TTL,
-		.wakeup = c->algo->wakeup,
-		.scope = DLOCK_SCOPE_NETWORK,
-	};
-}
-
 /* ------------------------------------------------------------ locks */
 
 size_t dlock_redis_key(const struct redis_client *c, const struct redis_lock *lk, const char *suffix, const char *id,
@@ -414,28 +394,26 @@ void dlock_redis_lock_name(struct redis_lock *lk, const char *name, size_t len)
 /*
  * A handle keeps the digest of its name, not the names of its keys: each
  * command builds those it sends (dlock_redis_arg_key), so that a client
- * holding 10,000 locks keeps no key name at all.
+ * holding 10,000 locks keeps no key name at all.  The kind changes what a
+ * shared acquisition does (dlock_wait_mode), which scripts a semaphore's
+ * permits run (redis_sem.c), and that the queue is not used.
  */
-static dlock_status redis_lock_init(void *backend, void *lkp, const char *name, size_t len, dlock_error *err)
-{
-	(void)backend;
-	(void)err;
-	dlock_redis_lock_name(lkp, name, len);
-	return DLOCK_OK;
-}
-
-/* The kind changes what a shared acquisition does (dlock_wait_mode), which scripts a semaphore's permits run
- * (redis_sem.c), and that the queue is not used. */
 static dlock_status redis_lock_init_kind(void *backend, void *lkp, const char *name, size_t len,
                                          const dlock_kind_spec *spec, dlock_error *err)
 {
 	struct redis_lock *lk = lkp;
+	(void)backend;
+	(void)err;
 	lk->kind = spec->kind;
 	lk->permits_n = spec->permits;
-	return redis_lock_init(backend, lkp, name, len, err);
+	dlock_redis_lock_name(lk, name, len);
+	return DLOCK_OK;
 }
 
 /*
+ * The backend's facts: AP; the algorithm's tokens and wake-ups; what
+ * inspection sees (redis_inspect.c), deleting breaks, nothing to collect.
+ *
  * Read-write locks on one server (any transport, Sentinel, Cluster), not
  * RedLock.  A writer takes the key a mutex takes, and readers keep it
  * "shared" while they hold (redis_scripts.c), so the kinds exclude each
@@ -452,23 +430,44 @@ static dlock_status redis_lock_init_kind(void *backend, void *lkp, const char *n
  * loop, whoever tries first after a release wins (unordered); a permit has
  * a slot and a token from the name's counter (conditional, as a mutex's).
  */
-static void redis_kind_capabilities(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps)
+static dlock_status redis_feature(void *backend, dlock_lock_kind kind, int code, dlock_fact *out)
 {
 	struct redis_client *c = backend;
-	if (kind == DLOCK_KIND_MUTEX)
-		caps->supported = 1;
-	if (kind == DLOCK_KIND_MUTEX || c->algo == &dlock_redis_redlock)
-		return;
-	caps->supported = 1;
-	caps->read_fencing = c->algo->fencing;
-	caps->kind_checked = 0;
-	caps->core_waits = 1;
-	if (kind == DLOCK_KIND_RWLOCK)
-		caps->policy = DLOCK_RWLOCK_NO_PREFERENCE;
-	if (kind == DLOCK_KIND_SEMAPHORE) {
-		caps->order = DLOCK_SEMAPHORE_UNORDERED;
-		caps->slots = 1;
+	int redlock = c->algo == &dlock_redis_redlock; /* mutexes only, no token, no listing */
+	switch (code) {
+	case DLOCK_FACT_BACKEND: out->text = "redis"; break;
+	case DLOCK_FEATURE_CONSISTENCY: out->value = DLOCK_CONSISTENCY_AP; break;
+	case DLOCK_FEATURE_FENCING:
+	case DLOCK_FEATURE_READ_FENCING:
+	case DLOCK_FEATURE_PERMIT_FENCING: out->value = c->algo->fencing; break;
+	case DLOCK_FACT_FENCING_NOTE:
+		out->text = c->algo->fencing == DLOCK_FENCING_NONE
+		                    ? ""
+		                    : "tokens come from a per-name counter kept at least at the server's clock in "
+		                      "microseconds; they go back only if that counter is lost (restart without "
+		                      "persistence, failover to a replica that missed it, eviction) and the "
+		                      "server's clock is then behind the last token";
+		break;
+	case DLOCK_FEATURE_FAIR: out->value = c->fair; break;
+	case DLOCK_FEATURE_LEASE: out->value = DLOCK_LEASE_TTL; break;
+	case DLOCK_FEATURE_WAKEUP: out->value = c->algo->wakeup; break;
+	case DLOCK_FEATURE_SCOPE: out->value = DLOCK_SCOPE_NETWORK; break;
+	case DLOCK_FEATURE_RWLOCK: out->value = redlock ? DLOCK_RWLOCK_NONE : DLOCK_RWLOCK_NO_PREFERENCE; break;
+	case DLOCK_FEATURE_SEMAPHORE: out->value = redlock ? DLOCK_SEMAPHORE_NONE : DLOCK_SEMAPHORE_UNORDERED; break;
+	case DLOCK_FACT_SLOTS: out->value = 1; break;
+	case DLOCK_FEATURE_KIND_CHECK: out->value = 0; break;
+	case DLOCK_FACT_CORE_WAITS: out->value = kind != DLOCK_KIND_MUTEX; break;
+	case DLOCK_FEATURE_INSPECT: /* redis_inspect.c */
+		out->value = DLOCK_INSPECT_HELD | DLOCK_INSPECT_OWNER | DLOCK_INSPECT_LEASE |
+		             (redlock ? 0 : DLOCK_INSPECT_ACQUIRED | DLOCK_INSPECT_TOKEN | DLOCK_INSPECT_LIST) |
+		             (c->fair ? DLOCK_INSPECT_WAITERS : 0);
+		break;
+	case DLOCK_FEATURE_BREAK: out->value = DLOCK_BREAK_DELETE; break;
+	case DLOCK_FEATURE_GC: out->value = 0; break; /* every key expires (dlock_redis_gc) */
+	case DLOCK_FEATURE_ELECTION: out->value = redlock ? -1 : DLOCK_WAKEUP_NOTIFY; break; /* RedLock: no term */
+	default: return DLOCK_ENOTSUP;
 	}
+	return DLOCK_OK;
 }
 
 static dlock_status check_lease(int64_t lease_ms, dlock_error *err)
@@ -550,15 +549,13 @@ static dlock_status redis_check(void *backend, void *lk, dlock_error *err)
 #define REDIS_DRIVER(scheme_, knows_param_)                                                                     \
 	{                                                                                                      \
 		.abi_version = DLOCK_DRIVER_ABI_VERSION, .scheme = (scheme_), .lock_size = sizeof(struct redis_lock), \
-		.open = redis_open, .close = redis_close, .capabilities = redis_capabilities,                    \
-		.knows_param = (knows_param_), .lock_init = redis_lock_init,                                    \
+		.open = redis_open, .close = redis_close, .knows_param = (knows_param_),                          \
 		.acquire = redis_acquire, .try_acquire = redis_try_acquire, .disarm = redis_disarm,              \
 		.release = redis_release, .extend = redis_extend, .check = redis_check,                         \
-		.extend_many = redis_extend_many, .kind_capabilities = redis_kind_capabilities,                  \
-		.lock_init_kind = redis_lock_init_kind, .control = dlock_redis_control,                           \
+		.extend_many = redis_extend_many, .lock_init_kind = redis_lock_init_kind,                        \
 		.inspect = dlock_redis_inspect, .list = dlock_redis_list, .break_lock = dlock_redis_break,         \
 		.proclaim = dlock_redis_proclaim, .watch = dlock_redis_watch, .unwatch = dlock_redis_unwatch,    \
-		.gc = dlock_redis_gc,                                                                              \
+		.gc = dlock_redis_gc, .feature = redis_feature,                                                    \
 	}
 
 const dlock_driver dlock_redis_driver = REDIS_DRIVER("redis", redis_knows_param);

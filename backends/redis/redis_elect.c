@@ -10,7 +10,7 @@
  * the owner-only scripts still compare the first word, and an inspection
  * that does not know the field skips it.  The term is the key's token.
  * RedLock has no elections (no token): proclaim answers DLOCK_ENOTSUP
- * there, and the control door says so (DLOCK_FEATURE_ELECTION -1).
+ * there, and the backend's facts say so (DLOCK_FEATURE_ELECTION -1).
  *
  * Observers subscribe to the lock's channel (PREFIX:{D}:released) on the
  * subscriber of the server that serves the name (the client's one, or the

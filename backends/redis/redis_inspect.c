@@ -1,8 +1,8 @@
 /*
  * Redis backend: who holds a lock (inspect), the held names of the
- * client's prefix (list), taking a lock from its holders (break), and the
- * control door that says what they can do (DLOCK_FEATURE_INSPECT,
- * DLOCK_FEATURE_BREAK).
+ * client's prefix (list) and taking a lock from its holders (break); what
+ * they can do is stated with the backend's other facts (redis.c,
+ * DLOCK_FEATURE_INSPECT, DLOCK_FEATURE_BREAK).
  *
  * What the server keeps (redis_scripts.c): a mutex's or a writer's lock
  * key holds "OWNER TOKEN ACQUIRED_MS RECORD" (RECORD: the holder client's
@@ -30,8 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <dlock/sys/control.h>
 
 #include "redis_lock.h"
 
@@ -514,37 +512,4 @@ dlock_status dlock_redis_gc(void *backend, const char *prefix, size_t len, unsig
 	                       "counter (:fence) last, 100 leases (at least 7 days) after the name's last "
 	                       "acquisition, and until then it must stay so that tokens never go back",
 	                       c->label);
-}
-
-/* ------------------------------------------------------------ the control door */
-
-dlock_status dlock_redis_control(void *backend, void *lk, int op, void *arg, dlock_error *err)
-{
-	struct redis_client *c = backend;
-	struct dlock_feature_query *q = arg;
-	(void)err;
-	if (lk || op != DLOCK_CTL_FEATURE || !q)
-		return DLOCK_ENOTSUP;
-	if (q->feature == DLOCK_FEATURE_INSPECT) {
-		int64_t flags = DLOCK_INSPECT_HELD | DLOCK_INSPECT_OWNER | DLOCK_INSPECT_LEASE;
-		if (!is_redlock(c))
-			flags |= DLOCK_INSPECT_ACQUIRED | DLOCK_INSPECT_TOKEN | DLOCK_INSPECT_LIST;
-		if (c->fair)
-			flags |= DLOCK_INSPECT_WAITERS;
-		q->value = flags;
-		return DLOCK_OK;
-	}
-	if (q->feature == DLOCK_FEATURE_BREAK) {
-		q->value = DLOCK_BREAK_DELETE;
-		return DLOCK_OK;
-	}
-	if (q->feature == DLOCK_FEATURE_GC) {
-		q->value = 0;
-		return DLOCK_OK;
-	}
-	if (q->feature == DLOCK_FEATURE_ELECTION) { /* RedLock gives no token, so no term */
-		q->value = is_redlock(c) ? -1 : DLOCK_WAKEUP_NOTIFY;
-		return DLOCK_OK;
-	}
-	return DLOCK_ENOTSUP;
 }

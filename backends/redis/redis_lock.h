@@ -4,14 +4,14 @@
  * the Redis backend (never included outside backends/redis/).
  *
  * Files, from the top (each calls only those below it):
- *   redis.c            driver objects: URI, open/close, capabilities, lock keys;
+ *   redis.c            driver objects: URI, open/close, the backend's facts, lock keys;
  *                      every lock method goes through the client's mode table
  *   redis_fair.c       algorithm "fair" (fair=1): waiting in a queue kept in Redis
  *   redlock.c          algorithm "redlock": several independent instances, majority
  *   redis_lock.c       algorithm "single": one instance; also the lock values and
  *                      attempts that fair builds on
  *   redis_sem.c        a semaphore's permits: the arguments and replies of their scripts
- *   redis_inspect.c    inspection, listing and breaking of any kind, and the control door
+ *   redis_inspect.c    inspection, listing and breaking of any kind
  *   redis_elect.c      elections: a leader's value in its lock key, observers on the lock's channel
  *   redis_route.c      where a lock's commands go (the one instance, or the cluster's master
  *                      of its slot) and one command sent there, redirections followed
@@ -285,11 +285,10 @@ void dlock_redis_sem_unlist(struct redis_client *c, struct redis_lock *lk);
 
 /* ------------------------------------------------------------ redis_inspect.c: who holds a lock */
 
-/* The driver's inspect, list and break_lock methods and its control door (dlock/sys/driver.h). */
+/* The driver's inspect, list and break_lock methods (dlock/sys/driver.h). */
 dlock_status dlock_redis_inspect(void *backend, const char *name, size_t len, dlock_info *info, dlock_error *err);
 dlock_status dlock_redis_list(void *backend, dlock_info *info, dlock_error *err);
 dlock_status dlock_redis_break(void *backend, const char *name, size_t len, size_t *broken, dlock_error *err);
-dlock_status dlock_redis_control(void *backend, void *lk, int op, void *arg, dlock_error *err);
 /** dlock_gc(): nothing to collect (every key expires); DLOCK_ENOTSUP saying why (redis_inspect.c). */
 dlock_status dlock_redis_gc(void *backend, const char *prefix, size_t len, unsigned flags,
                             dlock_gc_removed_fn *removed, void *arg, size_t *count, dlock_error *err);

@@ -47,7 +47,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlock/sys/control.h"
 #include "dlock/sys/zookeeper.h"
 #include "zookeeper_internal.h"
 
@@ -125,42 +124,9 @@ static void zk_close(void *backend)
 	free(c);
 }
 
-static void zk_capabilities(void *backend, dlock_capabilities *caps)
-{
-	(void)backend;
-	*caps = (dlock_capabilities){
-		.backend = "zk",
-		.consistency = DLOCK_CONSISTENCY_CP,
-		.fencing = DLOCK_FENCING_STRICT,
-		.fencing_note = "",
-		.fair = 1,
-		.lease = DLOCK_LEASE_SESSION,
-		.wakeup = DLOCK_WAKEUP_NOTIFY,
-		.scope = DLOCK_SCOPE_NETWORK,
-	};
-}
-
 static int zk_knows_param(const char *key)
 {
 	return strcmp(key, "session_timeout") == 0;
-}
-
-/* Mutexes and read-write locks in one queue per name, semaphores beside it (see the top of the file). */
-static void zk_kind_capabilities(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps)
-{
-	(void)backend;
-	caps->supported = kind == DLOCK_KIND_MUTEX || kind == DLOCK_KIND_RWLOCK || kind == DLOCK_KIND_SEMAPHORE;
-	caps->kind_checked = 0;
-	if (kind == DLOCK_KIND_RWLOCK) {
-		caps->policy = DLOCK_RWLOCK_WRITER_FIRST;
-		caps->read_fencing = DLOCK_FENCING_NONE;
-	}
-	if (kind == DLOCK_KIND_SEMAPHORE) {
-		caps->order = DLOCK_SEMAPHORE_FIFO;
-		caps->slots = 0;
-		caps->read_fencing = DLOCK_FENCING_NONE;
-		caps->kind_checked = 1; /* refused against a mutex or read-write lock of the name */
-	}
 }
 
 static dlock_status zk_lock_init_kind(void *backend, void *lkp, const char *name, size_t len,
@@ -179,12 +145,6 @@ static dlock_status zk_lock_init_kind(void *backend, void *lkp, const char *name
 		return dlock_error_set(err, DLOCK_ENOMEM, "zk://: out of memory");
 	}
 	return DLOCK_OK;
-}
-
-static dlock_status zk_lock_init(void *backend, void *lkp, const char *name, size_t len, dlock_error *err)
-{
-	dlock_kind_spec spec = { .kind = DLOCK_KIND_MUTEX, .permits = 1 };
-	return zk_lock_init_kind(backend, lkp, name, len, &spec, err);
 }
 
 static void zk_lock_fini(void *backend, void *lkp)
@@ -225,17 +185,34 @@ static dlock_status zk_check(void *backend, void *lkp, dlock_error *err)
 	return st;
 }
 
-/* Features the core asks through the control door: what inspection sees, what breaking does. */
-static dlock_status zk_feature(struct dlock_feature_query *q)
+/*
+ * The backend's facts (see the top of the file): mutexes and read-write
+ * locks in one queue per name, so they exclude each other (no kind check);
+ * semaphores beside it, without slot or token, checked against the other
+ * kinds; what inspection sees, what breaking does, nothing to collect.
+ */
+static dlock_status zk_feature(void *backend, dlock_lock_kind kind, int code, dlock_fact *out)
 {
-	if (q->feature == DLOCK_FEATURE_INSPECT)
-		q->value = ZK_INSPECT_FLAGS;
-	else if (q->feature == DLOCK_FEATURE_BREAK)
-		q->value = DLOCK_BREAK_DELETE;
-	else if (q->feature == DLOCK_FEATURE_GC)
-		q->value = 0;
-	else
-		return DLOCK_ENOTSUP;
+	(void)backend;
+	switch (code) {
+	case DLOCK_FACT_BACKEND: out->text = "zk"; break;
+	case DLOCK_FEATURE_CONSISTENCY: out->value = DLOCK_CONSISTENCY_CP; break;
+	case DLOCK_FEATURE_FENCING: out->value = DLOCK_FENCING_STRICT; break;
+	case DLOCK_FEATURE_READ_FENCING:
+	case DLOCK_FEATURE_PERMIT_FENCING: out->value = DLOCK_FENCING_NONE; break;
+	case DLOCK_FEATURE_FAIR: out->value = 1; break;
+	case DLOCK_FEATURE_LEASE: out->value = DLOCK_LEASE_SESSION; break;
+	case DLOCK_FEATURE_WAKEUP: out->value = DLOCK_WAKEUP_NOTIFY; break;
+	case DLOCK_FEATURE_SCOPE: out->value = DLOCK_SCOPE_NETWORK; break;
+	case DLOCK_FEATURE_RWLOCK: out->value = DLOCK_RWLOCK_WRITER_FIRST; break;
+	case DLOCK_FEATURE_SEMAPHORE: out->value = DLOCK_SEMAPHORE_FIFO; break;
+	case DLOCK_FACT_SLOTS: out->value = 0; break;
+	case DLOCK_FEATURE_KIND_CHECK: out->value = kind == DLOCK_KIND_SEMAPHORE; break;
+	case DLOCK_FEATURE_INSPECT: out->value = ZK_INSPECT_FLAGS; break;
+	case DLOCK_FEATURE_BREAK: out->value = DLOCK_BREAK_DELETE; break;
+	case DLOCK_FEATURE_GC: out->value = 0; break;
+	default: return DLOCK_ENOTSUP;
+	}
 	return DLOCK_OK;
 }
 
@@ -302,14 +279,12 @@ static dlock_status zk_break(void *backend, const char *name, size_t len, size_t
 	return st;
 }
 
-/* Operations of dlock/sys/zookeeper.h, and the core's feature queries. */
+/* Operations of dlock/sys/zookeeper.h. */
 static dlock_status zk_control(void *backend, void *lkp, int op, void *arg, dlock_error *err)
 {
 	struct zk_client *c = backend;
 	dlock_status st = DLOCK_OK;
 	(void)lkp; /* the session is the client's, whichever handle asks */
-	if (op == DLOCK_CTL_FEATURE)
-		return zk_feature(arg);
 	if (op != DLOCK_ZK_CTL_SESSION_ID)
 		return DLOCK_ENOTSUP;
 	pthread_mutex_lock(&c->mu);
@@ -327,16 +302,13 @@ const dlock_driver dlock_zk_driver = {
 	.lock_size = sizeof(struct zk_lock),
 	.open = zk_open,
 	.close = zk_close,
-	.capabilities = zk_capabilities,
 	.knows_param = zk_knows_param,
-	.lock_init = zk_lock_init,
 	.lock_fini = zk_lock_fini,
 	.acquire = zk_acquire,
 	.release = zk_release,
 	.extend = NULL,
 	.check = zk_check,
 	.control = zk_control,
-	.kind_capabilities = zk_kind_capabilities,
 	.lock_init_kind = zk_lock_init_kind,
 	.inspect = zk_inspect,
 	.list = zk_list,
@@ -345,4 +317,5 @@ const dlock_driver dlock_zk_driver = {
 	.proclaim = zk_proclaim,
 	.watch = zk_watch,
 	.unwatch = zk_unwatch,
+	.feature = zk_feature,
 };

@@ -1,6 +1,6 @@
 /*
  * libFuzzer harness for the keys of a Redis lock (backends/redis/redis.c:
- * the driver's lock_init, then the names a command builds from the handle,
+ * the driver's lock_init_kind, then the names a command builds from the handle,
  * which need only the prefix of the client state).
  *
  * Input: PREFIX NUL NAME (without a NUL, the whole input is the name and
@@ -71,7 +71,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct redis_lock lk;
 	memset(&lk, 0, sizeof lk);
 	dlock_error err = { "" };
-	FUZZ_CHECK(dlock_redis_driver.lock_init(&c, &lk, name, len, &err) == DLOCK_OK);
+	dlock_kind_spec mutex = { DLOCK_KIND_MUTEX, 1 };
+	FUZZ_CHECK(dlock_redis_driver.lock_init_kind(&c, &lk, name, len, &mutex, &err) == DLOCK_OK);
 
 	unsigned char sum[32];
 	char digest[REDIS_DIGEST_HEX + 1];

@@ -14,7 +14,6 @@
  *
  * Acquiring is refused (DLOCK_ENOTSUP): no lock is ever held.  No state.
  */
-#include "dlock/sys/control.h"
 #include "dlock/sys/driver.h"
 
 #include <string.h>
@@ -50,16 +49,26 @@ static void show_close(void *backend)
 	(void)backend;
 }
 
-static void show_capabilities(void *backend, dlock_capabilities *caps)
+/* Local, no token, polled; inspection sees everything, breaking ends sessions. */
+static dlock_status show_feature(void *backend, dlock_lock_kind kind, int code, dlock_fact *out)
 {
 	(void)backend;
-	caps->backend = "show";
-	caps->consistency = DLOCK_CONSISTENCY_LOCAL;
-	caps->fencing = DLOCK_FENCING_NONE;
-	caps->fencing_note = "";
-	caps->lease = DLOCK_LEASE_SESSION;
-	caps->wakeup = DLOCK_WAKEUP_POLL;
-	caps->scope = DLOCK_SCOPE_PROCESS;
+	(void)kind;
+	switch (code) {
+	case DLOCK_FACT_BACKEND: out->text = "show"; return DLOCK_OK;
+	case DLOCK_FEATURE_CONSISTENCY: out->value = DLOCK_CONSISTENCY_LOCAL; return DLOCK_OK;
+	case DLOCK_FEATURE_FENCING: out->value = DLOCK_FENCING_NONE; return DLOCK_OK;
+	case DLOCK_FEATURE_LEASE: out->value = DLOCK_LEASE_SESSION; return DLOCK_OK;
+	case DLOCK_FEATURE_WAKEUP: out->value = DLOCK_WAKEUP_POLL; return DLOCK_OK;
+	case DLOCK_FEATURE_SCOPE: out->value = DLOCK_SCOPE_PROCESS; return DLOCK_OK;
+	case DLOCK_FEATURE_INSPECT:
+		out->value = DLOCK_INSPECT_HELD | DLOCK_INSPECT_OWNER | DLOCK_INSPECT_ACQUIRED | DLOCK_INSPECT_LEASE |
+		             DLOCK_INSPECT_TOKEN | DLOCK_INSPECT_WAITERS | DLOCK_INSPECT_LIST | DLOCK_INSPECT_NAMES |
+		             DLOCK_INSPECT_SESSION;
+		return DLOCK_OK;
+	case DLOCK_FEATURE_BREAK: out->value = DLOCK_BREAK_SESSION; return DLOCK_OK;
+	default: return DLOCK_ENOTSUP;
+	}
 }
 
 static int show_knows_param(const char *key)
@@ -94,29 +103,6 @@ static dlock_status show_release(void *backend, void *lk, dlock_error *err)
 	(void)backend;
 	(void)lk;
 	return dlock_error_set(err, DLOCK_ENOTHELD, "show:// holds no lock");
-}
-
-static dlock_status show_control(void *backend, void *lk, int op, void *arg, dlock_error *err)
-{
-	struct dlock_feature_query *q = arg;
-
-	(void)backend;
-	(void)lk;
-	(void)err;
-	if (op != DLOCK_CTL_FEATURE)
-		return DLOCK_ENOTSUP;
-	switch (q->feature) {
-	case DLOCK_FEATURE_INSPECT:
-		q->value = DLOCK_INSPECT_HELD | DLOCK_INSPECT_OWNER | DLOCK_INSPECT_ACQUIRED | DLOCK_INSPECT_LEASE |
-		           DLOCK_INSPECT_TOKEN | DLOCK_INSPECT_WAITERS | DLOCK_INSPECT_LIST | DLOCK_INSPECT_NAMES |
-		           DLOCK_INSPECT_SESSION;
-		return DLOCK_OK;
-	case DLOCK_FEATURE_BREAK:
-		q->value = DLOCK_BREAK_SESSION;
-		return DLOCK_OK;
-	default:
-		return DLOCK_ENOTSUP;
-	}
 }
 
 /* NAME held by a reader known to the last byte and one known only by its owner record. */
@@ -184,11 +170,10 @@ static const dlock_driver show_driver = {
 	.lock_size = 1,
 	.open = show_open,
 	.close = show_close,
-	.capabilities = show_capabilities,
+	.feature = show_feature,
 	.knows_param = show_knows_param,
 	.lock_init = show_lock_init,
 	.release = show_release,
-	.control = show_control,
 	.try_acquire = show_try_acquire,
 	.inspect = show_inspect,
 	.list = show_list,

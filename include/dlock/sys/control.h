@@ -30,12 +30,14 @@
 #define DLOCK_CTL_ERRMSG_RECORDS 0x0101
 
 /**
- * Sent by the core to a driver's control() (never answered by the core
- * itself when an application sends it), for a dlock_client_feature() code
- * the core cannot answer from the frozen dlock_capabilities or the
- * driver's methods: features added after a driver was written reach it
- * here.  `arg` is a struct dlock_feature_query *; the driver sets `value`
- * and returns DLOCK_OK, or DLOCK_ENOTSUP for a code it does not know.
+ * Sent by the core to the control() of a driver of ABI version 2 to 6
+ * (never answered by the core itself when an application sends it), for a
+ * dlock_client_feature() code the core cannot answer from the frozen
+ * dlock_capabilities or the driver's methods: features added after a
+ * driver was written reach it here.  `arg` is a struct
+ * dlock_feature_query *; the driver sets `value` and returns DLOCK_OK, or
+ * DLOCK_ENOTSUP for a code it does not know.  From ABI version 7 the
+ * driver's feature() answers instead (dlock/sys/driver.h).
  */
 #define DLOCK_CTL_FEATURE 0x0102
 

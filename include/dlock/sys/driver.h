@@ -10,7 +10,8 @@
  * the waiting loop (backoff and wake-ups, for drivers that answer single
  * attempts through try_acquire()), renewal scheduling, lost-lock callbacks
  * and error text, and then calls the driver for what is particular to its
- * server.  examples/kv_driver.c is a small network driver to start from.
+ * server.  examples/kv_driver.c is a network driver of the whole contract
+ * to start from.
  *
  * Guarantees the core gives a driver:
  *   - open() is called once per client, close() once after every other
@@ -47,9 +48,10 @@
  *     their content is untrusted (escape or hash it, pass it as a parameter).
  *   - Kinds (ABI version 3): a handle made by dlock_rwlock_new() or
  *     dlock_semaphore_new() reaches the driver through lock_init_kind() only, and
- *     only when kind_capabilities() said the kind is supported; a driver
- *     without these slots has mutexes only, and the core answers
- *     DLOCK_ENOTSUP for every other kind.  For a driver that has them, the
+ *     only when the driver said the kind is supported (feature(), or
+ *     kind_capabilities() before version 7); a driver without
+ *     lock_init_kind() has mutexes only, and the core answers
+ *     DLOCK_ENOTSUP for every other kind.  For a driver that has it, the
  *     core calls lock_init_kind() for every handle, mutexes included (so
  *     the driver knows each handle's kind), and never lock_init().  The
  *     mode of an acquisition is read with dlock_wait_mode(); it is
@@ -82,6 +84,12 @@
  *   - version 5: proclaim, watch and unwatch (leader election: a leader's
  *     value beside its lock, and observers woken by the server).
  *   - version 6: gc (removing what unused names left on the server).
+ *   - version 7: feature, the one place where a driver states its facts
+ *     (one code for one kind): it replaces capabilities, kind_capabilities
+ *     and the DLOCK_CTL_FEATURE code of the control door, which the core
+ *     no longer reads from a driver of version 7 (leave them NULL); and
+ *     lock_init is needed only by a driver without lock_init_kind (from
+ *     any version).
  * Registration accepts every version from 1 through DLOCK_DRIVER_ABI_VERSION
  * (DLOCK_EVERSION otherwise: a driver built for a newer library), and the
  * core never reads a slot past the version a driver declares, so a driver
@@ -107,7 +115,7 @@ extern "C" {
 #endif
 
 /** Version of struct dlock_driver; raised with each appended block of methods. */
-#define DLOCK_DRIVER_ABI_VERSION 6
+#define DLOCK_DRIVER_ABI_VERSION 7
 
 /* ------------------------------------------------------------ error text */
 
@@ -395,8 +403,8 @@ typedef struct dlock_acquired {
 	int64_t sent_ns;     /**< drivers with extend(): monotonic time from which the lease runs (when the
 	                          winning request was sent, at the latest when the server granted it); 0: the
 	                          time acquire() was called */
-	uint32_t slot;       /**< semaphores, where dlock_kind_caps::slots: the permit's slot, 0..N-1, held by
-	                          no other live permit of the name (ABI version 3; the core zeroes it first) */
+	uint32_t slot;       /**< semaphores, where the driver says DLOCK_FACT_SLOTS: the permit's slot, 0..N-1,
+	                          held by no other live permit of the name (ABI version 3; the core zeroes it first) */
 } dlock_acquired;
 
 /**
@@ -410,9 +418,10 @@ typedef struct dlock_kind_spec {
 } dlock_kind_spec;
 
 /**
- * What a backend does with one kind of lock (ABI version 3), filled by
- * kind_capabilities().  The core zeroes it first, so a field a driver does
- * not know stays 0; fields are only appended.
+ * What a backend does with one kind of lock, filled by kind_capabilities()
+ * (ABI versions 3 to 6; from version 7 feature() answers each field's
+ * code).  The core zeroes it first, so a field a driver does not know
+ * stays 0; fields are only appended.
  */
 typedef struct dlock_kind_caps {
 	int supported;              /**< 1: lock_init_kind() accepts this kind */
@@ -467,7 +476,8 @@ typedef void dlock_driver_close_fn(void *backend);
 /**
  * Fill *caps with what the backend promises for this client (the URI may
  * change it: RedLock is AP, fair=1 queues).  Strings static.  Called once,
- * right after open(); the core keeps the answer.  MUST.
+ * right after open(); the core keeps the answer.  MUST in versions 1 to 6;
+ * from version 7 feature() answers these facts and the slot is not read.
  */
 typedef void dlock_driver_capabilities_fn(void *backend, dlock_capabilities *caps);
 
@@ -484,7 +494,8 @@ typedef int dlock_driver_knows_param_fn(const char *key);
  * it into a command, script or path).  May allocate (freed in lock_fini())
  * but should not talk to the server.  DLOCK_OK, DLOCK_ENOMEM, or
  * DLOCK_EINVAL for a name the backend cannot map.  Threads: the thread of
- * dlock_lock_new().  MUST.
+ * dlock_lock_new().  MUST, unless the driver has lock_init_kind(), which
+ * the core then calls instead for every handle.
  */
 typedef dlock_status dlock_driver_lock_init_fn(void *backend, void *lk, const char *name, size_t len,
                                                dlock_error *err);
@@ -607,9 +618,8 @@ typedef struct dlock_retry {
  * Which method the core calls: acquire() when the driver has no
  * try_acquire(), or when it has both and the client's capabilities say
  * DLOCK_WAKEUP_SERVER_QUEUE (the server queues the waiters itself, as a
- * fair queue does), unless the handle's kind says core_waits
- * (dlock_kind_caps: a queue that serves mutexes only); try_acquire()
- * otherwise.
+ * fair queue does), unless the handle's kind says DLOCK_FACT_CORE_WAITS
+ * (a queue that serves mutexes only); try_acquire() otherwise.
  */
 typedef dlock_status dlock_driver_try_acquire_fn(void *backend, void *lk, int64_t lease_ms, dlock_wait *w,
                                                  dlock_retry *retry, dlock_acquired *out, dlock_error *err);
@@ -642,20 +652,21 @@ typedef void dlock_driver_disarm_fn(void *backend, void *lk, dlock_wait *w);
 typedef dlock_status dlock_driver_control_fn(void *backend, void *lk, int op, void *arg, dlock_error *err);
 
 /**
- * Fill *caps for `kind` (ABI version 3; MAY, and needed with
- * lock_init_kind()).  Called right after open() once per kind the core
- * knows, DLOCK_KIND_MUTEX included; the core keeps the answers.  A kind
- * the driver does not know is left unsupported (all zero).  Strings, if
- * any are added later, static.
+ * Fill *caps for `kind` (ABI versions 3 to 6; MAY, and needed with
+ * lock_init_kind(); from version 7 feature() answers and the slot is not
+ * read).  Called right after open() once per kind the core knows,
+ * DLOCK_KIND_MUTEX included; the core keeps the answers.  A kind the
+ * driver does not know is left unsupported (all zero).
  */
 typedef void dlock_driver_kind_capabilities_fn(void *backend, dlock_lock_kind kind, dlock_kind_caps *caps);
 
 /**
  * Prepare `lk` for the lock `name` of the kind in `spec`, as lock_init()
- * does for a mutex (ABI version 3; MAY, needed with kind_capabilities()).
- * Called for every handle of a driver that has it, mutexes included, and
- * only for kinds that kind_capabilities() said are supported.  Same rules
- * and statuses as lock_init().  Threads: the thread that makes the handle.
+ * does for a mutex (ABI version 3; MAY: without it a driver has mutexes
+ * only; in versions 3 to 6 it comes with kind_capabilities()).  Called
+ * for every handle of a driver that has it, mutexes included, and only
+ * for kinds the driver said it supports.  Same rules and statuses as
+ * lock_init().  Threads: the thread that makes the handle.
  */
 typedef dlock_status dlock_driver_lock_init_kind_fn(void *backend, void *lk, const char *name, size_t len,
                                                     const dlock_kind_spec *spec, dlock_error *err);
@@ -666,8 +677,9 @@ typedef dlock_status dlock_driver_lock_init_kind_fn(void *backend, void *lk, con
  * dlock_info_holder() on `info` (ABI version 4; MAY: without it
  * dlock_inspect() answers DLOCK_ENOTSUP).  Read-only: it must not change
  * the lock.  Held by nobody is DLOCK_OK with no holder.  What it can see
- * the driver says through DLOCK_FEATURE_INSPECT on its control door (the
- * core answers DLOCK_INSPECT_HELD when the door does not know the code).
+ * the driver says through DLOCK_FEATURE_INSPECT (feature(); the core
+ * answers DLOCK_INSPECT_HELD, and DLOCK_INSPECT_LIST with list(), when
+ * the driver does not answer the code).
  * Threads: any; may run beside every other call of the client.
  */
 typedef dlock_status dlock_driver_inspect_fn(void *backend, const char *name, size_t len, dlock_info *info,
@@ -743,11 +755,73 @@ typedef void dlock_gc_removed_fn(void *arg, const char *name, size_t len, const 
  * name, on the calling thread, before it returns; *count gets their
  * number (also on failure: what was removed until then).  A backend with
  * nothing to collect may have the method only to answer DLOCK_ENOTSUP
- * with the reason, and answers DLOCK_FEATURE_GC 0 on its control door.
+ * with the reason, and answers DLOCK_FEATURE_GC 0 (feature()).
  * Threads: any; may run beside every other call of the client.
  */
 typedef dlock_status dlock_driver_gc_fn(void *backend, const char *prefix, size_t len, unsigned flags,
                                         dlock_gc_removed_fn *removed, void *arg, size_t *count, dlock_error *err);
+
+/**
+ * The contract's own facts, beside the public dlock_feature codes (ABI
+ * version 7): what the core needs to know of a backend and applications
+ * do not ask.  feature() answers them as it answers the public codes; the
+ * core never hands a dlock_client_feature() of one of them to a driver.
+ * Codes are only ever appended.
+ */
+typedef enum dlock_fact_code {
+	DLOCK_FACT_BACKEND = 0x1000,      /**< text: the backend's name in dlock_capabilities::backend ("redis" for
+	                                       rediss:// too); unanswered: the scheme */
+	DLOCK_FACT_FENCING_NOTE = 0x1001, /**< text: when a CONDITIONAL token can go back
+	                                       (dlock_capabilities::fencing_note); unanswered: "" */
+	DLOCK_FACT_CORE_WAITS = 0x1002,   /**< per kind, 1: acquisitions of this kind always go through try_acquire()
+	                                       and the core's loop, also on a client whose DLOCK_FEATURE_WAKEUP is
+	                                       SERVER_QUEUE (the server queues the waiters of the other kinds only) */
+	DLOCK_FACT_SLOTS = 0x1003         /**< semaphores, 1: acquire() reports the permit's slot
+	                                       (dlock_acquired::slot); 0: permits have no slot, and so no token */
+} dlock_fact_code;
+
+/** The first code of the contract's own facts: from here on, never a dlock_feature code. */
+#define DLOCK_FACT_FIRST 0x1000
+
+/** One answer of feature() (ABI version 7).  The core zeroes it before each call; fields are only appended. */
+typedef struct dlock_fact {
+	int64_t value;    /**< the answer, as its code defines it */
+	const char *text; /**< for the text facts (DLOCK_FACT_BACKEND, DLOCK_FACT_FENCING_NOTE): a static string */
+} dlock_fact;
+
+/**
+ * Answer the fact `code` of `kind` into *out (ABI version 7; MUST): every
+ * fact a driver states, in one place.  `code` is a dlock_feature of
+ * dlock.h (its value means what dlock.h says) or a dlock_fact_code above;
+ * `kind` is the kind of lock the fact is about, DLOCK_KIND_MUTEX for the
+ * facts of the client.  Returns DLOCK_OK, or DLOCK_ENOTSUP for a code the
+ * driver does not answer (no message needed).  The core asks:
+ *   - right after open(), and keeps the answers for the client's life:
+ *     for DLOCK_KIND_MUTEX the frozen dlock_capabilities
+ *     (DLOCK_FACT_BACKEND, DLOCK_FEATURE_CONSISTENCY, _FENCING,
+ *     DLOCK_FACT_FENCING_NOTE, DLOCK_FEATURE_FAIR, _LEASE, _WAKEUP,
+ *     _SCOPE; unanswered: 0); for DLOCK_KIND_RWLOCK, when the driver has
+ *     lock_init_kind(), DLOCK_FEATURE_RWLOCK (NONE or unanswered: no
+ *     read-write locks) and DLOCK_FEATURE_READ_FENCING; for
+ *     DLOCK_KIND_SEMAPHORE likewise DLOCK_FEATURE_SEMAPHORE (NONE or
+ *     unanswered: no semaphores), DLOCK_FACT_SLOTS and
+ *     DLOCK_FEATURE_PERMIT_FENCING (taken as NONE without slots); and for
+ *     each kind the driver has (mutexes always), DLOCK_FEATURE_KIND_CHECK
+ *     and DLOCK_FACT_CORE_WAITS;
+ *   - at each dlock_client_feature() of a code it cannot answer from those
+ *     or from which methods the driver has, for DLOCK_KIND_MUTEX:
+ *     DLOCK_FEATURE_INSPECT, _BREAK, _ELECTION, _GC and codes newer than
+ *     the core.  These answers may change while the client lives (an
+ *     atomic read of the client's state).  Unanswered, the core says what
+ *     it can see for itself: INSPECT DLOCK_INSPECT_HELD (and
+ *     DLOCK_INSPECT_LIST with list()), BREAK DLOCK_BREAK_DELETE, ELECTION
+ *     NOTIFY with watch() (else POLL), GC 1; a newer code is then
+ *     DLOCK_ENOTSUP for the application.
+ * Answers at once, without a round trip to the server.  Threads: the
+ * thread of dlock_client_open() right after open(); later any thread,
+ * beside every other call but open() and close().
+ */
+typedef dlock_status dlock_driver_feature_fn(void *backend, dlock_lock_kind kind, int code, dlock_fact *out);
 
 /**
  * A backend: one const object per URI scheme, written with designated
@@ -763,9 +837,9 @@ typedef struct dlock_driver {
 	/* ABI version 1 */
 	dlock_driver_open_fn *open;                 /**< MUST */
 	dlock_driver_close_fn *close;               /**< MUST */
-	dlock_driver_capabilities_fn *capabilities; /**< MUST */
+	dlock_driver_capabilities_fn *capabilities; /**< MUST in versions 1 to 6; from 7 NULL (feature answers) */
 	dlock_driver_knows_param_fn *knows_param;   /**< MAY */
-	dlock_driver_lock_init_fn *lock_init;       /**< MUST */
+	dlock_driver_lock_init_fn *lock_init;       /**< MUST, unless the driver has lock_init_kind */
 	dlock_driver_lock_fini_fn *lock_fini;       /**< MAY */
 	dlock_driver_acquire_fn *acquire;           /**< MUST in version 1; from version 2 this or try_acquire */
 	dlock_driver_release_fn *release;           /**< MUST */
@@ -778,8 +852,9 @@ typedef struct dlock_driver {
 	dlock_driver_disarm_fn *disarm;             /**< MAY; needed by a driver that arms wake-ups */
 
 	/* ABI version 3 */
-	dlock_driver_kind_capabilities_fn *kind_capabilities; /**< MAY; with lock_init_kind, or neither */
-	dlock_driver_lock_init_kind_fn *lock_init_kind;       /**< MAY; with kind_capabilities, or neither */
+	dlock_driver_kind_capabilities_fn *kind_capabilities; /**< MAY in versions 3 to 6, with lock_init_kind or
+	                                                           neither; from 7 NULL (feature answers) */
+	dlock_driver_lock_init_kind_fn *lock_init_kind;       /**< MAY; before version 7 with kind_capabilities */
 	dlock_driver_extend_many_fn *extend_many;             /**< MAY; needs extend */
 
 	/* ABI version 4 */
@@ -794,6 +869,9 @@ typedef struct dlock_driver {
 
 	/* ABI version 6 */
 	dlock_driver_gc_fn *gc; /**< MAY */
+
+	/* ABI version 7 */
+	dlock_driver_feature_fn *feature; /**< MUST */
 } dlock_driver;
 
 /**
