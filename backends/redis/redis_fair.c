@@ -64,7 +64,9 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "redis_key.h"
 #include "redis_lock.h"
+#include "redis_route.h"
 
 #define FAIR_REFRESH_MIN_MS 20
 #define FAIR_REFRESH_MAX_MS 1000

@@ -33,7 +33,10 @@
 
 #include <dlock/sys/control.h>
 
-#include "redis_lock.h"
+#include "redis_cluster.h"
+#include "redis_elect.h"
+#include "redis_inspect.h"
+#include "redis_route.h"
 
 #define INSPECT_NKEYS 10
 #define SCAN_COUNT "200"       /* keys a SCAN step looks at */

@@ -13,11 +13,18 @@
  * subscriber cannot reach the server) the core polls with its backoff.
  * Releases run the algorithm's release script (c->algo): for fair=1 the
  * handoff, which grants the lock to the first queued waiter.
+ *
+ * Threads: a client is shared, a handle is used by one acquisition at a
+ * time.  Errors: statuses and messages of redis_conn.c, through
+ * redis_route.c.
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "redis_key.h"
 #include "redis_lock.h"
+#include "redis_route.h"
+#include "redis_sem.h"
 
 /* With no TTL to wait for (a key without expiry), look again at least this often. */
 #define NO_TTL_RECHECK_MS 1000
@@ -63,15 +70,6 @@ int dlock_redis_owns(const char *v, size_t len, const char *owner)
 {
 	size_t n = strlen(owner);
 	return n > 0 && len >= n && memcmp(v, owner, n) == 0 && (len == n || v[n] == ' ');
-}
-
-/* The fencing counter outlives any lease by far, and at least a week. */
-#define FENCE_TTL_MIN_MS (7LL * 24 * 3600 * 1000)
-#define FENCE_TTL_LEASES 100
-
-int64_t dlock_redis_fence_ttl_ms(int64_t lease_ms)
-{
-	return lease_ms > FENCE_TTL_MIN_MS / FENCE_TTL_LEASES ? lease_ms * FENCE_TTL_LEASES : FENCE_TTL_MIN_MS;
 }
 
 /* ------------------------------------------------------------ one call */
