@@ -22,9 +22,9 @@
  * A lock algorithm, chosen at open (redis.c) from the URI: the only
  * dispatch after the driver table.  Each of the driver's lock methods
  * (redis.c) checks what every algorithm would, then makes one call through
- * the client's entry; the driver's extend_many (redis_renew.c) makes one
- * call to `extend` for each lock that a pipeline cannot renew, and the
- * single instance's release asks `release_script` for the key owner's.  Each method has the meaning of the
+ * the client's entry, and nothing beneath calls through it again; the
+ * driver's extend_many (redis_renew.c) makes one call to `extend` for each
+ * lock that a pipeline cannot renew.  Each method has the meaning of the
  * driver method of that name (dlock/sys/driver.h); `acquire` is set only
  * where the server queues the waiters, `try_acquire` where the core's loop
  * waits.
@@ -41,10 +41,6 @@ struct redis_algorithm {
 	dlock_status (*release)(struct redis_client *c, struct redis_lock *lk, dlock_error *err);
 	dlock_status (*extend)(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_error *err);
 	dlock_status (*check)(struct redis_client *c, struct redis_lock *lk, dlock_error *err);
-	/** The owner-only release script for lk->owner into `a`, its number of keys into *nkeys (single
-	 *  servers: also how an attempt whose reply was lost is undone). */
-	enum redis_script_id (*release_script)(const struct redis_client *c, struct redis_lock *lk, struct redis_args *a,
-	                                       int *nkeys);
 };
 
 extern const struct redis_algorithm dlock_redis_single;  /* redis_lock.c */
@@ -82,12 +78,16 @@ dlock_status dlock_redis_wait_failed(struct redis_client *c, dlock_status st, dl
  */
 dlock_status dlock_redis_attempt(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
                                  int no_pttl, dlock_acquired *out, int64_t *pttl_ms, dlock_error *err);
+/** The handoff script for lk->owner into `a` (its number of keys into *nkeys): the release of a client whose
+ *  waiters queue (fair=1), which grants the lock to the first live waiter, and a waiter's withdrawal. */
+enum redis_script_id dlock_redis_handoff_args(const struct redis_client *c, const struct redis_lock *lk,
+                                              struct redis_args *a, int *nkeys);
 /** The extend script of lk's acquisition (a reader's or the key's owner's) for a lease of `lease_ms`:
  *  its arguments into `a` (`lease` keeps the number), its number of keys into *nkeys. */
 enum redis_script_id dlock_redis_extend_args(const struct redis_client *c, const struct redis_lock *lk,
                                              int64_t lease_ms, char lease[24], struct redis_args *a, int *nkeys);
-/* One instance's release (through the algorithm's release_script, or a permit's or a reader's), extend and
- * check. */
+/* One instance's release (a permit's, a reader's, or the key owner's: the handoff script where the waiters
+ * queue), extend and check. */
 dlock_status dlock_redis_release(struct redis_client *c, struct redis_lock *lk, dlock_error *err);
 dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
                                 dlock_error *err);
