@@ -2,11 +2,11 @@
  * redis://, rediss:// and redis+unix:// — the driver objects, the entry of
  * the Redis backend (the files beneath: redis_client.h): open and close,
  * capabilities, and the driver's lock methods.  Open chooses the client's
- * two modes: the transport from the scheme (redis_conn.h,
- * redis_transport.c) and the lock algorithm from the URI (redis_lock.h) —
- * several hosts: RedLock (redlock.c); one server: the fair queue
- * (redis_fair.c), unless fair=0 or replicas=N ask for one instance's plain
- * SET NX with pub/sub wake-ups (redis_lock.c).  Each lock method then
+ * two modes: the transport from the scheme (redis_transport.h) and the
+ * lock algorithm from the URI (redis_lock.h) — several hosts: RedLock
+ * (redlock.c); one server: the fair queue (redis_fair.c), unless fair=0 or
+ * replicas=N ask for one instance's plain SET NX with pub/sub wake-ups
+ * (redis_lock.c).  Each lock method then
  * checks what is common and makes one call through the algorithm's table,
  * the only dispatch after the driver table; inspection, elections and
  * batched renewals are driver methods of their own files.

@@ -28,7 +28,7 @@
  *   redis_transport.c  how a server is reached (tcp, tls, unix): URI hosts, sockets
  *
  * The client's mode table has two axes that do not multiply: the transport
- * (redis_conn.h: how a server is reached) and the algorithm (redis_lock.h:
+ * (redis_transport.h: how a server is reached) and the algorithm (redis_lock.h:
  * which lock runs on the servers), each chosen once at open.
  *
  * Threads: a client is shared by any number of threads.  Each server has a
