@@ -11,6 +11,7 @@ if(DLOCK_BACKEND_REDIS)
     backends/redis/redis_sem.c
     backends/redis/redis_inspect.c
     backends/redis/redis_elect.c
+    backends/redis/redis_key.c
     backends/redis/redis_conn.c
     backends/redis/redis_io.c
     backends/redis/redis_tls.c

@@ -1,11 +1,15 @@
 /*
- * redis://, rediss:// and redis+unix:// — the driver objects: open and close,
- * the backend's facts (redis_feature) and the keys of a lock.  Open chooses the client's two
- * modes (redis_lock.h): the transport from the scheme (redis_transport.c)
- * and the lock algorithm from the URI — several hosts: RedLock (redlock.c);
- * one server: the fair queue (redis_fair.c), unless fair=0 or replicas=N
- * ask for one instance's plain SET NX with pub/sub wake-ups (redis_lock.c).
- * Every lock method then goes through the algorithm's table.
+ * redis://, rediss:// and redis+unix:// — the driver objects, the entry of
+ * the Redis backend (the files beneath: redis_client.h): open and close,
+ * the backend's facts, and the driver's lock methods.  Open chooses the client's
+ * two modes: the transport from the scheme (redis_transport.h) and the
+ * lock algorithm from the URI (redis_lock.h) — several hosts: RedLock
+ * (redlock.c); one server: the fair queue (redis_fair.c), unless fair=0 or
+ * replicas=N ask for one instance's plain SET NX with pub/sub wake-ups
+ * (redis_lock.c).  Each lock method then
+ * checks what is common and makes one call through the algorithm's table,
+ * the only dispatch after the driver table; inspection, elections and
+ * batched renewals are driver methods of their own files.
  *
  *   redis://[[user]:password@]host[:port][/db][?common parameters]
  *   redis://h1:p1,h2:p2,h3:p3[/db][?...]      RedLock over independent instances
@@ -36,7 +40,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "redis_cluster.h"
+#include "redis_elect.h"
+#include "redis_inspect.h"
+#include "redis_key.h"
 #include "redis_lock.h"
+#include "redis_renew.h"
 #include "redis_sentinel.h"
 
 /* ------------------------------------------------------------ open, close */
@@ -346,50 +355,6 @@ static int rediss_cluster_knows_param(const char *key)
 }
 
 /* ------------------------------------------------------------ locks */
-
-size_t dlock_redis_key(const struct redis_client *c, const struct redis_lock *lk, const char *suffix, const char *id,
-                       char out[REDIS_KEY_MAX])
-{
-	size_t n = c->prefixlen, s = strlen(suffix), i = id ? strnlen(id, REDIS_OWNER_HEX - 1) : 0;
-	memcpy(out, c->prefix, n);
-	memcpy(out + n, ":{", 2);
-	memcpy(out + n + 2, lk->digest, REDIS_DIGEST_HEX);
-	n += 2 + REDIS_DIGEST_HEX;
-	memcpy(out + n, "}:", 2);
-	memcpy(out + n + 2, suffix, s);
-	n += 2 + s;
-	if (i) /* memcpy from NULL is undefined, even of no bytes */
-		memcpy(out + n, id, i);
-	n += i;
-	out[n] = '\0';
-	return n;
-}
-
-void dlock_redis_arg_key(struct redis_args *a, const struct redis_client *c, const struct redis_lock *lk,
-                         const char *suffix, const char *id)
-{
-	if (a->used + REDIS_KEY_MAX > sizeof a->bytes)
-		abort(); /* more names than REDIS_LOCK_NAMES_MAX: a programming error, never input-dependent */
-	char *p = a->bytes + a->used;
-	size_t n = dlock_redis_key(c, lk, suffix, id, p);
-	a->used += n + 1;
-	dlock_redis_argn(a, p, n);
-}
-
-void dlock_redis_lock_name(struct redis_lock *lk, const char *name, size_t len)
-{
-	unsigned char sum[32];
-	char digest[REDIS_DIGEST_HEX + 1];
-	dlock_sha256(name, len, sum);
-	dlock_hex(sum, REDIS_DIGEST_HEX / 2, digest);
-	memcpy(lk->digest, digest, REDIS_DIGEST_HEX);
-	/* A cluster routes every key of the lock by the slot of its hash tag, {D}: the prefix is not hashed. */
-	char tag[2 + REDIS_DIGEST_HEX];
-	tag[0] = '{';
-	memcpy(tag + 1, digest, REDIS_DIGEST_HEX);
-	tag[1 + REDIS_DIGEST_HEX] = '}';
-	lk->slot = dlock_redis_key_slot(tag, sizeof tag);
-}
 
 /*
  * A handle keeps the digest of its name, not the names of its keys: each

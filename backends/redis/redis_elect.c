@@ -33,7 +33,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "redis_elect.h"
+#include "redis_key.h"
 #include "redis_lock.h"
+#include "redis_route.h"
 
 #define VALUE_FIELD "&value="
 

@@ -1,7 +1,8 @@
 /*
  * Algorithm "fair" (fair=1): waiting in a queue kept in Redis, served by
- * the releases.  Its attempts, extend and check are the single
- * instance's (redis_lock.c); its release is the handoff script.
+ * the releases.  Its attempts, release, extend and check are the single
+ * instance's (redis_lock.c), whose release on such a client is the
+ * handoff script.
  *
  * Without it, a release deletes the key and publishes a message that wakes
  * every waiter, and the first SET to reach the server wins: a round trip
@@ -64,7 +65,9 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "redis_key.h"
 #include "redis_lock.h"
+#include "redis_route.h"
 
 #define FAIR_REFRESH_MIN_MS 20
 #define FAIR_REFRESH_MAX_MS 1000
@@ -72,23 +75,6 @@
 #define FAIR_CLAIM_REFRESHES 2
 /* The queue keys expire once every waiter's deadline has surely passed. */
 #define FAIR_QUEUE_TTL_MS (2 * FAIR_DEADLINE_REFRESHES * FAIR_REFRESH_MAX_MS)
-
-/* The handoff script: release to the next waiter (or withdraw from the queue). */
-static enum redis_script_id handoff_script(const struct redis_client *c, struct redis_lock *lk, struct redis_args *a,
-                                           int *nkeys)
-{
-	*a = (struct redis_args){ 0 };
-	dlock_redis_arg_key(a, c, lk, "lock", NULL);
-	dlock_redis_arg_key(a, c, lk, "queue", NULL);
-	dlock_redis_arg_key(a, c, lk, "waiters", NULL);
-	dlock_redis_arg_key(a, c, lk, "fence", NULL);
-	dlock_redis_arg(a, lk->owner);
-	dlock_redis_arg_key(a, c, lk, "released", NULL);
-	dlock_redis_arg_key(a, c, lk, "grant:", lk->owner);
-	dlock_redis_arg(a, c->publish);
-	*nkeys = 4;
-	return REDIS_SCRIPT_HANDOFF;
-}
 
 /* One waiter: its numbers as the enqueue script wants them, and its grant connection. */
 struct fair_waiter {
@@ -245,7 +231,7 @@ static void withdraw(struct redis_client *c, struct redis_lock *lk)
 	dlock_error ignored = { "" };
 	redisReply *r = NULL;
 	int nkeys;
-	enum redis_script_id id = handoff_script(c, lk, &a, &nkeys);
+	enum redis_script_id id = dlock_redis_handoff_args(c, lk, &a, &nkeys);
 	if (dlock_redis_run_idempotent(c, lk, id, nkeys, &a, "withdraw", 1, &r, &ignored) != DLOCK_OK)
 		dlock_host_log(c->cfg.host, DLOCK_LOG_WARN,
 		               "redis %s: a waiter that gave up could not leave the queue (%s); it is dropped at its "
@@ -540,8 +526,7 @@ const struct redis_algorithm dlock_redis_fair = {
 	.fencing = DLOCK_FENCING_CONDITIONAL,
 	.wakeup = DLOCK_WAKEUP_SERVER_QUEUE,
 	.acquire = fair_acquire,
-	.release = dlock_redis_release, /* with the handoff script below */
+	.release = dlock_redis_release, /* the handoff script, as the client's waiters queue */
 	.extend = dlock_redis_extend,
 	.check = dlock_redis_check,
-	.release_script = handoff_script,
 };

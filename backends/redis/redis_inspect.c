@@ -31,7 +31,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis_lock.h"
+#include "redis_cluster.h"
+#include "redis_elect.h"
+#include "redis_inspect.h"
+#include "redis_key.h"
+#include "redis_route.h"
 
 #define INSPECT_NKEYS 10
 #define SCAN_COUNT "200"       /* keys a SCAN step looks at */
@@ -54,18 +58,18 @@ static const char *const key_suffix[INSPECT_NKEYS] = {
 	"lock", "queue", "waiters", "fence", "readers", "permits", "slots", "holders", "pwaiters", "npermits",
 };
 
-static dlock_status name_keys_init(const struct redis_client *c, const char digest[REDIS_DIGEST_HEX + 1],
+/* The names of the keys whose digest is `digest` (redis_key.c), and the handle that routes them. */
+static dlock_status name_keys_init(const struct redis_client *c, const char digest[REDIS_DIGEST_HEX],
                                    struct name_keys *nk, dlock_error *err)
 {
 	size_t one = c->prefixlen + REDIS_DIGEST_HEX + 16; /* ":{" "}:" the longest suffix, NUL */
 	*nk = (struct name_keys){ .block = malloc(one * (INSPECT_NKEYS + 1)) };
 	if (!nk->block)
 		return dlock_error_set(err, DLOCK_ENOMEM, "redis: out of memory");
+	memcpy(nk->lk.digest, digest, REDIS_DIGEST_HEX);
 	char *p = nk->block;
 	for (int i = 0; i <= INSPECT_NKEYS; i++, p += one) {
-		int n = snprintf(p, one, "%.*s:{%s}:%s", (int)c->prefixlen, c->prefix, digest,
-		                 i < INSPECT_NKEYS ? key_suffix[i] : "released");
-		size_t len = n > 0 ? (size_t)n : 0;
+		size_t len = dlock_redis_key(c, &nk->lk, i < INSPECT_NKEYS ? key_suffix[i] : "released", NULL, p);
 		if (i < INSPECT_NKEYS)
 			dlock_redis_argn(&nk->a, p, len);
 		if (i == INSPECT_NKEYS) {
@@ -73,7 +77,6 @@ static dlock_status name_keys_init(const struct redis_client *c, const char dige
 			nk->chanlen = len;
 		}
 	}
-	memcpy(nk->lk.digest, digest, REDIS_DIGEST_HEX);
 	nk->lk.slot = dlock_redis_key_slot(nk->a.argv[0], nk->a.len[0]); /* PREFIX:{D}:lock */
 	return DLOCK_OK;
 }
@@ -81,11 +84,9 @@ static dlock_status name_keys_init(const struct redis_client *c, const char dige
 static dlock_status name_keys_of(const struct redis_client *c, const char *name, size_t len, struct name_keys *nk,
                                  dlock_error *err)
 {
-	unsigned char sum[32];
-	char digest[REDIS_DIGEST_HEX + 1];
-	dlock_sha256(name, len, sum);
-	dlock_hex(sum, REDIS_DIGEST_HEX / 2, digest);
-	return name_keys_init(c, digest, nk, err);
+	struct redis_lock lk;
+	dlock_redis_lock_name(&lk, name, len);
+	return name_keys_init(c, lk.digest, nk, err);
 }
 
 /* ------------------------------------------------------------ running the scripts */

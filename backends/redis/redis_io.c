@@ -29,7 +29,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "redis_conn.h"
+#include "redis_io.h"
+#include "redis_tls.h"
 
 #define READ_CHUNK (16 * 1024) /* one TLS record's payload at most */
 

@@ -1,7 +1,7 @@
 /*
  * Algorithm "single", one Redis instance: one attempt at a time (the
- * core's loop waits), release, extend and check; and the lock values and
- * attempts that the fair algorithm (redis_fair.c) builds on.
+ * core's loop waits), release, extend and check; and the lock values,
+ * attempts and releases that the fair algorithm (redis_fair.c) builds on.
  *
  * Acquire costs one round trip when the lock is free: the acquire script,
  * or a plain SET NX PX when the caller wants no fencing token.
@@ -11,13 +11,22 @@
  * on every release message, and when the holder's TTL, returned by the
  * failed attempt, runs out.  Without a subscription (refused, or the
  * subscriber cannot reach the server) the core polls with its backoff.
- * Releases run the algorithm's release script (c->algo): for fair=1 the
- * handoff, which grants the lock to the first queued waiter.
+ * The key owner's release deletes the key and publishes, or, on a client
+ * whose waiters queue (fair=1), runs the handoff script, which grants the
+ * lock to the first queued waiter.  A semaphore's permits run their own
+ * scripts (redis_sem.c), a reader its own (redis_scripts.c).
+ *
+ * Threads: a client is shared, a handle is used by one acquisition at a
+ * time.  Errors: statuses and messages of redis_conn.c, through
+ * redis_route.c.
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "redis_key.h"
 #include "redis_lock.h"
+#include "redis_route.h"
+#include "redis_sem.h"
 
 /* With no TTL to wait for (a key without expiry), look again at least this often. */
 #define NO_TTL_RECHECK_MS 1000
@@ -63,15 +72,6 @@ int dlock_redis_owns(const char *v, size_t len, const char *owner)
 {
 	size_t n = strlen(owner);
 	return n > 0 && len >= n && memcmp(v, owner, n) == 0 && (len == n || v[n] == ' ');
-}
-
-/* The fencing counter outlives any lease by far, and at least a week. */
-#define FENCE_TTL_MIN_MS (7LL * 24 * 3600 * 1000)
-#define FENCE_TTL_LEASES 100
-
-int64_t dlock_redis_fence_ttl_ms(int64_t lease_ms)
-{
-	return lease_ms > FENCE_TTL_MIN_MS / FENCE_TTL_LEASES ? lease_ms * FENCE_TTL_LEASES : FENCE_TTL_MIN_MS;
 }
 
 /* ------------------------------------------------------------ one call */
@@ -160,7 +160,37 @@ static enum redis_script_id read_release_script(const struct redis_client *c, st
 	return REDIS_SCRIPT_READ_RELEASE;
 }
 
-/* The owner-only release script for lk->owner: a permit's, a reader's, or the algorithm's for the key's owner. */
+/* The key owner's release where nobody queues: delete the key if ours and publish on the lock's channel. */
+static enum redis_script_id owner_release_script(const struct redis_client *c, struct redis_lock *lk,
+                                                 struct redis_args *a, int *nkeys)
+{
+	dlock_redis_arg_key(a, c, lk, "lock", NULL);
+	dlock_redis_arg(a, lk->owner);
+	dlock_redis_arg_key(a, c, lk, "released", NULL);
+	dlock_redis_arg(a, c->publish);
+	*nkeys = 1;
+	return REDIS_SCRIPT_RELEASE;
+}
+
+/* The handoff script: release to the next waiter (or withdraw from the queue). */
+enum redis_script_id dlock_redis_handoff_args(const struct redis_client *c, const struct redis_lock *lk,
+                                              struct redis_args *a, int *nkeys)
+{
+	*a = (struct redis_args){ 0 };
+	dlock_redis_arg_key(a, c, lk, "lock", NULL);
+	dlock_redis_arg_key(a, c, lk, "queue", NULL);
+	dlock_redis_arg_key(a, c, lk, "waiters", NULL);
+	dlock_redis_arg_key(a, c, lk, "fence", NULL);
+	dlock_redis_arg(a, lk->owner);
+	dlock_redis_arg_key(a, c, lk, "released", NULL);
+	dlock_redis_arg_key(a, c, lk, "grant:", lk->owner);
+	dlock_redis_arg(a, c->publish);
+	*nkeys = 4;
+	return REDIS_SCRIPT_HANDOFF;
+}
+
+/* The owner-only release script for lk->owner: a permit's, a reader's, or the key owner's (the handoff where the
+ * waiters queue). */
 static dlock_status release_args_run(struct redis_client *c, struct redis_lock *lk, redisReply **out,
                                      dlock_error *err)
 {
@@ -169,20 +199,9 @@ static dlock_status release_args_run(struct redis_client *c, struct redis_lock *
 	char n[24];
 	enum redis_script_id id = lk->kind == DLOCK_KIND_SEMAPHORE ? dlock_redis_sem_release_args(c, lk, n, &a, &nkeys)
 	                          : lk->shared                     ? read_release_script(c, lk, &a, &nkeys)
-	                                                           : c->algo->release_script(c, lk, &a, &nkeys);
+	                          : c->fair                        ? dlock_redis_handoff_args(c, lk, &a, &nkeys)
+	                                                           : owner_release_script(c, lk, &a, &nkeys);
 	return dlock_redis_run_idempotent(c, lk, id, nkeys, &a, "release", 0, out, err);
-}
-
-/* The single instance's release: delete the key if ours and publish on the lock's channel. */
-static enum redis_script_id single_release_script(const struct redis_client *c, struct redis_lock *lk,
-                                                  struct redis_args *a, int *nkeys)
-{
-	dlock_redis_arg_key(a, c, lk, "lock", NULL);
-	dlock_redis_arg(a, lk->owner);
-	dlock_redis_arg_key(a, c, lk, "released", NULL);
-	dlock_redis_arg(a, c->publish);
-	*nkeys = 1;
-	return REDIS_SCRIPT_RELEASE;
 }
 
 /* ------------------------------------------------------------ acquire */
@@ -582,5 +601,4 @@ const struct redis_algorithm dlock_redis_single = {
 	.release = dlock_redis_release,
 	.extend = dlock_redis_extend,
 	.check = dlock_redis_check,
-	.release_script = single_release_script,
 };

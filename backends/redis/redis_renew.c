@@ -23,6 +23,8 @@
 #include <stdio.h>
 
 #include "redis_lock.h"
+#include "redis_renew.h"
+#include "redis_route.h"
 
 /* What happened to each lock of the batch. */
 enum renewal { PENDING, ALONE, DONE };

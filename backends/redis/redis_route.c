@@ -28,7 +28,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "redis_lock.h"
+#include "redis_cluster.h"
+#include "redis_route.h"
 
 #define REDIS_REDIRECTS_MAX 16
 #define REDIS_SETTLE_MS 1000

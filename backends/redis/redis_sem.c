@@ -33,7 +33,9 @@
  */
 #include <stdio.h>
 
-#include "redis_lock.h"
+#include "redis_key.h"
+#include "redis_route.h"
+#include "redis_sem.h"
 
 /* KEYS 1..5: every permit script but the check reads them. */
 static void permit_keys(const struct redis_client *c, const struct redis_lock *lk, struct redis_args *a)

@@ -30,7 +30,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "redis_conn.h"
+#include "redis_tls.h"
+#include "redis_transport.h"
 
 struct redis_tls {
 	SSL_CTX *ctx;

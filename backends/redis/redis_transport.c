@@ -1,6 +1,6 @@
 /*
  * How a Redis server is reached: the first axis of the backend's mode
- * table (redis_conn.h).  Each transport reads its servers from the URI
+ * table (redis_transport.h).  Each transport reads its servers from the URI
  * and opens a socket to one of them; everything above (the handshake, the
  * pools, the lock algorithms) is the same whatever the transport.
  *
@@ -34,7 +34,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "redis_conn.h"
+#include "redis_transport.h"
 
 #define REDIS_DEFAULT_PORT 6379
 #define REDIS_SENTINEL_DEFAULT_PORT 26379

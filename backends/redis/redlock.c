@@ -16,6 +16,7 @@
  */
 #include <string.h>
 
+#include "redis_key.h"
 #include "redis_lock.h"
 
 

@@ -1,7 +1,7 @@
 /*
  * libFuzzer harness for the keys of a Redis lock (backends/redis/redis.c:
  * the driver's lock_init_kind, then the names a command builds from the handle,
- * which need only the prefix of the client state).
+ * redis_key.c, which need only the prefix of the client state).
  *
  * Input: PREFIX NUL NAME (without a NUL, the whole input is the name and
  * the prefix is "dlock").  Properties:
@@ -14,7 +14,7 @@
  */
 #include "fuzz.h"
 
-#include "redis_lock.h"
+#include "redis_key.h"
 
 extern const dlock_driver dlock_redis_driver;
 
