@@ -29,26 +29,6 @@
 #define CANCEL_REPEAT_MS 100
 #define NS_PER_MS 1000000LL
 
-dlock_status dlock_pg_sqlstate_status(const char *s)
-{
-	if (strcmp(s, "28P01") == 0 || strcmp(s, "28000") == 0)
-		return DLOCK_EAUTH;
-	if (strcmp(s, "3D000") == 0)
-		return DLOCK_ENOTFOUND;
-	if (strcmp(s, "42501") == 0)
-		return DLOCK_EPERM;
-	if (strcmp(s, "55P03") == 0)
-		return DLOCK_EBUSY; /* lock_not_available: NOWAIT or lock_timeout */
-	if (strcmp(s, "57014") == 0)
-		return DLOCK_ECANCELED; /* query_canceled */
-	if (strcmp(s, "53200") == 0)
-		return DLOCK_ELIMIT; /* out_of_memory: "out of shared memory", the lock table is full */
-	if (strncmp(s, "08", 2) == 0 || strcmp(s, "57P01") == 0 || strcmp(s, "57P02") == 0 ||
-	    strcmp(s, "57P03") == 0 || strcmp(s, "53300") == 0)
-		return DLOCK_ECONNECT;
-	return DLOCK_ESERVER;
-}
-
 int64_t dlock_pg_io_deadline(const struct dlock_pg_backend *b)
 {
 	return dlock_monotonic_ns() + b->io_timeout_ms * NS_PER_MS;
