@@ -9,7 +9,7 @@
 #include <ctype.h>
 #include <string.h>
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 
 dlock_status dlock_pg_sqlstate_status(const char *s)
 {

@@ -24,7 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 
 #define CANCEL_REPEAT_MS 100
 #define NS_PER_MS 1000000LL

@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 
 #define APP_PREFIX "dlock:"
 #define APP_MAX 63

@@ -64,8 +64,8 @@
  * Order: conn->mu before pool->mu; nothing else is taken under pool->mu
  * except the core's own lock inside dlock_report_lost().
  */
-#ifndef DLOCK_PG_INTERNAL_H
-#define DLOCK_PG_INTERNAL_H
+#ifndef DLOCK_PG_BACKEND_H
+#define DLOCK_PG_BACKEND_H
 
 #include <libpq-fe.h>
 #include <pthread.h>
