@@ -1,11 +1,13 @@
 /*
- * Untrusted bytes on the dlock command's output: lock names, identities,
- * hosts and sessions come from other processes through the server, and may
- * hold any byte but NUL.  Text output escapes them so that they cannot move
- * the terminal; JSON output is valid JSON whatever the bytes.  The rules
- * are stated in dlock_out.c and in dlock(1).
+ * What the dlock command writes: its messages on stderr, and untrusted
+ * bytes on its output.  Lock names, identities, hosts and sessions come
+ * from other processes through the server, and may hold any byte but NUL.
+ * Text output escapes them so that they cannot move the terminal; JSON
+ * output is valid JSON whatever the bytes.  The rules are stated in
+ * dlock_out.c and in dlock(1).
  *
- * Threads: no state; the caller owns the FILE (and its lock, if shared).
+ * Threads: no state; cli_say() may be called from any thread; for the
+ * others the caller owns the FILE (and its lock, if shared).
  * Errors: none reported here; the caller checks ferror() on the stream.
  */
 #ifndef DLOCK_TOOLS_OUT_H
@@ -14,6 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+/** Print "dlock: MESSAGE\n" to stderr as one line.  Thread-safe. */
+void cli_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /** Write `s` as text: printable ASCII as is, a backslash as "\\", any other byte as "\xNN". */
 void cli_out_text(FILE *f, const char *s);
