@@ -345,12 +345,11 @@ static int usage_error(const char *fmt, ...)
 {
 	va_list ap;
 
-	flockfile(stderr);
-	fputs("dlock: ", stderr);
+	flockfile(stderr); /* the hint stays with the message */
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	cli_vsay(fmt, ap);
 	va_end(ap);
-	fputs("\nTry 'dlock --help' for more information.\n", stderr);
+	fputs("Try 'dlock --help' for more information.\n", stderr);
 	funlockfile(stderr);
 	return EX_USAGE;
 }

@@ -42,18 +42,23 @@
 
 static const char hex[] = "0123456789abcdef";
 
+void cli_vsay(const char *fmt, va_list ap)
+{
+	/* One locked stream: the library may log from its own thread. */
+	flockfile(stderr);
+	fputs("dlock: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	funlockfile(stderr);
+}
+
 void cli_say(const char *fmt, ...)
 {
 	va_list ap;
 
-	/* One locked stream: the library may log from its own thread. */
-	flockfile(stderr);
-	fputs("dlock: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	cli_vsay(fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
-	funlockfile(stderr);
 }
 
 /* ------------------------------------------------------------------ text */

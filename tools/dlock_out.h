@@ -13,12 +13,15 @@
 #ifndef DLOCK_TOOLS_OUT_H
 #define DLOCK_TOOLS_OUT_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
 /** Print "dlock: MESSAGE\n" to stderr as one line.  Thread-safe. */
 void cli_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/** cli_say() with a va_list.  stderr's lock is recursive: a caller may hold it to add lines after. */
+void cli_vsay(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 
 /** Write `s` as text: printable ASCII as is, a backslash as "\\", any other byte as "\xNN". */
 void cli_out_text(FILE *f, const char *s);
