@@ -183,8 +183,8 @@ static int writer(const struct dlock_pg_lock *lk)
 /* The name's two-int key as statement parameters: s->values[s->n], [s->n + 1] (hi, base) in `hi`, `base`. */
 static void add_two_int_key(const struct dlock_pg_lock *lk, struct dlock_pg_stmt *s, char hi[24], char base[24])
 {
-	dlock_pg_int_text(lk->sem_hi, hi);
-	dlock_pg_int_text(lk->sem_base, base);
+	dlock_decimal(hi, lk->sem_hi);
+	dlock_decimal(base, lk->sem_base);
 	s->values[s->n] = hi;
 	s->values[s->n + 1] = base;
 	s->lengths[s->n] = s->lengths[s->n + 1] = -1;
@@ -247,7 +247,7 @@ static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
                             dlock_wait *w, int fencing, dlock_acquired *out, dlock_error *err)
 {
 	char key[24], lease[24], wait[24], sqlstate[6], hi[24], base[24];
-	dlock_pg_int_text(lk->key, key);
+	dlock_decimal(key, lk->key);
 	pthread_mutex_lock(&c->mu);
 	if (fencing) {
 		dlock_status st = fence(b, c, err);
@@ -361,7 +361,7 @@ static dlock_status adv_release(void *backend, void *lkp, dlock_error *err)
 	struct dlock_pg_conn *c = lk->conn;
 	char key[24], lease[24], sqlstate[6], hi[24], base[24];
 	PGresult *res = NULL;
-	dlock_pg_int_text(lk->key, key);
+	dlock_decimal(key, lk->key);
 	pthread_mutex_lock(&c->mu);
 	dlock_pg_pool_unhold(b, lk);
 	/* The last lock gone: the session keeps its timeout (pg_pool.c retires it). */
@@ -469,7 +469,7 @@ static dlock_status adv_check(void *backend, void *lkp, dlock_error *err)
 	char key[24], sqlstate[6];
 	PGresult *res = NULL;
 	int isnull;
-	dlock_pg_int_text(lk->key, key);
+	dlock_decimal(key, lk->key);
 	pthread_mutex_lock(&c->mu);
 	struct dlock_pg_stmt s = { .sql = sql_check, .n = 2, .values = { key, lk->shared ? "ShareLock" : "ExclusiveLock" },
 		                   .lengths = { -1, -1 } };

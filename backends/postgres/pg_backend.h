@@ -317,8 +317,6 @@ void dlock_pg_interrupt_arm(struct dlock_pg_conn *c, dlock_wait *w);
 int dlock_pg_interrupt_disarm(struct dlock_pg_conn *c, dlock_wait *w);
 /** Milliseconds as a decimal string for a GUC (clamped to 1..INT_MAX, 0 stays 0). */
 void dlock_pg_ms_text(int64_t ms, char out[24]);
-/** `v` in decimal into out (NUL-terminated); for the parameters of every statement, without printf's cost. */
-void dlock_pg_int_text(int64_t v, char out[24]);
 /** The decimal integer `text` (a server's int8 column; 0 for anything else), without scanf's cost. */
 int64_t dlock_pg_text_int(const char *text);
 /** The first integer column of the first row (0 if NULL); *isnull set. */

@@ -48,23 +48,6 @@ dlock_status dlock_pg_lease_ok(int64_t lease_ms, dlock_error *err)
 	                       "a lease of more than %d ms does not fit PostgreSQL's session timeouts", INT_MAX);
 }
 
-void dlock_pg_int_text(int64_t v, char out[24])
-{
-	char digits[24];
-	size_t n = 0, o = 0;
-	/* In unsigned arithmetic, so that INT64_MIN has a magnitude too. */
-	uint64_t m = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-	do {
-		digits[n++] = (char)('0' + m % 10);
-		m /= 10;
-	} while (m);
-	if (v < 0)
-		out[o++] = '-';
-	while (n)
-		out[o++] = digits[--n];
-	out[o] = '\0';
-}
-
 int64_t dlock_pg_text_int(const char *text)
 {
 	int neg = *text == '-';
@@ -80,7 +63,7 @@ void dlock_pg_ms_text(int64_t ms, char out[24])
 		ms = INT_MAX;
 	if (ms < 0)
 		ms = 1;
-	dlock_pg_int_text(ms, out);
+	dlock_decimal(out, ms);
 }
 
 int64_t dlock_pg_int_value(const PGresult *res, int *isnull)
