@@ -1,6 +1,6 @@
 /*
  * The dlock command's `leader` verb: who leads the election NAME now (one
- * read, dlock_leader_get()), or with --watch who leads at each change
+ * read, dlock_election_leader()), or with --watch who leads at each change
  * until dlock is interrupted (dlock_observe()).
  *
  * Output, one line per state: in text "TERM<TAB>VALUE<TAB>IDENTITY", the
@@ -101,7 +101,7 @@ static int flushed(int rc)
 static int read_once(dlock_client *c, dlock_election *e, const struct cli_verb_args *a)
 {
 	dlock_leader *l = NULL;
-	dlock_status st = dlock_leader_get(e, &l);
+	dlock_status st = dlock_election_leader(e, &l);
 	char msg[512];
 	const char *text;
 	int rc;
