@@ -58,7 +58,7 @@ static char *record_with_value(const struct redis_client *c, const char *value, 
 	if (!out)
 		return NULL;
 	memcpy(out, c->record, c->recordlen);
-	memcpy(out + c->recordlen, VALUE_FIELD, field);
+	memcpy(out + c->recordlen, VALUE_FIELD, field + 1);
 	*outlen = dlock_percent_encode(out, cap, c->recordlen + field, value, len);
 	return out;
 }
