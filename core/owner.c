@@ -7,8 +7,9 @@
  *
  *   id=IDENTITY&host=HOST&pid=PID
  *
- * with every byte outside [A-Za-z0-9._~:-] as %XX.  Unknown keys are
- * skipped when reading, so a later library may append fields.
+ * with every byte outside [A-Za-z0-9._~:-] as %XX (dlock_percent_encode(),
+ * which drivers use for fields of their own).  Unknown keys are skipped
+ * when reading, so a later library may append fields.
  *
  * Threads: the record is written before the client is shared and only
  * read afterwards.  No secrets: an identity is shown to anyone who can
@@ -44,21 +45,21 @@ static int plain_byte(unsigned char ch)
 	       ch == '_' || ch == '~' || ch == ':' || ch == '-';
 }
 
-/* Append `s` percent-encoded to out[*n..cap). */
-static void put_escaped(char *out, size_t cap, size_t *n, const char *s)
+size_t dlock_percent_encode(char *out, size_t cap, size_t n, const char *s, size_t len)
 {
 	static const char hex[] = "0123456789ABCDEF";
-	for (; *s && *n + 4 < cap; s++) {
-		unsigned char ch = (unsigned char)*s;
+	for (size_t i = 0; i < len && n + 4 < cap; i++) {
+		unsigned char ch = (unsigned char)s[i];
 		if (plain_byte(ch)) {
-			out[(*n)++] = (char)ch;
+			out[n++] = (char)ch;
 		} else {
-			out[(*n)++] = '%';
-			out[(*n)++] = hex[ch >> 4];
-			out[(*n)++] = hex[ch & 15];
+			out[n++] = '%';
+			out[n++] = hex[ch >> 4];
+			out[n++] = hex[ch & 15];
 		}
 	}
-	out[*n] = '\0';
+	out[n] = '\0';
+	return n;
 }
 
 void dlock_owner_init(struct dlock_owner *o, const char *identity)
@@ -76,9 +77,9 @@ void dlock_owner_init(struct dlock_owner *o, const char *identity)
 	size_t n = 0;
 	memcpy(o->record, "id=", 3);
 	n = 3;
-	put_escaped(o->record, sizeof o->record, &n, o->identity);
+	n = dlock_percent_encode(o->record, sizeof o->record, n, o->identity, strlen(o->identity));
 	n += (size_t)snprintf(o->record + n, sizeof o->record - n, "&host=");
-	put_escaped(o->record, sizeof o->record, &n, o->host);
+	n = dlock_percent_encode(o->record, sizeof o->record, n, o->host, strlen(o->host));
 	n += (size_t)snprintf(o->record + n, sizeof o->record - n, "&pid=%ld", o->pid);
 	o->record_len = n < sizeof o->record ? n : sizeof o->record - 1;
 }

@@ -30,18 +30,20 @@ static const char *const status_names[] = {
 _Static_assert(sizeof status_text / sizeof status_text[0] == DLOCK_STATUS_COUNT_,
                "one text per status");
 
-const char *dlock_strerror(int status)
+/* A status from a bad integer is out of range, negative ones included. */
+static int status_known(dlock_status status)
 {
-	if (status < 0 || status >= DLOCK_STATUS_COUNT_)
-		return "unknown status";
-	return status_text[status];
+	return (int)status >= 0 && (int)status < DLOCK_STATUS_COUNT_;
 }
 
-const char *dlock_status_name(int status)
+const char *dlock_strerror(dlock_status status)
 {
-	if (status < 0 || status >= DLOCK_STATUS_COUNT_)
-		return "UNKNOWN";
-	return status_names[status];
+	return status_known(status) ? status_text[status] : "unknown status";
+}
+
+const char *dlock_status_name(dlock_status status)
+{
+	return status_known(status) ? status_names[status] : "UNKNOWN";
 }
 
 /* ------------------------------------------------------- capability names */

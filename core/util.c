@@ -1,4 +1,10 @@
-/* Helpers for the core and for drivers: clock, randomness, digests, names. */
+/*
+ * Helpers for the core and for drivers (include/dlock/sys/driver.h):
+ * clock, randomness, digests, names, decimals.
+ *
+ * Threads: no state; every function may be called from any thread.
+ * Errors: only dlock_random_bytes() fails (DLOCK_EIO).
+ */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +130,24 @@ void dlock_name_component(const char *name, size_t len, char *out)
 	dlock_sha256(raw, len, digest);
 	out[n++] = '~';
 	dlock_hex(digest, sizeof digest, out + n);
+}
+
+size_t dlock_decimal(char *out, int64_t v)
+{
+	char digits[DLOCK_DECIMAL_MAX];
+	size_t n = 0, o = 0;
+	/* In unsigned arithmetic, so that INT64_MIN has a magnitude too. */
+	uint64_t m = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+	do {
+		digits[n++] = (char)('0' + m % 10);
+		m /= 10;
+	} while (m);
+	if (v < 0)
+		out[o++] = '-';
+	while (n)
+		out[o++] = digits[--n];
+	out[o] = '\0';
+	return o;
 }
 
 int dlock_hex_digit(char ch)

@@ -9,6 +9,10 @@
  * (under w->mu), not with the wait: most acquisitions never sleep, and
  * nobody can be waiting on it before then, so a broadcast until then has
  * nobody to wake and is skipped.
+ *
+ * Here too the condition wait on the monotonic clock that the core's
+ * threads and the drivers use (dlock_cond_init_monotonic(),
+ * dlock_cond_wait_until(), declared in sys/driver.h).
  */
 #include "internal.h"
 

@@ -11,9 +11,12 @@
  * campaigning acquires it and proclaims --value, resigning releases it.  stdout belongs to COMMAND: dlock writes only to
  * stderr, except for the --help and --version output that the user asked
  * for, and the answers of the verbs.  This file reads the command line,
- * decides what to lock and how to exit; dlock_run.c runs and supervises
- * COMMAND, dlock_verbs.c answers the verbs.
+ * decides what to lock and how to exit, and opens the client; dlock_run.c
+ * runs and supervises COMMAND, dlock_verbs.c and dlock_leader.c answer the
+ * verbs, dlock_out.c writes what dlock says.
  */
+#include "dlock_leader.h"
+#include "dlock_out.h"
 #include "dlock_run.h"
 #include "dlock_verbs.h"
 
@@ -76,20 +79,6 @@ struct session {
 	char slot_var[sizeof SLOT_VAR "=4294967295"];
 	char term_var[sizeof TERM_VAR "=18446744073709551615"];
 };
-
-void cli_say(const char *fmt, ...)
-{
-	va_list ap;
-
-	/* One locked stream: the library may log from its own thread. */
-	flockfile(stderr);
-	fputs("dlock: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	funlockfile(stderr);
-}
 
 static void log_library(void *userdata, dlock_log_level level, const char *msg)
 {
@@ -356,12 +345,11 @@ static int usage_error(const char *fmt, ...)
 {
 	va_list ap;
 
-	flockfile(stderr);
-	fputs("dlock: ", stderr);
+	flockfile(stderr); /* the hint stays with the message */
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	cli_vsay(fmt, ap);
 	va_end(ap);
-	fputs("\nTry 'dlock --help' for more information.\n", stderr);
+	fputs("Try 'dlock --help' for more information.\n", stderr);
 	funlockfile(stderr);
 	return EX_USAGE;
 }
@@ -740,34 +728,6 @@ static int64_t uri_min_hold(const char *uri)
 
 /* ------------------------------------------------------------ locking */
 
-/* Exit status for a library failure; `invalid` is the one for EINVAL,
- * which means a bad URI in dlock_client_open() and bad options elsewhere. */
-int cli_status_exit(dlock_status st, int invalid)
-{
-	switch (st) {
-	case DLOCK_EINVAL:
-		return invalid;
-	case DLOCK_EURI:
-	case DLOCK_ENOBACKEND:
-	case DLOCK_ENOTFOUND:
-	case DLOCK_EVERSION:
-	case DLOCK_ENOTSUP:
-		return EX_CONFIG;
-	case DLOCK_EKIND:
-		return EX_USAGE;
-	case DLOCK_ECONNECT:
-	case DLOCK_EAUTH:
-	case DLOCK_ESERVER:
-	case DLOCK_EUNCERTAIN:
-	case DLOCK_ELIMIT:
-		return EX_UNAVAILABLE;
-	case DLOCK_EPERM:
-		return EX_NOPERM;
-	default:
-		return EX_OSERR;
-	}
-}
-
 static const char *detail(const struct session *s, dlock_status st)
 {
 	const char *msg = dlock_client_errmsg(s->client);
@@ -843,7 +803,12 @@ static const char *handle_option(const struct cli *cli)
 	return cli->limit ? "--limit" : cli->shared ? "--shared" : "--exclusive";
 }
 
-int cli_open_client(const char *uri_opt, const char *identity, int quiet, dlock_client **out)
+/*
+ * Open a client for `uri_opt` (NULL: $DLOCK_URI, else the default URI)
+ * with `identity` (NULL: the URI's).  Returns 0 with *out set, else prints
+ * why and returns the exit status.
+ */
+static int open_client(const char *uri_opt, const char *identity, int quiet, dlock_client **out)
 {
 	dlock_client_options copts = DLOCK_CLIENT_OPTIONS_INIT;
 	char err[512] = "";
@@ -880,7 +845,7 @@ static int acquire(struct session *s, struct cli_watch *watch)
 {
 	const struct cli *cli = s->cli;
 	dlock_acquire_options aopts = DLOCK_ACQUIRE_OPTIONS_INIT;
-	int rc = cli_open_client(cli->uri, cli->identity, cli->quiet, &s->client);
+	int rc = open_client(cli->uri, cli->identity, cli->quiet, &s->client);
 	dlock_status st;
 
 	if (rc != 0)
@@ -1071,6 +1036,40 @@ static int run(struct session *s)
 	return rc >= 0 ? rc : run_command(s);
 }
 
+/* ---------------------------------------------------------------- verbs */
+
+/*
+ * A verb on its own client.  Nothing is held: the signals keep their
+ * default action, but for leader --watch, which reads them from a
+ * signalfd; they are blocked before the client opens, so that its threads
+ * inherit the mask.
+ */
+static int run_verb(const struct cli *cli)
+{
+	struct cli_verb_args verb = {
+		.verb = cli->verb,
+		.json = cli->json,
+		.quiet = cli->quiet,
+		.watch = cli->watch,
+		.dry_run = cli->dry_run,
+		.name = cli->name,
+	};
+	struct cli_signals sig = {.fd = -1};
+	dlock_client *c = NULL;
+	int rc;
+
+	if (cli->verb == CLI_VERB_LEADER && cli->watch && cli_signals_open(&sig) != 0) {
+		cli_say("cannot set up signal handling: %s", strerror(errno));
+		return EX_OSERR;
+	}
+	rc = open_client(cli->uri, cli->identity, cli->quiet, &c);
+	if (rc == 0)
+		rc = cli->verb == CLI_VERB_LEADER ? cli_leader_run(&verb, c, &sig) : cli_verb_run(&verb, c);
+	dlock_client_close(c);
+	cli_signals_close(&sig);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	struct cli cli;
@@ -1079,20 +1078,8 @@ int main(int argc, char **argv)
 
 	if (rc >= 0)
 		return rc;
-	if (cli.verb != CLI_VERB_NONE && cli.verb != CLI_VERB_ELECT) {
-		/* Nothing is held: the signals keep their default action. */
-		struct cli_verb_args verb = {
-			.verb = cli.verb,
-			.uri = cli.uri,
-			.identity = cli.identity,
-			.json = cli.json,
-			.quiet = cli.quiet,
-			.watch = cli.watch,
-			.dry_run = cli.dry_run,
-			.name = cli.name,
-		};
-		return cli_verb_run(&verb);
-	}
+	if (cli.verb != CLI_VERB_NONE && cli.verb != CLI_VERB_ELECT)
+		return run_verb(&cli);
 	if (cli_signals_open(&s.sig) != 0 || cli_lost_init(&s.lost) != 0) {
 		cli_say("cannot set up signal handling: %s", strerror(errno));
 		return EX_OSERR;

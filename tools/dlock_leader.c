@@ -1,6 +1,6 @@
 /*
  * The dlock command's `leader` verb: who leads the election NAME now (one
- * read, dlock_leader_get()), or with --watch who leads at each change
+ * read, dlock_election_leader()), or with --watch who leads at each change
  * until dlock is interrupted (dlock_observe()).
  *
  * Output, one line per state: in text "TERM<TAB>VALUE<TAB>IDENTITY", the
@@ -17,9 +17,9 @@
  * 1 when nobody leads (one read), 0 when --watch is ended by SIGINT or
  * SIGTERM.
  */
+#include "dlock_leader.h"
+
 #include "dlock_out.h"
-#include "dlock_run.h"
-#include "dlock_verbs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -101,7 +101,7 @@ static int flushed(int rc)
 static int read_once(dlock_client *c, dlock_election *e, const struct cli_verb_args *a)
 {
 	dlock_leader *l = NULL;
-	dlock_status st = dlock_leader_get(e, &l);
+	dlock_status st = dlock_election_leader(e, &l);
 	char msg[512];
 	const char *text;
 	int rc;
@@ -187,25 +187,13 @@ static int watch(dlock_client *c, dlock_election *e, const struct cli_verb_args 
 	return rc;
 }
 
-int cli_leader_run(const struct cli_verb_args *a)
+int cli_leader_run(const struct cli_verb_args *a, dlock_client *c, const struct cli_signals *sig)
 {
-	struct cli_signals sig = {.fd = -1};
-	dlock_client *c = NULL;
 	dlock_election *e = NULL;
-	int rc;
+	int rc = open_election(c, a->name, &e);
 
-	/* Before the client: its threads inherit the blocked signals. */
-	if (a->watch && cli_signals_open(&sig) != 0) {
-		cli_say("cannot set up signal handling: %s", strerror(errno));
-		return EX_OSERR;
-	}
-	rc = cli_open_client(a->uri, a->identity, a->quiet, &c);
 	if (rc == 0)
-		rc = open_election(c, a->name, &e);
-	if (rc == 0)
-		rc = a->watch ? watch(c, e, a, &sig) : read_once(c, e, a);
+		rc = a->watch ? watch(c, e, a, sig) : read_once(c, e, a);
 	dlock_election_free(e);
-	dlock_client_close(c);
-	cli_signals_close(&sig);
 	return rc;
 }

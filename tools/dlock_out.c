@@ -1,5 +1,10 @@
 /*
- * Escaping of untrusted bytes for the dlock command's output.
+ * What the dlock command writes: its own messages on stderr (cli_say),
+ * and untrusted bytes escaped for its output.
+ *
+ * Messages: "dlock: MESSAGE" as one line, written under the stream's lock,
+ * so that a line from the library's log (its own thread) never mixes
+ * with one of dlock's.
  *
  * Text: bytes 0x20..0x7E are written as they are, except the backslash,
  * written "\\"; every other byte (controls, DEL, and all bytes of 0x80 and
@@ -25,15 +30,36 @@
  * package.  The output is small (one object per lock), so a hand-written
  * writer of a hundred lines is the smaller risk.
  *
- * Threads: no state.  Errors: those of the stream, left for the caller.
+ * Threads: no state; cli_say() from any thread.  Errors: those of the
+ * stream, left for the caller (a message that cannot be written is lost).
  */
 #include "dlock_out.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <string.h>
 #include <time.h>
 
 static const char hex[] = "0123456789abcdef";
+
+void cli_vsay(const char *fmt, va_list ap)
+{
+	/* One locked stream: the library may log from its own thread. */
+	flockfile(stderr);
+	fputs("dlock: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	funlockfile(stderr);
+}
+
+void cli_say(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	cli_vsay(fmt, ap);
+	va_end(ap);
+}
 
 /* ------------------------------------------------------------------ text */
 

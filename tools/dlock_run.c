@@ -1,13 +1,16 @@
 /*
  * Process side of the dlock command: the signalfd, the watcher thread that
  * makes blocking library calls interruptible, starting COMMAND in its own
- * process group and supervising it until it ends.
+ * process group and supervising it until it ends; and how dlock exits
+ * after a library failure or COMMAND's end.
  *
  * dlock is multi-threaded (the library renews leases on a background
  * thread), so signals are never caught with handlers: they stay blocked in
  * every thread and are read from a signalfd by whichever loop is waiting.
  */
 #include "dlock_run.h"
+
+#include "dlock_out.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -518,6 +521,34 @@ int cli_supervise(struct cli_child *c, const struct cli_signals *sig, struct cli
 	tty_reclaim(c);
 	tty_close(c);
 	return 0;
+}
+
+/* -------------------------------------------------------- exit status */
+
+int cli_status_exit(dlock_status st, int invalid)
+{
+	switch (st) {
+	case DLOCK_EINVAL:
+		return invalid;
+	case DLOCK_EURI:
+	case DLOCK_ENOBACKEND:
+	case DLOCK_ENOTFOUND:
+	case DLOCK_EVERSION:
+	case DLOCK_ENOTSUP:
+		return EX_CONFIG;
+	case DLOCK_EKIND:
+		return EX_USAGE;
+	case DLOCK_ECONNECT:
+	case DLOCK_EAUTH:
+	case DLOCK_ESERVER:
+	case DLOCK_EUNCERTAIN:
+	case DLOCK_ELIMIT:
+		return EX_UNAVAILABLE;
+	case DLOCK_EPERM:
+		return EX_NOPERM;
+	default:
+		return EX_OSERR;
+	}
 }
 
 int cli_wait_status_exit(int status)

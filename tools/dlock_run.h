@@ -1,6 +1,7 @@
 /*
  * Process side of the dlock command: signals, the command's process and
- * its supervision.  dlock.c decides what to lock; dlock_run.c runs COMMAND.
+ * its supervision, and the exit statuses dlock gives.  dlock.c decides
+ * what to lock; dlock_run.c runs COMMAND.
  */
 #ifndef DLOCK_TOOLS_RUN_H
 #define DLOCK_TOOLS_RUN_H
@@ -19,8 +20,12 @@
 #define CLI_EXIT_NOEXEC 126  /* COMMAND found but not executable (as a shell) */
 #define CLI_EXIT_NOTFOUND 127
 
-/** Print "dlock: MESSAGE\n" to stderr as one line.  Thread-safe. */
-void cli_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/**
+ * Exit status for a library failure (the table of dlock --help); `invalid`
+ * is the one for DLOCK_EINVAL, which means a bad URI in dlock_client_open()
+ * and bad options elsewhere.
+ */
+int cli_status_exit(dlock_status st, int invalid);
 
 /*
  * Signals.  dlock blocks SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGCHLD in

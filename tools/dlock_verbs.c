@@ -372,16 +372,10 @@ static int run_gc(dlock_client *c, const struct cli_verb_args *a)
 	return flush_out(0);
 }
 
-int cli_verb_run(const struct cli_verb_args *a)
+int cli_verb_run(const struct cli_verb_args *a, dlock_client *c)
 {
-	dlock_client *c = NULL;
-	int rc;
+	int rc = EX_SOFTWARE;
 
-	if (a->verb == CLI_VERB_LEADER)
-		return cli_leader_run(a); /* opens its client after its signal mask */
-	rc = cli_open_client(a->uri, a->identity, a->quiet, &c);
-	if (rc != 0)
-		return rc;
 	switch (a->verb) {
 	case CLI_VERB_STATUS:
 		rc = run_status(c, a);
@@ -398,9 +392,7 @@ int cli_verb_run(const struct cli_verb_args *a)
 	case CLI_VERB_NONE:
 	case CLI_VERB_LEADER:
 	case CLI_VERB_ELECT:
-		rc = EX_SOFTWARE;
 		break;
 	}
-	dlock_client_close(c);
 	return rc;
 }

@@ -2,10 +2,10 @@
  * The dlock command's verbs: `dlock status NAME`, `dlock list [PREFIX]`,
  * `dlock break NAME`, `dlock gc [PREFIX]`, `dlock leader NAME` and
  * `dlock elect NAME -- COMMAND`.
- * dlock.c parses the command line, opens the client (cli_open_client())
- * and runs elect's COMMAND as it runs a lock's; dlock_verbs.c asks the
- * library and prints the answer on stdout (text or --json, escaped by
- * dlock_out.c); dlock_leader.c answers `leader`.
+ * dlock.c parses the command line, opens the client and hands it to the
+ * verb, and runs elect's COMMAND as it runs a lock's; dlock_verbs.c asks
+ * the library and prints the answer on stdout (text or --json, escaped by
+ * dlock_out.c); dlock_leader.c answers `leader` (dlock_leader.h).
  *
  * Threads: the main thread only, but for `leader --watch` (see
  * cli_leader_run()).  Errors: printed on stderr ("dlock: "), and told by
@@ -32,8 +32,6 @@ enum cli_verb {
 /* A verb and what the command line gave it. */
 struct cli_verb_args {
 	enum cli_verb verb;
-	const char *uri;      /* --uri; NULL: $DLOCK_URI or the default */
-	const char *identity; /* --identity; NULL: the URI's, else HOST:PID */
 	int json;             /* --json */
 	int quiet;            /* --quiet: nothing on stdout, the exit status only */
 	int watch;            /* leader --watch: each change until interrupted */
@@ -46,25 +44,11 @@ enum cli_verb cli_verb_of(const char *word);
 /** Static name of a verb ("status", ...). */
 const char *cli_verb_name(enum cli_verb verb);
 
-/** Run the verb (not elect): returns dlock's exit status. */
-int cli_verb_run(const struct cli_verb_args *a);
-
-/** `dlock leader`, from cli_verb_run() (dlock_leader.c): returns dlock's exit status. */
-int cli_leader_run(const struct cli_verb_args *a);
+/** Run the verb status, list, break or gc on the open client `c` (its caller closes it): returns dlock's
+ *  exit status. */
+int cli_verb_run(const struct cli_verb_args *a, dlock_client *c);
 
 /** Write a holder as a JSON object (status --json's "holders" items) to stdout. */
 void cli_json_holder(const dlock_holder *h);
-
-/* ------------------------------------------------ provided by dlock.c */
-
-/**
- * Open a client for `uri` (NULL: $DLOCK_URI, else the default URI) with
- * `identity` (NULL: the URI's).  Returns 0 with *out set, else prints why
- * and returns the exit status.
- */
-int cli_open_client(const char *uri, const char *identity, int quiet, dlock_client **out);
-
-/** Exit status for a library failure; `invalid` is the one for DLOCK_EINVAL. */
-int cli_status_exit(dlock_status st, int invalid);
 
 #endif

@@ -4,6 +4,7 @@ if(DLOCK_BACKEND_POSTGRES)
   list(APPEND DLOCK_DRIVERS postgres postgresql)
   list(APPEND DLOCK_BACKEND_SOURCES
     backends/postgres/pg.c
+    backends/postgres/pg_error.c
     backends/postgres/pg_conn.c
     backends/postgres/pg_exec.c
     backends/postgres/pg_pool.c

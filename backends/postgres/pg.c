@@ -11,19 +11,19 @@
  * '_', not starting with a digit, at most 63 bytes),
  * `fencing_durability=none|commit` (advisory mode: with `commit` an
  * acquisition returns its token only once a commit after it is durable,
- * DLOCK_PG_DURABLE in pg_internal.h; a parameter of this backend, as the
+ * DLOCK_PG_DURABLE in pg_backend.h; a parameter of this backend, as the
  * core's `fencing` is on or off for every backend), and every libpq
  * connection keyword except the five the URI itself carries (host, port,
  * user, password, dbname) — see pg_conn.c.
  *
  * Both schemes are the same driver.  How connections, leases and names
- * work is in pg_internal.h and the files it lists.
+ * work is in pg_backend.h and the files it lists.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "dlock/sys/postgres.h"
-#include "pg_internal.h"
+#include "pg_backend.h"
 
 /* ------------------------------------------------------------ open */
 

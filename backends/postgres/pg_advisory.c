@@ -20,10 +20,10 @@
  *
  * The statements are prepared once per session (no parse and plan per
  * call): those without a token when the session first runs one, the two
- * with a token only when one is first wanted (pg_internal.h), so that with
+ * with a token only when one is first wanted (pg_backend.h), so that with
  * fencing off neither the sequence nor a privilege on it is needed.  With
  * fencing_durability=commit the statements with a token are the same but
- * for the token itself, DLOCK_PG_DURABLE (pg_internal.h: the answer only
+ * for the token itself, DLOCK_PG_DURABLE (pg_backend.h: the answer only
  * once the commit is durable), under the same names.
  * Before the first token of a client, pg_setup.c checks the sequence.  The
  * idle timeout is sent only when the session's must
@@ -51,7 +51,7 @@
  * a waiting writer holds back the readers that come after it, and waiters
  * are granted in queue order (WRITER_FIRST, fair).  That holds only
  * between sessions — a session that holds the key gets it again at once,
- * queue or not — hence the rule of pg_internal.h: no session ever takes a
+ * queue or not — hence the rule of pg_backend.h: no session ever takes a
  * key it holds.  Readers take no fencing token (read fencing NONE): the
  * token of a writer is nextval of one sequence for every name, and
  * PostgreSQL keeps nothing per advisory key that another session could
@@ -68,7 +68,7 @@
  */
 #include <string.h>
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 #include "pg_sem_sql.h"
 
 #define SEQ "'" DLOCK_PG_SEQUENCE "'"
@@ -133,7 +133,7 @@
 	"PREPARE dlock_try_token_w(int8, text, int4, int4) AS " TRY("", WRITER_MARK("3", "4"), tok) ";" \
 	"PREPARE dlock_wait_token_w(int8, text, text, int4, int4) AS " WAIT("", WRITER_MARK("4", "5"), tok) ";"
 #define PREPARE_TOKEN PREPARE_TOKEN_WITH("nextval(" SEQ ")") DLOCK_PG_SEM_PREPARE_TOKEN
-/* fencing_durability=commit: the same names, each token committed durably (pg_internal.h). */
+/* fencing_durability=commit: the same names, each token committed durably (pg_backend.h). */
 #define PREPARE_TOKEN_DURABLE \
 	PREPARE_TOKEN_WITH(DLOCK_PG_DURABLE("nextval(" SEQ ")")) DLOCK_PG_SEM_PREPARE_TOKEN_DURABLE
 /* The TOKEN set first: when it fails, nothing after it runs. */
@@ -183,8 +183,8 @@ static int writer(const struct dlock_pg_lock *lk)
 /* The name's two-int key as statement parameters: s->values[s->n], [s->n + 1] (hi, base) in `hi`, `base`. */
 static void add_two_int_key(const struct dlock_pg_lock *lk, struct dlock_pg_stmt *s, char hi[24], char base[24])
 {
-	dlock_pg_int_text(lk->sem_hi, hi);
-	dlock_pg_int_text(lk->sem_base, base);
+	dlock_decimal(hi, lk->sem_hi);
+	dlock_decimal(base, lk->sem_base);
 	s->values[s->n] = hi;
 	s->values[s->n + 1] = base;
 	s->lengths[s->n] = s->lengths[s->n + 1] = -1;
@@ -247,7 +247,7 @@ static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
                             dlock_wait *w, int fencing, dlock_acquired *out, dlock_error *err)
 {
 	char key[24], lease[24], wait[24], sqlstate[6], hi[24], base[24];
-	dlock_pg_int_text(lk->key, key);
+	dlock_decimal(key, lk->key);
 	pthread_mutex_lock(&c->mu);
 	if (fencing) {
 		dlock_status st = fence(b, c, err);
@@ -361,7 +361,7 @@ static dlock_status adv_release(void *backend, void *lkp, dlock_error *err)
 	struct dlock_pg_conn *c = lk->conn;
 	char key[24], lease[24], sqlstate[6], hi[24], base[24];
 	PGresult *res = NULL;
-	dlock_pg_int_text(lk->key, key);
+	dlock_decimal(key, lk->key);
 	pthread_mutex_lock(&c->mu);
 	dlock_pg_pool_unhold(b, lk);
 	/* The last lock gone: the session keeps its timeout (pg_pool.c retires it). */
@@ -469,7 +469,7 @@ static dlock_status adv_check(void *backend, void *lkp, dlock_error *err)
 	char key[24], sqlstate[6];
 	PGresult *res = NULL;
 	int isnull;
-	dlock_pg_int_text(lk->key, key);
+	dlock_decimal(key, lk->key);
 	pthread_mutex_lock(&c->mu);
 	struct dlock_pg_stmt s = { .sql = sql_check, .n = 2, .values = { key, lk->shared ? "ShareLock" : "ExclusiveLock" },
 		                   .lengths = { -1, -1 } };

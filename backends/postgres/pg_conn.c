@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 
 #define PG_MAX_KEYS 64
 
@@ -187,44 +187,6 @@ static int find_sqlstate(const char *msg, char out[6])
 		}
 	}
 	return 0;
-}
-
-/*
- * libpq's message on one line, without the LOCATION lines of verbose mode.
- * Its lines go on with a tab ("Connection refused\n\tIs the server
- * running ..."): every run of blanks, newlines included, becomes one space,
- * and the lines are joined by "; ".
- */
-void dlock_pg_one_line(const char *msg, char *out, size_t outlen)
-{
-	size_t o = 0;
-	if (outlen == 0)
-		return;
-	for (const char *line = msg; *line;) {
-		size_t n = strcspn(line, "\n");
-		const char *end = line + n;
-		while (line < end && isspace((unsigned char)*line))
-			line++;
-		if (line < end && strncmp(line, "LOCATION:", 9) != 0) {
-			if (o && o + 2 < outlen) {
-				out[o++] = ';';
-				out[o++] = ' ';
-			}
-			for (int blank = 0; line < end && o + 1 < outlen; line++) {
-				if (isspace((unsigned char)*line)) {
-					blank = 1;
-					continue;
-				}
-				if (blank)
-					out[o++] = ' ';
-				blank = 0;
-				if (o + 1 < outlen)
-					out[o++] = *line;
-			}
-		}
-		line = *end ? end + 1 : end;
-	}
-	out[o] = '\0';
 }
 
 static dlock_status connect_failed(const struct dlock_pg_backend *b, PGconn *pg, dlock_error *err)

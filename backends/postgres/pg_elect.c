@@ -52,7 +52,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 
 #define CREATE_LEADERS                                                                                   \
 	"CREATE TABLE IF NOT EXISTS " DLOCK_PG_LEADERS " (key int8 PRIMARY KEY, term int8 NOT NULL, pid int4 " \

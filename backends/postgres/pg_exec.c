@@ -24,30 +24,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 
 #define CANCEL_REPEAT_MS 100
 #define NS_PER_MS 1000000LL
-
-dlock_status dlock_pg_sqlstate_status(const char *s)
-{
-	if (strcmp(s, "28P01") == 0 || strcmp(s, "28000") == 0)
-		return DLOCK_EAUTH;
-	if (strcmp(s, "3D000") == 0)
-		return DLOCK_ENOTFOUND;
-	if (strcmp(s, "42501") == 0)
-		return DLOCK_EPERM;
-	if (strcmp(s, "55P03") == 0)
-		return DLOCK_EBUSY; /* lock_not_available: NOWAIT or lock_timeout */
-	if (strcmp(s, "57014") == 0)
-		return DLOCK_ECANCELED; /* query_canceled */
-	if (strcmp(s, "53200") == 0)
-		return DLOCK_ELIMIT; /* out_of_memory: "out of shared memory", the lock table is full */
-	if (strncmp(s, "08", 2) == 0 || strcmp(s, "57P01") == 0 || strcmp(s, "57P02") == 0 ||
-	    strcmp(s, "57P03") == 0 || strcmp(s, "53300") == 0)
-		return DLOCK_ECONNECT;
-	return DLOCK_ESERVER;
-}
 
 int64_t dlock_pg_io_deadline(const struct dlock_pg_backend *b)
 {
@@ -68,23 +48,6 @@ dlock_status dlock_pg_lease_ok(int64_t lease_ms, dlock_error *err)
 	                       "a lease of more than %d ms does not fit PostgreSQL's session timeouts", INT_MAX);
 }
 
-void dlock_pg_int_text(int64_t v, char out[24])
-{
-	char digits[24];
-	size_t n = 0, o = 0;
-	/* In unsigned arithmetic, so that INT64_MIN has a magnitude too. */
-	uint64_t m = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-	do {
-		digits[n++] = (char)('0' + m % 10);
-		m /= 10;
-	} while (m);
-	if (v < 0)
-		out[o++] = '-';
-	while (n)
-		out[o++] = digits[--n];
-	out[o] = '\0';
-}
-
 int64_t dlock_pg_text_int(const char *text)
 {
 	int neg = *text == '-';
@@ -100,7 +63,7 @@ void dlock_pg_ms_text(int64_t ms, char out[24])
 		ms = INT_MAX;
 	if (ms < 0)
 		ms = 1;
-	dlock_pg_int_text(ms, out);
+	dlock_decimal(out, ms);
 }
 
 int64_t dlock_pg_int_value(const PGresult *res, int *isnull)

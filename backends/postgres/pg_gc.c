@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 
 #define GC_BATCH "1000"
 #define GC_BATCH_N 1000

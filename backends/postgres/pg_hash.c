@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 
 char *dlock_pg_namespaced(const char *prefix, const char *name, size_t len, size_t *outlen)
 {

@@ -55,7 +55,7 @@
 #include <string.h>
 
 #include "dlock/dlock.h"
-#include "pg_internal.h"
+#include "pg_backend.h"
 
 #define THIS_DB "l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
 #define COLUMNS                                                                                        \

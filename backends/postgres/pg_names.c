@@ -38,7 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 
 #define CREATE_NAMES                                                                                      \
 	"CREATE TABLE IF NOT EXISTS " DLOCK_PG_NAMES " (key int8 PRIMARY KEY, hi int4 NOT NULL, base int4 NOT " \

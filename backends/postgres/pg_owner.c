@@ -17,8 +17,8 @@
  * shows as its first bytes and that mark ('+' is never in escaped text).
  * The host of an identity of the client's choosing is not written: the
  * server's view of the client (client_hostname, else client_addr) stands
- * for it.  A URI that gives application_name itself keeps it, and its
- * sessions show no owner.
+ * for it, escaped alike (dlock_percent_encode()).  A URI that gives
+ * application_name itself keeps it, and its sessions show no owner.
  *
  * Threads: pure functions.
  */
@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 
 #define APP_PREFIX "dlock:"
 #define APP_MAX 63
@@ -82,25 +82,6 @@ void dlock_pg_app_name(const char *record, size_t len, char out[DLOCK_PG_APP_NAM
 	         digest[3]);
 }
 
-/* Append `s` escaped as the owner record escapes (bytes outside [A-Za-z0-9._~:-] as %XX). */
-static size_t put_escaped(char *out, size_t cap, size_t n, const char *s)
-{
-	static const char hex[] = "0123456789ABCDEF";
-	for (; *s && n + 4 < cap; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '.' ||
-		    ch == '_' || ch == '~' || ch == ':' || ch == '-') {
-			out[n++] = (char)ch;
-		} else {
-			out[n++] = '%';
-			out[n++] = hex[ch >> 4];
-			out[n++] = hex[ch & 15];
-		}
-	}
-	out[n] = '\0';
-	return n;
-}
-
 size_t dlock_pg_app_owner(const char *app, const char *client_host, char *rec, size_t cap)
 {
 	size_t plen = strlen(APP_PREFIX);
@@ -120,7 +101,9 @@ size_t dlock_pg_app_owner(const char *app, const char *client_host, char *rec, s
 		n = snprintf(rec, cap, "id=%s&pid=%.*s&host=", x, (int)pidlen, pid);
 	if (n < 0 || (size_t)n >= cap)
 		return 0;
-	if (x[0] != '@')
-		n = (int)put_escaped(rec, cap, (size_t)n, client_host ? client_host : "");
+	if (x[0] != '@') {
+		const char *host = client_host ? client_host : "";
+		n = (int)dlock_percent_encode(rec, cap, (size_t)n, host, strlen(host));
+	}
 	return (size_t)n;
 }

@@ -1,5 +1,5 @@
 /*
- * The client's connections (the rule is in pg_internal.h).  A connection
+ * The client's connections (the rule is in pg_backend.h).  A connection
  * is in exactly one place:
  *
  *   LIST_IDLE    holds nothing, nobody uses it; kept up to DLOCK_PG_IDLE_MAX
@@ -18,7 +18,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 
 enum { LIST_NONE = 0, LIST_IDLE = 1, LIST_SHARED = 2 };
 
@@ -209,7 +209,7 @@ struct dlock_pg_conn *dlock_pg_pool_share(struct dlock_pg_backend *b, int64_t le
 	 * thread is using: we would wait for its statement.  Threads that acquire
 	 * at once then each get a session, and the sessions are still bounded by
 	 * those threads, not by the locks held.  Never one that holds the key
-	 * (a reader beside the client's readers): see pg_internal.h. */
+	 * (a reader beside the client's readers): see pg_backend.h. */
 	struct dlock_pg_conn *c = p->idle ? NULL : p->shared;
 	while (c && (c->lease_ms != lease_ms || c->users > 0 || c->nlocks >= DLOCK_PG_SESSION_LOCKS_MAX ||
 	             conn_holds_key(c, key)))

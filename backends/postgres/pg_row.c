@@ -9,7 +9,7 @@
  * (policy NO_PREFERENCE).  Every held lock has its own transaction, hence
  * its own session: two readers of one client never share one.
  *
- * Acquire, on a connection of its own (pg_internal.h says why):
+ * Acquire, on a connection of its own (pg_backend.h says why):
  *   1. INSERT ... ON CONFLICT DO NOTHING of the name, in autocommit — inside
  *      the transaction it would wait on another holder's uncommitted
  *      insert, which NOWAIT does not cover.  Skipped once this handle has
@@ -39,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 
 #define ELAPSED ", (extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000000)::int8"
 /* The lease, then the token (`tail`: nextval, or 0 when none is wanted). */

@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 
 /* How long ENTER waits for the name's row FOR SHARE before it says the name is a mutex's: dlock_gc()
  * locks a free row for the moment of its statement (pg_gc.c), a mutex or writer for its hold. */

@@ -59,7 +59,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 #include "pg_sem_sql.h"
 
 #define POLL_MS 500       /* longest sleep of a waiter between two tries without a notification */

@@ -6,7 +6,7 @@
 #ifndef DLOCK_PG_SEM_SQL_H
 #define DLOCK_PG_SEM_SQL_H
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 
 #define GATE_WAIT "20"    /* lock_timeout of K shared: a probe holds it exclusive for microseconds */
 

@@ -30,7 +30,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 
 #define SETUP_LOCK "SELECT pg_advisory_xact_lock(1684828003, 1)"
 #define TABLE_GRANT "GRANT SELECT, INSERT, UPDATE ON %s TO %s;"

@@ -31,7 +31,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 
 #define PING_MS 10000
 #define RETRY_MIN_MS 100

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pg_internal.h"
+#include "pg_backend.h"
 #include "testsupport.h"
 
 static void test_golden_hash(void)
@@ -52,7 +52,7 @@ static void test_knows_param(void)
 	CU_ASSERT(!dlock_pg_knows_param("bogus"));
 }
 
-/* The statements' integer parameters and results, in and out of decimal text, at the edges too. */
+/* The statements' integer parameters (dlock_decimal) and results, in and out of decimal text, at the edges too. */
 static void test_int_text(void)
 {
 	static const int64_t v[] = { 0, 1, -1, 9, 10, 2147483647, INT64_C(8408475929734341367),
@@ -61,7 +61,7 @@ static void test_int_text(void)
 		                            "-6975968165028297448", "9223372036854775807", "-9223372036854775808" };
 	char buf[24];
 	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
-		dlock_pg_int_text(v[i], buf);
+		CU_ASSERT_EQUAL(dlock_decimal(buf, v[i]), strlen(text[i]));
 		CU_ASSERT_STRING_EQUAL(buf, text[i]);
 		CU_ASSERT_EQUAL(dlock_pg_text_int(text[i]), v[i]);
 	}

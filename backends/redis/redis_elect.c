@@ -42,12 +42,6 @@
 
 /* ------------------------------------------------------------ the value in the record */
 
-static int plain_byte(unsigned char ch)
-{
-	return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '.' ||
-	       ch == '_' || ch == '~' || ch == ':' || ch == '-';
-}
-
 static int hex_digit(char ch)
 {
 	if (ch >= '0' && ch <= '9')
@@ -62,26 +56,13 @@ static int hex_digit(char ch)
 /* The client's record with `value` as its `value` field, percent-encoded: a new string, or NULL. */
 static char *record_with_value(const struct redis_client *c, const char *value, size_t len, size_t *outlen)
 {
-	static const char hex[] = "0123456789ABCDEF";
-	size_t field = strlen(VALUE_FIELD);
-	char *out = malloc(c->recordlen + field + 3 * len + 1);
+	size_t field = strlen(VALUE_FIELD), cap = c->recordlen + field + 3 * len + 2; /* the whole value fits */
+	char *out = malloc(cap);
 	if (!out)
 		return NULL;
 	memcpy(out, c->record, c->recordlen);
-	memcpy(out + c->recordlen, VALUE_FIELD, field);
-	size_t n = c->recordlen + field;
-	for (size_t i = 0; i < len; i++) {
-		unsigned char ch = (unsigned char)value[i];
-		if (plain_byte(ch)) {
-			out[n++] = (char)ch;
-		} else {
-			out[n++] = '%';
-			out[n++] = hex[ch >> 4];
-			out[n++] = hex[ch & 15];
-		}
-	}
-	out[n] = '\0';
-	*outlen = n;
+	memcpy(out + c->recordlen, VALUE_FIELD, field + 1);
+	*outlen = dlock_percent_encode(out, cap, c->recordlen + field, value, len);
 	return out;
 }
 

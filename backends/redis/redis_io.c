@@ -177,20 +177,6 @@ static int feed(struct redis_conn *conn, const char *buf, size_t n)
 
 /* ------------------------------------------------------------ commands */
 
-/* `v` in decimal at `p`; the number of digits written (at most 20). */
-static size_t put_decimal(char *p, size_t v)
-{
-	char digits[20];
-	size_t n = 0;
-	do {
-		digits[n++] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	for (size_t i = 0; i < n; i++)
-		p[i] = digits[n - 1 - i];
-	return n;
-}
-
 /* Room for `more` bytes after what is queued; 0 when memory ran out (the connection failed). */
 static int out_reserve(struct redis_conn *conn, size_t more)
 {
@@ -228,12 +214,12 @@ int dlock_redis_append_argv(struct redis_conn *conn, int argc, const char *const
 		return REDIS_ERR;
 	char *p = conn->out + conn->outlen;
 	*p++ = '*';
-	p += put_decimal(p, (size_t)argc);
+	p += dlock_decimal(p, argc); /* its NUL is overwritten next */
 	*p++ = '\r';
 	*p++ = '\n';
 	for (int i = 0; i < argc; i++) {
 		*p++ = '$';
-		p += put_decimal(p, len[i]);
+		p += dlock_decimal(p, (int64_t)len[i]);
 		*p++ = '\r';
 		*p++ = '\n';
 		if (len[i])

@@ -24,6 +24,16 @@
  *   - The library writes nothing to stdout or stderr; messages go to the
  *     log callback of dlock_client_options.
  *   - Durations in this API are milliseconds.
+ *   - Names: a function that makes or ends an object, or reads one of its
+ *     properties, starts with the object's name: dlock_lock_new(),
+ *     dlock_client_close(), dlock_lock_name(), dlock_lock_permits(),
+ *     dlock_election_leader(); a getter says "get" only where its name
+ *     would otherwise be a type's (dlock_lock_get_kind(),
+ *     dlock_client_get_stats()).  What an object does is a bare verb
+ *     (dlock_acquire(), dlock_campaign(), dlock_inspect()), unless two
+ *     objects share it (dlock_client_control(), dlock_lock_control()).
+ *     Earlier names stay as documented aliases (dlock_lock_get_permits(),
+ *     dlock_leader_get()).
  *   - Options structs (dlock_client_options, dlock_acquire_options) start
  *     with a version and have an ..._INIT macro.  A designated initializer
  *     that names `version` and one field is safe too: zero never turns a
@@ -118,10 +128,10 @@ typedef enum dlock_status {
 	DLOCK_STATUS_COUNT_ /**< Number of status codes; not a status. */
 } dlock_status;
 
-/** Static text describing a status; "unknown status" for values out of range. */
-DLOCK_API const char *dlock_strerror(int status);
-/** Static name of a status without prefix, e.g. "ENOTHELD"; "UNKNOWN" out of range. */
-DLOCK_API const char *dlock_status_name(int status);
+/** Static text describing a status; "unknown status" for values out of range.  Thread-safe. */
+DLOCK_API const char *dlock_strerror(dlock_status status);
+/** Static name of a status without prefix, e.g. "ENOTHELD"; "UNKNOWN" out of range.  Thread-safe. */
+DLOCK_API const char *dlock_status_name(dlock_status status);
 
 /* ---------------------------------------------------------------- logging */
 
@@ -558,8 +568,14 @@ DLOCK_API dlock_status dlock_semaphore_new(dlock_client *client, const char *nam
 /** The handle's kind; DLOCK_KIND_MUTEX for NULL. */
 DLOCK_API dlock_lock_kind dlock_lock_get_kind(const dlock_lock *lock);
 
-/** Holders allowed at once: N for a semaphore, 1 for a mutex and a read-write lock's writer; 0 for NULL. */
+/** The earlier name of dlock_lock_permits(), kept for existing callers and binaries. */
 DLOCK_API uint32_t dlock_lock_get_permits(const dlock_lock *lock);
+
+/** Holders allowed at once: N for a semaphore, 1 for a mutex and a read-write lock's writer; 0 for NULL. */
+static inline uint32_t dlock_lock_permits(const dlock_lock *lock)
+{
+	return dlock_lock_get_permits(lock);
+}
 
 /** Wait bound meaning "wait until acquired, cancelled or the client closes". */
 #define DLOCK_WAIT_FOREVER (-1)
@@ -959,7 +975,7 @@ DLOCK_API dlock_status dlock_proclaim(dlock_election *e, const char *value);
 /** Stop leading (release the mutex; the next candidate is woken).  DLOCK_ENOTHELD when not leading. */
 DLOCK_API dlock_status dlock_resign(dlock_election *e);
 
-/** Who leads an election now, as dlock_leader_get() and an observer see it. */
+/** Who leads an election now, as dlock_election_leader() and an observer see it. */
 typedef struct dlock_leader {
 	int elected;                /**< 1: someone leads; 0: nobody does now */
 	uint64_t term;              /**< the leader's term (its acquisition's fencing token); 0 with no leader */
@@ -967,14 +983,20 @@ typedef struct dlock_leader {
 	const dlock_holder *holder; /**< who leads: identity, host, pid, since...; NULL with no leader */
 } dlock_leader;
 
+/** The earlier name of dlock_election_leader(), kept for existing callers and binaries. */
+DLOCK_API dlock_status dlock_leader_get(dlock_election *e, dlock_leader **out);
+
 /**
  * Read who leads now (one inspection of the server), as a new
  * dlock_leader to free with dlock_leader_free().  Any client, campaigning
- * or not.  Statuses as dlock_inspect().
+ * or not.  Statuses as dlock_inspect().  Thread-safe.
  */
-DLOCK_API dlock_status dlock_leader_get(dlock_election *e, dlock_leader **out);
+static inline dlock_status dlock_election_leader(dlock_election *e, dlock_leader **out)
+{
+	return dlock_leader_get(e, out);
+}
 
-/** Free what dlock_leader_get() answered (NULL is fine). */
+/** Free what dlock_election_leader() answered (NULL is fine). */
 DLOCK_API void dlock_leader_free(dlock_leader *leader);
 
 /**

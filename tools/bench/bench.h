@@ -153,6 +153,8 @@ struct bench_slot {
 enum bench_fault_req { BENCH_REQ_NONE, BENCH_REQ_PAUSE, BENCH_REQ_HOLD };
 /* held: acquiring (worker), holding (worker: all held), release (controller: the hold is over), done (worker) */
 enum bench_held_state { BENCH_HELD_ACQUIRING, BENCH_HELD_HOLDING, BENCH_HELD_RELEASE, BENCH_HELD_DONE };
+/* held: how often a wait for the other side also looks at stop, failure and progress */
+#define BENCH_HELD_LOOK_NS (100 * BENCH_NS_PER_MS)
 enum bench_fault_state { BENCH_FS_IDLE, BENCH_FS_PARKED, BENCH_FS_RESUME };
 
 struct bench_shared {
@@ -190,6 +192,8 @@ struct bench_shared *bench_shared_new(int nworkers, int want_intervals);
 void bench_shared_free(struct bench_shared *sh);
 struct bench_interval *bench_intervals(struct bench_shared *sh, int worker);
 void bench_interval_add(struct bench_shared *sh, int worker, int64_t start, int64_t end, int flags);
+/* Count an error in the worker's slot; the first one's text is kept for the phase's message. */
+void bench_slot_error(struct bench_slot *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /*
  * A state in the shared region that one process moves on and another
  * awaits: set stores and wakes every waiter (a futex, which works across
@@ -349,7 +353,6 @@ int bench_kind_supported(const struct bench_opts *o, const char *uri, enum bench
                          size_t whylen);
 /* Count one completed cycle that ended inside the measured window (its acquire and release times). */
 void bench_count_cycle(struct bench_worker *w, int64_t acquire_ns, int64_t release_ns, int64_t t2);
-void bench_slot_error(struct bench_slot *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The contended name's handoff bookkeeping, shared by dlock and raw loops. */
 void bench_note_acquired(struct bench_worker *w, int64_t t_call, int64_t t_acq);
 void bench_note_releasing(struct bench_worker *w, int64_t t_end);

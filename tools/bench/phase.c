@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,17 +23,6 @@
 #define READY_TIMEOUT_NS (30 * BENCH_NS_PER_S)
 /* Workers finish their cycle after stop; give them this long before SIGKILL. */
 #define REAP_TIMEOUT_NS (30 * BENCH_NS_PER_S)
-
-void bench_slot_error(struct bench_slot *s, const char *fmt, ...)
-{
-	s->errors++;
-	if (s->err[0])
-		return; /* keep the first: later ones are usually its consequences */
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(s->err, sizeof s->err, fmt, ap);
-	va_end(ap);
-}
 
 /* ------------------------------------------------------------ child side */
 

@@ -2,10 +2,13 @@
  * The region every worker process writes its results to: one anonymous
  * MAP_SHARED mapping made before fork, so parent and children see the same
  * pages and no file or descriptor is involved.  Layout: the header, one
- * slot per worker, then each worker's interval array.
+ * slot per worker, then each worker's interval array.  Each worker thread
+ * writes only its own slot: its counts, intervals and first error.
  */
 #include <limits.h>
 #include <linux/futex.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -82,6 +85,17 @@ void bench_interval_add(struct bench_shared *sh, int worker, int64_t start, int6
 		return;
 	}
 	bench_intervals(sh, worker)[s->nint++] = (struct bench_interval){ start, end, worker, flags };
+}
+
+void bench_slot_error(struct bench_slot *s, const char *fmt, ...)
+{
+	s->errors++;
+	if (s->err[0])
+		return; /* keep the first: later ones are usually its consequences */
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(s->err, sizeof s->err, fmt, ap);
+	va_end(ap);
 }
 
 static int by_start(const void *a, const void *b)

@@ -104,6 +104,7 @@
 #ifndef DLOCK_SYS_DRIVER_H
 #define DLOCK_SYS_DRIVER_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -394,6 +395,48 @@ DLOCK_API void dlock_name_component(const char *name, size_t len, char *out);
  * result again).  Pure, thread-safe.
  */
 DLOCK_API int dlock_name_component_decode(const char *comp, size_t comp_len, char *out);
+
+/**
+ * Append `len` bytes of `s` to `out` percent-encoded as the owner record
+ * encodes its fields (dlock_host_owner()), for a driver that stores more
+ * fields beside it or writes its parts elsewhere: bytes [A-Za-z0-9._~:-]
+ * as they are, every other byte (NUL included) as "%XX", upper-case hex.
+ * Writes from out[n] on, `cap` being the size of `out` (more than n), and
+ * NUL-terminates; stops early, never inside an escape, when fewer than
+ * five bytes of `out` are left before a byte, so the whole of `s` needs
+ * cap >= n + 3 * len + 2.  Returns the new length (where the NUL is).
+ * The caller owns both buffers; pure, thread-safe.
+ */
+DLOCK_API size_t dlock_percent_encode(char *out, size_t cap, size_t n, const char *s, size_t len);
+
+/** Longest text of dlock_decimal(), in bytes without the NUL: "-9223372036854775808". */
+#define DLOCK_DECIMAL_MAX 20
+
+/**
+ * `v` in decimal ('-' first when negative) and a NUL into `out`, which
+ * DLOCK_DECIMAL_MAX + 1 bytes always fit; returns the length without the
+ * NUL.  No locale and no printf, for a driver's hot path (a protocol's
+ * lengths, a statement's parameters).  The caller owns `out`; pure,
+ * thread-safe; cannot fail.
+ */
+DLOCK_API size_t dlock_decimal(char *out, int64_t v);
+
+/**
+ * Initialise `cond` on CLOCK_MONOTONIC, the clock of dlock_monotonic_ns(),
+ * so that dlock_cond_wait_until() can wait for a deadline taken from it.
+ * The caller owns `cond` and destroys it (pthread_cond_destroy()).
+ */
+DLOCK_API void dlock_cond_init_monotonic(pthread_cond_t *cond);
+
+/**
+ * Wait on `cond` (made by dlock_cond_init_monotonic()) with `mu` held
+ * until it is signalled or `deadline_ns` (dlock_monotonic_ns() time;
+ * INT64_MAX: no deadline) has passed; `mu` is held again on return.
+ * Returns ETIMEDOUT once the deadline has passed, else 0: signalled, or
+ * woken for no reason, so the caller checks its condition again.  Any
+ * thread, as pthread_cond_timedwait().
+ */
+DLOCK_API int dlock_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ns);
 
 /* --------------------------------------------------------------- driver */
 

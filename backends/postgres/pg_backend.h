@@ -3,6 +3,7 @@
  * backend (libpq).  One job per file:
  *
  *   pg.c           the driver objects and their methods
+ *   pg_error.c     libpq's failures: a SQLSTATE's status, a message on one line
  *   pg_conn.c      URI -> libpq keywords, connecting, connection errors
  *   pg_exec.c      one statement with a deadline and cancellation
  *   pg_pool.c      the client's connections: idle, shared, pinned
@@ -63,8 +64,8 @@
  * Order: conn->mu before pool->mu; nothing else is taken under pool->mu
  * except the core's own lock inside dlock_report_lost().
  */
-#ifndef DLOCK_PG_INTERNAL_H
-#define DLOCK_PG_INTERNAL_H
+#ifndef DLOCK_PG_BACKEND_H
+#define DLOCK_PG_BACKEND_H
 
 #include <libpq-fe.h>
 #include <pthread.h>
@@ -252,6 +253,13 @@ void dlock_pg_app_name(const char *record, size_t len, char out[DLOCK_PG_APP_NAM
  */
 size_t dlock_pg_app_owner(const char *app, const char *client_host, char *rec, size_t cap);
 
+/* pg_error.c */
+/** The status of a SQLSTATE (28P01 -> EAUTH, 3D000 -> ENOTFOUND, 55P03 -> EBUSY ...). */
+dlock_status dlock_pg_sqlstate_status(const char *sqlstate);
+/** libpq's text (several lines, tab-indented) on one line into `out`: lines joined by "; ", every
+ *  run of blanks one space, LOCATION lines dropped. */
+void dlock_pg_one_line(const char *msg, char *out, size_t outlen);
+
 /* pg_conn.c */
 int dlock_pg_knows_param(const char *key);
 /** Build the libpq keywords of `uri`, with `app_name` (pg_owner.c; NULL: none) unless the URI gives
@@ -297,8 +305,6 @@ dlock_status dlock_pg_exec(const struct dlock_pg_backend *b, struct dlock_pg_con
 /** Same with the deadline io_timeout from now, the result dropped. */
 dlock_status dlock_pg_run(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_stmt *s,
                           char sqlstate[6], dlock_error *err);
-/** The status of a SQLSTATE (28P01 -> EAUTH, 3D000 -> ENOTFOUND, 55P03 -> EBUSY ...). */
-dlock_status dlock_pg_sqlstate_status(const char *sqlstate);
 /** Deadline io_timeout from now. */
 int64_t dlock_pg_io_deadline(const struct dlock_pg_backend *b);
 /** Deadline of a waiting statement: the wait's, plus io_timeout (INT64_MAX stays). */
@@ -311,8 +317,6 @@ void dlock_pg_interrupt_arm(struct dlock_pg_conn *c, dlock_wait *w);
 int dlock_pg_interrupt_disarm(struct dlock_pg_conn *c, dlock_wait *w);
 /** Milliseconds as a decimal string for a GUC (clamped to 1..INT_MAX, 0 stays 0). */
 void dlock_pg_ms_text(int64_t ms, char out[24]);
-/** `v` in decimal into out (NUL-terminated); for the parameters of every statement, without printf's cost. */
-void dlock_pg_int_text(int64_t v, char out[24]);
 /** The decimal integer `text` (a server's int8 column; 0 for anything else), without scanf's cost. */
 int64_t dlock_pg_text_int(const char *text);
 /** The first integer column of the first row (0 if NULL); *isnull set. */
@@ -346,10 +350,6 @@ void dlock_pg_pool_unhold(struct dlock_pg_backend *b, struct dlock_pg_lock *lk);
 void dlock_pg_pool_broken(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *detail);
 /** The longest lease of the locks on `c`, at least `with_ms` (c->mu held). */
 int64_t dlock_pg_conn_lease(struct dlock_pg_conn *c, int64_t with_ms);
-
-/** libpq's text (several lines, tab-indented) on one line into `out`: lines joined by "; ", every
- *  run of blanks one space, LOCATION lines dropped. */
-void dlock_pg_one_line(const char *msg, char *out, size_t outlen);
 
 /* pg_setup.c */
 /** At open, on `c`: the lock table (row mode) and, when the URI's fencing is on, the sequence. */
