@@ -59,10 +59,6 @@ void dlock_wait_destroy(struct dlock_wait *w);
 /** Mark cancelled, wake the sleeper and run the interrupt hook.  No client->mu held. */
 void dlock_wait_cancel(struct dlock_wait *w);
 
-/** Initialise a condition variable on CLOCK_MONOTONIC. */
-void dlock_cond_init_monotonic(pthread_cond_t *cond);
-/** pthread_cond_timedwait until `deadline_ns` (INT64_MAX: no limit); returns ETIMEDOUT or 0. */
-int dlock_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ns);
 
 /* ------------------------------------------------------------ name entry */
 

@@ -77,11 +77,7 @@ static dlock_status zk_open(const dlock_uri *uri, dlock_host *host, void **backe
 	c->hooks = session_hooks;
 	c->owner = dlock_host_owner(host, &c->owner_len);
 	pthread_mutex_init(&c->mu, NULL);
-	pthread_condattr_t attr;
-	pthread_condattr_init(&attr);
-	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	pthread_cond_init(&c->cond, &attr);
-	pthread_condattr_destroy(&attr);
+	dlock_cond_init_monotonic(&c->cond);
 	struct zk_client *prev = dlock_zk_log_enter(c);
 
 	dlock_status st = dlock_zk_config_parse(uri, &c->cfg, err);

@@ -403,7 +403,7 @@ dlock_status dlock_zk_watch(struct zk_client *c, const char *name, size_t len, v
 	int64_t deadline = dlock_monotonic_ns() + c->cfg.connect_timeout_ms * NS_PER_MS;
 	pthread_mutex_lock(&c->mu);
 	while (w->arming && !w->first_done && !c->stop &&
-	       dlock_zk_cond_wait_until(&c->cond, &c->mu, deadline) != ETIMEDOUT)
+	       dlock_cond_wait_until(&c->cond, &c->mu, deadline) != ETIMEDOUT)
 		;
 	w->waiting = 0; /* an arming still on its way tells `changed` when it ends */
 	pthread_mutex_unlock(&c->mu);

@@ -100,7 +100,7 @@ static dlock_status session_get(struct zk_client *c, struct zk_session **out, dl
 	int64_t deadline = dlock_monotonic_ns() + c->cfg.connect_timeout_ms * NS_PER_MS;
 	pthread_mutex_lock(&c->mu);
 	while (c->cur->state != ZK_CONNECTED && !c->stop &&
-	       dlock_zk_cond_wait_until(&c->cond, &c->mu, deadline) != ETIMEDOUT)
+	       dlock_cond_wait_until(&c->cond, &c->mu, deadline) != ETIMEDOUT)
 		;
 	struct zk_session *s = c->cur;
 	int up = s->state == ZK_CONNECTED;

@@ -111,7 +111,7 @@ static void replace_locked(struct zk_client *c)
 	pthread_mutex_lock(&c->mu);
 	if (st != DLOCK_OK) {
 		if (!c->stop)
-			dlock_zk_cond_wait_until(&c->cond, &c->mu, dlock_monotonic_ns() + RETRY_START_NS);
+			dlock_cond_wait_until(&c->cond, &c->mu, dlock_monotonic_ns() + RETRY_START_NS);
 		return;
 	}
 	c->cur->next_retired = c->retired;
@@ -151,7 +151,7 @@ static void *monitor_main(void *arg)
 		c->hooks.rearm_locked(c); /* observers' watches, after a reconnection or a new session */
 		int64_t wake = tick_locked(c);
 		if (!c->stop && c->cur->state != ZK_DEAD)
-			dlock_zk_cond_wait_until(&c->cond, &c->mu, wake);
+			dlock_cond_wait_until(&c->cond, &c->mu, wake);
 	}
 	pthread_mutex_unlock(&c->mu);
 	return NULL;

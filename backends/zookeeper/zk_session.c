@@ -217,7 +217,7 @@ int dlock_zk_session_await(struct zk_session *s, int after_loss)
 	 * it: give the news a moment to arrive instead of retrying at once. */
 	int64_t settle = dlock_monotonic_ns() + LOSS_SETTLE_NS;
 	while (after_loss && s->state == ZK_CONNECTED &&
-	       dlock_zk_cond_wait_until(&c->cond, &c->mu, settle) != ETIMEDOUT)
+	       dlock_cond_wait_until(&c->cond, &c->mu, settle) != ETIMEDOUT)
 		;
 	while (s->state == ZK_CONNECTING)
 		pthread_cond_wait(&c->cond, &c->mu);
@@ -244,17 +244,11 @@ void dlock_zk_session_answered(struct zk_session *s, int64_t sent_ns)
 
 /* ------------------------------------------------------------ first session */
 
-int dlock_zk_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ns)
-{
-	struct timespec ts = { .tv_sec = deadline_ns / 1000000000, .tv_nsec = deadline_ns % 1000000000 };
-	return pthread_cond_timedwait(cond, mu, &ts);
-}
-
 static dlock_status await_first_connection(struct zk_client *c, struct zk_session *s, dlock_error *err)
 {
 	int64_t deadline = dlock_monotonic_ns() + c->cfg.connect_timeout_ms * NS_PER_MS;
 	pthread_mutex_lock(&c->mu);
-	while (s->state == ZK_CONNECTING && dlock_zk_cond_wait_until(&c->cond, &c->mu, deadline) != ETIMEDOUT)
+	while (s->state == ZK_CONNECTING && dlock_cond_wait_until(&c->cond, &c->mu, deadline) != ETIMEDOUT)
 		;
 	enum zk_state state = s->state;
 	pthread_mutex_unlock(&c->mu);

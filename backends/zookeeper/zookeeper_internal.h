@@ -178,8 +178,6 @@ struct zk_client {
 dlock_status dlock_zk_session_new(struct zk_client *c, struct zk_session **out, dlock_error *err);
 /* Close its handle and free it; never with `mu` held. */
 void dlock_zk_session_free(struct zk_session *s);
-/* pthread_cond_timedwait on a CLOCK_MONOTONIC condition; returns its code. */
-int dlock_zk_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ns);
 /* Start the first session and wait until it is connected (open; c->hooks set). */
 dlock_status dlock_zk_session_start(struct zk_client *c, dlock_error *err);
 /* Start the monitor thread: pings, loss timing, replacing dead sessions. */
