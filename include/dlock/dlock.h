@@ -79,11 +79,11 @@ extern "C" {
 /** Major version of this header; the SONAME is libdlock.so.MAJOR, and it changes when the ABI breaks. */
 #define DLOCK_VERSION_MAJOR 0
 /** Minor version of this header: raised when functions or options are added. */
-#define DLOCK_VERSION_MINOR 4
+#define DLOCK_VERSION_MINOR 5
 /** Patch version of this header: raised for fixes only. */
 #define DLOCK_VERSION_PATCH 0
 /** Version of this header as "MAJOR.MINOR.PATCH"; dlock_version() gives the library's at run time. */
-#define DLOCK_VERSION_STRING "0.4.0"
+#define DLOCK_VERSION_STRING "0.5.0"
 
 /** Run-time version of the library, as "MAJOR.MINOR.PATCH". Static string. */
 DLOCK_API const char *dlock_version(void);
