@@ -16,7 +16,7 @@
  * inspect, as the docs of the option say.
  */
 #include "owner.h"
-#include "uri.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -4,6 +4,13 @@
 
 #include "dlock/sys/driver.h"
 
+/**
+ * DLOCK_OK when `identity` may name a client: 1 to DLOCK_IDENTITY_MAX
+ * bytes, no control byte (0x00-0x1f, 0x7f); else DLOCK_EINVAL with the
+ * reason in `err` (may be NULL).  Pure.
+ */
+dlock_status dlock_identity_check(const char *identity, dlock_error *err);
+
 struct dlock_owner {
 	char identity[DLOCK_IDENTITY_MAX + 1];
 	char host[65];

@@ -9,6 +9,8 @@
  * a wrong scheme is shown, everything before its last '@' hidden.
  */
 #include "uri.h"
+#include "owner.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

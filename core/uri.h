@@ -34,14 +34,4 @@
  */
 void dlock_uri_mask(const char *text, char *out, size_t outlen);
 
-/**
- * DLOCK_OK when `identity` may name a client: 1 to DLOCK_IDENTITY_MAX
- * bytes, no control byte (0x00-0x1f, 0x7f); else DLOCK_EINVAL with the
- * reason in `err` (may be NULL).  Pure.
- */
-dlock_status dlock_identity_check(const char *identity, dlock_error *err);
-
-/** The value of one hex digit (either case), -1 for any other character.  Pure. */
-int dlock_hex_digit(char ch);
-
 #endif

@@ -14,7 +14,7 @@
 #include <openssl/evp.h>
 
 #include "dlock/sys/driver.h"
-#include "uri.h"
+#include "util.h"
 
 int64_t dlock_monotonic_ns(void)
 {
