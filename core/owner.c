@@ -84,27 +84,34 @@ void dlock_owner_init(struct dlock_owner *o, const char *identity)
 	o->record_len = n < sizeof o->record ? n : sizeof o->record - 1;
 }
 
-/* Decode [s, end) into out (cap bytes, NUL-terminated); 0 on a bad escape or a NUL byte. */
-static int unescape(const char *s, const char *end, char *out, size_t cap)
+long dlock_percent_decode(char *out, size_t cap, const char *s, size_t len)
 {
-	size_t n = 0;
+	const char *end = s + len;
+	long n = 0;
 	while (s < end) {
 		int ch = (unsigned char)*s;
 		if (ch == '%') {
 			if (end - s < 3 || dlock_hex_digit(s[1]) < 0 || dlock_hex_digit(s[2]) < 0)
-				return 0;
+				return -1;
 			ch = dlock_hex_digit(s[1]) * 16 + dlock_hex_digit(s[2]);
 			s += 3;
 		} else {
 			s++;
 		}
 		if (ch == 0)
-			return 0;
-		if (n + 1 < cap)
-			out[n++] = (char)ch;
+			return -1;
+		if ((size_t)n + 1 < cap)
+			out[n] = (char)ch;
+		n++;
 	}
-	out[n] = '\0';
-	return 1;
+	out[(size_t)n < cap ? (size_t)n : cap - 1] = '\0';
+	return n;
+}
+
+/* Decode [s, end) into out (cap bytes, cut to fit); 0 on a bad escape or a NUL byte. */
+static int unescape(const char *s, const char *end, char *out, size_t cap)
+{
+	return dlock_percent_decode(out, cap, s, (size_t)(end - s)) >= 0;
 }
 
 int dlock_owner_parse(const char *rec, size_t len, char *identity, size_t idcap, char *host, size_t hostcap,

@@ -42,17 +42,6 @@
 
 /* ------------------------------------------------------------ the value in the record */
 
-static int hex_digit(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
-
 /* The client's record with `value` as its `value` field, percent-encoded: a new string, or NULL. */
 static char *record_with_value(const struct redis_client *c, const char *value, size_t len, size_t *outlen)
 {
@@ -77,23 +66,8 @@ int dlock_redis_record_value(const char *rec, size_t len, char out[DLOCK_VALUE_M
 		return 0;
 	const char *end = memchr(at, '&', (size_t)(rec + len - at));
 	end = end ? end : rec + len;
-	size_t n = 0;
-	while (at < end) {
-		int ch = (unsigned char)*at;
-		if (ch == '%') {
-			if (end - at < 3 || hex_digit(at[1]) < 0 || hex_digit(at[2]) < 0)
-				return 0;
-			ch = hex_digit(at[1]) * 16 + hex_digit(at[2]);
-			at += 3;
-		} else {
-			at++;
-		}
-		if (ch == 0 || n == DLOCK_VALUE_MAX)
-			return 0; /* not a value a leader could proclaim */
-		out[n++] = (char)ch;
-	}
-	out[n] = '\0';
-	return 1;
+	long n = dlock_percent_decode(out, DLOCK_VALUE_MAX + 1, at, (size_t)(end - at));
+	return n >= 0 && n <= DLOCK_VALUE_MAX; /* else not a value a leader could proclaim */
 }
 
 /* ------------------------------------------------------------ proclaim */

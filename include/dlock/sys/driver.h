@@ -409,6 +409,16 @@ DLOCK_API int dlock_name_component_decode(const char *comp, size_t comp_len, cha
  */
 DLOCK_API size_t dlock_percent_encode(char *out, size_t cap, size_t n, const char *s, size_t len);
 
+/**
+ * Decode `len` bytes of `s`, percent-encoded as dlock_percent_encode()
+ * writes them (any "%XX", either case, and any other byte as it is), into
+ * `out` of `cap` bytes (at least 1): at most cap - 1 bytes, NUL-terminated.
+ * Returns the length of the whole decoded text, which may be more than
+ * was written (as snprintf() does), or -1 for a bad escape or a decoded
+ * NUL byte.  The caller owns both buffers; pure, thread-safe.
+ */
+DLOCK_API long dlock_percent_decode(char *out, size_t cap, const char *s, size_t len);
+
 /** Longest text of dlock_decimal(), in bytes without the NUL: "-9223372036854775808". */
 #define DLOCK_DECIMAL_MAX 20
 
