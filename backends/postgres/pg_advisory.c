@@ -231,13 +231,6 @@ static dlock_status settle_attempt(struct dlock_pg_backend *b, struct dlock_pg_c
 	return st;
 }
 
-struct attempt {
-	struct dlock_pg_lock *lk;
-	dlock_wait *w; /* NULL: try once */
-	int fencing;   /* take a token */
-	dlock_acquired *out;
-};
-
 /*
  * One try or wait on `c` (c->mu held), run by dlock_pg_pool_use or _run,
  * which report `c` broken when this leaves c->dead: the sequence (when not
@@ -245,7 +238,7 @@ struct attempt {
  */
 static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg, dlock_error *err)
 {
-	struct attempt *a = arg;
+	struct dlock_pg_attempt *a = arg;
 	struct dlock_pg_lock *lk = a->lk;
 	dlock_wait *w = a->w;
 	int fencing = a->fencing;
@@ -314,7 +307,7 @@ static dlock_status adv_acquire(void *backend, void *lkp, int64_t lease_ms, dloc
 	 * session that other locks hold, whose heartbeats would wait for it. */
 	int setup = fencing && !atomic_load(&b->fence_ready);
 	struct dlock_pg_conn *c = setup ? NULL : dlock_pg_pool_share(b, lease_ms, lk->key);
-	struct attempt a = { .lk = lk, .w = NULL, .fencing = fencing, .out = out };
+	struct dlock_pg_attempt a = { .lk = lk, .w = NULL, .fencing = fencing, .out = out };
 	if (c) {
 		st = dlock_pg_pool_use(b, c, attempt, &a, err);
 		if (st == DLOCK_OK || (st == DLOCK_EBUSY && !waits))

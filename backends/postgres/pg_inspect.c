@@ -418,20 +418,15 @@ dlock_status dlock_pg_list(void *backend, dlock_info *info, dlock_error *err)
 	return st;
 }
 
-/* The break statement on `c` (c->mu held), in its PostgreSQL 13 form on a server before 14. */
-struct breaking {
-	const struct dlock_pg_stmt *s;
-	PGresult **res;
-	char *sqlstate;
-};
-
+/* The break statement, a struct dlock_pg_query, on `c` (c->mu held): its PostgreSQL 13 form on a server before 14. */
 static dlock_status break_on(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg, dlock_error *err)
 {
-	struct breaking *q = arg;
+	const struct dlock_pg_query *q = arg;
 	struct dlock_pg_stmt s = *q->s;
 	if (PQserverVersion(c->pg) < 140000)
 		s.sql = sql_break_13;
-	return dlock_pg_exec(b, c, &s, dlock_pg_io_deadline(b), q->res, q->sqlstate, err);
+	struct dlock_pg_query q13 = { .s = &s, .res = q->res, .sqlstate = q->sqlstate };
+	return dlock_pg_query_on(b, c, &q13, err);
 }
 
 /* The NOTIFY of advisory key *arg on `c` (c->mu held); tried again only when the connection died. */
@@ -473,7 +468,7 @@ dlock_status dlock_pg_break(void *backend, const char *name, size_t len, size_t 
 		                   .lengths = { -1, -1, -1, -1 } };
 	PGresult *res = NULL;
 	char sqlstate[6];
-	struct breaking q = { .s = &s, .res = &res, .sqlstate = sqlstate };
+	struct dlock_pg_query q = { .s = &s, .res = &res, .sqlstate = sqlstate };
 	dlock_status st = dlock_pg_pool_run(b, break_on, &q, err);
 	if (st == DLOCK_EPERM) {
 		char said[160];

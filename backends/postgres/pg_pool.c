@@ -314,21 +314,15 @@ dlock_status dlock_pg_pool_run(struct dlock_pg_backend *b, dlock_pg_work_fn *wor
 	}
 }
 
-struct query {
-	const struct dlock_pg_stmt *s;
-	PGresult **res;
-	char *sqlstate;
-};
-
-static dlock_status query_on(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg, dlock_error *err)
+dlock_status dlock_pg_query_on(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg, dlock_error *err)
 {
-	struct query *q = arg;
+	const struct dlock_pg_query *q = arg;
 	return dlock_pg_exec(b, c, q->s, dlock_pg_io_deadline(b), q->res, q->sqlstate, err);
 }
 
 dlock_status dlock_pg_pool_query(struct dlock_pg_backend *b, const struct dlock_pg_stmt *s, PGresult **res,
                                  char sqlstate[6], dlock_error *err)
 {
-	struct query q = { .s = s, .res = res, .sqlstate = sqlstate };
-	return dlock_pg_pool_run(b, query_on, &q, err);
+	struct dlock_pg_query q = { .s = s, .res = res, .sqlstate = sqlstate };
+	return dlock_pg_pool_run(b, dlock_pg_query_on, &q, err);
 }

@@ -210,17 +210,11 @@ static dlock_status lock_row(struct dlock_pg_backend *b, struct dlock_pg_conn *c
 	return st;
 }
 
-struct attempt {
-	struct dlock_pg_lock *lk;
-	dlock_wait *w; /* NULL: try once */
-	dlock_acquired *out;
-};
-
 /* Insert if needed, lock; c->mu held.  dlock_gc() may delete a free row between the insert and the lock
  * (pg_gc.c): each time, insert it again, up to ROW_GONE_MAX times in a row. */
 static dlock_status row_attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg, dlock_error *err)
 {
-	struct attempt *a = arg;
+	struct dlock_pg_attempt *a = arg;
 	struct dlock_pg_lock *lk = a->lk;
 	dlock_status st = lk->fencing ? dlock_pg_fence(b, c, err) : DLOCK_OK;
 	if (st != DLOCK_OK)
@@ -258,7 +252,7 @@ static dlock_status row_acquire(void *backend, void *lkp, int64_t lease_ms, dloc
 	lk->shared = dlock_wait_mode(w) == DLOCK_MODE_SHARED;
 	lk->fencing = dlock_wait_wants_token(w) && !lk->shared;
 	/* An idle connection, or a new one when that is dead. */
-	struct attempt a = { .lk = lk, .w = waits ? w : NULL, .out = out };
+	struct dlock_pg_attempt a = { .lk = lk, .w = waits ? w : NULL, .fencing = lk->fencing, .out = out };
 	return dlock_pg_pool_run(b, row_attempt, &a, err);
 }
 

@@ -247,17 +247,10 @@ static dlock_status run(struct dlock_pg_backend *b, struct dlock_pg_conn *c, str
 	return st;
 }
 
-struct acquiring {
-	struct dlock_pg_lock *lk;
-	dlock_wait *w; /* NULL: try once */
-	int fencing;
-	dlock_acquired *out;
-};
-
 /* One acquisition on `c`, a connection that holds nothing (c->mu held). */
 static dlock_status acquire_on(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg, dlock_error *err)
 {
-	struct acquiring *a = arg;
+	struct dlock_pg_attempt *a = arg;
 	dlock_status st = a->fencing ? dlock_pg_fence(b, c, err) : DLOCK_OK;
 	if (st == DLOCK_OK) {
 		if (a->w)
@@ -284,6 +277,6 @@ dlock_status dlock_pg_row_sem_acquire(struct dlock_pg_backend *b, struct dlock_p
 	lk->lease_ms = lease_ms;
 	lk->shared = 0;
 	lk->fencing = fencing;
-	struct acquiring a = { .lk = lk, .w = waits ? w : NULL, .fencing = fencing, .out = out };
+	struct dlock_pg_attempt a = { .lk = lk, .w = waits ? w : NULL, .fencing = fencing, .out = out };
 	return dlock_pg_pool_run(b, acquire_on, &a, err);
 }

@@ -324,17 +324,10 @@ static dlock_status run(struct dlock_pg_backend *b, struct dlock_pg_conn *c, str
 	return st;
 }
 
-struct acquiring {
-	struct dlock_pg_lock *lk;
-	dlock_wait *w; /* NULL: try once */
-	int fencing;
-	dlock_acquired *out;
-};
-
 /* One acquisition on `c`, a session that holds nothing (c->mu held): a failure half way leaves c->dead. */
 static dlock_status acquire_on(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg, dlock_error *err)
 {
-	struct acquiring *a = arg;
+	struct dlock_pg_attempt *a = arg;
 	long long code = CODE_BUSY;
 	dlock_status st = a->fencing ? dlock_pg_fence(b, c, err) : DLOCK_OK;
 	if (st == DLOCK_OK)
@@ -365,7 +358,7 @@ dlock_status dlock_pg_sem_acquire(struct dlock_pg_backend *b, struct dlock_pg_lo
 	lk->lease_ms = lease_ms;
 	lk->shared = 0;
 	/* On a session that holds nothing (an idle one, or a new one): a failure half way ends it. */
-	struct acquiring a = { .lk = lk, .w = waits ? w : NULL, .fencing = dlock_wait_wants_token(w), .out = out };
+	struct dlock_pg_attempt a = { .lk = lk, .w = waits ? w : NULL, .fencing = dlock_wait_wants_token(w), .out = out };
 	return dlock_pg_pool_run(b, acquire_on, &a, err);
 }
 
