@@ -228,40 +228,30 @@ static dlock_status settle_attempt(struct dlock_pg_backend *b, struct dlock_pg_c
 	}
 	if (st != DLOCK_EBUSY && !c->dead)
 		undo(b, c, lk, key);
-	if (c->dead)
-		dlock_pg_pool_broken(b, c, err->msg);
 	return st;
 }
 
-/* The sequence is not known to be usable yet: check it on `c` (c->mu held). */
-static dlock_status fence(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
+/*
+ * One try or wait on `c` (c->mu held), run by dlock_pg_pool_use or _run,
+ * which report `c` broken when this leaves c->dead: the sequence (when not
+ * known to be usable yet), the name (pg_names.c), then the lock.
+ */
+static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg, dlock_error *err)
 {
-	dlock_status st = dlock_pg_fence(b, c, err);
-	if (st != DLOCK_OK && c->dead)
-		dlock_pg_pool_broken(b, c, err->msg);
-	return st;
-}
-
-/* One try (w NULL) or wait on `c`; a token only if `fencing`. */
-static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
-                            dlock_wait *w, int fencing, dlock_acquired *out, dlock_error *err)
-{
+	struct dlock_pg_attempt *a = arg;
+	struct dlock_pg_lock *lk = a->lk;
+	dlock_wait *w = a->w;
+	int fencing = a->fencing;
 	char key[24], lease[24], wait[24], sqlstate[6], hi[24], base[24];
 	dlock_decimal(key, lk->key);
-	pthread_mutex_lock(&c->mu);
 	if (fencing) {
-		dlock_status st = fence(b, c, err);
-		if (st != DLOCK_OK) {
-			pthread_mutex_unlock(&c->mu);
+		dlock_status st = dlock_pg_fence(b, c, err);
+		if (st != DLOCK_OK)
 			return st;
-		}
 	}
-	dlock_status named = dlock_pg_names_write(b, c, lk, err); /* once per name (pg_names.c) */
-	if (named != DLOCK_OK) {
-		dlock_pg_pool_broken(b, c, err->msg);
-		pthread_mutex_unlock(&c->mu);
+	dlock_status named = dlock_pg_names_write(b, c, lk, err); /* once per name; fails only with c->dead */
+	if (named != DLOCK_OK)
 		return named;
-	}
 	int64_t idle_ms = dlock_pg_conn_lease(c, lk->lease_ms);
 	const char *idle = idle_text(c, idle_ms, lease);
 	static const char *const try_stmt[2][2] = { { "dlock_try", "dlock_try_token" },
@@ -292,26 +282,9 @@ static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
 	}
 	if (st != DLOCK_OK && fencing) /* before settle_attempt, which may end the session */
 		st = dlock_pg_fence_failed(b, c, st, sqlstate, err);
-	st = settle_attempt(b, c, lk, st, res, sent, out, key, idle_ms, err);
+	st = settle_attempt(b, c, lk, st, res, sent, a->out, key, idle_ms, err);
 	PQclear(res);
-	pthread_mutex_unlock(&c->mu);
 	return st;
-}
-
-/* On a connection of its own: an idle one, or a new one when that is dead. */
-static dlock_status own_attempt(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, dlock_wait *w,
-                                int fencing, dlock_acquired *out, dlock_error *err)
-{
-	for (int reused = 1;; reused = 0) {
-		struct dlock_pg_conn *c;
-		dlock_status st = dlock_pg_pool_take(b, &reused, &c, err);
-		if (st != DLOCK_OK)
-			return st;
-		st = attempt(b, c, lk, w, fencing, out, err);
-		dlock_pg_pool_put(b, c);
-		if (st != DLOCK_ECONNECT || !reused)
-			return st;
-	}
 }
 
 static dlock_status adv_acquire(void *backend, void *lkp, int64_t lease_ms, dlock_wait *w, dlock_acquired *out,
@@ -334,15 +307,17 @@ static dlock_status adv_acquire(void *backend, void *lkp, int64_t lease_ms, dloc
 	 * session that other locks hold, whose heartbeats would wait for it. */
 	int setup = fencing && !atomic_load(&b->fence_ready);
 	struct dlock_pg_conn *c = setup ? NULL : dlock_pg_pool_share(b, lease_ms, lk->key);
+	struct dlock_pg_attempt a = { .lk = lk, .w = NULL, .fencing = fencing, .out = out };
 	if (c) {
-		st = attempt(b, c, lk, NULL, fencing, out, err);
-		dlock_pg_pool_put(b, c);
+		st = dlock_pg_pool_use(b, c, attempt, &a, err);
 		if (st == DLOCK_OK || (st == DLOCK_EBUSY && !waits))
 			return st;
 		if (st != DLOCK_EBUSY && st != DLOCK_ECONNECT)
 			return st;
 	}
-	return own_attempt(b, lk, waits ? w : NULL, fencing, out, err);
+	/* On a connection of its own: an idle one, or a new one when that is dead. */
+	a.w = waits ? w : NULL;
+	return dlock_pg_pool_run(b, attempt, &a, err);
 }
 
 /* The lock's connection died: every lock on it is lost. */

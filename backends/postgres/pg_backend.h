@@ -6,7 +6,7 @@
  *   pg_error.c     libpq's failures: a SQLSTATE's status, a message on one line
  *   pg_conn.c      URI -> libpq keywords, connecting, connection errors
  *   pg_exec.c      one statement with a deadline and cancellation
- *   pg_pool.c      the client's connections: idle, shared, pinned
+ *   pg_pool.c      the client's connections: idle, shared, pinned; work on one, tried again once
  *   pg_setup.c     the fencing sequence and the lock table, and who may use them
  *   pg_advisory.c  mode=advisory (default): session advisory locks
  *   pg_row.c       mode=row: SELECT ... FOR UPDATE in an open transaction
@@ -350,6 +350,39 @@ void dlock_pg_pool_unhold(struct dlock_pg_backend *b, struct dlock_pg_lock *lk);
 void dlock_pg_pool_broken(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *detail);
 /** The longest lease of the locks on `c`, at least `with_ms` (c->mu held). */
 int64_t dlock_pg_conn_lease(struct dlock_pg_conn *c, int64_t with_ms);
+/** The acquisition of `lk` as a work function's `arg` (pg_advisory.c, pg_row.c, pg_sem.c, pg_row_sem.c). */
+struct dlock_pg_attempt {
+	struct dlock_pg_lock *lk;
+	dlock_wait *w;  /* NULL: try once */
+	int fencing;    /* take a token */
+	dlock_acquired *out;
+};
+/** Work on connection `c` with c->mu held: its status; it may leave c->dead set (see dlock_pg_pool_use). */
+typedef dlock_status dlock_pg_work_fn(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg,
+                                      dlock_error *err);
+/**
+ * Run `work` on `c`, a connection the caller is a user of (from dlock_pg_pool_take or _share), with
+ * c->mu held; if it leaves c->dead, report c broken with err->msg; then put c back.  Returns its status.
+ */
+dlock_status dlock_pg_pool_use(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_pg_work_fn *work,
+                               void *arg, dlock_error *err);
+/**
+ * Run `work` on a connection that holds nothing (an idle one, or a new one), as dlock_pg_pool_use does;
+ * once more on a new connection when a reused one broke (DLOCK_ECONNECT).  The status of the last try,
+ * or of the failure to connect.
+ */
+dlock_status dlock_pg_pool_run(struct dlock_pg_backend *b, dlock_pg_work_fn *work, void *arg, dlock_error *err);
+/** One statement, its result and its SQLSTATE: the `arg` of dlock_pg_query_on. */
+struct dlock_pg_query {
+	const struct dlock_pg_stmt *s;
+	PGresult **res;
+	char *sqlstate; /* [6] */
+};
+/** The work of dlock_pg_pool_query: dlock_pg_exec of the dlock_pg_query `arg` with the deadline io_timeout. */
+dlock_status dlock_pg_query_on(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg, dlock_error *err);
+/** One statement run as dlock_pg_pool_run runs work, with the deadline io_timeout; answers as dlock_pg_exec. */
+dlock_status dlock_pg_pool_query(struct dlock_pg_backend *b, const struct dlock_pg_stmt *s, PGresult **res,
+                                 char sqlstate[6], dlock_error *err);
 
 /* pg_setup.c */
 /** At open, on `c`: the lock table (row mode) and, when the URI's fencing is on, the sequence. */

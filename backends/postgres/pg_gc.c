@@ -91,26 +91,6 @@ static size_t report(const PGresult *res, const char *resource, dlock_gc_removed
 	return rows;
 }
 
-/* One statement on a connection that holds nothing (tried again once on a fresh one if it broke). */
-static dlock_status query(struct dlock_pg_backend *b, const struct dlock_pg_stmt *s, PGresult **res,
-                          char sqlstate[6], dlock_error *err)
-{
-	for (int reused = 1;; reused = 0) {
-		struct dlock_pg_conn *c;
-		dlock_status st = dlock_pg_pool_take(b, &reused, &c, err);
-		if (st != DLOCK_OK)
-			return st;
-		pthread_mutex_lock(&c->mu);
-		st = dlock_pg_exec(b, c, s, dlock_pg_io_deadline(b), res, sqlstate, err);
-		if (c->dead)
-			dlock_pg_pool_broken(b, c, err->msg);
-		pthread_mutex_unlock(&c->mu);
-		dlock_pg_pool_put(b, c);
-		if (st != DLOCK_ECONNECT || !reused)
-			return st;
-	}
-}
-
 /* Run `sql` (dry: once; else until a batch comes back short), reporting each name. */
 static dlock_status collect(struct dlock_pg_backend *b, const char *sql, int nparams, int dry, const char *match,
                             size_t mlen,
@@ -125,7 +105,7 @@ static dlock_status collect(struct dlock_pg_backend *b, const char *sql, int npa
 		                   .lengths = { (int)mlen, -1, -1, -1 }, .formats = { 1 } };
 	for (;;) {
 		PGresult *res = NULL;
-		dlock_status st = query(b, &s, &res, sqlstate, err);
+		dlock_status st = dlock_pg_pool_query(b, &s, &res, sqlstate, err); /* on a connection that holds nothing */
 		if (st == DLOCK_EPERM) {
 			char said[200];
 			snprintf(said, sizeof said, "%.150s", err->msg);

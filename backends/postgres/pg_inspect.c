@@ -151,34 +151,6 @@ static dlock_status row_mode(const struct dlock_pg_backend *b, const char *what,
 	                       b->masked, what);
 }
 
-/* ------------------------------------------------------------ one statement */
-
-/* Run `s` on a connection that holds nothing. */
-static dlock_status query(struct dlock_pg_backend *b, const struct dlock_pg_stmt *s, PGresult **res,
-                          char sqlstate[6], int *version, dlock_error *err)
-{
-	for (int reused = 1;; reused = 0) {
-		struct dlock_pg_conn *c;
-		dlock_status st = dlock_pg_pool_take(b, &reused, &c, err);
-		if (st != DLOCK_OK)
-			return st;
-		pthread_mutex_lock(&c->mu);
-		struct dlock_pg_stmt q = *s;
-		if (version) {
-			*version = PQserverVersion(c->pg);
-			if (*version < 140000)
-				q.sql = sql_break_13;
-		}
-		st = dlock_pg_exec(b, c, &q, dlock_pg_io_deadline(b), res, sqlstate, err);
-		if (c->dead)
-			dlock_pg_pool_broken(b, c, err->msg);
-		pthread_mutex_unlock(&c->mu);
-		dlock_pg_pool_put(b, c);
-		if (st != DLOCK_ECONNECT || !reused)
-			return st;
-	}
-}
-
 /* ------------------------------------------------------------ describing */
 
 static int64_t num(const PGresult *r, int row, int col)
@@ -381,11 +353,11 @@ dlock_status dlock_pg_inspect(void *backend, const char *name, size_t len, dlock
 		                   .values = { k.k, k.hi, k.base }, .lengths = { -1, -1, -1 } };
 	PGresult *res = NULL;
 	char sqlstate[6];
-	dlock_status st = query(b, &s, &res, sqlstate, NULL, err);
+	dlock_status st = dlock_pg_pool_query(b, &s, &res, sqlstate, err);
 	if (st != DLOCK_OK && leaders && (strcmp(sqlstate, "42501") == 0 || strcmp(sqlstate, "42P01") == 0)) {
 		atomic_store(&b->leaders, 0); /* revoked or dropped since open: holders without values */
 		s.sql = sql_inspect;
-		st = query(b, &s, &res, sqlstate, NULL, err);
+		st = dlock_pg_pool_query(b, &s, &res, sqlstate, err);
 	}
 	if (st == DLOCK_OK)
 		st = describe(info, res, 0, PQntuples(res), name, len, 0, 1);
@@ -426,11 +398,11 @@ dlock_status dlock_pg_list(void *backend, dlock_info *info, dlock_error *err)
 		                   .lengths = { (int)plen + 1 }, .formats = { 1 } };
 	PGresult *res = NULL;
 	char sqlstate[6];
-	dlock_status st = query(b, &s, &res, sqlstate, NULL, err);
+	dlock_status st = dlock_pg_pool_query(b, &s, &res, sqlstate, err);
 	if (st != DLOCK_OK && named && (strcmp(sqlstate, "42501") == 0 || strcmp(sqlstate, "42P01") == 0)) {
 		s.sql = sql_list_bare; /* the names are not readable: keys only */
 		s.n = 0;
-		st = query(b, &s, &res, sqlstate, NULL, err);
+		st = dlock_pg_pool_query(b, &s, &res, sqlstate, err);
 	}
 	free(prefix);
 	for (int i = 0, n = st == DLOCK_OK ? PQntuples(res) : 0; i < n && st == DLOCK_OK;) {
@@ -446,6 +418,24 @@ dlock_status dlock_pg_list(void *backend, dlock_info *info, dlock_error *err)
 	return st;
 }
 
+/* The break statement, a struct dlock_pg_query, on `c` (c->mu held): its PostgreSQL 13 form on a server before 14. */
+static dlock_status break_on(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg, dlock_error *err)
+{
+	const struct dlock_pg_query *q = arg;
+	struct dlock_pg_stmt s = *q->s;
+	if (PQserverVersion(c->pg) < 140000)
+		s.sql = sql_break_13;
+	struct dlock_pg_query q13 = { .s = &s, .res = q->res, .sqlstate = q->sqlstate };
+	return dlock_pg_query_on(b, c, &q13, err);
+}
+
+/* The NOTIFY of advisory key *arg on `c` (c->mu held); tried again only when the connection died. */
+static dlock_status notify_on(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg, dlock_error *err)
+{
+	dlock_pg_leader_notify(b, c, *(const int64_t *)arg, err);
+	return c->dead ? DLOCK_ECONNECT : DLOCK_OK;
+}
+
 /* A broken leader sends no NOTIFY of its own (its session is gone): tell the name's observers (pg_elect.c). */
 static void notify_broken(struct dlock_pg_backend *b, const char *name, size_t len)
 {
@@ -455,21 +445,8 @@ static void notify_broken(struct dlock_pg_backend *b, const char *name, size_t l
 		return;
 	int64_t key = dlock_pg_key(ns, n);
 	free(ns);
-	dlock_error ignored;
-	for (int reused = 1;; reused = 0) {
-		struct dlock_pg_conn *c;
-		if (dlock_pg_pool_take(b, &reused, &c, &ignored) != DLOCK_OK)
-			return;
-		pthread_mutex_lock(&c->mu);
-		dlock_pg_leader_notify(b, c, key, &ignored);
-		int dead = c->dead;
-		if (dead)
-			dlock_pg_pool_broken(b, c, "");
-		pthread_mutex_unlock(&c->mu);
-		dlock_pg_pool_put(b, c);
-		if (!dead || !reused)
-			return;
-	}
+	dlock_error ignored = { .msg = "" };
+	dlock_pg_pool_run(b, notify_on, &key, &ignored);
 }
 
 dlock_status dlock_pg_break(void *backend, const char *name, size_t len, size_t *broken, dlock_error *err)
@@ -479,7 +456,7 @@ dlock_status dlock_pg_break(void *backend, const char *name, size_t len, size_t 
 	if (b->mode != &dlock_pg_advisory_mode)
 		return row_mode(b, "breaking of locks", err);
 	struct keys k;
-	int ok, version = 0;
+	int ok;
 	keys_of(b, name, len, &k, err, &ok);
 	if (!ok)
 		return DLOCK_ENOMEM;
@@ -491,7 +468,8 @@ dlock_status dlock_pg_break(void *backend, const char *name, size_t len, size_t 
 		                   .lengths = { -1, -1, -1, -1 } };
 	PGresult *res = NULL;
 	char sqlstate[6];
-	dlock_status st = query(b, &s, &res, sqlstate, &version, err);
+	struct dlock_pg_query q = { .s = &s, .res = &res, .sqlstate = sqlstate };
+	dlock_status st = dlock_pg_pool_run(b, break_on, &q, err);
 	if (st == DLOCK_EPERM) {
 		char said[160];
 		snprintf(said, sizeof said, "%.150s", err->msg);

@@ -12,6 +12,13 @@
  * is broken or the idle list is full.  Whoever finds a connection dead
  * (c->dead, set by pg_exec.c under c->mu) calls dlock_pg_pool_broken()
  * before letting go of c->mu, so the pool itself only reads `broken`.
+ *
+ * Work on a connection of its own (dlock_pg_pool_run, _use, _query) runs
+ * with c->mu held and pool->mu free, so it may hold a lock on c or report
+ * c broken itself; a connection it leaves dead is reported broken after
+ * it, with the message in its `err`.  A reused connection that broke
+ * (DLOCK_ECONNECT) is worth one more try on a fresh one; any other status
+ * is the work's answer, and so is the failure to connect.
  */
 #include <poll.h>
 #include <stdlib.h>
@@ -145,7 +152,7 @@ static struct dlock_pg_conn *pool_settle(struct dlock_pg_backend *b, struct dloc
  * less than RECHECK_NS ago is taken on trust, which spares the system call
  * in the loop of a lock acquired and released again and again: if its
  * session did end meanwhile, the statement fails with DLOCK_ECONNECT and
- * every caller of dlock_pg_pool_take() tries once more on a new connection.
+ * dlock_pg_pool_run() tries once more on a new connection.
  */
 #define RECHECK_NS 1000000000LL
 
@@ -278,4 +285,44 @@ void dlock_pg_pool_broken(struct dlock_pg_backend *b, struct dlock_pg_conn *c, c
 		dlock_report_lost(b->host, lk, DLOCK_LOST_SESSION, detail);
 	unlist(&b->pool, c);
 	pthread_mutex_unlock(&b->pool.mu);
+}
+
+/* ------------------------------------------------------------ work */
+
+dlock_status dlock_pg_pool_use(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_pg_work_fn *work,
+                               void *arg, dlock_error *err)
+{
+	pthread_mutex_lock(&c->mu);
+	dlock_status st = work(b, c, arg, err);
+	if (c->dead)
+		dlock_pg_pool_broken(b, c, err->msg);
+	pthread_mutex_unlock(&c->mu);
+	dlock_pg_pool_put(b, c);
+	return st;
+}
+
+dlock_status dlock_pg_pool_run(struct dlock_pg_backend *b, dlock_pg_work_fn *work, void *arg, dlock_error *err)
+{
+	for (int reused = 1;; reused = 0) {
+		struct dlock_pg_conn *c;
+		dlock_status st = dlock_pg_pool_take(b, &reused, &c, err);
+		if (st != DLOCK_OK)
+			return st;
+		st = dlock_pg_pool_use(b, c, work, arg, err);
+		if (st != DLOCK_ECONNECT || !reused)
+			return st;
+	}
+}
+
+dlock_status dlock_pg_query_on(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg, dlock_error *err)
+{
+	const struct dlock_pg_query *q = arg;
+	return dlock_pg_exec(b, c, q->s, dlock_pg_io_deadline(b), q->res, q->sqlstate, err);
+}
+
+dlock_status dlock_pg_pool_query(struct dlock_pg_backend *b, const struct dlock_pg_stmt *s, PGresult **res,
+                                 char sqlstate[6], dlock_error *err)
+{
+	struct dlock_pg_query q = { .s = s, .res = res, .sqlstate = sqlstate };
+	return dlock_pg_pool_run(b, dlock_pg_query_on, &q, err);
 }

@@ -212,9 +212,10 @@ static dlock_status lock_row(struct dlock_pg_backend *b, struct dlock_pg_conn *c
 
 /* Insert if needed, lock; c->mu held.  dlock_gc() may delete a free row between the insert and the lock
  * (pg_gc.c): each time, insert it again, up to ROW_GONE_MAX times in a row. */
-static dlock_status row_attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
-                                dlock_wait *w, dlock_acquired *out, dlock_error *err)
+static dlock_status row_attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg, dlock_error *err)
 {
+	struct dlock_pg_attempt *a = arg;
+	struct dlock_pg_lock *lk = a->lk;
 	dlock_status st = lk->fencing ? dlock_pg_fence(b, c, err) : DLOCK_OK;
 	if (st != DLOCK_OK)
 		return st;
@@ -222,11 +223,11 @@ static dlock_status row_attempt(struct dlock_pg_backend *b, struct dlock_pg_conn
 		st = lk->row_exists ? DLOCK_OK : insert_row(b, c, lk, err);
 		int64_t token = -1, at = 0;
 		if (st == DLOCK_OK)
-			st = lock_row(b, c, lk, w, &token, &at, err);
+			st = lock_row(b, c, lk, a->w, &token, &at, err);
 		if (st != DLOCK_OK)
 			return st;
 		if (token >= 0) {
-			*out = (dlock_acquired){ .token = (uint64_t)token, .sent_ns = at };
+			*a->out = (dlock_acquired){ .token = (uint64_t)token, .sent_ns = at };
 			dlock_pg_pool_hold(b, c, lk);
 			return DLOCK_OK;
 		}
@@ -251,20 +252,8 @@ static dlock_status row_acquire(void *backend, void *lkp, int64_t lease_ms, dloc
 	lk->shared = dlock_wait_mode(w) == DLOCK_MODE_SHARED;
 	lk->fencing = dlock_wait_wants_token(w) && !lk->shared;
 	/* An idle connection, or a new one when that is dead. */
-	for (int reused = 1;; reused = 0) {
-		struct dlock_pg_conn *c;
-		st = dlock_pg_pool_take(b, &reused, &c, err);
-		if (st != DLOCK_OK)
-			return st;
-		pthread_mutex_lock(&c->mu);
-		st = row_attempt(b, c, lk, waits ? w : NULL, out, err);
-		if (c->dead)
-			dlock_pg_pool_broken(b, c, err->msg);
-		pthread_mutex_unlock(&c->mu);
-		dlock_pg_pool_put(b, c);
-		if (st != DLOCK_ECONNECT || !reused)
-			return st;
-	}
+	struct dlock_pg_attempt a = { .lk = lk, .w = waits ? w : NULL, .fencing = lk->fencing, .out = out };
+	return dlock_pg_pool_run(b, row_attempt, &a, err);
 }
 
 static dlock_status row_release(void *backend, void *lkp, dlock_error *err)

@@ -247,6 +247,25 @@ static dlock_status run(struct dlock_pg_backend *b, struct dlock_pg_conn *c, str
 	return st;
 }
 
+/* One acquisition on `c`, a connection that holds nothing (c->mu held). */
+static dlock_status acquire_on(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg, dlock_error *err)
+{
+	struct dlock_pg_attempt *a = arg;
+	dlock_status st = a->fencing ? dlock_pg_fence(b, c, err) : DLOCK_OK;
+	if (st == DLOCK_OK) {
+		if (a->w)
+			dlock_pg_interrupt_arm(c, a->w);
+		st = run(b, c, a->lk, a->w, a->fencing, a->out, err);
+		if (a->w && dlock_pg_interrupt_disarm(c, a->w)) {
+			c->dead = 1; /* a cancel request may still be on its way: never reuse */
+			st = dlock_error_set(err, DLOCK_ECANCELED, "acquire cancelled");
+		}
+	}
+	if (st == DLOCK_OK) /* then never c->dead: the permit's statement answered */
+		dlock_pg_pool_hold(b, c, a->lk);
+	return st;
+}
+
 dlock_status dlock_pg_row_sem_acquire(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, int64_t lease_ms,
                                       dlock_wait *w, dlock_acquired *out, dlock_error *err)
 {
@@ -258,29 +277,6 @@ dlock_status dlock_pg_row_sem_acquire(struct dlock_pg_backend *b, struct dlock_p
 	lk->lease_ms = lease_ms;
 	lk->shared = 0;
 	lk->fencing = fencing;
-	for (int reused = 1;; reused = 0) {
-		struct dlock_pg_conn *c;
-		st = dlock_pg_pool_take(b, &reused, &c, err);
-		if (st != DLOCK_OK)
-			return st;
-		pthread_mutex_lock(&c->mu);
-		st = fencing ? dlock_pg_fence(b, c, err) : DLOCK_OK;
-		if (st == DLOCK_OK) {
-			if (waits)
-				dlock_pg_interrupt_arm(c, w);
-			st = run(b, c, lk, waits ? w : NULL, fencing, out, err);
-			if (waits && dlock_pg_interrupt_disarm(c, w)) {
-				c->dead = 1; /* a cancel request may still be on its way: never reuse */
-				st = dlock_error_set(err, DLOCK_ECANCELED, "acquire cancelled");
-			}
-		}
-		if (st == DLOCK_OK)
-			dlock_pg_pool_hold(b, c, lk);
-		else if (c->dead)
-			dlock_pg_pool_broken(b, c, err->msg);
-		pthread_mutex_unlock(&c->mu);
-		dlock_pg_pool_put(b, c);
-		if (st != DLOCK_ECONNECT || !reused)
-			return st;
-	}
+	struct dlock_pg_attempt a = { .lk = lk, .w = waits ? w : NULL, .fencing = fencing, .out = out };
+	return dlock_pg_pool_run(b, acquire_on, &a, err);
 }

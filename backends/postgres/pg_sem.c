@@ -324,47 +324,42 @@ static dlock_status run(struct dlock_pg_backend *b, struct dlock_pg_conn *c, str
 	return st;
 }
 
+/* One acquisition on `c`, a session that holds nothing (c->mu held): a failure half way leaves c->dead. */
+static dlock_status acquire_on(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg, dlock_error *err)
+{
+	struct dlock_pg_attempt *a = arg;
+	long long code = CODE_BUSY;
+	dlock_status st = a->fencing ? dlock_pg_fence(b, c, err) : DLOCK_OK;
+	if (st == DLOCK_OK)
+		st = dlock_pg_names_write(b, c, a->lk, err); /* once per name (pg_names.c) */
+	if (st == DLOCK_OK) {
+		if (a->w)
+			dlock_pg_interrupt_arm(c, a->w);
+		st = run(b, c, a->lk, a->w, a->fencing, a->out, &code, err);
+		if (a->w && dlock_pg_interrupt_disarm(c, a->w)) {
+			c->dead = 1; /* a cancel request may still be on its way: never reuse */
+			st = dlock_error_set(err, DLOCK_ECANCELED, "acquire cancelled");
+		}
+		if (st != DLOCK_OK && st != DLOCK_EBUSY && st != DLOCK_EKIND)
+			c->dead = 1; /* it may hold part of the attempt */
+	}
+	if (st == DLOCK_OK) /* then never c->dead (run() says ECONNECT) */
+		dlock_pg_pool_hold(b, c, a->lk);
+	return st;
+}
+
 dlock_status dlock_pg_sem_acquire(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, int64_t lease_ms,
                                   dlock_wait *w, dlock_acquired *out, dlock_error *err)
 {
 	int waits = !dlock_wait_try_once(w) && dlock_wait_remaining_ms(w) != 0;
-	int fencing = dlock_wait_wants_token(w);
 	dlock_status st = dlock_pg_lease_ok(lease_ms, err);
 	if (st != DLOCK_OK)
 		return st;
 	lk->lease_ms = lease_ms;
 	lk->shared = 0;
 	/* On a session that holds nothing (an idle one, or a new one): a failure half way ends it. */
-	for (int reused = 1;; reused = 0) {
-		struct dlock_pg_conn *c;
-		long long code = CODE_BUSY;
-		st = dlock_pg_pool_take(b, &reused, &c, err);
-		if (st != DLOCK_OK)
-			return st;
-		pthread_mutex_lock(&c->mu);
-		st = fencing ? dlock_pg_fence(b, c, err) : DLOCK_OK;
-		if (st == DLOCK_OK)
-			st = dlock_pg_names_write(b, c, lk, err); /* once per name (pg_names.c) */
-		if (st == DLOCK_OK) {
-			if (waits)
-				dlock_pg_interrupt_arm(c, w);
-			st = run(b, c, lk, waits ? w : NULL, fencing, out, &code, err);
-			if (waits && dlock_pg_interrupt_disarm(c, w)) {
-				c->dead = 1; /* a cancel request may still be on its way: never reuse */
-				st = dlock_error_set(err, DLOCK_ECANCELED, "acquire cancelled");
-			}
-			if (st != DLOCK_OK && st != DLOCK_EBUSY && st != DLOCK_EKIND)
-				c->dead = 1; /* it may hold part of the attempt */
-		}
-		if (st == DLOCK_OK)
-			dlock_pg_pool_hold(b, c, lk);
-		else if (c->dead)
-			dlock_pg_pool_broken(b, c, err->msg);
-		pthread_mutex_unlock(&c->mu);
-		dlock_pg_pool_put(b, c);
-		if (st != DLOCK_ECONNECT || !reused)
-			return st;
-	}
+	struct dlock_pg_attempt a = { .lk = lk, .w = waits ? w : NULL, .fencing = dlock_wait_wants_token(w), .out = out };
+	return dlock_pg_pool_run(b, acquire_on, &a, err);
 }
 
 dlock_status dlock_pg_sem_release(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, dlock_error *err)
