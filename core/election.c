@@ -158,12 +158,12 @@ struct leader_store {
 	dlock_lock_info *info;
 };
 
-dlock_status dlock_leader_get(dlock_election *e, dlock_leader **out)
+dlock_status dlock_election_leader(dlock_election *e, dlock_leader **out)
 {
 	if (out)
 		*out = NULL;
 	if (!e || !out)
-		return e ? dlock_client_fail(e->client, DLOCK_EINVAL, "dlock_leader_get: out must not be NULL")
+		return e ? dlock_client_fail(e->client, DLOCK_EINVAL, "dlock_election_leader: out must not be NULL")
 		         : DLOCK_EINVAL;
 	struct leader_store *ls = calloc(1, sizeof *ls);
 	if (!ls)
@@ -176,6 +176,11 @@ dlock_status dlock_leader_get(dlock_election *e, dlock_leader **out)
 	dlock_election_leader_of(ls->info, &ls->pub);
 	*out = &ls->pub;
 	return DLOCK_OK;
+}
+
+dlock_status dlock_leader_get(dlock_election *e, dlock_leader **out)
+{
+	return dlock_election_leader(e, out);
 }
 
 void dlock_leader_free(dlock_leader *leader)

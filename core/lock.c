@@ -234,9 +234,14 @@ dlock_lock_kind dlock_lock_get_kind(const dlock_lock *l)
 	return l ? l->kind : DLOCK_KIND_MUTEX;
 }
 
-uint32_t dlock_lock_get_permits(const dlock_lock *l)
+uint32_t dlock_lock_permits(const dlock_lock *l)
 {
 	return l ? l->permits : 0;
+}
+
+uint32_t dlock_lock_get_permits(const dlock_lock *l)
+{
+	return dlock_lock_permits(l);
 }
 
 void dlock_lock_begin_call(struct dlock_lock *l)

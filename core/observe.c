@@ -3,7 +3,7 @@
  * and calls its observer back on a change (dlock_observe()).  Started on
  * the first dlock_observe() of the client, stopped when it closes.  Who
  * leads is the first holder of an inspection of the name
- * (dlock_election_leader_of(), which dlock_leader_get() reads too).
+ * (dlock_election_leader_of(), which dlock_election_leader() reads too).
  *
  * For each election it arms the driver's watch() first, then reads (an
  * inspection), so that a change between the two wakes it again; it reads

@@ -1,6 +1,6 @@
 /*
  * Conformance: leader election (dlock_election_new(), dlock_campaign(),
- * dlock_proclaim(), dlock_resign(), dlock_leader_get(), dlock_observe()).
+ * dlock_proclaim(), dlock_resign(), dlock_election_leader(), dlock_observe()).
  * The leader and its value as another client reads them; bad input, and
  * names, identities and values of hostile bytes that stay data; a second
  * candidate that waits, times out, is cancelled and takes over with a
@@ -98,7 +98,7 @@ static dlock_election *election(dlock_client *client, const char *name)
 static dlock_leader *leader_of(dlock_election *e)
 {
 	dlock_leader *l = NULL;
-	if (e && CONF_ASSERT_ST(dlock_leader_get(e, &l), DLOCK_OK))
+	if (e && CONF_ASSERT_ST(dlock_election_leader(e, &l), DLOCK_OK))
 		CU_ASSERT_PTR_NOT_NULL_FATAL(l);
 	return l;
 }
@@ -139,7 +139,7 @@ static void assert_leader(dlock_election *e, uint64_t term, const char *value, c
 typedef struct obs_rec {
 	dlock_test_observer seen;
 	pthread_mutex_t mu;
-	int get_calls, get_failed; /* dlock_leader_get() from the callback */
+	int get_calls, get_failed; /* dlock_election_leader() from the callback */
 	int call_get;              /* make that call */
 	int free_self;             /* call dlock_election_free() of its own election, once */
 	int free_done;
@@ -175,7 +175,7 @@ static void on_leader(dlock_election *e, const dlock_leader *leader, void *userd
 	pthread_mutex_unlock(&r->mu);
 	if (get) {
 		dlock_leader *now = NULL;
-		dlock_status st = dlock_leader_get(e, &now);
+		dlock_status st = dlock_election_leader(e, &now);
 		dlock_leader_free(now);
 		pthread_mutex_lock(&r->mu);
 		r->get_calls++;
@@ -347,6 +347,7 @@ static void test_elect_basics(void)
 	CONF_ASSERT_ST(dlock_resign(NULL), DLOCK_EINVAL);
 	dlock_leader *l = (dlock_leader *)&l;
 	CONF_ASSERT_ST(dlock_leader_get(NULL, &l), DLOCK_EINVAL);
+	CONF_ASSERT_ST(dlock_election_leader(NULL, &l), DLOCK_EINVAL);
 	CU_ASSERT_PTR_NULL(l);
 	CONF_ASSERT_ST(dlock_leader_get(eb, NULL), DLOCK_EINVAL);
 	CONF_ASSERT_ST(dlock_observe(NULL, on_leader, NULL), DLOCK_EINVAL);

@@ -568,14 +568,11 @@ DLOCK_API dlock_status dlock_semaphore_new(dlock_client *client, const char *nam
 /** The handle's kind; DLOCK_KIND_MUTEX for NULL. */
 DLOCK_API dlock_lock_kind dlock_lock_get_kind(const dlock_lock *lock);
 
-/** The earlier name of dlock_lock_permits(), kept for existing callers and binaries. */
-DLOCK_API uint32_t dlock_lock_get_permits(const dlock_lock *lock);
-
 /** Holders allowed at once: N for a semaphore, 1 for a mutex and a read-write lock's writer; 0 for NULL. */
-static inline uint32_t dlock_lock_permits(const dlock_lock *lock)
-{
-	return dlock_lock_get_permits(lock);
-}
+DLOCK_API uint32_t dlock_lock_permits(const dlock_lock *lock);
+
+/** The earlier name of dlock_lock_permits(): the same function, kept for existing callers and binaries. */
+DLOCK_API uint32_t dlock_lock_get_permits(const dlock_lock *lock);
 
 /** Wait bound meaning "wait until acquired, cancelled or the client closes". */
 #define DLOCK_WAIT_FOREVER (-1)
@@ -983,18 +980,15 @@ typedef struct dlock_leader {
 	const dlock_holder *holder; /**< who leads: identity, host, pid, since...; NULL with no leader */
 } dlock_leader;
 
-/** The earlier name of dlock_election_leader(), kept for existing callers and binaries. */
-DLOCK_API dlock_status dlock_leader_get(dlock_election *e, dlock_leader **out);
-
 /**
  * Read who leads now (one inspection of the server), as a new
  * dlock_leader to free with dlock_leader_free().  Any client, campaigning
  * or not.  Statuses as dlock_inspect().  Thread-safe.
  */
-static inline dlock_status dlock_election_leader(dlock_election *e, dlock_leader **out)
-{
-	return dlock_leader_get(e, out);
-}
+DLOCK_API dlock_status dlock_election_leader(dlock_election *e, dlock_leader **out);
+
+/** The earlier name of dlock_election_leader(): the same function, kept for existing callers and binaries. */
+DLOCK_API dlock_status dlock_leader_get(dlock_election *e, dlock_leader **out);
 
 /** Free what dlock_election_leader() answered (NULL is fine). */
 DLOCK_API void dlock_leader_free(dlock_leader *leader);
