@@ -903,7 +903,7 @@ static dlock_status mem_feature(void *backend, dlock_lock_kind kind, int code, d
 	case DLOCK_FEATURE_SCOPE: out->value = DLOCK_SCOPE_PROCESS; break;
 	case DLOCK_FEATURE_RWLOCK: out->value = DLOCK_RWLOCK_WRITER_FIRST; break;
 	case DLOCK_FEATURE_SEMAPHORE: out->value = DLOCK_SEMAPHORE_FIFO; break;
-	case DLOCK_FACT_SLOTS: out->value = 1; break;
+	case DLOCK_FACT_SLOTS:
 	case DLOCK_FEATURE_KIND_CHECK: out->value = 1; break;
 	case DLOCK_FEATURE_INSPECT: out->value = MEM_INSPECT; break;
 	case DLOCK_FEATURE_BREAK: out->value = DLOCK_BREAK_DELETE; break;
