@@ -277,11 +277,12 @@ static void test_longest_prefix(void)
 	dlock_client *h = open_prefixed(prefix, ""), *wc = open_prefixed(prefix, "");
 	dlock_lock *a = sem(h, "long", 1), *w = sem(wc, "long", 1);
 	CU_ASSERT_EQUAL_FATAL(sem_acquire(a, 0, 30000, 0), DLOCK_OK);
+	/* The waiter's client counted before it starts: a queued waiter tries once, then waits to be woken. */
 	dlock_test_waiter wt;
-	dlock_test_waiter_start(&wt, w, LONG_WAIT_MS, 30000);
 	dlock_client_stats before;
 	dlock_client_get_stats(wc, &before);
 	dlock_test_count waiting = { wc, before.server_acquires + 1 };
+	dlock_test_waiter_start(&wt, w, LONG_WAIT_MS, 30000);
 	CU_ASSERT(dlock_test_await(dlock_test_attempted, &waiting, AWAIT_MS));
 	CU_ASSERT_EQUAL(dlock_release(a), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_test_waiter_join(&wt, LONG_WAIT_MS), DLOCK_OK);
@@ -294,9 +295,9 @@ static void test_longest_prefix(void)
 	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(h, "long-mutex", &m), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(wc, "long-mutex", &mw), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(m, 0, 30000, 0, NULL, NULL), DLOCK_OK);
-	dlock_test_waiter_start(&wt, mw, LONG_WAIT_MS, 30000);
 	dlock_client_get_stats(wc, &before);
 	waiting.want = before.server_acquires + 1;
+	dlock_test_waiter_start(&wt, mw, LONG_WAIT_MS, 30000);
 	CU_ASSERT(dlock_test_await(dlock_test_attempted, &waiting, AWAIT_MS));
 	CU_ASSERT_EQUAL(dlock_release(m), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_test_waiter_join(&wt, LONG_WAIT_MS), DLOCK_OK);
