@@ -176,6 +176,10 @@ static int core_answer(const struct dlock_client *c, dlock_feature f, int64_t *v
 			return 0; /* the driver may have the method only to say why it has nothing to collect */
 		*value = 0;
 		return 1;
+	case DLOCK_FEATURE_LOOP_NATIVE:
+		/* No driver has asynchronous methods yet: a loop client runs its calls on worker threads. */
+		*value = 0;
+		return 1;
 	}
 	return 0;
 }
@@ -223,6 +227,7 @@ const char *dlock_feature_name(dlock_feature f)
 	case DLOCK_FEATURE_BREAK: return "break";
 	case DLOCK_FEATURE_ELECTION: return "election";
 	case DLOCK_FEATURE_GC: return "gc";
+	case DLOCK_FEATURE_LOOP_NATIVE: return "loop-native";
 	}
 	return "unknown";
 }

@@ -323,8 +323,12 @@ typedef enum dlock_feature {
 	DLOCK_FEATURE_ELECTION = 17,   /**< a dlock_wakeup: elections (dlock_election_new()), and how observers
 	                                    learn of a change besides reading at least once per lease: NOTIFY
 	                                    (the server tells them) or POLL (only the reads); -1: no elections */
-	DLOCK_FEATURE_GC = 18          /**< 1: dlock_gc() removes what unused names left on the server; 0: it
+	DLOCK_FEATURE_GC = 18,         /**< 1: dlock_gc() removes what unused names left on the server; 0: it
 	                                    answers DLOCK_ENOTSUP (nothing stays but what must, see the README) */
+	DLOCK_FEATURE_LOOP_NATIVE = 19 /**< 1: a loop client (dlock/loop.h) of this backend runs on the
+	                                    application's loop alone and no thread is created for it; 0: the
+	                                    library runs its blocking calls on worker threads of the client and
+	                                    delivers every result on the loop all the same */
 } dlock_feature;
 
 /**
