@@ -77,13 +77,14 @@ typedef enum dlock_io_events {
 #define DLOCK_LOOP_HOOKS_VERSION 1
 
 /**
- * The application's loop, as a loop client in push mode sees it.  Both
- * functions are called on the loop's thread, from inside dlock calls, and
- * must not call back into dlock.
+ * The application's loop, as a loop client in push mode sees it.  The
+ * hooks are called on the loop's thread, from inside dlock calls (the
+ * first ones inside dlock_client_open_async(), before it returns: hence
+ * the `client` argument), and must not call back into dlock.
  */
 typedef struct dlock_loop_hooks {
 	unsigned version; /**< DLOCK_LOOP_HOOKS_VERSION; 0 or a version this library does not know: DLOCK_EVERSION */
-	void *userdata;   /**< passed to both hooks as is */
+	void *userdata;   /**< passed to every hook as is */
 	/**
 	 * Watch `fd` for `events` (DLOCK_IO_READ, DLOCK_IO_WRITE, both), replacing
 	 * what was asked for it before; `events` 0: stop watching it.  dlock
@@ -92,17 +93,26 @@ typedef struct dlock_loop_hooks {
 	 * registration).  `*slot` is the application's own pointer for this
 	 * descriptor: NULL on the first call for `fd`, then whatever the hook
 	 * stored there, until the call with `events` 0, after which dlock forgets
-	 * it (free what it points to then).  Returns 0, or -1 when the loop cannot
-	 * watch it: the operations that needed it fail with DLOCK_EIO.
+	 * it (free what it points to then).  When it is ready, call
+	 * dlock_loop_ready(client, fd, ...).  Returns 0, or -1 when the loop
+	 * cannot watch it: the operations that needed it fail with DLOCK_EIO.
 	 */
-	int (*watch)(void *userdata, int fd, unsigned events, void **slot);
+	int (*watch)(dlock_client *client, void *userdata, int fd, unsigned events, void **slot);
 	/**
 	 * Arm the client's one timer to fire once, `ms` milliseconds from now
 	 * (0: on the loop's next turn), replacing the time asked before; `ms` -1:
-	 * disarm it.  When it fires, call dlock_loop_timer_fired().  Returns 0 or
-	 * -1 (as `watch`).
+	 * disarm it.  When it fires, call dlock_loop_timer_fired(client).
+	 * Returns 0 or -1 (as `watch`).
 	 */
-	int (*timer)(void *userdata, int64_t ms);
+	int (*timer)(dlock_client *client, void *userdata, int64_t ms);
+	/**
+	 * The client is gone: no hook will be called again for it, every
+	 * descriptor has had its `watch` call with 0 and the timer its -1; free
+	 * what the hooks keep for it.  Called once per client whose open
+	 * returned DLOCK_OK, at the end of its close (after the close's
+	 * callback).  May be NULL.
+	 */
+	void (*cleanup)(void *userdata);
 } dlock_loop_hooks;
 
 /** Called when an asynchronous open completes: DLOCK_OK, or why the client could not open. */
