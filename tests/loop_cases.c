@@ -1,0 +1,160 @@
+/* The loop tests' target, their cast and the helpers they share (see loop_cases.h). */
+#include "loop_cases.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static lc_target current;
+
+int lc_set_target(const lc_target *t)
+{
+	current = *t;
+	return 0;
+}
+
+const lc_target *lc_get_target(void)
+{
+	return &current;
+}
+
+void lc_add_all(CU_pSuite suite)
+{
+	const lc_case *tables[] = { lc_acquire_cases, lc_lifetime_cases, lc_ops_cases };
+	for (size_t i = 0; i < sizeof tables / sizeof *tables; i++)
+		for (const lc_case *c = tables[i]; c->name; c++)
+			CU_add_test(suite, c->name, c->fn);
+}
+
+int lc_begin(lc *t, const char *tag)
+{
+	memset(t, 0, sizeof *t);
+	tl_name(t->name, sizeof t->name, tag);
+	t->lp = tl_loop_new(current.mode);
+	t->tc = tl_open_ready(t->lp, current.uri);
+	t->other = dlock_test_open(current.uri, NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL(t->other);
+	if (t->tc && t->other)
+		return 1;
+	lc_end(t);
+	return 0;
+}
+
+void lc_end(lc *t)
+{
+	if (t->tc && !t->tc->gone)
+		tl_close(t->tc);
+	if (t->other)
+		CU_ASSERT_EQUAL(dlock_client_close(t->other), DLOCK_OK);
+	tl_loop_free(t->lp); /* closes, blocking, a client whose open failed its test */
+	memset(t, 0, sizeof *t);
+}
+
+dlock_lock *lc_lock(lc *t, const char *name)
+{
+	dlock_lock *l = dlock_test_new_lock(t->tc->client, name);
+	CU_ASSERT_PTR_NOT_NULL(l);
+	return l;
+}
+
+dlock_lock *lc_other_lock(lc *t, const char *name)
+{
+	dlock_lock *l = dlock_test_new_lock(t->other, name);
+	CU_ASSERT_PTR_NOT_NULL(l);
+	return l;
+}
+
+uint64_t lc_attempts(lc *t)
+{
+	dlock_client_stats st;
+	if (dlock_client_get_stats(t->tc->client, &st) != DLOCK_OK)
+		return 0;
+	return st.server_acquires;
+}
+
+struct attempts {
+	lc *t;
+	uint64_t want;
+};
+
+static int attempted(void *arg)
+{
+	struct attempts *a = arg;
+	return lc_attempts(a->t) >= a->want;
+}
+
+int lc_await_attempts(lc *t, uint64_t want)
+{
+	struct attempts a = { t, want };
+	int ok = tl_run_until(t->lp, attempted, &a, TL_AWAIT_MS);
+	if (!ok)
+		printf("\n    the loop client's statistics never showed %llu driver acquire calls (%llu)",
+		       (unsigned long long)want, (unsigned long long)lc_attempts(t));
+	CU_ASSERT(ok);
+	return ok;
+}
+
+struct probe {
+	lc *t;
+	const char *name;
+};
+
+static int other_gets_it(void *arg)
+{
+	struct probe *p = arg;
+	return dlock_test_probe(p->t->other, p->name) == DLOCK_OK;
+}
+
+int lc_await_free(lc *t, const char *name)
+{
+	struct probe p = { t, name };
+	int ok = tl_run_until(t->lp, other_gets_it, &p, TL_AWAIT_MS);
+	if (!ok)
+		printf("\n    %s stayed held: the other client cannot take it", name);
+	CU_ASSERT(ok);
+	return ok;
+}
+
+long lc_holders(lc *t, const char *name)
+{
+	dlock_lock_info *info = NULL;
+	if (dlock_inspect(t->other, name, &info) != DLOCK_OK)
+		return -1;
+	long n = (long)info->nholders;
+	dlock_lock_info_free(info);
+	return n;
+}
+
+int64_t lc_feature(lc *t, dlock_feature f)
+{
+	int64_t v = -1;
+	if (dlock_client_feature(t->other, f, &v) != DLOCK_OK)
+		return -1;
+	return v;
+}
+
+void lc_assert_ends(tl_op *op, dlock_status started, dlock_status want, const char *what, const char *file,
+                    unsigned line)
+{
+	if (started != DLOCK_OK) {
+		int ok = started == want;
+		if (!ok)
+			printf("\n    %s:%u: %s: the start call gave %s, expected %s (or OK and then %s)", file, line, what,
+			       dlock_status_name(started), dlock_status_name(want), dlock_status_name(want));
+		CU_assertImplementation(ok ? CU_TRUE : CU_FALSE, line, what, file, "", CU_FALSE);
+		return;
+	}
+	if (!tl_run_done(op->tc->lp, op, TL_AWAIT_MS))
+		printf("\n    %s:%u: %s: no callback within %d ms", file, line, what, TL_AWAIT_MS);
+	tl_assert_once(op, want, what, file, line);
+}
+
+int lc_scaled(int base)
+{
+	const char *env = getenv("DLOCK_TEST_SCALE");
+	double scale = env && *env ? strtod(env, NULL) : 1.0;
+	if (!(scale > 0))
+		scale = 1.0;
+	int n = (int)(base * scale);
+	return n < 1 ? 1 : n;
+}

@@ -1,0 +1,91 @@
+/*
+ * The contract of a loop client (include/dlock/loop.h), stated once and
+ * run on every backend URI a loop test program is given, in pull and in
+ * push mode: each loop_*.c file contributes a table of tests; test_loop.c
+ * registers them on mem:// and file://, test_loop_servers.c on Redis and
+ * PostgreSQL.
+ *
+ * Each test drives its loop client from the test's own thread with the
+ * loops of tests/support/testloop.h, beside an ordinary (blocking) client
+ * of the same URI that holds, contends and checks.  Threads of the test
+ * only cancel, release the ordinary client's locks and wake; they never
+ * call CUnit.  Errors: CUnit assertions.
+ */
+#ifndef DLOCK_LOOP_CASES_H
+#define DLOCK_LOOP_CASES_H
+
+#include <CUnit/CUnit.h>
+#include <stdint.h>
+
+#include "dlock/dlock.h"
+#include "dlock/loop.h"
+#include "testloop.h"
+#include "testsupport.h"
+
+typedef struct lc_case {
+	const char *name;
+	CU_TestFunc fn;
+} lc_case;
+
+/* Test tables, each ended by { NULL, NULL }. */
+extern const lc_case lc_acquire_cases[];  /* loop_acquire.c: every way an acquisition completes */
+extern const lc_case lc_lifetime_cases[]; /* loop_lifetime.c: closing, freeing, opening around operations */
+extern const lc_case lc_ops_cases[];      /* loop_ops.c: the other operations' async forms, losses */
+
+/* The backend and mode the tests run on now (set by a suite's init function). */
+typedef struct lc_target {
+	const char *uri;       /* the backend, with its namespace */
+	tl_mode mode;
+	int64_t short_lease_ms; /* a lease short enough to watch it run out (TTL backends) */
+} lc_target;
+
+/** Make `t` the target of the tests that run next; 0 (a CUnit suite init's success). */
+int lc_set_target(const lc_target *t);
+const lc_target *lc_get_target(void);
+/** Add every test of the tables to `suite`. */
+void lc_add_all(CU_pSuite suite);
+
+/* One test's cast: a loop, its loop client, an ordinary client of the same URI, a fresh name. */
+typedef struct lc {
+	tl_loop *lp;
+	tl_client *tc;
+	dlock_client *other;
+	char name[128];
+} lc;
+
+/** Open the cast, the name tagged `tag`; 0 (with a failure asserted) when the clients cannot open. */
+int lc_begin(lc *t, const char *tag);
+/** Close the loop client (asserting its close and hooks) if it is still open, the other client, the loop. */
+void lc_end(lc *t);
+
+/** A handle for `name` on the loop client (asserted). */
+dlock_lock *lc_lock(lc *t, const char *name);
+/** A handle for `name` on the ordinary client (asserted). */
+dlock_lock *lc_other_lock(lc *t, const char *name);
+
+/** The loop client's driver acquire calls so far (dlock_client_get_stats(), on the loop's thread). */
+uint64_t lc_attempts(lc *t);
+/** Run the loop until the loop client made `want` driver acquire calls; asserted. */
+int lc_await_attempts(lc *t, uint64_t want);
+/** Run the loop until the ordinary client can take `name` (try-once, then released); asserted. */
+int lc_await_free(lc *t, const char *name);
+
+/** Holders of `name` as the ordinary client's dlock_inspect() sees them; -1 when it cannot tell. */
+long lc_holders(lc *t, const char *name);
+
+/** A backend fact of the loop client (dlock_client_feature()); -1 when it does not answer. */
+int64_t lc_feature(lc *t, dlock_feature f);
+
+/**
+ * An operation expected to end with `want` (an error): either its start
+ * call refuses it (then no callback), or it starts and calls back once
+ * with `want`.  Runs the loop as needed.
+ */
+#define LC_ASSERT_ENDS(op, started, want) lc_assert_ends((op), (started), (want), #started, __FILE__, __LINE__)
+void lc_assert_ends(tl_op *op, dlock_status started, dlock_status want, const char *what, const char *file,
+                    unsigned line);
+
+/** DLOCK_TEST_SCALE times `base`, at least 1. */
+int lc_scaled(int base);
+
+#endif

@@ -1,0 +1,233 @@
+/*
+ * Loop clients (include/dlock/loop.h) on a real Redis and a real
+ * PostgreSQL: the first redis:// and the first postgres:// URI of
+ * DLOCK_TEST_URIS (see ci/servers.sh), each in pull and in push mode, with
+ * the contract of loop_cases.h (on these servers a lease that runs out and
+ * a lock broken by another client are reported on the loop), and a
+ * connection cut while an acquisition waits: through the fault proxy of
+ * tests/support/faultproxy.h, so that the shared servers themselves are
+ * never touched.  The loop client must answer the cut as the blocking
+ * client does in the same test (measured first): keep waiting and be
+ * granted after reconnecting, or fail once with an error status.
+ * Skipped, loudly, without those URIs.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "faultproxy.h"
+#include "faults.h"
+#include "loop_cases.h"
+
+#define SHORT_LEASE_MS 1000 /* a lease of `ttl=1s`, renewal off, to watch it run out */
+#define CUT_WAIT_MS 20000   /* the waiters' bound through a cut: a hang becomes ETIMEDOUT */
+
+static char redis_uri[2048], pg_uri[2048];
+
+/* The first whitespace-separated URI of `list` that starts with `scheme`, into out ("" when none). */
+static void first_uri(const char *list, const char *scheme, char *out, size_t len)
+{
+	out[0] = '\0';
+	for (const char *p = list; *p;) {
+		while (isspace((unsigned char)*p))
+			p++;
+		size_t n = strcspn(p, " \t\r\n");
+		if (n > 0 && strncmp(p, scheme, strlen(scheme)) == 0 && n < len) {
+			snprintf(out, len, "%.*s", (int)n, p);
+			return;
+		}
+		p += n;
+	}
+}
+
+/* The port of a URI's one host ("...://[user@]host:port/..."); 0 when it has none. */
+static int uri_port(const char *uri)
+{
+	const char *p = strstr(uri, "://");
+	if (!p)
+		return 0;
+	p += 3;
+	size_t auth = strcspn(p, "/?#");
+	const char *at = memchr(p, '@', auth);
+	const char *host = at ? at + 1 : p;
+	const char *colon = memchr(host, ':', auth - (size_t)(host - p));
+	return colon ? atoi(colon + 1) : 0;
+}
+
+/* ------------------------------------------------------------ a connection cut mid-wait */
+
+/* Cut every connection through the proxy; with `refuse`, new ones are refused too until faultproxy_pass(). */
+static void cut(faultproxy *px, int refuse)
+{
+	if (refuse)
+		CU_ASSERT_EQUAL(faultproxy_refuse(px, 1), 0);
+	faultproxy_reset(px);
+}
+
+/*
+ * The blocking client's answer: it waits through the proxy (a thread) for
+ * `name`, held directly by another client; the cut comes, the holder
+ * releases, and the waiter returns.
+ */
+static dlock_status blocking_answer(const char *direct, const char *via, faultproxy *px, int refuse,
+                                    const char *name)
+{
+	dlock_client *a = ft_open(direct), *b = ft_open(via);
+	dlock_lock *la = ft_lock(a, name), *lb = ft_lock(b, name);
+	dlock_status st = DLOCK_STATUS_COUNT_;
+	dlock_client_stats s;
+	if (la && lb && dlock_test_acquire(la, 0, 0, -1, NULL, NULL) == DLOCK_OK &&
+	    dlock_client_get_stats(b, &s) == DLOCK_OK) {
+		dlock_test_count n = { b, s.server_acquires + 1 };
+		dlock_test_waiter w;
+		dlock_test_waiter_start(&w, lb, CUT_WAIT_MS, 0);
+		CU_ASSERT(dlock_test_await(dlock_test_attempted, &n, TL_AWAIT_MS));
+		cut(px, refuse);
+		CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
+		st = dlock_test_waiter_join(&w, CUT_WAIT_MS + TL_AWAIT_MS);
+		faultproxy_pass(px);
+		if (st == DLOCK_OK)
+			CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
+	} else {
+		CU_FAIL("blocking clients through the proxy");
+	}
+	dlock_lock_free(la);
+	dlock_lock_free(lb);
+	dlock_client_close(a);
+	dlock_client_close(b);
+	return st;
+}
+
+/* The same with a loop client through the proxy: it completes once, with `want`. */
+static void loop_answer(const char *direct, const char *via, faultproxy *px, int refuse, const char *name,
+                        dlock_status want)
+{
+	lc t = { .lp = tl_loop_new(lc_get_target()->mode) };
+	t.tc = tl_open_ready(t.lp, via);
+	t.other = ft_open(direct);
+	if (!t.tc || !t.other) {
+		lc_end(&t);
+		return;
+	}
+	dlock_lock *h = lc_lock(&t, name), *o = lc_other_lock(&t, name);
+	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o, 0, 0, -1, NULL, NULL), DLOCK_OK);
+	tl_op op;
+	tl_op_init(&op, t.tc);
+	uint64_t before = lc_attempts(&t);
+	CU_ASSERT_EQUAL(tl_acquire(h, CUT_WAIT_MS, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
+	lc_await_attempts(&t, before + 1);
+	cut(px, refuse);
+	CU_ASSERT_EQUAL(dlock_release(o), DLOCK_OK);
+	CU_ASSERT(tl_run_done(t.lp, &op, CUT_WAIT_MS + TL_AWAIT_MS));
+	faultproxy_pass(px);
+	tl_run_for(t.lp, 100); /* nothing more comes for it */
+	printf("\n    loop client: %s%s%s", op.calls ? dlock_status_name(op.status) : "no answer", op.msg[0] ? ": " : "",
+	       op.msg);
+	if (TL_ASSERT_ONCE(&op, want) && want == DLOCK_OK) {
+		CU_ASSERT_EQUAL(dlock_test_probe(t.other, name), DLOCK_EBUSY);
+		CU_ASSERT_EQUAL(tl_release_now(t.tc, h), DLOCK_OK);
+	}
+	/* Either way the client works on through the proxy, and nothing was left held. */
+	lc_await_free(&t, name);
+	CU_ASSERT_EQUAL(tl_acquire_now(t.tc, h, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(tl_release_now(t.tc, h), DLOCK_OK);
+	dlock_lock_free(h);
+	dlock_lock_free(o);
+	lc_end(&t);
+}
+
+static void cut_mid_wait(int refuse)
+{
+	const char *uri = lc_get_target()->uri;
+	int port = uri_port(uri);
+	CU_ASSERT_FATAL(port > 0);
+	faultproxy *px = ft_proxy_to(port);
+	char via[2100], name[128];
+	ft_uri_port(via, sizeof via, uri, port, faultproxy_port(px));
+	tl_name(name, sizeof name, refuse ? "cut-refused" : "cut");
+	dlock_status want = blocking_answer(uri, via, px, refuse, name);
+	printf("\n    blocking client: %s", dlock_status_name(want));
+	if (want != DLOCK_STATUS_COUNT_) {
+		tl_name(name, sizeof name, refuse ? "loop-cut-refused" : "loop-cut");
+		loop_answer(uri, via, px, refuse, name, want);
+	}
+	faultproxy_stop(px);
+}
+
+/* Every connection reset while the acquisition waits; reconnecting works. */
+static void test_cut_mid_wait(void)
+{
+	cut_mid_wait(0);
+}
+
+/* The same, and reconnecting is refused until the acquisition has answered. */
+static void test_cut_refused_mid_wait(void)
+{
+	cut_mid_wait(1);
+}
+
+/* ------------------------------------------------------------ suites */
+
+static int redis_pull(void)
+{
+	return lc_set_target(&(lc_target){ redis_uri, TL_PULL, SHORT_LEASE_MS });
+}
+
+static int redis_push(void)
+{
+	return lc_set_target(&(lc_target){ redis_uri, TL_PUSH, SHORT_LEASE_MS });
+}
+
+static int pg_pull(void)
+{
+	return lc_set_target(&(lc_target){ pg_uri, TL_PULL, SHORT_LEASE_MS });
+}
+
+static int pg_push(void)
+{
+	return lc_set_target(&(lc_target){ pg_uri, TL_PUSH, SHORT_LEASE_MS });
+}
+
+static void add_suites(void)
+{
+	struct {
+		const char *name;
+		const char *uri;
+		CU_InitializeFunc init;
+	} suites[] = {
+		{ "redis:// pull", redis_uri, redis_pull },
+		{ "redis:// push", redis_uri, redis_push },
+		{ "postgres:// pull", pg_uri, pg_pull },
+		{ "postgres:// push", pg_uri, pg_push },
+	};
+	for (size_t i = 0; i < sizeof suites / sizeof *suites; i++) {
+		if (!suites[i].uri[0])
+			continue;
+		CU_pSuite s = CU_add_suite(suites[i].name, suites[i].init, NULL);
+		lc_add_all(s);
+		CU_add_test(s, "connection cut mid-wait: as the blocking client", test_cut_mid_wait);
+		CU_add_test(s, "connection cut mid-wait, reconnecting refused: as the blocking client",
+		            test_cut_refused_mid_wait);
+	}
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	const char *uris = dlock_test_env("DLOCK_TEST_URIS");
+	if (!uris)
+		return dlock_test_skip("no servers (DLOCK_TEST_URIS unset)");
+	first_uri(uris, "redis://", redis_uri, sizeof redis_uri);
+	first_uri(uris, "postgres://", pg_uri, sizeof pg_uri);
+	if (!redis_uri[0] && !pg_uri[0])
+		return dlock_test_skip("no redis:// and no postgres:// URI in DLOCK_TEST_URIS");
+	if (!redis_uri[0] || !pg_uri[0]) {
+		const char *why = !redis_uri[0] ? "no redis:// URI in DLOCK_TEST_URIS" : "no postgres:// URI in DLOCK_TEST_URIS";
+		const char *req = getenv("DLOCK_TEST_REQUIRE_ALL");
+		if (req && strcmp(req, "1") == 0)
+			return dlock_test_skip(why);
+		printf("SKIPPED: %s\n", why);
+	}
+	return dlock_test_main(add_suites);
+}
