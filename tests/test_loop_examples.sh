@@ -14,8 +14,9 @@
 # on the loop with no thread: DLOCK_FEATURE_LOOP_NATIVE), it must also
 # print max_threads=1, the most entries /proc/self/task had while it ran.
 #
-# Prints one line per check and ends with "N passed, M failed, K skipped";
-# exits 1 when a check failed.
+# Prints one line per check ("ok - ", "FAIL - ", and "skip - " for what
+# ci/test.sh lists as skipped) and ends with "N passed, M failed, K
+# skipped"; exits 1 when a check failed.
 set -u
 
 if [ $# -lt 1 ] || [ $# -gt 3 ]; then
@@ -43,7 +44,7 @@ fail() {
 }
 skip() {
 	skipped=$((skipped + 1))
-	echo "SKIP - $1"
+	echo "skip - $1"
 }
 
 for name in loop_poll loop_libuv loop_libevent; do
