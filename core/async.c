@@ -81,6 +81,22 @@ dlock_status dlock_loop_refuse_blocking(struct dlock_client *c, const char *call
 	return dlock_client_fail(c, DLOCK_EDEADLK, buf);
 }
 
+dlock_status dlock_loop_refuse_unopened(struct dlock_client *c, const char *call)
+{
+	if (!c || !c->reactor)
+		return DLOCK_OK;
+	pthread_mutex_lock(&c->mu);
+	int opening = c->opening;
+	dlock_status failed = c->open_status;
+	pthread_mutex_unlock(&c->mu);
+	if (!opening && failed == DLOCK_OK)
+		return DLOCK_OK;
+	char buf[200];
+	snprintf(buf, sizeof buf, opening ? "%s: the client is still opening: call it from the open's callback on"
+	                                  : "%s: the client did not open", call);
+	return dlock_client_fail(c, opening ? DLOCK_EINVAL : failed, buf);
+}
+
 int dlock_async_live(const struct dlock_client *c)
 {
 	return c && c->reactor && !c->close_finished && !c->loop_inline;
