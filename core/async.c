@@ -214,11 +214,13 @@ static void op_run(struct dlock_job *job)
 	op->st = st;
 	if (st != DLOCK_OK && op->kind != OP_OPEN)
 		snprintf(op->msg, sizeof op->msg, "%s", dlock_client_errmsg(c));
-	/* Post first, so that a close waiting for the workers is called back after this operation. */
+	/* Post first, so that a close waiting for the workers is called back after this operation; the
+	 * loop may free `op` as soon as it is posted. */
 	struct dlock_reactor *r = c->reactor;
+	int counted = op->kind != OP_CLOSE;
 	pthread_mutex_lock(&c->mu);
 	dlock_reactor_post(r, &op->item);
-	if (op->kind != OP_CLOSE)
+	if (counted)
 		c->ops_working--;
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->mu);
