@@ -177,8 +177,8 @@ static int core_answer(const struct dlock_client *c, dlock_feature f, int64_t *v
 		*value = 0;
 		return 1;
 	case DLOCK_FEATURE_LOOP_NATIVE:
-		/* No driver has asynchronous methods yet: a loop client runs its calls on worker threads. */
-		*value = 0;
+		/* Inline drivers run on the loop; the others' calls run on worker threads of a loop client. */
+		*value = dlock_driver_is_inline(c->driver);
 		return 1;
 	}
 	return 0;
