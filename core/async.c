@@ -81,6 +81,22 @@ dlock_status dlock_loop_refuse_blocking(struct dlock_client *c, const char *call
 	return dlock_client_fail(c, DLOCK_EDEADLK, buf);
 }
 
+dlock_status dlock_loop_refuse_unopened(struct dlock_client *c, const char *call)
+{
+	if (!c || !c->reactor)
+		return DLOCK_OK;
+	pthread_mutex_lock(&c->mu);
+	int opening = c->opening;
+	dlock_status failed = c->open_status;
+	pthread_mutex_unlock(&c->mu);
+	if (!opening && failed == DLOCK_OK)
+		return DLOCK_OK;
+	char buf[200];
+	snprintf(buf, sizeof buf, opening ? "%s: the client is still opening: call it from the open's callback on"
+	                                  : "%s: the client did not open", call);
+	return dlock_client_fail(c, opening ? DLOCK_EINVAL : failed, buf);
+}
+
 int dlock_async_live(const struct dlock_client *c)
 {
 	return c && c->reactor && !c->close_finished && !c->loop_inline;
@@ -198,11 +214,13 @@ static void op_run(struct dlock_job *job)
 	op->st = st;
 	if (st != DLOCK_OK && op->kind != OP_OPEN)
 		snprintf(op->msg, sizeof op->msg, "%s", dlock_client_errmsg(c));
-	/* Post first, so that a close waiting for the workers is called back after this operation. */
+	/* Post first, so that a close waiting for the workers is called back after this operation; the
+	 * loop may free `op` as soon as it is posted. */
 	struct dlock_reactor *r = c->reactor;
+	int counted = op->kind != OP_CLOSE;
 	pthread_mutex_lock(&c->mu);
 	dlock_reactor_post(r, &op->item);
-	if (op->kind != OP_CLOSE)
+	if (counted)
 		c->ops_working--;
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->mu);

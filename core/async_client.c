@@ -187,6 +187,7 @@ void dlock_async_close_done(struct dlock_client *c)
 static void close_finish(struct dlock_client *c)
 {
 	dlock_workers_destroy(c->workers); /* no worker posts to the reactor any more */
+	dlock_reactor_run(c->reactor);     /* what is left is the core's own: steps that free what finished */
 	dlock_reactor_destroy(c->reactor);
 	pthread_mutex_lock(&c->mu);
 	c->reactor = NULL;

@@ -185,6 +185,9 @@ dlock_status dlock_client_capabilities(dlock_client *c, dlock_capabilities *caps
 {
 	if (!c || !caps)
 		return DLOCK_EINVAL;
+	dlock_status unopened = dlock_loop_refuse_unopened(c, "dlock_client_capabilities");
+	if (unopened != DLOCK_OK)
+		return unopened;
 	*caps = c->caps;
 	return DLOCK_OK;
 }

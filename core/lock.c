@@ -151,6 +151,9 @@ static dlock_status lock_new_kind(dlock_client *c, const char *name, dlock_lock_
 		snprintf(msg, sizeof msg, "%s: name and out must not be NULL", fn);
 		return dlock_client_fail(c, DLOCK_EINVAL, msg);
 	}
+	dlock_status unopened = dlock_loop_refuse_unopened(c, fn);
+	if (unopened != DLOCK_OK)
+		return unopened;
 	if (!c->kinds[kind].supported) {
 		snprintf(msg, sizeof msg, "%s: %s:// has no %s", fn, c->driver->scheme, kind_noun(kind));
 		return dlock_client_fail(c, DLOCK_ENOTSUP, msg);

@@ -37,8 +37,10 @@ static void tick(struct dlock_client *c)
 		pthread_mutex_unlock(&c->mu);
 		return;
 	}
+	c->loop_inline++; /* the observer reads through dlock_inspect(), which never waits here */
 	int64_t next = dlock_background_tick_locked(c);
 	int64_t next_observe = dlock_observer_tick_locked(c);
+	c->loop_inline--;
 	if (next_observe < next)
 		next = next_observe;
 	c->loop_tick_due = next;
