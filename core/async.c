@@ -214,6 +214,13 @@ static void op_run(struct dlock_job *job)
 	op->st = st;
 	if (st != DLOCK_OK && op->kind != OP_OPEN)
 		snprintf(op->msg, sizeof op->msg, "%s", dlock_client_errmsg(c));
+}
+
+/* On the worker, once it counts as free again: post the outcome to the loop. */
+static void op_post(struct dlock_job *job)
+{
+	struct dlock_op *op = (struct dlock_op *)((char *)job - offsetof(struct dlock_op, job));
+	struct dlock_client *c = op->c;
 	/* Post first, so that a close waiting for the workers is called back after this operation; the
 	 * loop may free `op` as soon as it is posted. */
 	struct dlock_reactor *r = c->reactor;
@@ -304,6 +311,7 @@ dlock_status dlock_async_submit(struct dlock_op *op)
 {
 	struct dlock_client *c = op->c;
 	op->job.run = op_run;
+	op->job.after = op_post;
 	op->item.run = op_finish;
 	pthread_mutex_lock(&c->mu);
 	if (op->lock)
