@@ -46,7 +46,8 @@ static void test_granted_rwlock(void)
 		lc_end(&t);
 		return;
 	}
-	dlock_lock *r[2] = { NULL, NULL }, *w = NULL;
+	dlock_lock *r[2] = { NULL, NULL }, *w = NULL, *ow = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_rwlock_new(t.other, t.name, &ow), DLOCK_OK);
 	for (int i = 0; i < 2; i++)
 		CU_ASSERT_EQUAL(dlock_rwlock_new(t.tc->client, t.name, &r[i]), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_rwlock_new(t.tc->client, t.name, &w), DLOCK_OK);
@@ -69,12 +70,13 @@ static void test_granted_rwlock(void)
 	CU_ASSERT_EQUAL(tl_release_now(t.tc, r[1]), DLOCK_OK);
 	CU_ASSERT(tl_run_done(t.lp, &wop, TL_AWAIT_MS));
 	if (TL_ASSERT_ONCE(&wop, DLOCK_OK)) {
-		CU_ASSERT_EQUAL(dlock_test_probe(t.other, t.name), DLOCK_EBUSY);
+		CU_ASSERT_EQUAL(dlock_test_acquire(ow, 0, 0, -1, NULL, NULL), DLOCK_EBUSY);
 		CU_ASSERT_EQUAL(tl_release_now(t.tc, w), DLOCK_OK);
 	}
 	dlock_lock_free(r[0]);
 	dlock_lock_free(r[1]);
 	dlock_lock_free(w);
+	dlock_lock_free(ow);
 	lc_end(&t);
 }
 
@@ -279,8 +281,11 @@ static void test_cancel_races_grant(void)
 			TL_ASSERT_ONCE(&op, DLOCK_ECANCELED);
 			CU_ASSERT_EQUAL(tl_check_now(t.tc, h), DLOCK_ENOTHELD);
 		}
-		if (!lc_await_free(&t, t.name)) /* nothing left without a handle */
+		if (!lc_await_free(&t, t.name)) { /* nothing left without a handle */
+			printf("\n    round %d of %d: the acquisition completed with %s%s%s", i + 1, rounds,
+			       dlock_status_name(op.status), op.msg[0] ? ": " : "", op.msg);
 			break;
+		}
 	}
 	printf("\n    %d rounds: granted %d, cancelled %d", rounds, granted, cancelled);
 	CU_ASSERT_EQUAL(granted + cancelled, rounds);

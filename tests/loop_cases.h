@@ -36,7 +36,7 @@ extern const lc_case lc_ops_cases[];      /* loop_ops.c: the other operations' a
 typedef struct lc_target {
 	const char *uri;       /* the backend, with its namespace */
 	tl_mode mode;
-	int64_t short_lease_ms; /* a lease short enough to watch it run out (TTL backends) */
+	int64_t short_lease_ms; /* a `ttl` short enough to watch a lease run out (TTL backends) */
 } lc_target;
 
 /** Make `t` the target of the tests that run next; 0 (a CUnit suite init's success). */

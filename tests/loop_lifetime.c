@@ -237,9 +237,25 @@ static void test_close_in_open_callback(void)
 	tl_loop_free(lp);
 }
 
+/* A handle made inside the open's callback: from then on handles can be made. */
+struct early {
+	tl_client *tc;
+	const char *name;
+	dlock_lock *h;
+	dlock_status made;
+};
+
+static void make_handle(void *arg)
+{
+	struct early *e = arg;
+	e->made = dlock_lock_new(e->tc->client, e->name, &e->h);
+}
+
 /*
  * Operations started right after dlock_client_open_async() returned, before
- * its callback: they wait for the open and complete after it.
+ * its callback, wait for the open and complete after it; a handle cannot be
+ * made before the open completed (DLOCK_EINVAL), and can be from its
+ * callback on.
  */
 static void test_ops_before_open(void)
 {
@@ -247,25 +263,34 @@ static void test_ops_before_open(void)
 	if (!lc_begin(&t, "early"))
 		return;
 	tl_client *tc = tl_client_new(t.lp);
+	struct early e = { tc, t.name, NULL, DLOCK_STATUS_COUNT_ };
+	tc->opened.then = make_handle;
+	tc->opened.then_arg = &e;
 	CU_ASSERT_EQUAL_FATAL(tl_open(tc, lc_get_target()->uri, NULL, NULL, 0), DLOCK_OK);
 	dlock_lock *h = NULL;
-	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(tc->client, t.name, &h), DLOCK_OK);
-	tl_op got, seen;
-	tl_op_init(&got, tc);
+	CU_ASSERT_EQUAL(dlock_lock_new(tc->client, t.name, &h), DLOCK_EINVAL);
+	CU_ASSERT_PTR_NULL(h);
+	tl_op seen, listed;
 	tl_op_init(&seen, tc);
-	CU_ASSERT_EQUAL(tl_acquire(h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &got), DLOCK_OK);
+	tl_op_init(&listed, tc);
 	CU_ASSERT_EQUAL(TL_START(t.lp, dlock_inspect_async(tc->client, t.name, tl_on_inspect, &seen)), DLOCK_OK);
-	CU_ASSERT(tl_run_done(t.lp, &got, TL_AWAIT_MS));
+	CU_ASSERT_EQUAL(TL_START(t.lp, dlock_list_async(tc->client, t.name, tl_on_list, &listed)), DLOCK_OK);
 	CU_ASSERT(tl_run_done(t.lp, &seen, TL_AWAIT_MS));
+	CU_ASSERT(tl_run_done(t.lp, &listed, TL_AWAIT_MS));
 	TL_ASSERT_ONCE(&tc->opened, DLOCK_OK);
-	TL_ASSERT_ONCE(&got, DLOCK_OK);
-	CU_ASSERT(tc->opened.seq < got.seq);
 	CU_ASSERT(tc->opened.seq < seen.seq);
+	CU_ASSERT(tc->opened.seq < listed.seq);
 	CU_ASSERT(seen.calls == 1 && (seen.status == DLOCK_OK || seen.status == DLOCK_ENOTSUP));
-	CU_ASSERT_EQUAL(dlock_test_probe(t.other, t.name), DLOCK_EBUSY);
-	CU_ASSERT_EQUAL(tl_release_now(tc, h), DLOCK_OK);
+	CU_ASSERT(listed.calls == 1 && (listed.status == DLOCK_OK || listed.status == DLOCK_ENOTSUP));
+	CU_ASSERT_EQUAL(e.made, DLOCK_OK);
+	if (e.h) {
+		CU_ASSERT_EQUAL(tl_acquire_now(tc, e.h, 0), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_test_probe(t.other, t.name), DLOCK_EBUSY);
+		CU_ASSERT_EQUAL(tl_release_now(tc, e.h), DLOCK_OK);
+	}
 	tl_op_clear(&seen);
-	dlock_lock_free(h);
+	tl_op_clear(&listed);
+	dlock_lock_free(e.h);
 	tl_close(tc);
 	lc_end(&t);
 }

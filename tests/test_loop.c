@@ -63,7 +63,6 @@ static void test_start_errors(void)
 	REFUSED(dlock_check_async(NULL, tl_on_lock, &op[i]), DLOCK_EINVAL);
 	REFUSED(dlock_inspect_async(NULL, t.name, tl_on_inspect, &op[i]), DLOCK_EINVAL);
 	REFUSED(dlock_inspect_async(c, NULL, tl_on_inspect, &op[i]), DLOCK_EINVAL);
-	REFUSED(dlock_inspect_async(c, "", tl_on_inspect, &op[i]), DLOCK_EINVAL);
 	REFUSED(dlock_list_async(NULL, NULL, tl_on_list, &op[i]), DLOCK_EINVAL);
 	REFUSED(dlock_break_async(NULL, t.name, tl_on_break, &op[i]), DLOCK_EINVAL);
 	REFUSED(dlock_break_async(c, NULL, tl_on_break, &op[i]), DLOCK_EINVAL);
@@ -74,6 +73,11 @@ static void test_start_errors(void)
 	REFUSED(dlock_client_close_async(NULL, tl_on_close, &op[i]), DLOCK_EINVAL);
 #undef REFUSED
 	CU_ASSERT_FATAL(i <= N);
+
+	/* An empty name: refused at the start, or called back once with EINVAL. */
+	tl_op empty;
+	tl_op_init(&empty, t.tc);
+	LC_ASSERT_ENDS(&empty, TL_START(lp, dlock_inspect_async(c, "", tl_on_inspect, &empty)), DLOCK_EINVAL);
 
 	/* A later operation completes, and none of the refused ones has called back by then. */
 	tl_op later;
@@ -224,7 +228,9 @@ static void test_open_refused(void)
 /*
  * An open that fails later (nothing listens on the port): the open's
  * callback says ECONNECT with a message, operations started meanwhile
- * complete with the same status after it, and the client closes.
+ * complete with the same status after it, a handle is refused before the
+ * open completed (EINVAL) and after it failed (its status), and the client
+ * closes.
  */
 static void open_fails(const char *uri, tl_mode mode)
 {
@@ -239,29 +245,31 @@ static void open_fails(const char *uri, tl_mode mode)
 	}
 	CU_ASSERT_EQUAL_FATAL(st, DLOCK_OK);
 	dlock_lock *h = NULL;
-	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(tc->client, "never", &h), DLOCK_OK);
-	tl_op got, seen;
-	tl_op_init(&got, tc);
+	CU_ASSERT_EQUAL(dlock_lock_new(tc->client, "never", &h), DLOCK_EINVAL);
+	tl_op seen, listed;
 	tl_op_init(&seen, tc);
-	CU_ASSERT_EQUAL(tl_acquire(h, DLOCK_WAIT_FOREVER, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &got), DLOCK_OK);
+	tl_op_init(&listed, tc);
 	CU_ASSERT_EQUAL(TL_START(lp, dlock_inspect_async(tc->client, "never", tl_on_inspect, &seen)), DLOCK_OK);
+	CU_ASSERT_EQUAL(TL_START(lp, dlock_list_async(tc->client, NULL, tl_on_list, &listed)), DLOCK_OK);
 	CU_ASSERT(tl_run_done(lp, &tc->opened, TL_AWAIT_MS));
-	CU_ASSERT(tl_run_done(lp, &got, TL_AWAIT_MS));
 	CU_ASSERT(tl_run_done(lp, &seen, TL_AWAIT_MS));
+	CU_ASSERT(tl_run_done(lp, &listed, TL_AWAIT_MS));
 	printf("\n    %s: %s", uri, tc->opened.msg);
 	TL_ASSERT_ONCE(&tc->opened, DLOCK_ECONNECT);
 	CU_ASSERT(tc->opened.msg[0] != '\0');
-	TL_ASSERT_ONCE(&got, DLOCK_ECONNECT);
 	TL_ASSERT_ONCE(&seen, DLOCK_ECONNECT);
-	CU_ASSERT(tc->opened.seq < got.seq && tc->opened.seq < seen.seq);
+	TL_ASSERT_ONCE(&listed, DLOCK_ECONNECT);
+	CU_ASSERT(tc->opened.seq < seen.seq && tc->opened.seq < listed.seq);
+	CU_ASSERT_EQUAL(dlock_lock_new(tc->client, "never", &h), DLOCK_ECONNECT);
+	CU_ASSERT_PTR_NULL(h);
 	tl_op_clear(&seen);
+	tl_op_clear(&listed);
 	if (mode == TL_PULL) {
 		CU_ASSERT_EQUAL(tl_close_blocking(tc), DLOCK_OK);
 		TL_ASSERT_CLEAN(tc);
 	} else {
 		tl_close(tc);
 	}
-	dlock_lock_free(h);
 	tl_loop_free(lp);
 }
 

@@ -429,9 +429,12 @@ void tl_close(tl_client *tc)
 		return;
 	CU_ASSERT_EQUAL(tl_close_async(tc), DLOCK_OK);
 	CU_ASSERT(tl_run_done(tc->lp, &tc->closed, TL_AWAIT_MS));
-	if (!tc->gone) { /* never completed: finish it the blocking way, so that the test goes on */
+	if (!tc->gone) {
+		/* Never completed: a blocking close would wait for the same thing.  Leave the client be
+		 * (the loop no longer drives it), so that the test program goes on. */
+		printf("\n    the close of a loop client never completed: the client is abandoned");
 		CU_FAIL("the close never completed");
-		tl_close_blocking(tc);
+		tc->gone = 1;
 		return;
 	}
 	TL_ASSERT_ONCE(&tc->closed, DLOCK_OK);
@@ -451,7 +454,7 @@ void tl_assert_clean(const tl_client *tc, const char *file, unsigned line)
 	char what[512];
 	int ok = tc->gone && tc->closed_watched == 0;
 	if (tc->lp->mode == TL_PUSH)
-		ok = ok && tc->cleanups == (tc->opened_ok ? 1 : 0) && tc->watched == 0 && tc->watched_at_close == 0 &&
+		ok = ok && tc->cleanups == (tc->opened_ok ? 1 : 0) && tc->watched == 0 &&
 		     tc->removed_closed == 0 && tc->slot_errors == 0 && tc->bad_events == 0 &&
 		     tc->hooks_off_loop == 0 && tc->hooks_after_cleanup == 0 && tc->timer_armed_at_cleanup == 0;
 	else

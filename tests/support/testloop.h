@@ -10,8 +10,8 @@
  *     record every call and check the contract: a removal (`events` 0) comes
  *     while the descriptor is still open (fcntl(F_GETFD)), no descriptor is
  *     closed while watched, `*slot` is NULL on the first call for a
- *     descriptor and the hook's own pointer after, no descriptor is watched
- *     once the close's callback runs, `cleanup` is called exactly once and
+ *     descriptor and the hook's own pointer after, no descriptor is left
+ *     watched after the close's callback, `cleanup` is called exactly once and
  *     every hook runs on the loop's thread.  dlock_loop_ready() and
  *     dlock_loop_timer_fired() are called only for what is ready or due.
  *
@@ -86,7 +86,7 @@ typedef struct tl_client {
 	int bad_events;        /* `events` other than READ, WRITE or both (or 0) */
 	int hooks_off_loop;    /* hook calls on another thread than the loop's */
 	int hooks_after_cleanup;
-	int watched_at_close;  /* descriptors still watched when the close's callback ran */
+	int watched_at_close;  /* descriptors still watched when the close's callback ran (shown, not asserted) */
 	int64_t timer_at_ns;   /* when its timer is due (monotonic ns); -1 disarmed */
 	int timer_calls;
 	int timer_armed_at_cleanup;
