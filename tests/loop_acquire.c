@@ -161,78 +161,49 @@ static void test_reentrant_per_handle(void)
 /* Held by the other client: try-once completes with EBUSY. */
 static void test_busy(void)
 {
-	lc t;
-	if (!lc_begin(&t, "busy"))
+	lc_contended c;
+	if (!lc_contended_begin(&c, "busy"))
 		return;
-	dlock_lock *h = lc_lock(&t, t.name), *o = lc_other_lock(&t, t.name);
-	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o, 0, 0, -1, NULL, NULL), DLOCK_OK);
 	tl_op op;
-	tl_op_init(&op, t.tc);
-	CU_ASSERT_EQUAL(tl_acquire(h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
-	CU_ASSERT(tl_run_done(t.lp, &op, TL_AWAIT_MS));
-	TL_ASSERT_ONCE(&op, DLOCK_EBUSY);
-	CU_ASSERT_EQUAL(dlock_release(o), DLOCK_OK);
-	CU_ASSERT_EQUAL(tl_acquire_now(t.tc, h, 0), DLOCK_OK); /* nothing left behind by the refusal */
-	CU_ASSERT_EQUAL(tl_release_now(t.tc, h), DLOCK_OK);
-	dlock_lock_free(h);
-	dlock_lock_free(o);
-	lc_end(&t);
+	tl_op_init(&op, c.t.tc);
+	CU_ASSERT_EQUAL(tl_finish(&op, tl_acquire(c.h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op)), DLOCK_EBUSY);
+	lc_contended_end(&c);
 }
 
 /* Held by the other client throughout: a bounded wait completes with ETIMEDOUT, not before its bound. */
 static void test_timed_out(void)
 {
-	lc t;
-	if (!lc_begin(&t, "timeout"))
+	lc_contended c;
+	if (!lc_contended_begin(&c, "timeout"))
 		return;
-	dlock_lock *h = lc_lock(&t, t.name), *o = lc_other_lock(&t, t.name);
-	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o, 0, 0, -1, NULL, NULL), DLOCK_OK);
 	tl_op op;
-	tl_op_init(&op, t.tc);
+	tl_op_init(&op, c.t.tc);
 	int64_t t0 = dlock_test_now_ms();
-	CU_ASSERT_EQUAL(tl_acquire(h, BOUND_MS, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
-	CU_ASSERT(tl_run_done(t.lp, &op, TL_AWAIT_MS));
+	CU_ASSERT_EQUAL(tl_acquire(c.h, BOUND_MS, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
+	CU_ASSERT(tl_run_done(c.t.lp, &op, TL_AWAIT_MS));
 	if (TL_ASSERT_ONCE(&op, DLOCK_ETIMEDOUT)) {
 		/* The bound is a correctness matter (never given up early); 10 ms for the clocks' rounding. */
 		if (op.at_ms - t0 < BOUND_MS - 10)
 			printf("\n    timed out after %lld ms, bound %d ms", (long long)(op.at_ms - t0), BOUND_MS);
 		CU_ASSERT(op.at_ms - t0 >= BOUND_MS - 10);
 	}
-	CU_ASSERT_EQUAL(dlock_check(o), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_release(o), DLOCK_OK);
-	CU_ASSERT_EQUAL(tl_acquire_now(t.tc, h, 0), DLOCK_OK);
-	CU_ASSERT_EQUAL(tl_release_now(t.tc, h), DLOCK_OK);
-	dlock_lock_free(h);
-	dlock_lock_free(o);
-	lc_end(&t);
+	lc_contended_end(&c);
 }
 
 /* dlock_cancel() from another thread while the acquisition waits: ECANCELED, once, on the loop. */
 static void test_cancelled(void)
 {
-	lc t;
-	if (!lc_begin(&t, "cancel"))
+	lc_contended c;
+	if (!lc_contended_begin(&c, "cancel"))
 		return;
-	dlock_lock *h = lc_lock(&t, t.name), *o = lc_other_lock(&t, t.name);
-	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o, 0, 0, -1, NULL, NULL), DLOCK_OK);
 	tl_op op;
-	tl_op_init(&op, t.tc);
-	uint64_t before = lc_attempts(&t);
-	CU_ASSERT_EQUAL(tl_acquire(h, DLOCK_WAIT_FOREVER, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
-	lc_await_attempts(&t, before + 1); /* it waits on the server */
-	tl_thread th = { .action = TL_DO_CANCEL, .lock = h };
+	lc_start_waiting(&c.t, c.h, DLOCK_WAIT_FOREVER, &op);
+	tl_thread th = { .action = TL_DO_CANCEL, .lock = c.h };
 	tl_thread_start(&th);
-	CU_ASSERT(tl_run_done(t.lp, &op, TL_AWAIT_MS));
+	CU_ASSERT(tl_run_done(c.t.lp, &op, TL_AWAIT_MS));
 	CU_ASSERT_EQUAL(tl_thread_join(&th), DLOCK_OK);
 	TL_ASSERT_ONCE(&op, DLOCK_ECANCELED);
-	CU_ASSERT_EQUAL(dlock_check(o), DLOCK_OK); /* the holder is untouched */
-	CU_ASSERT_EQUAL(dlock_release(o), DLOCK_OK);
-	/* The handle works on, and the cancel does not carry over to the next acquisition. */
-	CU_ASSERT_EQUAL(tl_acquire_now(t.tc, h, 0), DLOCK_OK);
-	CU_ASSERT_EQUAL(tl_release_now(t.tc, h), DLOCK_OK);
-	dlock_lock_free(h);
-	dlock_lock_free(o);
-	lc_end(&t);
+	lc_contended_end(&c); /* the cancel does not carry over to the next acquisition */
 }
 
 /*
@@ -255,10 +226,7 @@ static void test_cancel_races_grant(void)
 			break;
 		}
 		tl_op op;
-		tl_op_init(&op, t.tc);
-		uint64_t before = lc_attempts(&t);
-		CU_ASSERT_EQUAL(tl_acquire(h, DLOCK_WAIT_FOREVER, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
-		lc_await_attempts(&t, before + 1);
+		lc_start_waiting(&t, h, DLOCK_WAIT_FOREVER, &op);
 		pthread_barrier_t go;
 		pthread_barrier_init(&go, NULL, 3);
 		tl_thread rel = { .action = TL_DO_RELEASE, .lock = o, .start = &go };

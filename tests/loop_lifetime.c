@@ -10,15 +10,17 @@
 #include "loop_cases.h"
 
 /*
- * dlock_client_close_async() while one acquisition waits and another
- * holds with an on_lost: the waiter completes with ECANCELED and the
- * holder is told DLOCK_LOST_CLOSED, each exactly once and before the
- * close's callback; the lock is released for the other client.
+ * Closed while one acquisition waits and another handle holds with an
+ * on_lost: the waiter completes with ECANCELED and the holder is told
+ * DLOCK_LOST_CLOSED, each exactly once; with dlock_client_close_async()
+ * before the close's callback, with dlock_client_close() (blocking, on the
+ * loop's thread) before it returns.  The lock is released for the other
+ * client, and the handles are freed after their client.
  */
-static void test_close_mid_wait(void)
+static void close_mid_wait(int blocking)
 {
 	lc t;
-	if (!lc_begin(&t, "close-wait"))
+	if (!lc_begin(&t, blocking ? "close-block" : "close-wait"))
 		return;
 	char held[160];
 	snprintf(held, sizeof held, "%s-held", t.name);
@@ -27,59 +29,38 @@ static void test_close_mid_wait(void)
 	tl_op got, lost, wait;
 	tl_op_init(&got, t.tc);
 	tl_op_init(&lost, t.tc);
-	tl_op_init(&wait, t.tc);
 	CU_ASSERT_EQUAL(tl_finish(&got, tl_acquire(holder, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, &lost, &got)), DLOCK_OK);
-	uint64_t before = lc_attempts(&t);
-	CU_ASSERT_EQUAL(tl_acquire(waiter, DLOCK_WAIT_FOREVER, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &wait), DLOCK_OK);
-	lc_await_attempts(&t, before + 1);
+	lc_start_waiting(&t, waiter, DLOCK_WAIT_FOREVER, &wait);
 
-	CU_ASSERT_EQUAL(tl_close_async(t.tc), DLOCK_OK);
-	CU_ASSERT(tl_run_done(t.lp, &t.tc->closed, TL_AWAIT_MS));
-	TL_ASSERT_ONCE(&t.tc->closed, DLOCK_OK);
+	if (blocking) {
+		CU_ASSERT_EQUAL(tl_close_blocking(t.tc), DLOCK_OK);
+	} else {
+		CU_ASSERT_EQUAL(tl_close_async(t.tc), DLOCK_OK);
+		CU_ASSERT(tl_run_done(t.lp, &t.tc->closed, TL_AWAIT_MS));
+		TL_ASSERT_ONCE(&t.tc->closed, DLOCK_OK);
+		CU_ASSERT(wait.seq < t.tc->closed.seq);
+		CU_ASSERT(lost.seq < t.tc->closed.seq);
+	}
 	TL_ASSERT_ONCE(&wait, DLOCK_ECANCELED);
 	if (TL_ASSERT_ONCE(&lost, DLOCK_OK))
 		CU_ASSERT_EQUAL(lost.reason, DLOCK_LOST_CLOSED);
-	CU_ASSERT(wait.seq < t.tc->closed.seq);
-	CU_ASSERT(lost.seq < t.tc->closed.seq);
 	TL_ASSERT_CLEAN(t.tc);
 	CU_ASSERT_EQUAL(dlock_test_probe(t.other, held), DLOCK_OK); /* released by the close */
-	CU_ASSERT_EQUAL(dlock_release(o), DLOCK_OK);
-	dlock_lock_free(waiter); /* handles outlive their client */
-	dlock_lock_free(holder);
-	dlock_lock_free(o);
-	lc_end(&t);
-}
-
-/* The same with dlock_client_close() on the loop's thread: every callback has run when it returns. */
-static void test_close_blocking_mid_wait(void)
-{
-	lc t;
-	if (!lc_begin(&t, "close-block"))
-		return;
-	char held[160];
-	snprintf(held, sizeof held, "%s-held", t.name);
-	dlock_lock *waiter = lc_lock(&t, t.name), *holder = lc_lock(&t, held), *o = lc_other_lock(&t, t.name);
-	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o, 0, 0, -1, NULL, NULL), DLOCK_OK);
-	tl_op got, lost, wait;
-	tl_op_init(&got, t.tc);
-	tl_op_init(&lost, t.tc);
-	tl_op_init(&wait, t.tc);
-	CU_ASSERT_EQUAL(tl_finish(&got, tl_acquire(holder, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, &lost, &got)), DLOCK_OK);
-	uint64_t before = lc_attempts(&t);
-	CU_ASSERT_EQUAL(tl_acquire(waiter, DLOCK_WAIT_FOREVER, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &wait), DLOCK_OK);
-	lc_await_attempts(&t, before + 1);
-
-	CU_ASSERT_EQUAL(tl_close_blocking(t.tc), DLOCK_OK);
-	TL_ASSERT_ONCE(&wait, DLOCK_ECANCELED);
-	if (TL_ASSERT_ONCE(&lost, DLOCK_OK))
-		CU_ASSERT_EQUAL(lost.reason, DLOCK_LOST_CLOSED);
-	TL_ASSERT_CLEAN(t.tc);
-	CU_ASSERT_EQUAL(dlock_test_probe(t.other, held), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(o), DLOCK_OK);
 	dlock_lock_free(waiter);
 	dlock_lock_free(holder);
 	dlock_lock_free(o);
 	lc_end(&t);
+}
+
+static void test_close_mid_wait(void)
+{
+	close_mid_wait(0);
+}
+
+static void test_close_blocking_mid_wait(void)
+{
+	close_mid_wait(1);
 }
 
 /* A second close while the first runs: ECLOSED at the start call, and still one close callback. */

@@ -116,10 +116,7 @@ static void loop_answer(const char *direct, const char *via, faultproxy *px, int
 	dlock_lock *h = lc_lock(&t, name), *o = lc_other_lock(&t, name);
 	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o, 0, 0, -1, NULL, NULL), DLOCK_OK);
 	tl_op op;
-	tl_op_init(&op, t.tc);
-	uint64_t before = lc_attempts(&t);
-	CU_ASSERT_EQUAL(tl_acquire(h, CUT_WAIT_MS, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
-	lc_await_attempts(&t, before + 1);
+	lc_start_waiting(&t, h, CUT_WAIT_MS, &op);
 	cut(px, refuse);
 	CU_ASSERT_EQUAL(dlock_release(o), DLOCK_OK);
 	CU_ASSERT(tl_run_done(t.lp, &op, CUT_WAIT_MS + TL_AWAIT_MS));
