@@ -3,7 +3,7 @@
  * read-write lock, semaphore, reentrant on its handle), busy, timed out,
  * cancelled from another thread, and cancel racing a grant.  Each callback
  * runs exactly once, never inside its start call, on the loop's thread
- * (TL_ASSERT_ONCE); the ordinary client checks what the server holds.
+ * (LR_ASSERT_ONCE); the ordinary client checks what the server holds.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -20,17 +20,17 @@ static void test_granted_mutex(void)
 	if (!lc_begin(&t, "mutex"))
 		return;
 	dlock_lock *h = lc_lock(&t, t.name);
-	tl_op op;
-	tl_op_init(&op, t.tc);
-	CU_ASSERT_EQUAL(tl_acquire(h, DLOCK_WAIT_FOREVER, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
-	CU_ASSERT(tl_run_done(t.lp, &op, TL_AWAIT_MS));
-	if (TL_ASSERT_ONCE(&op, DLOCK_OK)) {
+	lr_op op;
+	lr_op_init(&op, t.tc);
+	CU_ASSERT_EQUAL(lr_acquire(h, DLOCK_WAIT_FOREVER, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
+	CU_ASSERT(lr_run_done(t.lp, &op, LR_AWAIT_MS));
+	if (LR_ASSERT_ONCE(&op, DLOCK_OK)) {
 		CU_ASSERT_EQUAL(dlock_test_probe(t.other, t.name), DLOCK_EBUSY);
-		CU_ASSERT_EQUAL(tl_check_now(t.tc, h), DLOCK_OK);
-		CU_ASSERT_EQUAL(tl_release_now(t.tc, h), DLOCK_OK);
+		CU_ASSERT_EQUAL(lr_check_now(t.tc, h), DLOCK_OK);
+		CU_ASSERT_EQUAL(lr_release_now(t.tc, h), DLOCK_OK);
 		CU_ASSERT_EQUAL(dlock_test_probe(t.other, t.name), DLOCK_OK);
 	}
-	CU_ASSERT_EQUAL(tl_release_now(t.tc, h), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(lr_release_now(t.tc, h), DLOCK_ENOTHELD);
 	dlock_lock_free(h);
 	lc_end(&t);
 }
@@ -51,27 +51,27 @@ static void test_granted_rwlock(void)
 	for (int i = 0; i < 2; i++)
 		CU_ASSERT_EQUAL(dlock_rwlock_new(t.tc->client, t.name, &r[i]), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_rwlock_new(t.tc->client, t.name, &w), DLOCK_OK);
-	tl_op rop[2], wop;
+	lr_op rop[2], wop;
 	for (int i = 0; i < 2; i++) {
-		tl_op_init(&rop[i], t.tc);
-		CU_ASSERT_EQUAL(tl_acquire(r[i], DLOCK_WAIT_FOREVER, 0, -1, DLOCK_MODE_SHARED, NULL, &rop[i]), DLOCK_OK);
+		lr_op_init(&rop[i], t.tc);
+		CU_ASSERT_EQUAL(lr_acquire(r[i], DLOCK_WAIT_FOREVER, 0, -1, DLOCK_MODE_SHARED, NULL, &rop[i]), DLOCK_OK);
 	}
 	for (int i = 0; i < 2; i++) {
-		CU_ASSERT(tl_run_done(t.lp, &rop[i], TL_AWAIT_MS));
-		TL_ASSERT_ONCE(&rop[i], DLOCK_OK);
+		CU_ASSERT(lr_run_done(t.lp, &rop[i], LR_AWAIT_MS));
+		LR_ASSERT_ONCE(&rop[i], DLOCK_OK);
 	}
 	if (lc_feature(&t, DLOCK_FEATURE_INSPECT) & DLOCK_INSPECT_HELD)
 		CU_ASSERT_EQUAL(lc_holders(&t, t.name), 2); /* both readers at once */
 
-	tl_op_init(&wop, t.tc);
-	CU_ASSERT_EQUAL(tl_acquire(w, DLOCK_WAIT_FOREVER, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &wop), DLOCK_OK);
-	CU_ASSERT_EQUAL(tl_release_now(t.tc, r[0]), DLOCK_OK);
-	TL_ASSERT_NEVER(&wop); /* the other reader still holds */
-	CU_ASSERT_EQUAL(tl_release_now(t.tc, r[1]), DLOCK_OK);
-	CU_ASSERT(tl_run_done(t.lp, &wop, TL_AWAIT_MS));
-	if (TL_ASSERT_ONCE(&wop, DLOCK_OK)) {
+	lr_op_init(&wop, t.tc);
+	CU_ASSERT_EQUAL(lr_acquire(w, DLOCK_WAIT_FOREVER, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &wop), DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_release_now(t.tc, r[0]), DLOCK_OK);
+	LR_ASSERT_NEVER(&wop); /* the other reader still holds */
+	CU_ASSERT_EQUAL(lr_release_now(t.tc, r[1]), DLOCK_OK);
+	CU_ASSERT(lr_run_done(t.lp, &wop, LR_AWAIT_MS));
+	if (LR_ASSERT_ONCE(&wop, DLOCK_OK)) {
 		CU_ASSERT_EQUAL(dlock_test_acquire(ow, 0, 0, -1, NULL, NULL), DLOCK_EBUSY);
-		CU_ASSERT_EQUAL(tl_release_now(t.tc, w), DLOCK_OK);
+		CU_ASSERT_EQUAL(lr_release_now(t.tc, w), DLOCK_OK);
 	}
 	dlock_lock_free(r[0]);
 	dlock_lock_free(r[1]);
@@ -82,7 +82,7 @@ static void test_granted_rwlock(void)
 
 static int two_done(void *arg)
 {
-	tl_op *op = arg;
+	lr_op *op = arg;
 	return (op[0].calls > 0) + (op[1].calls > 0) + (op[2].calls > 0) >= 2;
 }
 
@@ -98,32 +98,32 @@ static void test_granted_semaphore(void)
 		return;
 	}
 	dlock_lock *s[3] = { NULL, NULL, NULL };
-	tl_op op[3];
+	lr_op op[3];
 	for (int i = 0; i < 3; i++) {
 		CU_ASSERT_EQUAL_FATAL(dlock_semaphore_new(t.tc->client, t.name, 2, &s[i]), DLOCK_OK);
-		tl_op_init(&op[i], t.tc);
+		lr_op_init(&op[i], t.tc);
 	}
 	for (int i = 0; i < 3; i++)
-		CU_ASSERT_EQUAL(tl_acquire(s[i], DLOCK_WAIT_FOREVER, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op[i]), DLOCK_OK);
-	CU_ASSERT(tl_run_until(t.lp, two_done, op, TL_AWAIT_MS));
-	tl_run_for(t.lp, 100); /* to see that the third one does not come */
+		CU_ASSERT_EQUAL(lr_acquire(s[i], DLOCK_WAIT_FOREVER, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op[i]), DLOCK_OK);
+	CU_ASSERT(lr_run_until(t.lp, two_done, op, LR_AWAIT_MS));
+	lr_run_for(t.lp, 100); /* to see that the third one does not come */
 	int first = -1, third = -1;
 	for (int i = 0; i < 3; i++) {
 		if (op[i].calls == 0)
 			third = i;
-		else if (TL_ASSERT_ONCE(&op[i], DLOCK_OK) && first < 0)
+		else if (LR_ASSERT_ONCE(&op[i], DLOCK_OK) && first < 0)
 			first = i;
 	}
 	CU_ASSERT_FATAL(third >= 0 && first >= 0);
 	if (lc_feature(&t, DLOCK_FEATURE_INSPECT) & DLOCK_INSPECT_HELD)
 		CU_ASSERT_EQUAL(lc_holders(&t, t.name), 2);
 
-	CU_ASSERT_EQUAL(tl_release_now(t.tc, s[first]), DLOCK_OK);
-	CU_ASSERT(tl_run_done(t.lp, &op[third], TL_AWAIT_MS));
-	TL_ASSERT_ONCE(&op[third], DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_release_now(t.tc, s[first]), DLOCK_OK);
+	CU_ASSERT(lr_run_done(t.lp, &op[third], LR_AWAIT_MS));
+	LR_ASSERT_ONCE(&op[third], DLOCK_OK);
 	for (int i = 0; i < 3; i++) {
 		if (i != first)
-			CU_ASSERT_EQUAL(tl_release_now(t.tc, s[i]), DLOCK_OK);
+			CU_ASSERT_EQUAL(lr_release_now(t.tc, s[i]), DLOCK_OK);
 		dlock_lock_free(s[i]);
 	}
 	lc_end(&t);
@@ -140,19 +140,19 @@ static void test_reentrant_per_handle(void)
 	if (!lc_begin(&t, "reenter"))
 		return;
 	dlock_lock *h1 = lc_lock(&t, t.name), *h2 = lc_lock(&t, t.name);
-	tl_op op2;
-	tl_op_init(&op2, t.tc);
-	CU_ASSERT_EQUAL_FATAL(tl_acquire_now(t.tc, h1, 0), DLOCK_OK);
-	CU_ASSERT_EQUAL(tl_acquire(h2, DLOCK_WAIT_FOREVER, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op2), DLOCK_OK);
-	CU_ASSERT_EQUAL(tl_acquire_now(t.tc, h1, 0), DLOCK_OK); /* a second level, not a wait */
-	CU_ASSERT_EQUAL(tl_release_now(t.tc, h1), DLOCK_OK);
-	TL_ASSERT_NEVER(&op2); /* h1 still holds one level */
+	lr_op op2;
+	lr_op_init(&op2, t.tc);
+	CU_ASSERT_EQUAL_FATAL(lr_acquire_now(t.tc, h1, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_acquire(h2, DLOCK_WAIT_FOREVER, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op2), DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_acquire_now(t.tc, h1, 0), DLOCK_OK); /* a second level, not a wait */
+	CU_ASSERT_EQUAL(lr_release_now(t.tc, h1), DLOCK_OK);
+	LR_ASSERT_NEVER(&op2); /* h1 still holds one level */
 	CU_ASSERT_EQUAL(dlock_test_probe(t.other, t.name), DLOCK_EBUSY);
-	CU_ASSERT_EQUAL(tl_release_now(t.tc, h1), DLOCK_OK);
-	CU_ASSERT(tl_run_done(t.lp, &op2, TL_AWAIT_MS));
-	if (TL_ASSERT_ONCE(&op2, DLOCK_OK))
-		CU_ASSERT_EQUAL(tl_release_now(t.tc, h2), DLOCK_OK);
-	CU_ASSERT_EQUAL(tl_release_now(t.tc, h1), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(lr_release_now(t.tc, h1), DLOCK_OK);
+	CU_ASSERT(lr_run_done(t.lp, &op2, LR_AWAIT_MS));
+	if (LR_ASSERT_ONCE(&op2, DLOCK_OK))
+		CU_ASSERT_EQUAL(lr_release_now(t.tc, h2), DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_release_now(t.tc, h1), DLOCK_ENOTHELD);
 	dlock_lock_free(h1);
 	dlock_lock_free(h2);
 	lc_end(&t);
@@ -164,9 +164,9 @@ static void test_busy(void)
 	lc_contended c;
 	if (!lc_contended_begin(&c, "busy"))
 		return;
-	tl_op op;
-	tl_op_init(&op, c.t.tc);
-	CU_ASSERT_EQUAL(tl_finish(&op, tl_acquire(c.h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op)), DLOCK_EBUSY);
+	lr_op op;
+	lr_op_init(&op, c.t.tc);
+	CU_ASSERT_EQUAL(lr_finish(&op, lr_acquire(c.h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op)), DLOCK_EBUSY);
 	lc_contended_end(&c);
 }
 
@@ -176,12 +176,12 @@ static void test_timed_out(void)
 	lc_contended c;
 	if (!lc_contended_begin(&c, "timeout"))
 		return;
-	tl_op op;
-	tl_op_init(&op, c.t.tc);
+	lr_op op;
+	lr_op_init(&op, c.t.tc);
 	int64_t t0 = dlock_test_now_ms();
-	CU_ASSERT_EQUAL(tl_acquire(c.h, BOUND_MS, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
-	CU_ASSERT(tl_run_done(c.t.lp, &op, TL_AWAIT_MS));
-	if (TL_ASSERT_ONCE(&op, DLOCK_ETIMEDOUT)) {
+	CU_ASSERT_EQUAL(lr_acquire(c.h, BOUND_MS, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
+	CU_ASSERT(lr_run_done(c.t.lp, &op, LR_AWAIT_MS));
+	if (LR_ASSERT_ONCE(&op, DLOCK_ETIMEDOUT)) {
 		/* The bound is a correctness matter (never given up early); 10 ms for the clocks' rounding. */
 		if (op.at_ms - t0 < BOUND_MS - 10)
 			printf("\n    timed out after %lld ms, bound %d ms", (long long)(op.at_ms - t0), BOUND_MS);
@@ -196,13 +196,13 @@ static void test_cancelled(void)
 	lc_contended c;
 	if (!lc_contended_begin(&c, "cancel"))
 		return;
-	tl_op op;
+	lr_op op;
 	lc_start_waiting(&c.t, c.h, DLOCK_WAIT_FOREVER, &op);
-	tl_thread th = { .action = TL_DO_CANCEL, .lock = c.h };
-	tl_thread_start(&th);
-	CU_ASSERT(tl_run_done(c.t.lp, &op, TL_AWAIT_MS));
-	CU_ASSERT_EQUAL(tl_thread_join(&th), DLOCK_OK);
-	TL_ASSERT_ONCE(&op, DLOCK_ECANCELED);
+	lr_thread th = { .action = LR_DO_CANCEL, .lock = c.h };
+	lr_thread_start(&th);
+	CU_ASSERT(lr_run_done(c.t.lp, &op, LR_AWAIT_MS));
+	CU_ASSERT_EQUAL(lr_thread_join(&th), DLOCK_OK);
+	LR_ASSERT_ONCE(&op, DLOCK_ECANCELED);
 	lc_contended_end(&c); /* the cancel does not carry over to the next acquisition */
 }
 
@@ -225,29 +225,29 @@ static void test_cancel_races_grant(void)
 			CU_FAIL("the other client cannot take the name back");
 			break;
 		}
-		tl_op op;
+		lr_op op;
 		lc_start_waiting(&t, h, DLOCK_WAIT_FOREVER, &op);
 		pthread_barrier_t go;
 		pthread_barrier_init(&go, NULL, 3);
-		tl_thread rel = { .action = TL_DO_RELEASE, .lock = o, .start = &go };
-		tl_thread can = { .action = TL_DO_CANCEL, .lock = h, .start = &go };
-		tl_thread_start(&rel);
-		tl_thread_start(&can);
+		lr_thread rel = { .action = LR_DO_RELEASE, .lock = o, .start = &go };
+		lr_thread can = { .action = LR_DO_CANCEL, .lock = h, .start = &go };
+		lr_thread_start(&rel);
+		lr_thread_start(&can);
 		pthread_barrier_wait(&go);
-		CU_ASSERT(tl_run_done(t.lp, &op, TL_AWAIT_MS));
-		CU_ASSERT_EQUAL(tl_thread_join(&rel), DLOCK_OK);
-		CU_ASSERT_EQUAL(tl_thread_join(&can), DLOCK_OK);
+		CU_ASSERT(lr_run_done(t.lp, &op, LR_AWAIT_MS));
+		CU_ASSERT_EQUAL(lr_thread_join(&rel), DLOCK_OK);
+		CU_ASSERT_EQUAL(lr_thread_join(&can), DLOCK_OK);
 		pthread_barrier_destroy(&go);
 		if (op.status == DLOCK_OK) {
 			granted++;
-			TL_ASSERT_ONCE(&op, DLOCK_OK);
-			CU_ASSERT_EQUAL(tl_check_now(t.tc, h), DLOCK_OK);
+			LR_ASSERT_ONCE(&op, DLOCK_OK);
+			CU_ASSERT_EQUAL(lr_check_now(t.tc, h), DLOCK_OK);
 			CU_ASSERT_EQUAL(dlock_test_probe(t.other, t.name), DLOCK_EBUSY);
-			CU_ASSERT_EQUAL(tl_release_now(t.tc, h), DLOCK_OK);
+			CU_ASSERT_EQUAL(lr_release_now(t.tc, h), DLOCK_OK);
 		} else {
 			cancelled++;
-			TL_ASSERT_ONCE(&op, DLOCK_ECANCELED);
-			CU_ASSERT_EQUAL(tl_check_now(t.tc, h), DLOCK_ENOTHELD);
+			LR_ASSERT_ONCE(&op, DLOCK_ECANCELED);
+			CU_ASSERT_EQUAL(lr_check_now(t.tc, h), DLOCK_ENOTHELD);
 		}
 		if (!lc_await_free(&t, t.name)) { /* nothing left without a handle */
 			printf("\n    round %d of %d: the acquisition completed with %s%s%s", i + 1, rounds,

@@ -29,9 +29,9 @@ void lc_add_all(CU_pSuite suite)
 int lc_begin(lc *t, const char *tag)
 {
 	memset(t, 0, sizeof *t);
-	tl_name(t->name, sizeof t->name, tag);
-	t->lp = tl_loop_new(current.mode);
-	t->tc = tl_open_ready(t->lp, current.uri);
+	lr_name(t->name, sizeof t->name, tag);
+	t->lp = lr_loop_new(current.mode);
+	t->tc = lr_open_ready(t->lp, current.uri);
 	t->other = dlock_test_open(current.uri, NULL, NULL);
 	CU_ASSERT_PTR_NOT_NULL(t->other);
 	if (t->tc && t->other)
@@ -43,10 +43,10 @@ int lc_begin(lc *t, const char *tag)
 void lc_end(lc *t)
 {
 	if (t->tc && !t->tc->gone)
-		tl_close(t->tc);
+		lr_close(t->tc);
 	if (t->other)
 		CU_ASSERT_EQUAL(dlock_client_close(t->other), DLOCK_OK);
-	tl_loop_free(t->lp); /* closes, blocking, a client whose open failed its test */
+	lr_loop_free(t->lp); /* closes, blocking, a client whose open failed its test */
 	memset(t, 0, sizeof *t);
 }
 
@@ -88,7 +88,7 @@ static int attempted(void *arg)
 static int lc_await_attempts(lc *t, uint64_t want)
 {
 	struct attempts a = { t, want };
-	int ok = tl_run_until(t->lp, attempted, &a, TL_AWAIT_MS);
+	int ok = lr_run_until(t->lp, attempted, &a, LR_AWAIT_MS);
 	if (!ok)
 		printf("\n    the loop client's statistics never showed %llu driver acquire calls (%llu)",
 		       (unsigned long long)want, (unsigned long long)lc_attempts(t));
@@ -96,11 +96,11 @@ static int lc_await_attempts(lc *t, uint64_t want)
 	return ok;
 }
 
-void lc_start_waiting(lc *t, dlock_lock *lock, int64_t wait_ms, tl_op *op)
+void lc_start_waiting(lc *t, dlock_lock *lock, int64_t wait_ms, lr_op *op)
 {
-	tl_op_init(op, t->tc);
+	lr_op_init(op, t->tc);
 	uint64_t before = lc_attempts(t);
-	CU_ASSERT_EQUAL(tl_acquire(lock, wait_ms, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, op), DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_acquire(lock, wait_ms, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, op), DLOCK_OK);
 	lc_await_attempts(t, before + 1);
 }
 
@@ -119,8 +119,8 @@ void lc_contended_end(lc_contended *c)
 	CU_ASSERT_EQUAL(dlock_check(c->o), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(c->o), DLOCK_OK);
 	/* Nothing was left behind, and the handle works on. */
-	CU_ASSERT_EQUAL(tl_acquire_now(c->t.tc, c->h, 0), DLOCK_OK);
-	CU_ASSERT_EQUAL(tl_release_now(c->t.tc, c->h), DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_acquire_now(c->t.tc, c->h, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_release_now(c->t.tc, c->h), DLOCK_OK);
 	dlock_lock_free(c->h);
 	dlock_lock_free(c->o);
 	lc_end(&c->t);
@@ -140,7 +140,7 @@ static int other_gets_it(void *arg)
 int lc_await_free(lc *t, const char *name)
 {
 	struct probe p = { t, name };
-	int ok = tl_run_until(t->lp, other_gets_it, &p, TL_AWAIT_MS);
+	int ok = lr_run_until(t->lp, other_gets_it, &p, LR_AWAIT_MS);
 	if (!ok)
 		printf("\n    %s stayed held: the other client cannot take it", name);
 	CU_ASSERT(ok);
@@ -165,7 +165,7 @@ int64_t lc_feature(lc *t, dlock_feature f)
 	return v;
 }
 
-void lc_assert_ends(tl_op *op, dlock_status started, dlock_status want, const char *what, const char *file,
+void lc_assert_ends(lr_op *op, dlock_status started, dlock_status want, const char *what, const char *file,
                     unsigned line)
 {
 	if (started != DLOCK_OK) {
@@ -176,9 +176,9 @@ void lc_assert_ends(tl_op *op, dlock_status started, dlock_status want, const ch
 		CU_assertImplementation(ok ? CU_TRUE : CU_FALSE, line, what, file, "", CU_FALSE);
 		return;
 	}
-	if (!tl_run_done(op->tc->lp, op, TL_AWAIT_MS))
-		printf("\n    %s:%u: %s: no callback within %d ms", file, line, what, TL_AWAIT_MS);
-	tl_assert_once(op, want, what, file, line);
+	if (!lr_run_done(op->tc->lp, op, LR_AWAIT_MS))
+		printf("\n    %s:%u: %s: no callback within %d ms", file, line, what, LR_AWAIT_MS);
+	lr_assert_once(op, want, what, file, line);
 }
 
 int lc_known_failing(const char *schemes, const char *why)

@@ -6,7 +6,7 @@
  * PostgreSQL.
  *
  * Each test drives its loop client from the test's own thread with the
- * loops of tests/support/testloop.h, beside an ordinary (blocking) client
+ * loops of tests/support/looprig.h, beside an ordinary (blocking) client
  * of the same URI that holds, contends and checks.  Threads of the test
  * only cancel, release the ordinary client's locks and wake; they never
  * call CUnit.  Errors: CUnit assertions.
@@ -19,7 +19,7 @@
 
 #include "dlock/dlock.h"
 #include "dlock/loop.h"
-#include "testloop.h"
+#include "looprig.h"
 #include "testsupport.h"
 
 typedef struct lc_case {
@@ -35,7 +35,7 @@ extern const lc_case lc_ops_cases[];      /* loop_ops.c: the other operations' a
 /* The backend and mode the tests run on now (set by a suite's init function). */
 typedef struct lc_target {
 	const char *uri;       /* the backend, with its namespace */
-	tl_mode mode;
+	lr_mode mode;
 	int64_t short_lease_ms; /* a `ttl` short enough to watch a lease run out (TTL backends) */
 } lc_target;
 
@@ -47,8 +47,8 @@ void lc_add_all(CU_pSuite suite);
 
 /* One test's cast: a loop, its loop client, an ordinary client of the same URI, a fresh name. */
 typedef struct lc {
-	tl_loop *lp;
-	tl_client *tc;
+	lr_loop *lp;
+	lr_client *tc;
 	dlock_client *other;
 	char name[128];
 } lc;
@@ -68,7 +68,7 @@ dlock_lock *lc_other_lock(lc *t, const char *name);
  * bound `wait_ms`), its callback in `op` (initialised here), and run the
  * loop until it has asked the server once: it waits there (asserted).
  */
-void lc_start_waiting(lc *t, dlock_lock *lock, int64_t wait_ms, tl_op *op);
+void lc_start_waiting(lc *t, dlock_lock *lock, int64_t wait_ms, lr_op *op);
 /** Run the loop until the ordinary client can take `name` (try-once, then released); asserted. */
 int lc_await_free(lc *t, const char *name);
 
@@ -98,7 +98,7 @@ int64_t lc_feature(lc *t, dlock_feature f);
  * with `want`.  Runs the loop as needed.
  */
 #define LC_ASSERT_ENDS(op, started, want) lc_assert_ends((op), (started), (want), #started, __FILE__, __LINE__)
-void lc_assert_ends(tl_op *op, dlock_status started, dlock_status want, const char *what, const char *file,
+void lc_assert_ends(lr_op *op, dlock_status started, dlock_status want, const char *what, const char *file,
                     unsigned line);
 
 /**

@@ -26,25 +26,25 @@ static void close_mid_wait(int blocking)
 	snprintf(held, sizeof held, "%s-held", t.name);
 	dlock_lock *waiter = lc_lock(&t, t.name), *holder = lc_lock(&t, held), *o = lc_other_lock(&t, t.name);
 	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o, 0, 0, -1, NULL, NULL), DLOCK_OK);
-	tl_op got, lost, wait;
-	tl_op_init(&got, t.tc);
-	tl_op_init(&lost, t.tc);
-	CU_ASSERT_EQUAL(tl_finish(&got, tl_acquire(holder, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, &lost, &got)), DLOCK_OK);
+	lr_op got, lost, wait;
+	lr_op_init(&got, t.tc);
+	lr_op_init(&lost, t.tc);
+	CU_ASSERT_EQUAL(lr_finish(&got, lr_acquire(holder, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, &lost, &got)), DLOCK_OK);
 	lc_start_waiting(&t, waiter, DLOCK_WAIT_FOREVER, &wait);
 
 	if (blocking) {
-		CU_ASSERT_EQUAL(tl_close_blocking(t.tc), DLOCK_OK);
+		CU_ASSERT_EQUAL(lr_close_blocking(t.tc), DLOCK_OK);
 	} else {
-		CU_ASSERT_EQUAL(tl_close_async(t.tc), DLOCK_OK);
-		CU_ASSERT(tl_run_done(t.lp, &t.tc->closed, TL_AWAIT_MS));
-		TL_ASSERT_ONCE(&t.tc->closed, DLOCK_OK);
+		CU_ASSERT_EQUAL(lr_close_async(t.tc), DLOCK_OK);
+		CU_ASSERT(lr_run_done(t.lp, &t.tc->closed, LR_AWAIT_MS));
+		LR_ASSERT_ONCE(&t.tc->closed, DLOCK_OK);
 		CU_ASSERT(wait.seq < t.tc->closed.seq);
 		CU_ASSERT(lost.seq < t.tc->closed.seq);
 	}
-	TL_ASSERT_ONCE(&wait, DLOCK_ECANCELED);
-	if (TL_ASSERT_ONCE(&lost, DLOCK_OK))
+	LR_ASSERT_ONCE(&wait, DLOCK_ECANCELED);
+	if (LR_ASSERT_ONCE(&lost, DLOCK_OK))
 		CU_ASSERT_EQUAL(lost.reason, DLOCK_LOST_CLOSED);
-	TL_ASSERT_CLEAN(t.tc);
+	LR_ASSERT_CLEAN(t.tc);
 	CU_ASSERT_EQUAL(dlock_test_probe(t.other, held), DLOCK_OK); /* released by the close */
 	CU_ASSERT_EQUAL(dlock_release(o), DLOCK_OK);
 	dlock_lock_free(waiter);
@@ -69,14 +69,14 @@ static void test_close_twice(void)
 	lc t;
 	if (!lc_begin(&t, "close-twice"))
 		return;
-	tl_op second;
-	tl_op_init(&second, t.tc);
-	CU_ASSERT_EQUAL(tl_close_async(t.tc), DLOCK_OK);
-	CU_ASSERT_EQUAL(TL_START(t.lp, dlock_client_close_async(t.tc->client, tl_on_close, &second)), DLOCK_ECLOSED);
-	CU_ASSERT(tl_run_done(t.lp, &t.tc->closed, TL_AWAIT_MS));
-	TL_ASSERT_ONCE(&t.tc->closed, DLOCK_OK);
-	TL_ASSERT_NEVER(&second);
-	TL_ASSERT_CLEAN(t.tc);
+	lr_op second;
+	lr_op_init(&second, t.tc);
+	CU_ASSERT_EQUAL(lr_close_async(t.tc), DLOCK_OK);
+	CU_ASSERT_EQUAL(LR_START(t.lp, dlock_client_close_async(t.tc->client, lr_on_close, &second)), DLOCK_ECLOSED);
+	CU_ASSERT(lr_run_done(t.lp, &t.tc->closed, LR_AWAIT_MS));
+	LR_ASSERT_ONCE(&t.tc->closed, DLOCK_OK);
+	LR_ASSERT_NEVER(&second);
+	LR_ASSERT_CLEAN(t.tc);
 	lc_end(&t);
 }
 
@@ -92,8 +92,8 @@ static void free_election(void *arg)
 
 static void close_client(void *arg)
 {
-	tl_client *tc = arg;
-	CU_ASSERT_EQUAL(tl_close_async(tc), DLOCK_OK);
+	lr_client *tc = arg;
+	CU_ASSERT_EQUAL(lr_close_async(tc), DLOCK_OK);
 }
 
 /* dlock_lock_free() inside the handle's own acquire callback, granted: freed, and the lock released. */
@@ -103,15 +103,15 @@ static void test_free_in_acquire_callback(void)
 	if (!lc_begin(&t, "free-acq"))
 		return;
 	dlock_lock *h = lc_lock(&t, t.name);
-	tl_op op;
-	tl_op_init(&op, t.tc);
+	lr_op op;
+	lr_op_init(&op, t.tc);
 	op.then = free_lock;
 	op.then_arg = h;
-	CU_ASSERT_EQUAL(tl_acquire(h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
-	CU_ASSERT(tl_run_done(t.lp, &op, TL_AWAIT_MS));
-	TL_ASSERT_ONCE(&op, DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_acquire(h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
+	CU_ASSERT(lr_run_done(t.lp, &op, LR_AWAIT_MS));
+	LR_ASSERT_ONCE(&op, DLOCK_OK);
 	lc_await_free(&t, t.name);
-	tl_run_for(t.lp, 50); /* nothing more comes for it */
+	lr_run_for(t.lp, 50); /* nothing more comes for it */
 	CU_ASSERT_EQUAL(op.calls, 1);
 	lc_end(&t);
 }
@@ -124,13 +124,13 @@ static void test_free_in_refused_callback(void)
 		return;
 	dlock_lock *h = lc_lock(&t, t.name), *o = lc_other_lock(&t, t.name);
 	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o, 0, 0, -1, NULL, NULL), DLOCK_OK);
-	tl_op op;
-	tl_op_init(&op, t.tc);
+	lr_op op;
+	lr_op_init(&op, t.tc);
 	op.then = free_lock;
 	op.then_arg = h;
-	CU_ASSERT_EQUAL(tl_acquire(h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
-	CU_ASSERT(tl_run_done(t.lp, &op, TL_AWAIT_MS));
-	TL_ASSERT_ONCE(&op, DLOCK_EBUSY);
+	CU_ASSERT_EQUAL(lr_acquire(h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
+	CU_ASSERT(lr_run_done(t.lp, &op, LR_AWAIT_MS));
+	LR_ASSERT_ONCE(&op, DLOCK_EBUSY);
 	CU_ASSERT_EQUAL(dlock_release(o), DLOCK_OK);
 	dlock_lock_free(o);
 	lc_end(&t);
@@ -143,14 +143,14 @@ static void test_free_in_release_callback(void)
 	if (!lc_begin(&t, "free-rel"))
 		return;
 	dlock_lock *h = lc_lock(&t, t.name);
-	CU_ASSERT_EQUAL_FATAL(tl_acquire_now(t.tc, h, 0), DLOCK_OK);
-	tl_op op;
-	tl_op_init(&op, t.tc);
+	CU_ASSERT_EQUAL_FATAL(lr_acquire_now(t.tc, h, 0), DLOCK_OK);
+	lr_op op;
+	lr_op_init(&op, t.tc);
 	op.then = free_lock;
 	op.then_arg = h;
-	CU_ASSERT_EQUAL(TL_START(t.lp, dlock_release_async(h, tl_on_lock, &op)), DLOCK_OK);
-	CU_ASSERT(tl_run_done(t.lp, &op, TL_AWAIT_MS));
-	TL_ASSERT_ONCE(&op, DLOCK_OK);
+	CU_ASSERT_EQUAL(LR_START(t.lp, dlock_release_async(h, lr_on_lock, &op)), DLOCK_OK);
+	CU_ASSERT(lr_run_done(t.lp, &op, LR_AWAIT_MS));
+	LR_ASSERT_ONCE(&op, DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_test_probe(t.other, t.name), DLOCK_OK);
 	lc_end(&t);
 }
@@ -168,13 +168,13 @@ static void test_election_free_in_campaign_callback(void)
 	}
 	dlock_election *e = NULL;
 	CU_ASSERT_EQUAL_FATAL(dlock_election_new(t.tc->client, t.name, &e), DLOCK_OK);
-	tl_op op;
-	tl_op_init(&op, t.tc);
+	lr_op op;
+	lr_op_init(&op, t.tc);
 	op.then = free_election;
 	op.then_arg = e;
-	CU_ASSERT_EQUAL(TL_START(t.lp, dlock_campaign_async(e, "freed", NULL, tl_on_election, &op)), DLOCK_OK);
-	CU_ASSERT(tl_run_done(t.lp, &op, TL_AWAIT_MS));
-	if (TL_ASSERT_ONCE(&op, DLOCK_OK))
+	CU_ASSERT_EQUAL(LR_START(t.lp, dlock_campaign_async(e, "freed", NULL, lr_on_election, &op)), DLOCK_OK);
+	CU_ASSERT(lr_run_done(t.lp, &op, LR_AWAIT_MS));
+	if (LR_ASSERT_ONCE(&op, DLOCK_OK))
 		CU_ASSERT(op.term > 0);
 	lc_await_free(&t, t.name); /* resigned by the free */
 	lc_end(&t);
@@ -187,16 +187,16 @@ static void test_close_in_callback(void)
 	if (!lc_begin(&t, "close-cb"))
 		return;
 	dlock_lock *h = lc_lock(&t, t.name);
-	tl_op op;
-	tl_op_init(&op, t.tc);
+	lr_op op;
+	lr_op_init(&op, t.tc);
 	op.then = close_client;
 	op.then_arg = t.tc;
-	CU_ASSERT_EQUAL(tl_acquire(h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
-	CU_ASSERT(tl_run_done(t.lp, &t.tc->closed, TL_AWAIT_MS));
-	TL_ASSERT_ONCE(&op, DLOCK_OK);
-	TL_ASSERT_ONCE(&t.tc->closed, DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_acquire(h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
+	CU_ASSERT(lr_run_done(t.lp, &t.tc->closed, LR_AWAIT_MS));
+	LR_ASSERT_ONCE(&op, DLOCK_OK);
+	LR_ASSERT_ONCE(&t.tc->closed, DLOCK_OK);
 	CU_ASSERT(op.seq < t.tc->closed.seq);
-	TL_ASSERT_CLEAN(t.tc);
+	LR_ASSERT_CLEAN(t.tc);
 	CU_ASSERT_EQUAL(dlock_test_probe(t.other, t.name), DLOCK_OK);
 	dlock_lock_free(h);
 	lc_end(&t);
@@ -205,22 +205,22 @@ static void test_close_in_callback(void)
 /* dlock_client_close_async() inside the open's own callback. */
 static void test_close_in_open_callback(void)
 {
-	tl_loop *lp = tl_loop_new(lc_get_target()->mode);
-	tl_client *tc = tl_client_new(lp);
+	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
+	lr_client *tc = lr_client_new(lp);
 	tc->opened.then = close_client;
 	tc->opened.then_arg = tc;
-	CU_ASSERT_EQUAL_FATAL(tl_open(tc, lc_get_target()->uri, NULL, NULL, 0), DLOCK_OK);
-	CU_ASSERT(tl_run_done(lp, &tc->closed, TL_AWAIT_MS));
-	TL_ASSERT_ONCE(&tc->opened, DLOCK_OK);
-	TL_ASSERT_ONCE(&tc->closed, DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(lr_open(tc, lc_get_target()->uri, NULL, NULL, 0), DLOCK_OK);
+	CU_ASSERT(lr_run_done(lp, &tc->closed, LR_AWAIT_MS));
+	LR_ASSERT_ONCE(&tc->opened, DLOCK_OK);
+	LR_ASSERT_ONCE(&tc->closed, DLOCK_OK);
 	CU_ASSERT(tc->opened.seq < tc->closed.seq);
-	TL_ASSERT_CLEAN(tc);
-	tl_loop_free(lp);
+	LR_ASSERT_CLEAN(tc);
+	lr_loop_free(lp);
 }
 
 /* A handle made inside the open's callback: from then on handles can be made. */
 struct early {
-	tl_client *tc;
+	lr_client *tc;
 	const char *name;
 	dlock_lock *h;
 	dlock_status made;
@@ -243,36 +243,36 @@ static void test_ops_before_open(void)
 	lc t;
 	if (!lc_begin(&t, "early"))
 		return;
-	tl_client *tc = tl_client_new(t.lp);
+	lr_client *tc = lr_client_new(t.lp);
 	struct early e = { tc, t.name, NULL, DLOCK_STATUS_COUNT_ };
 	tc->opened.then = make_handle;
 	tc->opened.then_arg = &e;
-	CU_ASSERT_EQUAL_FATAL(tl_open(tc, lc_get_target()->uri, NULL, NULL, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(lr_open(tc, lc_get_target()->uri, NULL, NULL, 0), DLOCK_OK);
 	dlock_lock *h = NULL;
 	CU_ASSERT_EQUAL(dlock_lock_new(tc->client, t.name, &h), DLOCK_EINVAL);
 	CU_ASSERT_PTR_NULL(h);
-	tl_op seen, listed;
-	tl_op_init(&seen, tc);
-	tl_op_init(&listed, tc);
-	CU_ASSERT_EQUAL(TL_START(t.lp, dlock_inspect_async(tc->client, t.name, tl_on_inspect, &seen)), DLOCK_OK);
-	CU_ASSERT_EQUAL(TL_START(t.lp, dlock_list_async(tc->client, t.name, tl_on_list, &listed)), DLOCK_OK);
-	CU_ASSERT(tl_run_done(t.lp, &seen, TL_AWAIT_MS));
-	CU_ASSERT(tl_run_done(t.lp, &listed, TL_AWAIT_MS));
-	TL_ASSERT_ONCE(&tc->opened, DLOCK_OK);
+	lr_op seen, listed;
+	lr_op_init(&seen, tc);
+	lr_op_init(&listed, tc);
+	CU_ASSERT_EQUAL(LR_START(t.lp, dlock_inspect_async(tc->client, t.name, lr_on_inspect, &seen)), DLOCK_OK);
+	CU_ASSERT_EQUAL(LR_START(t.lp, dlock_list_async(tc->client, t.name, lr_on_list, &listed)), DLOCK_OK);
+	CU_ASSERT(lr_run_done(t.lp, &seen, LR_AWAIT_MS));
+	CU_ASSERT(lr_run_done(t.lp, &listed, LR_AWAIT_MS));
+	LR_ASSERT_ONCE(&tc->opened, DLOCK_OK);
 	CU_ASSERT(tc->opened.seq < seen.seq);
 	CU_ASSERT(tc->opened.seq < listed.seq);
 	CU_ASSERT(seen.calls == 1 && (seen.status == DLOCK_OK || seen.status == DLOCK_ENOTSUP));
 	CU_ASSERT(listed.calls == 1 && (listed.status == DLOCK_OK || listed.status == DLOCK_ENOTSUP));
 	CU_ASSERT_EQUAL(e.made, DLOCK_OK);
 	if (e.h) {
-		CU_ASSERT_EQUAL(tl_acquire_now(tc, e.h, 0), DLOCK_OK);
+		CU_ASSERT_EQUAL(lr_acquire_now(tc, e.h, 0), DLOCK_OK);
 		CU_ASSERT_EQUAL(dlock_test_probe(t.other, t.name), DLOCK_EBUSY);
-		CU_ASSERT_EQUAL(tl_release_now(tc, e.h), DLOCK_OK);
+		CU_ASSERT_EQUAL(lr_release_now(tc, e.h), DLOCK_OK);
 	}
-	tl_op_clear(&seen);
-	tl_op_clear(&listed);
+	lr_op_clear(&seen);
+	lr_op_clear(&listed);
 	dlock_lock_free(e.h);
-	tl_close(tc);
+	lr_close(tc);
 	lc_end(&t);
 }
 

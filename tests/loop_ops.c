@@ -46,18 +46,18 @@ static void test_inspect_list(void)
 		return;
 	int64_t flags = lc_feature(&t, DLOCK_FEATURE_INSPECT);
 	dlock_lock *h = lc_lock(&t, t.name);
-	CU_ASSERT_EQUAL_FATAL(tl_acquire_now(t.tc, h, 0), DLOCK_OK);
-	tl_op seen, listed;
-	tl_op_init(&seen, t.tc);
-	tl_op_init(&listed, t.tc);
+	CU_ASSERT_EQUAL_FATAL(lr_acquire_now(t.tc, h, 0), DLOCK_OK);
+	lr_op seen, listed;
+	lr_op_init(&seen, t.tc);
+	lr_op_init(&listed, t.tc);
 	dlock_lock_info *info = NULL;
 	dlock_lock_list *list = NULL;
 	dlock_status want = dlock_inspect(t.other, t.name, &info);
-	dlock_status st = TL_START(t.lp, dlock_inspect_async(t.tc->client, t.name, tl_on_inspect, &seen));
+	dlock_status st = LR_START(t.lp, dlock_inspect_async(t.tc->client, t.name, lr_on_inspect, &seen));
 	if (want != DLOCK_OK) {
 		printf("\n    dlock_inspect: %s", dlock_status_name(want));
 		LC_ASSERT_ENDS(&seen, st, want);
-	} else if (tl_finish(&seen, st) == DLOCK_OK) {
+	} else if (lr_finish(&seen, st) == DLOCK_OK) {
 		CU_ASSERT(flags > 0);
 		same_info(seen.info, info);
 		if (flags & DLOCK_INSPECT_HELD)
@@ -67,11 +67,11 @@ static void test_inspect_list(void)
 	}
 
 	want = dlock_list(t.other, t.name, &list);
-	st = TL_START(t.lp, dlock_list_async(t.tc->client, t.name, tl_on_list, &listed));
+	st = LR_START(t.lp, dlock_list_async(t.tc->client, t.name, lr_on_list, &listed));
 	if (want != DLOCK_OK) {
 		printf("\n    dlock_list: %s", dlock_status_name(want));
 		LC_ASSERT_ENDS(&listed, st, want);
-	} else if (tl_finish(&listed, st) == DLOCK_OK) {
+	} else if (lr_finish(&listed, st) == DLOCK_OK) {
 		CU_ASSERT_EQUAL_FATAL(listed.list->count, list->count);
 		if (flags & DLOCK_INSPECT_NAMES) /* else a name kept only hashed is listed only without a prefix */
 			CU_ASSERT(list->count >= 1);
@@ -80,11 +80,11 @@ static void test_inspect_list(void)
 	} else {
 		CU_FAIL("dlock_list_async failed where dlock_list answers");
 	}
-	CU_ASSERT_EQUAL(tl_release_now(t.tc, h), DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_release_now(t.tc, h), DLOCK_OK);
 	dlock_lock_info_free(info);
 	dlock_lock_list_free(list);
-	tl_op_clear(&seen);
-	tl_op_clear(&listed);
+	lr_op_clear(&seen);
+	lr_op_clear(&listed);
 	dlock_lock_free(h);
 	lc_end(&t);
 }
@@ -98,15 +98,15 @@ static void test_extend_check(void)
 	char oname[160];
 	snprintf(oname, sizeof oname, "%s-other", t.name);
 	dlock_lock *h = lc_lock(&t, t.name), *o = lc_other_lock(&t, oname);
-	tl_op got, ext, chk;
-	tl_op_init(&got, t.tc);
-	CU_ASSERT_EQUAL_FATAL(tl_finish(&got, tl_acquire(h, 0, LEASE_MS, 0, DLOCK_MODE_EXCLUSIVE, NULL, &got)), DLOCK_OK);
+	lr_op got, ext, chk;
+	lr_op_init(&got, t.tc);
+	CU_ASSERT_EQUAL_FATAL(lr_finish(&got, lr_acquire(h, 0, LEASE_MS, 0, DLOCK_MODE_EXCLUSIVE, NULL, &got)), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o, 0, LEASE_MS, 0, NULL, NULL), DLOCK_OK);
 
 	dlock_status want = dlock_extend(o, LONG_LEASE_MS);
-	tl_op_init(&ext, t.tc);
+	lr_op_init(&ext, t.tc);
 	if (want == DLOCK_OK) {
-		CU_ASSERT_EQUAL(tl_finish(&ext, TL_START(t.lp, dlock_extend_async(h, LONG_LEASE_MS, tl_on_lock, &ext))),
+		CU_ASSERT_EQUAL(lr_finish(&ext, LR_START(t.lp, dlock_extend_async(h, LONG_LEASE_MS, lr_on_lock, &ext))),
 		                DLOCK_OK);
 		dlock_lock_info *info = NULL;
 		if ((lc_feature(&t, DLOCK_FEATURE_INSPECT) & DLOCK_INSPECT_LEASE) &&
@@ -115,20 +115,20 @@ static void test_extend_check(void)
 		dlock_lock_info_free(info);
 	} else {
 		printf("\n    dlock_extend: %s", dlock_status_name(want));
-		LC_ASSERT_ENDS(&ext, TL_START(t.lp, dlock_extend_async(h, LONG_LEASE_MS, tl_on_lock, &ext)), want);
+		LC_ASSERT_ENDS(&ext, LR_START(t.lp, dlock_extend_async(h, LONG_LEASE_MS, lr_on_lock, &ext)), want);
 	}
 	want = dlock_check(o);
-	tl_op_init(&chk, t.tc);
-	CU_ASSERT_EQUAL(tl_finish(&chk, TL_START(t.lp, dlock_check_async(h, tl_on_lock, &chk))), want);
+	lr_op_init(&chk, t.tc);
+	CU_ASSERT_EQUAL(lr_finish(&chk, LR_START(t.lp, dlock_check_async(h, lr_on_lock, &chk))), want);
 
 	/* Released: both say not held. */
-	CU_ASSERT_EQUAL(tl_release_now(t.tc, h), DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_release_now(t.tc, h), DLOCK_OK);
 	CU_ASSERT_EQUAL(dlock_release(o), DLOCK_OK);
-	tl_op_init(&chk, t.tc);
-	LC_ASSERT_ENDS(&chk, TL_START(t.lp, dlock_check_async(h, tl_on_lock, &chk)), dlock_check(o));
+	lr_op_init(&chk, t.tc);
+	LC_ASSERT_ENDS(&chk, LR_START(t.lp, dlock_check_async(h, lr_on_lock, &chk)), dlock_check(o));
 	want = dlock_extend(o, LONG_LEASE_MS);
-	tl_op_init(&ext, t.tc);
-	LC_ASSERT_ENDS(&ext, TL_START(t.lp, dlock_extend_async(h, LONG_LEASE_MS, tl_on_lock, &ext)), want);
+	lr_op_init(&ext, t.tc);
+	LC_ASSERT_ENDS(&ext, LR_START(t.lp, dlock_extend_async(h, LONG_LEASE_MS, lr_on_lock, &ext)), want);
 	dlock_lock_free(h);
 	dlock_lock_free(o);
 	lc_end(&t);
@@ -144,25 +144,25 @@ static void test_break(void)
 	snprintf(freename, sizeof freename, "%s-free", t.name);
 	dlock_lock *o = lc_other_lock(&t, t.name);
 	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o, 0, 0, -1, NULL, NULL), DLOCK_OK);
-	tl_op brk;
-	tl_op_init(&brk, t.tc);
-	dlock_status st = TL_START(t.lp, dlock_break_async(t.tc->client, t.name, tl_on_break, &brk));
+	lr_op brk;
+	lr_op_init(&brk, t.tc);
+	dlock_status st = LR_START(t.lp, dlock_break_async(t.tc->client, t.name, lr_on_break, &brk));
 	if (lc_feature(&t, DLOCK_FEATURE_BREAK) == DLOCK_BREAK_NONE) {
 		size_t n = 99;
 		CU_ASSERT_EQUAL(dlock_break(t.other, t.name, &n), DLOCK_ENOTSUP);
 		LC_ASSERT_ENDS(&brk, st, DLOCK_ENOTSUP);
 		CU_ASSERT_EQUAL(dlock_release(o), DLOCK_OK);
 	} else {
-		if (tl_finish(&brk, st) == DLOCK_OK)
+		if (lr_finish(&brk, st) == DLOCK_OK)
 			CU_ASSERT_EQUAL(brk.broken, 1);
 		CU_ASSERT_EQUAL(dlock_test_probe(t.other, freename), DLOCK_OK);
 		if (lc_feature(&t, DLOCK_FEATURE_INSPECT) & DLOCK_INSPECT_HELD)
 			CU_ASSERT_EQUAL(lc_holders(&t, t.name), 0);
 		size_t n = 99;
 		CU_ASSERT_EQUAL(dlock_break(t.other, freename, &n), DLOCK_OK);
-		tl_op_init(&brk, t.tc);
-		st = TL_START(t.lp, dlock_break_async(t.tc->client, freename, tl_on_break, &brk));
-		if (tl_finish(&brk, st) == DLOCK_OK)
+		lr_op_init(&brk, t.tc);
+		st = LR_START(t.lp, dlock_break_async(t.tc->client, freename, lr_on_break, &brk));
+		if (lr_finish(&brk, st) == DLOCK_OK)
 			CU_ASSERT_EQUAL(brk.broken, n);
 		dlock_release(o); /* ENOTHELD by now, or not yet noticed: either way it is gone */
 	}
@@ -190,10 +190,10 @@ static void test_election(void)
 	CU_ASSERT_EQUAL_FATAL(dlock_election_new(t.tc->client, t.name, &e), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_election_new(t.other, t.name, &oe), DLOCK_OK);
 	dlock_leader *seen = NULL;
-	tl_op op;
+	lr_op op;
 
-	tl_op_init(&op, t.tc);
-	CU_ASSERT_EQUAL(tl_finish(&op, TL_START(t.lp, dlock_campaign_async(e, "alpha", NULL, tl_on_election, &op))),
+	lr_op_init(&op, t.tc);
+	CU_ASSERT_EQUAL(lr_finish(&op, LR_START(t.lp, dlock_campaign_async(e, "alpha", NULL, lr_on_election, &op))),
 	                DLOCK_OK);
 	uint64_t term = op.term;
 	CU_ASSERT(term > 0);
@@ -202,22 +202,22 @@ static void test_election(void)
 	CU_ASSERT_STRING_EQUAL(leader_value(seen), "alpha");
 	dlock_leader_free(seen);
 
-	tl_op_init(&op, t.tc);
-	if (tl_finish(&op, TL_START(t.lp, dlock_election_leader_async(e, tl_on_leader, &op))) == DLOCK_OK) {
+	lr_op_init(&op, t.tc);
+	if (lr_finish(&op, LR_START(t.lp, dlock_election_leader_async(e, lr_on_leader, &op))) == DLOCK_OK) {
 		CU_ASSERT(op.leader->elected && op.leader->term == term);
 		CU_ASSERT_STRING_EQUAL(leader_value(op.leader), "alpha");
 	}
-	tl_op_clear(&op);
+	lr_op_clear(&op);
 
-	tl_op_init(&op, t.tc);
-	CU_ASSERT_EQUAL(tl_finish(&op, TL_START(t.lp, dlock_proclaim_async(e, "beta", tl_on_election, &op))), DLOCK_OK);
+	lr_op_init(&op, t.tc);
+	CU_ASSERT_EQUAL(lr_finish(&op, LR_START(t.lp, dlock_proclaim_async(e, "beta", lr_on_election, &op))), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_election_leader(oe, &seen), DLOCK_OK);
 	CU_ASSERT(seen->elected && seen->term == term);
 	CU_ASSERT_STRING_EQUAL(leader_value(seen), "beta");
 	dlock_leader_free(seen);
 
-	tl_op_init(&op, t.tc);
-	CU_ASSERT_EQUAL(tl_finish(&op, TL_START(t.lp, dlock_resign_async(e, tl_on_election, &op))), DLOCK_OK);
+	lr_op_init(&op, t.tc);
+	CU_ASSERT_EQUAL(lr_finish(&op, LR_START(t.lp, dlock_resign_async(e, lr_on_election, &op))), DLOCK_OK);
 	CU_ASSERT_EQUAL_FATAL(dlock_election_leader(oe, &seen), DLOCK_OK);
 	CU_ASSERT_FALSE(seen->elected);
 	dlock_leader_free(seen);
@@ -226,16 +226,16 @@ static void test_election(void)
 	uint64_t oterm = 0;
 	CU_ASSERT_EQUAL_FATAL(dlock_campaign(oe, "gamma", NULL, &oterm), DLOCK_OK);
 	CU_ASSERT(oterm > term);
-	tl_op_init(&op, t.tc);
-	if (tl_finish(&op, TL_START(t.lp, dlock_election_leader_async(e, tl_on_leader, &op))) == DLOCK_OK) {
+	lr_op_init(&op, t.tc);
+	if (lr_finish(&op, LR_START(t.lp, dlock_election_leader_async(e, lr_on_leader, &op))) == DLOCK_OK) {
 		CU_ASSERT(op.leader->elected && op.leader->term == oterm);
 		CU_ASSERT_STRING_EQUAL(leader_value(op.leader), "gamma");
 	}
-	tl_op_clear(&op);
-	tl_op_init(&op, t.tc);
-	LC_ASSERT_ENDS(&op, TL_START(t.lp, dlock_proclaim_async(e, "delta", tl_on_election, &op)), DLOCK_ENOTHELD);
-	tl_op_init(&op, t.tc);
-	LC_ASSERT_ENDS(&op, TL_START(t.lp, dlock_resign_async(e, tl_on_election, &op)), DLOCK_ENOTHELD);
+	lr_op_clear(&op);
+	lr_op_init(&op, t.tc);
+	LC_ASSERT_ENDS(&op, LR_START(t.lp, dlock_proclaim_async(e, "delta", lr_on_election, &op)), DLOCK_ENOTHELD);
+	lr_op_init(&op, t.tc);
+	LC_ASSERT_ENDS(&op, LR_START(t.lp, dlock_resign_async(e, lr_on_election, &op)), DLOCK_ENOTHELD);
 	CU_ASSERT_EQUAL(dlock_resign(oe), DLOCK_OK);
 	dlock_election_free(e);
 	dlock_election_free(oe);
@@ -261,25 +261,25 @@ static void test_lost_lease(void)
 	char short_uri[2200];
 	snprintf(short_uri, sizeof short_uri, "%s%cttl=%lldms&renew=0", uri, strchr(uri, '?') ? '&' : '?',
 	         (long long)lc_get_target()->short_lease_ms);
-	tl_client *tc = tl_open_ready(t.lp, short_uri);
+	lr_client *tc = lr_open_ready(t.lp, short_uri);
 	if (!tc) {
 		lc_end(&t);
 		return;
 	}
 	dlock_lock *h = NULL;
 	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(tc->client, t.name, &h), DLOCK_OK);
-	tl_op got, lost;
-	tl_op_init(&got, tc);
-	tl_op_init(&lost, tc);
-	CU_ASSERT_EQUAL_FATAL(tl_finish(&got, tl_acquire(h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, &lost, &got)), DLOCK_OK);
-	CU_ASSERT(tl_run_done(t.lp, &lost, TL_AWAIT_MS));
-	if (TL_ASSERT_ONCE(&lost, DLOCK_OK))
+	lr_op got, lost;
+	lr_op_init(&got, tc);
+	lr_op_init(&lost, tc);
+	CU_ASSERT_EQUAL_FATAL(lr_finish(&got, lr_acquire(h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, &lost, &got)), DLOCK_OK);
+	CU_ASSERT(lr_run_done(t.lp, &lost, LR_AWAIT_MS));
+	if (LR_ASSERT_ONCE(&lost, DLOCK_OK))
 		CU_ASSERT_EQUAL(lost.reason, DLOCK_LOST_EXPIRED);
 	lc_await_free(&t, t.name);
-	CU_ASSERT_EQUAL(tl_release_now(tc, h), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_ENOTHELD);
 	CU_ASSERT_EQUAL(lost.calls, 1);
 	dlock_lock_free(h);
-	tl_close(tc);
+	lr_close(tc);
 	lc_end(&t);
 }
 
@@ -296,20 +296,20 @@ static void test_lost_broken(void)
 		return;
 	}
 	dlock_lock *h = lc_lock(&t, t.name);
-	tl_op got, lost;
-	tl_op_init(&got, t.tc);
-	tl_op_init(&lost, t.tc);
-	CU_ASSERT_EQUAL_FATAL(tl_finish(&got, tl_acquire(h, 0, BREAK_LEASE_MS, 1, DLOCK_MODE_EXCLUSIVE, &lost, &got)),
+	lr_op got, lost;
+	lr_op_init(&got, t.tc);
+	lr_op_init(&lost, t.tc);
+	CU_ASSERT_EQUAL_FATAL(lr_finish(&got, lr_acquire(h, 0, BREAK_LEASE_MS, 1, DLOCK_MODE_EXCLUSIVE, &lost, &got)),
 	                      DLOCK_OK);
 	size_t n = 0;
 	CU_ASSERT_EQUAL(dlock_break(t.other, t.name, &n), DLOCK_OK);
 	CU_ASSERT_EQUAL(n, 1);
-	CU_ASSERT(tl_run_done(t.lp, &lost, TL_AWAIT_MS));
-	if (TL_ASSERT_ONCE(&lost, DLOCK_OK)) {
+	CU_ASSERT(lr_run_done(t.lp, &lost, LR_AWAIT_MS));
+	if (LR_ASSERT_ONCE(&lost, DLOCK_OK)) {
 		printf("\n    lost: %s", lost.msg);
 		CU_ASSERT_EQUAL(lost.reason, effect == DLOCK_BREAK_SESSION ? DLOCK_LOST_SESSION : DLOCK_LOST_TAKEN);
 	}
-	CU_ASSERT_EQUAL(tl_release_now(t.tc, h), DLOCK_ENOTHELD);
+	CU_ASSERT_EQUAL(lr_release_now(t.tc, h), DLOCK_ENOTHELD);
 	CU_ASSERT_EQUAL(lost.calls, 1);
 	lc_await_free(&t, t.name);
 	dlock_lock_free(h);

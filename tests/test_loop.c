@@ -34,58 +34,58 @@ static void test_start_errors(void)
 	if (!lc_begin(&t, "errors"))
 		return;
 	enum { N = 24 };
-	tl_op op[N];
+	lr_op op[N];
 	for (int i = 0; i < N; i++)
-		tl_op_init(&op[i], t.tc);
-	tl_loop *lp = t.lp;
+		lr_op_init(&op[i], t.tc);
+	lr_loop *lp = t.lp;
 	dlock_client *c = t.tc->client;
 	dlock_lock *h = lc_lock(&t, t.name);
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 	int i = 0;
 #define REFUSED(call, want)                               \
 	do {                                              \
-		CU_ASSERT_EQUAL(TL_START(lp, call), want); \
+		CU_ASSERT_EQUAL(LR_START(lp, call), want); \
 		i++;                                      \
 	} while (0)
-	REFUSED(dlock_acquire_async(NULL, &o, tl_on_lock, &op[i]), DLOCK_EINVAL);
+	REFUSED(dlock_acquire_async(NULL, &o, lr_on_lock, &op[i]), DLOCK_EINVAL);
 	o.version = 0;
-	REFUSED(dlock_acquire_async(h, &o, tl_on_lock, &op[i]), DLOCK_EVERSION);
+	REFUSED(dlock_acquire_async(h, &o, lr_on_lock, &op[i]), DLOCK_EVERSION);
 	o.version = 999;
-	REFUSED(dlock_acquire_async(h, &o, tl_on_lock, &op[i]), DLOCK_EVERSION);
+	REFUSED(dlock_acquire_async(h, &o, lr_on_lock, &op[i]), DLOCK_EVERSION);
 	o = (dlock_acquire_options)DLOCK_ACQUIRE_OPTIONS_INIT;
 	o.mode = DLOCK_MODE_SHARED; /* on a mutex */
-	REFUSED(dlock_acquire_async(h, &o, tl_on_lock, &op[i]), DLOCK_EINVAL);
+	REFUSED(dlock_acquire_async(h, &o, lr_on_lock, &op[i]), DLOCK_EINVAL);
 	o = (dlock_acquire_options)DLOCK_ACQUIRE_OPTIONS_INIT;
 	o.renewal = 7;
-	REFUSED(dlock_acquire_async(h, &o, tl_on_lock, &op[i]), DLOCK_EINVAL);
-	REFUSED(dlock_release_async(NULL, tl_on_lock, &op[i]), DLOCK_EINVAL);
-	REFUSED(dlock_extend_async(NULL, 1000, tl_on_lock, &op[i]), DLOCK_EINVAL);
-	REFUSED(dlock_check_async(NULL, tl_on_lock, &op[i]), DLOCK_EINVAL);
-	REFUSED(dlock_inspect_async(NULL, t.name, tl_on_inspect, &op[i]), DLOCK_EINVAL);
-	REFUSED(dlock_inspect_async(c, NULL, tl_on_inspect, &op[i]), DLOCK_EINVAL);
-	REFUSED(dlock_list_async(NULL, NULL, tl_on_list, &op[i]), DLOCK_EINVAL);
-	REFUSED(dlock_break_async(NULL, t.name, tl_on_break, &op[i]), DLOCK_EINVAL);
-	REFUSED(dlock_break_async(c, NULL, tl_on_break, &op[i]), DLOCK_EINVAL);
-	REFUSED(dlock_campaign_async(NULL, "v", NULL, tl_on_election, &op[i]), DLOCK_EINVAL);
-	REFUSED(dlock_proclaim_async(NULL, "v", tl_on_election, &op[i]), DLOCK_EINVAL);
-	REFUSED(dlock_resign_async(NULL, tl_on_election, &op[i]), DLOCK_EINVAL);
-	REFUSED(dlock_election_leader_async(NULL, tl_on_leader, &op[i]), DLOCK_EINVAL);
-	REFUSED(dlock_client_close_async(NULL, tl_on_close, &op[i]), DLOCK_EINVAL);
+	REFUSED(dlock_acquire_async(h, &o, lr_on_lock, &op[i]), DLOCK_EINVAL);
+	REFUSED(dlock_release_async(NULL, lr_on_lock, &op[i]), DLOCK_EINVAL);
+	REFUSED(dlock_extend_async(NULL, 1000, lr_on_lock, &op[i]), DLOCK_EINVAL);
+	REFUSED(dlock_check_async(NULL, lr_on_lock, &op[i]), DLOCK_EINVAL);
+	REFUSED(dlock_inspect_async(NULL, t.name, lr_on_inspect, &op[i]), DLOCK_EINVAL);
+	REFUSED(dlock_inspect_async(c, NULL, lr_on_inspect, &op[i]), DLOCK_EINVAL);
+	REFUSED(dlock_list_async(NULL, NULL, lr_on_list, &op[i]), DLOCK_EINVAL);
+	REFUSED(dlock_break_async(NULL, t.name, lr_on_break, &op[i]), DLOCK_EINVAL);
+	REFUSED(dlock_break_async(c, NULL, lr_on_break, &op[i]), DLOCK_EINVAL);
+	REFUSED(dlock_campaign_async(NULL, "v", NULL, lr_on_election, &op[i]), DLOCK_EINVAL);
+	REFUSED(dlock_proclaim_async(NULL, "v", lr_on_election, &op[i]), DLOCK_EINVAL);
+	REFUSED(dlock_resign_async(NULL, lr_on_election, &op[i]), DLOCK_EINVAL);
+	REFUSED(dlock_election_leader_async(NULL, lr_on_leader, &op[i]), DLOCK_EINVAL);
+	REFUSED(dlock_client_close_async(NULL, lr_on_close, &op[i]), DLOCK_EINVAL);
 #undef REFUSED
 	CU_ASSERT_FATAL(i <= N);
 
 	/* An empty name: refused at the start, or called back once with EINVAL. */
-	tl_op empty;
-	tl_op_init(&empty, t.tc);
-	LC_ASSERT_ENDS(&empty, TL_START(lp, dlock_inspect_async(c, "", tl_on_inspect, &empty)), DLOCK_EINVAL);
+	lr_op empty;
+	lr_op_init(&empty, t.tc);
+	LC_ASSERT_ENDS(&empty, LR_START(lp, dlock_inspect_async(c, "", lr_on_inspect, &empty)), DLOCK_EINVAL);
 
 	/* A later operation completes, and none of the refused ones has called back by then. */
-	tl_op later;
-	tl_op_init(&later, t.tc);
-	CU_ASSERT_EQUAL(tl_finish(&later, tl_acquire(h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &later)), DLOCK_OK);
-	CU_ASSERT_EQUAL(tl_release_now(t.tc, h), DLOCK_OK);
+	lr_op later;
+	lr_op_init(&later, t.tc);
+	CU_ASSERT_EQUAL(lr_finish(&later, lr_acquire(h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &later)), DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_release_now(t.tc, h), DLOCK_OK);
 	for (int k = 0; k < N; k++)
-		TL_ASSERT_NEVER(&op[k]);
+		LR_ASSERT_NEVER(&op[k]);
 	dlock_lock_free(h);
 	lc_end(&t);
 }
@@ -104,7 +104,7 @@ static void test_blocking_refused(void)
 	snprintf(other, sizeof other, "%s-2", t.name);
 	dlock_client *c = t.tc->client;
 	dlock_lock *h = lc_lock(&t, t.name), *h2 = lc_lock(&t, other);
-	CU_ASSERT_EQUAL_FATAL(tl_acquire_now(t.tc, h, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(lr_acquire_now(t.tc, h, 0), DLOCK_OK);
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 	o.wait_ms = 0;
 	CU_ASSERT_EQUAL(dlock_acquire(h2, &o), DLOCK_EDEADLK);
@@ -123,9 +123,9 @@ static void test_blocking_refused(void)
 	CU_ASSERT_EQUAL(dlock_release(h), DLOCK_EDEADLK);
 	CU_ASSERT(dlock_client_errmsg(c)[0] != '\0');
 
-	CU_ASSERT_EQUAL(tl_check_now(t.tc, h), DLOCK_OK); /* still held */
+	CU_ASSERT_EQUAL(lr_check_now(t.tc, h), DLOCK_OK); /* still held */
 	CU_ASSERT_EQUAL(dlock_test_probe(t.other, other), DLOCK_OK);
-	CU_ASSERT_EQUAL(tl_release_now(t.tc, h), DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_release_now(t.tc, h), DLOCK_OK);
 	dlock_lock_free(h);
 	dlock_lock_free(h2);
 	lc_end(&t);
@@ -134,10 +134,10 @@ static void test_blocking_refused(void)
 /* ------------------------------------------------------------ wake */
 
 /* Hand over what is ready until nothing is (a client that keeps its descriptor ready would spin a loop). */
-static int quiet(tl_loop *lp)
+static int quiet(lr_loop *lp)
 {
 	for (int i = 0; i < 100; i++)
-		if (tl_wait_io(lp, 0) == 0)
+		if (lr_wait_io(lp, 0) == 0)
 			return 1;
 	return 0;
 }
@@ -152,18 +152,18 @@ static void test_wake(void)
 	for (int round = 0; round < 3; round++) {
 		pthread_barrier_t go;
 		pthread_barrier_init(&go, NULL, 2);
-		tl_thread th = { .action = TL_DO_WAKE, .client = t.tc->client, .start = &go };
-		tl_thread_start(&th);
+		lr_thread th = { .action = LR_DO_WAKE, .client = t.tc->client, .start = &go };
+		lr_thread_start(&th);
 		pthread_barrier_wait(&go);
-		int ready = tl_wait_io(t.lp, TL_AWAIT_MS); /* a descriptor turns ready, well before the bound */
+		int ready = lr_wait_io(t.lp, LR_AWAIT_MS); /* a descriptor turns ready, well before the bound */
 		CU_ASSERT(ready >= 1);
-		tl_thread_join(&th);
+		lr_thread_join(&th);
 		pthread_barrier_destroy(&go);
 		CU_ASSERT(quiet(t.lp)); /* the wake was taken */
 	}
 	dlock_lock *h = lc_lock(&t, t.name);
-	CU_ASSERT_EQUAL(tl_acquire_now(t.tc, h, 0), DLOCK_OK); /* and the client works on */
-	CU_ASSERT_EQUAL(tl_release_now(t.tc, h), DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_acquire_now(t.tc, h, 0), DLOCK_OK); /* and the client works on */
+	CU_ASSERT_EQUAL(lr_release_now(t.tc, h), DLOCK_OK);
 	dlock_lock_free(h);
 	lc_end(&t);
 }
@@ -211,17 +211,17 @@ static void test_open_refused(void)
 	CU_ASSERT_EQUAL(dlock_client_open_async(NULL, mem_uri, NULL, NULL, never_open, &calls, NULL, 0), DLOCK_EINVAL);
 
 	/* A watch hook that fails: EIO, and every descriptor it did watch is let go again. */
-	tl_loop *lp = tl_loop_new(TL_PUSH);
-	tl_client *tc = tl_client_new(lp);
+	lr_loop *lp = lr_loop_new(LR_PUSH);
+	lr_client *tc = lr_client_new(lp);
 	tc->fail_watch = 1;
 	err[0] = '\0';
-	CU_ASSERT_EQUAL(tl_open(tc, mem_uri, NULL, err, sizeof err), DLOCK_EIO);
+	CU_ASSERT_EQUAL(lr_open(tc, mem_uri, NULL, err, sizeof err), DLOCK_EIO);
 	printf("\n    failing watch hook: %s", err);
 	CU_ASSERT(tc->watch_calls >= 1);
-	tl_run_for(lp, 20);
-	TL_ASSERT_NEVER(&tc->opened);
-	TL_ASSERT_CLEAN(tc);
-	tl_loop_free(lp);
+	lr_run_for(lp, 20);
+	LR_ASSERT_NEVER(&tc->opened);
+	LR_ASSERT_CLEAN(tc);
+	lr_loop_free(lp);
 	CU_ASSERT_EQUAL(calls, 0);
 }
 
@@ -232,88 +232,88 @@ static void test_open_refused(void)
  * open completed (EINVAL) and after it failed (its status), and the client
  * closes.
  */
-static void open_fails(const char *uri, tl_mode mode)
+static void open_fails(const char *uri, lr_mode mode)
 {
-	tl_loop *lp = tl_loop_new(mode);
-	tl_client *tc = tl_client_new(lp);
+	lr_loop *lp = lr_loop_new(mode);
+	lr_client *tc = lr_client_new(lp);
 	char err[512] = "";
-	dlock_status st = tl_open(tc, uri, NULL, err, sizeof err);
+	dlock_status st = lr_open(tc, uri, NULL, err, sizeof err);
 	if (st == DLOCK_ENOBACKEND) {
 		dlock_test_skip_part(err);
-		tl_loop_free(lp);
+		lr_loop_free(lp);
 		return;
 	}
 	CU_ASSERT_EQUAL_FATAL(st, DLOCK_OK);
 	dlock_lock *h = NULL;
 	CU_ASSERT_EQUAL(dlock_lock_new(tc->client, "never", &h), DLOCK_EINVAL);
-	tl_op seen, listed;
-	tl_op_init(&seen, tc);
-	tl_op_init(&listed, tc);
-	CU_ASSERT_EQUAL(TL_START(lp, dlock_inspect_async(tc->client, "never", tl_on_inspect, &seen)), DLOCK_OK);
-	CU_ASSERT_EQUAL(TL_START(lp, dlock_list_async(tc->client, NULL, tl_on_list, &listed)), DLOCK_OK);
-	CU_ASSERT(tl_run_done(lp, &tc->opened, TL_AWAIT_MS));
-	CU_ASSERT(tl_run_done(lp, &seen, TL_AWAIT_MS));
-	CU_ASSERT(tl_run_done(lp, &listed, TL_AWAIT_MS));
+	lr_op seen, listed;
+	lr_op_init(&seen, tc);
+	lr_op_init(&listed, tc);
+	CU_ASSERT_EQUAL(LR_START(lp, dlock_inspect_async(tc->client, "never", lr_on_inspect, &seen)), DLOCK_OK);
+	CU_ASSERT_EQUAL(LR_START(lp, dlock_list_async(tc->client, NULL, lr_on_list, &listed)), DLOCK_OK);
+	CU_ASSERT(lr_run_done(lp, &tc->opened, LR_AWAIT_MS));
+	CU_ASSERT(lr_run_done(lp, &seen, LR_AWAIT_MS));
+	CU_ASSERT(lr_run_done(lp, &listed, LR_AWAIT_MS));
 	printf("\n    %s: %s", uri, tc->opened.msg);
-	TL_ASSERT_ONCE(&tc->opened, DLOCK_ECONNECT);
+	LR_ASSERT_ONCE(&tc->opened, DLOCK_ECONNECT);
 	CU_ASSERT(tc->opened.msg[0] != '\0');
-	TL_ASSERT_ONCE(&seen, DLOCK_ECONNECT);
-	TL_ASSERT_ONCE(&listed, DLOCK_ECONNECT);
+	LR_ASSERT_ONCE(&seen, DLOCK_ECONNECT);
+	LR_ASSERT_ONCE(&listed, DLOCK_ECONNECT);
 	CU_ASSERT(tc->opened.seq < seen.seq && tc->opened.seq < listed.seq);
 	CU_ASSERT_EQUAL(dlock_lock_new(tc->client, "never", &h), DLOCK_ECONNECT);
 	CU_ASSERT_PTR_NULL(h);
-	tl_op_clear(&seen);
-	tl_op_clear(&listed);
-	if (mode == TL_PULL) {
-		CU_ASSERT_EQUAL(tl_close_blocking(tc), DLOCK_OK);
-		TL_ASSERT_CLEAN(tc);
+	lr_op_clear(&seen);
+	lr_op_clear(&listed);
+	if (mode == LR_PULL) {
+		CU_ASSERT_EQUAL(lr_close_blocking(tc), DLOCK_OK);
+		LR_ASSERT_CLEAN(tc);
 	} else {
-		tl_close(tc);
+		lr_close(tc);
 	}
-	tl_loop_free(lp);
+	lr_loop_free(lp);
 }
 
 static void test_open_fails(void)
 {
 	const char *uris[] = { "redis://127.0.0.1:1", "postgres://dlock@127.0.0.1:1/dlock_test" };
-	for (int mode = TL_PULL; mode <= TL_PUSH; mode++)
+	for (int mode = LR_PULL; mode <= LR_PUSH; mode++)
 		for (size_t i = 0; i < sizeof uris / sizeof *uris; i++)
-			open_fails(uris[i], (tl_mode)mode);
+			open_fails(uris[i], (lr_mode)mode);
 }
 
 /* dlock_loop_fd() answers -1 for a push-mode client and for NULL. */
 static void test_loop_fd(void)
 {
 	CU_ASSERT_EQUAL(dlock_loop_fd(NULL), -1);
-	tl_loop *lp = tl_loop_new(TL_PUSH);
-	tl_client *tc = tl_open_ready(lp, mem_uri);
+	lr_loop *lp = lr_loop_new(LR_PUSH);
+	lr_client *tc = lr_open_ready(lp, mem_uri);
 	if (tc) {
 		CU_ASSERT_EQUAL(dlock_loop_fd(tc->client), -1);
-		tl_close(tc);
+		lr_close(tc);
 	}
-	tl_loop_free(lp);
+	lr_loop_free(lp);
 }
 
 /* ------------------------------------------------------------ suites */
 
 static int mem_pull(void)
 {
-	return lc_set_target(&(lc_target){ mem_uri, TL_PULL, SHORT_LEASE_MS });
+	return lc_set_target(&(lc_target){ mem_uri, LR_PULL, SHORT_LEASE_MS });
 }
 
 static int mem_push(void)
 {
-	return lc_set_target(&(lc_target){ mem_uri, TL_PUSH, SHORT_LEASE_MS });
+	return lc_set_target(&(lc_target){ mem_uri, LR_PUSH, SHORT_LEASE_MS });
 }
 
 static int file_pull(void)
 {
-	return lc_set_target(&(lc_target){ file_uri, TL_PULL, SHORT_LEASE_MS });
+	return lc_set_target(&(lc_target){ file_uri, LR_PULL, SHORT_LEASE_MS });
 }
 
 static int file_push(void)
 {
-	return lc_set_target(&(lc_target){ file_uri, TL_PUSH, SHORT_LEASE_MS });
+	return lc_set_target(&(lc_target){ file_uri, LR_PUSH, SHORT_LEASE_MS });
 }
 
 static void add_suites(void)

@@ -82,10 +82,10 @@ static dlock_status blocking_answer(const char *direct, const char *via, faultpr
 		dlock_test_count n = { b, s.server_acquires + 1 };
 		dlock_test_waiter w;
 		dlock_test_waiter_start(&w, lb, CUT_WAIT_MS, 0);
-		CU_ASSERT(dlock_test_await(dlock_test_attempted, &n, TL_AWAIT_MS));
+		CU_ASSERT(dlock_test_await(dlock_test_attempted, &n, LR_AWAIT_MS));
 		cut(px, refuse);
 		CU_ASSERT_EQUAL(dlock_release(la), DLOCK_OK);
-		st = dlock_test_waiter_join(&w, CUT_WAIT_MS + TL_AWAIT_MS);
+		st = dlock_test_waiter_join(&w, CUT_WAIT_MS + LR_AWAIT_MS);
 		faultproxy_pass(px);
 		if (st == DLOCK_OK)
 			CU_ASSERT_EQUAL(dlock_release(lb), DLOCK_OK);
@@ -106,8 +106,8 @@ static dlock_status blocking_answer(const char *direct, const char *via, faultpr
 static void loop_answer(const char *direct, const char *via, faultproxy *px, int refuse, const char *name,
                         const dlock_status *want, size_t nwant)
 {
-	lc t = { .lp = tl_loop_new(lc_get_target()->mode) };
-	t.tc = tl_open_ready(t.lp, via);
+	lc t = { .lp = lr_loop_new(lc_get_target()->mode) };
+	t.tc = lr_open_ready(t.lp, via);
 	t.other = ft_open(direct);
 	if (!t.tc || !t.other) {
 		lc_end(&t);
@@ -115,26 +115,26 @@ static void loop_answer(const char *direct, const char *via, faultproxy *px, int
 	}
 	dlock_lock *h = lc_lock(&t, name), *o = lc_other_lock(&t, name);
 	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o, 0, 0, -1, NULL, NULL), DLOCK_OK);
-	tl_op op;
+	lr_op op;
 	lc_start_waiting(&t, h, CUT_WAIT_MS, &op);
 	cut(px, refuse);
 	CU_ASSERT_EQUAL(dlock_release(o), DLOCK_OK);
-	CU_ASSERT(tl_run_done(t.lp, &op, CUT_WAIT_MS + TL_AWAIT_MS));
+	CU_ASSERT(lr_run_done(t.lp, &op, CUT_WAIT_MS + LR_AWAIT_MS));
 	faultproxy_pass(px);
-	tl_run_for(t.lp, 100); /* nothing more comes for it */
+	lr_run_for(t.lp, 100); /* nothing more comes for it */
 	printf("\n    loop client: %s%s%s", op.calls ? dlock_status_name(op.status) : "no answer", op.msg[0] ? ": " : "",
 	       op.msg);
 	size_t i = 0;
 	while (i < nwant && want[i] != op.status)
 		i++;
-	if (TL_ASSERT_ONCE(&op, i < nwant ? want[i] : want[0]) && op.status == DLOCK_OK) {
+	if (LR_ASSERT_ONCE(&op, i < nwant ? want[i] : want[0]) && op.status == DLOCK_OK) {
 		CU_ASSERT_EQUAL(dlock_test_probe(t.other, name), DLOCK_EBUSY);
-		CU_ASSERT_EQUAL(tl_release_now(t.tc, h), DLOCK_OK);
+		CU_ASSERT_EQUAL(lr_release_now(t.tc, h), DLOCK_OK);
 	}
 	/* Either way the client works on through the proxy, and nothing was left held. */
 	lc_await_free(&t, name);
-	CU_ASSERT_EQUAL(tl_acquire_now(t.tc, h, 0), DLOCK_OK);
-	CU_ASSERT_EQUAL(tl_release_now(t.tc, h), DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_acquire_now(t.tc, h, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_release_now(t.tc, h), DLOCK_OK);
 	dlock_lock_free(h);
 	dlock_lock_free(o);
 	lc_end(&t);
@@ -155,14 +155,14 @@ static void cut_mid_wait(int refuse)
 	faultproxy *px = ft_proxy_to(port);
 	char via[2100], name[128];
 	ft_uri_port(via, sizeof via, uri, port, faultproxy_port(px));
-	tl_name(name, sizeof name, refuse ? "cut-refused" : "cut");
+	lr_name(name, sizeof name, refuse ? "cut-refused" : "cut");
 	dlock_status blocking = blocking_answer(uri, via, px, refuse, name);
 	printf("\n    blocking client: %s", dlock_status_name(blocking));
 	static const dlock_status after_reset[] = { DLOCK_OK, DLOCK_ECONNECT }, after_refused[] = { DLOCK_ECONNECT };
 	const dlock_status *want = refuse ? after_refused : after_reset;
 	size_t nwant = refuse ? 1 : 2;
 	CU_ASSERT(blocking == want[0] || (nwant > 1 && blocking == want[1]));
-	tl_name(name, sizeof name, refuse ? "loop-cut-refused" : "loop-cut");
+	lr_name(name, sizeof name, refuse ? "loop-cut-refused" : "loop-cut");
 	loop_answer(uri, via, px, refuse, name, want, nwant);
 	faultproxy_stop(px);
 }
@@ -183,22 +183,22 @@ static void test_cut_refused_mid_wait(void)
 
 static int redis_pull(void)
 {
-	return lc_set_target(&(lc_target){ redis_uri, TL_PULL, SHORT_LEASE_MS });
+	return lc_set_target(&(lc_target){ redis_uri, LR_PULL, SHORT_LEASE_MS });
 }
 
 static int redis_push(void)
 {
-	return lc_set_target(&(lc_target){ redis_uri, TL_PUSH, SHORT_LEASE_MS });
+	return lc_set_target(&(lc_target){ redis_uri, LR_PUSH, SHORT_LEASE_MS });
 }
 
 static int pg_pull(void)
 {
-	return lc_set_target(&(lc_target){ pg_uri, TL_PULL, SHORT_LEASE_MS });
+	return lc_set_target(&(lc_target){ pg_uri, LR_PULL, SHORT_LEASE_MS });
 }
 
 static int pg_push(void)
 {
-	return lc_set_target(&(lc_target){ pg_uri, TL_PUSH, SHORT_LEASE_MS });
+	return lc_set_target(&(lc_target){ pg_uri, LR_PUSH, SHORT_LEASE_MS });
 }
 
 static void add_suites(void)

@@ -3,10 +3,10 @@
  * test's own thread, and records of what every callback saw, for the tests
  * of the loop API's contract (test_loop.c, test_loop_servers.c).
  *
- *   - pull mode (TL_PULL): a poll() loop over each client's dlock_loop_fd()
+ *   - pull mode (LR_PULL): a poll() loop over each client's dlock_loop_fd()
  *     with dlock_loop_timeout_ms(); dlock_loop_run() is called only for a
  *     client whose descriptor was readable or whose timeout was due.
- *   - push mode (TL_PUSH): an epoll loop behind dlock_loop_hooks whose hooks
+ *   - push mode (LR_PUSH): an epoll loop behind dlock_loop_hooks whose hooks
  *     record every call and check the contract: a removal (`events` 0) comes
  *     while the descriptor is still open (fcntl(F_GETFD)), no descriptor is
  *     closed while watched, `*slot` is NULL on the first call for a
@@ -19,16 +19,16 @@
  * the loop once its close completed (its callback ran, or
  * dlock_client_close() returned): the loop never touches it again.
  *
- * Ownership: tl_loop_free() frees the loop and every tl_client it opened
+ * Ownership: lr_loop_free() frees the loop and every lr_client it opened
  * (each must be gone by then: it closes the ones that are not, blocking).
- * A tl_op belongs to the test; tl_op_clear() frees what a callback handed
+ * A lr_op belongs to the test; lr_op_clear() frees what a callback handed
  * over (inspection, listing, leader).
  * Threads: everything here runs on the loop's thread (the one that called
- * tl_loop_new()), except that callbacks and hooks record the thread they
+ * lr_loop_new()), except that callbacks and hooks record the thread they
  * ran on.  Errors: CUnit assertions, or counters the test asserts.
  */
-#ifndef DLOCK_TESTLOOP_H
-#define DLOCK_TESTLOOP_H
+#ifndef DLOCK_LOOPRIG_H
+#define DLOCK_LOOPRIG_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -39,19 +39,19 @@
 #include "dlock/loop.h"
 
 /* Bound for awaiting a completion that must come, so a hang becomes a failure. */
-#define TL_AWAIT_MS 20000
+#define LR_AWAIT_MS 20000
 
-typedef enum tl_mode { TL_PULL = 0, TL_PUSH = 1 } tl_mode;
+typedef enum lr_mode { LR_PULL = 0, LR_PUSH = 1 } lr_mode;
 
-typedef struct tl_loop tl_loop;
+typedef struct lr_loop lr_loop;
 
-struct tl_client;
+struct lr_client;
 
 /* What one callback saw: how many times it ran, where, and what it was given. */
-typedef struct tl_op {
-	struct tl_client *tc;  /* the client of the operation (its loop, its error text during the call) */
+typedef struct lr_op {
+	struct lr_client *tc;  /* the client of the operation (its loop, its error text during the call) */
 	int calls;
-	int in_start;          /* calls made while a start call (TL_START) was running */
+	int in_start;          /* calls made while a start call (LR_START) was running */
 	int off_loop;          /* calls made on another thread than the loop's */
 	int64_t seq;           /* the loop's count of callbacks when it (last) ran: their order */
 	int64_t at_ms;         /* dlock_test_now_ms() when it (first) ran */
@@ -60,23 +60,23 @@ typedef struct tl_op {
 	dlock_lost_reason reason;   /* on_lost */
 	uint64_t term;              /* campaign */
 	size_t broken;              /* break */
-	dlock_lock_info *info;      /* inspect (the op's, freed by tl_op_clear()) */
+	dlock_lock_info *info;      /* inspect (the op's, freed by lr_op_clear()) */
 	dlock_lock_list *list;      /* list */
 	dlock_leader *leader;       /* election_leader */
 	/* Run at the end of the callback, once (to free a handle or close a client from inside it). */
 	void (*then)(void *arg);
 	void *then_arg;
-} tl_op;
+} lr_op;
 
 /* One loop client and what its hooks saw (push mode). */
-typedef struct tl_client {
-	tl_loop *lp;
+typedef struct lr_client {
+	lr_loop *lp;
 	dlock_client *client; /* NULL when its open failed at the start call */
 	int gone;             /* its close completed: the loop no longer drives it */
 	int opened_ok;        /* its open's start call returned DLOCK_OK */
-	int fail_watch;       /* set before tl_open(): the `watch` hook fails (returns -1) */
-	tl_op opened;         /* the open's callback */
-	tl_op closed;         /* the close's callback (tl_close_async()) */
+	int fail_watch;       /* set before lr_open(): the `watch` hook fails (returns -1) */
+	lr_op opened;         /* the open's callback */
+	lr_op closed;         /* the close's callback (lr_close_async()) */
 	/* Push mode: what the hooks saw. */
 	int watch_calls;
 	int watched;           /* descriptors watched now */
@@ -93,90 +93,90 @@ typedef struct tl_client {
 	int cleanups;          /* `cleanup` calls */
 	/* Pull mode. */
 	int no_fd;             /* turns where dlock_loop_fd() was -1 */
-	struct tl_client *next;
-} tl_client;
+	struct lr_client *next;
+} lr_client;
 
 /** A loop of `mode` on the calling thread. */
-tl_loop *tl_loop_new(tl_mode mode);
+lr_loop *lr_loop_new(lr_mode mode);
 /** Close (blocking) every client not gone yet, then free them and the loop.  NULL is a no-op. */
-void tl_loop_free(tl_loop *lp);
-tl_mode tl_loop_mode(const tl_loop *lp);
-/** Callbacks recorded so far (every tl_op callback counts one). */
-int64_t tl_loop_seq(const tl_loop *lp);
+void lr_loop_free(lr_loop *lp);
+lr_mode lr_loop_mode(const lr_loop *lp);
+/** Callbacks recorded so far (every lr_op callback counts one). */
+int64_t lr_loop_seq(const lr_loop *lp);
 
-/* Around a start call: its callbacks must not run inside it.  TL_START(lp, dlock_acquire_async(...)). */
-void tl_begin(tl_loop *lp);
-dlock_status tl_end(tl_loop *lp, dlock_status st);
-#define TL_START(lp, call) (tl_begin(lp), tl_end((lp), (call)))
+/* Around a start call: its callbacks must not run inside it.  LR_START(lp, dlock_acquire_async(...)). */
+void lr_begin(lr_loop *lp);
+dlock_status lr_end(lr_loop *lp, dlock_status st);
+#define LR_START(lp, call) (lr_begin(lp), lr_end((lp), (call)))
 
 /** A new client record of `lp`, not open yet (to set fail_watch first); freed with the loop. */
-tl_client *tl_client_new(tl_loop *lp);
+lr_client *lr_client_new(lr_loop *lp);
 /**
  * dlock_client_open_async() of `uri` (`opts` may be NULL) on `tc`, with the
  * loop's hooks in push mode; its callback is recorded in tc->opened.  The
  * start call's status; on an error `errbuf` (may be NULL) has the message.
  */
-dlock_status tl_open(tl_client *tc, const char *uri, const dlock_client_options *opts, char *errbuf, size_t errlen);
-/** tl_client_new() and tl_open(), then run the loop until the open's callback: the client, or NULL (asserted). */
-tl_client *tl_open_ready(tl_loop *lp, const char *uri);
+dlock_status lr_open(lr_client *tc, const char *uri, const dlock_client_options *opts, char *errbuf, size_t errlen);
+/** lr_client_new() and lr_open(), then run the loop until the open's callback: the client, or NULL (asserted). */
+lr_client *lr_open_ready(lr_loop *lp, const char *uri);
 /** dlock_client_close_async() of `tc`, its callback recorded in tc->closed: the start call's status. */
-dlock_status tl_close_async(tl_client *tc);
-/** Close `tc` and run the loop until that completes; asserts the callback and tl_assert_clean(). */
-void tl_close(tl_client *tc);
+dlock_status lr_close_async(lr_client *tc);
+/** Close `tc` and run the loop until that completes; asserts the callback and lr_assert_clean(). */
+void lr_close(lr_client *tc);
 /** dlock_client_close() of `tc` (blocking, on the loop's thread): its status. */
-dlock_status tl_close_blocking(tl_client *tc);
+dlock_status lr_close_blocking(lr_client *tc);
 
 /**
  * One turn of the loop: wait at most `max_ms` (0: do not wait) for a
  * descriptor or a timer, then hand what is ready or due to its clients.
  */
-void tl_turn(tl_loop *lp, int64_t max_ms);
+void lr_turn(lr_loop *lp, int64_t max_ms);
 /**
  * Wait at most `max_ms` for descriptors alone (timers and timeouts left
  * aside), and hand those ready to their clients: how many were ready.
  */
-int tl_wait_io(tl_loop *lp, int64_t max_ms);
+int lr_wait_io(lr_loop *lp, int64_t max_ms);
 /**
  * Turn the loop until `cond(arg)` holds (checked between turns) or
  * `bound_ms` passes; each turn waits at most 10 ms so that conditions set
  * by other threads are seen.  1 when it held.
  */
-int tl_run_until(tl_loop *lp, int (*cond)(void *arg), void *arg, int64_t bound_ms);
-/** tl_run_until() the callback of `op` ran. */
-int tl_run_done(tl_loop *lp, tl_op *op, int64_t bound_ms);
+int lr_run_until(lr_loop *lp, int (*cond)(void *arg), void *arg, int64_t bound_ms);
+/** lr_run_until() the callback of `op` ran. */
+int lr_run_done(lr_loop *lp, lr_op *op, int64_t bound_ms);
 /** Turn the loop for `ms` whatever happens (to see that nothing does). */
-void tl_run_for(tl_loop *lp, int64_t ms);
-/** For tl_run_until(): the callback of `arg`, a tl_op, ran. */
-int tl_op_done(void *arg);
+void lr_run_for(lr_loop *lp, int64_t ms);
+/** For lr_run_until(): the callback of `arg`, a lr_op, ran. */
+int lr_op_done(void *arg);
 
 /** A fresh record for a callback of an operation of client `tc`. */
-void tl_op_init(tl_op *op, tl_client *tc);
+void lr_op_init(lr_op *op, lr_client *tc);
 /** Free what a callback handed over to `op`. */
-void tl_op_clear(tl_op *op);
+void lr_op_clear(lr_op *op);
 
-/* Callbacks that record into their userdata, a tl_op. */
-void tl_on_open(dlock_client *client, dlock_status status, void *userdata);
-void tl_on_close(dlock_status status, void *userdata);
-void tl_on_lock(dlock_lock *lock, dlock_status status, void *userdata);
-void tl_on_inspect(dlock_client *client, dlock_status status, dlock_lock_info *info, void *userdata);
-void tl_on_list(dlock_client *client, dlock_status status, dlock_lock_list *list, void *userdata);
-void tl_on_break(dlock_client *client, dlock_status status, size_t broken, void *userdata);
-void tl_on_election(dlock_election *e, dlock_status status, uint64_t term, void *userdata);
-void tl_on_leader(dlock_election *e, dlock_status status, dlock_leader *leader, void *userdata);
-void tl_on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata);
+/* Callbacks that record into their userdata, a lr_op. */
+void lr_on_open(dlock_client *client, dlock_status status, void *userdata);
+void lr_on_close(dlock_status status, void *userdata);
+void lr_on_lock(dlock_lock *lock, dlock_status status, void *userdata);
+void lr_on_inspect(dlock_client *client, dlock_status status, dlock_lock_info *info, void *userdata);
+void lr_on_list(dlock_client *client, dlock_status status, dlock_lock_list *list, void *userdata);
+void lr_on_break(dlock_client *client, dlock_status status, size_t broken, void *userdata);
+void lr_on_election(dlock_election *e, dlock_status status, uint64_t term, void *userdata);
+void lr_on_leader(dlock_election *e, dlock_status status, dlock_leader *leader, void *userdata);
+void lr_on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata);
 
 /**
  * Assert that `op`'s callback ran exactly once, not inside its start call,
  * on the loop's thread, with status `want`.
  */
-#define TL_ASSERT_ONCE(op, want) tl_assert_once((op), (want), #op, __FILE__, __LINE__)
-int tl_assert_once(const tl_op *op, dlock_status want, const char *what, const char *file, unsigned line);
+#define LR_ASSERT_ONCE(op, want) lr_assert_once((op), (want), #op, __FILE__, __LINE__)
+int lr_assert_once(const lr_op *op, dlock_status want, const char *what, const char *file, unsigned line);
 /** Assert that `op`'s callback never ran. */
-#define TL_ASSERT_NEVER(op) tl_assert_never((op), #op, __FILE__, __LINE__)
-int tl_assert_never(const tl_op *op, const char *what, const char *file, unsigned line);
+#define LR_ASSERT_NEVER(op) lr_assert_never((op), #op, __FILE__, __LINE__)
+int lr_assert_never(const lr_op *op, const char *what, const char *file, unsigned line);
 /** Assert that `tc` is gone and that its hooks (push mode) or descriptor (pull mode) saw nothing against the contract. */
-#define TL_ASSERT_CLEAN(tc) tl_assert_clean((tc), __FILE__, __LINE__)
-void tl_assert_clean(const tl_client *tc, const char *file, unsigned line);
+#define LR_ASSERT_CLEAN(tc) lr_assert_clean((tc), __FILE__, __LINE__)
+void lr_assert_clean(const lr_client *tc, const char *file, unsigned line);
 
 /**
  * dlock_acquire_async() of `lock` (its client: done->tc) with a wait bound
@@ -184,20 +184,20 @@ void tl_assert_clean(const tl_client *tc, const char *file, unsigned line);
  * the URI's, 0 off, 1 on), `mode`, and `lost` (may be NULL) recording the
  * lost-lock callback; the completion goes to `done`.  The start call's status.
  */
-dlock_status tl_acquire(dlock_lock *lock, int64_t wait_ms, int64_t lease_ms, int renew, dlock_lock_mode mode,
-                        tl_op *lost, tl_op *done);
+dlock_status lr_acquire(dlock_lock *lock, int64_t wait_ms, int64_t lease_ms, int renew, dlock_lock_mode mode,
+                        lr_op *lost, lr_op *done);
 /**
  * Run until `op`, started with status `started`, completes, and assert the
  * contract (once, not inside the start, on the loop's thread): its status,
  * or `started` when that is an error.
  */
-dlock_status tl_finish(tl_op *op, dlock_status started);
+dlock_status lr_finish(lr_op *op, dlock_status started);
 /** Acquire `lock` of `tc` (exclusive, bound `wait_ms`) and run until done: its status. */
-dlock_status tl_acquire_now(tl_client *tc, dlock_lock *lock, int64_t wait_ms);
+dlock_status lr_acquire_now(lr_client *tc, dlock_lock *lock, int64_t wait_ms);
 /** dlock_release_async() of `lock` and run until done: its status. */
-dlock_status tl_release_now(tl_client *tc, dlock_lock *lock);
+dlock_status lr_release_now(lr_client *tc, dlock_lock *lock);
 /** dlock_check_async() of `lock` and run until done: its status. */
-dlock_status tl_check_now(tl_client *tc, dlock_lock *lock);
+dlock_status lr_check_now(lr_client *tc, dlock_lock *lock);
 
 /* ------------------------------------------------------------ threads */
 
@@ -207,27 +207,27 @@ dlock_status tl_check_now(tl_client *tc, dlock_lock *lock);
  * with `wait_ms`, its release, dlock_cancel(lock), or dlock_loop_wake() of
  * `client`.  It never calls CUnit; the test joins it.
  */
-typedef struct tl_thread {
-	int action;               /* TL_DO_* */
+typedef struct lr_thread {
+	int action;               /* LR_DO_* */
 	dlock_lock *lock;
-	dlock_client *client;     /* TL_DO_WAKE */
-	int64_t wait_ms;          /* TL_DO_ACQUIRE */
+	dlock_client *client;     /* LR_DO_WAKE */
+	int64_t wait_ms;          /* LR_DO_ACQUIRE */
 	pthread_barrier_t *start; /* when set: wait on it, then act */
 	pthread_t thread;
 	dlock_status status;
 	atomic_int done;          /* it acted */
-} tl_thread;
+} lr_thread;
 
-enum { TL_DO_ACQUIRE = 1, TL_DO_RELEASE = 2, TL_DO_CANCEL = 3, TL_DO_WAKE = 4 };
+enum { LR_DO_ACQUIRE = 1, LR_DO_RELEASE = 2, LR_DO_CANCEL = 3, LR_DO_WAKE = 4 };
 
 /** Start `t`, filled in by the caller (asserted, fatally). */
-void tl_thread_start(tl_thread *t);
-/** For tl_run_until(): `arg`, a tl_thread, has acted. */
-int tl_thread_done(void *arg);
+void lr_thread_start(lr_thread *t);
+/** For lr_run_until(): `arg`, a lr_thread, has acted. */
+int lr_thread_done(void *arg);
 /** Join it: its status. */
-dlock_status tl_thread_join(tl_thread *t);
+dlock_status lr_thread_join(lr_thread *t);
 
 /** A name no other test or run uses: "loop-PID-N-tag". */
-void tl_name(char *out, size_t len, const char *tag);
+void lr_name(char *out, size_t len, const char *tag);
 
 #endif

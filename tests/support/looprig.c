@@ -1,5 +1,5 @@
-/* The test's own event loops for loop clients, and callback records (see testloop.h). */
-#include "testloop.h"
+/* The test's own event loops for loop clients, and callback records (see looprig.h). */
+#include "looprig.h"
 
 #include <CUnit/CUnit.h>
 #include <errno.h>
@@ -14,34 +14,34 @@
 
 #include "testsupport.h"
 
-#define TL_TURN_MS 10      /* longest wait of one turn in tl_run_until() */
-#define TL_CLIENTS_MAX 16  /* clients of one loop */
-#define TL_EVENTS_MAX 64   /* epoll events handled per turn */
+#define LR_TURN_MS 10      /* longest wait of one turn in lr_run_until() */
+#define LR_CLIENTS_MAX 16  /* clients of one loop */
+#define LR_EVENTS_MAX 64   /* epoll events handled per turn */
 
 /* A descriptor as the push loop knows it (indexed by descriptor). */
-struct tl_fd {
-	tl_client *tc;  /* the client that watches it */
+struct lr_fd {
+	lr_client *tc;  /* the client that watches it */
 	int watched;
 	uint32_t gen;   /* which registration an epoll event belongs to */
 	void *slot;     /* what the hook stored in dlock's slot */
 };
 
 /* What the hook keeps in a descriptor's slot: its own descriptor and client, to be checked. */
-struct tl_slot {
+struct lr_slot {
 	int fd;
-	tl_client *tc;
+	lr_client *tc;
 };
 
-struct tl_loop {
-	tl_mode mode;
+struct lr_loop {
+	lr_mode mode;
 	pthread_t thread;
-	int starting; /* start calls running (TL_START) */
+	int starting; /* start calls running (LR_START) */
 	int64_t seq;
 	int epfd;     /* push mode */
-	struct tl_fd *fds;
+	struct lr_fd *fds;
 	size_t nfds;
 	uint32_t gen;
-	tl_client *clients;
+	lr_client *clients;
 };
 
 static int64_t now_ns(void)
@@ -51,39 +51,39 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static int on_loop(const tl_loop *lp)
+static int on_loop(const lr_loop *lp)
 {
 	return pthread_equal(pthread_self(), lp->thread);
 }
 
 /* ------------------------------------------------------------ the loop */
 
-tl_loop *tl_loop_new(tl_mode mode)
+lr_loop *lr_loop_new(lr_mode mode)
 {
-	tl_loop *lp = calloc(1, sizeof *lp);
+	lr_loop *lp = calloc(1, sizeof *lp);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(lp);
 	lp->mode = mode;
 	lp->thread = pthread_self();
 	lp->epfd = -1;
-	if (mode == TL_PUSH) {
+	if (mode == LR_PUSH) {
 		lp->epfd = epoll_create1(EPOLL_CLOEXEC);
 		CU_ASSERT_FATAL(lp->epfd >= 0);
 	}
 	return lp;
 }
 
-void tl_loop_free(tl_loop *lp)
+void lr_loop_free(lr_loop *lp)
 {
 	if (!lp)
 		return;
-	for (tl_client *tc = lp->clients; tc; tc = tc->next)
+	for (lr_client *tc = lp->clients; tc; tc = tc->next)
 		if (!tc->gone && tc->client)
-			CU_ASSERT_EQUAL(tl_close_blocking(tc), DLOCK_OK);
+			CU_ASSERT_EQUAL(lr_close_blocking(tc), DLOCK_OK);
 	while (lp->clients) {
-		tl_client *tc = lp->clients;
+		lr_client *tc = lp->clients;
 		lp->clients = tc->next;
-		tl_op_clear(&tc->opened);
-		tl_op_clear(&tc->closed);
+		lr_op_clear(&tc->opened);
+		lr_op_clear(&tc->closed);
 		free(tc);
 	}
 	for (size_t i = 0; i < lp->nfds; i++)
@@ -94,22 +94,22 @@ void tl_loop_free(tl_loop *lp)
 	free(lp);
 }
 
-tl_mode tl_loop_mode(const tl_loop *lp)
+lr_mode lr_loop_mode(const lr_loop *lp)
 {
 	return lp->mode;
 }
 
-int64_t tl_loop_seq(const tl_loop *lp)
+int64_t lr_loop_seq(const lr_loop *lp)
 {
 	return lp->seq;
 }
 
-void tl_begin(tl_loop *lp)
+void lr_begin(lr_loop *lp)
 {
 	lp->starting++;
 }
 
-dlock_status tl_end(tl_loop *lp, dlock_status st)
+dlock_status lr_end(lr_loop *lp, dlock_status st)
 {
 	lp->starting--;
 	return st;
@@ -117,13 +117,13 @@ dlock_status tl_end(tl_loop *lp, dlock_status st)
 
 /* ------------------------------------------------------------ push mode: the hooks */
 
-static struct tl_fd *fd_entry(tl_loop *lp, int fd)
+static struct lr_fd *fd_entry(lr_loop *lp, int fd)
 {
 	if (fd < 0)
 		return NULL;
 	if ((size_t)fd >= lp->nfds) {
 		size_t n = (size_t)fd + 64;
-		struct tl_fd *f = realloc(lp->fds, n * sizeof *f);
+		struct lr_fd *f = realloc(lp->fds, n * sizeof *f);
 		if (!f)
 			return NULL;
 		memset(f + lp->nfds, 0, (n - lp->nfds) * sizeof *f);
@@ -133,7 +133,7 @@ static struct tl_fd *fd_entry(tl_loop *lp, int fd)
 	return &lp->fds[fd];
 }
 
-static void note_hook(tl_client *tc)
+static void note_hook(lr_client *tc)
 {
 	if (!on_loop(tc->lp))
 		tc->hooks_off_loop++;
@@ -146,7 +146,7 @@ static uint32_t to_epoll(unsigned events)
 	return (events & DLOCK_IO_READ ? EPOLLIN : 0) | (events & DLOCK_IO_WRITE ? EPOLLOUT : 0);
 }
 
-static void unwatch(tl_loop *lp, struct tl_fd *f, int fd)
+static void unwatch(lr_loop *lp, struct lr_fd *f, int fd)
 {
 	epoll_ctl(lp->epfd, EPOLL_CTL_DEL, fd, NULL); /* fails only when it was closed already */
 	free(f->slot);
@@ -157,14 +157,14 @@ static void unwatch(tl_loop *lp, struct tl_fd *f, int fd)
 
 static int hook_watch(dlock_client *client, void *userdata, int fd, unsigned events, void **slot)
 {
-	tl_client *tc = userdata;
-	tl_loop *lp = tc->lp;
+	lr_client *tc = userdata;
+	lr_loop *lp = tc->lp;
 	(void)client;
 	note_hook(tc);
 	tc->watch_calls++;
 	if (events & ~(unsigned)(DLOCK_IO_READ | DLOCK_IO_WRITE))
 		tc->bad_events++;
-	struct tl_fd *f = fd_entry(lp, fd);
+	struct lr_fd *f = fd_entry(lp, fd);
 	if (!f || !slot) {
 		tc->slot_errors++;
 		return -1;
@@ -186,7 +186,7 @@ static int hook_watch(dlock_client *client, void *userdata, int fd, unsigned eve
 		ev.data.u64 = (uint64_t)f->gen << 32 | (uint32_t)fd;
 		return epoll_ctl(lp->epfd, EPOLL_CTL_MOD, fd, &ev) == 0 ? 0 : -1;
 	}
-	struct tl_slot *s = malloc(sizeof *s);
+	struct lr_slot *s = malloc(sizeof *s);
 	if (!s)
 		return -1;
 	s->fd = fd;
@@ -207,7 +207,7 @@ static int hook_watch(dlock_client *client, void *userdata, int fd, unsigned eve
 
 static int hook_timer(dlock_client *client, void *userdata, int64_t ms)
 {
-	tl_client *tc = userdata;
+	lr_client *tc = userdata;
 	(void)client;
 	note_hook(tc);
 	tc->timer_calls++;
@@ -221,7 +221,7 @@ static int hook_timer(dlock_client *client, void *userdata, int64_t ms)
 
 static void hook_cleanup(void *userdata)
 {
-	tl_client *tc = userdata;
+	lr_client *tc = userdata;
 	note_hook(tc);
 	tc->cleanups++;
 	if (tc->timer_at_ns >= 0)
@@ -231,10 +231,10 @@ static void hook_cleanup(void *userdata)
 /* ------------------------------------------------------------ turns */
 
 /* Every descriptor still watched must still be open whenever dlock has returned to the loop. */
-static void check_watched_open(tl_loop *lp)
+static void check_watched_open(lr_loop *lp)
 {
 	for (size_t fd = 0; fd < lp->nfds; fd++) {
-		struct tl_fd *f = &lp->fds[fd];
+		struct lr_fd *f = &lp->fds[fd];
 		if (f->watched && fcntl((int)fd, F_GETFD) == -1) {
 			f->tc->closed_watched++;
 			printf("\n    descriptor %zu was closed while watched", fd);
@@ -249,24 +249,24 @@ static unsigned from_epoll(uint32_t ev)
 	       (ev & (EPOLLERR | EPOLLHUP) ? DLOCK_IO_ERROR : 0u);
 }
 
-static int turn_push(tl_loop *lp, int64_t max_ms, int io_only)
+static int turn_push(lr_loop *lp, int64_t max_ms, int io_only)
 {
 	check_watched_open(lp);
 	int64_t now = now_ns(), wait = max_ms;
 	int ready = 0;
-	for (tl_client *tc = lp->clients; tc; tc = tc->next) {
+	for (lr_client *tc = lp->clients; tc; tc = tc->next) {
 		if (io_only || tc->gone || !tc->client || tc->timer_at_ns < 0)
 			continue;
 		int64_t left = tc->timer_at_ns <= now ? 0 : (tc->timer_at_ns - now + 999999) / 1000000;
 		if (left < wait)
 			wait = left;
 	}
-	struct epoll_event ev[TL_EVENTS_MAX];
-	int n = epoll_wait(lp->epfd, ev, TL_EVENTS_MAX, (int)wait);
+	struct epoll_event ev[LR_EVENTS_MAX];
+	int n = epoll_wait(lp->epfd, ev, LR_EVENTS_MAX, (int)wait);
 	for (int i = 0; i < n; i++) {
 		int fd = (int)(uint32_t)ev[i].data.u64;
 		uint32_t gen = (uint32_t)(ev[i].data.u64 >> 32);
-		struct tl_fd *f = (size_t)fd < lp->nfds ? &lp->fds[fd] : NULL;
+		struct lr_fd *f = (size_t)fd < lp->nfds ? &lp->fds[fd] : NULL;
 		/* An event of a registration removed meanwhile (by an earlier dispatch) is dropped. */
 		if (!f || !f->watched || f->gen != gen || f->tc->gone)
 			continue;
@@ -274,7 +274,7 @@ static int turn_push(tl_loop *lp, int64_t max_ms, int io_only)
 		dlock_loop_ready(f->tc->client, fd, from_epoll(ev[i].events));
 	}
 	now = now_ns();
-	for (tl_client *tc = lp->clients; tc && !io_only; tc = tc->next) {
+	for (lr_client *tc = lp->clients; tc && !io_only; tc = tc->next) {
 		if (tc->gone || !tc->client || tc->timer_at_ns < 0 || tc->timer_at_ns > now)
 			continue;
 		tc->timer_at_ns = -1; /* it fires once */
@@ -283,13 +283,13 @@ static int turn_push(tl_loop *lp, int64_t max_ms, int io_only)
 	return ready;
 }
 
-static int turn_pull(tl_loop *lp, int64_t max_ms, int io_only)
+static int turn_pull(lr_loop *lp, int64_t max_ms, int io_only)
 {
-	struct pollfd pfd[TL_CLIENTS_MAX];
-	tl_client *who[TL_CLIENTS_MAX];
-	int64_t due[TL_CLIENTS_MAX], now = now_ns(), wait = max_ms;
+	struct pollfd pfd[LR_CLIENTS_MAX];
+	lr_client *who[LR_CLIENTS_MAX];
+	int64_t due[LR_CLIENTS_MAX], now = now_ns(), wait = max_ms;
 	int n = 0, ready = 0;
-	for (tl_client *tc = lp->clients; tc && n < TL_CLIENTS_MAX; tc = tc->next) {
+	for (lr_client *tc = lp->clients; tc && n < LR_CLIENTS_MAX; tc = tc->next) {
 		if (tc->gone || !tc->client)
 			continue;
 		int fd = dlock_loop_fd(tc->client);
@@ -318,24 +318,24 @@ static int turn_pull(tl_loop *lp, int64_t max_ms, int io_only)
 	return ready;
 }
 
-static int turn(tl_loop *lp, int64_t max_ms, int io_only)
+static int turn(lr_loop *lp, int64_t max_ms, int io_only)
 {
 	if (max_ms < 0)
 		max_ms = 0;
-	return lp->mode == TL_PUSH ? turn_push(lp, max_ms, io_only) : turn_pull(lp, max_ms, io_only);
+	return lp->mode == LR_PUSH ? turn_push(lp, max_ms, io_only) : turn_pull(lp, max_ms, io_only);
 }
 
-void tl_turn(tl_loop *lp, int64_t max_ms)
+void lr_turn(lr_loop *lp, int64_t max_ms)
 {
 	turn(lp, max_ms, 0);
 }
 
-int tl_wait_io(tl_loop *lp, int64_t max_ms)
+int lr_wait_io(lr_loop *lp, int64_t max_ms)
 {
 	return turn(lp, max_ms, 1);
 }
 
-int tl_run_until(tl_loop *lp, int (*cond)(void *arg), void *arg, int64_t bound_ms)
+int lr_run_until(lr_loop *lp, int (*cond)(void *arg), void *arg, int64_t bound_ms)
 {
 	int64_t end = dlock_test_now_ms() + bound_ms;
 	for (;;) {
@@ -344,18 +344,18 @@ int tl_run_until(tl_loop *lp, int (*cond)(void *arg), void *arg, int64_t bound_m
 		int64_t left = end - dlock_test_now_ms();
 		if (left <= 0)
 			return 0;
-		tl_turn(lp, left < TL_TURN_MS ? left : TL_TURN_MS);
+		lr_turn(lp, left < LR_TURN_MS ? left : LR_TURN_MS);
 	}
 }
 
-int tl_op_done(void *arg)
+int lr_op_done(void *arg)
 {
-	return ((tl_op *)arg)->calls > 0;
+	return ((lr_op *)arg)->calls > 0;
 }
 
-int tl_run_done(tl_loop *lp, tl_op *op, int64_t bound_ms)
+int lr_run_done(lr_loop *lp, lr_op *op, int64_t bound_ms)
 {
-	return tl_run_until(lp, tl_op_done, op, bound_ms);
+	return lr_run_until(lp, lr_op_done, op, bound_ms);
 }
 
 static int never(void *arg)
@@ -364,34 +364,34 @@ static int never(void *arg)
 	return 0;
 }
 
-void tl_run_for(tl_loop *lp, int64_t ms)
+void lr_run_for(lr_loop *lp, int64_t ms)
 {
-	tl_run_until(lp, never, NULL, ms);
+	lr_run_until(lp, never, NULL, ms);
 }
 
 /* ------------------------------------------------------------ clients */
 
-tl_client *tl_client_new(tl_loop *lp)
+lr_client *lr_client_new(lr_loop *lp)
 {
-	tl_client *tc = calloc(1, sizeof *tc);
+	lr_client *tc = calloc(1, sizeof *tc);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(tc);
 	tc->lp = lp;
 	tc->timer_at_ns = -1;
-	tl_op_init(&tc->opened, tc);
-	tl_op_init(&tc->closed, tc);
+	lr_op_init(&tc->opened, tc);
+	lr_op_init(&tc->closed, tc);
 	tc->next = lp->clients;
 	lp->clients = tc;
 	return tc;
 }
 
-dlock_status tl_open(tl_client *tc, const char *uri, const dlock_client_options *opts, char *errbuf, size_t errlen)
+dlock_status lr_open(lr_client *tc, const char *uri, const dlock_client_options *opts, char *errbuf, size_t errlen)
 {
-	tl_loop *lp = tc->lp;
+	lr_loop *lp = tc->lp;
 	dlock_loop_hooks hooks = { .version = DLOCK_LOOP_HOOKS_VERSION, .userdata = tc, .watch = hook_watch,
 		                   .timer = hook_timer, .cleanup = hook_cleanup };
 	dlock_client *c = NULL;
-	dlock_status st = TL_START(lp, dlock_client_open_async(&c, uri, opts, lp->mode == TL_PUSH ? &hooks : NULL,
-	                                                       tl_on_open, &tc->opened, errbuf, errlen));
+	dlock_status st = LR_START(lp, dlock_client_open_async(&c, uri, opts, lp->mode == LR_PUSH ? &hooks : NULL,
+	                                                       lr_on_open, &tc->opened, errbuf, errlen));
 	tc->client = c;
 	tc->opened_ok = st == DLOCK_OK;
 	if (st != DLOCK_OK) {
@@ -401,11 +401,11 @@ dlock_status tl_open(tl_client *tc, const char *uri, const dlock_client_options 
 	return st;
 }
 
-tl_client *tl_open_ready(tl_loop *lp, const char *uri)
+lr_client *lr_open_ready(lr_loop *lp, const char *uri)
 {
 	char err[512] = "";
-	tl_client *tc = tl_client_new(lp);
-	dlock_status st = tl_open(tc, uri, NULL, err, sizeof err);
+	lr_client *tc = lr_client_new(lp);
+	dlock_status st = lr_open(tc, uri, NULL, err, sizeof err);
 	if (st != DLOCK_OK) {
 		char masked[1024];
 		dlock_test_mask_uri(uri, masked, sizeof masked);
@@ -413,22 +413,22 @@ tl_client *tl_open_ready(tl_loop *lp, const char *uri)
 		CU_FAIL("dlock_client_open_async");
 		return NULL;
 	}
-	if (!tl_run_done(lp, &tc->opened, TL_AWAIT_MS) || !TL_ASSERT_ONCE(&tc->opened, DLOCK_OK))
+	if (!lr_run_done(lp, &tc->opened, LR_AWAIT_MS) || !LR_ASSERT_ONCE(&tc->opened, DLOCK_OK))
 		return NULL;
 	return tc;
 }
 
-dlock_status tl_close_async(tl_client *tc)
+dlock_status lr_close_async(lr_client *tc)
 {
-	return TL_START(tc->lp, dlock_client_close_async(tc->client, tl_on_close, &tc->closed));
+	return LR_START(tc->lp, dlock_client_close_async(tc->client, lr_on_close, &tc->closed));
 }
 
-void tl_close(tl_client *tc)
+void lr_close(lr_client *tc)
 {
 	if (!tc || tc->gone)
 		return;
-	CU_ASSERT_EQUAL(tl_close_async(tc), DLOCK_OK);
-	CU_ASSERT(tl_run_done(tc->lp, &tc->closed, TL_AWAIT_MS));
+	CU_ASSERT_EQUAL(lr_close_async(tc), DLOCK_OK);
+	CU_ASSERT(lr_run_done(tc->lp, &tc->closed, LR_AWAIT_MS));
 	if (!tc->gone) {
 		/* Never completed: a blocking close would wait for the same thing.  Leave the client be
 		 * (the loop no longer drives it), so that the test program goes on. */
@@ -437,11 +437,11 @@ void tl_close(tl_client *tc)
 		tc->gone = 1;
 		return;
 	}
-	TL_ASSERT_ONCE(&tc->closed, DLOCK_OK);
-	TL_ASSERT_CLEAN(tc);
+	LR_ASSERT_ONCE(&tc->closed, DLOCK_OK);
+	LR_ASSERT_CLEAN(tc);
 }
 
-dlock_status tl_close_blocking(tl_client *tc)
+dlock_status lr_close_blocking(lr_client *tc)
 {
 	dlock_status st = dlock_client_close(tc->client);
 	tc->watched_at_close = tc->watched;
@@ -449,11 +449,11 @@ dlock_status tl_close_blocking(tl_client *tc)
 	return st;
 }
 
-void tl_assert_clean(const tl_client *tc, const char *file, unsigned line)
+void lr_assert_clean(const lr_client *tc, const char *file, unsigned line)
 {
 	char what[512];
 	int ok = tc->gone && tc->closed_watched == 0;
-	if (tc->lp->mode == TL_PUSH)
+	if (tc->lp->mode == LR_PUSH)
 		ok = ok && tc->cleanups == (tc->opened_ok ? 1 : 0) && tc->watched == 0 &&
 		     tc->removed_closed == 0 && tc->slot_errors == 0 && tc->bad_events == 0 &&
 		     tc->hooks_off_loop == 0 && tc->hooks_after_cleanup == 0 && tc->timer_armed_at_cleanup == 0;
@@ -473,14 +473,14 @@ void tl_assert_clean(const tl_client *tc, const char *file, unsigned line)
 
 /* ------------------------------------------------------------ callbacks */
 
-void tl_op_init(tl_op *op, tl_client *tc)
+void lr_op_init(lr_op *op, lr_client *tc)
 {
 	memset(op, 0, sizeof *op);
 	op->tc = tc;
 	op->status = DLOCK_STATUS_COUNT_;
 }
 
-void tl_op_clear(tl_op *op)
+void lr_op_clear(lr_op *op)
 {
 	dlock_lock_info_free(op->info);
 	dlock_lock_list_free(op->list);
@@ -490,9 +490,9 @@ void tl_op_clear(tl_op *op)
 	op->leader = NULL;
 }
 
-static void record(tl_op *op, dlock_status st, const char *detail)
+static void record(lr_op *op, dlock_status st, const char *detail)
 {
-	tl_loop *lp = op->tc->lp;
+	lr_loop *lp = op->tc->lp;
 	op->calls++;
 	if (lp->starting)
 		op->in_start++;
@@ -508,7 +508,7 @@ static void record(tl_op *op, dlock_status st, const char *detail)
 		snprintf(op->msg, sizeof op->msg, "%s", dlock_client_errmsg(op->tc->client));
 }
 
-static void then(tl_op *op)
+static void then(lr_op *op)
 {
 	void (*fn)(void *) = op->then;
 	op->then = NULL;
@@ -516,9 +516,9 @@ static void then(tl_op *op)
 		fn(op->then_arg);
 }
 
-void tl_on_open(dlock_client *client, dlock_status status, void *userdata)
+void lr_on_open(dlock_client *client, dlock_status status, void *userdata)
 {
-	tl_op *op = userdata;
+	lr_op *op = userdata;
 	char msg[sizeof op->msg] = "";
 	if (client)
 		snprintf(msg, sizeof msg, "%s", dlock_client_errmsg(client));
@@ -526,25 +526,25 @@ void tl_on_open(dlock_client *client, dlock_status status, void *userdata)
 	then(op);
 }
 
-void tl_on_close(dlock_status status, void *userdata)
+void lr_on_close(dlock_status status, void *userdata)
 {
-	tl_op *op = userdata;
+	lr_op *op = userdata;
 	op->tc->watched_at_close = op->tc->watched;
 	op->tc->gone = 1; /* "the client is gone by then" */
 	record(op, status, "");
 	then(op);
 }
 
-void tl_on_lock(dlock_lock *lock, dlock_status status, void *userdata)
+void lr_on_lock(dlock_lock *lock, dlock_status status, void *userdata)
 {
 	(void)lock;
 	record(userdata, status, NULL);
 	then(userdata);
 }
 
-void tl_on_inspect(dlock_client *client, dlock_status status, dlock_lock_info *info, void *userdata)
+void lr_on_inspect(dlock_client *client, dlock_status status, dlock_lock_info *info, void *userdata)
 {
-	tl_op *op = userdata;
+	lr_op *op = userdata;
 	(void)client;
 	dlock_lock_info_free(op->info);
 	op->info = info;
@@ -552,9 +552,9 @@ void tl_on_inspect(dlock_client *client, dlock_status status, dlock_lock_info *i
 	then(op);
 }
 
-void tl_on_list(dlock_client *client, dlock_status status, dlock_lock_list *list, void *userdata)
+void lr_on_list(dlock_client *client, dlock_status status, dlock_lock_list *list, void *userdata)
 {
-	tl_op *op = userdata;
+	lr_op *op = userdata;
 	(void)client;
 	dlock_lock_list_free(op->list);
 	op->list = list;
@@ -562,27 +562,27 @@ void tl_on_list(dlock_client *client, dlock_status status, dlock_lock_list *list
 	then(op);
 }
 
-void tl_on_break(dlock_client *client, dlock_status status, size_t broken, void *userdata)
+void lr_on_break(dlock_client *client, dlock_status status, size_t broken, void *userdata)
 {
-	tl_op *op = userdata;
+	lr_op *op = userdata;
 	(void)client;
 	op->broken = broken;
 	record(op, status, NULL);
 	then(op);
 }
 
-void tl_on_election(dlock_election *e, dlock_status status, uint64_t term, void *userdata)
+void lr_on_election(dlock_election *e, dlock_status status, uint64_t term, void *userdata)
 {
-	tl_op *op = userdata;
+	lr_op *op = userdata;
 	(void)e;
 	op->term = term;
 	record(op, status, NULL);
 	then(op);
 }
 
-void tl_on_leader(dlock_election *e, dlock_status status, dlock_leader *leader, void *userdata)
+void lr_on_leader(dlock_election *e, dlock_status status, dlock_leader *leader, void *userdata)
 {
-	tl_op *op = userdata;
+	lr_op *op = userdata;
 	(void)e;
 	dlock_leader_free(op->leader);
 	op->leader = leader;
@@ -590,9 +590,9 @@ void tl_on_leader(dlock_election *e, dlock_status status, dlock_leader *leader, 
 	then(op);
 }
 
-void tl_on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata)
+void lr_on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, void *userdata)
 {
-	tl_op *op = userdata;
+	lr_op *op = userdata;
 	(void)lock;
 	op->reason = reason;
 	record(op, DLOCK_OK, detail ? detail : "(no detail)");
@@ -601,7 +601,7 @@ void tl_on_lost(dlock_lock *lock, dlock_lost_reason reason, const char *detail, 
 
 /* ------------------------------------------------------------ assertions */
 
-int tl_assert_once(const tl_op *op, dlock_status want, const char *what, const char *file, unsigned line)
+int lr_assert_once(const lr_op *op, dlock_status want, const char *what, const char *file, unsigned line)
 {
 	int ok = op->calls == 1 && op->in_start == 0 && op->off_loop == 0 && op->status == want;
 	if (!ok)
@@ -614,7 +614,7 @@ int tl_assert_once(const tl_op *op, dlock_status want, const char *what, const c
 	return ok;
 }
 
-int tl_assert_never(const tl_op *op, const char *what, const char *file, unsigned line)
+int lr_assert_never(const lr_op *op, const char *what, const char *file, unsigned line)
 {
 	int ok = op->calls == 0;
 	if (!ok)
@@ -626,24 +626,24 @@ int tl_assert_never(const tl_op *op, const char *what, const char *file, unsigne
 
 /* ------------------------------------------------------------ operations */
 
-dlock_status tl_acquire(dlock_lock *lock, int64_t wait_ms, int64_t lease_ms, int renew, dlock_lock_mode mode,
-                        tl_op *lost, tl_op *done)
+dlock_status lr_acquire(dlock_lock *lock, int64_t wait_ms, int64_t lease_ms, int renew, dlock_lock_mode mode,
+                        lr_op *lost, lr_op *done)
 {
 	dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 	o.wait_ms = wait_ms;
 	o.lease_ms = lease_ms;
 	o.renewal = dlock_test_switch(renew);
 	o.mode = mode;
-	o.on_lost = lost ? tl_on_lost : NULL;
+	o.on_lost = lost ? lr_on_lost : NULL;
 	o.lost_userdata = lost;
-	return TL_START(done->tc->lp, dlock_acquire_async(lock, &o, tl_on_lock, done));
+	return LR_START(done->tc->lp, dlock_acquire_async(lock, &o, lr_on_lock, done));
 }
 
-dlock_status tl_finish(tl_op *op, dlock_status started)
+dlock_status lr_finish(lr_op *op, dlock_status started)
 {
 	if (started != DLOCK_OK)
 		return started;
-	if (!tl_run_done(op->tc->lp, op, TL_AWAIT_MS)) {
+	if (!lr_run_done(op->tc->lp, op, LR_AWAIT_MS)) {
 		CU_FAIL("no callback within the bound");
 		return DLOCK_STATUS_COUNT_;
 	}
@@ -655,39 +655,39 @@ dlock_status tl_finish(tl_op *op, dlock_status started)
 	return op->status;
 }
 
-dlock_status tl_acquire_now(tl_client *tc, dlock_lock *lock, int64_t wait_ms)
+dlock_status lr_acquire_now(lr_client *tc, dlock_lock *lock, int64_t wait_ms)
 {
-	tl_op op;
-	tl_op_init(&op, tc);
-	return tl_finish(&op, tl_acquire(lock, wait_ms, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op));
+	lr_op op;
+	lr_op_init(&op, tc);
+	return lr_finish(&op, lr_acquire(lock, wait_ms, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op));
 }
 
-dlock_status tl_release_now(tl_client *tc, dlock_lock *lock)
+dlock_status lr_release_now(lr_client *tc, dlock_lock *lock)
 {
-	tl_op op;
-	tl_op_init(&op, tc);
-	return tl_finish(&op, TL_START(tc->lp, dlock_release_async(lock, tl_on_lock, &op)));
+	lr_op op;
+	lr_op_init(&op, tc);
+	return lr_finish(&op, LR_START(tc->lp, dlock_release_async(lock, lr_on_lock, &op)));
 }
 
-dlock_status tl_check_now(tl_client *tc, dlock_lock *lock)
+dlock_status lr_check_now(lr_client *tc, dlock_lock *lock)
 {
-	tl_op op;
-	tl_op_init(&op, tc);
-	return tl_finish(&op, TL_START(tc->lp, dlock_check_async(lock, tl_on_lock, &op)));
+	lr_op op;
+	lr_op_init(&op, tc);
+	return lr_finish(&op, LR_START(tc->lp, dlock_check_async(lock, lr_on_lock, &op)));
 }
 
 /* ------------------------------------------------------------ threads */
 
 static void *thread_main(void *arg)
 {
-	tl_thread *t = arg;
+	lr_thread *t = arg;
 	if (t->start)
 		pthread_barrier_wait(t->start);
 	switch (t->action) {
-	case TL_DO_ACQUIRE: t->status = dlock_test_acquire(t->lock, t->wait_ms, 0, -1, NULL, NULL); break;
-	case TL_DO_RELEASE: t->status = dlock_release(t->lock); break;
-	case TL_DO_CANCEL: t->status = dlock_cancel(t->lock); break;
-	case TL_DO_WAKE:
+	case LR_DO_ACQUIRE: t->status = dlock_test_acquire(t->lock, t->wait_ms, 0, -1, NULL, NULL); break;
+	case LR_DO_RELEASE: t->status = dlock_release(t->lock); break;
+	case LR_DO_CANCEL: t->status = dlock_cancel(t->lock); break;
+	case LR_DO_WAKE:
 		dlock_loop_wake(t->client);
 		t->status = DLOCK_OK;
 		break;
@@ -697,25 +697,25 @@ static void *thread_main(void *arg)
 	return NULL;
 }
 
-void tl_thread_start(tl_thread *t)
+void lr_thread_start(lr_thread *t)
 {
 	atomic_init(&t->done, 0);
 	t->status = DLOCK_STATUS_COUNT_;
 	CU_ASSERT_FATAL(pthread_create(&t->thread, NULL, thread_main, t) == 0);
 }
 
-int tl_thread_done(void *arg)
+int lr_thread_done(void *arg)
 {
-	return atomic_load(&((tl_thread *)arg)->done);
+	return atomic_load(&((lr_thread *)arg)->done);
 }
 
-dlock_status tl_thread_join(tl_thread *t)
+dlock_status lr_thread_join(lr_thread *t)
 {
 	pthread_join(t->thread, NULL);
 	return t->status;
 }
 
-void tl_name(char *out, size_t len, const char *tag)
+void lr_name(char *out, size_t len, const char *tag)
 {
 	static atomic_uint counter;
 	snprintf(out, len, "loop-%ld-%u-%s", (long)getpid(), atomic_fetch_add(&counter, 1) + 1, tag);
