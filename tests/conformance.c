@@ -3,7 +3,9 @@
  * every conformance test, plus the helpers the tests share.
  *
  * URIs: mem://conformance-<pid>, a temporary file:/// directory, and every
- * whitespace-separated URI in DLOCK_TEST_URIS.  A backend that cannot be
+ * whitespace-separated URI in DLOCK_TEST_URIS (in loop mode,
+ * conformance_loop, in DLOCK_CONFORMANCE_LOOP_URIS instead when that is
+ * set: CI's sanitizer builds name a few there).  A backend that cannot be
  * reached (DLOCK_ECONNECT) or is not compiled in (DLOCK_ENOBACKEND) is
  * skipped with a loud line, and fails its suite when DLOCK_TEST_REQUIRE_ALL=1.
  * DLOCK_TEST_SCALE multiplies the iteration counts (default 1).  Each
@@ -413,6 +415,9 @@ static void add_backend(const char *uri)
 	add_table(b->suite, conf_hold_tests);
 	add_table(b->suite, conf_inspect_tests);
 	add_table(b->suite, conf_elect_tests);
+#ifdef DLOCK_CONFORMANCE_LOOP
+	add_table(b->suite, conf_loop_tests);
+#endif
 }
 
 /*
@@ -424,9 +429,20 @@ static void add_backend(const char *uri)
  */
 static int only_group = -1;
 
+/* The URIs of the groups after the first. */
+static const char *env_uris(void)
+{
+#ifdef DLOCK_CONFORMANCE_LOOP
+	const char *loop = getenv("DLOCK_CONFORMANCE_LOOP_URIS");
+	if (loop)
+		return loop;
+#endif
+	return getenv("DLOCK_TEST_URIS");
+}
+
 static void add_env_backends(void)
 {
-	const char *env = getenv("DLOCK_TEST_URIS");
+	const char *env = env_uris();
 	if (!env)
 		return;
 	char *copy = strdup(env);
@@ -442,7 +458,7 @@ static void add_env_backends(void)
 
 static int env_uri_count(void)
 {
-	const char *env = getenv("DLOCK_TEST_URIS");
+	const char *env = env_uris();
 	int n = 0;
 	for (const char *p = env; p && *p;) {
 		p += strspn(p, " \t\r\n");
