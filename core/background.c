@@ -25,6 +25,7 @@
  * made; a failed renewal is logged and tried again until the lease runs
  * out, and the holder then hears of the loss.
  */
+#include "async.h"
 #include "internal.h"
 #include "registry.h"
 
@@ -47,6 +48,10 @@ static void deliver_lost_locked(struct dlock_client *c, struct dlock_lock *l)
 	if (!l->on_lost || l->lost_delivered)
 		return;
 	l->lost_delivered = 1;
+	if (c->reactor) { /* a loop client: the loop runs it */
+		dlock_async_post_lost_locked(c, l);
+		return;
+	}
 	l->callback_running = 1;
 	dlock_lost_fn fn = l->on_lost;
 	void *ud = l->lost_userdata;

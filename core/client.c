@@ -11,6 +11,7 @@
  * into the caller's buffer (there is no client yet); close through
  * dlock_client_errmsg().
  */
+#include "async.h"
 #include "internal.h"
 #include "registry.h"
 #include "uri.h"
@@ -40,49 +41,53 @@ static dlock_status check_params(const dlock_driver *d, const dlock_uri *uri, dl
 	return DLOCK_OK;
 }
 
-dlock_status dlock_client_open(dlock_client **out, const char *text, const dlock_client_options *opts,
-                               char *errbuf, size_t errlen)
+dlock_status dlock_client_prepare(struct dlock_client **out, const char *text, const dlock_client_options *opts,
+                                  dlock_error *err)
 {
-	dlock_error err = { "" };
-	struct dlock_client *c = NULL;
-	dlock_status st;
-
-	if (out)
-		*out = NULL;
-	if (!out || !text)
-		return fail_open(errbuf, errlen, DLOCK_EINVAL, "dlock_client_open: out and uri must not be NULL");
+	*out = NULL;
+	if (!text)
+		return dlock_error_set(err, DLOCK_EINVAL, "dlock_client_open: out and uri must not be NULL");
 	if (opts && (opts->version < 1 || opts->version > DLOCK_CLIENT_OPTIONS_VERSION))
-		return fail_open(errbuf, errlen, DLOCK_EVERSION,
-		                 "dlock_client_options.version is not 1 to DLOCK_CLIENT_OPTIONS_VERSION");
+		return dlock_error_set(err, DLOCK_EVERSION,
+		                       "dlock_client_options.version is not 1 to DLOCK_CLIENT_OPTIONS_VERSION");
 	const char *identity = opts && opts->version >= 2 ? opts->identity : NULL;
-	if (identity && dlock_identity_check(identity, &err) != DLOCK_OK)
-		return fail_open(errbuf, errlen, DLOCK_EINVAL, err.msg);
-	c = dlock_client_new(opts);
+	if (identity && dlock_identity_check(identity, err) != DLOCK_OK)
+		return DLOCK_EINVAL;
+	struct dlock_client *c = dlock_client_new(opts);
 	if (!c)
-		return fail_open(errbuf, errlen, DLOCK_ENOMEM, "out of memory");
-	st = dlock_uri_parse(text, &c->uri, &err);
+		return dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
+	dlock_status st = dlock_uri_parse(text, &c->uri, err);
 	if (st != DLOCK_OK)
 		goto fail;
 	c->driver = dlock_registry_find(c->uri->scheme);
 	if (!c->driver) {
 		const char *refused = dlock_registry_refused_reason(c->uri->scheme);
 		if (refused)
-			st = dlock_error_set(&err, DLOCK_ENOBACKEND, "driver '%s' refused at registration: %s (URI %s)",
+			st = dlock_error_set(err, DLOCK_ENOBACKEND, "driver '%s' refused at registration: %s (URI %s)",
 			                     c->uri->scheme, refused, c->uri->masked);
 		else
-			st = dlock_error_set(&err, DLOCK_ENOBACKEND, "no backend for scheme '%s' (built in: %s) in %s",
+			st = dlock_error_set(err, DLOCK_ENOBACKEND, "no backend for scheme '%s' (built in: %s) in %s",
 			                     c->uri->scheme, dlock_backends(), c->uri->masked);
 		goto fail;
 	}
-	st = check_params(c->driver, c->uri, &err);
+	st = check_params(c->driver, c->uri, err);
 	if (st != DLOCK_OK)
 		goto fail;
 	dlock_owner_init(&c->owner, identity ? identity : c->uri->identity);
 	c->uri->identity = c->owner.identity;
-	st = c->driver->open(c->uri, &c->host, &c->backend, &err);
+	*out = c;
+	return DLOCK_OK;
+fail:
+	dlock_client_free(c);
+	return st;
+}
+
+dlock_status dlock_client_connect(struct dlock_client *c, dlock_error *err)
+{
+	dlock_status st = c->driver->open(c->uri, &c->host, &c->backend, err);
 	if (st != DLOCK_OK) {
 		c->backend = NULL;
-		goto fail;
+		return st;
 	}
 	dlock_facts_load(c);
 	/* The core waits for drivers that answer single attempts, except where the server queues the
@@ -91,16 +96,34 @@ dlock_status dlock_client_open(dlock_client **out, const char *text, const dlock
 	                (!c->driver->acquire || c->caps.wakeup != DLOCK_WAKEUP_SERVER_QUEUE);
 	st = dlock_background_start(c);
 	if (st != DLOCK_OK) {
-		dlock_error_set(&err, st, "cannot start the client's background thread");
+		dlock_error_set(err, st, "cannot start the client's background thread");
 		c->driver->close(c->backend);
-		goto fail;
+		c->backend = NULL;
+	}
+	return st;
+}
+
+dlock_status dlock_client_open(dlock_client **out, const char *text, const dlock_client_options *opts,
+                               char *errbuf, size_t errlen)
+{
+	dlock_error err = { "" };
+	struct dlock_client *c = NULL;
+
+	if (out)
+		*out = NULL;
+	if (!out)
+		return fail_open(errbuf, errlen, DLOCK_EINVAL, "dlock_client_open: out and uri must not be NULL");
+	dlock_status st = dlock_client_prepare(&c, text, opts, &err);
+	if (st != DLOCK_OK)
+		return fail_open(errbuf, errlen, st, err.msg);
+	st = dlock_client_connect(c, &err);
+	if (st != DLOCK_OK) {
+		fail_open(errbuf, errlen, st, err.msg);
+		dlock_client_free(c);
+		return st;
 	}
 	*out = c;
 	return DLOCK_OK;
-fail:
-	fail_open(errbuf, errlen, st, err.msg);
-	dlock_client_free(c);
-	return st;
 }
 
 /* ------------------------------------------------------------ close */
@@ -114,13 +137,8 @@ static void cancel_acquires_locked(struct dlock_client *c)
 		pthread_cond_wait(&c->cond, &c->mu);
 }
 
-dlock_status dlock_client_close(dlock_client *c)
+dlock_status dlock_client_close_now(struct dlock_client *c)
 {
-	if (!c)
-		return DLOCK_OK;
-	if (dlock_background_is_self(c))
-		return dlock_client_fail(c, DLOCK_EDEADLK,
-		                         "dlock_client_close called from a lost-lock callback of the same client");
 	pthread_mutex_lock(&c->mu);
 	if (c->closing) {
 		pthread_mutex_unlock(&c->mu);
@@ -134,13 +152,26 @@ dlock_status dlock_client_close(dlock_client *c)
 
 	dlock_background_stop(c);
 	dlock_locks_shutdown(c);
-	c->driver->close(c->backend);
+	if (c->backend) /* a loop client whose open failed has none */
+		c->driver->close(c->backend);
 	c->backend = NULL;
 
 	pthread_mutex_lock(&c->mu);
 	c->closed = 1;
 	dlock_client_maybe_free_locked(c);
 	return DLOCK_OK;
+}
+
+dlock_status dlock_client_close(dlock_client *c)
+{
+	if (!c)
+		return DLOCK_OK;
+	if (dlock_background_is_self(c))
+		return dlock_client_fail(c, DLOCK_EDEADLK,
+		                         "dlock_client_close called from a lost-lock callback of the same client");
+	if (c->reactor)
+		return dlock_async_close_blocking(c);
+	return dlock_client_close_now(c);
 }
 
 /* ------------------------------------------------------------ queries */

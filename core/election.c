@@ -13,6 +13,7 @@
  * observing fields are guarded by c->mu.  Errors: statuses, with the text
  * through dlock_client_errmsg().
  */
+#include "async.h"
 #include "internal.h"
 #include "registry.h"
 
@@ -92,12 +93,37 @@ static dlock_status proclaim_held(struct dlock_election *e, const char *value, s
 	return DLOCK_OK;
 }
 
+dlock_status dlock_campaign_check(dlock_election *e, const dlock_acquire_options *opts, dlock_acquire_options *copy,
+                                  const char **why)
+{
+	dlock_status st = dlock_options_read(opts, copy, why); /* of whichever version, as current ones */
+	if (st != DLOCK_OK)
+		return st;
+	if (copy->fence == DLOCK_OFF || copy->mode != DLOCK_MODE_EXCLUSIVE) {
+		*why = "dlock_campaign: a term is the acquisition's fencing token: fencing must be on, and the mode "
+		       "exclusive";
+		return DLOCK_EINVAL;
+	}
+	copy->fence = DLOCK_ON;
+	dlock_acquire_options checked;
+	return dlock_acquire_check(e->lock, copy, &checked, why);
+}
+
 dlock_status dlock_campaign(dlock_election *e, const char *value, const dlock_acquire_options *opts, uint64_t *term)
 {
 	if (term)
 		*term = 0;
 	if (!e)
 		return DLOCK_EINVAL;
+	dlock_status st = dlock_loop_refuse_blocking(e->client, "dlock_campaign");
+	return st == DLOCK_OK ? dlock_campaign_since(e, value, opts, term, DLOCK_CANCEL_SEQ_NOW) : st;
+}
+
+dlock_status dlock_campaign_since(dlock_election *e, const char *value, const dlock_acquire_options *opts,
+                                  uint64_t *term, uint64_t cancel_seq)
+{
+	if (term)
+		*term = 0;
 	struct dlock_client *c = e->client;
 	size_t len;
 	dlock_acquire_options o;
@@ -105,15 +131,10 @@ dlock_status dlock_campaign(dlock_election *e, const char *value, const dlock_ac
 	if (st != DLOCK_OK)
 		return st;
 	const char *bad = "";
-	st = dlock_options_read(opts, &o, &bad); /* of whichever version, as current ones */
+	st = dlock_campaign_check(e, opts, &o, &bad);
 	if (st != DLOCK_OK)
 		return dlock_client_fail(c, st, bad);
-	if (o.fence == DLOCK_OFF || o.mode != DLOCK_MODE_EXCLUSIVE)
-		return dlock_client_fail(c, DLOCK_EINVAL,
-		                        "dlock_campaign: a term is the acquisition's fencing token: fencing must be on, "
-		                        "and the mode exclusive");
-	o.fence = DLOCK_ON;
-	st = dlock_acquire(e->lock, &o);
+	st = dlock_acquire_since(e->lock, &o, cancel_seq);
 	if (st != DLOCK_OK)
 		return st;
 	st = proclaim_held(e, value, len);
@@ -132,6 +153,9 @@ dlock_status dlock_proclaim(dlock_election *e, const char *value)
 {
 	if (!e)
 		return DLOCK_EINVAL;
+	dlock_status refused = dlock_loop_refuse_blocking(e->client, "dlock_proclaim");
+	if (refused != DLOCK_OK)
+		return refused;
 	size_t len;
 	dlock_status st = check_value(e->client, value, &len);
 	return st == DLOCK_OK ? proclaim_held(e, value, len) : st;
@@ -142,6 +166,9 @@ dlock_status dlock_resign(dlock_election *e)
 	if (!e)
 		return DLOCK_EINVAL;
 	struct dlock_client *c = e->client;
+	dlock_status refused = dlock_loop_refuse_blocking(c, "dlock_resign");
+	if (refused != DLOCK_OK)
+		return refused;
 	pthread_mutex_lock(&c->mu);
 	unsigned depth = e->lock->held && !e->lock->lingering ? e->lock->depth : 0;
 	pthread_mutex_unlock(&c->mu);
@@ -165,6 +192,9 @@ dlock_status dlock_election_leader(dlock_election *e, dlock_leader **out)
 	if (!e || !out)
 		return e ? dlock_client_fail(e->client, DLOCK_EINVAL, "dlock_election_leader: out must not be NULL")
 		         : DLOCK_EINVAL;
+	dlock_status refused = dlock_loop_refuse_blocking(e->client, "dlock_election_leader");
+	if (refused != DLOCK_OK)
+		return refused;
 	struct leader_store *ls = calloc(1, sizeof *ls);
 	if (!ls)
 		return dlock_client_fail(e->client, DLOCK_ENOMEM, "out of memory");
@@ -198,6 +228,8 @@ void dlock_election_free(dlock_election *e)
 		return;
 	if (dlock_observe(e, NULL, NULL) != DLOCK_OK)
 		return; /* from its own observer callback: freeing now would pull the election from under it */
+	if (dlock_async_lock_free(e->lock, e))
+		return; /* a loop client's: freed on a worker once its callbacks have run */
 	dlock_lock_free(e->lock); /* releases every level: resigns */
 	free(e);
 }

@@ -134,6 +134,13 @@ struct dlock_lock {
 	int shut;             /* closing the client has dealt with this handle */
 	int callback_running; /* its lost-lock callback is running */
 	struct dlock_wait *waits; /* acquires in progress on this handle */
+	uint64_t cancel_seq;  /* raised by every dlock_cancel(): an acquisition started before it is cancelled */
+
+	/* A loop client's handle (async.c). */
+	unsigned async_refs;  /* operations and posted callbacks that still need the handle */
+	int free_requested;   /* dlock_lock_free() was called: freed when async_refs falls to 0 */
+	struct dlock_election *free_election; /* the election to free with it, when it is one's */
+	struct dlock_async_lost *lost_post; /* a lost-lock callback posted to the loop, not yet run */
 
 	size_t sched_pos[DLOCK_SCHEDS];  /* 1-based place in each timetable; 0: not in it (sched.c) */
 	int64_t sched_key[DLOCK_SCHEDS]; /* its due time there */
@@ -172,6 +179,11 @@ struct dlock_election {
 dlock_status dlock_election_leader_of(const dlock_lock_info *info, dlock_leader *out);
 /** Stop the client's observer thread and disarm every watch (closing, before the driver closes). */
 void dlock_observer_stop(struct dlock_client *c);
+
+struct dlock_async_lost;
+struct dlock_op;
+struct dlock_reactor;
+struct dlock_workers;
 
 /* A binary min-heap of handles by due time (sched.c). */
 struct dlock_sched_heap {
@@ -230,6 +242,17 @@ struct dlock_client {
 	pthread_cond_t observe_cond;
 	struct dlock_election *observed; /* elections observed now (list by observe_next_in_client) */
 	int observers_disarmed;    /* closing has disarmed every watch (dlock_observer_stop()) */
+
+	/* A loop client (dlock/loop.h; async.c, async_client.c): reactor NULL for a blocking client. */
+	struct dlock_reactor *reactor; /* what the application's loop drives; freed when the close finishes */
+	struct dlock_workers *workers; /* where the backend's blocking calls run */
+	int opening;               /* the asynchronous open has not completed */
+	dlock_status open_status;  /* how it completed */
+	struct dlock_op *open_waiters; /* operations started before it completed, in order */
+	unsigned ops_working;      /* operations whose blocking part is running or queued on a worker */
+	int async_closing;         /* dlock_client_close_async() was called */
+	int close_finished;        /* the close's callback ran: the reactor goes at the end of this turn */
+	unsigned callbacks_depth;  /* >0 while the loop runs a callback of this client */
 };
 
 /* report.c: what a client tells its application. */
@@ -247,6 +270,15 @@ void dlock_client_logf(struct dlock_client *c, dlock_log_level level, const char
 void dlock_client_vlogf(struct dlock_client *c, dlock_log_level level, const char *fmt, va_list ap);
 /** The name of `e`, printable and shortened, for messages: at most `outlen` bytes with the NUL. */
 void dlock_entry_printable(const struct dlock_entry *e, char *out, size_t outlen);
+
+/* client.c: the two halves of an open, and a close without the checks of dlock_client_close(). */
+/** A client for `text` and `opts`: parsed, its driver found, its parameters checked; not connected. */
+dlock_status dlock_client_prepare(struct dlock_client **out, const char *text, const dlock_client_options *opts,
+                                  dlock_error *err);
+/** Open the driver, load its facts, start the background threads. */
+dlock_status dlock_client_connect(struct dlock_client *c, dlock_error *err);
+/** Close: cancel, stop the threads, release, close the driver; frees the client when nothing holds it. */
+dlock_status dlock_client_close_now(struct dlock_client *c);
 
 /* lifetime.c: a client's memory. */
 /** A new client with the log settings of `opts` (may be NULL), nothing else yet; NULL out of memory. */
@@ -307,6 +339,20 @@ void dlock_lock_drop_hold_locked(struct dlock_lock *l);
 /* options.c: `in` (NULL: the defaults), of any version, as current options in *out: renewal and fence
  * DLOCK_DEFAULT, DLOCK_ON or DLOCK_OFF, hold bounds 0, DLOCK_HOLD_NONE or >0.  DLOCK_EVERSION or
  * DLOCK_EINVAL with a static message in *why. */
+/* lock.c, for loop clients (async.c). */
+/** Check `opts` for handle `l` as dlock_acquire() would, and copy them as the current version into *copy. */
+dlock_status dlock_acquire_check(const struct dlock_lock *l, const dlock_acquire_options *opts,
+                                 dlock_acquire_options *copy, const char **why);
+/** The handle's cancellation sequence now (raised by each dlock_cancel()). */
+uint64_t dlock_lock_cancel_seq(struct dlock_lock *l);
+/** dlock_acquire(), cancelled at once if `cancel_seq` (unless DLOCK_CANCEL_SEQ_NOW) is no longer the handle's. */
+dlock_status dlock_acquire_since(dlock_lock *l, const dlock_acquire_options *opts, uint64_t cancel_seq);
+/* election.c, the same for a campaign. */
+dlock_status dlock_campaign_check(dlock_election *e, const dlock_acquire_options *opts, dlock_acquire_options *copy,
+                                  const char **why);
+dlock_status dlock_campaign_since(dlock_election *e, const char *value, const dlock_acquire_options *opts,
+                                  uint64_t *term, uint64_t cancel_seq);
+
 dlock_status dlock_options_read(const dlock_acquire_options *in, dlock_acquire_options *out, const char **why);
 
 /* hold.c: the bounds of a hold.  c->mu held throughout. */

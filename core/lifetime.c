@@ -58,7 +58,7 @@ void dlock_client_free(struct dlock_client *c)
 
 void dlock_client_maybe_free_locked(struct dlock_client *c)
 {
-	int free_now = c->closed && c->nlocks == 0;
+	int free_now = c->closed && c->nlocks == 0 && !c->reactor; /* a loop client's reactor goes first */
 	pthread_mutex_unlock(&c->mu);
 	if (free_now)
 		dlock_client_free(c);

@@ -24,6 +24,7 @@
  * Errors: statuses, with the text through dlock_client_errmsg(), naming
  * the lock printably.
  */
+#include "async.h"
 #include "internal.h"
 #include "registry.h"
 
@@ -261,7 +262,7 @@ void dlock_lock_end_call(struct dlock_lock *l)
 
 void dlock_lock_free(dlock_lock *l)
 {
-	if (!l)
+	if (!l || dlock_async_lock_free(l, NULL))
 		return;
 	struct dlock_client *c = l->client;
 	while (dlock_release(l) == DLOCK_OK) /* undo every reentrant level */
@@ -449,12 +450,19 @@ static dlock_status wait_turn_locked(struct dlock_client *c, struct dlock_entry 
 	}
 }
 
+/* Who owns an acquisition: the calling thread, or the handle itself on a loop client (its one thread is
+ * the loop's, and its blocking calls run on workers). */
+static uint64_t owner_id(const struct dlock_lock *l)
+{
+	return l->client->reactor ? (uint64_t)(uintptr_t)l : dlock_registry_thread_id();
+}
+
 static void become_holder_locked(struct dlock_lock *l, const struct acquire_params *p,
                                  const dlock_acquired *acq, int64_t started_ns)
 {
 	struct dlock_client *c = l->client;
 	l->held = 1;
-	l->owner = dlock_registry_thread_id();
+	l->owner = owner_id(l);
 	l->depth = 1;
 	l->mode = p->mode;
 	l->token = acq->token;
@@ -525,7 +533,7 @@ static const char *acquire_failure_text(dlock_status st, char *buf, size_t len, 
 /* Reentry, or a name this thread already holds through another handle. */
 static int reentry_locked(struct dlock_lock *l, const struct acquire_params *p, dlock_status *st)
 {
-	uint64_t self = dlock_registry_thread_id();
+	uint64_t self = owner_id(l);
 	if (l->held && !l->lingering && l->owner == self) {
 		if (l->lost) {
 			*st = lock_fail(l, DLOCK_ENOTHELD, "was lost; release it before acquiring again");
@@ -570,10 +578,34 @@ static const struct dlock_lock *kind_conflict_locked(const struct dlock_lock *l)
 	return NULL;
 }
 
+dlock_status dlock_acquire_check(const struct dlock_lock *l, const dlock_acquire_options *opts,
+                                 dlock_acquire_options *copy, const char **why)
+{
+	struct acquire_params p;
+	dlock_status st = resolve_params(l, opts, &p, why);
+	if (st == DLOCK_OK)
+		st = dlock_options_read(opts, copy, why);
+	return st;
+}
+
+uint64_t dlock_lock_cancel_seq(struct dlock_lock *l)
+{
+	pthread_mutex_lock(&l->client->mu);
+	uint64_t seq = l->cancel_seq;
+	pthread_mutex_unlock(&l->client->mu);
+	return seq;
+}
+
 dlock_status dlock_acquire(dlock_lock *l, const dlock_acquire_options *opts)
 {
 	if (!l)
 		return DLOCK_EINVAL;
+	dlock_status st = dlock_loop_refuse_blocking(l->client, "dlock_acquire");
+	return st == DLOCK_OK ? dlock_acquire_since(l, opts, DLOCK_CANCEL_SEQ_NOW) : st;
+}
+
+dlock_status dlock_acquire_since(dlock_lock *l, const dlock_acquire_options *opts, uint64_t cancel_seq)
+{
 	struct dlock_client *c = l->client;
 	struct acquire_params p;
 	dlock_error err; /* only its string is read: no need to clear its 512 bytes per call */
@@ -589,6 +621,11 @@ dlock_status dlock_acquire(dlock_lock *l, const dlock_acquire_options *opts)
 	pthread_mutex_lock(&c->mu);
 	if (c->closing) {
 		st = lock_fail(l, DLOCK_ECANCELED, "client is closing");
+		pthread_mutex_unlock(&c->mu);
+		return st;
+	}
+	if (cancel_seq != DLOCK_CANCEL_SEQ_NOW && cancel_seq != l->cancel_seq) {
+		st = lock_fail(l, DLOCK_ECANCELED, "acquire cancelled (dlock_cancel or client closing)");
 		pthread_mutex_unlock(&c->mu);
 		return st;
 	}
@@ -646,6 +683,7 @@ dlock_status dlock_acquire(dlock_lock *l, const dlock_acquire_options *opts)
 void dlock_lock_cancel_locked(struct dlock_lock *l)
 {
 	struct dlock_client *c = l->client;
+	l->cancel_seq++;
 	for (;;) {
 		struct dlock_wait *w = l->waits;
 		while (w && w->cancel_requested)
@@ -687,6 +725,9 @@ dlock_status dlock_release(dlock_lock *l)
 	if (!l)
 		return DLOCK_EINVAL;
 	struct dlock_client *c = l->client;
+	dlock_status refused = dlock_loop_refuse_blocking(c, "dlock_release");
+	if (refused != DLOCK_OK)
+		return refused;
 	dlock_error err; /* only its string is read */
 	err.msg[0] = '\0';
 	pthread_mutex_lock(&c->mu);
@@ -767,6 +808,9 @@ dlock_status dlock_extend(dlock_lock *l, int64_t lease_ms)
 	if (!l)
 		return DLOCK_EINVAL;
 	struct dlock_client *c = l->client;
+	dlock_status refused = dlock_loop_refuse_blocking(c, "dlock_extend");
+	if (refused != DLOCK_OK)
+		return refused;
 	dlock_error err = { "" };
 	pthread_mutex_lock(&c->mu);
 	dlock_status st = DLOCK_OK;
@@ -803,6 +847,9 @@ dlock_status dlock_check(dlock_lock *l)
 	if (!l)
 		return DLOCK_EINVAL;
 	struct dlock_client *c = l->client;
+	dlock_status refused = dlock_loop_refuse_blocking(c, "dlock_check");
+	if (refused != DLOCK_OK)
+		return refused;
 	dlock_error err = { "" };
 	pthread_mutex_lock(&c->mu);
 	/* An expired lease is known without asking, and without waiting for a

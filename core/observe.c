@@ -17,6 +17,7 @@
  * being read or called back is `observe_busy`, and dlock_observe(e, NULL)
  * waits for that to end.  One callback at a time per client.
  */
+#include "async.h"
 #include "internal.h"
 #include "registry.h"
 
@@ -113,9 +114,14 @@ static void observe_one_locked(struct dlock_client *c, struct dlock_election *e)
 		remember_locked(e, &now);
 		dlock_leader_fn fn = e->observe_fn;
 		void *ud = e->observe_userdata;
-		pthread_mutex_unlock(&c->mu);
-		fn(e, &now, ud);
-		pthread_mutex_lock(&c->mu);
+		if (c->reactor) { /* a loop client: the loop calls it, with the inspection it takes over */
+			dlock_async_post_observed_locked(c, e, fn, ud, info);
+			info = NULL;
+		} else {
+			pthread_mutex_unlock(&c->mu);
+			fn(e, &now, ud);
+			pthread_mutex_lock(&c->mu);
+		}
 	} else if (st != DLOCK_OK) {
 		dlock_client_logf(c, DLOCK_LOG_WARN, "observer: cannot read who leads (%s); trying again",
 		                  dlock_status_name(st));

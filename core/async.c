@@ -1,0 +1,545 @@
+/*
+ * Asynchronous operations of a loop client (dlock/loop.h): start, run,
+ * call back.
+ *
+ * An operation is one allocation (struct dlock_op) that copies what its
+ * start call was given.  The start call checks what it can at once (an
+ * error there never calls back), takes a reference on the handle, and
+ * hands the operation to a worker thread of the client — or, while the
+ * client is still opening, queues it until the open completes.  The worker
+ * makes the blocking call (the same code path as a blocking client's),
+ * keeps its status and error text, and posts the operation to the loop,
+ * where the callback runs; the handle's reference is dropped after it, so
+ * that a handle freed inside its own callback goes then (async_client.c).
+ *
+ * Cancellation: an acquisition records its handle's cancellation sequence
+ * when it starts, so that a dlock_cancel() between the start and the
+ * moment the worker begins to wait is not lost (dlock_acquire_since()).
+ *
+ * Ownership: the operation belongs to the core from a successful start
+ * until its callback has returned; what the callback receives (an
+ * inspection, a list, a leader) is the application's.  Threads: start
+ * calls and callbacks on the loop's thread; the blocking part on a worker.
+ */
+#include "async.h"
+#include "reactor.h"
+#include "worker.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum op_kind {
+	OP_OPEN, OP_ACQUIRE, OP_RELEASE, OP_EXTEND, OP_CHECK, OP_INSPECT, OP_LIST, OP_BREAK,
+	OP_CAMPAIGN, OP_PROCLAIM, OP_RESIGN, OP_LEADER, OP_CLOSE, OP_FREE
+};
+
+_Static_assert(OP_OPEN == DLOCK_OP_OPEN && OP_CLOSE == DLOCK_OP_CLOSE, "async.h's kinds");
+
+union op_done {
+	dlock_open_fn open;
+	dlock_lock_done_fn lock;
+	dlock_inspect_fn inspect;
+	dlock_list_fn list;
+	dlock_break_fn brk;
+	dlock_election_done_fn election;
+	dlock_leader_done_fn leader;
+	dlock_close_fn close;
+};
+
+struct dlock_op {
+	struct dlock_job job;
+	struct dlock_reactor_item item;
+	struct dlock_op *next_waiting; /* in client->open_waiters */
+	enum op_kind kind;
+	struct dlock_client *c;
+	struct dlock_lock *lock;       /* the handle it holds a reference on, or NULL */
+	struct dlock_election *e;
+	dlock_acquire_options opts;    /* as the current version, read from the caller's */
+	uint64_t cancel_seq;
+	int64_t lease_ms;
+	char *text;                    /* the name, prefix or value it was given (copied), or NULL */
+	union op_done done;
+	void *ud;
+	dlock_status st;
+	char msg[DLOCK_ERROR_MAX];
+	dlock_lock_info *info;
+	dlock_lock_list *list;
+	size_t broken;
+	uint64_t term;
+	dlock_leader *leader;
+};
+
+/* ------------------------------------------------------------ checks */
+
+dlock_status dlock_loop_refuse_blocking(struct dlock_client *c, const char *call)
+{
+	if (!c || !c->reactor || c->close_finished || !dlock_reactor_is_loop_thread(c->reactor))
+		return DLOCK_OK;
+	char buf[200];
+	snprintf(buf, sizeof buf, "%s would block the loop of this loop client: use its _async form", call);
+	return dlock_client_fail(c, DLOCK_EDEADLK, buf);
+}
+
+int dlock_async_live(const struct dlock_client *c)
+{
+	return c && c->reactor && c->workers && !c->close_finished;
+}
+
+/* Whether a start call may go on: a loop client, its thread, not closing. */
+static dlock_status may_start(struct dlock_client *c, const char *call)
+{
+	char buf[200];
+	if (!c->reactor) {
+		snprintf(buf, sizeof buf, "%s: not a loop client (open it with dlock_client_open_async)", call);
+		return dlock_client_fail(c, DLOCK_EINVAL, buf);
+	}
+	if (!dlock_reactor_is_loop_thread(c->reactor)) {
+		snprintf(buf, sizeof buf, "%s: a loop client is used only from its loop's thread", call);
+		return dlock_client_fail(c, DLOCK_EDEADLK, buf);
+	}
+	if (c->async_closing || c->closing) {
+		snprintf(buf, sizeof buf, "%s: the client is closing", call);
+		return dlock_client_fail(c, DLOCK_ECLOSED, buf);
+	}
+	return DLOCK_OK;
+}
+
+/* ------------------------------------------------------------ running */
+
+static void op_free(struct dlock_op *op)
+{
+	free(op->text);
+	free(op);
+}
+
+/* On the loop: the callback, then what the operation still held. */
+static void op_finish(struct dlock_reactor_item *item)
+{
+	struct dlock_op *op = (struct dlock_op *)((char *)item - offsetof(struct dlock_op, item));
+	struct dlock_client *c = op->c;
+	if (op->st != DLOCK_OK)
+		dlock_client_fail(c, op->st, op->msg);
+	c->callbacks_depth++;
+	switch (op->kind) {
+	case OP_OPEN:
+		dlock_async_open_done(c, op->st);
+		op->done.open(c, op->st, op->ud);
+		break;
+	case OP_ACQUIRE: case OP_RELEASE: case OP_EXTEND: case OP_CHECK:
+		op->done.lock(op->lock, op->st, op->ud);
+		break;
+	case OP_INSPECT:
+		op->done.inspect(c, op->st, op->info, op->ud);
+		break;
+	case OP_LIST:
+		op->done.list(c, op->st, op->list, op->ud);
+		break;
+	case OP_BREAK:
+		op->done.brk(c, op->st, op->broken, op->ud);
+		break;
+	case OP_CAMPAIGN: case OP_PROCLAIM: case OP_RESIGN:
+		op->done.election(op->e, op->st, op->term, op->ud);
+		break;
+	case OP_LEADER:
+		op->done.leader(op->e, op->st, op->leader, op->ud);
+		break;
+	case OP_CLOSE:
+		if (op->done.close)
+			op->done.close(op->st, op->ud);
+		break;
+	case OP_FREE:
+		break;
+	}
+	c->callbacks_depth--;
+	if (op->lock)
+		dlock_async_unref(op->lock);
+	if (op->kind == OP_OPEN)
+		dlock_async_release_waiters(c, op->st, op->msg);
+	if (op->kind == OP_CLOSE)
+		dlock_async_close_done(c);
+	op_free(op);
+}
+
+/* On a worker: the blocking call. */
+static void op_run(struct dlock_job *job)
+{
+	struct dlock_op *op = (struct dlock_op *)((char *)job - offsetof(struct dlock_op, job));
+	struct dlock_client *c = op->c;
+	dlock_status st = DLOCK_OK;
+	switch (op->kind) {
+	case OP_OPEN:
+		st = dlock_async_open_run(c, op->msg, sizeof op->msg);
+		break;
+	case OP_ACQUIRE: st = dlock_acquire_since(op->lock, &op->opts, op->cancel_seq); break;
+	case OP_RELEASE: st = dlock_release(op->lock); break;
+	case OP_EXTEND: st = dlock_extend(op->lock, op->lease_ms); break;
+	case OP_CHECK: st = dlock_check(op->lock); break;
+	case OP_INSPECT: st = dlock_inspect(c, op->text, &op->info); break;
+	case OP_LIST: st = dlock_list(c, op->text, &op->list); break;
+	case OP_BREAK: st = dlock_break(c, op->text, &op->broken); break;
+	case OP_CAMPAIGN: st = dlock_campaign_since(op->e, op->text, &op->opts, &op->term, op->cancel_seq); break;
+	case OP_PROCLAIM: st = dlock_proclaim(op->e, op->text); break;
+	case OP_RESIGN: st = dlock_resign(op->e); break;
+	case OP_LEADER: st = dlock_election_leader(op->e, &op->leader); break;
+	case OP_CLOSE: st = dlock_async_close_run(c); break;
+	case OP_FREE:
+		if (op->lock->free_election)
+			dlock_election_free(op->lock->free_election);
+		else
+			dlock_lock_free(op->lock);
+		pthread_mutex_lock(&c->mu);
+		c->ops_working--;
+		pthread_cond_broadcast(&c->cond);
+		pthread_mutex_unlock(&c->mu);
+		op_free(op);
+		return;
+	}
+	op->st = st;
+	if (st != DLOCK_OK && op->kind != OP_OPEN)
+		snprintf(op->msg, sizeof op->msg, "%s", dlock_client_errmsg(c));
+	/* Post first, so that a close waiting for the workers is called back after this operation. */
+	struct dlock_reactor *r = c->reactor;
+	pthread_mutex_lock(&c->mu);
+	dlock_reactor_post(r, &op->item);
+	if (op->kind != OP_CLOSE)
+		c->ops_working--;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->mu);
+}
+
+void dlock_async_complete_later(struct dlock_op *op, dlock_status st)
+{
+	op->st = st;
+	op->item.run = op_finish;
+	dlock_reactor_post(op->c->reactor, &op->item);
+}
+
+/* Hand `op` to a worker, or keep it until the open completes.  On the loop's thread. */
+dlock_status dlock_async_submit(struct dlock_op *op)
+{
+	struct dlock_client *c = op->c;
+	op->job.run = op_run;
+	op->item.run = op_finish;
+	pthread_mutex_lock(&c->mu);
+	if (op->lock)
+		op->lock->async_refs++;
+	if (c->opening && op->kind != OP_OPEN) {
+		struct dlock_op **pp = &c->open_waiters;
+		while (*pp)
+			pp = &(*pp)->next_waiting;
+		op->next_waiting = NULL;
+		*pp = op;
+		pthread_mutex_unlock(&c->mu);
+		return DLOCK_OK;
+	}
+	if (op->kind != OP_CLOSE)
+		c->ops_working++;
+	pthread_mutex_unlock(&c->mu);
+	dlock_status st = dlock_workers_submit(c->workers, &op->job);
+	if (st != DLOCK_OK) {
+		pthread_mutex_lock(&c->mu);
+		if (op->kind != OP_CLOSE)
+			c->ops_working--;
+		if (op->lock)
+			op->lock->async_refs--;
+		pthread_mutex_unlock(&c->mu);
+		return dlock_client_fail(c, st, "cannot start a worker thread for the operation");
+	}
+	return DLOCK_OK;
+}
+
+/* The open completed (async_client.c): let the waiting operations go, or fail them with its status. */
+void dlock_async_release_waiters(struct dlock_client *c, dlock_status open_st, const char *why)
+{
+	pthread_mutex_lock(&c->mu);
+	struct dlock_op *op = c->open_waiters;
+	c->open_waiters = NULL;
+	pthread_mutex_unlock(&c->mu);
+	while (op) {
+		struct dlock_op *next = op->next_waiting;
+		if (op->lock) { /* dlock_async_submit() takes it again */
+			pthread_mutex_lock(&c->mu);
+			op->lock->async_refs--;
+			pthread_mutex_unlock(&c->mu);
+		}
+		dlock_status st = open_st;
+		if (st == DLOCK_OK || op->kind == OP_CLOSE)
+			st = dlock_async_submit(op);
+		if (st != DLOCK_OK) {
+			if (op->lock) {
+				pthread_mutex_lock(&c->mu);
+				op->lock->async_refs++;
+				pthread_mutex_unlock(&c->mu);
+			}
+			op->st = st;
+			snprintf(op->msg, sizeof op->msg, "%s", why);
+			op_finish(&op->item);
+		}
+		op = next;
+	}
+}
+
+/* A new operation of `kind` on `c` (NULL out of memory: the client's error says so). */
+struct dlock_op *dlock_async_op_new(struct dlock_client *c, int kind, const char *text)
+{
+	struct dlock_op *op = calloc(1, sizeof *op);
+	if (op && text && !(op->text = strdup(text))) {
+		free(op);
+		op = NULL;
+	}
+	if (!op) {
+		dlock_client_fail(c, DLOCK_ENOMEM, "out of memory");
+		return NULL;
+	}
+	op->c = c;
+	op->kind = (enum op_kind)kind;
+	op->cancel_seq = DLOCK_CANCEL_SEQ_NOW;
+	return op;
+}
+
+/* Set the close's callback (async_client.c). */
+void dlock_async_op_set_close(struct dlock_op *op, dlock_close_fn done, void *userdata)
+{
+	op->done.close = done;
+	op->ud = userdata;
+}
+
+/* Set the open's callback (async_client.c). */
+void dlock_async_op_set_open(struct dlock_op *op, dlock_open_fn done, void *userdata)
+{
+	op->done.open = done;
+	op->ud = userdata;
+}
+
+/* A handle's free (async_client.c): no callback. */
+dlock_status dlock_async_free_submit(struct dlock_lock *l)
+{
+	struct dlock_op *op = dlock_async_op_new(l->client, OP_FREE, NULL);
+	if (!op)
+		return DLOCK_ENOMEM;
+	op->lock = l;
+	op->job.run = op_run;
+	struct dlock_client *c = l->client;
+	pthread_mutex_lock(&c->mu);
+	c->ops_working++;
+	pthread_mutex_unlock(&c->mu);
+	dlock_status st = dlock_workers_submit(c->workers, &op->job);
+	if (st != DLOCK_OK) {
+		pthread_mutex_lock(&c->mu);
+		c->ops_working--;
+		pthread_mutex_unlock(&c->mu);
+		op_free(op);
+	}
+	return st;
+}
+
+/* ------------------------------------------------------------ start calls */
+
+static dlock_status start_on_lock(dlock_lock *l, int kind, const char *call, dlock_lock_done_fn done,
+                                  void *userdata, struct dlock_op **out)
+{
+	*out = NULL;
+	if (!l || !done)
+		return l ? dlock_client_fail(l->client, DLOCK_EINVAL, "the callback must not be NULL") : DLOCK_EINVAL;
+	dlock_status st = may_start(l->client, call);
+	if (st != DLOCK_OK)
+		return st;
+	if (l->free_requested)
+		return dlock_client_fail(l->client, DLOCK_EINVAL, "the handle is being freed");
+	struct dlock_op *op = dlock_async_op_new(l->client, kind, NULL);
+	if (!op)
+		return DLOCK_ENOMEM;
+	op->lock = l;
+	op->done.lock = done;
+	op->ud = userdata;
+	*out = op;
+	return DLOCK_OK;
+}
+
+static dlock_status submit_or_free(struct dlock_op *op)
+{
+	dlock_status st = dlock_async_submit(op);
+	if (st != DLOCK_OK)
+		op_free(op);
+	return st;
+}
+
+dlock_status dlock_acquire_async(dlock_lock *l, const dlock_acquire_options *opts, dlock_lock_done_fn done,
+                                 void *userdata)
+{
+	struct dlock_op *op;
+	dlock_status st = start_on_lock(l, OP_ACQUIRE, "dlock_acquire_async", done, userdata, &op);
+	if (st != DLOCK_OK)
+		return st;
+	const char *why = "";
+	st = dlock_acquire_check(l, opts, &op->opts, &why);
+	if (st != DLOCK_OK) {
+		op_free(op);
+		return dlock_client_fail(l->client, st, why);
+	}
+	op->cancel_seq = dlock_lock_cancel_seq(l);
+	return submit_or_free(op);
+}
+
+dlock_status dlock_release_async(dlock_lock *l, dlock_lock_done_fn done, void *userdata)
+{
+	struct dlock_op *op;
+	dlock_status st = start_on_lock(l, OP_RELEASE, "dlock_release_async", done, userdata, &op);
+	return st == DLOCK_OK ? submit_or_free(op) : st;
+}
+
+dlock_status dlock_extend_async(dlock_lock *l, int64_t lease_ms, dlock_lock_done_fn done, void *userdata)
+{
+	struct dlock_op *op;
+	dlock_status st = start_on_lock(l, OP_EXTEND, "dlock_extend_async", done, userdata, &op);
+	if (st != DLOCK_OK)
+		return st;
+	op->lease_ms = lease_ms;
+	return submit_or_free(op);
+}
+
+dlock_status dlock_check_async(dlock_lock *l, dlock_lock_done_fn done, void *userdata)
+{
+	struct dlock_op *op;
+	dlock_status st = start_on_lock(l, OP_CHECK, "dlock_check_async", done, userdata, &op);
+	return st == DLOCK_OK ? submit_or_free(op) : st;
+}
+
+static dlock_status start_on_client(dlock_client *c, int kind, const char *call, const void *done,
+                                    const char *text, int text_needed, struct dlock_op **out)
+{
+	*out = NULL;
+	if (!c)
+		return DLOCK_EINVAL;
+	if (!done || (text_needed && !text)) {
+		char buf[160];
+		snprintf(buf, sizeof buf, "%s: %s must not be NULL", call, done ? "the name" : "the callback");
+		return dlock_client_fail(c, DLOCK_EINVAL, buf);
+	}
+	dlock_status st = may_start(c, call);
+	if (st != DLOCK_OK)
+		return st;
+	*out = dlock_async_op_new(c, kind, text);
+	return *out ? DLOCK_OK : DLOCK_ENOMEM;
+}
+
+dlock_status dlock_inspect_async(dlock_client *c, const char *name, dlock_inspect_fn done, void *userdata)
+{
+	struct dlock_op *op;
+	dlock_status st = start_on_client(c, OP_INSPECT, "dlock_inspect_async", (const void *)done, name, 1, &op);
+	if (st != DLOCK_OK)
+		return st;
+	op->done.inspect = done;
+	op->ud = userdata;
+	return submit_or_free(op);
+}
+
+dlock_status dlock_list_async(dlock_client *c, const char *name_prefix, dlock_list_fn done, void *userdata)
+{
+	struct dlock_op *op;
+	dlock_status st = start_on_client(c, OP_LIST, "dlock_list_async", (const void *)done, name_prefix, 0, &op);
+	if (st != DLOCK_OK)
+		return st;
+	op->done.list = done;
+	op->ud = userdata;
+	return submit_or_free(op);
+}
+
+dlock_status dlock_break_async(dlock_client *c, const char *name, dlock_break_fn done, void *userdata)
+{
+	struct dlock_op *op;
+	dlock_status st = start_on_client(c, OP_BREAK, "dlock_break_async", (const void *)done, name, 1, &op);
+	if (st != DLOCK_OK)
+		return st;
+	op->done.brk = done;
+	op->ud = userdata;
+	return submit_or_free(op);
+}
+
+static dlock_status start_on_election(dlock_election *e, int kind, const char *call, const char *value,
+                                      struct dlock_op **out)
+{
+	*out = NULL;
+	if (!e)
+		return DLOCK_EINVAL;
+	struct dlock_lock *l = dlock_election_lock(e);
+	dlock_status st = may_start(l->client, call);
+	if (st != DLOCK_OK)
+		return st;
+	if (l->free_requested)
+		return dlock_client_fail(l->client, DLOCK_EINVAL, "the election is being freed");
+	if (value && strnlen(value, DLOCK_VALUE_MAX + 1) > DLOCK_VALUE_MAX) {
+		char buf[96];
+		snprintf(buf, sizeof buf, "a leader's value is at most %d bytes", DLOCK_VALUE_MAX);
+		return dlock_client_fail(l->client, DLOCK_EINVAL, buf);
+	}
+	*out = dlock_async_op_new(l->client, kind, value);
+	if (!*out)
+		return DLOCK_ENOMEM;
+	(*out)->e = e;
+	(*out)->lock = l;
+	return DLOCK_OK;
+}
+
+dlock_status dlock_campaign_async(dlock_election *e, const char *value, const dlock_acquire_options *opts,
+                                  dlock_election_done_fn done, void *userdata)
+{
+	struct dlock_op *op;
+	if (e && !done)
+		return dlock_client_fail(dlock_election_lock(e)->client, DLOCK_EINVAL, "the callback must not be NULL");
+	dlock_status st = start_on_election(e, OP_CAMPAIGN, "dlock_campaign_async", value ? value : "", &op);
+	if (st != DLOCK_OK)
+		return st;
+	const char *why = "";
+	st = dlock_campaign_check(e, opts, &op->opts, &why);
+	if (st != DLOCK_OK) {
+		struct dlock_client *c = op->c;
+		op_free(op);
+		return dlock_client_fail(c, st, why);
+	}
+	op->done.election = done;
+	op->ud = userdata;
+	op->cancel_seq = dlock_lock_cancel_seq(op->lock);
+	return submit_or_free(op);
+}
+
+dlock_status dlock_proclaim_async(dlock_election *e, const char *value, dlock_election_done_fn done,
+                                  void *userdata)
+{
+	struct dlock_op *op;
+	if (e && !done)
+		return dlock_client_fail(dlock_election_lock(e)->client, DLOCK_EINVAL, "the callback must not be NULL");
+	dlock_status st = start_on_election(e, OP_PROCLAIM, "dlock_proclaim_async", value ? value : "", &op);
+	if (st != DLOCK_OK)
+		return st;
+	op->done.election = done;
+	op->ud = userdata;
+	return submit_or_free(op);
+}
+
+dlock_status dlock_resign_async(dlock_election *e, dlock_election_done_fn done, void *userdata)
+{
+	struct dlock_op *op;
+	if (e && !done)
+		return dlock_client_fail(dlock_election_lock(e)->client, DLOCK_EINVAL, "the callback must not be NULL");
+	dlock_status st = start_on_election(e, OP_RESIGN, "dlock_resign_async", NULL, &op);
+	if (st != DLOCK_OK)
+		return st;
+	op->done.election = done;
+	op->ud = userdata;
+	return submit_or_free(op);
+}
+
+dlock_status dlock_election_leader_async(dlock_election *e, dlock_leader_done_fn done, void *userdata)
+{
+	struct dlock_op *op;
+	if (e && !done)
+		return dlock_client_fail(dlock_election_lock(e)->client, DLOCK_EINVAL, "the callback must not be NULL");
+	dlock_status st = start_on_election(e, OP_LEADER, "dlock_election_leader_async", NULL, &op);
+	if (st != DLOCK_OK)
+		return st;
+	op->done.leader = done;
+	op->ud = userdata;
+	return submit_or_free(op);
+}

@@ -1,0 +1,96 @@
+/*
+ * Loop clients (dlock/loop.h), as the rest of the core sees them: the
+ * calls that the blocking paths make when their client is a loop client.
+ * async.c starts operations and calls them back; async_client.c opens and
+ * closes loop clients and frees their handles; loop_api.c is the public
+ * face of the reactor.
+ *
+ * Threads: as each function says.  Errors: through the client's error
+ * text, as the public calls.
+ */
+#ifndef DLOCK_CORE_ASYNC_H
+#define DLOCK_CORE_ASYNC_H
+
+#include "dlock/loop.h"
+#include "internal.h"
+
+/* Cancellation sequence meaning "none given: the handle's current one" (dlock_acquire_since()). */
+#define DLOCK_CANCEL_SEQ_NOW UINT64_MAX
+
+/**
+ * DLOCK_EDEADLK, with a message naming `call`, when the caller is the loop
+ * thread of loop client `c` (a blocking call would stall the loop); else
+ * DLOCK_OK.  Any thread, c->mu not held.
+ */
+dlock_status dlock_loop_refuse_blocking(struct dlock_client *c, const char *call);
+
+/** 1 when `c` is a loop client whose worker threads still run (its close has not finished). */
+int dlock_async_live(const struct dlock_client *c);
+
+/**
+ * dlock_lock_free() of a loop client's handle from any thread but a
+ * worker: cancel what it waits for, and free it once the callbacks that
+ * hold it have run (the release and free on a worker).  Returns 1 when it
+ * took the handle over, 0 when the caller frees it as on any client.
+ * `e`: the election whose handle this is (freed with it), or NULL.
+ */
+int dlock_async_lock_free(struct dlock_lock *l, struct dlock_election *e);
+
+/**
+ * A loss to deliver (background.c): post the handle's lost-lock callback
+ * to the loop, which runs it, then clears l->callback_running.  c->mu held.
+ */
+void dlock_async_post_lost_locked(struct dlock_client *c, struct dlock_lock *l);
+
+/**
+ * An observer's news (observe.c): post `fn` with who leads per `info`
+ * (taken over, freed after the call) to the loop, which calls it if the
+ * election is still observed by `fn`.  c->mu held.
+ */
+void dlock_async_post_observed_locked(struct dlock_client *c, struct dlock_election *e, dlock_leader_fn fn,
+                                      void *userdata, dlock_lock_info *info);
+
+/**
+ * dlock_client_close() of a loop client: from a callback of the client it
+ * starts the close (as dlock_client_close_async() without a callback) and
+ * returns; otherwise it closes and returns when every callback has run.
+ * On the loop's thread.
+ */
+dlock_status dlock_async_close_blocking(struct dlock_client *c);
+
+/** The reactor's posted work, then the end of a finished close: dlock_loop_run()'s body. */
+void dlock_async_run(struct dlock_client *c);
+
+/* ---------------------------------------- between async.c and async_client.c */
+
+/* Operation kinds that async_client.c makes (the others are async.c's own). */
+#define DLOCK_OP_OPEN 0
+#define DLOCK_OP_CLOSE 12
+
+/** A new operation of `kind` on `c`, `text` copied (NULL out of memory: the client's error says so). */
+struct dlock_op *dlock_async_op_new(struct dlock_client *c, int kind, const char *text);
+/** Its callback, for an open or a close. */
+void dlock_async_op_set_open(struct dlock_op *op, dlock_open_fn done, void *userdata);
+void dlock_async_op_set_close(struct dlock_op *op, dlock_close_fn done, void *userdata);
+/** Hand it to a worker (or keep it until the open completes); frees nothing on failure. */
+dlock_status dlock_async_submit(struct dlock_op *op);
+/** Call `op` back with `st` on the loop's next turn, without running it. */
+void dlock_async_complete_later(struct dlock_op *op, dlock_status st);
+/** Free the handle `l` (or its election) on a worker; no callback. */
+dlock_status dlock_async_free_submit(struct dlock_lock *l);
+/** The open completed: let the operations that waited for it go, or fail them with `open_st`, `why`. */
+void dlock_async_release_waiters(struct dlock_client *c, dlock_status open_st, const char *why);
+
+/* async_client.c, called by async.c */
+/** On a worker: connect the client; the message into `msg`. */
+dlock_status dlock_async_open_run(struct dlock_client *c, char *msg, size_t len);
+/** On the loop: the open's outcome, before its callback. */
+void dlock_async_open_done(struct dlock_client *c, dlock_status st);
+/** On a worker: wait for the other operations, then close the client as a blocking one. */
+dlock_status dlock_async_close_run(struct dlock_client *c);
+/** On the loop, after the close's callback: mark it finished (the reactor goes at the end of the turn). */
+void dlock_async_close_done(struct dlock_client *c);
+/** On the loop: drop an operation's reference on `l`, freeing it when that was the last one wanted. */
+void dlock_async_unref(struct dlock_lock *l);
+
+#endif /* DLOCK_CORE_ASYNC_H */

@@ -1,0 +1,270 @@
+/*
+ * A loop client's life: its asynchronous open and close, and the handles
+ * freed while operations still need them.
+ *
+ * Open: the URI is parsed and the driver found at once (errors returned
+ * to the caller, no callback); the reactor and the worker pool are made on
+ * the caller's thread, which becomes the loop's; the driver's open runs on
+ * a worker and its outcome is called back.
+ *
+ * Close: every acquisition is cancelled, every lock still held is
+ * reported lost with DLOCK_LOST_CLOSED (posted, so the reports run on the
+ * loop before the close's callback), and a worker waits for the other
+ * operations' blocking parts to end before closing the client as a
+ * blocking one would.  After the close's callback the turn of the loop
+ * ends by destroying the reactor (the hooks hear of every descriptor
+ * first) and joining the workers; the client's memory goes with its last
+ * handle, as any client's.
+ *
+ * Handles: dlock_lock_free() of a loop client's handle cancels what it
+ * waits for and frees it on a worker (its release is a server call) once
+ * every callback that holds it has run.
+ *
+ * Threads: the loop's, except the *_run functions (a worker).  Errors:
+ * through the client's error text, or the open's buffer.
+ */
+#include "async.h"
+#include "reactor.h"
+#include "worker.h"
+
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ open */
+
+dlock_status dlock_client_open_async(dlock_client **out, const char *uri, const dlock_client_options *opts,
+                                     const dlock_loop_hooks *hooks, dlock_open_fn done, void *userdata,
+                                     char *errbuf, size_t errlen)
+{
+	dlock_error err = { "" };
+	struct dlock_client *c = NULL;
+	dlock_status st;
+	if (out)
+		*out = NULL;
+	if (!out || !done) {
+		st = dlock_error_set(&err, DLOCK_EINVAL, "dlock_client_open_async: out and done must not be NULL");
+		goto fail;
+	}
+	st = dlock_client_prepare(&c, uri, opts, &err);
+	if (st != DLOCK_OK)
+		goto fail;
+	c->workers = dlock_workers_new();
+	if (!c->workers) {
+		st = dlock_error_set(&err, DLOCK_ENOMEM, "out of memory");
+		goto fail;
+	}
+	st = dlock_reactor_create(c, hooks, &c->reactor, &err);
+	if (st != DLOCK_OK)
+		goto fail;
+	struct dlock_op *op = dlock_async_op_new(c, DLOCK_OP_OPEN, NULL);
+	if (!op) {
+		st = dlock_error_set(&err, DLOCK_ENOMEM, "out of memory");
+		goto fail;
+	}
+	dlock_async_op_set_open(op, done, userdata);
+	c->opening = 1;
+	st = dlock_async_submit(op);
+	if (st != DLOCK_OK) {
+		free(op);
+		dlock_error_set(&err, st, "cannot start a worker thread to open the client");
+		goto fail;
+	}
+	*out = c;
+	return DLOCK_OK;
+fail:
+	if (errbuf && errlen)
+		snprintf(errbuf, errlen, "%s", err.msg[0] ? err.msg : dlock_strerror(st));
+	if (c) {
+		dlock_reactor_destroy(c->reactor);
+		dlock_workers_destroy(c->workers);
+		c->reactor = NULL;
+		dlock_client_free(c);
+	}
+	return st;
+}
+
+dlock_status dlock_async_open_run(struct dlock_client *c, char *msg, size_t len)
+{
+	dlock_error err = { "" };
+	dlock_status st = dlock_client_connect(c, &err);
+	snprintf(msg, len, "%s", err.msg);
+	return st;
+}
+
+void dlock_async_open_done(struct dlock_client *c, dlock_status st)
+{
+	pthread_mutex_lock(&c->mu);
+	c->opening = 0;
+	c->open_status = st;
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* ------------------------------------------------------------ close */
+
+/* Run on the loop: a lock that the close takes away, reported as lost. */
+struct closed_report {
+	struct dlock_reactor_item item;
+	struct dlock_lock *lock;
+	dlock_lost_fn fn;
+	void *ud;
+};
+
+static void report_closed(struct dlock_reactor_item *item)
+{
+	struct closed_report *r = (struct closed_report *)item;
+	struct dlock_client *c = r->lock->client;
+	c->callbacks_depth++;
+	r->fn(r->lock, DLOCK_LOST_CLOSED, "the client was closed while it held the lock", r->ud);
+	c->callbacks_depth--;
+	dlock_async_unref(r->lock);
+	free(r);
+}
+
+/* Post a DLOCK_LOST_CLOSED report for every lock held with a callback that has not heard of a loss. */
+static void report_held_locks(struct dlock_client *c)
+{
+	pthread_mutex_lock(&c->mu);
+	for (struct dlock_lock *l = c->locks; l; l = l->next) {
+		if (!l->held || l->lingering || l->lost || !l->on_lost || l->lost_delivered)
+			continue;
+		struct closed_report *r = malloc(sizeof *r);
+		if (!r)
+			continue; /* out of memory: the lock is still released, unreported */
+		l->lost_delivered = 1;
+		l->async_refs++;
+		r->item.run = report_closed;
+		r->lock = l;
+		r->fn = l->on_lost;
+		r->ud = l->lost_userdata;
+		dlock_reactor_post(c->reactor, &r->item);
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
+dlock_status dlock_client_close_async(dlock_client *c, dlock_close_fn done, void *userdata)
+{
+	if (!c)
+		return DLOCK_EINVAL;
+	if (!c->reactor)
+		return dlock_client_fail(c, DLOCK_EINVAL, "dlock_client_close_async: not a loop client");
+	if (!dlock_reactor_is_loop_thread(c->reactor))
+		return dlock_client_fail(c, DLOCK_EDEADLK,
+		                         "dlock_client_close_async: a loop client is used only from its loop's thread");
+	if (c->async_closing)
+		return dlock_client_fail(c, DLOCK_ECLOSED, "client is already closing");
+	struct dlock_op *op = dlock_async_op_new(c, DLOCK_OP_CLOSE, NULL);
+	if (!op)
+		return DLOCK_ENOMEM;
+	dlock_async_op_set_close(op, done, userdata);
+	c->async_closing = 1;
+	report_held_locks(c);
+	pthread_mutex_lock(&c->mu);
+	for (struct dlock_lock *l = c->locks; l; l = l->next)
+		dlock_lock_cancel_locked(l);
+	pthread_mutex_unlock(&c->mu);
+	if (dlock_async_submit(op) != DLOCK_OK) /* no thread for it: close here, blocking, and call back later */
+		dlock_async_complete_later(op, dlock_async_close_run(c));
+	return DLOCK_OK;
+}
+
+dlock_status dlock_async_close_run(struct dlock_client *c)
+{
+	pthread_mutex_lock(&c->mu);
+	while (c->ops_working > 0)
+		pthread_cond_wait(&c->cond, &c->mu);
+	pthread_mutex_unlock(&c->mu);
+	return dlock_client_close_now(c);
+}
+
+void dlock_async_close_done(struct dlock_client *c)
+{
+	c->close_finished = 1;
+}
+
+/* The end of a finished close, once the loop's turn is over: the reactor, the workers, maybe the client. */
+static void close_finish(struct dlock_client *c)
+{
+	dlock_workers_destroy(c->workers); /* no worker posts to the reactor any more */
+	dlock_reactor_destroy(c->reactor);
+	pthread_mutex_lock(&c->mu);
+	c->reactor = NULL;
+	c->workers = NULL;
+	dlock_client_maybe_free_locked(c);
+}
+
+void dlock_async_run(struct dlock_client *c)
+{
+	if (!c || !c->reactor || c->callbacks_depth > 0)
+		return;
+	dlock_reactor_run(c->reactor);
+	if (c->close_finished)
+		close_finish(c);
+}
+
+dlock_status dlock_async_close_blocking(struct dlock_client *c)
+{
+	if (!dlock_reactor_is_loop_thread(c->reactor))
+		return dlock_client_fail(c, DLOCK_EDEADLK,
+		                         "dlock_client_close: a loop client is used only from its loop's thread");
+	if (c->close_finished)
+		return dlock_client_fail(c, DLOCK_ECLOSED, "client is already closed");
+	if (!c->async_closing) {
+		dlock_status st = dlock_client_close_async(c, NULL, NULL);
+		if (st != DLOCK_OK)
+			return st;
+	}
+	if (c->callbacks_depth > 0)
+		return DLOCK_OK; /* the loop's turn finishes it */
+	/* Drive the loop here until the close has been called back: the reactor's own descriptor is
+	 * readable whenever work is posted. */
+	while (!c->close_finished) {
+		struct pollfd p = { .fd = dlock_reactor_wake_fd(c->reactor), .events = POLLIN, .revents = 0 };
+		if (poll(&p, 1, -1) < 0)
+			continue;
+		dlock_reactor_run(c->reactor);
+	}
+	close_finish(c);
+	return DLOCK_OK;
+}
+
+/* ------------------------------------------------------------ handles */
+
+static void free_now(struct dlock_lock *l)
+{
+	struct dlock_client *c = l->client;
+	if (dlock_async_free_submit(l) != DLOCK_OK)
+		dlock_client_logf(c, DLOCK_LOG_ERROR, "no worker thread to free a handle: it is leaked");
+}
+
+int dlock_async_lock_free(struct dlock_lock *l, struct dlock_election *e)
+{
+	struct dlock_client *c = l->client;
+	if (!dlock_async_live(c) || !dlock_reactor_is_loop_thread(c->reactor))
+		return 0;
+	pthread_mutex_lock(&c->mu);
+	if (l->free_requested) {
+		pthread_mutex_unlock(&c->mu);
+		return 1;
+	}
+	l->free_requested = 1;
+	l->free_election = e;
+	dlock_lock_cancel_locked(l);
+	unsigned refs = l->async_refs;
+	pthread_mutex_unlock(&c->mu);
+	if (refs == 0)
+		free_now(l);
+	return 1;
+}
+
+void dlock_async_unref(struct dlock_lock *l)
+{
+	struct dlock_client *c = l->client;
+	pthread_mutex_lock(&c->mu);
+	unsigned refs = --l->async_refs;
+	int go = refs == 0 && l->free_requested;
+	pthread_mutex_unlock(&c->mu);
+	if (go)
+		free_now(l);
+}

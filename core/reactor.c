@@ -1,0 +1,165 @@
+/*
+ * The reactor of a loop client: the eventfd through which work reaches the
+ * loop's thread, and the descriptor the application watches.
+ *
+ * Push mode registers the eventfd with the application's `watch` hook;
+ * pull mode puts it in an epoll set whose descriptor the application
+ * polls (so that descriptors of the client's own connections can join it
+ * later without the application seeing a change).  Work posted from any
+ * thread is queued under the reactor's mutex and the eventfd is written;
+ * the loop drains the eventfd and runs the queue as it stood, so that work
+ * posted by that work runs on the next turn, never starving the loop.
+ *
+ * Ownership: the reactor belongs to its client and is destroyed on the
+ * loop's thread when the client's close completes.  Threads: see reactor.h.
+ */
+#include "reactor.h"
+#include "registry.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+struct dlock_reactor {
+	dlock_client *client;
+	dlock_loop_hooks hooks;
+	int push;
+	int wake_fd;    /* eventfd: readable while work is posted */
+	void *wake_slot; /* push mode: the application's pointer for wake_fd */
+	int epoll_fd;   /* pull mode: the descriptor the application watches; -1 in push mode */
+	uint64_t thread; /* dlock_registry_thread_id() of the loop's thread */
+
+	pthread_mutex_t mu; /* guards the queue */
+	struct dlock_reactor_item *head, *tail;
+};
+
+dlock_status dlock_reactor_create(dlock_client *c, const dlock_loop_hooks *hooks, struct dlock_reactor **out,
+                                  dlock_error *err)
+{
+	*out = NULL;
+	if (hooks && hooks->version != DLOCK_LOOP_HOOKS_VERSION)
+		return dlock_error_set(err, DLOCK_EVERSION, "dlock_loop_hooks.version is not DLOCK_LOOP_HOOKS_VERSION");
+	if (hooks && (!hooks->watch || !hooks->timer))
+		return dlock_error_set(err, DLOCK_EINVAL, "dlock_loop_hooks needs both watch and timer");
+	struct dlock_reactor *r = calloc(1, sizeof *r);
+	if (!r)
+		return dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
+	dlock_status st = DLOCK_EIO;
+	r->client = c;
+	r->epoll_fd = -1;
+	r->thread = dlock_registry_thread_id();
+	pthread_mutex_init(&r->mu, NULL);
+	r->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (r->wake_fd < 0) {
+		dlock_error_set(err, DLOCK_EIO, "eventfd: %s", strerror(errno));
+		goto fail;
+	}
+	if (hooks) {
+		r->hooks = *hooks;
+		r->push = 1;
+		if (r->hooks.watch(c, r->hooks.userdata, r->wake_fd, DLOCK_IO_READ, &r->wake_slot) != 0) {
+			r->push = 0; /* nothing to take back from the hooks */
+			dlock_error_set(err, DLOCK_EIO, "the loop's watch hook refused the client's descriptor");
+			goto fail;
+		}
+	} else {
+		r->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+		struct epoll_event ev = { .events = EPOLLIN, .data.fd = r->wake_fd };
+		if (r->epoll_fd < 0 || epoll_ctl(r->epoll_fd, EPOLL_CTL_ADD, r->wake_fd, &ev) != 0) {
+			dlock_error_set(err, DLOCK_EIO, "epoll: %s", strerror(errno));
+			goto fail;
+		}
+	}
+	*out = r;
+	return DLOCK_OK;
+fail:
+	if (r->epoll_fd >= 0)
+		close(r->epoll_fd);
+	if (r->wake_fd >= 0)
+		close(r->wake_fd);
+	pthread_mutex_destroy(&r->mu);
+	free(r);
+	return st;
+}
+
+void dlock_reactor_destroy(struct dlock_reactor *r)
+{
+	if (!r)
+		return;
+	if (r->push) {
+		r->hooks.timer(r->client, r->hooks.userdata, -1);
+		r->hooks.watch(r->client, r->hooks.userdata, r->wake_fd, 0, &r->wake_slot);
+	}
+	if (r->epoll_fd >= 0)
+		close(r->epoll_fd);
+	close(r->wake_fd);
+	if (r->push && r->hooks.cleanup)
+		r->hooks.cleanup(r->hooks.userdata);
+	pthread_mutex_destroy(&r->mu);
+	free(r);
+}
+
+void dlock_reactor_wake(struct dlock_reactor *r)
+{
+	uint64_t one = 1;
+	/* EAGAIN means the counter is already non-zero: the loop will turn anyway. */
+	ssize_t n = write(r->wake_fd, &one, sizeof one);
+	(void)n;
+}
+
+void dlock_reactor_post(struct dlock_reactor *r, struct dlock_reactor_item *item)
+{
+	item->next = NULL;
+	pthread_mutex_lock(&r->mu);
+	int was_empty = r->head == NULL;
+	if (r->tail)
+		r->tail->next = item;
+	else
+		r->head = item;
+	r->tail = item;
+	pthread_mutex_unlock(&r->mu);
+	if (was_empty)
+		dlock_reactor_wake(r);
+}
+
+int dlock_reactor_run(struct dlock_reactor *r)
+{
+	uint64_t count;
+	while (read(r->wake_fd, &count, sizeof count) > 0)
+		;
+	pthread_mutex_lock(&r->mu);
+	struct dlock_reactor_item *batch = r->head;
+	r->head = r->tail = NULL;
+	pthread_mutex_unlock(&r->mu);
+	int ran = batch != NULL;
+	while (batch) {
+		struct dlock_reactor_item *it = batch;
+		batch = it->next;
+		it->run(it); /* may free it */
+	}
+	return ran;
+}
+
+int dlock_reactor_is_loop_thread(const struct dlock_reactor *r)
+{
+	return r && r->thread == dlock_registry_thread_id();
+}
+
+int dlock_reactor_fd(const struct dlock_reactor *r)
+{
+	return r ? r->epoll_fd : -1;
+}
+
+int dlock_reactor_wake_fd(const struct dlock_reactor *r)
+{
+	return r->wake_fd;
+}
+
+int dlock_reactor_owns_fd(const struct dlock_reactor *r, int fd)
+{
+	return r && fd == r->wake_fd;
+}

@@ -1,0 +1,67 @@
+/*
+ * The reactor of a loop client (reactor.c): what the application's loop
+ * drives.  It owns an eventfd through which any thread posts work to the
+ * loop's thread, and, in pull mode, the one epoll descriptor the
+ * application watches.  Posted items are intrusive (the poster owns their
+ * memory and keeps it alive until the item has run) and run in the order
+ * they were posted, on the loop's thread, inside dlock_loop_run() and the
+ * push-mode entry points.
+ *
+ * Threads: dlock_reactor_post() and dlock_loop_wake() from any thread;
+ * everything else on the loop's thread.  Errors: dlock_reactor_create()
+ * returns DLOCK_ENOMEM, DLOCK_EIO (descriptors) or DLOCK_EVERSION (hooks)
+ * with a message; nothing else fails.
+ */
+#ifndef DLOCK_CORE_REACTOR_H
+#define DLOCK_CORE_REACTOR_H
+
+#include <stdint.h>
+
+#include "dlock/loop.h"
+#include "dlock/sys/driver.h"
+
+struct dlock_reactor;
+
+/** One piece of work posted to the loop: `run(item)` is called once on the loop's thread. */
+struct dlock_reactor_item {
+	struct dlock_reactor_item *next;
+	void (*run)(struct dlock_reactor_item *item);
+};
+
+/**
+ * A reactor for the client `c` (handed back to the hooks), with the loop's
+ * `hooks` (copied; NULL: pull mode), whose thread is the caller's.
+ */
+dlock_status dlock_reactor_create(dlock_client *c, const dlock_loop_hooks *hooks, struct dlock_reactor **out,
+                                  dlock_error *err);
+
+/**
+ * Stop watching every descriptor (push mode: the hooks hear of it before
+ * the descriptors close), close them, call the hooks' cleanup and free the
+ * reactor.  Items still posted are dropped: their owners must be done.
+ * On the loop's thread.
+ */
+void dlock_reactor_destroy(struct dlock_reactor *r);
+
+/** Post `item` to the loop (any thread; never blocks for long). */
+void dlock_reactor_post(struct dlock_reactor *r, struct dlock_reactor_item *item);
+
+/** Run what was posted until now (the loop's thread); 1 if anything ran. */
+int dlock_reactor_run(struct dlock_reactor *r);
+
+/** 1 when the calling thread is the reactor's loop thread. */
+int dlock_reactor_is_loop_thread(const struct dlock_reactor *r);
+
+/** The pull-mode descriptor (-1 in push mode). */
+int dlock_reactor_fd(const struct dlock_reactor *r);
+
+/** The eventfd that is readable while work is posted (for a thread that drives the loop itself). */
+int dlock_reactor_wake_fd(const struct dlock_reactor *r);
+
+/** Push mode: 1 when `fd` is the reactor's own descriptor (its eventfd). */
+int dlock_reactor_owns_fd(const struct dlock_reactor *r, int fd);
+
+/** Make the loop turn (any thread, async-signal-safe: one write to an eventfd). */
+void dlock_reactor_wake(struct dlock_reactor *r);
+
+#endif /* DLOCK_CORE_REACTOR_H */
