@@ -202,17 +202,21 @@ static void tl_wake(tl_client *c)
 	}
 }
 
-/* The loop client that failure texts are read from, on the loop thread: NULL once closed. */
-static dlock_client *tl_live_client(tl_client *c)
+/*
+ * The client that `k`'s failure text is read from, on the loop thread: the
+ * loop client, while it is open or `k` is a call of one of its handles
+ * (which keep it in memory once closed); else none.
+ */
+static dlock_client *tl_text_client(const tl_call *k)
 {
-	return c->live ? c->client : NULL;
+	return k->c->live || k->lock || k->e ? k->c->client : NULL;
 }
 
 /* End `k` with `st` (on the loop thread); a failure takes the client's text with it. */
 static void tl_finish(tl_call *k, dlock_status st)
 {
 	tl_client *c = k->c;
-	dlock_client *client = tl_live_client(c);
+	dlock_client *client = tl_text_client(k);
 	k->status = st;
 	if (st != DLOCK_OK && client) {
 		k->has_text = 1;
