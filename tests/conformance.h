@@ -77,7 +77,7 @@ extern const conf_test conf_loop_tests[];    /* conformance_loop_cases.c */
 const char *conf_uri(void);
 /** Its capabilities, read when the suite started. */
 const dlock_capabilities *conf_caps(void);
-/** Iteration count `base` times DLOCK_TEST_SCALE (default 1), at least 1. */
+/** Iteration count `base` times DLOCK_TEST_SCALE (default 1; in loop mode a quarter of that), at least 1. */
 size_t conf_scaled(size_t base);
 
 /* ------------------------------------------------------- assertions */

@@ -1054,8 +1054,27 @@ static void tl_election_free_here(tl_client *c, dlock_election *e)
 	dlock_election_free(e);
 }
 
+static void on_resigned_for_free(dlock_election *e, dlock_status st, uint64_t term, void *ud)
+{
+	tl_call *k = ud;
+	(void)st, (void)term;
+	if (!k->starting)
+		tl_election_free_here(k->c, e);
+	tl_callback_end(k, DLOCK_OK);
+}
+
+/*
+ * dlock_election_free() has resigned when it returns; on a loop client the
+ * free resigns later, with no callback to await.  So: resign (not leading:
+ * refused, which is fine), await it, then free.
+ */
 static void start_election_free(tl_call *k)
 {
+	k->starting = 1;
+	dlock_status st = dlock_resign_async(k->e, on_resigned_for_free, k);
+	k->starting = 0;
+	if (st == DLOCK_OK && !k->early)
+		return; /* freed once the resignation has called back */
 	tl_election_free_here(k->c, k->e);
 	tl_finish(k, DLOCK_OK);
 }

@@ -22,7 +22,10 @@
  * Ownership: a client's loop thread and its record live from
  * testloop_client_open() until the client is closed and the last handle
  * made on it is freed (handles of a closed client are still used on that
- * thread).  dlock_gc() has no asynchronous form: testloop_gc() runs it on
+ * thread).  testloop_election_free() resigns (and waits for that) before
+ * it frees, since dlock_election_free() has resigned when it returns while a
+ * loop client's free resigns afterwards, with no callback to await.
+ * dlock_gc() has no asynchronous form: testloop_gc() runs it on
  * a blocking client of the same URI, opened for the call.
  *
  * Threads: any number of threads may call these functions at once, as on
