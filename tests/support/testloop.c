@@ -156,6 +156,13 @@ static void tl_forget(const void *key, tl_client *c)
 	pthread_mutex_unlock(&registry_mu);
 }
 
+/* 1 where `key` is no loop client's (NULL) or this is its loop thread: there, the library's own call. */
+static int tl_direct(const void *key)
+{
+	tl_client *c = tl_find(key);
+	return !c || tl_self == c;
+}
+
 /* ------------------------------------------------------- failure texts */
 
 static void tl_note_text(const dlock_client *client, const char *text)
@@ -295,6 +302,14 @@ static dlock_status tl_do(tl_client *c, tl_call *k)
 	if (k->has_text)
 		tl_note_text(c->client, k->text_out);
 	return k->broke_contract ? DLOCK_STATUS_COUNT_ : k->status;
+}
+
+/* tl_do() on the client of `key`, for a call whose status is all it answers; frees `k`. */
+static dlock_status tl_run(const void *key, tl_call *k)
+{
+	dlock_status st = tl_do(tl_find(key), k);
+	free(k);
+	return st;
 }
 
 /* The start of an _async form given a NULL handle: it must refuse, and never call back. */
@@ -542,35 +557,9 @@ static void start_get_stats(tl_call *k)
 	tl_finish(k, dlock_client_get_stats(k->client, k->out));
 }
 
-dlock_status testloop_client_get_stats(dlock_client *client, dlock_client_stats *stats)
-{
-	tl_client *c = tl_find(client);
-	if (!c || tl_self == c)
-		return dlock_client_get_stats(client, stats);
-	tl_call *k = tl_call_new("dlock_client_get_stats", start_get_stats);
-	k->client = client;
-	k->out = stats;
-	dlock_status st = tl_do(c, k);
-	free(k);
-	return st;
-}
-
 static void start_capabilities(tl_call *k)
 {
 	tl_finish(k, dlock_client_capabilities(k->client, k->out));
-}
-
-dlock_status testloop_client_capabilities(dlock_client *client, dlock_capabilities *caps)
-{
-	tl_client *c = tl_find(client);
-	if (!c || tl_self == c)
-		return dlock_client_capabilities(client, caps);
-	tl_call *k = tl_call_new("dlock_client_capabilities", start_capabilities);
-	k->client = client;
-	k->out = caps;
-	dlock_status st = tl_do(c, k);
-	free(k);
-	return st;
 }
 
 static void start_feature(tl_call *k)
@@ -578,18 +567,33 @@ static void start_feature(tl_call *k)
 	tl_finish(k, dlock_client_feature(k->client, (dlock_feature)k->n, k->out));
 }
 
+/* A call of `client` that answers through `out` and does not talk to the server, on its loop thread. */
+static dlock_status tl_client_get(dlock_client *client, const char *what, void (*start)(tl_call *k), int64_t n,
+                                  void *out)
+{
+	tl_call *k = tl_call_new(what, start);
+	k->client = client;
+	k->n = n;
+	k->out = out;
+	return tl_run(client, k);
+}
+
+dlock_status testloop_client_get_stats(dlock_client *client, dlock_client_stats *stats)
+{
+	return tl_direct(client) ? dlock_client_get_stats(client, stats)
+	                         : tl_client_get(client, "dlock_client_get_stats", start_get_stats, 0, stats);
+}
+
+dlock_status testloop_client_capabilities(dlock_client *client, dlock_capabilities *caps)
+{
+	return tl_direct(client) ? dlock_client_capabilities(client, caps)
+	                         : tl_client_get(client, "dlock_client_capabilities", start_capabilities, 0, caps);
+}
+
 dlock_status testloop_client_feature(dlock_client *client, dlock_feature feature, int64_t *value)
 {
-	tl_client *c = tl_find(client);
-	if (!c || tl_self == c)
-		return dlock_client_feature(client, feature, value);
-	tl_call *k = tl_call_new("dlock_client_feature", start_feature);
-	k->client = client;
-	k->n = feature;
-	k->out = value;
-	dlock_status st = tl_do(c, k);
-	free(k);
-	return st;
+	return tl_direct(client) ? dlock_client_feature(client, feature, value)
+	                         : tl_client_get(client, "dlock_client_feature", start_feature, feature, value);
 }
 
 /* ------------------------------------------------------- handles */
@@ -786,23 +790,14 @@ static void start_check(tl_call *k)
 static dlock_status tl_lock_op(dlock_lock *lock, const char *what, void (*start)(tl_call *k),
                                const dlock_acquire_options *opts, int64_t n, void *out)
 {
-	tl_client *c = tl_find(lock);
 	tl_call *k = tl_call_new(what, start);
 	k->lock = lock;
 	k->opts = opts;
 	k->n = n;
 	k->out = out;
-	dlock_status st = tl_do(c, k);
-	free(k);
-	return st;
+	return tl_run(lock, k);
 }
 
-/* Where `lock` is not a loop client's handle (NULL) or this is its loop thread, the library's own call. */
-static int tl_direct(const void *key)
-{
-	tl_client *c = tl_find(key);
-	return !c || tl_self == c;
-}
 
 dlock_status testloop_lock_fencing_token(dlock_lock *lock, uint64_t *token)
 {
@@ -1250,16 +1245,13 @@ static void start_observe(tl_call *k)
 
 dlock_status testloop_observe(dlock_election *e, dlock_leader_fn fn, void *userdata)
 {
-	tl_client *c = tl_find(e);
-	if (!c || tl_self == c)
+	if (tl_direct(e))
 		return dlock_observe(e, fn, userdata);
 	tl_call *k = tl_call_new("dlock_observe", start_observe);
 	k->e = e;
 	k->observer = fn;
 	k->userdata = userdata;
-	dlock_status st = tl_do(c, k);
-	free(k);
-	return st;
+	return tl_run(e, k);
 }
 
 /* ------------------------------------------------------- for the loop-only cases */
@@ -1288,7 +1280,5 @@ dlock_status testloop_run_on_loop(dlock_client *client, void (*fn)(void *arg), v
 	tl_call *k = tl_call_new("testloop_run_on_loop", start_run);
 	k->fn = fn;
 	k->userdata = arg;
-	dlock_status st = tl_do(c, k);
-	free(k);
-	return st;
+	return tl_run(client, k);
 }
