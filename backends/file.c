@@ -1040,6 +1040,7 @@ static dlock_status file_feature(void *backend, dlock_lock_kind kind, int code, 
 	(void)backend;
 	switch (code) {
 	case DLOCK_FACT_BACKEND: out->text = "file"; break;
+	case DLOCK_FACT_INLINE: out->value = 1; break; /* OFD locks are tried without waiting; files are local */
 	case DLOCK_FEATURE_CONSISTENCY: out->value = DLOCK_CONSISTENCY_LOCAL; break;
 	case DLOCK_FEATURE_FENCING:
 	case DLOCK_FEATURE_READ_FENCING:

@@ -893,6 +893,7 @@ static dlock_status mem_feature(void *backend, dlock_lock_kind kind, int code, d
 	(void)backend, (void)kind;
 	switch (code) {
 	case DLOCK_FACT_BACKEND: out->text = "mem"; break;
+	case DLOCK_FACT_INLINE: out->value = 1; break; /* in-process state: nothing waits on a network */
 	case DLOCK_FEATURE_CONSISTENCY: out->value = DLOCK_CONSISTENCY_LOCAL; break;
 	case DLOCK_FEATURE_FENCING:
 	case DLOCK_FEATURE_READ_FENCING:

@@ -10,7 +10,9 @@
 # size), OUTDIR/table.txt, OUTDIR/table-fencing.txt (the same without fencing
 # tokens), OUTDIR/table-kinds.txt (a semaphore and a read-mostly read-write
 # lock), OUTDIR/table-scale.txt (many waiters on one name, and many locks
-# held by one client, with the servers' CPU time), OUTDIR/table-failover.txt
+# held by one client, with the servers' CPU time), OUTDIR/table-inflight.txt
+# (one thread with N locks in flight through a loop client, beside N
+# blocking threads and N raw connections), OUTDIR/table-failover.txt
 # (the faults scenario with a failover, and on RedLock), and OUTDIR/*.png,
 # OUTDIR/scale/*.png and OUTDIR/failover/*.png with the data and gnuplot
 # scripts behind them.
@@ -124,6 +126,18 @@ echo "== dlock-bench: scale (8, 32, 64 waiters) and held (1000 locks), with the 
 	--scenario scale --waiters 8,32,64 --duration "$duration" --scenario held --held 1000 --hold 6s --lease 3s \
 	--json --table "$out/table-scale.txt" --plot "$out/scale" >>"$out/results.jsonl"
 
+# One thread keeping 1, 8 and 64 locks in flight through a loop client
+# (dlock/loop.h), beside the blocking client with as many threads and the
+# raw client with as many connections; then 1,000 on Redis (the loop alone:
+# the other sides would need 1,000 threads) and PostgreSQL (skipped while it
+# does not fit in max_connections, and the row says so).
+echo "== dlock-bench: inflight (1, 8, 64 and 1000 locks in flight on one loop thread)"
+"$bench" --uri "mem://bench" --uri "file://$work/locks" --uri "$DLOCK_TEST_REDIS_URI" --uri "$DLOCK_TEST_PG_URI" \
+	--uri "$DLOCK_TEST_PG_ROW_URI" --uri "$zk_uri" --scenario inflight --inflight 1,8,64 --duration "$duration" \
+	--json --table "$out/table-inflight.txt" >>"$out/results.jsonl"
+"$bench" --uri "$DLOCK_TEST_REDIS_URI" --uri "$DLOCK_TEST_PG_URI" --scenario inflight --inflight 1000 \
+	--duration "$duration" --json --table "$out/table-inflight-1000.txt" >>"$out/results.jsonl"
+
 # A failover under a holder, after the faults every server gets: on PostgreSQL
 # the primary killed (immediate shutdown) and its synchronous standby
 # promoted, on a pair of its own per mode (a failover leaves no standby
@@ -187,5 +201,6 @@ done
 for member in 1 2 3; do
 	$DLOCK_TEST_ZK_CTL pid "$member" >/dev/null 2>&1 || $DLOCK_TEST_ZK_CTL start "$member"
 done
-cat "$out/table.txt" "$out/table-fencing.txt" "$out/table-kinds.txt" "$out/table-scale.txt" "$out/table-failover.txt"
+cat "$out/table.txt" "$out/table-fencing.txt" "$out/table-kinds.txt" "$out/table-scale.txt" "$out/table-inflight.txt" \
+	"$out/table-inflight-1000.txt" "$out/table-failover.txt"
 echo "== written: $out/table*.txt $out/results.jsonl $out/*.png $out/scale/*.png $out/failover/*.png"

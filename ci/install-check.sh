@@ -10,13 +10,17 @@
 #               dlock --version, the Doxyfile and the man pages agree
 #   3. build    examples/ against the prefix: CMake find_package(dlock)
 #               (shared and COMPONENTS static) and pkg-config (make, shared
-#               and STATIC=1); the README's link commands: a shared link
-#               runs only with the libdir in the RPATH or LD_LIBRARY_PATH,
-#               and `pkg-config --static` links libdlock.a
+#               and STATIC=1), each with the event-loop examples on libuv
+#               and libevent (the installed adapters); the README's link
+#               commands: a shared link runs only with the libdir in the
+#               RPATH or LD_LIBRARY_PATH, and `pkg-config --static` links
+#               libdlock.a
 #   4. run      each example against file:// and mem://, and against the
 #               first URI of each backend in DLOCK_TEST_URIS when set
 #               (ci/servers.sh sets it); the other topologies, whose
-#               behaviour the conformance suite covers, run choose_backend
+#               behaviour the conformance suite covers, run choose_backend;
+#               the event-loop examples hold 3 locks for a second on file://
+#               and mem://
 #   5. man      `man -l` renders every page with no groff warning; the
 #               options and environment of --help and the man page match
 #   6. docs     Doxygen on the public headers prints no warning
@@ -71,7 +75,8 @@ bench=0
 [ -x "$prefix/bin/dlock-bench" ] && bench=1
 expect=(
 	"$libdir/libdlock.so" "$libdir/libdlock.so.$major" "$libdir/libdlock.so.$version" "$libdir/libdlock.a"
-	"$prefix/include/dlock/dlock.h" "$prefix/include/dlock/sys/driver.h"
+	"$prefix/include/dlock/dlock.h" "$prefix/include/dlock/sys/driver.h" "$prefix/include/dlock/loop.h"
+	"$prefix/include/dlock/adapters/libuv.h" "$prefix/include/dlock/adapters/libevent.h"
 	"$prefix/bin/dlock" "$prefix/share/man/man1/dlock.1" "$prefix/share/man/man3/dlock.3"
 	"$libdir/pkgconfig/dlock.pc" "$libdir/cmake/dlock/dlockConfig.cmake"
 	"$libdir/cmake/dlock/dlockConfigVersion.cmake"
@@ -133,7 +138,8 @@ done
 
 # ------------------------------------------------------ build examples
 step "build the examples against the prefix"
-examples=(create_order scheduled_job lost_lock_worker choose_backend worker_pool leader_service leader_observer)
+examples=(create_order scheduled_job lost_lock_worker choose_backend worker_pool leader_service leader_observer
+	loop_poll loop_libuv loop_libevent)
 declare -A bin_dirs=()
 build_cmake() { # NAME STATIC
 	if cmake -S examples -B "$work/$1" -DDLOCK_EXAMPLES_STATIC="$2" >"$work/$1.log" 2>&1 &&
@@ -160,6 +166,12 @@ build_cmake cmake-shared OFF
 build_cmake cmake-static ON
 build_make make-shared 0
 build_make make-static 1
+# Built only where libuv and libevent are found, which install-deps provides.
+for d in "${!bin_dirs[@]}"; do
+	for e in loop_libuv loop_libevent; do
+		[ -x "${bin_dirs[$d]}/$e" ] || bad "$d: $e was not built (libuv1-dev, libevent-dev: bash ci/install-deps.sh build)"
+	done
+done
 for d in "${!bin_dirs[@]}"; do
 	case $d in
 	*static)
@@ -433,6 +445,15 @@ if [ -n "${bin_dirs[cmake-shared]:-}" ]; then
 		examples_on "${bin_dirs[cmake-shared]}" "$uri"
 	done
 fi
+# The event-loop examples, briefly: 3 locks held for a second on the loop.
+if [ -n "${bin_dirs[cmake-shared]:-}" ]; then
+	for e in loop_poll loop_libuv loop_libevent; do
+		for uri in "file://$work/locks" "mem://install-check"; do
+			expect "$e: 3 locks held a second on ${uri%%:*}://" 0 "^acquired=3 lost=0 " \
+				"${bin_dirs[cmake-shared]}/$e" "$uri" 3 1 || true
+		done
+	done
+fi
 # A backend of the application's own (kv_driver.c) on the test Redis.
 if [ -n "${DLOCK_TEST_REDIS_URI:-}" ]; then
 	for d in "${!bin_dirs[@]}"; do
@@ -444,9 +465,11 @@ fi
 for d in cmake-static make-shared make-static; do
 	[ -n "${bin_dirs[$d]:-}" ] || continue
 	for e in "${examples[@]}"; do
-		# Extra arguments: ORDER_ID and STORE_DIR, SECONDS (and AT_LEAST), STEPS, WORKERS and PERMITS.
+		# Extra arguments: ORDER_ID and STORE_DIR, SECONDS (and AT_LEAST), STEPS, WORKERS and PERMITS,
+		# COUNT and SECONDS.
 		extra=(1 "$work/orders-$d")
 		[ "$e" = worker_pool ] && extra=(2 1)
+		[[ $e == loop_* ]] && extra=(3 1)
 		[ "$e" = scheduled_job ] && extra=(0 0) # SECONDS and AT_LEAST
 		uri=file://$work/locks-$d
 		# Elections: not on file://; one process on mem://, for a second.

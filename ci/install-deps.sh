@@ -5,8 +5,9 @@
 #
 #   build    compiler, CMake, pkg-config and the -dev packages of the
 #            client libraries (hiredis, libzookeeper_mt, libpq, libcrypto),
-#            so that every backend is built: enough for `cmake --build`,
-#            ci/main.sh and an install
+#            so that every backend is built, and of libuv and libevent, for
+#            the event-loop examples (libdlock links neither): enough for
+#            `cmake --build`, ci/main.sh, an install and its examples
 #   tests    CUnit (the test programs), clang with its sanitizer and
 #            libFuzzer runtimes, python3 (JSON checks of test_cli.sh)
 #   servers  Redis, ZooKeeper (with a JRE), PostgreSQL and PgBouncer, which
@@ -21,7 +22,7 @@
 set -euo pipefail
 
 declare -A groups=(
-	[build]="cmake gcc libc6-dev make pkg-config libssl-dev libhiredis-dev libzookeeper-mt-dev libpq-dev"
+	[build]="cmake gcc libc6-dev make pkg-config libssl-dev libhiredis-dev libzookeeper-mt-dev libpq-dev libuv1-dev libevent-dev"
 	# libclang-rt-dev: the sanitizer and libFuzzer runtimes, only
 	# recommended by clang, so not pulled in; python3: test_cli.sh parses
 	# the JSON of `dlock status --json` (and ci/static.sh reads the compile

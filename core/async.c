@@ -74,16 +74,32 @@ struct dlock_op {
 
 dlock_status dlock_loop_refuse_blocking(struct dlock_client *c, const char *call)
 {
-	if (!c || !c->reactor || c->close_finished || !dlock_reactor_is_loop_thread(c->reactor))
+	if (!c || !c->reactor || c->close_finished || c->loop_inline || !dlock_reactor_is_loop_thread(c->reactor))
 		return DLOCK_OK;
 	char buf[200];
 	snprintf(buf, sizeof buf, "%s would block the loop of this loop client: use its _async form", call);
 	return dlock_client_fail(c, DLOCK_EDEADLK, buf);
 }
 
+dlock_status dlock_loop_refuse_unopened(struct dlock_client *c, const char *call)
+{
+	if (!c || !c->reactor)
+		return DLOCK_OK;
+	pthread_mutex_lock(&c->mu);
+	int opening = c->opening;
+	dlock_status failed = c->open_status;
+	pthread_mutex_unlock(&c->mu);
+	if (!opening && failed == DLOCK_OK)
+		return DLOCK_OK;
+	char buf[200];
+	snprintf(buf, sizeof buf, opening ? "%s: the client is still opening: call it from the open's callback on"
+	                                  : "%s: the client did not open", call);
+	return dlock_client_fail(c, opening ? DLOCK_EINVAL : failed, buf);
+}
+
 int dlock_async_live(const struct dlock_client *c)
 {
-	return c && c->reactor && c->workers && !c->close_finished;
+	return c && c->reactor && !c->close_finished && !c->loop_inline;
 }
 
 /* Whether a start call may go on: a loop client, its thread, not closing. */
@@ -198,11 +214,20 @@ static void op_run(struct dlock_job *job)
 	op->st = st;
 	if (st != DLOCK_OK && op->kind != OP_OPEN)
 		snprintf(op->msg, sizeof op->msg, "%s", dlock_client_errmsg(c));
-	/* Post first, so that a close waiting for the workers is called back after this operation. */
+}
+
+/* On the worker, once it counts as free again: post the outcome to the loop. */
+static void op_post(struct dlock_job *job)
+{
+	struct dlock_op *op = (struct dlock_op *)((char *)job - offsetof(struct dlock_op, job));
+	struct dlock_client *c = op->c;
+	/* Post first, so that a close waiting for the workers is called back after this operation; the
+	 * loop may free `op` as soon as it is posted. */
 	struct dlock_reactor *r = c->reactor;
+	int counted = op->kind != OP_CLOSE;
 	pthread_mutex_lock(&c->mu);
 	dlock_reactor_post(r, &op->item);
-	if (op->kind != OP_CLOSE)
+	if (counted)
 		c->ops_working--;
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->mu);
@@ -215,11 +240,78 @@ void dlock_async_complete_later(struct dlock_op *op, dlock_status st)
 	dlock_reactor_post(op->c->reactor, &op->item);
 }
 
+/* ------------------------------------------------------------ native */
+
+/* The engine's answer for an acquisition or a campaign (loop_acquire.c), on the loop. */
+static void native_acquired(void *arg, dlock_status st, const char *msg)
+{
+	struct dlock_op *op = arg;
+	struct dlock_client *c = op->c;
+	op->st = st;
+	snprintf(op->msg, sizeof op->msg, "%s", msg ? msg : "");
+	if (op->kind == OP_CAMPAIGN && st == DLOCK_OK) { /* the value, then the term, as dlock_campaign() */
+		c->loop_inline++;
+		st = dlock_proclaim(op->e, op->text);
+		if (st != DLOCK_OK) {
+			snprintf(op->msg, sizeof op->msg, "%s", dlock_client_errmsg(c));
+			dlock_release(op->lock);
+			op->st = st;
+		} else if (dlock_lock_fencing_token(op->lock, &op->term) != DLOCK_OK) {
+			op->term = 0;
+		}
+		c->loop_inline--;
+	}
+	op_finish(&op->item);
+}
+
+/* Run `op` on the loop of a native client: its driver never waits, so the blocking call is made here,
+ * and its callback comes on the next turn; an acquisition goes to the engine. */
+static dlock_status native_run(struct dlock_op *op)
+{
+	struct dlock_client *c = op->c;
+	if (op->kind == OP_ACQUIRE || op->kind == OP_CAMPAIGN)
+		return dlock_loop_acquire_start(op->lock, &op->opts, op->cancel_seq, native_acquired, op);
+	c->loop_inline++;
+	if (op->kind == OP_FREE) {
+		if (op->lock->free_election)
+			dlock_election_free(op->lock->free_election);
+		else
+			dlock_lock_free(op->lock);
+		c->loop_inline--;
+		op_free(op);
+		return DLOCK_OK;
+	}
+	dlock_status st = DLOCK_OK;
+	switch (op->kind) {
+	case OP_OPEN: st = dlock_async_open_run(c, op->msg, sizeof op->msg); break;
+	case OP_RELEASE: st = dlock_release(op->lock); break;
+	case OP_EXTEND: st = dlock_extend(op->lock, op->lease_ms); break;
+	case OP_CHECK: st = dlock_check(op->lock); break;
+	case OP_INSPECT: st = dlock_inspect(c, op->text, &op->info); break;
+	case OP_LIST: st = dlock_list(c, op->text, &op->list); break;
+	case OP_BREAK: st = dlock_break(c, op->text, &op->broken); break;
+	case OP_PROCLAIM: st = dlock_proclaim(op->e, op->text); break;
+	case OP_RESIGN: st = dlock_resign(op->e); break;
+	case OP_LEADER: st = dlock_election_leader(op->e, &op->leader); break;
+	case OP_CLOSE: st = dlock_async_close_run(c); break;
+	default: break;
+	}
+	if (st != DLOCK_OK && op->kind != OP_OPEN)
+		snprintf(op->msg, sizeof op->msg, "%s", dlock_client_errmsg(c));
+	c->loop_inline--;
+	op->st = st;
+	dlock_reactor_post(c->reactor, &op->item);
+	if (op->kind != OP_OPEN && op->kind != OP_CLOSE)
+		dlock_loop_kick(c); /* a release, a break...: the local queue may move */
+	return DLOCK_OK;
+}
+
 /* Hand `op` to a worker, or keep it until the open completes.  On the loop's thread. */
 dlock_status dlock_async_submit(struct dlock_op *op)
 {
 	struct dlock_client *c = op->c;
 	op->job.run = op_run;
+	op->job.after = op_post;
 	op->item.run = op_finish;
 	pthread_mutex_lock(&c->mu);
 	if (op->lock)
@@ -232,6 +324,16 @@ dlock_status dlock_async_submit(struct dlock_op *op)
 		*pp = op;
 		pthread_mutex_unlock(&c->mu);
 		return DLOCK_OK;
+	}
+	if (c->loop_native) {
+		pthread_mutex_unlock(&c->mu);
+		dlock_status nst = native_run(op);
+		if (nst != DLOCK_OK && op->lock) {
+			pthread_mutex_lock(&c->mu);
+			op->lock->async_refs--;
+			pthread_mutex_unlock(&c->mu);
+		}
+		return nst;
 	}
 	if (op->kind != OP_CLOSE)
 		c->ops_working++;
@@ -321,6 +423,8 @@ dlock_status dlock_async_free_submit(struct dlock_lock *l)
 	op->lock = l;
 	op->job.run = op_run;
 	struct dlock_client *c = l->client;
+	if (c->loop_native)
+		return native_run(op);
 	pthread_mutex_lock(&c->mu);
 	c->ops_working++;
 	pthread_mutex_unlock(&c->mu);

@@ -24,6 +24,13 @@
  */
 dlock_status dlock_loop_refuse_blocking(struct dlock_client *c, const char *call);
 
+/**
+ * For the calls that need the driver open (making a handle, a feature):
+ * DLOCK_EINVAL while a loop client's open has not completed, the open's
+ * status after it failed, else DLOCK_OK.  Any thread, c->mu not held.
+ */
+dlock_status dlock_loop_refuse_unopened(struct dlock_client *c, const char *call);
+
 /** 1 when `c` is a loop client whose worker threads still run (its close has not finished). */
 int dlock_async_live(const struct dlock_client *c);
 

@@ -50,8 +50,8 @@ dlock_status dlock_client_open_async(dlock_client **out, const char *uri, const 
 	st = dlock_client_prepare(&c, uri, opts, &err);
 	if (st != DLOCK_OK)
 		goto fail;
-	c->workers = dlock_workers_new();
-	if (!c->workers) {
+	c->loop_native = dlock_driver_is_inline(c->driver);
+	if (!c->loop_native && !(c->workers = dlock_workers_new())) {
 		st = dlock_error_set(&err, DLOCK_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -187,6 +187,7 @@ void dlock_async_close_done(struct dlock_client *c)
 static void close_finish(struct dlock_client *c)
 {
 	dlock_workers_destroy(c->workers); /* no worker posts to the reactor any more */
+	dlock_reactor_run(c->reactor);     /* what is left is the core's own: steps that free what finished */
 	dlock_reactor_destroy(c->reactor);
 	pthread_mutex_lock(&c->mu);
 	c->reactor = NULL;
@@ -198,6 +199,8 @@ void dlock_async_run(struct dlock_client *c)
 {
 	if (!c || !c->reactor || c->callbacks_depth > 0)
 		return;
+	/* Timers first: after a stall, the losses they declare are reported before any other completion. */
+	dlock_reactor_run_timers(c->reactor);
 	dlock_reactor_run(c->reactor);
 	if (c->close_finished)
 		close_finish(c);

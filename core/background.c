@@ -48,9 +48,13 @@ static void deliver_lost_locked(struct dlock_client *c, struct dlock_lock *l)
 	if (!l->on_lost || l->lost_delivered)
 		return;
 	l->lost_delivered = 1;
-	if (c->reactor) { /* a loop client: the loop runs it */
+	if (c->reactor && !c->loop_native) { /* a loop client whose background runs on threads: the loop runs it */
 		dlock_async_post_lost_locked(c, l);
 		return;
+	}
+	if (c->loop_native) { /* on the loop already (its tick): a handle freed inside waits for the return */
+		l->async_refs++;
+		c->callbacks_depth++;
 	}
 	l->callback_running = 1;
 	dlock_lost_fn fn = l->on_lost;
@@ -63,6 +67,12 @@ static void deliver_lost_locked(struct dlock_client *c, struct dlock_lock *l)
 	pthread_mutex_lock(&c->mu);
 	l->callback_running = 0;
 	pthread_cond_broadcast(&c->cond);
+	if (c->loop_native) {
+		c->callbacks_depth--;
+		pthread_mutex_unlock(&c->mu);
+		dlock_async_unref(l);
+		pthread_mutex_lock(&c->mu);
+	}
 }
 
 /* Declare due expiries (the first of the watch timetable) and deliver one
@@ -272,6 +282,18 @@ static void *renew_main(void *arg)
 	return NULL;
 }
 
+/* ------------------------------------------------------------ on a loop */
+
+int64_t dlock_background_tick_locked(struct dlock_client *c)
+{
+	int64_t next_watch = INT64_MAX, next_renew = INT64_MAX;
+	while (watch_locked(c, &next_watch))
+		;
+	while (renew_due_locked(c, &next_renew))
+		;
+	return min64(next_watch, next_renew);
+}
+
 /* ------------------------------------------------------------ control */
 
 dlock_status dlock_background_start(struct dlock_client *c)
@@ -311,5 +333,7 @@ void dlock_background_stop(struct dlock_client *c)
 
 int dlock_background_is_self(struct dlock_client *c)
 {
+	if (c->loop_native) /* its background work runs on the loop */
+		return dlock_reactor_is_loop_thread(c->reactor);
 	return c->bg_started && pthread_equal(pthread_self(), c->bg_thread);
 }

@@ -35,6 +35,9 @@ dlock_status dlock_election_new(dlock_client *c, const char *name, dlock_electio
 		*out = NULL;
 	if (!c || !out)
 		return c ? dlock_client_fail(c, DLOCK_EINVAL, "dlock_election_new: out must not be NULL") : DLOCK_EINVAL;
+	dlock_status unopened = dlock_loop_refuse_unopened(c, "dlock_election_new");
+	if (unopened != DLOCK_OK)
+		return unopened;
 	int64_t elections = -1;
 	if (!dlock_driver_proclaim_of(c->driver) || dlock_client_feature(c, DLOCK_FEATURE_ELECTION, &elections) != DLOCK_OK ||
 	    elections < 0)

@@ -18,6 +18,7 @@
  * driver from dlock_client_feature() counts as a call in progress
  * (c->inflight), so that dlock_client_close() waits for it.
  */
+#include "async.h"
 #include "internal.h"
 #include "registry.h"
 
@@ -177,8 +178,8 @@ static int core_answer(const struct dlock_client *c, dlock_feature f, int64_t *v
 		*value = 0;
 		return 1;
 	case DLOCK_FEATURE_LOOP_NATIVE:
-		/* No driver has asynchronous methods yet: a loop client runs its calls on worker threads. */
-		*value = 0;
+		/* Inline drivers run on the loop; the others' calls run on worker threads of a loop client. */
+		*value = dlock_driver_is_inline(c->driver);
 		return 1;
 	}
 	return 0;
@@ -261,6 +262,9 @@ dlock_status dlock_client_feature(dlock_client *c, dlock_feature f, int64_t *val
 		return DLOCK_EINVAL;
 	if (!value)
 		return dlock_client_fail(c, DLOCK_EINVAL, "dlock_client_feature: value must not be NULL");
+	dlock_status unopened = dlock_loop_refuse_unopened(c, "dlock_client_feature");
+	if (unopened != DLOCK_OK)
+		return unopened;
 	pthread_mutex_lock(&c->mu);
 	if (c->closing) {
 		dlock_client_fail_locked(c, DLOCK_ECLOSED, "client is closed");

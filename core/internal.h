@@ -14,6 +14,7 @@
 
 #include "dlock/sys/driver.h"
 #include "owner.h"
+#include "reactor.h"
 
 /* The background threads' timetables (sched.c): which heap. */
 #define DLOCK_SCHED_WATCH 0 /* valid_until of leases, for the watch thread */
@@ -37,6 +38,8 @@ struct dlock_wait {
 	int woken;
 	void (*interrupt)(void *arg);
 	void *interrupt_arg;
+	void (*on_wake)(void *arg); /* a loop's wait: called on wake and cancel (dlock_wait_on_wake()) */
+	void *on_wake_arg;
 	int interrupt_running;
 
 	/* Guarded by client->mu. */
@@ -56,6 +59,19 @@ void dlock_wait_init(struct dlock_wait *w, int64_t deadline_ns, int try_once, in
 dlock_status dlock_retry_loop(struct dlock_client *c, void *lk, int64_t lease_ms, struct dlock_wait *w,
                               dlock_acquired *out, dlock_error *err);
 void dlock_wait_destroy(struct dlock_wait *w);
+/** Backoff between attempts that armed no wake-up (retry.c). */
+struct dlock_backoff {
+	uint64_t rng; /* xorshift64 state; 0 until the first sleep */
+	int64_t step_ns;
+};
+/** How long to wait before the attempt after `r`; -1: until woken (or the deadline). */
+int64_t dlock_retry_sleep_ns(const dlock_retry *r, int armed, struct dlock_backoff *b);
+/**
+ * A loop's wait (loop_acquire.c): `fn(arg)` is called, with the wait's own mutex held, by every
+ * dlock_wait_wake() and dlock_wait_cancel() of `w` instead of waking a sleeping thread; it must
+ * only post work to the loop.  NULL clears it.
+ */
+void dlock_wait_on_wake(struct dlock_wait *w, void (*fn)(void *arg), void *arg);
 /** Mark cancelled, wake the sleeper and run the interrupt hook.  No client->mu held. */
 void dlock_wait_cancel(struct dlock_wait *w);
 
@@ -174,7 +190,25 @@ struct dlock_election {
 	struct dlock_election *observe_next_in_client;
 };
 
+/* loop_native.c: a native loop client's background work, on its loop. */
+/** 1 when driver `d` is inline (DLOCK_FACT_INLINE): its loop clients run it on the loop. */
+int dlock_driver_is_inline(const dlock_driver *d);
+/** Instead of the background threads: the tick on the loop's timer. */
+dlock_status dlock_loop_native_start(struct dlock_client *c);
+/** Work comes due at `due_ns` (0: now): bring the tick forward if it is later.  Any thread, c->mu held;
+ *  nothing for a client that is not a native loop client. */
+void dlock_loop_native_soon_locked(struct dlock_client *c, int64_t due_ns);
+/** Post a step of the acquisitions waiting for their turn (loop_acquire.c). */
+void dlock_loop_kick(struct dlock_client *c);
+/** Start acquiring `l` on the loop; `cb` runs once, from a later turn of the loop. */
+dlock_status dlock_loop_acquire_start(struct dlock_lock *l, const dlock_acquire_options *opts, uint64_t cancel_seq,
+                                      void (*cb)(void *arg, dlock_status st, const char *msg), void *arg);
+/** background.c: one turn of both background threads' work; the next due time. c->mu held, dropped inside. */
+int64_t dlock_background_tick_locked(struct dlock_client *c);
+
 /* observe.c */
+/** One turn of the observer's work; the next due time.  c->mu held, dropped inside. */
+int64_t dlock_observer_tick_locked(struct dlock_client *c);
 /** Who leads according to an inspection (NULL: nobody); `out` points into `info`. */
 dlock_status dlock_election_leader_of(const dlock_lock_info *info, dlock_leader *out);
 /** Stop the client's observer thread and disarm every watch (closing, before the driver closes). */
@@ -182,6 +216,7 @@ void dlock_observer_stop(struct dlock_client *c);
 
 struct dlock_async_lost;
 struct dlock_op;
+struct loop_acq;
 struct dlock_reactor;
 struct dlock_workers;
 
@@ -253,6 +288,18 @@ struct dlock_client {
 	int async_closing;         /* dlock_client_close_async() was called */
 	int close_finished;        /* the close's callback ran: the reactor goes at the end of this turn */
 	unsigned callbacks_depth;  /* >0 while the loop runs a callback of this client */
+
+	/* A native loop client (loop_native.c, loop_acquire.c): its driver is inline, nothing runs on a thread. */
+	int loop_native;
+	unsigned loop_inline;      /* >0 while the loop's thread calls a blocking function on the core's behalf */
+	struct loop_acq *loop_acquires; /* acquisitions in progress */
+	struct dlock_reactor_item loop_kick; /* steps the acquisitions waiting for a turn (dlock_loop_kick()) */
+	int loop_kick_posted;
+	unsigned loop_kick_gen;
+	struct dlock_reactor_timer loop_tick; /* the background work: renewals, expiries, observers */
+	int64_t loop_tick_due;     /* when loop_tick is set for; INT64_MAX: not set */
+	struct dlock_reactor_item loop_tick_soon; /* posted when work comes due sooner, from any thread */
+	int loop_tick_soon_posted; /* under mu */
 };
 
 /* report.c: what a client tells its application. */
@@ -339,6 +386,33 @@ void dlock_lock_drop_hold_locked(struct dlock_lock *l);
 /* options.c: `in` (NULL: the defaults), of any version, as current options in *out: renewal and fence
  * DLOCK_DEFAULT, DLOCK_ON or DLOCK_OFF, hold bounds 0, DLOCK_HOLD_NONE or >0.  DLOCK_EVERSION or
  * DLOCK_EINVAL with a static message in *why. */
+/* lock.c: the parts of an acquisition, for the loop's engine (loop_acquire.c). */
+/** An acquisition's parameters, from its options and the URI. */
+struct dlock_acquire_params {
+	int64_t wait_ms, lease_ms;
+	int renew;
+	int fencing;
+	dlock_lock_mode mode;
+	dlock_lost_fn on_lost;
+	void *lost_userdata;
+	int64_t min_hold_ms, max_hold_ms; /* 0: none */
+};
+/** Resolve `opts` (any version) for handle `l`; on failure *why says what is wrong. */
+dlock_status dlock_acquire_params_resolve(const struct dlock_lock *l, const dlock_acquire_options *opts,
+                                          struct dlock_acquire_params *p, const char **why);
+/** Refuse another kind of the name, or answer a reentry; 1 when that decided the acquisition (*st). c->mu held. */
+int dlock_acquire_admit_locked(struct dlock_lock *l, const struct dlock_acquire_params *p, dlock_status *st);
+/** The local FIFO of a name's contenders. c->mu held. */
+void dlock_queue_push(struct dlock_entry *e, struct dlock_queued *q);
+void dlock_queue_remove(struct dlock_entry *e, struct dlock_queued *q);
+/** 1 when `q` may ask the server now: nobody of the client contends, its turn, room among the holders. */
+int dlock_queue_may_go(const struct dlock_entry *e, const struct dlock_queued *q);
+/** The driver granted it: the handle becomes a holder, into the timetables. c->mu held. */
+void dlock_become_holder_locked(struct dlock_lock *l, const struct dlock_acquire_params *p,
+                                const dlock_acquired *acq, int64_t started_ns);
+/** The message of a failed acquisition without the driver's own. */
+const char *dlock_acquire_failure_text(dlock_status st, char *buf, size_t len, int64_t wait_ms);
+
 /* lock.c, for loop clients (async.c). */
 /** Check `opts` for handle `l` as dlock_acquire() would, and copy them as the current version into *copy. */
 dlock_status dlock_acquire_check(const struct dlock_lock *l, const dlock_acquire_options *opts,

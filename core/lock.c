@@ -151,6 +151,9 @@ static dlock_status lock_new_kind(dlock_client *c, const char *name, dlock_lock_
 		snprintf(msg, sizeof msg, "%s: name and out must not be NULL", fn);
 		return dlock_client_fail(c, DLOCK_EINVAL, msg);
 	}
+	dlock_status unopened = dlock_loop_refuse_unopened(c, fn);
+	if (unopened != DLOCK_OK)
+		return unopened;
 	if (!c->kinds[kind].supported) {
 		snprintf(msg, sizeof msg, "%s: %s:// has no %s", fn, c->driver->scheme, kind_noun(kind));
 		return dlock_client_fail(c, DLOCK_ENOTSUP, msg);
@@ -304,16 +307,6 @@ const char *dlock_lock_name(const dlock_lock *l)
 
 /* ------------------------------------------------------------ acquire */
 
-struct acquire_params {
-	int64_t wait_ms, lease_ms;
-	int renew;
-	int fencing;
-	dlock_lock_mode mode;
-	dlock_lost_fn on_lost;
-	void *lost_userdata;
-	int64_t min_hold_ms, max_hold_ms; /* 0: none */
-};
-
 /* A hold bound of the options (0: the URI's, DLOCK_HOLD_NONE: none) in ms, 0 for none. */
 static int64_t hold_ms(int64_t opt, int64_t uri_ms)
 {
@@ -322,8 +315,8 @@ static int64_t hold_ms(int64_t opt, int64_t uri_ms)
 
 /* The acquisition's parameters from `opts` (of any version: dlock_options_read()) and the URI; on
  * failure *why says what is wrong. */
-static dlock_status resolve_params(const struct dlock_lock *l, const dlock_acquire_options *opts,
-                                   struct acquire_params *p, const char **why)
+dlock_status dlock_acquire_params_resolve(const struct dlock_lock *l, const dlock_acquire_options *opts,
+                                   struct dlock_acquire_params *p, const char **why)
 {
 	const dlock_uri *u = l->client->uri;
 	dlock_acquire_options o;
@@ -375,7 +368,7 @@ static dlock_status resolve_params(const struct dlock_lock *l, const dlock_acqui
 	return DLOCK_OK;
 }
 
-static void queue_push(struct dlock_entry *e, struct dlock_queued *q)
+void dlock_queue_push(struct dlock_entry *e, struct dlock_queued *q)
 {
 	q->next = NULL;
 	if (e->queue_tail)
@@ -385,7 +378,7 @@ static void queue_push(struct dlock_entry *e, struct dlock_queued *q)
 	e->queue_tail = q;
 }
 
-static void queue_remove(struct dlock_entry *e, struct dlock_queued *q)
+void dlock_queue_remove(struct dlock_entry *e, struct dlock_queued *q)
 {
 	struct dlock_queued **pp = &e->queue_head, *prev = NULL;
 	while (*pp && *pp != q) {
@@ -429,6 +422,11 @@ static int room_for(const struct dlock_entry *e, const struct dlock_queued *q)
 	return e->shared && q->mode == DLOCK_MODE_SHARED;
 }
 
+int dlock_queue_may_go(const struct dlock_entry *e, const struct dlock_queued *q)
+{
+	return !e->contending && queue_turn(e) == q && room_for(e, q);
+}
+
 /* Wait for this contender's turn to ask the server: first in the local
  * queue, nobody of this client contending for the name, and room among the
  * holders (room_for()).  A cancellation is seen by cancel_requested, which
@@ -440,7 +438,7 @@ static dlock_status wait_turn_locked(struct dlock_client *c, struct dlock_entry 
 	for (;;) {
 		if (c->closing || w->cancel_requested)
 			return DLOCK_ECANCELED;
-		if (!e->contending && queue_turn(e) == q && room_for(e, q))
+		if (dlock_queue_may_go(e, q))
 			return DLOCK_OK;
 		if (w->try_once)
 			return DLOCK_EBUSY;
@@ -457,7 +455,7 @@ static uint64_t owner_id(const struct dlock_lock *l)
 	return l->client->reactor ? (uint64_t)(uintptr_t)l : dlock_registry_thread_id();
 }
 
-static void become_holder_locked(struct dlock_lock *l, const struct acquire_params *p,
+void dlock_become_holder_locked(struct dlock_lock *l, const struct dlock_acquire_params *p,
                                  const dlock_acquired *acq, int64_t started_ns)
 {
 	struct dlock_client *c = l->client;
@@ -490,7 +488,7 @@ static void become_holder_locked(struct dlock_lock *l, const struct acquire_para
 }
 
 /* One trip to the server by the head of the local queue. */
-static dlock_status contend_locked(struct dlock_lock *l, const struct acquire_params *p, struct dlock_wait *w,
+static dlock_status contend_locked(struct dlock_lock *l, const struct dlock_acquire_params *p, struct dlock_wait *w,
                                    dlock_error *err)
 {
 	struct dlock_client *c = l->client;
@@ -513,12 +511,12 @@ static dlock_status contend_locked(struct dlock_lock *l, const struct acquire_pa
 	l->contending = 0;
 	c->stats.contending--;
 	if (st == DLOCK_OK)
-		become_holder_locked(l, p, &acq, started);
+		dlock_become_holder_locked(l, p, &acq, started);
 	l->lost_early = 0;
 	return st;
 }
 
-static const char *acquire_failure_text(dlock_status st, char *buf, size_t len, int64_t wait_ms)
+const char *dlock_acquire_failure_text(dlock_status st, char *buf, size_t len, int64_t wait_ms)
 {
 	switch (st) {
 	case DLOCK_EBUSY: return "held by another owner";
@@ -531,7 +529,7 @@ static const char *acquire_failure_text(dlock_status st, char *buf, size_t len, 
 }
 
 /* Reentry, or a name this thread already holds through another handle. */
-static int reentry_locked(struct dlock_lock *l, const struct acquire_params *p, dlock_status *st)
+static int reentry_locked(struct dlock_lock *l, const struct dlock_acquire_params *p, dlock_status *st)
 {
 	uint64_t self = owner_id(l);
 	if (l->held && !l->lingering && l->owner == self) {
@@ -578,11 +576,27 @@ static const struct dlock_lock *kind_conflict_locked(const struct dlock_lock *l)
 	return NULL;
 }
 
+int dlock_acquire_admit_locked(struct dlock_lock *l, const struct dlock_acquire_params *p, dlock_status *st)
+{
+	const struct dlock_lock *other = kind_conflict_locked(l);
+	if (other) {
+		char why[160];
+		if (other->kind == l->kind)
+			snprintf(why, sizeof why, "another handle of this client uses the name as a semaphore of %lu "
+			         "permits, not %lu", (unsigned long)other->permits, (unsigned long)l->permits);
+		else
+			snprintf(why, sizeof why, "another handle of this client uses the name as another kind of lock");
+		*st = lock_fail(l, DLOCK_EKIND, why);
+		return 1;
+	}
+	return reentry_locked(l, p, st);
+}
+
 dlock_status dlock_acquire_check(const struct dlock_lock *l, const dlock_acquire_options *opts,
                                  dlock_acquire_options *copy, const char **why)
 {
-	struct acquire_params p;
-	dlock_status st = resolve_params(l, opts, &p, why);
+	struct dlock_acquire_params p;
+	dlock_status st = dlock_acquire_params_resolve(l, opts, &p, why);
 	if (st == DLOCK_OK)
 		st = dlock_options_read(opts, copy, why);
 	return st;
@@ -607,11 +621,11 @@ dlock_status dlock_acquire(dlock_lock *l, const dlock_acquire_options *opts)
 dlock_status dlock_acquire_since(dlock_lock *l, const dlock_acquire_options *opts, uint64_t cancel_seq)
 {
 	struct dlock_client *c = l->client;
-	struct acquire_params p;
+	struct dlock_acquire_params p;
 	dlock_error err; /* only its string is read: no need to clear its 512 bytes per call */
 	err.msg[0] = '\0';
 	const char *why = "";
-	dlock_status st = resolve_params(l, opts, &p, &why);
+	dlock_status st = dlock_acquire_params_resolve(l, opts, &p, &why);
 	if (st != DLOCK_OK)
 		return dlock_client_fail(c, st, why);
 
@@ -629,19 +643,7 @@ dlock_status dlock_acquire_since(dlock_lock *l, const dlock_acquire_options *opt
 		pthread_mutex_unlock(&c->mu);
 		return st;
 	}
-	const struct dlock_lock *other = kind_conflict_locked(l);
-	if (other) {
-		char why[160];
-		if (other->kind == l->kind)
-			snprintf(why, sizeof why, "another handle of this client uses the name as a semaphore of %lu "
-			         "permits, not %lu", (unsigned long)other->permits, (unsigned long)l->permits);
-		else
-			snprintf(why, sizeof why, "another handle of this client uses the name as another kind of lock");
-		st = lock_fail(l, DLOCK_EKIND, why);
-		pthread_mutex_unlock(&c->mu);
-		return st;
-	}
-	if (reentry_locked(l, &p, &st)) {
+	if (dlock_acquire_admit_locked(l, &p, &st)) {
 		pthread_mutex_unlock(&c->mu);
 		return st;
 	}
@@ -654,7 +656,7 @@ dlock_status dlock_acquire_since(dlock_lock *l, const dlock_acquire_options *opt
 	c->inflight++;
 	q.lock = l;
 	q.mode = p.mode;
-	queue_push(l->entry, &q);
+	dlock_queue_push(l->entry, &q);
 
 	st = wait_turn_locked(c, l->entry, &q, &w);
 	if (st == DLOCK_OK)
@@ -662,7 +664,7 @@ dlock_status dlock_acquire_since(dlock_lock *l, const dlock_acquire_options *opt
 	if (st == DLOCK_EBUSY && p.wait_ms != 0)
 		st = DLOCK_ETIMEDOUT;
 
-	queue_remove(l->entry, &q);
+	dlock_queue_remove(l->entry, &q);
 	struct dlock_wait **pp = &l->waits;
 	while (*pp != &w)
 		pp = &(*pp)->next;
@@ -673,7 +675,7 @@ dlock_status dlock_acquire_since(dlock_lock *l, const dlock_acquire_options *opt
 	pthread_cond_broadcast(&c->cond);
 	if (st != DLOCK_OK) {
 		char buf[64];
-		lock_fail(l, st, err.msg[0] ? err.msg : acquire_failure_text(st, buf, sizeof buf, p.wait_ms));
+		lock_fail(l, st, err.msg[0] ? err.msg : dlock_acquire_failure_text(st, buf, sizeof buf, p.wait_ms));
 	}
 	pthread_mutex_unlock(&c->mu);
 	dlock_wait_destroy(&w);

@@ -29,8 +29,7 @@ int dlock_loop_fd(const dlock_client *c)
 
 int64_t dlock_loop_timeout_ms(dlock_client *c)
 {
-	(void)c;
-	return -1; /* no timer of the client's own yet: everything due turns the descriptor readable */
+	return c && c->reactor ? dlock_reactor_timeout_ms(c->reactor) : -1;
 }
 
 void dlock_loop_run(dlock_client *c)

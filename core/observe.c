@@ -55,6 +55,7 @@ static void changed(void *arg)
 	pthread_mutex_lock(&c->mu);
 	e->observe_changed = 1;
 	pthread_cond_signal(&c->observe_cond);
+	dlock_loop_native_soon_locked(c, 0);
 	pthread_mutex_unlock(&c->mu);
 }
 
@@ -134,21 +135,27 @@ static void observe_one_locked(struct dlock_client *c, struct dlock_election *e)
 	pthread_cond_broadcast(&c->cond);
 }
 
+/* The first election due for a turn, or NULL and in *next when the next one is.  c->mu held. */
+static struct dlock_election *first_due_locked(struct dlock_client *c, int64_t *next)
+{
+	int64_t now = dlock_monotonic_ns();
+	*next = INT64_MAX;
+	for (struct dlock_election *e = c->observed; e; e = e->observe_next_in_client) {
+		if (e->observe_changed || now >= e->observe_next)
+			return e;
+		if (e->observe_next < *next)
+			*next = e->observe_next;
+	}
+	return NULL;
+}
+
 static void *observe_main(void *arg)
 {
 	struct dlock_client *c = arg;
 	pthread_mutex_lock(&c->mu);
 	while (!c->observe_stop) {
-		int64_t now = dlock_monotonic_ns(), next = INT64_MAX;
-		struct dlock_election *due = NULL;
-		for (struct dlock_election *e = c->observed; e; e = e->observe_next_in_client) {
-			if (e->observe_changed || now >= e->observe_next) {
-				due = e;
-				break;
-			}
-			if (e->observe_next < next)
-				next = e->observe_next;
-		}
+		int64_t next;
+		struct dlock_election *due = first_due_locked(c, &next);
 		if (due)
 			observe_one_locked(c, due);
 		else
@@ -158,10 +165,19 @@ static void *observe_main(void *arg)
 	return NULL;
 }
 
+int64_t dlock_observer_tick_locked(struct dlock_client *c)
+{
+	int64_t next = INT64_MAX;
+	struct dlock_election *due;
+	while (!c->observe_stop && (due = first_due_locked(c, &next)) != NULL)
+		observe_one_locked(c, due);
+	return next;
+}
+
 /* Start the thread if it is not running.  c->mu held. */
 static dlock_status start_locked(struct dlock_client *c)
 {
-	if (c->observe_started)
+	if (c->observe_started || c->loop_native) /* a native loop client observes in its loop's tick */
 		return DLOCK_OK;
 	sigset_t all, old;
 	sigfillset(&all);
@@ -211,6 +227,7 @@ dlock_status dlock_observe(dlock_election *e, dlock_leader_fn fn, void *userdata
 		e->observe_delivered = 0; /* the new observer hears who leads now */
 		e->observe_changed = 1;
 		pthread_cond_signal(&c->observe_cond);
+		dlock_loop_native_soon_locked(c, 0);
 		pthread_mutex_unlock(&c->mu);
 		return DLOCK_OK;
 	}

@@ -35,6 +35,12 @@ struct dlock_reactor {
 
 	pthread_mutex_t mu; /* guards the queue */
 	struct dlock_reactor_item *head, *tail;
+
+	/* Timers: a binary min-heap by due time, the loop's thread only. */
+	struct dlock_reactor_timer **heap;
+	size_t n, cap;
+	int64_t armed_ms_due; /* push mode: the due time the hook's timer was last armed for; INT64_MAX: none */
+	int running_timers;   /* inside dlock_reactor_run_timers(): the hook is called once at its end */
 };
 
 dlock_status dlock_reactor_create(dlock_client *c, const dlock_loop_hooks *hooks, struct dlock_reactor **out,
@@ -51,6 +57,7 @@ dlock_status dlock_reactor_create(dlock_client *c, const dlock_loop_hooks *hooks
 	dlock_status st = DLOCK_EIO;
 	r->client = c;
 	r->epoll_fd = -1;
+	r->armed_ms_due = INT64_MAX;
 	r->thread = dlock_registry_thread_id();
 	pthread_mutex_init(&r->mu, NULL);
 	r->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -100,6 +107,7 @@ void dlock_reactor_destroy(struct dlock_reactor *r)
 	if (r->push && r->hooks.cleanup)
 		r->hooks.cleanup(r->hooks.userdata);
 	pthread_mutex_destroy(&r->mu);
+	free(r->heap);
 	free(r);
 }
 
@@ -162,4 +170,118 @@ int dlock_reactor_wake_fd(const struct dlock_reactor *r)
 int dlock_reactor_owns_fd(const struct dlock_reactor *r, int fd)
 {
 	return r && fd == r->wake_fd;
+}
+
+/* ------------------------------------------------------------ timers */
+
+static void heap_place(struct dlock_reactor *r, size_t i, struct dlock_reactor_timer *t)
+{
+	r->heap[i] = t;
+	t->pos = i + 1;
+}
+
+static void heap_up(struct dlock_reactor *r, size_t i)
+{
+	struct dlock_reactor_timer *t = r->heap[i];
+	while (i > 0 && r->heap[(i - 1) / 2]->due_ns > t->due_ns) {
+		heap_place(r, i, r->heap[(i - 1) / 2]);
+		i = (i - 1) / 2;
+	}
+	heap_place(r, i, t);
+}
+
+static void heap_down(struct dlock_reactor *r, size_t i)
+{
+	struct dlock_reactor_timer *t = r->heap[i];
+	for (;;) {
+		size_t k = 2 * i + 1;
+		if (k >= r->n)
+			break;
+		if (k + 1 < r->n && r->heap[k + 1]->due_ns < r->heap[k]->due_ns)
+			k++;
+		if (r->heap[k]->due_ns >= t->due_ns)
+			break;
+		heap_place(r, i, r->heap[k]);
+		i = k;
+	}
+	heap_place(r, i, t);
+}
+
+/* Push mode: keep the application's timer on the first due time. */
+static void rearm(struct dlock_reactor *r)
+{
+	if (!r->push || r->running_timers)
+		return;
+	int64_t due = r->n ? r->heap[0]->due_ns : INT64_MAX;
+	if (due == r->armed_ms_due)
+		return;
+	r->armed_ms_due = due;
+	r->hooks.timer(r->client, r->hooks.userdata, dlock_reactor_timeout_ms(r));
+}
+
+void dlock_reactor_timer_clear(struct dlock_reactor *r, struct dlock_reactor_timer *t)
+{
+	if (!t->pos)
+		return;
+	size_t i = t->pos - 1;
+	t->pos = 0;
+	struct dlock_reactor_timer *last = r->heap[--r->n];
+	if (i < r->n) {
+		heap_place(r, i, last);
+		heap_up(r, i);
+		heap_down(r, last->pos - 1);
+	}
+	rearm(r);
+}
+
+dlock_status dlock_reactor_timer_set(struct dlock_reactor *r, struct dlock_reactor_timer *t, int64_t due_ns)
+{
+	if (t->pos) {
+		t->due_ns = due_ns;
+		heap_up(r, t->pos - 1);
+		heap_down(r, t->pos - 1);
+		rearm(r);
+		return DLOCK_OK;
+	}
+	if (r->n == r->cap) {
+		size_t cap = r->cap ? r->cap * 2 : 16;
+		struct dlock_reactor_timer **v = realloc(r->heap, cap * sizeof *v);
+		if (!v)
+			return DLOCK_ENOMEM;
+		r->heap = v;
+		r->cap = cap;
+	}
+	t->due_ns = due_ns;
+	r->heap[r->n] = t;
+	heap_up(r, r->n++);
+	rearm(r);
+	return DLOCK_OK;
+}
+
+int64_t dlock_reactor_timeout_ms(const struct dlock_reactor *r)
+{
+	if (!r->n)
+		return -1;
+	int64_t left = r->heap[0]->due_ns - dlock_monotonic_ns();
+	if (left <= 0)
+		return 0;
+	return (left + 999999) / 1000000; /* rounded up: waking early would only spin */
+}
+
+int dlock_reactor_run_timers(struct dlock_reactor *r)
+{
+	int ran = 0;
+	int64_t now = dlock_monotonic_ns();
+	r->running_timers = 1; /* one hook call after the run, not one per timer */
+	while (r->n && r->heap[0]->due_ns <= now) {
+		struct dlock_reactor_timer *t = r->heap[0];
+		dlock_reactor_timer_clear(r, t);
+		t->run(t);
+		ran = 1;
+	}
+	r->running_timers = 0;
+	if (ran)
+		r->armed_ms_due = INT64_MIN; /* the application's one-shot timer has fired: arm it again */
+	rearm(r);
+	return ran;
 }

@@ -29,6 +29,29 @@ struct dlock_reactor_item {
 };
 
 /**
+ * A timer of the reactor (loop thread only): `run(timer)` is called once
+ * when `due_ns` (dlock_monotonic_ns()) has passed, after which it is no
+ * longer set.  Intrusive, as items; `pos` is the reactor's (0: not set).
+ */
+struct dlock_reactor_timer {
+	int64_t due_ns;
+	size_t pos;
+	void (*run)(struct dlock_reactor_timer *timer);
+};
+
+/** Set `t` to run at `due_ns`, replacing its earlier time (the loop's thread; DLOCK_ENOMEM). */
+dlock_status dlock_reactor_timer_set(struct dlock_reactor *r, struct dlock_reactor_timer *t, int64_t due_ns);
+
+/** Unset `t` (nothing if it is not set). */
+void dlock_reactor_timer_clear(struct dlock_reactor *r, struct dlock_reactor_timer *t);
+
+/** Milliseconds until the first timer is due (0 if it is), -1 with none: pull mode's timeout. */
+int64_t dlock_reactor_timeout_ms(const struct dlock_reactor *r);
+
+/** Run the timers that are due; 1 if any ran. */
+int dlock_reactor_run_timers(struct dlock_reactor *r);
+
+/**
  * A reactor for the client `c` (handed back to the hooks), with the loop's
  * `hooks` (copied; NULL: pull mode), whose thread is the caller's.
  */

@@ -23,13 +23,8 @@
 #define BACKOFF_FIRST_NS (1 * NS_PER_MS)
 #define BACKOFF_MAX_NS (50 * NS_PER_MS)
 
-struct backoff {
-	uint64_t rng; /* xorshift64 state; 0 until the first sleep */
-	int64_t step_ns;
-};
-
 /* The next sleep: the current step +-25%, then double the step up to the cap. */
-static int64_t backoff_next(struct backoff *b)
+static int64_t backoff_next(struct dlock_backoff *b)
 {
 	if (b->rng == 0) {
 		if (dlock_random_bytes(&b->rng, sizeof b->rng) != DLOCK_OK)
@@ -46,7 +41,7 @@ static int64_t backoff_next(struct backoff *b)
 }
 
 /* How long to sleep before the next attempt after `r`; -1: until woken (or the deadline). */
-static int64_t sleep_ns_after(const dlock_retry *r, int armed, struct backoff *b)
+int64_t dlock_retry_sleep_ns(const dlock_retry *r, int armed, struct dlock_backoff *b)
 {
 	int64_t bound = r->after_ms >= 0 ? r->after_ms * NS_PER_MS : -1;
 	if (armed || bound == 0)
@@ -60,7 +55,7 @@ dlock_status dlock_retry_loop(struct dlock_client *c, void *lk, int64_t lease_ms
 {
 	dlock_driver_try_acquire_fn *try_acquire = dlock_driver_try_acquire_of(c->driver);
 	dlock_driver_disarm_fn *disarm = dlock_driver_disarm_of(c->driver);
-	struct backoff b = { 0, 0 };
+	struct dlock_backoff b = { 0, 0 };
 	int armed = 0, waiting = 0;
 	dlock_status st;
 	for (;;) {
@@ -73,7 +68,7 @@ dlock_status dlock_retry_loop(struct dlock_client *c, void *lk, int64_t lease_ms
 			break;
 		if (!waiting++)
 			dlock_client_logf(c, DLOCK_LOG_DEBUG, "waiting: %s", err->msg[0] ? err->msg : "busy");
-		dlock_status ws = dlock_wait_sleep(w, sleep_ns_after(&r, r.armed && disarm, &b));
+		dlock_status ws = dlock_wait_sleep(w, dlock_retry_sleep_ns(&r, r.armed && disarm, &b));
 		if (ws == DLOCK_OK)
 			continue;
 		if (ws == DLOCK_ECANCELED) {

@@ -129,6 +129,16 @@ void dlock_wait_wake(dlock_wait *w)
 	pthread_mutex_lock(&w->mu);
 	w->woken = 1;
 	wait_broadcast(w);
+	if (w->on_wake)
+		w->on_wake(w->on_wake_arg);
+	pthread_mutex_unlock(&w->mu);
+}
+
+void dlock_wait_on_wake(struct dlock_wait *w, void (*fn)(void *arg), void *arg)
+{
+	pthread_mutex_lock(&w->mu);
+	w->on_wake = fn;
+	w->on_wake_arg = arg;
 	pthread_mutex_unlock(&w->mu);
 }
 
@@ -174,6 +184,8 @@ void dlock_wait_cancel(struct dlock_wait *w)
 	pthread_mutex_lock(&w->mu);
 	w->cancelled = 1;
 	wait_broadcast(w);
+	if (w->on_wake)
+		w->on_wake(w->on_wake_arg);
 	run_interrupt_locked(w);
 	pthread_mutex_unlock(&w->mu);
 }

@@ -45,8 +45,16 @@ static void *worker_main(void *arg)
 			if (!w->head)
 				w->tail = NULL;
 			pthread_mutex_unlock(&w->mu);
-			job->run(job); /* may free it */
+			void (*after)(struct dlock_job *) = job->after;
+			job->run(job); /* may free it, when it has no `after` */
 			pthread_mutex_lock(&w->mu);
+			if (after) {
+				w->idle++; /* free already for a job that `after` leads to */
+				pthread_mutex_unlock(&w->mu);
+				after(job);
+				pthread_mutex_lock(&w->mu);
+				w->idle--;
+			}
 			continue;
 		}
 		if (w->stop)

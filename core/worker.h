@@ -19,7 +19,10 @@ struct dlock_workers;
 
 struct dlock_job {
 	struct dlock_job *next;
-	void (*run)(struct dlock_job *job);
+	void (*run)(struct dlock_job *job);   /* the blocking part */
+	void (*after)(struct dlock_job *job); /* may be NULL: called once the thread counts as free again (so that
+	                                         what it sets off — the loop submitting the next job — finds it
+	                                         free); may free the job */
 };
 
 /** A pool with no thread yet; NULL when out of memory. */

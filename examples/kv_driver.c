@@ -1,6 +1,6 @@
 /*
  * kv:// — a network backend to copy when writing a driver: the whole
- * current contract (<dlock/sys/driver.h>, ABI version 7) on a
+ * current contract (<dlock/sys/driver.h>, ABI version 8) on a
  * Redis-protocol server, in one file, with nothing but the contract and
  * the server's own client library (hiredis).
  *

@@ -9,7 +9,9 @@
 # then the semaphore and read-mostly scenarios on mem:// and file:// (never
 # more holders than permits, never a writer beside anyone), a "not
 # supported" row for RedLock, which has neither kind, and the faults
-# scenario's pause on RedLock (about 4 s).
+# scenario's pause on RedLock (about 4 s); then the inflight scenario on
+# mem:// and on the first redis:// and postgres:// URIs of DLOCK_TEST_URIS
+# (its fields, never its speed).
 #
 #   test_bench.sh /path/to/dlock-bench
 set -u
@@ -27,7 +29,9 @@ raw_ops_per_s ratio_to_raw handoff_p50_us handoff_p99_us wait_p99_us reacquire_p
 overlaps stale_writes_rejected lost_reported unavailable_ms release_failed server_cpu_us_per_acq
 raw_server_cpu_us_per_acq redis_cmds_per_acq raw_redis_cmds_per_acq locks lease_ms renewals_per_s locks_lost
 client_bytes_per_lock server_cpu_ms server_cpu_pct supported permits most_holders over_permits read_ratio
-most_readers writer_overlaps reader_wait_p99_us writer_wait_p99_us client_cpu_us_per_acq raw_client_cpu_us_per_acq"
+most_readers writer_overlaps reader_wait_p99_us writer_wait_p99_us client_cpu_us_per_acq raw_client_cpu_us_per_acq
+inflight loop_native blocking_ops_per_s ratio_to_blocking blocking_ratio_to_raw threads_seen descriptors_seen
+connections_seen max_connections"
 failed=0
 fail() {
 	echo "FAIL: $*"
@@ -253,6 +257,66 @@ if [ -n "${DLOCK_TEST_REDLOCK_URI:-}" ]; then
 else
 	echo "skip - RedLock's 'not supported' rows and faults (DLOCK_TEST_REDLOCK_URI unset)"
 fi
+
+# inflight: one loop thread with N names in flight, beside N blocking
+# threads and, where the server has a raw client, N raw connections.  Every
+# row has its throughputs, the feature's value and what the loop's process
+# used (a server's rows: a connection at least); PostgreSQL's also the
+# server's max_connections, and a size that cannot fit in it is skipped.
+inflight_uris=(--uri mem://bench-inflight)
+redis_uri="" pg_uri=""
+for u in ${DLOCK_TEST_URIS:-}; do
+	case "$u" in *,*) continue ;; esac # several hosts: no raw client
+	case "$u" in
+	redis://*) [ -n "$redis_uri" ] || redis_uri=$u ;;
+	postgres://* | postgresql://*) [ -n "$pg_uri" ] || pg_uri=$u ;;
+	esac
+done
+[ -n "$redis_uri" ] && inflight_uris+=(--uri "$redis_uri")
+[ -n "$pg_uri" ] && inflight_uris+=(--uri "$pg_uri")
+[ -n "$redis_uri" ] && [ -n "$pg_uri" ] ||
+	echo "skip - inflight on Redis or PostgreSQL (no redis:// or postgres:// URI in DLOCK_TEST_URIS)"
+if "$bench" "${inflight_uris[@]}" --scenario inflight --inflight 2 --duration 300ms --json \
+	--table "$tmp/inflight.txt" >"$tmp/inflight.jsonl" 2>"$tmp/err"; then
+	check_lines "$tmp/inflight.jsonl" $((${#inflight_uris[@]} / 2)) "inflight"
+	while IFS= read -r line; do
+		grep -Eq '"scenario":"inflight","clients":1,"threads":1,"processes":1,.*"ops":[1-9]' <<<"$line" ||
+			fail "inflight: no cycle measured: $line"
+		grep -Eq '"inflight":2,"loop_native":[01],"blocking_ops_per_s":[0-9.]+,"ratio_to_blocking":[0-9.]+,' <<<"$line" ||
+			fail "inflight: N, the feature or the blocking side missing: $line"
+		grep -Eq '"threads_seen":[1-9][0-9]*,"descriptors_seen":[1-9][0-9]*,"connections_seen":[0-9]+,' <<<"$line" ||
+			fail "inflight: what the loop's process used is missing: $line"
+		case "$line" in
+		*'"backend":"mem"'*)
+			grep -q '"raw_ops_per_s":null,.*"raw_note":"no raw client' <<<"$line" ||
+				fail "inflight on mem://: a raw side, or no note why there is none: $line" ;;
+		*)
+			grep -Eq '"raw_ops_per_s":[0-9.]+,"ratio_to_raw":[0-9.]+,.*"blocking_ratio_to_raw":[0-9.]+,' <<<"$line" ||
+				fail "inflight on a server: no raw side: $line"
+			grep -Eq '"connections_seen":[1-9]' <<<"$line" || fail "inflight on a server: no connection seen: $line" ;;
+		esac
+	done <"$tmp/inflight.jsonl"
+	grep -Eq '^inflight +N +ops/s +block/s +raw ops/s +ratio .* native$' "$tmp/inflight.txt" ||
+		fail "inflight table: not its columns: $(cat "$tmp/inflight.txt")"
+	if [ -n "$pg_uri" ]; then
+		max=$(grep '"backend":"postgres' "$tmp/inflight.jsonl" | sed -n 's/.*"max_connections":\([0-9]*\).*/\1/p' | head -n 1)
+		if [ -z "$max" ]; then
+			fail "inflight on PostgreSQL: no max_connections: $(cat "$tmp/inflight.jsonl")"
+		elif [ "$max" -lt 1008 ]; then
+			if "$bench" --uri "$pg_uri" --scenario inflight --inflight 1000 --duration 300ms --json \
+				>"$tmp/inflight-pg.jsonl" 2>"$tmp/err"; then
+				grep -q "\"inflight\":1000,.*\"max_connections\":$max,\"skipped\":\"1000 in flight need 1000 sessions" \
+					"$tmp/inflight-pg.jsonl" || fail "inflight 1000 on PostgreSQL: not skipped: $(cat "$tmp/inflight-pg.jsonl")"
+			else
+				fail "dlock-bench --inflight 1000 on PostgreSQL failed instead of skipping: $(cat "$tmp/err")"
+			fi
+		fi
+	fi
+else
+	fail "dlock-bench --scenario inflight exited with an error: $(cat "$tmp/err")"
+fi
+"$bench" --uri mem://x --inflight 0 >/dev/null 2>&1 && fail "--inflight 0 was accepted"
+"$bench" --uri mem://x --inflight 1001 >/dev/null 2>&1 && fail "--inflight 1001 was accepted"
 
 if [ "$failed" -eq 0 ]; then
 	echo "test_bench: $lines results, every field present, no overlap"

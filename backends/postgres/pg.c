@@ -317,6 +317,8 @@ static dlock_status pg_check(void *backend, void *lk, dlock_error *err)
  */
 static dlock_status pg_feature(void *backend, dlock_lock_kind kind, int code, dlock_fact *out)
 {
+	if (!backend) /* asked before open() (DLOCK_FACT_INLINE): not a local backend */
+		return DLOCK_ENOTSUP;
 	struct dlock_pg_backend *b = backend;
 	int row = b->mode == &dlock_pg_row_mode;
 	switch (code) {

@@ -397,6 +397,8 @@ static dlock_status redis_lock_init_kind(void *backend, void *lkp, const char *n
  */
 static dlock_status redis_feature(void *backend, dlock_lock_kind kind, int code, dlock_fact *out)
 {
+	if (!backend) /* asked before open() (DLOCK_FACT_INLINE): not a local backend */
+		return DLOCK_ENOTSUP;
 	struct redis_client *c = backend;
 	int redlock = c->algo == &dlock_redis_redlock; /* mutexes only, no token, no listing */
 	switch (code) {

@@ -443,7 +443,9 @@ DLOCK_API dlock_status dlock_lock_new(dlock_client *client, const char *name, dl
 /**
  * Free a handle.  If it is still held, it is released first (the result
  * is lost: call dlock_release() to see it).  No other thread may be using
- * the handle.  NULL is a no-op.
+ * the handle.  NULL is a no-op.  On a loop client (dlock/loop.h) it returns
+ * at once: operations in progress on the handle are cancelled and still
+ * called back, and the release and the memory follow once they have been.
  */
 DLOCK_API void dlock_lock_free(dlock_lock *lock);
 
@@ -588,13 +590,14 @@ typedef enum dlock_lost_reason {
 	DLOCK_LOST_EXPIRED = 0,   /**< lease ran out without a successful renewal */
 	DLOCK_LOST_TAKEN = 1,     /**< the server says another owner has it / it is gone */
 	DLOCK_LOST_SESSION = 2,   /**< session or connection holding it ended */
-	DLOCK_LOST_CLOSED = 3,    /**< reserved: never passed by this version of dlock */
+	DLOCK_LOST_CLOSED = 3,    /**< a loop client (dlock/loop.h) was closed while it held the lock */
 	DLOCK_LOST_MAX_HOLD = 4   /**< held for its maximum (dlock_acquire_options::max_hold): the core
 	                               released it */
 } dlock_lost_reason;
 
 /**
- * Lost-lock callback.  Called on the client's background thread, at most
+ * Lost-lock callback.  Called on the client's background thread (on a
+ * loop client: on its loop, see dlock/loop.h), at most
  * once per acquisition, never after dlock_release() of that acquisition
  * has returned.  It may call dlock_release(), dlock_check() and the fencing
  * and name getters on `lock`; it must not call dlock_client_close() (that
@@ -700,7 +703,8 @@ typedef struct dlock_acquire_options {
 /**
  * Acquire the lock.  `opts` may be NULL for defaults.
  *
- * Reentrancy: if the calling thread already holds this handle, a hold
+ * Reentrancy: if the calling thread already holds this handle (on a loop
+ * client: if the handle is held, whatever the thread), a hold
  * count goes up with no server round trip (release undoes one level).
  * A thread is known by an identity the process never gives to another
  * thread: an acquisition whose thread has ended is no thread's to reenter
@@ -999,7 +1003,8 @@ DLOCK_API void dlock_leader_free(dlock_leader *leader);
 
 /**
  * Observer callback: `leader` is valid only during the call.  Called on
- * the client's observer thread, one call at a time per client; it may
+ * the client's observer thread (on a loop client: on its loop), one call
+ * at a time per client; it may
  * call any dlock function but dlock_client_close() and
  * dlock_election_free() of its own election.
  */

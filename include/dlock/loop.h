@@ -123,9 +123,13 @@ typedef void (*dlock_open_fn)(dlock_client *client, dlock_status status, void *u
  * `hooks` (copied; NULL: pull mode).  On DLOCK_OK, *out is the client at
  * once, so that its descriptors can be watched, and `done` is called once
  * the client is connected, or has failed to connect (its detail in
- * dlock_client_errmsg() during the call).  Operations started before then
- * wait for the open and fail with its status if it fails.  Close the
- * client in either case (dlock_client_close_async() or dlock_client_close()).
+ * dlock_client_errmsg() during the call).  The client's operations
+ * (dlock_inspect_async(), ...) started before then wait for the open and
+ * fail with its status if it fails; handles and elections are made, and
+ * features read, once it has completed (from its callback on): before,
+ * those calls return DLOCK_EINVAL, and after a failed open, its status.
+ * Close the client in either case (dlock_client_close_async() or
+ * dlock_client_close()).
  * On an error return (DLOCK_EURI, DLOCK_ENOBACKEND, DLOCK_EINVAL,
  * DLOCK_EVERSION for hooks of an unknown version, DLOCK_ENOMEM, DLOCK_EIO
  * when a hook failed), *out is NULL, `done` is never called and `errbuf`
@@ -150,7 +154,8 @@ typedef void (*dlock_close_fn)(dlock_status status, void *userdata);
  * callback of the client.  DLOCK_ECLOSED when it is already closing,
  * DLOCK_EINVAL for NULL.  dlock_client_close() on a loop client, from the
  * loop's thread, does the same and returns when it is done, every
- * callback having run inside it.
+ * callback having run inside it; from inside a callback of the client it
+ * only starts the close, which the loop finishes after that callback.
  */
 DLOCK_API dlock_status dlock_client_close_async(dlock_client *client, dlock_close_fn done, void *userdata);
 

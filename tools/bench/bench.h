@@ -29,11 +29,12 @@
 #define BENCH_MAX_FAULTS 4
 #define BENCH_MAX_SERVER_PIDS 64
 #define BENCH_MAX_HELD 1000000
+#define BENCH_MAX_INFLIGHT 1000
 #define BENCH_NS_PER_MS 1000000LL
 #define BENCH_NS_PER_S 1000000000LL
 
 enum bench_scenario { BENCH_UNCONTENDED, BENCH_CONTENDED, BENCH_FAULTS, BENCH_SCALE, BENCH_HELD, BENCH_SEMAPHORE,
-	              BENCH_READ_MOSTLY, BENCH_SCENARIOS };
+	              BENCH_READ_MOSTLY, BENCH_INFLIGHT, BENCH_SCENARIOS };
 
 /* The scenarios whose workers all take one name: the contended workload, with few waiters or many. */
 static inline int bench_one_name(enum bench_scenario sc)
@@ -78,6 +79,8 @@ struct bench_opts {
 	int nwaiters;
 	int held[BENCH_MAX_SIZES];    /* held: locks held by one client, one run per value */
 	int nheld;
+	int inflight[BENCH_MAX_SIZES]; /* inflight: names kept in flight by one loop thread, one run per value */
+	int ninflight;
 	int64_t duration_ms; /* of each measured phase */
 	int64_t hold_ms;     /* held: how long the locks are held */
 	int64_t lease_ms;    /* lease of the faults' (and with lease_given, held's) acquisitions */
@@ -148,6 +151,9 @@ struct bench_slot {
 	uint64_t renewals, lost_reported, release_notheld, locks_lost;
 	int64_t acquire_ns, hold_ns; /* the acquiring part; the hold, from all held to told to release */
 	int64_t rss_before, rss_held; /* bytes: before the first acquisition, at the end of the hold */
+	/* inflight: the loop side's process, the most seen in /proc/self (task, fd, fd that is a socket) */
+	int threads_seen, fds_seen, sockets_seen;
+	int loop_native; /* DLOCK_FEATURE_LOOP_NATIVE of its client */
 };
 
 enum bench_fault_req { BENCH_REQ_NONE, BENCH_REQ_PAUSE, BENCH_REQ_HOLD };
@@ -260,6 +266,13 @@ struct bench_raw {
 	 */
 	int (*acquire_shared)(void *conn, const char *name, const _Atomic int *stop, char *err, size_t errlen);
 	int (*release_shared)(void *conn, const char *name, char *err, size_t errlen);
+	/*
+	 * inflight: the server's sessions, where each lock in flight holds one
+	 * (PostgreSQL): *max its limit (max_connections), *room what is left of
+	 * it for a plain role now (less those reserved for superusers and those
+	 * open); 0, -1 on error.  NULL: connections are not scarce there.
+	 */
+	int (*sessions)(void *conn, long *max, long *room);
 };
 
 /* The raw client for a URI, or NULL (mem://, file://, RedLock, library not built). */
@@ -318,7 +331,7 @@ struct bench_phase {
 	char name[96];               /* lock name (contended) or its stem */
 	const char *fence_path;      /* faults: the shared counter file */
 	int64_t lease_ms;            /* 0: the URI's */
-	int locks;                   /* held: how many */
+	int locks;                   /* held, inflight: how many */
 	struct bench_meter *meter;   /* read at the start gate and at stop, or NULL */
 	struct bench_shared *sh;
 };
@@ -348,6 +361,8 @@ void bench_work_faults(struct bench_worker *w);
 void bench_work_held(struct bench_worker *w);
 void bench_work_kind(struct bench_worker *w);
 void bench_work_kind_raw(struct bench_worker *w);
+/* inflight: the loop side; opens its own loop client on this thread, before the start gate. */
+void bench_work_inflight(struct bench_worker *w);
 /* semaphore, read-mostly: 1 when the backend of `uri` has the scenario's kind, 0 not (why in `why`), -1 error. */
 int bench_kind_supported(const struct bench_opts *o, const char *uri, enum bench_scenario sc, char *why,
                          size_t whylen);
@@ -428,6 +443,13 @@ struct bench_result {
 	int most_readers;       /* read-mostly: readers seen at once, at most */
 	uint64_t violations;    /* semaphore: entries that found N others in; read-mostly: a writer beside anyone */
 	struct bench_hist acq_read, acq_write;
+	/* inflight: ops_per_s, acq, rel and the raw fields are the loop side's and raw's */
+	int inflight;           /* N, names in flight */
+	int loop_native;        /* DLOCK_FEATURE_LOOP_NATIVE of the loop client */
+	int has_blocking;
+	double blocking_ops_per_s; /* the blocking client, N threads */
+	int threads_seen, fds_seen, sockets_seen; /* the loop side's process, at most */
+	long max_connections;   /* the server's session limit where it is checked (PostgreSQL), else -1 */
 };
 
 int bench_run_perf(const struct bench_opts *o, const struct bench_target *t, const char *masked,
@@ -438,6 +460,8 @@ void bench_warm_up(const struct bench_opts *o, const struct bench_target *t, con
                    const dlock_capabilities *caps, int index);
 int bench_run_held(const struct bench_opts *o, const struct bench_target *t, int locks, int index,
                    struct bench_result *r);
+int bench_run_inflight(const struct bench_opts *o, const struct bench_target *t, int n, int index,
+                       struct bench_result *r);
 int bench_run_faults(const struct bench_opts *o, const struct bench_target *t, const dlock_capabilities *caps,
                      int index, struct bench_result *r);
 

@@ -125,7 +125,7 @@ static int run_target(const struct bench_opts *o, const struct bench_target *t, 
 		return n;
 	}
 	if (o->scenario[BENCH_UNCONTENDED] || o->scenario[BENCH_CONTENDED] || o->scenario[BENCH_SCALE] ||
-	    o->scenario[BENCH_READ_MOSTLY])
+	    o->scenario[BENCH_READ_MOSTLY] || o->scenario[BENCH_INFLIGHT])
 		bench_warm_up(o, t, proto.uri, &caps, (*index)++);
 	for (int sc = BENCH_UNCONTENDED; sc <= BENCH_CONTENDED; sc++) {
 		for (int i = 0; o->scenario[sc] && i < o->nclients; i++) {
@@ -155,6 +155,13 @@ static int run_target(const struct bench_opts *o, const struct bench_target *t, 
 				(*failures)++;
 			emit(o, r);
 		}
+	}
+	for (int i = 0; o->scenario[BENCH_INFLIGHT] && i < o->ninflight; i++) {
+		struct bench_result *r = &out[n++];
+		*r = proto;
+		if (bench_run_inflight(o, t, o->inflight[i], (*index)++, r) != 0)
+			(*failures)++;
+		emit(o, r);
 	}
 	for (int i = 0; o->scenario[BENCH_HELD] && i < o->nheld; i++) {
 		struct bench_result *r = &out[n++];
@@ -192,7 +199,7 @@ int main(int argc, char **argv)
 		return rc > 0 ? 0 : 2;
 	/* A server killed under a worker must not kill the bench with it. */
 	signal(SIGPIPE, SIG_IGN);
-	size_t per_target = (size_t)(4 * o.nclients + o.nwaiters + o.nheld + 1);
+	size_t per_target = (size_t)(4 * o.nclients + o.nwaiters + o.nheld + o.ninflight + 1);
 	struct bench_result *results = calloc((size_t)o.ntargets * per_target, sizeof *results);
 	if (!results) {
 		fprintf(stderr, "dlock-bench: out of memory\n");

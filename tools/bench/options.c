@@ -16,6 +16,7 @@ static const char *const scenario_names[BENCH_SCENARIOS] = {
 	[BENCH_HELD] = "held",
 	[BENCH_SEMAPHORE] = "semaphore",
 	[BENCH_READ_MOSTLY] = "read-mostly",
+	[BENCH_INFLIGHT] = "inflight",
 };
 
 const char *bench_scenario_name(enum bench_scenario sc)
@@ -40,8 +41,8 @@ static void usage(FILE *f)
 	      "  --server-pids CMD     shell command that prints the PIDs of the server processes of the\n"
 	      "                      last --uri (their children are counted too): scale, held measure\n"
 	      "                      the servers' CPU time from /proc (without it: unknown)\n"
-	      "  --scenario NAME       uncontended, contended, faults, scale, held, semaphore, read-mostly\n"
-	      "                      or all (repeatable; default: uncontended, contended and faults)\n"
+	      "  --scenario NAME       uncontended, contended, faults, scale, held, semaphore, read-mostly,\n"
+	      "                      inflight or all (repeatable; default: uncontended, contended and faults)\n"
 	      "  --clients N[,N...]    independent dlock clients, one run per value (default 1; semaphore\n"
 	      "                      and read-mostly: 16); NxT: N clients with T threads each\n"
 	      "  --threads T           threads per client (default 1)\n"
@@ -56,9 +57,13 @@ static void usage(FILE *f)
 	      "                      (default 8,32,64)\n"
 	      "  --held N[,N...]       held: locks one client holds, one run per value (default 1000)\n"
 	      "  --hold T              held: how long it holds them (default 30s)\n"
-	      "  --fencing on|off      uncontended, contended, scale, held: take a fencing token with every\n"
-	      "                      acquisition, dlock and raw alike (default on, as dlock's default;\n"
-	      "                      faults always do)\n"
+	      "  --inflight N[,N...]   inflight: names one thread keeps acquired-and-released in flight\n"
+	      "                      through a loop client, beside N blocking threads and N raw\n"
+	      "                      connections (up to 256; above, the loop alone); one run per value,\n"
+	      "                      1..1000 (default 1,8,64); each row shows DLOCK_FEATURE_LOOP_NATIVE\n"
+	      "  --fencing on|off      uncontended, contended, scale, held, inflight: take a fencing token\n"
+	      "                      with every acquisition, dlock and raw alike (default on, as dlock's\n"
+	      "                      default; faults always do)\n"
 	      "  --lease T             faults: lease of each acquisition (default 2s); held: likewise\n"
 	      "                      (default the URI's ttl)\n"
 	      "  --fault-clients N     faults: worker processes (default 3)\n"
@@ -149,7 +154,7 @@ static int scenario_arg(struct bench_opts *o, const char *name, int *any)
 
 enum { OPT_URI = 256, OPT_STOP, OPT_START, OPT_FAILOVER, OPT_SERVER_PIDS, OPT_SCENARIO, OPT_CLIENTS, OPT_THREADS,
        OPT_PROCESSES, OPT_DURATION, OPT_CS, OPT_WAITERS, OPT_HELD, OPT_HOLD, OPT_FENCING, OPT_LEASE, OPT_FAULT_CLIENTS,
-       OPT_JSON, OPT_TABLE, OPT_PLOT, OPT_HELP, OPT_PERMITS, OPT_READ_RATIO };
+       OPT_JSON, OPT_TABLE, OPT_PLOT, OPT_HELP, OPT_PERMITS, OPT_READ_RATIO, OPT_INFLIGHT };
 
 /* --server-stop, --server-start, --failover or --server-pids: a command for the last --uri. */
 static int target_cmd(struct bench_opts *o, int opt, const char *cmd)
@@ -192,6 +197,7 @@ static const struct option long_options[] = {
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "permits", required_argument, NULL, OPT_PERMITS },
 	{ "read-ratio", required_argument, NULL, OPT_READ_RATIO },
+	{ "inflight", required_argument, NULL, OPT_INFLIGHT },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -229,6 +235,9 @@ static int apply(struct bench_opts *o, int opt, const char *arg, int *any_scenar
 	case OPT_HELD:
 		return count_list(arg, BENCH_MAX_HELD, o->held, &o->nheld) == 0
 		               ? 0 : bad("--held: '%s' is not a list of counts (1..1000000)", arg);
+	case OPT_INFLIGHT:
+		return count_list(arg, BENCH_MAX_INFLIGHT, o->inflight, &o->ninflight) == 0
+		               ? 0 : bad("--inflight: '%s' is not a list of counts (1..1000)", arg);
 	case OPT_HOLD:
 		return dlock_duration_parse(arg, 1000, &o->hold_ms) == DLOCK_OK && o->hold_ms >= 100
 		               ? 0 : bad("--hold: '%s' is not a duration of 100ms or more", arg);
@@ -275,6 +284,7 @@ int bench_opts_parse(struct bench_opts *o, int argc, char **argv)
 	int opt, any_scenario = 0;
 	*o = (struct bench_opts){ .clients = { 1 }, .nclients = 1, .threads = 1, .processes = 1, .fault_clients = 3,
 		                  .waiters = { 8, 32, 64 }, .nwaiters = 3, .held = { 1000 }, .nheld = 1,
+		                  .inflight = { 1, 8, 64 }, .ninflight = 3,
 		                  .fencing = 1, .duration_ms = 5000, .hold_ms = 30000, .lease_ms = 2000, .permits = 4,
 		                  .read_ratio = 0.9 };
 	while ((opt = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
@@ -292,7 +302,7 @@ int bench_opts_parse(struct bench_opts *o, int argc, char **argv)
 	if ((o->scenario[BENCH_SEMAPHORE] || o->scenario[BENCH_READ_MOSTLY]) && !o->clients_given &&
 	    BENCH_KIND_CLIENTS * o->threads > BENCH_MAX_WORKERS)
 		return bad("too many workers (16 clients x threads > 256)%s", "");
-	/* By default the scenarios of every run; scale and held are asked for by name (or all). */
+	/* By default the scenarios of every run; the others are asked for by name (or all). */
 	for (int i = 0; !any_scenario && i <= BENCH_FAULTS; i++)
 		o->scenario[i] = 1;
 	return 0;

@@ -30,6 +30,10 @@ static void *worker_main(void *arg)
 {
 	struct bench_worker *w = arg;
 	struct bench_shared *sh = w->ph->sh;
+	if (w->ph->sc == BENCH_INFLIGHT) { /* its loop client is opened on its own thread, then it is ready */
+		bench_work_inflight(w);
+		return NULL;
+	}
 	atomic_fetch_add(&sh->ready, 1);
 	while (!atomic_load(&sh->go) && !atomic_load(&sh->stop))
 		bench_sleep_ns(GATE_POLL_NS);
@@ -52,6 +56,8 @@ static void *worker_main(void *arg)
 static int worker_connect(struct bench_worker *w, dlock_client **client)
 {
 	char err[256];
+	if (w->ph->sc == BENCH_INFLIGHT) /* the loop side opens its own client (bench_work_inflight) */
+		return 0;
 	if (w->ph->raw) {
 		w->raw_conn = w->ph->raw->connect(w->ph->uri, w->ph->o->fencing, err, sizeof err);
 		if (!w->raw_conn)

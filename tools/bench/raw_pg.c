@@ -86,6 +86,13 @@ static int prepare(struct pconn *c, const char *stmt, const char *sql)
 	return ok ? 0 : -1;
 }
 
+/* The server's notices ("already exists, skipping" of every connection's setup) are no result: not printed. */
+static void no_notice(void *arg, const char *message)
+{
+	(void)arg;
+	(void)message;
+}
+
 static void *pconn_connect(const char *uri, int fencing, char *err, size_t errlen)
 {
 	char conninfo[1024], mode[16] = "";
@@ -103,6 +110,7 @@ static void *pconn_connect(const char *uri, int fencing, char *err, size_t errle
 		return NULL;
 	}
 	fcntl(PQsocket(c->pg), F_SETFD, FD_CLOEXEC);
+	PQsetNoticeProcessor(c->pg, no_notice, NULL);
 	if ((c->row && create(c, "CREATE TABLE IF NOT EXISTS dlock_bench_raw (name text PRIMARY KEY)") != 0) ||
 	    (fencing && create(c, "CREATE SEQUENCE IF NOT EXISTS " SEQ) != 0) ||
 	    prepare(c, "lock", lock_sql[c->row][fencing]) != 0 ||
@@ -265,6 +273,26 @@ static int pconn_cut(void *p, char *msg, size_t msglen)
 	return ok ? 0 : -1;
 }
 
+/*
+ * inflight: max_connections, and what is left of it to a role without
+ * superuser rights now (less superuser_reserved_connections and the
+ * client sessions open, this one included).
+ */
+static int pconn_sessions(void *p, long *max, long *room)
+{
+	struct pconn *c = p;
+	PGresult *r = PQexec(c->pg, "SELECT current_setting('max_connections')::int, "
+	                            "current_setting('superuser_reserved_connections')::int, "
+	                            "(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')");
+	int ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+	if (ok) {
+		*max = atol(PQgetvalue(r, 0, 0));
+		*room = *max - atol(PQgetvalue(r, 0, 1)) - atol(PQgetvalue(r, 0, 2));
+	}
+	PQclear(r);
+	return ok ? 0 : -1;
+}
+
 static const char *const schemes[] = { "postgres", "postgresql", NULL };
 
 const struct bench_raw bench_raw_postgres = {
@@ -281,4 +309,5 @@ const struct bench_raw bench_raw_postgres = {
 	.close = pconn_close,
 	.acquire_shared = pconn_acquire_shared,
 	.release_shared = pconn_release_shared,
+	.sessions = pconn_sessions,
 };

@@ -91,6 +91,23 @@ static void json_kinds(const struct bench_result *r, int sem, int rw, int *f)
 	json_pct("writer_wait_p99_us", rw ? &r->acq_write : &no_samples, 99, f);
 }
 
+/* inflight: the loop side's own fields and the blocking client's throughput, null on the other scenarios. */
+static void json_inflight(const struct bench_result *r, int *f)
+{
+	int in = r->sc == BENCH_INFLIGHT, ok = in && !r->failed;
+	int blk = ok && r->has_blocking, raw = ok && r->has_raw && r->raw_ops_per_s > 0;
+	json_num("inflight", r->inflight, in, f);
+	json_num("loop_native", r->loop_native, ok, f);
+	json_num("blocking_ops_per_s", r->blocking_ops_per_s, blk, f);
+	json_num("ratio_to_blocking", blk && r->blocking_ops_per_s > 0 ? r->ops_per_s / r->blocking_ops_per_s : 0,
+	         blk && r->blocking_ops_per_s > 0, f);
+	json_num("blocking_ratio_to_raw", raw ? r->blocking_ops_per_s / r->raw_ops_per_s : 0, raw && blk, f);
+	json_num("threads_seen", r->threads_seen, ok, f);
+	json_num("descriptors_seen", r->fds_seen, ok, f);
+	json_num("connections_seen", r->sockets_seen, ok, f);
+	json_num("max_connections", (double)r->max_connections, in && r->max_connections >= 0, f);
+}
+
 void bench_print_json(const struct bench_result *r)
 {
 	int f = 1, ok = !r->failed, perf = ok && r->sc != BENCH_FAULTS && r->sc != BENCH_HELD;
@@ -158,6 +175,7 @@ void bench_print_json(const struct bench_result *r)
 	json_num("server_cpu_ms", r->server_cpu_ms, held && r->server_cpu_ms >= 0, &f);
 	json_num("server_cpu_pct", held_cpu_pct(r), held && held_cpu_pct(r) >= 0, &f);
 	json_kinds(r, sem, rw, &f);
+	json_inflight(r, &f);
 	if (r->raw_note[0])
 		json_str("raw_note", r->raw_note, &f);
 	if ((metered || held) && r->server_note[0])
@@ -316,6 +334,24 @@ static void read_mostly_row(FILE *out, const struct bench_result *r)
 	        w99, r->share_spread_pct, r->most_readers, (unsigned long long)r->violations);
 }
 
+static void inflight_row(FILE *out, const struct bench_result *r)
+{
+	char p50[16], p99[16], blk[16], raw[16] = "-", ratio[16] = "-", blk_ratio[16] = "-";
+	cell_us(p50, sizeof p50, &r->acq, 50);
+	cell_us(p99, sizeof p99, &r->acq, 99);
+	cell_num(blk, sizeof blk, r->has_blocking ? r->blocking_ops_per_s : -1, 0);
+	if (r->has_raw) {
+		snprintf(raw, sizeof raw, "%.0f", r->raw_ops_per_s);
+		if (r->raw_ops_per_s > 0) {
+			snprintf(ratio, sizeof ratio, "%.2f", r->ops_per_s / r->raw_ops_per_s);
+			snprintf(blk_ratio, sizeof blk_ratio, "%.2f", r->blocking_ops_per_s / r->raw_ops_per_s);
+		}
+	}
+	fprintf(out, "%-20s %5d %9.0f %9s %9s %5s %5s %7s %7s %5d %5d %5d %6d\n", r->backend, r->inflight, r->ops_per_s,
+	        blk, raw, ratio, blk_ratio, p50, p99, r->threads_seen, r->fds_seen, r->sockets_seen,
+	        r->loop_native);
+}
+
 static void fault_row(FILE *out, const struct bench_result *r)
 {
 	char faults[256] = "";
@@ -382,6 +418,16 @@ void bench_print_table(FILE *out, const struct bench_result *r, int n)
 			        perf || scale || held || sem ? "\n" : "", "read-mostly", "c x t", "prc", "read%", "ops/s",
 			        "raw ops/s", "ratio", "rd p99", "wr p99", "wait p99", "spread", "readers", "wr ovl");
 		read_mostly_row(out, &r[i]);
+	}
+	int inflight = 0;
+	for (int i = 0; i < n; i++) {
+		if (r[i].failed || r[i].sc != BENCH_INFLIGHT)
+			continue;
+		if (!inflight++)
+			fprintf(out, "%s%-20s %5s %9s %9s %9s %5s %5s %7s %7s %5s %5s %5s %6s\n",
+			        perf || scale || held || sem || rw ? "\n" : "", "inflight", "N", "ops/s", "block/s",
+			        "raw ops/s", "ratio", "blk/r", "p50 us", "p99 us", "thr", "fds", "conns", "native");
+		inflight_row(out, &r[i]);
 	}
 	for (int i = 0; i < n; i++) {
 		if (r[i].failed || r[i].sc != BENCH_FAULTS)

@@ -90,6 +90,10 @@
  *     no longer reads from a driver of version 7 (leave them NULL); and
  *     lock_init is needed only by a driver without lock_init_kind (from
  *     any version).
+ *   - version 8: no new method; the core asks a driver of version 8 for
+ *     DLOCK_FACT_INLINE before open(), with `backend` NULL, so feature()
+ *     must answer a code it does not know (or cannot answer without its
+ *     client) with DLOCK_ENOTSUP before it touches `backend`.
  * Registration accepts every version from 1 through DLOCK_DRIVER_ABI_VERSION
  * (DLOCK_EVERSION otherwise: a driver built for a newer library), and the
  * core never reads a slot past the version a driver declares, so a driver
@@ -116,7 +120,7 @@ extern "C" {
 #endif
 
 /** Version of struct dlock_driver; raised with each appended block of methods. */
-#define DLOCK_DRIVER_ABI_VERSION 7
+#define DLOCK_DRIVER_ABI_VERSION 8
 
 /* ------------------------------------------------------------ error text */
 
@@ -829,8 +833,15 @@ typedef enum dlock_fact_code {
 	DLOCK_FACT_CORE_WAITS = 0x1002,   /**< per kind, 1: acquisitions of this kind always go through try_acquire()
 	                                       and the core's loop, also on a client whose DLOCK_FEATURE_WAKEUP is
 	                                       SERVER_QUEUE (the server queues the waiters of the other kinds only) */
-	DLOCK_FACT_SLOTS = 0x1003         /**< semaphores, 1: acquire() reports the permit's slot
+	DLOCK_FACT_SLOTS = 0x1003,        /**< semaphores, 1: acquire() reports the permit's slot
 	                                       (dlock_acquired::slot); 0: permits have no slot, and so no token */
+	DLOCK_FACT_INLINE = 0x1004        /**< 1: no method ever waits on a network or another process (in-process
+	                                       or local-file state), and acquisitions wait only through
+	                                       try_acquire() and dlock_wait_wake(): a loop client (dlock/loop.h)
+	                                       calls every method on its loop's thread, with no thread of its own
+	                                       (DLOCK_FEATURE_LOOP_NATIVE); 0 or unanswered: a loop client runs
+	                                       them on worker threads.  Asked before open() with `backend` NULL,
+	                                       of drivers of ABI version 8 and later */
 } dlock_fact_code;
 
 /** The first code of the contract's own facts: from here on, never a dlock_feature code. */
