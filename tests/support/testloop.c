@@ -1,5 +1,11 @@
-/* Loop clients driven by the test (testloop.h). */
+/*
+ * Loop clients driven by the test (testloop.h): which client each handle
+ * belongs to, the calls posted to a client's loop thread, the thread that
+ * drives the client in pull mode, and opening and closing.  The calls of
+ * handles and elections are mapped in testloop_ops.c and testloop_elect.c.
+ */
 #include "testloop.h"
+#include "testloop_call.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -12,73 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dlock/loop.h"
-
-#define TL_TEXT_MAX 1024
 /* Clients whose last failure text each thread keeps (testloop_client_errmsg()). */
 #define TL_TEXTS 8
-
-typedef struct tl_client tl_client;
-typedef struct tl_call tl_call;
-
-/*
- * One call posted to a loop thread.  `start` runs on that thread: it makes
- * the call there, or starts its _async form, and tl_finish() ends it (at
- * once, or from the callback).  The posting thread owns the record.
- */
-struct tl_call {
-	tl_call *next;
-	tl_client *c;
-	const char *what;
-	void (*start)(tl_call *k);
-	/* arguments */
-	dlock_client *client;
-	dlock_lock *lock;
-	dlock_election *e;
-	const char *text; /* a name, a value or a prefix */
-	const dlock_acquire_options *opts;
-	int64_t n;        /* a lease, a feature code, a lock's kind */
-	uint32_t permits;
-	void *out;        /* the caller's pointer for what a call answers, passed through */
-	dlock_leader_fn observer;
-	void *userdata;
-	void (*fn)(void *arg);
-	/* results */
-	dlock_status status;
-	uint64_t term;
-	size_t broken;
-	const void *result; /* an info, list, leader, name or lock */
-	int starting;       /* inside the start call (a callback then breaks the contract) */
-	int broke_contract;
-	int early;          /* called back inside the start call, with early_status: ended by tl_started() */
-	dlock_status early_status;
-	int has_text;       /* a failure: `text_out` holds the client's detail */
-	char text_out[TL_TEXT_MAX];
-	int done;           /* under c->mu */
-};
-
-/* A loop client and the thread that drives it. */
-struct tl_client {
-	dlock_client *client; /* the key it is known by, also once closed */
-	char *uri;
-	pthread_t thread;
-	int wake_fd;          /* eventfd: calls were posted, or `stop` set */
-	pthread_mutex_t mu;   /* guards the queue, `stop` and the calls' `done` */
-	pthread_cond_t cv;
-	tl_call *head, *tail;
-	int stop;
-	int live;             /* loop thread only: open and not yet closed */
-	/* Under registry_mu: */
-	int closed;           /* its close has completed */
-	size_t handles;       /* locks and elections made on it and not yet freed */
-	int reaped;
-	/* The open (the loop thread's first call). */
-	const dlock_client_options *open_opts;
-	char *open_errbuf;
-	size_t open_errlen;
-	tl_call *open_call;
-	dlock_status open_failed;
-};
 
 /* Which loop client each key (a client, lock, election or an election's lock) belongs to. */
 typedef struct tl_entry {
@@ -111,7 +52,7 @@ static tl_entry **tl_slot(const void *key)
 	return p;
 }
 
-static tl_client *tl_find(const void *key)
+tl_client *tl_find(const void *key)
 {
 	if (!key)
 		return NULL;
@@ -135,7 +76,7 @@ static void tl_unlink(const void *key, tl_client *only)
 	free(e);
 }
 
-static void tl_register(const void *key, tl_client *c, int is_handle)
+void tl_register(const void *key, tl_client *c, int is_handle)
 {
 	tl_entry *e = calloc(1, sizeof *e);
 	if (!e)
@@ -149,15 +90,19 @@ static void tl_register(const void *key, tl_client *c, int is_handle)
 	pthread_mutex_unlock(&registry_mu);
 }
 
-static void tl_forget(const void *key, tl_client *c)
+void tl_forget(const void *key, tl_client *c)
 {
 	pthread_mutex_lock(&registry_mu);
 	tl_unlink(key, c);
 	pthread_mutex_unlock(&registry_mu);
 }
 
-/* 1 where `key` is no loop client's (NULL) or this is its loop thread: there, the library's own call. */
-static int tl_direct(const void *key)
+int tl_is_loop(const tl_client *c)
+{
+	return c && tl_self == c;
+}
+
+int tl_direct(const void *key)
 {
 	tl_client *c = tl_find(key);
 	return !c || tl_self == c;
@@ -165,7 +110,7 @@ static int tl_direct(const void *key)
 
 /* ------------------------------------------------------- failure texts */
 
-static void tl_note_text(const dlock_client *client, const char *text)
+void tl_note_text(const dlock_client *client, const char *text)
 {
 	unsigned i = 0;
 	while (i < TL_TEXTS && tl_texts[i].client != client)
@@ -189,7 +134,7 @@ const char *testloop_client_errmsg(dlock_client *client)
 
 /* ------------------------------------------------------- calls */
 
-static tl_call *tl_call_new(const char *what, void (*start)(tl_call *k))
+tl_call *tl_call_new(const char *what, void (*start)(tl_call *k))
 {
 	tl_call *k = calloc(1, sizeof *k);
 	if (!k)
@@ -220,7 +165,7 @@ static dlock_client *tl_text_client(const tl_call *k)
 }
 
 /* End `k` with `st` (on the loop thread); a failure takes the client's text with it. */
-static void tl_finish(tl_call *k, dlock_status st)
+void tl_finish(tl_call *k, dlock_status st)
 {
 	tl_client *c = k->c;
 	dlock_client *client = tl_text_client(k);
@@ -240,7 +185,7 @@ static void tl_finish(tl_call *k, dlock_status st)
  * the contract (dlock/loop.h): it is said, and left for tl_started() to
  * end, since the poster may free `k` as soon as it ends.
  */
-static void tl_callback_end(tl_call *k, dlock_status st)
+void tl_callback_end(tl_call *k, dlock_status st)
 {
 	if (k->starting) {
 		printf("\n    LOOP CONTRACT BROKEN: %s called back inside its start call", k->what);
@@ -254,7 +199,7 @@ static void tl_callback_end(tl_call *k, dlock_status st)
 }
 
 /* The start call returned `st`: a failure ends `k` now (no callback will come). */
-static void tl_started(tl_call *k, dlock_status st)
+void tl_started(tl_call *k, dlock_status st)
 {
 	k->starting = 0;
 	if (k->early)
@@ -287,7 +232,7 @@ static void tl_wait(tl_call *k)
  * then sees its failure text.  Returns its status (DLOCK_STATUS_COUNT_, and
  * a line said, when the library broke the callback contract doing it).
  */
-static dlock_status tl_do(tl_client *c, tl_call *k)
+dlock_status tl_do(tl_client *c, tl_call *k)
 {
 	k->c = c;
 	pthread_mutex_lock(&c->mu);
@@ -305,7 +250,7 @@ static dlock_status tl_do(tl_client *c, tl_call *k)
 }
 
 /* tl_do() on the client of `key`, for a call whose status is all it answers; frees `k`. */
-static dlock_status tl_run(const void *key, tl_call *k)
+dlock_status tl_run(const void *key, tl_call *k)
 {
 	dlock_status st = tl_do(tl_find(key), k);
 	free(k);
@@ -313,7 +258,7 @@ static dlock_status tl_run(const void *key, tl_call *k)
 }
 
 /* The start of an _async form given a NULL handle: it must refuse, and never call back. */
-static dlock_status tl_null_start(dlock_status st, const char *what)
+dlock_status tl_null_start(dlock_status st, const char *what)
 {
 	if (st == DLOCK_OK) {
 		printf("\n    LOOP CONTRACT BROKEN: %s accepted a NULL argument", what);
@@ -322,7 +267,7 @@ static dlock_status tl_null_start(dlock_status st, const char *what)
 	return st;
 }
 
-static void tl_never_lock(dlock_lock *lock, dlock_status st, void *ud)
+void tl_never_lock(dlock_lock *lock, dlock_status st, void *ud)
 {
 	(void)lock, (void)st, (void)ud;
 	printf("\n    LOOP CONTRACT BROKEN: a refused start called back");
@@ -436,7 +381,7 @@ static void tl_client_free(tl_client *c)
 }
 
 /* Once `c` is closed and its last handle freed: end its thread (not from that thread). */
-static void tl_reap_if_done(tl_client *c)
+void tl_reap_if_done(tl_client *c)
 {
 	if (tl_self == c)
 		return;
@@ -530,728 +475,6 @@ dlock_status testloop_client_close(dlock_client *client)
 	free(k);
 	tl_reap_if_done(c);
 	return st;
-}
-
-/* Calls that do not talk to the server run on the loop thread at once. */
-static void start_uri(tl_call *k)
-{
-	k->result = dlock_client_uri(k->client);
-	tl_finish(k, DLOCK_OK);
-}
-
-const char *testloop_client_uri(const dlock_client *client)
-{
-	tl_client *c = tl_find(client);
-	if (!c || tl_self == c)
-		return dlock_client_uri(client);
-	tl_call *k = tl_call_new("dlock_client_uri", start_uri);
-	k->client = (dlock_client *)(uintptr_t)client;
-	tl_do(c, k);
-	const char *uri = k->result;
-	free(k);
-	return uri;
-}
-
-static void start_get_stats(tl_call *k)
-{
-	tl_finish(k, dlock_client_get_stats(k->client, k->out));
-}
-
-static void start_capabilities(tl_call *k)
-{
-	tl_finish(k, dlock_client_capabilities(k->client, k->out));
-}
-
-static void start_feature(tl_call *k)
-{
-	tl_finish(k, dlock_client_feature(k->client, (dlock_feature)k->n, k->out));
-}
-
-/* A call of `client` that answers through `out` and does not talk to the server, on its loop thread. */
-static dlock_status tl_client_get(dlock_client *client, const char *what, void (*start)(tl_call *k), int64_t n,
-                                  void *out)
-{
-	tl_call *k = tl_call_new(what, start);
-	k->client = client;
-	k->n = n;
-	k->out = out;
-	return tl_run(client, k);
-}
-
-dlock_status testloop_client_get_stats(dlock_client *client, dlock_client_stats *stats)
-{
-	return tl_direct(client) ? dlock_client_get_stats(client, stats)
-	                         : tl_client_get(client, "dlock_client_get_stats", start_get_stats, 0, stats);
-}
-
-dlock_status testloop_client_capabilities(dlock_client *client, dlock_capabilities *caps)
-{
-	return tl_direct(client) ? dlock_client_capabilities(client, caps)
-	                         : tl_client_get(client, "dlock_client_capabilities", start_capabilities, 0, caps);
-}
-
-dlock_status testloop_client_feature(dlock_client *client, dlock_feature feature, int64_t *value)
-{
-	return tl_direct(client) ? dlock_client_feature(client, feature, value)
-	                         : tl_client_get(client, "dlock_client_feature", start_feature, feature, value);
-}
-
-/* ------------------------------------------------------- handles */
-
-/* dlock_lock_new(), dlock_rwlock_new() or dlock_semaphore_new(), as `kind` says. */
-static dlock_status tl_make_lock(dlock_client *client, const char *name, dlock_lock_kind kind, uint32_t permits,
-                                 dlock_lock **out)
-{
-	switch (kind) {
-	case DLOCK_KIND_RWLOCK:
-		return dlock_rwlock_new(client, name, out);
-	case DLOCK_KIND_SEMAPHORE:
-		return dlock_semaphore_new(client, name, permits, out);
-	default:
-		return dlock_lock_new(client, name, out);
-	}
-}
-
-static void start_lock_new(tl_call *k)
-{
-	dlock_lock **out = k->out;
-	dlock_status st = tl_make_lock(k->client, k->text, (dlock_lock_kind)k->n, k->permits, out);
-	if (st == DLOCK_OK && out && *out)
-		tl_register(*out, k->c, 1);
-	tl_finish(k, st);
-}
-
-static dlock_status tl_lock_new(dlock_client *client, const char *name, dlock_lock_kind kind, uint32_t permits,
-                                dlock_lock **out)
-{
-	tl_client *c = tl_find(client);
-	if (!c) /* NULL or not a loop client: the library's own answer */
-		return tl_make_lock(client, name, kind, permits, out);
-	tl_call *k = tl_call_new("dlock_lock_new", start_lock_new);
-	k->client = client;
-	k->text = name;
-	k->n = kind;
-	k->permits = permits;
-	k->out = out;
-	if (tl_self == c) {
-		k->c = c;
-		start_lock_new(k);
-	} else {
-		tl_do(c, k);
-	}
-	dlock_status st = k->status;
-	free(k);
-	return st;
-}
-
-dlock_status testloop_lock_new(dlock_client *client, const char *name, dlock_lock **out)
-{
-	return tl_lock_new(client, name, DLOCK_KIND_MUTEX, 0, out);
-}
-
-dlock_status testloop_rwlock_new(dlock_client *client, const char *name, dlock_lock **out)
-{
-	return tl_lock_new(client, name, DLOCK_KIND_RWLOCK, 0, out);
-}
-
-dlock_status testloop_semaphore_new(dlock_client *client, const char *name, uint32_t permits, dlock_lock **out)
-{
-	return tl_lock_new(client, name, DLOCK_KIND_SEMAPHORE, permits, out);
-}
-
-static void start_lock_free(tl_call *k)
-{
-	tl_forget(k->lock, k->c);
-	dlock_lock_free(k->lock);
-	tl_finish(k, DLOCK_OK);
-}
-
-void testloop_lock_free(dlock_lock *lock)
-{
-	tl_client *c = tl_find(lock);
-	if (!c || tl_self == c) {
-		if (c)
-			tl_forget(lock, c);
-		dlock_lock_free(lock);
-		return;
-	}
-	tl_call *k = tl_call_new("dlock_lock_free", start_lock_free);
-	k->lock = lock;
-	tl_do(c, k);
-	free(k);
-	tl_reap_if_done(c);
-}
-
-/* Getters of a handle, on its loop thread. */
-static void start_lock_name(tl_call *k)
-{
-	k->result = dlock_lock_name(k->lock);
-	tl_finish(k, DLOCK_OK);
-}
-
-static void start_lock_kind(tl_call *k)
-{
-	k->n = dlock_lock_get_kind(k->lock);
-	tl_finish(k, DLOCK_OK);
-}
-
-static void start_lock_permits(tl_call *k)
-{
-	k->n = dlock_lock_permits(k->lock);
-	tl_finish(k, DLOCK_OK);
-}
-
-/* A getter `start` of `lock` run on its loop thread; NULL when `lock` is not a loop client's (then run here). */
-static tl_call *tl_getter(const dlock_lock *lock, const char *what, void (*start)(tl_call *k))
-{
-	tl_client *c = tl_find(lock);
-	if (!c || tl_self == c)
-		return NULL;
-	tl_call *k = tl_call_new(what, start);
-	k->lock = (dlock_lock *)(uintptr_t)lock;
-	tl_do(c, k);
-	return k;
-}
-
-const char *testloop_lock_name(const dlock_lock *lock)
-{
-	tl_call *k = tl_getter(lock, "dlock_lock_name", start_lock_name);
-	if (!k)
-		return dlock_lock_name(lock);
-	const char *name = k->result;
-	free(k);
-	return name;
-}
-
-dlock_lock_kind testloop_lock_get_kind(const dlock_lock *lock)
-{
-	tl_call *k = tl_getter(lock, "dlock_lock_get_kind", start_lock_kind);
-	if (!k)
-		return dlock_lock_get_kind(lock);
-	dlock_lock_kind kind = (dlock_lock_kind)k->n;
-	free(k);
-	return kind;
-}
-
-uint32_t testloop_lock_permits(const dlock_lock *lock)
-{
-	tl_call *k = tl_getter(lock, "dlock_lock_permits", start_lock_permits);
-	if (!k)
-		return dlock_lock_permits(lock);
-	uint32_t permits = (uint32_t)k->n;
-	free(k);
-	return permits;
-}
-
-static void start_fencing_token(tl_call *k)
-{
-	tl_finish(k, dlock_lock_fencing_token(k->lock, k->out));
-}
-
-static void start_permit_slot(tl_call *k)
-{
-	tl_finish(k, dlock_lock_permit_slot(k->lock, k->out));
-}
-
-/* ------------------------------------------------------- operations on a handle */
-
-static void on_lock_done(dlock_lock *lock, dlock_status st, void *ud)
-{
-	tl_call *k = ud;
-	(void)lock;
-	tl_callback_end(k, st);
-}
-
-static void start_acquire(tl_call *k)
-{
-	k->starting = 1;
-	tl_started(k, dlock_acquire_async(k->lock, k->opts, on_lock_done, k));
-}
-
-static void start_release(tl_call *k)
-{
-	k->starting = 1;
-	tl_started(k, dlock_release_async(k->lock, on_lock_done, k));
-}
-
-static void start_extend(tl_call *k)
-{
-	k->starting = 1;
-	tl_started(k, dlock_extend_async(k->lock, k->n, on_lock_done, k));
-}
-
-static void start_check(tl_call *k)
-{
-	k->starting = 1;
-	tl_started(k, dlock_check_async(k->lock, on_lock_done, k));
-}
-
-/* A call of `lock`, a loop client's handle, on its loop thread. */
-static dlock_status tl_lock_op(dlock_lock *lock, const char *what, void (*start)(tl_call *k),
-                               const dlock_acquire_options *opts, int64_t n, void *out)
-{
-	tl_call *k = tl_call_new(what, start);
-	k->lock = lock;
-	k->opts = opts;
-	k->n = n;
-	k->out = out;
-	return tl_run(lock, k);
-}
-
-
-dlock_status testloop_lock_fencing_token(dlock_lock *lock, uint64_t *token)
-{
-	if (tl_direct(lock))
-		return dlock_lock_fencing_token(lock, token);
-	return tl_lock_op(lock, "dlock_lock_fencing_token", start_fencing_token, NULL, 0, token);
-}
-
-dlock_status testloop_lock_permit_slot(dlock_lock *lock, uint32_t *slot)
-{
-	if (tl_direct(lock))
-		return dlock_lock_permit_slot(lock, slot);
-	return tl_lock_op(lock, "dlock_lock_permit_slot", start_permit_slot, NULL, 0, slot);
-}
-
-dlock_status testloop_acquire(dlock_lock *lock, const dlock_acquire_options *opts)
-{
-	if (!lock)
-		return tl_null_start(dlock_acquire_async(NULL, opts, tl_never_lock, NULL), "dlock_acquire_async");
-	if (tl_direct(lock))
-		return dlock_acquire(lock, opts);
-	return tl_lock_op(lock, "dlock_acquire_async", start_acquire, opts, 0, NULL);
-}
-
-dlock_status testloop_release(dlock_lock *lock)
-{
-	if (!lock)
-		return tl_null_start(dlock_release_async(NULL, tl_never_lock, NULL), "dlock_release_async");
-	if (tl_direct(lock))
-		return dlock_release(lock);
-	return tl_lock_op(lock, "dlock_release_async", start_release, NULL, 0, NULL);
-}
-
-dlock_status testloop_extend(dlock_lock *lock, int64_t lease_ms)
-{
-	if (!lock)
-		return tl_null_start(dlock_extend_async(NULL, lease_ms, tl_never_lock, NULL), "dlock_extend_async");
-	if (tl_direct(lock))
-		return dlock_extend(lock, lease_ms);
-	return tl_lock_op(lock, "dlock_extend_async", start_extend, NULL, lease_ms, NULL);
-}
-
-dlock_status testloop_check(dlock_lock *lock)
-{
-	if (!lock)
-		return tl_null_start(dlock_check_async(NULL, tl_never_lock, NULL), "dlock_check_async");
-	if (tl_direct(lock))
-		return dlock_check(lock);
-	return tl_lock_op(lock, "dlock_check_async", start_check, NULL, 0, NULL);
-}
-
-/* ------------------------------------------------------- inspection */
-
-static void on_inspect(dlock_client *client, dlock_status st, dlock_lock_info *info, void *ud)
-{
-	tl_call *k = ud;
-	(void)client;
-	k->result = info;
-	tl_callback_end(k, st);
-}
-
-static void start_inspect(tl_call *k)
-{
-	if (!k->out) { /* no _async form for a missing answer pointer: the blocking form's refusal */
-		tl_finish(k, dlock_inspect(k->client, k->text, NULL));
-		return;
-	}
-	k->starting = 1;
-	tl_started(k, dlock_inspect_async(k->client, k->text, on_inspect, k));
-}
-
-static void on_list(dlock_client *client, dlock_status st, dlock_lock_list *list, void *ud)
-{
-	tl_call *k = ud;
-	(void)client;
-	k->result = list;
-	tl_callback_end(k, st);
-}
-
-static void start_list(tl_call *k)
-{
-	if (!k->out) {
-		tl_finish(k, dlock_list(k->client, k->text, NULL));
-		return;
-	}
-	k->starting = 1;
-	tl_started(k, dlock_list_async(k->client, k->text, on_list, k));
-}
-
-static void on_break(dlock_client *client, dlock_status st, size_t broken, void *ud)
-{
-	tl_call *k = ud;
-	(void)client;
-	k->broken = broken;
-	tl_callback_end(k, st);
-}
-
-static void start_break(tl_call *k)
-{
-	k->starting = 1;
-	tl_started(k, dlock_break_async(k->client, k->text, on_break, k));
-}
-
-static void tl_never_inspect(dlock_client *c, dlock_status st, dlock_lock_info *info, void *ud)
-{
-	(void)c, (void)st, (void)info, (void)ud;
-	printf("\n    LOOP CONTRACT BROKEN: a refused start called back");
-}
-
-static void tl_never_list(dlock_client *c, dlock_status st, dlock_lock_list *list, void *ud)
-{
-	(void)c, (void)st, (void)list, (void)ud;
-	printf("\n    LOOP CONTRACT BROKEN: a refused start called back");
-}
-
-static void tl_never_break(dlock_client *c, dlock_status st, size_t broken, void *ud)
-{
-	(void)c, (void)st, (void)broken, (void)ud;
-	printf("\n    LOOP CONTRACT BROKEN: a refused start called back");
-}
-
-/* A client operation on its loop thread; k->result and k->broken hold what it answered. */
-static tl_call *tl_client_op(dlock_client *client, const char *what, void (*start)(tl_call *k), const char *text,
-                             void *out, dlock_status *st)
-{
-	tl_call *k = tl_call_new(what, start);
-	k->client = client;
-	k->text = text;
-	k->out = out;
-	*st = tl_do(tl_find(client), k);
-	return k;
-}
-
-dlock_status testloop_inspect(dlock_client *client, const char *name, dlock_lock_info **out)
-{
-	dlock_status st;
-	if (!client) {
-		if (out)
-			*out = NULL;
-		return tl_null_start(dlock_inspect_async(NULL, name, tl_never_inspect, NULL), "dlock_inspect_async");
-	}
-	if (tl_direct(client))
-		return dlock_inspect(client, name, out);
-	tl_call *k = tl_client_op(client, "dlock_inspect_async", start_inspect, name, out, &st);
-	if (out)
-		*out = (dlock_lock_info *)(uintptr_t)k->result;
-	free(k);
-	return st;
-}
-
-dlock_status testloop_list(dlock_client *client, const char *name_prefix, dlock_lock_list **out)
-{
-	dlock_status st;
-	if (!client) {
-		if (out)
-			*out = NULL;
-		return tl_null_start(dlock_list_async(NULL, name_prefix, tl_never_list, NULL), "dlock_list_async");
-	}
-	if (tl_direct(client))
-		return dlock_list(client, name_prefix, out);
-	tl_call *k = tl_client_op(client, "dlock_list_async", start_list, name_prefix, out, &st);
-	if (out)
-		*out = (dlock_lock_list *)(uintptr_t)k->result;
-	free(k);
-	return st;
-}
-
-dlock_status testloop_break(dlock_client *client, const char *name, size_t *broken)
-{
-	dlock_status st;
-	if (!client) {
-		if (broken)
-			*broken = 0;
-		return tl_null_start(dlock_break_async(NULL, name, tl_never_break, NULL), "dlock_break_async");
-	}
-	if (tl_direct(client))
-		return dlock_break(client, name, broken);
-	tl_call *k = tl_client_op(client, "dlock_break_async", start_break, name, NULL, &st);
-	if (broken)
-		*broken = k->broken;
-	free(k);
-	return st;
-}
-
-/*
- * dlock_gc() has no asynchronous form (it is an administrator's sweep, not
- * something a loop waits on): run it on a blocking client of the same URI,
- * opened for the call on the calling thread.
- */
-dlock_status testloop_gc(dlock_client *client, const char *name_prefix, unsigned flags, dlock_gc_fn fn,
-                         void *userdata, size_t *count)
-{
-	tl_client *c = tl_find(client);
-	if (!c || tl_self == c || !c->uri)
-		return dlock_gc(client, name_prefix, flags, fn, userdata, count);
-	dlock_client *blocking = NULL;
-	char text[TL_TEXT_MAX] = "";
-	dlock_status st = dlock_client_open(&blocking, c->uri, NULL, text, sizeof text);
-	if (st == DLOCK_OK) {
-		st = dlock_gc(blocking, name_prefix, flags, fn, userdata, count);
-		if (st != DLOCK_OK)
-			snprintf(text, sizeof text, "%s", dlock_client_errmsg(blocking));
-		dlock_client_close(blocking);
-	} else if (count) {
-		*count = 0;
-	}
-	if (st != DLOCK_OK)
-		tl_note_text(client, text);
-	return st;
-}
-
-/* ------------------------------------------------------- elections */
-
-static void start_election_new(tl_call *k)
-{
-	dlock_election **out = k->out;
-	dlock_status st = dlock_election_new(k->client, k->text, out);
-	if (st == DLOCK_OK && out && *out) {
-		tl_register(*out, k->c, 1);
-		tl_register(dlock_election_lock(*out), k->c, 0);
-	}
-	tl_finish(k, st);
-}
-
-dlock_status testloop_election_new(dlock_client *client, const char *name, dlock_election **out)
-{
-	tl_client *c = tl_find(client);
-	if (!c)
-		return dlock_election_new(client, name, out);
-	tl_call *k = tl_call_new("dlock_election_new", start_election_new);
-	k->client = client;
-	k->text = name;
-	k->out = out;
-	if (tl_self == c) {
-		k->c = c;
-		start_election_new(k);
-	} else {
-		tl_do(c, k);
-	}
-	dlock_status st = k->status;
-	free(k);
-	return st;
-}
-
-static void tl_election_free_here(tl_client *c, dlock_election *e)
-{
-	tl_forget(dlock_election_lock(e), c);
-	tl_forget(e, c);
-	dlock_election_free(e);
-}
-
-static void on_resigned_for_free(dlock_election *e, dlock_status st, uint64_t term, void *ud)
-{
-	tl_call *k = ud;
-	(void)st, (void)term;
-	if (!k->starting)
-		tl_election_free_here(k->c, e);
-	tl_callback_end(k, DLOCK_OK);
-}
-
-/*
- * dlock_election_free() has resigned when it returns; on a loop client the
- * free resigns later, with no callback to await.  So: resign (not leading:
- * refused, which is fine), await it, then free.
- */
-static void start_election_free(tl_call *k)
-{
-	k->starting = 1;
-	dlock_status st = dlock_resign_async(k->e, on_resigned_for_free, k);
-	k->starting = 0;
-	if (st == DLOCK_OK && !k->early)
-		return; /* freed once the resignation has called back */
-	tl_election_free_here(k->c, k->e);
-	tl_finish(k, DLOCK_OK);
-}
-
-void testloop_election_free(dlock_election *e)
-{
-	tl_client *c = tl_find(e);
-	if (!c) {
-		dlock_election_free(e);
-		return;
-	}
-	if (tl_self == c) {
-		tl_election_free_here(c, e);
-		return;
-	}
-	tl_call *k = tl_call_new("dlock_election_free", start_election_free);
-	k->e = e;
-	tl_do(c, k);
-	free(k);
-	tl_reap_if_done(c);
-}
-
-static void start_election_lock(tl_call *k)
-{
-	k->result = dlock_election_lock(k->e);
-	tl_finish(k, DLOCK_OK);
-}
-
-dlock_lock *testloop_election_lock(dlock_election *e)
-{
-	tl_client *c = tl_find(e);
-	if (!c || tl_self == c)
-		return dlock_election_lock(e);
-	tl_call *k = tl_call_new("dlock_election_lock", start_election_lock);
-	k->e = e;
-	tl_do(c, k);
-	dlock_lock *lock = (dlock_lock *)(uintptr_t)k->result;
-	free(k);
-	return lock;
-}
-
-static void on_election_done(dlock_election *e, dlock_status st, uint64_t term, void *ud)
-{
-	tl_call *k = ud;
-	(void)e;
-	k->term = term;
-	tl_callback_end(k, st);
-}
-
-static void start_campaign(tl_call *k)
-{
-	k->starting = 1;
-	tl_started(k, dlock_campaign_async(k->e, k->text, k->opts, on_election_done, k));
-}
-
-static void start_proclaim(tl_call *k)
-{
-	k->starting = 1;
-	tl_started(k, dlock_proclaim_async(k->e, k->text, on_election_done, k));
-}
-
-static void start_resign(tl_call *k)
-{
-	k->starting = 1;
-	tl_started(k, dlock_resign_async(k->e, on_election_done, k));
-}
-
-static void on_leader_read(dlock_election *e, dlock_status st, dlock_leader *leader, void *ud)
-{
-	tl_call *k = ud;
-	(void)e;
-	k->result = leader;
-	tl_callback_end(k, st);
-}
-
-static void start_election_leader(tl_call *k)
-{
-	if (!k->out) { /* no _async form for a missing answer pointer: the blocking form's refusal */
-		tl_finish(k, dlock_election_leader(k->e, NULL));
-		return;
-	}
-	k->starting = 1;
-	tl_started(k, dlock_election_leader_async(k->e, on_leader_read, k));
-}
-
-static void tl_never_election(dlock_election *e, dlock_status st, uint64_t term, void *ud)
-{
-	(void)e, (void)st, (void)term, (void)ud;
-	printf("\n    LOOP CONTRACT BROKEN: a refused start called back");
-}
-
-static void tl_never_leader(dlock_election *e, dlock_status st, dlock_leader *leader, void *ud)
-{
-	(void)e, (void)st, (void)leader, (void)ud;
-	printf("\n    LOOP CONTRACT BROKEN: a refused start called back");
-}
-
-/* An operation of election `e` on its loop thread. */
-static tl_call *tl_election_op(dlock_election *e, const char *what, void (*start)(tl_call *k), const char *value,
-                               const dlock_acquire_options *opts, void *out, dlock_status *st)
-{
-	tl_call *k = tl_call_new(what, start);
-	k->e = e;
-	k->text = value;
-	k->opts = opts;
-	k->out = out;
-	*st = tl_do(tl_find(e), k);
-	return k;
-}
-
-dlock_status testloop_campaign(dlock_election *e, const char *value, const dlock_acquire_options *opts,
-                               uint64_t *term)
-{
-	dlock_status st;
-	if (!e) {
-		if (term)
-			*term = 0;
-		return tl_null_start(dlock_campaign_async(NULL, value, opts, tl_never_election, NULL), "dlock_campaign_async");
-	}
-	if (tl_direct(e))
-		return dlock_campaign(e, value, opts, term);
-	tl_call *k = tl_election_op(e, "dlock_campaign_async", start_campaign, value, opts, NULL, &st);
-	if (term)
-		*term = k->term;
-	free(k);
-	return st;
-}
-
-dlock_status testloop_proclaim(dlock_election *e, const char *value)
-{
-	dlock_status st;
-	if (!e)
-		return tl_null_start(dlock_proclaim_async(NULL, value, tl_never_election, NULL), "dlock_proclaim_async");
-	if (tl_direct(e))
-		return dlock_proclaim(e, value);
-	free(tl_election_op(e, "dlock_proclaim_async", start_proclaim, value, NULL, NULL, &st));
-	return st;
-}
-
-dlock_status testloop_resign(dlock_election *e)
-{
-	dlock_status st;
-	if (!e)
-		return tl_null_start(dlock_resign_async(NULL, tl_never_election, NULL), "dlock_resign_async");
-	if (tl_direct(e))
-		return dlock_resign(e);
-	free(tl_election_op(e, "dlock_resign_async", start_resign, NULL, NULL, NULL, &st));
-	return st;
-}
-
-dlock_status testloop_election_leader(dlock_election *e, dlock_leader **out)
-{
-	dlock_status st;
-	if (!e) {
-		if (out)
-			*out = NULL;
-		return tl_null_start(dlock_election_leader_async(NULL, tl_never_leader, NULL),
-		                     "dlock_election_leader_async");
-	}
-	if (tl_direct(e))
-		return dlock_election_leader(e, out);
-	tl_call *k = tl_election_op(e, "dlock_election_leader_async", start_election_leader, NULL, NULL, out, &st);
-	if (out)
-		*out = (dlock_leader *)(uintptr_t)k->result;
-	free(k);
-	return st;
-}
-
-static void start_observe(tl_call *k)
-{
-	tl_finish(k, dlock_observe(k->e, k->observer, k->userdata));
-}
-
-dlock_status testloop_observe(dlock_election *e, dlock_leader_fn fn, void *userdata)
-{
-	if (tl_direct(e))
-		return dlock_observe(e, fn, userdata);
-	tl_call *k = tl_call_new("dlock_observe", start_observe);
-	k->e = e;
-	k->observer = fn;
-	k->userdata = userdata;
-	return tl_run(e, k);
 }
 
 /* ------------------------------------------------------- for the loop-only cases */

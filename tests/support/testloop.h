@@ -2,8 +2,8 @@
  * Loop clients driven by the test, for the conformance suite in loop mode
  * (conformance_loop, built with DLOCK_CONFORMANCE_LOOP).  testloop_map.h
  * renames the blocking calls of the test bodies to the functions below:
- * each opens or uses a loop client (dlock/loop.h) that a thread of this
- * file drives in pull mode (poll() on dlock_loop_fd() for
+ * each opens or uses a loop client (dlock/loop.h) that a thread of
+ * testloop.c drives in pull mode (poll() on dlock_loop_fd() for
  * dlock_loop_timeout_ms(), then dlock_loop_run()), so that every test runs
  * its calls through the asynchronous forms unchanged.
  *
@@ -51,7 +51,7 @@ dlock_status testloop_client_open(dlock_client **out, const char *uri, const dlo
                                   char *errbuf, size_t errlen);
 /** dlock_client_close(): dlock_client_close_async() and wait for its callback. */
 dlock_status testloop_client_close(dlock_client *client);
-/** The text of the calling thread's last failed call on `client` through this file. */
+/** The text of the calling thread's last failed call on `client` through these functions. */
 const char *testloop_client_errmsg(dlock_client *client);
 const char *testloop_client_uri(const dlock_client *client);
 dlock_status testloop_client_get_stats(dlock_client *client, dlock_client_stats *stats);
