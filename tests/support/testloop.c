@@ -257,6 +257,15 @@ dlock_status tl_run(const void *key, tl_call *k)
 	return st;
 }
 
+/* tl_do(), then the end of `c` if the call left it closed with no handle. */
+dlock_status tl_run_then_reap(tl_client *c, tl_call *k)
+{
+	dlock_status st = tl_do(c, k);
+	free(k);
+	tl_reap_if_done(c);
+	return st;
+}
+
 /* The start of an _async form given a NULL handle: it must refuse, and never call back. */
 dlock_status tl_null_start(dlock_status st, const char *what)
 {
@@ -471,10 +480,7 @@ dlock_status testloop_client_close(dlock_client *client)
 		return dlock_client_close(client);
 	tl_call *k = tl_call_new("dlock_client_close_async", start_close);
 	k->client = client;
-	dlock_status st = tl_do(c, k);
-	free(k);
-	tl_reap_if_done(c);
-	return st;
+	return tl_run_then_reap(c, k);
 }
 
 /* ------------------------------------------------------- for the loop-only cases */

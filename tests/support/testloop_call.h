@@ -103,6 +103,8 @@ tl_call *tl_call_new(const char *what, void (*start)(tl_call *k));
 dlock_status tl_do(tl_client *c, tl_call *k);
 /* tl_do() on the client of `key`, for a call whose status is all it answers; frees `k`. */
 dlock_status tl_run(const void *key, tl_call *k);
+/* tl_do(), free `k`, then tl_reap_if_done(): for the calls that may leave `c` closed with no handle. */
+dlock_status tl_run_then_reap(tl_client *c, tl_call *k);
 /* On the loop thread: end `k` with `st` (a failure takes the client's text with it). */
 void tl_finish(tl_call *k, dlock_status st);
 /* A callback's end of `k` (one inside the start call is said, and ended by tl_started()). */

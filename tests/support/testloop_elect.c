@@ -88,9 +88,7 @@ void testloop_election_free(dlock_election *e)
 	}
 	tl_call *k = tl_call_new("dlock_election_free", start_election_free);
 	k->e = e;
-	tl_do(c, k);
-	free(k);
-	tl_reap_if_done(c);
+	tl_run_then_reap(c, k);
 }
 
 static void start_election_lock(tl_call *k)

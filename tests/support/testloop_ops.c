@@ -158,9 +158,7 @@ void testloop_lock_free(dlock_lock *lock)
 	}
 	tl_call *k = tl_call_new("dlock_lock_free", start_lock_free);
 	k->lock = lock;
-	tl_do(c, k);
-	free(k);
-	tl_reap_if_done(c);
+	tl_run_then_reap(c, k);
 }
 
 /* Getters of a handle, on its loop thread. */
