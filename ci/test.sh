@@ -152,11 +152,30 @@ phase build-plain bash ci/build.sh plain
 phase test-plain run_ctest build/plain
 phase install-check bash ci/install-check.sh
 
+# conformance_loop (the suite in loop mode) runs on every URI in the plain
+# build; under the sanitizers on mem://, file://, the first redis:// and the
+# first postgres:// URI of DLOCK_TEST_URIS (issue 31), as
+# DLOCK_CONFORMANCE_LOOP_URIS says.
+sanitizer_loop_uris() {
+	local u redis="" pg="" uris=()
+	read -ra uris <<<"${DLOCK_TEST_URIS:-}"
+	for u in "${uris[@]}"; do
+		case "$u" in
+		redis://*) redis=${redis:-$u} ;;
+		postgres://* | postgresql://*) pg=${pg:-$u} ;;
+		esac
+	done
+	echo "$redis $pg"
+}
+
 phase build-asan bash ci/build.sh asan
+export DLOCK_CONFORMANCE_LOOP_URIS
+DLOCK_CONFORMANCE_LOOP_URIS=$(sanitizer_loop_uris)
 phase test-asan run_ctest build/asan
 
 phase build-tsan bash ci/build.sh tsan
 phase tsan-probe tsan_probe
 phase test-tsan run_ctest build/tsan -L threads
+unset DLOCK_CONFORMANCE_LOOP_URIS
 phase valgrind bash ci/valgrind.sh
 phase fuzz bash ci/fuzz.sh

@@ -72,13 +72,20 @@ struct dlock_op {
 
 /* ------------------------------------------------------------ checks */
 
+/* Record `msg` as the caller's error and return `st` (in this file, so that its callers' paths are plain). */
+static dlock_status fail(struct dlock_client *c, dlock_status st, const char *msg)
+{
+	dlock_client_fail(c, st, msg);
+	return st;
+}
+
 dlock_status dlock_loop_refuse_blocking(struct dlock_client *c, const char *call)
 {
 	if (!c || !c->reactor || c->close_finished || c->loop_inline || !dlock_reactor_is_loop_thread(c->reactor))
 		return DLOCK_OK;
 	char buf[200];
 	snprintf(buf, sizeof buf, "%s would block the loop of this loop client: use its _async form", call);
-	return dlock_client_fail(c, DLOCK_EDEADLK, buf);
+	return fail(c, DLOCK_EDEADLK, buf);
 }
 
 dlock_status dlock_loop_refuse_unopened(struct dlock_client *c, const char *call)
@@ -94,7 +101,7 @@ dlock_status dlock_loop_refuse_unopened(struct dlock_client *c, const char *call
 	char buf[200];
 	snprintf(buf, sizeof buf, opening ? "%s: the client is still opening: call it from the open's callback on"
 	                                  : "%s: the client did not open", call);
-	return dlock_client_fail(c, opening ? DLOCK_EINVAL : failed, buf);
+	return fail(c, opening ? DLOCK_EINVAL : failed, buf);
 }
 
 int dlock_async_live(const struct dlock_client *c)
@@ -102,21 +109,23 @@ int dlock_async_live(const struct dlock_client *c)
 	return c && c->reactor && !c->close_finished && !c->loop_inline;
 }
 
-/* Whether a start call may go on: a loop client, its thread, not closing. */
-static dlock_status may_start(struct dlock_client *c, const char *call)
+/* Whether a start call may go on: a loop client, its thread, not closing.  Once the client is
+ * closing (or closed) the call fails at once with `closed_st`, what its blocking form would say then. */
+static dlock_status may_start(struct dlock_client *c, const char *call, dlock_status closed_st)
 {
 	char buf[200];
-	if (!c->reactor) {
+	if (!c->was_loop) {
 		snprintf(buf, sizeof buf, "%s: not a loop client (open it with dlock_client_open_async)", call);
-		return dlock_client_fail(c, DLOCK_EINVAL, buf);
+		return fail(c, DLOCK_EINVAL, buf);
+	}
+	if (c->async_closing || c->closing || !c->reactor) {
+		snprintf(buf, sizeof buf, "%s: the client is %s", call,
+		         closed_st == DLOCK_ENOTHELD ? "closed; its locks were released" : "closing");
+		return fail(c, closed_st, buf);
 	}
 	if (!dlock_reactor_is_loop_thread(c->reactor)) {
 		snprintf(buf, sizeof buf, "%s: a loop client is used only from its loop's thread", call);
-		return dlock_client_fail(c, DLOCK_EDEADLK, buf);
-	}
-	if (c->async_closing || c->closing) {
-		snprintf(buf, sizeof buf, "%s: the client is closing", call);
-		return dlock_client_fail(c, DLOCK_ECLOSED, buf);
+		return fail(c, DLOCK_EDEADLK, buf);
 	}
 	return DLOCK_OK;
 }
@@ -264,6 +273,17 @@ static void native_acquired(void *arg, dlock_status st, const char *msg)
 	op_finish(&op->item);
 }
 
+/* A native client's close, on the turn after the close was asked: the acquisitions it cancelled have
+ * ended by then (their steps were posted first), so nothing of theirs is left with the driver. */
+static void native_close(struct dlock_reactor_item *item)
+{
+	struct dlock_op *op = (struct dlock_op *)((char *)item - offsetof(struct dlock_op, item));
+	op->c->loop_inline++;
+	op->st = dlock_async_close_run(op->c);
+	op->c->loop_inline--;
+	op_finish(item);
+}
+
 /* Run `op` on the loop of a native client: its driver never waits, so the blocking call is made here,
  * and its callback comes on the next turn; an acquisition goes to the engine. */
 static dlock_status native_run(struct dlock_op *op)
@@ -271,6 +291,11 @@ static dlock_status native_run(struct dlock_op *op)
 	struct dlock_client *c = op->c;
 	if (op->kind == OP_ACQUIRE || op->kind == OP_CAMPAIGN)
 		return dlock_loop_acquire_start(op->lock, &op->opts, op->cancel_seq, native_acquired, op);
+	if (op->kind == OP_CLOSE) { /* after the steps of the acquisitions it cancelled, posted before it */
+		op->item.run = native_close;
+		dlock_reactor_post(c->reactor, &op->item);
+		return DLOCK_OK;
+	}
 	c->loop_inline++;
 	if (op->kind == OP_FREE) {
 		if (op->lock->free_election)
@@ -293,7 +318,6 @@ static dlock_status native_run(struct dlock_op *op)
 	case OP_PROCLAIM: st = dlock_proclaim(op->e, op->text); break;
 	case OP_RESIGN: st = dlock_resign(op->e); break;
 	case OP_LEADER: st = dlock_election_leader(op->e, &op->leader); break;
-	case OP_CLOSE: st = dlock_async_close_run(c); break;
 	default: break;
 	}
 	if (st != DLOCK_OK && op->kind != OP_OPEN)
@@ -301,7 +325,7 @@ static dlock_status native_run(struct dlock_op *op)
 	c->loop_inline--;
 	op->st = st;
 	dlock_reactor_post(c->reactor, &op->item);
-	if (op->kind != OP_OPEN && op->kind != OP_CLOSE)
+	if (op->kind != OP_OPEN)
 		dlock_loop_kick(c); /* a release, a break...: the local queue may move */
 	return DLOCK_OK;
 }
@@ -346,7 +370,7 @@ dlock_status dlock_async_submit(struct dlock_op *op)
 		if (op->lock)
 			op->lock->async_refs--;
 		pthread_mutex_unlock(&c->mu);
-		return dlock_client_fail(c, st, "cannot start a worker thread for the operation");
+		return fail(c, st, "cannot start a worker thread for the operation");
 	}
 	return DLOCK_OK;
 }
@@ -368,15 +392,14 @@ void dlock_async_release_waiters(struct dlock_client *c, dlock_status open_st, c
 		dlock_status st = open_st;
 		if (st == DLOCK_OK || op->kind == OP_CLOSE)
 			st = dlock_async_submit(op);
-		if (st != DLOCK_OK) {
+		if (st != DLOCK_OK) { /* called back on the next turn, as any operation */
 			if (op->lock) {
 				pthread_mutex_lock(&c->mu);
 				op->lock->async_refs++;
 				pthread_mutex_unlock(&c->mu);
 			}
-			op->st = st;
 			snprintf(op->msg, sizeof op->msg, "%s", why);
-			op_finish(&op->item);
+			dlock_async_complete_later(op, st);
 		}
 		op = next;
 	}
@@ -445,12 +468,12 @@ static dlock_status start_on_lock(dlock_lock *l, int kind, const char *call, dlo
 {
 	*out = NULL;
 	if (!l || !done)
-		return l ? dlock_client_fail(l->client, DLOCK_EINVAL, "the callback must not be NULL") : DLOCK_EINVAL;
-	dlock_status st = may_start(l->client, call);
+		return l ? fail(l->client, DLOCK_EINVAL, "the callback must not be NULL") : DLOCK_EINVAL;
+	dlock_status st = may_start(l->client, call, kind == OP_ACQUIRE ? DLOCK_ECANCELED : DLOCK_ENOTHELD);
 	if (st != DLOCK_OK)
 		return st;
 	if (l->free_requested)
-		return dlock_client_fail(l->client, DLOCK_EINVAL, "the handle is being freed");
+		return fail(l->client, DLOCK_EINVAL, "the handle is being freed");
 	struct dlock_op *op = dlock_async_op_new(l->client, kind, NULL);
 	if (!op)
 		return DLOCK_ENOMEM;
@@ -480,7 +503,7 @@ dlock_status dlock_acquire_async(dlock_lock *l, const dlock_acquire_options *opt
 	st = dlock_acquire_check(l, opts, &op->opts, &why);
 	if (st != DLOCK_OK) {
 		op_free(op);
-		return dlock_client_fail(l->client, st, why);
+		return fail(l->client, st, why);
 	}
 	op->cancel_seq = dlock_lock_cancel_seq(l);
 	return submit_or_free(op);
@@ -519,9 +542,9 @@ static dlock_status start_on_client(dlock_client *c, int kind, const char *call,
 	if (!done || (text_needed && !text)) {
 		char buf[160];
 		snprintf(buf, sizeof buf, "%s: %s must not be NULL", call, done ? "the name" : "the callback");
-		return dlock_client_fail(c, DLOCK_EINVAL, buf);
+		return fail(c, DLOCK_EINVAL, buf);
 	}
-	dlock_status st = may_start(c, call);
+	dlock_status st = may_start(c, call, DLOCK_ECLOSED);
 	if (st != DLOCK_OK)
 		return st;
 	*out = dlock_async_op_new(c, kind, text);
@@ -568,15 +591,16 @@ static dlock_status start_on_election(dlock_election *e, int kind, const char *c
 	if (!e)
 		return DLOCK_EINVAL;
 	struct dlock_lock *l = dlock_election_lock(e);
-	dlock_status st = may_start(l->client, call);
+	dlock_status st = may_start(l->client, call, kind == OP_CAMPAIGN ? DLOCK_ECANCELED
+	                                             : kind == OP_LEADER ? DLOCK_ECLOSED : DLOCK_ENOTHELD);
 	if (st != DLOCK_OK)
 		return st;
 	if (l->free_requested)
-		return dlock_client_fail(l->client, DLOCK_EINVAL, "the election is being freed");
+		return fail(l->client, DLOCK_EINVAL, "the election is being freed");
 	if (value && strnlen(value, DLOCK_VALUE_MAX + 1) > DLOCK_VALUE_MAX) {
 		char buf[96];
 		snprintf(buf, sizeof buf, "a leader's value is at most %d bytes", DLOCK_VALUE_MAX);
-		return dlock_client_fail(l->client, DLOCK_EINVAL, buf);
+		return fail(l->client, DLOCK_EINVAL, buf);
 	}
 	*out = dlock_async_op_new(l->client, kind, value);
 	if (!*out)
@@ -591,7 +615,7 @@ dlock_status dlock_campaign_async(dlock_election *e, const char *value, const dl
 {
 	struct dlock_op *op;
 	if (e && !done)
-		return dlock_client_fail(dlock_election_lock(e)->client, DLOCK_EINVAL, "the callback must not be NULL");
+		return fail(dlock_election_lock(e)->client, DLOCK_EINVAL, "the callback must not be NULL");
 	dlock_status st = start_on_election(e, OP_CAMPAIGN, "dlock_campaign_async", value ? value : "", &op);
 	if (st != DLOCK_OK)
 		return st;
@@ -600,7 +624,7 @@ dlock_status dlock_campaign_async(dlock_election *e, const char *value, const dl
 	if (st != DLOCK_OK) {
 		struct dlock_client *c = op->c;
 		op_free(op);
-		return dlock_client_fail(c, st, why);
+		return fail(c, st, why);
 	}
 	op->done.election = done;
 	op->ud = userdata;
@@ -613,7 +637,7 @@ dlock_status dlock_proclaim_async(dlock_election *e, const char *value, dlock_el
 {
 	struct dlock_op *op;
 	if (e && !done)
-		return dlock_client_fail(dlock_election_lock(e)->client, DLOCK_EINVAL, "the callback must not be NULL");
+		return fail(dlock_election_lock(e)->client, DLOCK_EINVAL, "the callback must not be NULL");
 	dlock_status st = start_on_election(e, OP_PROCLAIM, "dlock_proclaim_async", value ? value : "", &op);
 	if (st != DLOCK_OK)
 		return st;
@@ -626,7 +650,7 @@ dlock_status dlock_resign_async(dlock_election *e, dlock_election_done_fn done, 
 {
 	struct dlock_op *op;
 	if (e && !done)
-		return dlock_client_fail(dlock_election_lock(e)->client, DLOCK_EINVAL, "the callback must not be NULL");
+		return fail(dlock_election_lock(e)->client, DLOCK_EINVAL, "the callback must not be NULL");
 	dlock_status st = start_on_election(e, OP_RESIGN, "dlock_resign_async", NULL, &op);
 	if (st != DLOCK_OK)
 		return st;
@@ -639,7 +663,7 @@ dlock_status dlock_election_leader_async(dlock_election *e, dlock_leader_done_fn
 {
 	struct dlock_op *op;
 	if (e && !done)
-		return dlock_client_fail(dlock_election_lock(e)->client, DLOCK_EINVAL, "the callback must not be NULL");
+		return fail(dlock_election_lock(e)->client, DLOCK_EINVAL, "the callback must not be NULL");
 	dlock_status st = start_on_election(e, OP_LEADER, "dlock_election_leader_async", NULL, &op);
 	if (st != DLOCK_OK)
 		return st;

@@ -50,6 +50,7 @@ dlock_status dlock_client_open_async(dlock_client **out, const char *uri, const 
 	st = dlock_client_prepare(&c, uri, opts, &err);
 	if (st != DLOCK_OK)
 		goto fail;
+	c->was_loop = 1;
 	c->loop_native = dlock_driver_is_inline(c->driver);
 	if (!c->loop_native && !(c->workers = dlock_workers_new())) {
 		st = dlock_error_set(&err, DLOCK_ENOMEM, "out of memory");

@@ -52,9 +52,11 @@ static void deliver_lost_locked(struct dlock_client *c, struct dlock_lock *l)
 		dlock_async_post_lost_locked(c, l);
 		return;
 	}
+	unsigned inline_depth = c->loop_inline;
 	if (c->loop_native) { /* on the loop already (its tick): a handle freed inside waits for the return */
 		l->async_refs++;
 		c->callbacks_depth++;
+		c->loop_inline = 0; /* the application's blocking calls are refused there, as anywhere on the loop */
 	}
 	l->callback_running = 1;
 	dlock_lost_fn fn = l->on_lost;
@@ -68,6 +70,7 @@ static void deliver_lost_locked(struct dlock_client *c, struct dlock_lock *l)
 	l->callback_running = 0;
 	pthread_cond_broadcast(&c->cond);
 	if (c->loop_native) {
+		c->loop_inline = inline_depth;
 		c->callbacks_depth--;
 		pthread_mutex_unlock(&c->mu);
 		dlock_async_unref(l);

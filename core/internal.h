@@ -280,6 +280,7 @@ struct dlock_client {
 
 	/* A loop client (dlock/loop.h; async.c, async_client.c): reactor NULL for a blocking client. */
 	struct dlock_reactor *reactor; /* what the application's loop drives; freed when the close finishes */
+	int was_loop;              /* opened by dlock_client_open_async(): a loop client, also after its close */
 	struct dlock_workers *workers; /* where the backend's blocking calls run */
 	int opening;               /* the asynchronous open has not completed */
 	dlock_status open_status;  /* how it completed */

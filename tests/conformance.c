@@ -3,7 +3,9 @@
  * every conformance test, plus the helpers the tests share.
  *
  * URIs: mem://conformance-<pid>, a temporary file:/// directory, and every
- * whitespace-separated URI in DLOCK_TEST_URIS.  A backend that cannot be
+ * whitespace-separated URI in DLOCK_TEST_URIS (in loop mode,
+ * conformance_loop, in DLOCK_CONFORMANCE_LOOP_URIS instead when that is
+ * set: CI's sanitizer builds name a few there).  A backend that cannot be
  * reached (DLOCK_ECONNECT) or is not compiled in (DLOCK_ENOBACKEND) is
  * skipped with a loud line, and fails its suite when DLOCK_TEST_REQUIRE_ALL=1.
  * DLOCK_TEST_SCALE multiplies the iteration counts (default 1).  Each
@@ -56,13 +58,26 @@ const dlock_capabilities *conf_caps(void)
 	return &current->caps;
 }
 
+/*
+ * Loop mode runs the cases counted with conf_scaled() (exclusion,
+ * coalescing and the loads: thousands of acquisitions) at a quarter of
+ * their count: there every call is two hand-offs between threads (to the
+ * loop thread, then to a worker of the client), and blocking mode runs them
+ * at full count against the same servers.
+ */
+#ifdef DLOCK_CONFORMANCE_LOOP
+#define CONF_MODE_SCALE 0.25
+#else
+#define CONF_MODE_SCALE 1.0
+#endif
+
 size_t conf_scaled(size_t base)
 {
 	const char *env = getenv("DLOCK_TEST_SCALE");
 	double scale = env && *env ? strtod(env, NULL) : 1.0;
 	if (!(scale > 0))
 		scale = 1.0;
-	double n = (double)base * scale;
+	double n = (double)base * scale * CONF_MODE_SCALE;
 	return n < 1 ? 1 : (size_t)n;
 }
 
@@ -413,6 +428,9 @@ static void add_backend(const char *uri)
 	add_table(b->suite, conf_hold_tests);
 	add_table(b->suite, conf_inspect_tests);
 	add_table(b->suite, conf_elect_tests);
+#ifdef DLOCK_CONFORMANCE_LOOP
+	add_table(b->suite, conf_loop_tests);
+#endif
 }
 
 /*
@@ -424,9 +442,20 @@ static void add_backend(const char *uri)
  */
 static int only_group = -1;
 
+/* The URIs of the groups after the first. */
+static const char *env_uris(void)
+{
+#ifdef DLOCK_CONFORMANCE_LOOP
+	const char *loop = getenv("DLOCK_CONFORMANCE_LOOP_URIS");
+	if (loop)
+		return loop;
+#endif
+	return getenv("DLOCK_TEST_URIS");
+}
+
 static void add_env_backends(void)
 {
-	const char *env = getenv("DLOCK_TEST_URIS");
+	const char *env = env_uris();
 	if (!env)
 		return;
 	char *copy = strdup(env);
@@ -442,7 +471,7 @@ static void add_env_backends(void)
 
 static int env_uri_count(void)
 {
-	const char *env = getenv("DLOCK_TEST_URIS");
+	const char *env = env_uris();
 	int n = 0;
 	for (const char *p = env; p && *p;) {
 		p += strspn(p, " \t\r\n");

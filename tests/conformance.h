@@ -8,6 +8,13 @@
  * decide backend-specific behaviour from the capabilities only.  Worker
  * threads and child processes never call CUnit: they record what happened
  * and the test's thread asserts it after joining them.
+ *
+ * Loop mode (conformance_loop, built with DLOCK_CONFORMANCE_LOOP): the same
+ * bodies, with every client a loop client (dlock/loop.h) that a thread of
+ * the test drives: support/testloop_map.h renames their calls to
+ * support/testloop.c.  A case that tests what loop mode defines otherwise
+ * (reentrancy per handle, not per thread) says SKIPPED there, and
+ * conformance_loop_cases.c adds the cases of loop mode.
  */
 #ifndef DLOCK_CONFORMANCE_H
 #define DLOCK_CONFORMANCE_H
@@ -20,6 +27,9 @@
 
 #include "dlock/dlock.h"
 #include "testsupport.h"
+#ifdef DLOCK_CONFORMANCE_LOOP
+#include "testloop_map.h"
+#endif
 
 /* 1 under ThreadSanitizer, whose runtime runs threads of its own. */
 #if defined(__SANITIZE_THREAD__)
@@ -57,6 +67,9 @@ extern const conf_test conf_inspect_tests[]; /* conformance_inspect.c */
 extern const conf_test conf_elect_tests[];   /* conformance_elect.c */
 extern const conf_test conf_uri_tests[];     /* conformance_names.c, not per URI */
 extern const conf_test conf_scheme_tests[];  /* conformance_uri.c, not per URI */
+#ifdef DLOCK_CONFORMANCE_LOOP
+extern const conf_test conf_loop_tests[];    /* conformance_loop_cases.c */
+#endif
 
 /* ------------------------------------------------------- the backend */
 
@@ -64,7 +77,7 @@ extern const conf_test conf_scheme_tests[];  /* conformance_uri.c, not per URI *
 const char *conf_uri(void);
 /** Its capabilities, read when the suite started. */
 const dlock_capabilities *conf_caps(void);
-/** Iteration count `base` times DLOCK_TEST_SCALE (default 1), at least 1. */
+/** Iteration count `base` times DLOCK_TEST_SCALE (default 1; in loop mode a quarter of that), at least 1. */
 size_t conf_scaled(size_t base);
 
 /* ------------------------------------------------------- assertions */

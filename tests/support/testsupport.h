@@ -193,4 +193,9 @@ uint64_t dlock_test_overlap_count(const dlock_test_overlap *ov);
 /** Number of enter() calls that found another holder inside. */
 uint64_t dlock_test_overlap_violations(const dlock_test_overlap *ov);
 
+/* Loop mode of the conformance suite: these helpers' calls too go through loop clients (testloop.h). */
+#ifdef DLOCK_CONFORMANCE_LOOP
+#include "testloop_map.h"
+#endif
+
 #endif
