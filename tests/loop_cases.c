@@ -141,8 +141,13 @@ int lc_await_free(lc *t, const char *name)
 {
 	struct probe p = { t, name };
 	int ok = lr_run_until(t->lp, other_gets_it, &p, LR_AWAIT_MS);
-	if (!ok)
+	dlock_lock_info *info = NULL;
+	if (!ok && dlock_inspect(t->other, name, &info) == DLOCK_OK && info->nholders > 0)
+		printf("\n    %s stayed held: by %s, token %llu, lease left %lld ms", name, info->holders[0]->identity,
+		       (unsigned long long)info->holders[0]->token, (long long)info->holders[0]->lease_left_ms);
+	else if (!ok)
 		printf("\n    %s stayed held: the other client cannot take it", name);
+	dlock_lock_info_free(info);
 	CU_ASSERT(ok);
 	return ok;
 }

@@ -405,7 +405,9 @@ lr_client *lr_open_ready(lr_loop *lp, const char *uri)
 {
 	char err[512] = "";
 	lr_client *tc = lr_client_new(lp);
-	dlock_status st = lr_open(tc, uri, NULL, err, sizeof err);
+	dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+	o.identity = LR_IDENTITY; /* told apart from the test's ordinary clients in inspections */
+	dlock_status st = lr_open(tc, uri, &o, err, sizeof err);
 	if (st != DLOCK_OK) {
 		char masked[1024];
 		dlock_test_mask_uri(uri, masked, sizeof masked);

@@ -117,7 +117,12 @@ lr_client *lr_client_new(lr_loop *lp);
  * start call's status; on an error `errbuf` (may be NULL) has the message.
  */
 dlock_status lr_open(lr_client *tc, const char *uri, const dlock_client_options *opts, char *errbuf, size_t errlen);
-/** lr_client_new() and lr_open(), then run the loop until the open's callback: the client, or NULL (asserted). */
+/** The identity (dlock_client_options::identity) of the clients of lr_open_ready(). */
+#define LR_IDENTITY "loop-client"
+/**
+ * lr_client_new() and lr_open() with the identity LR_IDENTITY, then run the
+ * loop until the open's callback: the client, or NULL (asserted).
+ */
 lr_client *lr_open_ready(lr_loop *lp, const char *uri);
 /** dlock_client_close_async() of `tc`, its callback recorded in tc->closed: the start call's status. */
 dlock_status lr_close_async(lr_client *tc);
