@@ -96,6 +96,15 @@ static void close_client(void *arg)
 	CU_ASSERT_EQUAL(lr_close_async(tc), DLOCK_OK);
 }
 
+/* A try-once acquisition of `h` whose callback, recorded in `op`, ends by calling fn(arg). */
+static void acquire_then(lc *t, dlock_lock *h, void (*fn)(void *), void *arg, lr_op *op)
+{
+	lr_op_init(op, t->tc);
+	op->then = fn;
+	op->then_arg = arg;
+	CU_ASSERT_EQUAL(lr_acquire(h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, op), DLOCK_OK);
+}
+
 /* dlock_lock_free() inside the handle's own acquire callback, granted: freed, and the lock released. */
 static void test_free_in_acquire_callback(void)
 {
@@ -104,10 +113,7 @@ static void test_free_in_acquire_callback(void)
 		return;
 	dlock_lock *h = lc_lock(&t, t.name);
 	lr_op op;
-	lr_op_init(&op, t.tc);
-	op.then = free_lock;
-	op.then_arg = h;
-	CU_ASSERT_EQUAL(lr_acquire(h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
+	acquire_then(&t, h, free_lock, h, &op);
 	CU_ASSERT(lr_run_done(t.lp, &op, LR_AWAIT_MS));
 	LR_ASSERT_ONCE(&op, DLOCK_OK);
 	lc_await_free(&t, t.name);
@@ -125,10 +131,7 @@ static void test_free_in_refused_callback(void)
 	dlock_lock *h = lc_lock(&t, t.name), *o = lc_other_lock(&t, t.name);
 	CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o, 0, 0, -1, NULL, NULL), DLOCK_OK);
 	lr_op op;
-	lr_op_init(&op, t.tc);
-	op.then = free_lock;
-	op.then_arg = h;
-	CU_ASSERT_EQUAL(lr_acquire(h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
+	acquire_then(&t, h, free_lock, h, &op);
 	CU_ASSERT(lr_run_done(t.lp, &op, LR_AWAIT_MS));
 	LR_ASSERT_ONCE(&op, DLOCK_EBUSY);
 	CU_ASSERT_EQUAL(dlock_release(o), DLOCK_OK);
@@ -188,10 +191,7 @@ static void test_close_in_callback(void)
 		return;
 	dlock_lock *h = lc_lock(&t, t.name);
 	lr_op op;
-	lr_op_init(&op, t.tc);
-	op.then = close_client;
-	op.then_arg = t.tc;
-	CU_ASSERT_EQUAL(lr_acquire(h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
+	acquire_then(&t, h, close_client, t.tc, &op);
 	CU_ASSERT(lr_run_done(t.lp, &t.tc->closed, LR_AWAIT_MS));
 	LR_ASSERT_ONCE(&op, DLOCK_OK);
 	LR_ASSERT_ONCE(&t.tc->closed, DLOCK_OK);

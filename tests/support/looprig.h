@@ -21,7 +21,7 @@
  *
  * Ownership: lr_loop_free() frees the loop and every lr_client it opened
  * (each must be gone by then: it closes the ones that are not, blocking).
- * A lr_op belongs to the test; lr_op_clear() frees what a callback handed
+ * An lr_op belongs to the test; lr_op_clear() frees what a callback handed
  * over (inspection, listing, leader).
  * Threads: everything here runs on the loop's thread (the one that called
  * lr_loop_new()), except that callbacks and hooks record the thread they
