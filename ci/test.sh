@@ -154,7 +154,7 @@ phase install-check bash ci/install-check.sh
 
 # conformance_loop (the suite in loop mode) runs on every URI in the plain
 # build; under the sanitizers on mem://, file://, the first redis:// and the
-# first postgres:// URI of DLOCK_TEST_URIS (issue 31), as
+# first postgres:// URI of DLOCK_TEST_URIS, as
 # DLOCK_CONFORMANCE_LOOP_URIS says.
 sanitizer_loop_uris() {
 	local u redis="" pg="" uris=()
