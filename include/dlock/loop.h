@@ -147,10 +147,11 @@ typedef void (*dlock_close_fn)(dlock_status status, void *userdata);
  * Close a loop client without blocking: acquisitions in progress complete
  * with DLOCK_ECANCELED, locks still held are reported lost with
  * DLOCK_LOST_CLOSED and released, every other operation in progress
- * completes, and then `done` (may be NULL) is called; the client's
- * descriptors are no longer watched from then on (push mode: every one has
- * had its `watch` call with 0; pull mode: stop watching dlock_loop_fd()
- * inside `done`).  Handles must still be freed.  Safe from inside any
+ * completes, and then `done` (may be NULL) is called.  Once `done` has
+ * returned the client's descriptors are no longer watched (push mode: each
+ * gets its `watch` call with 0 right after `done`, then `cleanup` is
+ * called; pull mode: stop watching dlock_loop_fd() inside `done`).
+ * Handles must still be freed.  Safe from inside any
  * callback of the client.  DLOCK_ECLOSED when it is already closing,
  * DLOCK_EINVAL for NULL.  dlock_client_close() on a loop client, from the
  * loop's thread, does the same and returns when it is done, every
