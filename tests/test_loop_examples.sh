@@ -61,7 +61,8 @@ with_params() { case $1 in *\?*) echo "$1&$2" ;; *) echo "$1?$2" ;; esac; }
 # The URI to print: no password.
 masked() { sed -E 's#(://[^:/@]*:)[^@]*@#\1***@#' <<<"$1"; }
 
-uris=("mem://loop-examples" "file://$tmp/locks")
+# Each program runs on names of its own (a prefix, a directory), so that all the runs can go at once.
+uris=("mem://loop-examples" "file://$tmp/locks-PROG")
 for scheme in redis rediss postgres; do
 	uri=
 	for u in ${DLOCK_TEST_URIS:-}; do
@@ -74,35 +75,55 @@ for scheme in redis rediss postgres; do
 	done
 	if [ -n "$uri" ]; then
 		# The names loop-1 ... of this run alone, on servers others use too.
-		uris+=("$(with_params "$uri" "prefix=dlock-test-loop-$$")")
+		uris+=("$(with_params "$uri" "prefix=dlock-test-loop-$$-PROG")")
 	else
 		skip "no $scheme:// URI in DLOCK_TEST_URIS"
 	fi
 done
 
-# value KEY FILE: the value of KEY=VALUE on the summary line.
 value() { sed -n "s/.*\\b$1=\\([0-9]*\\).*/\\1/p" "$2" | tail -1; }
 
+# Every program on every URI, five at a time (each holds its locks for three leases: one after another they
+# would take a minute; all at once, a sanitizer build on two cores could starve the renewals), then each
+# run's outcome.
+at_once=5
+n=0
 for uri in "${uris[@]}"; do
 	for prog in "$@"; do
-		what="$(basename "$prog") $(masked "$uri") $count locks ${seconds}s"
-		rc=0
-		timeout 120 "$prog" "$(with_params "$uri" ttl=1s)" "$count" "$seconds" >"$tmp/out" 2>"$tmp/err" || rc=$?
-		acquired=$(value acquired "$tmp/out")
-		lost=$(value lost "$tmp/out")
-		threads=$(value max_threads "$tmp/out")
-		native=$(value loop_native "$tmp/out")
-		if [ "$rc" != 0 ] || [ "$acquired" != "$count" ] || [ "$lost" != 0 ]; then
-			fail "$what: exit $rc (expected 0), acquired=${acquired:-?} (expected $count), lost=${lost:-?} (expected 0)"
-			sed 's/^/    /' "$tmp/out" "$tmp/err" | head -20
-		elif [ "$native" = 1 ] && [ "$threads" != 1 ]; then
-			fail "$what: loop_native=1 but max_threads=${threads:-?}: the library made threads"
-		elif [ "$native" = 1 ]; then
-			pass "$what: held, and on one thread (loop_native=1)"
-		else
-			pass "$what: held (loop_native=${native:-?}: worker threads allowed, max_threads=${threads:-?})"
-		fi
+		run_uri=${uri//PROG/$(basename "$prog")}
+		mkdir -p "$tmp/run$n"
+		echo "$prog" >"$tmp/run$n/prog"
+		echo "$run_uri" >"$tmp/run$n/uri"
+		(
+			rc=0
+			timeout 120 "$prog" "$(with_params "$run_uri" ttl=1s)" "$count" "$seconds" \
+				>"$tmp/run$n/out" 2>"$tmp/run$n/err" || rc=$?
+			echo "$rc" >"$tmp/run$n/rc"
+		) &
+		n=$((n + 1))
+		[ $((n % at_once)) = 0 ] && wait
 	done
+done
+wait
+
+for ((i = 0; i < n; i++)); do
+	d=$tmp/run$i
+	what="$(basename "$(cat "$d/prog")") $(masked "$(cat "$d/uri")") $count locks ${seconds}s"
+	rc=$(cat "$d/rc")
+	acquired=$(value acquired "$d/out")
+	lost=$(value lost "$d/out")
+	threads=$(value max_threads "$d/out")
+	native=$(value loop_native "$d/out")
+	if [ "$rc" != 0 ] || [ "$acquired" != "$count" ] || [ "$lost" != 0 ]; then
+		fail "$what: exit $rc (expected 0), acquired=${acquired:-?} (expected $count), lost=${lost:-?} (expected 0)"
+		sed 's/^/    /' "$d/out" "$d/err" | head -20
+	elif [ "$native" = 1 ] && [ "$threads" != 1 ]; then
+		fail "$what: loop_native=1 but max_threads=${threads:-?}: the library made threads"
+	elif [ "$native" = 1 ]; then
+		pass "$what: held, and on one thread (loop_native=1)"
+	else
+		pass "$what: held (loop_native=${native:-?}: worker threads allowed, max_threads=${threads:-?})"
+	fi
 done
 
 echo "$passed passed, $failed failed, $skipped skipped"
