@@ -533,64 +533,56 @@ dlock_status dlock_check_async(dlock_lock *l, dlock_lock_done_fn done, void *use
 	return st == DLOCK_OK ? submit_or_free(op) : st;
 }
 
-static dlock_status start_on_client(dlock_client *c, int kind, const char *call, const void *done,
-                                    const char *text, int text_needed, struct dlock_op **out)
+/* Start an operation of the client: check, copy `text`, set its callback, submit. */
+static dlock_status start_on_client(dlock_client *c, int kind, const char *call, union op_done done, int has_done,
+                                    void *userdata, const char *text, int text_needed)
 {
-	*out = NULL;
 	if (!c)
 		return DLOCK_EINVAL;
-	if (!done || (text_needed && !text)) {
+	if (!has_done || (text_needed && !text)) {
 		char buf[160];
-		snprintf(buf, sizeof buf, "%s: %s must not be NULL", call, done ? "the name" : "the callback");
+		snprintf(buf, sizeof buf, "%s: %s must not be NULL", call, has_done ? "the name" : "the callback");
 		return fail(c, DLOCK_EINVAL, buf);
 	}
 	dlock_status st = may_start(c, call, DLOCK_ECLOSED);
 	if (st != DLOCK_OK)
 		return st;
-	*out = dlock_async_op_new(c, kind, text);
-	return *out ? DLOCK_OK : DLOCK_ENOMEM;
+	struct dlock_op *op = dlock_async_op_new(c, kind, text);
+	if (!op)
+		return DLOCK_ENOMEM;
+	op->done = done;
+	op->ud = userdata;
+	return submit_or_free(op);
 }
 
 dlock_status dlock_inspect_async(dlock_client *c, const char *name, dlock_inspect_fn done, void *userdata)
 {
-	struct dlock_op *op;
-	dlock_status st = start_on_client(c, OP_INSPECT, "dlock_inspect_async", (const void *)done, name, 1, &op);
-	if (st != DLOCK_OK)
-		return st;
-	op->done.inspect = done;
-	op->ud = userdata;
-	return submit_or_free(op);
+	return start_on_client(c, OP_INSPECT, "dlock_inspect_async", (union op_done){ .inspect = done }, done != NULL,
+	                       userdata, name, 1);
 }
 
 dlock_status dlock_list_async(dlock_client *c, const char *name_prefix, dlock_list_fn done, void *userdata)
 {
-	struct dlock_op *op;
-	dlock_status st = start_on_client(c, OP_LIST, "dlock_list_async", (const void *)done, name_prefix, 0, &op);
-	if (st != DLOCK_OK)
-		return st;
-	op->done.list = done;
-	op->ud = userdata;
-	return submit_or_free(op);
+	return start_on_client(c, OP_LIST, "dlock_list_async", (union op_done){ .list = done }, done != NULL,
+	                       userdata, name_prefix, 0);
 }
 
 dlock_status dlock_break_async(dlock_client *c, const char *name, dlock_break_fn done, void *userdata)
 {
-	struct dlock_op *op;
-	dlock_status st = start_on_client(c, OP_BREAK, "dlock_break_async", (const void *)done, name, 1, &op);
-	if (st != DLOCK_OK)
-		return st;
-	op->done.brk = done;
-	op->ud = userdata;
-	return submit_or_free(op);
+	return start_on_client(c, OP_BREAK, "dlock_break_async", (union op_done){ .brk = done }, done != NULL,
+	                       userdata, name, 1);
 }
 
-static dlock_status start_on_election(dlock_election *e, int kind, const char *call, const char *value,
-                                      struct dlock_op **out)
+/* Start an operation of an election: check, copy `value`, set its callback; the caller submits. */
+static dlock_status start_on_election(dlock_election *e, int kind, const char *call, union op_done done,
+                                      int has_done, void *userdata, const char *value, struct dlock_op **out)
 {
 	*out = NULL;
 	if (!e)
 		return DLOCK_EINVAL;
 	struct dlock_lock *l = dlock_election_lock(e);
+	if (!has_done)
+		return fail(l->client, DLOCK_EINVAL, "the callback must not be NULL");
 	dlock_status st = may_start(l->client, call, kind == OP_CAMPAIGN ? DLOCK_ECANCELED
 	                                             : kind == OP_LEADER ? DLOCK_ECLOSED : DLOCK_ENOTHELD);
 	if (st != DLOCK_OK)
@@ -602,11 +594,14 @@ static dlock_status start_on_election(dlock_election *e, int kind, const char *c
 		snprintf(buf, sizeof buf, "a leader's value is at most %d bytes", DLOCK_VALUE_MAX);
 		return fail(l->client, DLOCK_EINVAL, buf);
 	}
-	*out = dlock_async_op_new(l->client, kind, value);
-	if (!*out)
+	struct dlock_op *op = dlock_async_op_new(l->client, kind, value);
+	if (!op)
 		return DLOCK_ENOMEM;
-	(*out)->e = e;
-	(*out)->lock = l;
+	op->e = e;
+	op->lock = l;
+	op->done = done;
+	op->ud = userdata;
+	*out = op;
 	return DLOCK_OK;
 }
 
@@ -614,9 +609,8 @@ dlock_status dlock_campaign_async(dlock_election *e, const char *value, const dl
                                   dlock_election_done_fn done, void *userdata)
 {
 	struct dlock_op *op;
-	if (e && !done)
-		return fail(dlock_election_lock(e)->client, DLOCK_EINVAL, "the callback must not be NULL");
-	dlock_status st = start_on_election(e, OP_CAMPAIGN, "dlock_campaign_async", value ? value : "", &op);
+	dlock_status st = start_on_election(e, OP_CAMPAIGN, "dlock_campaign_async", (union op_done){ .election = done },
+	                                    done != NULL, userdata, value ? value : "", &op);
 	if (st != DLOCK_OK)
 		return st;
 	const char *why = "";
@@ -626,8 +620,6 @@ dlock_status dlock_campaign_async(dlock_election *e, const char *value, const dl
 		op_free(op);
 		return fail(c, st, why);
 	}
-	op->done.election = done;
-	op->ud = userdata;
 	op->cancel_seq = dlock_lock_cancel_seq(op->lock);
 	return submit_or_free(op);
 }
@@ -636,38 +628,23 @@ dlock_status dlock_proclaim_async(dlock_election *e, const char *value, dlock_el
                                   void *userdata)
 {
 	struct dlock_op *op;
-	if (e && !done)
-		return fail(dlock_election_lock(e)->client, DLOCK_EINVAL, "the callback must not be NULL");
-	dlock_status st = start_on_election(e, OP_PROCLAIM, "dlock_proclaim_async", value ? value : "", &op);
-	if (st != DLOCK_OK)
-		return st;
-	op->done.election = done;
-	op->ud = userdata;
-	return submit_or_free(op);
+	dlock_status st = start_on_election(e, OP_PROCLAIM, "dlock_proclaim_async", (union op_done){ .election = done },
+	                                    done != NULL, userdata, value ? value : "", &op);
+	return st == DLOCK_OK ? submit_or_free(op) : st;
 }
 
 dlock_status dlock_resign_async(dlock_election *e, dlock_election_done_fn done, void *userdata)
 {
 	struct dlock_op *op;
-	if (e && !done)
-		return fail(dlock_election_lock(e)->client, DLOCK_EINVAL, "the callback must not be NULL");
-	dlock_status st = start_on_election(e, OP_RESIGN, "dlock_resign_async", NULL, &op);
-	if (st != DLOCK_OK)
-		return st;
-	op->done.election = done;
-	op->ud = userdata;
-	return submit_or_free(op);
+	dlock_status st = start_on_election(e, OP_RESIGN, "dlock_resign_async", (union op_done){ .election = done },
+	                                    done != NULL, userdata, NULL, &op);
+	return st == DLOCK_OK ? submit_or_free(op) : st;
 }
 
 dlock_status dlock_election_leader_async(dlock_election *e, dlock_leader_done_fn done, void *userdata)
 {
 	struct dlock_op *op;
-	if (e && !done)
-		return fail(dlock_election_lock(e)->client, DLOCK_EINVAL, "the callback must not be NULL");
-	dlock_status st = start_on_election(e, OP_LEADER, "dlock_election_leader_async", NULL, &op);
-	if (st != DLOCK_OK)
-		return st;
-	op->done.leader = done;
-	op->ud = userdata;
-	return submit_or_free(op);
+	dlock_status st = start_on_election(e, OP_LEADER, "dlock_election_leader_async", (union op_done){ .leader = done },
+	                                    done != NULL, userdata, NULL, &op);
+	return st == DLOCK_OK ? submit_or_free(op) : st;
 }
