@@ -130,6 +130,56 @@ static dlock_status may_start(struct dlock_client *c, const char *call, dlock_st
 	return DLOCK_OK;
 }
 
+/* ------------------------------------------------------------ the client's own */
+
+dlock_status dlock_async_open_run(struct dlock_client *c, char *msg, size_t len)
+{
+	dlock_error err = { "" };
+	dlock_status st = dlock_client_connect(c, &err);
+	snprintf(msg, len, "%s", err.msg);
+	return st;
+}
+
+static void open_done(struct dlock_client *c, dlock_status st)
+{
+	pthread_mutex_lock(&c->mu);
+	c->opening = 0;
+	c->open_status = st;
+	pthread_mutex_unlock(&c->mu);
+}
+
+dlock_status dlock_async_close_run(struct dlock_client *c)
+{
+	pthread_mutex_lock(&c->mu);
+	while (c->ops_working > 0)
+		pthread_cond_wait(&c->cond, &c->mu);
+	pthread_mutex_unlock(&c->mu);
+	return dlock_client_close_now(c);
+}
+
+static void close_done(struct dlock_client *c)
+{
+	c->close_finished = 1;
+}
+
+void dlock_async_free_now(struct dlock_lock *l)
+{
+	struct dlock_client *c = l->client;
+	if (dlock_async_free_submit(l) != DLOCK_OK)
+		dlock_client_logf(c, DLOCK_LOG_ERROR, "no worker thread to free a handle: it is leaked");
+}
+
+void dlock_async_unref(struct dlock_lock *l)
+{
+	struct dlock_client *c = l->client;
+	pthread_mutex_lock(&c->mu);
+	unsigned refs = --l->async_refs;
+	int go = refs == 0 && l->free_requested;
+	pthread_mutex_unlock(&c->mu);
+	if (go)
+		dlock_async_free_now(l);
+}
+
 /* ------------------------------------------------------------ running */
 
 static void op_free(struct dlock_op *op)
@@ -148,7 +198,7 @@ static void op_finish(struct dlock_reactor_item *item)
 	c->callbacks_depth++;
 	switch (op->kind) {
 	case OP_OPEN:
-		dlock_async_open_done(c, op->st);
+		open_done(c, op->st);
 		op->done.open(c, op->st, op->ud);
 		break;
 	case OP_ACQUIRE: case OP_RELEASE: case OP_EXTEND: case OP_CHECK:
@@ -182,7 +232,7 @@ static void op_finish(struct dlock_reactor_item *item)
 	if (op->kind == OP_OPEN)
 		dlock_async_release_waiters(c, op->st, op->msg);
 	if (op->kind == OP_CLOSE)
-		dlock_async_close_done(c);
+		close_done(c);
 	op_free(op);
 }
 

@@ -14,9 +14,6 @@
 #include "dlock/loop.h"
 #include "internal.h"
 
-/* Cancellation sequence meaning "none given: the handle's current one" (dlock_acquire_since()). */
-#define DLOCK_CANCEL_SEQ_NOW UINT64_MAX
-
 /**
  * DLOCK_EDEADLK, with a message naming `call`, when the caller is the loop
  * thread of loop client `c` (a blocking call would stall the loop); else
@@ -68,6 +65,20 @@ dlock_status dlock_async_close_blocking(struct dlock_client *c);
 /** The reactor's posted work, then the end of a finished close: dlock_loop_run()'s body. */
 void dlock_async_run(struct dlock_client *c);
 
+/* loop_native.c: a native loop client's background work, on its loop. */
+/** Instead of the background threads: the tick on the loop's timer. */
+dlock_status dlock_loop_native_start(struct dlock_client *c);
+/** Work comes due at `due_ns` (0: now): bring the tick forward if it is later.  Any thread, c->mu held;
+ *  nothing for a client that is not a native loop client. */
+void dlock_loop_native_soon_locked(struct dlock_client *c, int64_t due_ns);
+
+/* loop_acquire.c */
+/** Post a step of the acquisitions waiting for their turn. */
+void dlock_loop_kick(struct dlock_client *c);
+/** Start acquiring `l` on the loop; `cb` runs once, from a later turn of the loop. */
+dlock_status dlock_loop_acquire_start(struct dlock_lock *l, const dlock_acquire_options *opts, uint64_t cancel_seq,
+                                      void (*cb)(void *arg, dlock_status st, const char *msg), void *arg);
+
 /* ---------------------------------------- between async.c and async_client.c */
 
 /* Operation kinds that async_client.c makes (the others are async.c's own). */
@@ -88,16 +99,12 @@ dlock_status dlock_async_free_submit(struct dlock_lock *l);
 /** The open completed: let the operations that waited for it go, or fail them with `open_st`, `why`. */
 void dlock_async_release_waiters(struct dlock_client *c, dlock_status open_st, const char *why);
 
-/* async_client.c, called by async.c */
-/** On a worker: connect the client; the message into `msg`. */
-dlock_status dlock_async_open_run(struct dlock_client *c, char *msg, size_t len);
-/** On the loop: the open's outcome, before its callback. */
-void dlock_async_open_done(struct dlock_client *c, dlock_status st);
-/** On a worker: wait for the other operations, then close the client as a blocking one. */
+/** On a worker (or the loop, for a native client): wait for the other operations, then close the client
+ *  as a blocking one. */
 dlock_status dlock_async_close_run(struct dlock_client *c);
-/** On the loop, after the close's callback: mark it finished (the reactor goes at the end of the turn). */
-void dlock_async_close_done(struct dlock_client *c);
 /** On the loop: drop an operation's reference on `l`, freeing it when that was the last one wanted. */
 void dlock_async_unref(struct dlock_lock *l);
+/** Free `l` (or its election) now: on a worker, or inline for a native client. */
+void dlock_async_free_now(struct dlock_lock *l);
 
 #endif /* DLOCK_CORE_ASYNC_H */

@@ -25,6 +25,7 @@
  */
 #include "async.h"
 #include "reactor.h"
+#include "registry.h"
 #include "worker.h"
 
 #include <poll.h>
@@ -33,6 +34,19 @@
 #include <string.h>
 
 /* ------------------------------------------------------------ open */
+
+/* What the blocking core calls of this layer, for a loop client (internal.h). */
+static const struct dlock_loop_seam loop_seam = {
+	.refuse_blocking = dlock_loop_refuse_blocking,
+	.refuse_unopened = dlock_loop_refuse_unopened,
+	.lock_free = dlock_async_lock_free,
+	.close = dlock_async_close_blocking,
+	.start_background = dlock_loop_native_start,
+	.post_lost_locked = dlock_async_post_lost_locked,
+	.unref = dlock_async_unref,
+	.post_observed_locked = dlock_async_post_observed_locked,
+	.soon_locked = dlock_loop_native_soon_locked,
+};
 
 dlock_status dlock_client_open_async(dlock_client **out, const char *uri, const dlock_client_options *opts,
                                      const dlock_loop_hooks *hooks, dlock_open_fn done, void *userdata,
@@ -51,6 +65,7 @@ dlock_status dlock_client_open_async(dlock_client **out, const char *uri, const 
 	if (st != DLOCK_OK)
 		goto fail;
 	c->was_loop = 1;
+	c->seam = &loop_seam;
 	c->loop_native = dlock_driver_is_inline(c->driver);
 	if (!c->loop_native && !(c->workers = dlock_workers_new())) {
 		st = dlock_error_set(&err, DLOCK_ENOMEM, "out of memory");
@@ -84,22 +99,6 @@ fail:
 		dlock_client_free(c);
 	}
 	return st;
-}
-
-dlock_status dlock_async_open_run(struct dlock_client *c, char *msg, size_t len)
-{
-	dlock_error err = { "" };
-	dlock_status st = dlock_client_connect(c, &err);
-	snprintf(msg, len, "%s", err.msg);
-	return st;
-}
-
-void dlock_async_open_done(struct dlock_client *c, dlock_status st)
-{
-	pthread_mutex_lock(&c->mu);
-	c->opening = 0;
-	c->open_status = st;
-	pthread_mutex_unlock(&c->mu);
 }
 
 /* ------------------------------------------------------------ close */
@@ -170,20 +169,6 @@ dlock_status dlock_client_close_async(dlock_client *c, dlock_close_fn done, void
 	return DLOCK_OK;
 }
 
-dlock_status dlock_async_close_run(struct dlock_client *c)
-{
-	pthread_mutex_lock(&c->mu);
-	while (c->ops_working > 0)
-		pthread_cond_wait(&c->cond, &c->mu);
-	pthread_mutex_unlock(&c->mu);
-	return dlock_client_close_now(c);
-}
-
-void dlock_async_close_done(struct dlock_client *c)
-{
-	c->close_finished = 1;
-}
-
 /* The end of a finished close, once the loop's turn is over: the reactor, the workers, maybe the client. */
 static void close_finish(struct dlock_client *c)
 {
@@ -235,13 +220,6 @@ dlock_status dlock_async_close_blocking(struct dlock_client *c)
 
 /* ------------------------------------------------------------ handles */
 
-static void free_now(struct dlock_lock *l)
-{
-	struct dlock_client *c = l->client;
-	if (dlock_async_free_submit(l) != DLOCK_OK)
-		dlock_client_logf(c, DLOCK_LOG_ERROR, "no worker thread to free a handle: it is leaked");
-}
-
 int dlock_async_lock_free(struct dlock_lock *l, struct dlock_election *e)
 {
 	struct dlock_client *c = l->client;
@@ -258,17 +236,7 @@ int dlock_async_lock_free(struct dlock_lock *l, struct dlock_election *e)
 	unsigned refs = l->async_refs;
 	pthread_mutex_unlock(&c->mu);
 	if (refs == 0)
-		free_now(l);
+		dlock_async_free_now(l);
 	return 1;
 }
 
-void dlock_async_unref(struct dlock_lock *l)
-{
-	struct dlock_client *c = l->client;
-	pthread_mutex_lock(&c->mu);
-	unsigned refs = --l->async_refs;
-	int go = refs == 0 && l->free_requested;
-	pthread_mutex_unlock(&c->mu);
-	if (go)
-		free_now(l);
-}

@@ -25,7 +25,6 @@
  * made; a failed renewal is logged and tried again until the lease runs
  * out, and the holder then hears of the loss.
  */
-#include "async.h"
 #include "internal.h"
 #include "registry.h"
 
@@ -49,7 +48,7 @@ static void deliver_lost_locked(struct dlock_client *c, struct dlock_lock *l)
 		return;
 	l->lost_delivered = 1;
 	if (c->reactor && !c->loop_native) { /* a loop client whose background runs on threads: the loop runs it */
-		dlock_async_post_lost_locked(c, l);
+		c->seam->post_lost_locked(c, l);
 		return;
 	}
 	unsigned inline_depth = c->loop_inline;
@@ -73,7 +72,7 @@ static void deliver_lost_locked(struct dlock_client *c, struct dlock_lock *l)
 		c->loop_inline = inline_depth;
 		c->callbacks_depth--;
 		pthread_mutex_unlock(&c->mu);
-		dlock_async_unref(l);
+		c->seam->unref(l);
 		pthread_mutex_lock(&c->mu);
 	}
 }

@@ -11,7 +11,6 @@
  * into the caller's buffer (there is no client yet); close through
  * dlock_client_errmsg().
  */
-#include "async.h"
 #include "internal.h"
 #include "registry.h"
 #include "uri.h"
@@ -94,7 +93,7 @@ dlock_status dlock_client_connect(struct dlock_client *c, dlock_error *err)
 	 * waiters itself and the driver can wait in that queue (driver.h, try_acquire). */
 	c->retry_loop = dlock_driver_try_acquire_of(c->driver) &&
 	                (!c->driver->acquire || c->caps.wakeup != DLOCK_WAKEUP_SERVER_QUEUE);
-	st = c->loop_native ? dlock_loop_native_start(c) : dlock_background_start(c);
+	st = c->loop_native ? c->seam->start_background(c) : dlock_background_start(c);
 	if (st != DLOCK_OK) {
 		dlock_error_set(err, st, "cannot start the client's background thread");
 		c->driver->close(c->backend);
@@ -166,8 +165,8 @@ dlock_status dlock_client_close(dlock_client *c)
 {
 	if (!c)
 		return DLOCK_OK;
-	if (c->reactor)
-		return dlock_async_close_blocking(c);
+	if (c->seam)
+		return c->seam->close(c);
 	if (dlock_background_is_self(c))
 		return dlock_client_fail(c, DLOCK_EDEADLK,
 		                         "dlock_client_close called from a lost-lock callback of the same client");
@@ -185,7 +184,7 @@ dlock_status dlock_client_capabilities(dlock_client *c, dlock_capabilities *caps
 {
 	if (!c || !caps)
 		return DLOCK_EINVAL;
-	dlock_status unopened = dlock_loop_refuse_unopened(c, "dlock_client_capabilities");
+	dlock_status unopened = dlock_seam_refuse_unopened(c, "dlock_client_capabilities");
 	if (unopened != DLOCK_OK)
 		return unopened;
 	*caps = c->caps;

@@ -8,7 +8,6 @@
  * operation marks the handle busy like every other driver call on it.
  * Errors: the status, with text through dlock_client_errmsg().
  */
-#include "async.h"
 #include "internal.h"
 #include "registry.h"
 
@@ -52,7 +51,7 @@ dlock_status dlock_client_control(dlock_client *c, int op, void *arg)
 		return DLOCK_EINVAL;
 	if (!arg)
 		return dlock_client_fail(c, DLOCK_EINVAL, "dlock_client_control: arg must not be NULL");
-	dlock_status unopened = dlock_loop_refuse_unopened(c, "dlock_client_control");
+	dlock_status unopened = dlock_seam_refuse_unopened(c, "dlock_client_control");
 	if (unopened != DLOCK_OK)
 		return unopened;
 	pthread_mutex_lock(&c->mu);

@@ -13,7 +13,6 @@
  * observing fields are guarded by c->mu.  Errors: statuses, with the text
  * through dlock_client_errmsg().
  */
-#include "async.h"
 #include "internal.h"
 #include "registry.h"
 
@@ -35,7 +34,7 @@ dlock_status dlock_election_new(dlock_client *c, const char *name, dlock_electio
 		*out = NULL;
 	if (!c || !out)
 		return c ? dlock_client_fail(c, DLOCK_EINVAL, "dlock_election_new: out must not be NULL") : DLOCK_EINVAL;
-	dlock_status unopened = dlock_loop_refuse_unopened(c, "dlock_election_new");
+	dlock_status unopened = dlock_seam_refuse_unopened(c, "dlock_election_new");
 	if (unopened != DLOCK_OK)
 		return unopened;
 	int64_t elections = -1;
@@ -118,7 +117,7 @@ dlock_status dlock_campaign(dlock_election *e, const char *value, const dlock_ac
 		*term = 0;
 	if (!e)
 		return DLOCK_EINVAL;
-	dlock_status st = dlock_loop_refuse_blocking(e->client, "dlock_campaign");
+	dlock_status st = dlock_seam_refuse_blocking(e->client, "dlock_campaign");
 	return st == DLOCK_OK ? dlock_campaign_since(e, value, opts, term, DLOCK_CANCEL_SEQ_NOW) : st;
 }
 
@@ -156,7 +155,7 @@ dlock_status dlock_proclaim(dlock_election *e, const char *value)
 {
 	if (!e)
 		return DLOCK_EINVAL;
-	dlock_status refused = dlock_loop_refuse_blocking(e->client, "dlock_proclaim");
+	dlock_status refused = dlock_seam_refuse_blocking(e->client, "dlock_proclaim");
 	if (refused != DLOCK_OK)
 		return refused;
 	size_t len;
@@ -169,7 +168,7 @@ dlock_status dlock_resign(dlock_election *e)
 	if (!e)
 		return DLOCK_EINVAL;
 	struct dlock_client *c = e->client;
-	dlock_status refused = dlock_loop_refuse_blocking(c, "dlock_resign");
+	dlock_status refused = dlock_seam_refuse_blocking(c, "dlock_resign");
 	if (refused != DLOCK_OK)
 		return refused;
 	pthread_mutex_lock(&c->mu);
@@ -195,7 +194,7 @@ dlock_status dlock_election_leader(dlock_election *e, dlock_leader **out)
 	if (!e || !out)
 		return e ? dlock_client_fail(e->client, DLOCK_EINVAL, "dlock_election_leader: out must not be NULL")
 		         : DLOCK_EINVAL;
-	dlock_status refused = dlock_loop_refuse_blocking(e->client, "dlock_election_leader");
+	dlock_status refused = dlock_seam_refuse_blocking(e->client, "dlock_election_leader");
 	if (refused != DLOCK_OK)
 		return refused;
 	struct leader_store *ls = calloc(1, sizeof *ls);
@@ -231,7 +230,7 @@ void dlock_election_free(dlock_election *e)
 		return;
 	if (dlock_observe(e, NULL, NULL) != DLOCK_OK)
 		return; /* from its own observer callback: freeing now would pull the election from under it */
-	if (dlock_async_lock_free(e->lock, e))
+	if (e->client->seam && e->client->seam->lock_free(e->lock, e))
 		return; /* a loop client's: freed on a worker once its callbacks have run */
 	dlock_lock_free(e->lock); /* releases every level: resigns */
 	free(e);

@@ -18,7 +18,6 @@
  * driver from dlock_client_feature() counts as a call in progress
  * (c->inflight), so that dlock_client_close() waits for it.
  */
-#include "async.h"
 #include "internal.h"
 #include "registry.h"
 
@@ -262,7 +261,7 @@ dlock_status dlock_client_feature(dlock_client *c, dlock_feature f, int64_t *val
 		return DLOCK_EINVAL;
 	if (!value)
 		return dlock_client_fail(c, DLOCK_EINVAL, "dlock_client_feature: value must not be NULL");
-	dlock_status unopened = dlock_loop_refuse_unopened(c, "dlock_client_feature");
+	dlock_status unopened = dlock_seam_refuse_unopened(c, "dlock_client_feature");
 	if (unopened != DLOCK_OK)
 		return unopened;
 	pthread_mutex_lock(&c->mu);

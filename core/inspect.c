@@ -9,7 +9,6 @@
  * (c->inflight), so that dlock_client_close() waits for it.  Errors: a
  * status, its text through dlock_client_errmsg().
  */
-#include "async.h"
 #include "internal.h"
 #include "owner.h"
 #include "registry.h"
@@ -228,7 +227,7 @@ dlock_status dlock_inspect(dlock_client *c, const char *name, dlock_lock_info **
 		return DLOCK_EINVAL;
 	if (!out)
 		return dlock_client_fail(c, DLOCK_EINVAL, "dlock_inspect: out must not be NULL");
-	if (dlock_loop_refuse_blocking(c, "dlock_inspect") != DLOCK_OK)
+	if (dlock_seam_refuse_blocking(c, "dlock_inspect") != DLOCK_OK)
 		return DLOCK_EDEADLK;
 	dlock_status st = check_name(c, name);
 	if (st != DLOCK_OK)
@@ -302,7 +301,7 @@ dlock_status dlock_list(dlock_client *c, const char *prefix, dlock_lock_list **o
 		return DLOCK_EINVAL;
 	if (!out)
 		return dlock_client_fail(c, DLOCK_EINVAL, "dlock_list: out must not be NULL");
-	if (dlock_loop_refuse_blocking(c, "dlock_list") != DLOCK_OK)
+	if (dlock_seam_refuse_blocking(c, "dlock_list") != DLOCK_OK)
 		return DLOCK_EDEADLK;
 	dlock_driver_list_fn *list = dlock_driver_list_of(c->driver);
 	if (!list)
@@ -359,7 +358,7 @@ dlock_status dlock_break(dlock_client *c, const char *name, size_t *broken)
 		*broken = 0;
 	if (!c)
 		return DLOCK_EINVAL;
-	if (dlock_loop_refuse_blocking(c, "dlock_break") != DLOCK_OK)
+	if (dlock_seam_refuse_blocking(c, "dlock_break") != DLOCK_OK)
 		return DLOCK_EDEADLK;
 	dlock_status st = check_name(c, name);
 	if (st != DLOCK_OK)
@@ -408,7 +407,7 @@ dlock_status dlock_gc(dlock_client *c, const char *prefix, unsigned flags, dlock
 		*count = 0;
 	if (!c)
 		return DLOCK_EINVAL;
-	if (dlock_loop_refuse_blocking(c, "dlock_gc") != DLOCK_OK)
+	if (dlock_seam_refuse_blocking(c, "dlock_gc") != DLOCK_OK)
 		return DLOCK_EDEADLK;
 	if (flags & ~(unsigned)DLOCK_GC_DRY_RUN)
 		return dlock_client_fail(c, DLOCK_EINVAL, "dlock_gc: unknown flags");

@@ -190,19 +190,37 @@ struct dlock_election {
 	struct dlock_election *observe_next_in_client;
 };
 
-/* loop_native.c: a native loop client's background work, on its loop. */
-/** 1 when driver `d` is inline (DLOCK_FACT_INLINE): its loop clients run it on the loop. */
-int dlock_driver_is_inline(const dlock_driver *d);
-/** Instead of the background threads: the tick on the loop's timer. */
-dlock_status dlock_loop_native_start(struct dlock_client *c);
-/** Work comes due at `due_ns` (0: now): bring the tick forward if it is later.  Any thread, c->mu held;
- *  nothing for a client that is not a native loop client. */
-void dlock_loop_native_soon_locked(struct dlock_client *c, int64_t due_ns);
-/** Post a step of the acquisitions waiting for their turn (loop_acquire.c). */
-void dlock_loop_kick(struct dlock_client *c);
-/** Start acquiring `l` on the loop; `cb` runs once, from a later turn of the loop. */
-dlock_status dlock_loop_acquire_start(struct dlock_lock *l, const dlock_acquire_options *opts, uint64_t cancel_seq,
-                                      void (*cb)(void *arg, dlock_status st, const char *msg), void *arg);
+/*
+ * The seam between the blocking core and a loop client's layer (async*.c, loop_*.c), which sits above it
+ * and calls down into it: where the blocking core must act for a loop client it calls through the
+ * client's seam, set by dlock_client_open_async() (NULL for a blocking client), so that core/ stays a
+ * one-way stack.  Each wrapper below does nothing (or answers OK) for a blocking client.
+ */
+struct dlock_loop_seam {
+	/** DLOCK_EDEADLK when the caller is the loop's thread (a blocking call would stall it). */
+	dlock_status (*refuse_blocking)(struct dlock_client *c, const char *call);
+	/** DLOCK_EINVAL while the open has not completed, its status after it failed. */
+	dlock_status (*refuse_unopened)(struct dlock_client *c, const char *call);
+	/** Take over dlock_lock_free() (of `e` too, when it is an election's): 1 when it did. */
+	int (*lock_free)(struct dlock_lock *l, struct dlock_election *e);
+	/** dlock_client_close() of a loop client. */
+	dlock_status (*close)(struct dlock_client *c);
+	/** Instead of the background threads. */
+	dlock_status (*start_background)(struct dlock_client *c);
+	/** Deliver a loss on the loop. c->mu held. */
+	void (*post_lost_locked)(struct dlock_client *c, struct dlock_lock *l);
+	/** Drop a reference the loop's layer took on `l` (freeing it when that was the last one wanted). */
+	void (*unref)(struct dlock_lock *l);
+	/** Deliver an observer's news on the loop; `info` is taken over. c->mu held. */
+	void (*post_observed_locked)(struct dlock_client *c, struct dlock_election *e, dlock_leader_fn fn,
+	                             void *userdata, dlock_lock_info *info);
+	/** Background work comes due at `due_ns` (0: now). Any thread, c->mu held. */
+	void (*soon_locked)(struct dlock_client *c, int64_t due_ns);
+};
+
+/* Cancellation sequence meaning "none given: the handle's current one" (dlock_acquire_since()). */
+#define DLOCK_CANCEL_SEQ_NOW UINT64_MAX
+
 /** background.c: one turn of both background threads' work; the next due time. c->mu held, dropped inside. */
 int64_t dlock_background_tick_locked(struct dlock_client *c);
 
@@ -279,6 +297,7 @@ struct dlock_client {
 	int observers_disarmed;    /* closing has disarmed every watch (dlock_observer_stop()) */
 
 	/* A loop client (dlock/loop.h; async.c, async_client.c): reactor NULL for a blocking client. */
+	const struct dlock_loop_seam *seam; /* a loop client's: its layer's calls (see below); NULL: a blocking client */
 	struct dlock_reactor *reactor; /* what the application's loop drives; freed when the close finishes */
 	int was_loop;              /* opened by dlock_client_open_async(): a loop client, also after its close */
 	struct dlock_workers *workers; /* where the backend's blocking calls run */
@@ -302,6 +321,24 @@ struct dlock_client {
 	struct dlock_reactor_item loop_tick_soon; /* posted when work comes due sooner, from any thread */
 	int loop_tick_soon_posted; /* under mu */
 };
+
+/* The seam's wrappers (struct dlock_loop_seam): nothing, or OK, for a blocking client. */
+static inline dlock_status dlock_seam_refuse_blocking(struct dlock_client *c, const char *call)
+{
+	return c && c->seam ? c->seam->refuse_blocking(c, call) : DLOCK_OK;
+}
+
+static inline dlock_status dlock_seam_refuse_unopened(struct dlock_client *c, const char *call)
+{
+	return c && c->seam ? c->seam->refuse_unopened(c, call) : DLOCK_OK;
+}
+
+static inline void dlock_seam_soon_locked(struct dlock_client *c, int64_t due_ns)
+{
+	if (c->seam)
+		c->seam->soon_locked(c, due_ns);
+}
+
 
 /* report.c: what a client tells its application. */
 /** Record `msg` as the calling thread's last error on `c`; returns `status`.  c->mu held. */

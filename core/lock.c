@@ -24,7 +24,6 @@
  * Errors: statuses, with the text through dlock_client_errmsg(), naming
  * the lock printably.
  */
-#include "async.h"
 #include "internal.h"
 #include "registry.h"
 
@@ -151,7 +150,7 @@ static dlock_status lock_new_kind(dlock_client *c, const char *name, dlock_lock_
 		snprintf(msg, sizeof msg, "%s: name and out must not be NULL", fn);
 		return dlock_client_fail(c, DLOCK_EINVAL, msg);
 	}
-	dlock_status unopened = dlock_loop_refuse_unopened(c, fn);
+	dlock_status unopened = dlock_seam_refuse_unopened(c, fn);
 	if (unopened != DLOCK_OK)
 		return unopened;
 	if (!c->kinds[kind].supported) {
@@ -265,7 +264,7 @@ void dlock_lock_end_call(struct dlock_lock *l)
 
 void dlock_lock_free(dlock_lock *l)
 {
-	if (!l || dlock_async_lock_free(l, NULL))
+	if (!l || (l->client->seam && l->client->seam->lock_free(l, NULL)))
 		return;
 	struct dlock_client *c = l->client;
 	while (dlock_release(l) == DLOCK_OK) /* undo every reentrant level */
@@ -614,7 +613,7 @@ dlock_status dlock_acquire(dlock_lock *l, const dlock_acquire_options *opts)
 {
 	if (!l)
 		return DLOCK_EINVAL;
-	dlock_status st = dlock_loop_refuse_blocking(l->client, "dlock_acquire");
+	dlock_status st = dlock_seam_refuse_blocking(l->client, "dlock_acquire");
 	return st == DLOCK_OK ? dlock_acquire_since(l, opts, DLOCK_CANCEL_SEQ_NOW) : st;
 }
 
@@ -727,7 +726,7 @@ dlock_status dlock_release(dlock_lock *l)
 	if (!l)
 		return DLOCK_EINVAL;
 	struct dlock_client *c = l->client;
-	dlock_status refused = dlock_loop_refuse_blocking(c, "dlock_release");
+	dlock_status refused = dlock_seam_refuse_blocking(c, "dlock_release");
 	if (refused != DLOCK_OK)
 		return refused;
 	dlock_error err; /* only its string is read */
@@ -810,7 +809,7 @@ dlock_status dlock_extend(dlock_lock *l, int64_t lease_ms)
 	if (!l)
 		return DLOCK_EINVAL;
 	struct dlock_client *c = l->client;
-	dlock_status refused = dlock_loop_refuse_blocking(c, "dlock_extend");
+	dlock_status refused = dlock_seam_refuse_blocking(c, "dlock_extend");
 	if (refused != DLOCK_OK)
 		return refused;
 	dlock_error err = { "" };
@@ -849,7 +848,7 @@ dlock_status dlock_check(dlock_lock *l)
 	if (!l)
 		return DLOCK_EINVAL;
 	struct dlock_client *c = l->client;
-	dlock_status refused = dlock_loop_refuse_blocking(c, "dlock_check");
+	dlock_status refused = dlock_seam_refuse_blocking(c, "dlock_check");
 	if (refused != DLOCK_OK)
 		return refused;
 	dlock_error err = { "" };

@@ -20,15 +20,6 @@
  */
 #include "async.h"
 #include "reactor.h"
-#include "registry.h"
-
-int dlock_driver_is_inline(const dlock_driver *d)
-{
-	dlock_driver_feature_fn *feature = dlock_driver_feature_of(d);
-	dlock_fact f = { 0, NULL };
-	return d->abi_version >= 8 && feature && feature(NULL, DLOCK_KIND_MUTEX, DLOCK_FACT_INLINE, &f) == DLOCK_OK &&
-	       f.value == 1;
-}
 
 static void tick(struct dlock_client *c)
 {

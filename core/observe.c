@@ -17,7 +17,6 @@
  * being read or called back is `observe_busy`, and dlock_observe(e, NULL)
  * waits for that to end.  One callback at a time per client.
  */
-#include "async.h"
 #include "internal.h"
 #include "registry.h"
 
@@ -55,7 +54,7 @@ static void changed(void *arg)
 	pthread_mutex_lock(&c->mu);
 	e->observe_changed = 1;
 	pthread_cond_signal(&c->observe_cond);
-	dlock_loop_native_soon_locked(c, 0);
+	dlock_seam_soon_locked(c, 0);
 	pthread_mutex_unlock(&c->mu);
 }
 
@@ -116,7 +115,7 @@ static void observe_one_locked(struct dlock_client *c, struct dlock_election *e)
 		dlock_leader_fn fn = e->observe_fn;
 		void *ud = e->observe_userdata;
 		if (c->reactor) { /* a loop client: the loop calls it, with the inspection it takes over */
-			dlock_async_post_observed_locked(c, e, fn, ud, info);
+			c->seam->post_observed_locked(c, e, fn, ud, info);
 			info = NULL;
 		} else {
 			pthread_mutex_unlock(&c->mu);
@@ -227,7 +226,7 @@ dlock_status dlock_observe(dlock_election *e, dlock_leader_fn fn, void *userdata
 		e->observe_delivered = 0; /* the new observer hears who leads now */
 		e->observe_changed = 1;
 		pthread_cond_signal(&c->observe_cond);
-		dlock_loop_native_soon_locked(c, 0);
+		dlock_seam_soon_locked(c, 0);
 		pthread_mutex_unlock(&c->mu);
 		return DLOCK_OK;
 	}

@@ -371,3 +371,11 @@ uint64_t dlock_registry_thread_id(void)
 	}
 	return thread_id;
 }
+
+int dlock_driver_is_inline(const dlock_driver *d)
+{
+	dlock_driver_feature_fn *feature = dlock_driver_feature_of(d);
+	dlock_fact f = { 0, NULL };
+	return d->abi_version >= 8 && feature && feature(NULL, DLOCK_KIND_MUTEX, DLOCK_FACT_INLINE, &f) == DLOCK_OK &&
+	       f.value == 1;
+}

@@ -53,6 +53,9 @@ dlock_driver_proclaim_fn *dlock_driver_proclaim_of(const dlock_driver *d);
 dlock_driver_watch_fn *dlock_driver_watch_of(const dlock_driver *d);
 dlock_driver_unwatch_fn *dlock_driver_unwatch_of(const dlock_driver *d);
 dlock_driver_gc_fn *dlock_driver_gc_of(const dlock_driver *d);
+/** 1 when driver `d` is inline (DLOCK_FACT_INLINE, asked of a driver of ABI version 8 with no client): a loop
+ *  client runs it on its loop's thread. */
+int dlock_driver_is_inline(const dlock_driver *d);
 /** feature() of `d` (ABI version 7), or NULL: an older driver states its facts through the slots above. */
 dlock_driver_feature_fn *dlock_driver_feature_of(const dlock_driver *d);
 

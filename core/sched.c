@@ -161,9 +161,9 @@ void dlock_sched_update(struct dlock_lock *l)
 		pthread_cond_signal(&c->renew_cond);
 	if (c->loop_native) { /* the loop's tick does both threads' work */
 		if (watched)
-			dlock_loop_native_soon_locked(c, watch_key);
+			dlock_seam_soon_locked(c, watch_key);
 		if (l->sched_pos[DLOCK_SCHED_RENEW])
-			dlock_loop_native_soon_locked(c, due);
+			dlock_seam_soon_locked(c, due);
 	}
 }
 
@@ -171,7 +171,7 @@ void dlock_sched_wake(struct dlock_client *c)
 {
 	pthread_cond_signal(&c->bg_cond);
 	pthread_cond_signal(&c->renew_cond);
-	dlock_loop_native_soon_locked(c, 0);
+	dlock_seam_soon_locked(c, 0);
 }
 
 void dlock_sched_forget(struct dlock_lock *l)
