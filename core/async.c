@@ -236,16 +236,14 @@ static void op_finish(struct dlock_reactor_item *item)
 	op_free(op);
 }
 
-/* On a worker: the blocking call. */
-static void op_run(struct dlock_job *job)
+/* The blocking call of `op`, the same on a worker and, for a native client, on the loop: its status,
+ * and on failure the client's text in op->msg.  A free has no outcome to keep. */
+static dlock_status op_call(struct dlock_op *op)
 {
-	struct dlock_op *op = (struct dlock_op *)((char *)job - offsetof(struct dlock_op, job));
 	struct dlock_client *c = op->c;
 	dlock_status st = DLOCK_OK;
 	switch (op->kind) {
-	case OP_OPEN:
-		st = dlock_async_open_run(c, op->msg, sizeof op->msg);
-		break;
+	case OP_OPEN: return dlock_async_open_run(c, op->msg, sizeof op->msg);
 	case OP_ACQUIRE: st = dlock_acquire_since(op->lock, &op->opts, op->cancel_seq); break;
 	case OP_RELEASE: st = dlock_release(op->lock); break;
 	case OP_EXTEND: st = dlock_extend(op->lock, op->lease_ms); break;
@@ -263,16 +261,26 @@ static void op_run(struct dlock_job *job)
 			dlock_election_free(op->lock->free_election);
 		else
 			dlock_lock_free(op->lock);
+		return DLOCK_OK;
+	}
+	if (st != DLOCK_OK)
+		snprintf(op->msg, sizeof op->msg, "%s", dlock_client_errmsg(c));
+	return st;
+}
+
+/* On a worker: the blocking call. */
+static void op_run(struct dlock_job *job)
+{
+	struct dlock_op *op = (struct dlock_op *)((char *)job - offsetof(struct dlock_op, job));
+	struct dlock_client *c = op->c;
+	op->st = op_call(op);
+	if (op->kind == OP_FREE) { /* no callback, no `after`: done here */
 		pthread_mutex_lock(&c->mu);
 		c->ops_working--;
 		pthread_cond_broadcast(&c->cond);
 		pthread_mutex_unlock(&c->mu);
 		op_free(op);
-		return;
 	}
-	op->st = st;
-	if (st != DLOCK_OK && op->kind != OP_OPEN)
-		snprintf(op->msg, sizeof op->msg, "%s", dlock_client_errmsg(c));
 }
 
 /* On the worker, once it counts as free again: post the outcome to the loop. */
@@ -347,33 +355,12 @@ static dlock_status native_run(struct dlock_op *op)
 		return DLOCK_OK;
 	}
 	c->loop_inline++;
+	op->st = op_call(op);
+	c->loop_inline--;
 	if (op->kind == OP_FREE) {
-		if (op->lock->free_election)
-			dlock_election_free(op->lock->free_election);
-		else
-			dlock_lock_free(op->lock);
-		c->loop_inline--;
 		op_free(op);
 		return DLOCK_OK;
 	}
-	dlock_status st = DLOCK_OK;
-	switch (op->kind) {
-	case OP_OPEN: st = dlock_async_open_run(c, op->msg, sizeof op->msg); break;
-	case OP_RELEASE: st = dlock_release(op->lock); break;
-	case OP_EXTEND: st = dlock_extend(op->lock, op->lease_ms); break;
-	case OP_CHECK: st = dlock_check(op->lock); break;
-	case OP_INSPECT: st = dlock_inspect(c, op->text, &op->info); break;
-	case OP_LIST: st = dlock_list(c, op->text, &op->list); break;
-	case OP_BREAK: st = dlock_break(c, op->text, &op->broken); break;
-	case OP_PROCLAIM: st = dlock_proclaim(op->e, op->text); break;
-	case OP_RESIGN: st = dlock_resign(op->e); break;
-	case OP_LEADER: st = dlock_election_leader(op->e, &op->leader); break;
-	default: break;
-	}
-	if (st != DLOCK_OK && op->kind != OP_OPEN)
-		snprintf(op->msg, sizeof op->msg, "%s", dlock_client_errmsg(c));
-	c->loop_inline--;
-	op->st = st;
 	dlock_reactor_post(c->reactor, &op->item);
 	if (op->kind != OP_OPEN)
 		dlock_loop_kick(c); /* a release, a break...: the local queue may move */
