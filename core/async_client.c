@@ -130,8 +130,11 @@ static void report_held_locks(struct dlock_client *c)
 		if (!l->held || l->lingering || l->lost || !l->on_lost || l->lost_delivered)
 			continue;
 		struct closed_report *r = malloc(sizeof *r);
-		if (!r)
-			continue; /* out of memory: the lock is still released, unreported */
+		if (!r) { /* the lock is still released; say so where the application can see it */
+			dlock_client_logf(c, DLOCK_LOG_ERROR, "out of memory: a lock released by the close was not "
+			                  "reported lost");
+			continue;
+		}
 		l->lost_delivered = 1;
 		l->async_refs++;
 		r->item.run = report_closed;
