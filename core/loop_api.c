@@ -19,6 +19,8 @@ void dlock_loop_ready(dlock_client *c, int fd, unsigned events)
 
 void dlock_loop_timer_fired(dlock_client *c)
 {
+	if (c && c->reactor)
+		dlock_reactor_hook_timer_fired(c->reactor);
 	dlock_async_run(c);
 }
 

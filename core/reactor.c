@@ -285,3 +285,8 @@ int dlock_reactor_run_timers(struct dlock_reactor *r)
 	rearm(r);
 	return ran;
 }
+
+void dlock_reactor_hook_timer_fired(struct dlock_reactor *r)
+{
+	r->armed_ms_due = INT64_MIN; /* fired early, nothing is due: without this the timer would stay unarmed */
+}

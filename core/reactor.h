@@ -50,6 +50,12 @@ int64_t dlock_reactor_timeout_ms(const struct dlock_reactor *r);
 
 /** Run the timers that are due; 1 if any ran. */
 int dlock_reactor_run_timers(struct dlock_reactor *r);
+/**
+ * Push mode: the application's one-shot timer has fired, maybe before the
+ * first timer is due (loops with a coarse or cached clock fire early); the
+ * next dlock_reactor_run_timers() arms it again, whatever it ran.
+ */
+void dlock_reactor_hook_timer_fired(struct dlock_reactor *r);
 
 /**
  * A reactor for the client `c` (handed back to the hooks), with the loop's

@@ -165,7 +165,11 @@ DLOCK_API dlock_status dlock_client_close_async(dlock_client *client, dlock_clos
 /** Push mode: the loop found `fd` ready for `events` (DLOCK_IO_*).  A descriptor dlock no longer watches is ignored. */
 DLOCK_API void dlock_loop_ready(dlock_client *client, int fd, unsigned events);
 
-/** Push mode: the client's timer (dlock_loop_hooks::timer) fired. */
+/**
+ * Push mode: the client's timer (dlock_loop_hooks::timer) fired.  Early is
+ * fine (loops with a coarse or cached clock fire a few milliseconds
+ * early): dlock then does what is due, nothing else, and arms it again.
+ */
 DLOCK_API void dlock_loop_timer_fired(dlock_client *client);
 
 /** Pull mode: the one descriptor to watch for reading; -1 for a push-mode client or NULL. */

@@ -257,7 +257,8 @@ static int turn_push(lr_loop *lp, int64_t max_ms, int io_only)
 	for (lr_client *tc = lp->clients; tc; tc = tc->next) {
 		if (io_only || tc->gone || !tc->client || tc->timer_at_ns < 0)
 			continue;
-		int64_t left = tc->timer_at_ns <= now ? 0 : (tc->timer_at_ns - now + 999999) / 1000000;
+		int64_t at = tc->timer_at_ns - (int64_t)tc->timer_early_ms * 1000000;
+		int64_t left = at <= now ? 0 : (at - now + 999999) / 1000000;
 		if (left < wait)
 			wait = left;
 	}
@@ -275,7 +276,8 @@ static int turn_push(lr_loop *lp, int64_t max_ms, int io_only)
 	}
 	now = now_ns();
 	for (lr_client *tc = lp->clients; tc && !io_only; tc = tc->next) {
-		if (tc->gone || !tc->client || tc->timer_at_ns < 0 || tc->timer_at_ns > now)
+		if (tc->gone || !tc->client || tc->timer_at_ns < 0 ||
+		    tc->timer_at_ns - (int64_t)tc->timer_early_ms * 1000000 > now)
 			continue;
 		tc->timer_at_ns = -1; /* it fires once */
 		dlock_loop_timer_fired(tc->client);

@@ -13,7 +13,9 @@
  *     descriptor and the hook's own pointer after, no descriptor is left
  *     watched after the close's callback, `cleanup` is called exactly once and
  *     every hook runs on the loop's thread.  dlock_loop_ready() and
- *     dlock_loop_timer_fired() are called only for what is ready or due.
+ *     dlock_loop_timer_fired() are called only for what is ready or due
+ *     (the timer up to lr_client::timer_early_ms early, as libevent's
+ *     coarse clock and libuv's cached time make it).
  *
  * A loop serves any number of clients of its mode.  A client is "gone" for
  * the loop once its close completed (its callback ran, or
@@ -75,6 +77,7 @@ typedef struct lr_client {
 	int gone;             /* its close completed: the loop no longer drives it */
 	int opened_ok;        /* its open's start call returned DLOCK_OK */
 	int fail_watch;       /* set before lr_open(): the `watch` hook fails (returns -1) */
+	int timer_early_ms;   /* push mode: the timer fires this much before it is due, as coarse-clocked loops do */
 	lr_op opened;         /* the open's callback */
 	lr_op closed;         /* the close's callback (lr_close_async()) */
 	/* Push mode: what the hooks saw. */
