@@ -61,18 +61,19 @@ extern "C" {
 
 /** The hooks' userdata: one per client. */
 typedef struct dlock_libevent_state {
-	struct event_base *base;
+	struct event_base *base; /**< the application's event_base */
 	dlock_client *client; /**< the client the hooks serve (each hook call says it) */
 	struct event *timer;  /**< the client's one timer; NULL until the first timer call */
 } dlock_libevent_state;
 
 /** One watched descriptor, in its slot. */
 typedef struct dlock_libevent_watch {
-	struct event *ev;
-	dlock_client *client;
+	struct event *ev;     /**< a persistent event for `events`, made again when they change */
+	dlock_client *client; /**< the client that watches the descriptor */
 	unsigned events; /**< DLOCK_IO_READ | DLOCK_IO_WRITE that `ev` waits for */
 } dlock_libevent_watch;
 
+/** Event callback of a descriptor: readiness to dlock_loop_ready(). */
 static inline void dlock_libevent_io_cb(evutil_socket_t fd, short what, void *arg)
 {
 	dlock_libevent_watch *w = (dlock_libevent_watch *)arg;
@@ -85,6 +86,7 @@ static inline void dlock_libevent_io_cb(evutil_socket_t fd, short what, void *ar
 	dlock_loop_ready(w->client, (int)fd, ready);
 }
 
+/** dlock_loop_hooks::watch: make the descriptor's event for `events`, or (`events` 0) free it. */
 static inline int dlock_libevent_watch_fd(dlock_client *client, void *userdata, int fd, unsigned events,
                                           void **slot)
 {
@@ -129,6 +131,7 @@ static inline int dlock_libevent_watch_fd(dlock_client *client, void *userdata, 
 	return 0;
 }
 
+/** Timer callback: dlock_loop_timer_fired(). */
 static inline void dlock_libevent_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	dlock_libevent_state *s = (dlock_libevent_state *)arg;
@@ -138,6 +141,7 @@ static inline void dlock_libevent_timer_cb(evutil_socket_t fd, short what, void 
 	dlock_loop_timer_fired(s->client);
 }
 
+/** dlock_loop_hooks::timer: (re)arm the client's one timer event, or delete it (`ms` -1). */
 static inline int dlock_libevent_timer(dlock_client *client, void *userdata, int64_t ms)
 {
 	dlock_libevent_state *s = (dlock_libevent_state *)userdata;
@@ -162,6 +166,7 @@ static inline int dlock_libevent_timer(dlock_client *client, void *userdata, int
 	return evtimer_add(s->timer, &tv) == 0 ? 0 : -1;
 }
 
+/** dlock_loop_hooks::cleanup: free the timer event and the state. */
 static inline void dlock_libevent_cleanup(void *userdata)
 {
 	dlock_libevent_state *s = (dlock_libevent_state *)userdata;

@@ -13,9 +13,9 @@
  *   uv_run(loop, UV_RUN_DEFAULT);
  *
  * libdlock does not link libuv: these functions are compiled into the
- * application, which links libuv itself (`pkg-config --libs libuv`).
+ * application, which links libuv itself (pkg-config --libs libuv).
  * uv.h needs the POSIX declarations: with -std=c11, define
- * _POSIX_C_SOURCE 200809L (or _GNU_SOURCE) before the first #include.
+ * _POSIX_C_SOURCE 200809L (or _GNU_SOURCE) before any other header.
  *
  * What it does: dlock_libuv_hooks() fills a dlock_loop_hooks whose `watch`
  * keeps one uv_poll_t per descriptor (in the descriptor's slot), started,
@@ -65,7 +65,7 @@ extern "C" {
 
 /** The hooks' userdata: one per client. */
 typedef struct dlock_libuv_state {
-	uv_loop_t *loop;
+	uv_loop_t *loop;      /**< the application's loop */
 	dlock_client *client; /**< the client the hooks serve (each hook call says it) */
 	uv_timer_t timer;     /**< the client's one timer; its data is this state */
 	int timer_made;       /**< 1 once uv_timer_init() has succeeded */
@@ -73,9 +73,9 @@ typedef struct dlock_libuv_state {
 
 /** One watched descriptor, in its slot; the handle's data is this watch. */
 typedef struct dlock_libuv_watch {
-	uv_poll_t poll;
-	dlock_client *client;
-	int fd;
+	uv_poll_t poll;       /**< watches `fd`; closed (and this watch freed) when dlock stops watching */
+	dlock_client *client; /**< the client that watches it */
+	int fd;               /**< the descriptor */
 	int flags; /**< UV_READABLE | UV_WRITABLE as last started; 0: never started */
 } dlock_libuv_watch;
 
@@ -85,6 +85,7 @@ static inline void dlock_libuv_free_cb(uv_handle_t *handle)
 	free(handle->data);
 }
 
+/** uv_poll_t callback: readiness (or an error, as DLOCK_IO_ERROR) to dlock_loop_ready(). */
 static inline void dlock_libuv_poll_cb(uv_poll_t *poll, int status, int events)
 {
 	dlock_libuv_watch *w = (dlock_libuv_watch *)poll->data;
@@ -104,6 +105,7 @@ static inline void dlock_libuv_poll_cb(uv_poll_t *poll, int status, int events)
 		(void)uv_poll_start(poll, w->flags, dlock_libuv_poll_cb);
 }
 
+/** dlock_loop_hooks::watch: start, change or (`events` 0) stop and close the descriptor's uv_poll_t. */
 static inline int dlock_libuv_watch_fd(dlock_client *client, void *userdata, int fd, unsigned events,
                                        void **slot)
 {
@@ -144,6 +146,7 @@ static inline int dlock_libuv_watch_fd(dlock_client *client, void *userdata, int
 	return 0;
 }
 
+/** uv_timer_t callback: dlock_loop_timer_fired(). */
 static inline void dlock_libuv_timer_cb(uv_timer_t *timer)
 {
 	dlock_libuv_state *s = (dlock_libuv_state *)timer->data;
@@ -151,6 +154,7 @@ static inline void dlock_libuv_timer_cb(uv_timer_t *timer)
 	dlock_loop_timer_fired(s->client);
 }
 
+/** dlock_loop_hooks::timer: (re)start the client's one-shot uv_timer_t, or stop it (`ms` -1). */
 static inline int dlock_libuv_timer(dlock_client *client, void *userdata, int64_t ms)
 {
 	dlock_libuv_state *s = (dlock_libuv_state *)userdata;
@@ -173,6 +177,7 @@ static inline int dlock_libuv_timer(dlock_client *client, void *userdata, int64_
 	return uv_timer_start(&s->timer, dlock_libuv_timer_cb, (uint64_t)ms, 0) == 0 ? 0 : -1;
 }
 
+/** dlock_loop_hooks::cleanup: close the timer and free the state (in the close callback). */
 static inline void dlock_libuv_cleanup(void *userdata)
 {
 	dlock_libuv_state *s = (dlock_libuv_state *)userdata;
