@@ -94,6 +94,11 @@
  *     DLOCK_FACT_INLINE before open(), with `backend` NULL, so feature()
  *     must answer a code it does not know (or cannot answer without its
  *     client) with DLOCK_ENOTSUP before it touches `backend`.
+ *   - version 9: try_acquire_start, release_start, extend_start and
+ *     check_start, the non-blocking forms that a loop client calls on its
+ *     loop's thread, with the loop's services (dlock_host_io(): descriptor
+ *     watches and timers) and dlock_call_done(); DLOCK_FACT_LOOP_IO says a
+ *     driver has them.
  * Registration accepts every version from 1 through DLOCK_DRIVER_ABI_VERSION
  * (DLOCK_EVERSION otherwise: a driver built for a newer library), and the
  * core never reads a slot past the version a driver declares, so a driver
@@ -114,13 +119,14 @@
 #include <stdint.h>
 
 #include "dlock/dlock.h"
+#include "dlock/loop.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /** Version of struct dlock_driver; raised with each appended block of methods. */
-#define DLOCK_DRIVER_ABI_VERSION 8
+#define DLOCK_DRIVER_ABI_VERSION 9
 
 /* ------------------------------------------------------------ error text */
 
@@ -327,6 +333,79 @@ DLOCK_API void *dlock_host_shared(dlock_host *host, void *(*create)(void));
  * *len (may be NULL) gets its length.  Holds no secret.
  */
 DLOCK_API const char *dlock_host_owner(dlock_host *host, size_t *len);
+
+/* ------------------------------------------------- the loop (ABI version 9) */
+
+/**
+ * The event loop of a loop client (dlock/loop.h), as a driver that runs on
+ * it sees it (ABI version 9): a driver that answers DLOCK_FACT_LOOP_IO 1
+ * is opened by a loop client on the loop's thread, and dlock_host_io()
+ * gives it this loop.  Such a driver keeps its blocking methods for the
+ * blocking clients (and for what a loop client does not yet do on the
+ * loop), and adds the non-blocking forms (try_acquire_start,
+ * release_start, extend_start, check_start): they send their request, ask
+ * the loop to watch their descriptors and set their timers here, and
+ * finish later with dlock_call_done().  Nothing of this is ever used from
+ * another thread: every function here, every callback it makes and every
+ * _start method runs on the loop's thread, and none of them may block.
+ * Owned by the core; valid from open() until close() returns.
+ */
+typedef struct dlock_io dlock_io;
+
+/**
+ * The loop of the client being opened, or NULL: a blocking client (or a
+ * driver without DLOCK_FACT_LOOP_IO), whose methods block as ever.  Ask in
+ * open() and keep it.
+ */
+DLOCK_API dlock_io *dlock_host_io(dlock_host *host);
+
+/** A watched descriptor is ready: `events` DLOCK_IO_READ, DLOCK_IO_WRITE, DLOCK_IO_ERROR (dlock/loop.h). */
+typedef void dlock_io_ready_fn(void *arg, int fd, unsigned events);
+
+/**
+ * Watch `fd` for `events` (DLOCK_IO_READ, DLOCK_IO_WRITE or both) and call
+ * `ready(arg, fd, events)` on the loop when it is ready, until the next
+ * call for `fd` replaces the watch; `events` 0 stops watching it (do so
+ * before closing `fd`: the application's loop hears of the removal while
+ * the descriptor is open).  An error or hang-up comes as readable (and
+ * DLOCK_IO_ERROR).  Level-triggered: `ready` is called again while the
+ * condition holds.  DLOCK_OK, DLOCK_ENOMEM, or DLOCK_EIO when the loop
+ * refuses the descriptor.
+ */
+DLOCK_API dlock_status dlock_io_watch(dlock_io *io, int fd, unsigned events, dlock_io_ready_fn *ready, void *arg);
+
+/** A one-shot timer of the loop (dlock_io_timer_new()). */
+typedef struct dlock_io_timer dlock_io_timer;
+
+/** A timer that calls `fire(arg)` on the loop once it is due; not set yet.  DLOCK_OK or DLOCK_ENOMEM. */
+DLOCK_API dlock_status dlock_io_timer_new(dlock_io *io, void (*fire)(void *arg), void *arg, dlock_io_timer **out);
+
+/**
+ * Set `t` to fire `ms` milliseconds from now (0: on the loop's next turn),
+ * replacing the time set before; `ms` < 0 stops it.  DLOCK_OK or
+ * DLOCK_ENOMEM.
+ */
+DLOCK_API dlock_status dlock_io_timer_set(dlock_io_timer *t, int64_t ms);
+
+/** Stop and free `t` (NULL is fine), also from inside its own `fire`. */
+DLOCK_API void dlock_io_timer_free(dlock_io_timer *t);
+
+/**
+ * One call of a _start method in progress (ABI version 9).  Owned by the
+ * core, as are the out-parameters the method was given with it (`retry`,
+ * `out`, `err`), which stay valid until dlock_call_done().
+ */
+typedef struct dlock_call dlock_call;
+
+/**
+ * End `call` with `status`, the answer the blocking method would have
+ * returned (its out-parameters and message written first).  Exactly once
+ * per call that its _start method started (returned DLOCK_OK); on the
+ * loop's thread, from a watch or timer callback, or from inside the _start
+ * method itself.  The core goes on after the callback returns, so the
+ * driver may keep using its state around the call.
+ */
+DLOCK_API void dlock_call_done(dlock_call *call, dlock_status status);
 
 /** Longest owner record of dlock_host_owner(), in bytes without the NUL. */
 #define DLOCK_OWNER_MAX 640
@@ -691,6 +770,33 @@ typedef dlock_status dlock_driver_try_acquire_fn(void *backend, void *lk, int64_
  */
 typedef void dlock_driver_disarm_fn(void *backend, void *lk, dlock_wait *w);
 
+/*
+ * The non-blocking forms (ABI version 9; MAY, all four or none, and only
+ * with DLOCK_FACT_LOOP_IO): what try_acquire(), release(), extend() and
+ * check() do, started on a loop client's loop thread without waiting.
+ * Each takes the arguments of its blocking form and a `call`; it returns
+ * DLOCK_OK once it has started (then dlock_call_done(call, status) comes
+ * exactly once, with the status the blocking form would have returned,
+ * its out-parameters and `err` written), or fails at once with any other
+ * status and a message in `err` (then no dlock_call_done()).  The rules of
+ * the blocking forms hold: one call at a time per `lk`; the same wake-ups,
+ * arming (retry->armed) and disarm() for try_acquire_start; the driver
+ * bounds each call by uri->io_timeout_ms with a timer of its own, and ends
+ * every call it started before close() returns (the core calls close()
+ * only when none is in progress).
+ */
+/** try_acquire() without waiting for the server's answer (ABI version 9). */
+typedef dlock_status dlock_driver_try_acquire_start_fn(void *backend, void *lk, int64_t lease_ms, dlock_wait *w,
+                                                       dlock_retry *retry, dlock_acquired *out, dlock_error *err,
+                                                       dlock_call *call);
+/** release() without waiting for the server's answer (ABI version 9). */
+typedef dlock_status dlock_driver_release_start_fn(void *backend, void *lk, dlock_error *err, dlock_call *call);
+/** extend() without waiting for the server's answer (ABI version 9). */
+typedef dlock_status dlock_driver_extend_start_fn(void *backend, void *lk, int64_t lease_ms, dlock_error *err,
+                                                  dlock_call *call);
+/** check() without waiting for the server's answer (ABI version 9). */
+typedef dlock_status dlock_driver_check_start_fn(void *backend, void *lk, dlock_error *err, dlock_call *call);
+
 /**
  * The control door (ABI version 2), after SQLite's xFileControl: a
  * backend-specific operation `op` on the client (`lk` NULL, from
@@ -835,13 +941,18 @@ typedef enum dlock_fact_code {
 	                                       SERVER_QUEUE (the server queues the waiters of the other kinds only) */
 	DLOCK_FACT_SLOTS = 0x1003,        /**< semaphores, 1: acquire() reports the permit's slot
 	                                       (dlock_acquired::slot); 0: permits have no slot, and so no token */
-	DLOCK_FACT_INLINE = 0x1004        /**< 1: no method ever waits on a network or another process (in-process
+	DLOCK_FACT_INLINE = 0x1004,       /**< 1: no method ever waits on a network or another process (in-process
 	                                       or local-file state), and acquisitions wait only through
 	                                       try_acquire() and dlock_wait_wake(): a loop client (dlock/loop.h)
 	                                       calls every method on its loop's thread, with no thread of its own
 	                                       (DLOCK_FEATURE_LOOP_NATIVE); 0 or unanswered: a loop client runs
 	                                       them on worker threads.  Asked before open() with `backend` NULL,
 	                                       of drivers of ABI version 8 and later */
+	DLOCK_FACT_LOOP_IO = 0x1005       /**< 1: the driver has the non-blocking methods (try_acquire_start ...)
+	                                       and a loop client opens it on its loop's thread with
+	                                       dlock_host_io() set, then calls them there; its other methods
+	                                       still run on worker threads.  Asked before open() with `backend`
+	                                       NULL, of drivers of ABI version 9 and later */
 } dlock_fact_code;
 
 /** The first code of the contract's own facts: from here on, never a dlock_feature code. */
@@ -936,6 +1047,12 @@ typedef struct dlock_driver {
 
 	/* ABI version 7 */
 	dlock_driver_feature_fn *feature; /**< MUST */
+
+	/* ABI version 9: all four or none, with DLOCK_FACT_LOOP_IO */
+	dlock_driver_try_acquire_start_fn *try_acquire_start; /**< MAY; with try_acquire */
+	dlock_driver_release_start_fn *release_start;         /**< MAY */
+	dlock_driver_extend_start_fn *extend_start;           /**< MAY; with extend */
+	dlock_driver_check_start_fn *check_start;             /**< MAY; with check */
 } dlock_driver;
 
 /**
