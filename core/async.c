@@ -220,6 +220,10 @@ static void op_finish(struct dlock_reactor_item *item)
 		op->done.leader(op->e, op->st, op->leader, op->ud);
 		break;
 	case OP_CLOSE:
+		if (c->loop_io && c->backend) { /* a driver on the loop is closed on it, before the callback */
+			c->driver->close(c->backend);
+			c->backend = NULL;
+		}
 		if (op->done.close)
 			op->done.close(op->st, op->ud);
 		break;
@@ -233,6 +237,8 @@ static void op_finish(struct dlock_reactor_item *item)
 		dlock_async_release_waiters(c, op->st, op->msg);
 	if (op->kind == OP_CLOSE)
 		close_done(c);
+	if (c->loop_io && (op->kind == OP_RELEASE || op->kind == OP_BREAK || op->kind == OP_FREE))
+		dlock_loop_kick(c); /* a name of this client may be free for its acquisitions waiting on the loop */
 	op_free(op);
 }
 
@@ -367,6 +373,24 @@ static dlock_status native_run(struct dlock_op *op)
 	return DLOCK_OK;
 }
 
+/* A client whose driver runs on the loop (loop_io): its open on the loop (blocking: the driver
+ * connects within its open_timeout), its acquisitions through the engine and the driver's
+ * try_acquire_start(); 0 when `op` goes to a worker as on any loop client. */
+static int loop_io_run(struct dlock_op *op, dlock_status *st)
+{
+	struct dlock_client *c = op->c;
+	if (op->kind == OP_ACQUIRE) {
+		*st = dlock_loop_acquire_start(op->lock, &op->opts, op->cancel_seq, native_acquired, op);
+		return 1;
+	}
+	if (op->kind != OP_OPEN)
+		return 0;
+	op->st = op_call(op);
+	dlock_reactor_post(c->reactor, &op->item);
+	*st = DLOCK_OK;
+	return 1;
+}
+
 /* Hand `op` to a worker, or keep it until the open completes.  On the loop's thread. */
 dlock_status dlock_async_submit(struct dlock_op *op)
 {
@@ -386,9 +410,11 @@ dlock_status dlock_async_submit(struct dlock_op *op)
 		pthread_mutex_unlock(&c->mu);
 		return DLOCK_OK;
 	}
-	if (c->loop_native) {
+	if (c->loop_native || (c->loop_io && (op->kind == OP_OPEN || op->kind == OP_ACQUIRE))) {
 		pthread_mutex_unlock(&c->mu);
-		dlock_status nst = native_run(op);
+		dlock_status nst = DLOCK_OK;
+		if (!c->loop_io || !loop_io_run(op, &nst))
+			nst = native_run(op);
 		if (nst != DLOCK_OK && op->lock) {
 			pthread_mutex_lock(&c->mu);
 			op->lock->async_refs--;

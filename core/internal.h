@@ -253,6 +253,11 @@ struct dlock_host {
 	struct dlock_client *client;
 };
 
+/* The loop as a driver of contract 9 sees it (loop_io.c): the client's reactor. */
+struct dlock_io {
+	struct dlock_client *client;
+};
+
 struct dlock_client {
 	const dlock_driver *driver;
 	void *backend;
@@ -320,6 +325,11 @@ struct dlock_client {
 	int64_t loop_tick_due;     /* when loop_tick is set for; INT64_MAX: not set */
 	struct dlock_reactor_item loop_tick_soon; /* posted when work comes due sooner, from any thread */
 	int loop_tick_soon_posted; /* under mu */
+
+	/* A loop client of a driver that runs on the loop (DLOCK_FACT_LOOP_IO, loop_io.c): opened on the loop,
+	 * acquisitions through loop_acquire.c and the driver's try_acquire_start(); the rest on workers. */
+	int loop_io;
+	struct dlock_io io;        /* dlock_host_io()'s answer while loop_io */
 };
 
 /* The seam's wrappers (struct dlock_loop_seam): nothing, or OK, for a blocking client. */
