@@ -461,6 +461,20 @@ void dlock_become_holder_locked(struct dlock_lock *l, const struct dlock_acquire
 /** The message of a failed acquisition without the driver's own. */
 const char *dlock_acquire_failure_text(dlock_status st, char *buf, size_t len, int64_t wait_ms);
 
+/* lock.c: release, extend and check around their driver call, so that a loop client of a driver on
+ * the loop (async.c) makes that call with the driver's _start method.  `nowait`: answer
+ * DLOCK_STEP_ELSEWHERE, having changed nothing, where the call would wait (another call on the handle, a
+ * lost callback running elsewhere) or make a driver call of its own (a minimum hold's linger).  After
+ * DLOCK_STEP_DRIVER, the driver call, then the _end with its answer and message: the call's status. */
+enum dlock_step { DLOCK_STEP_DONE, DLOCK_STEP_DRIVER, DLOCK_STEP_ELSEWHERE };
+enum dlock_step dlock_release_begin(struct dlock_lock *l, int nowait, dlock_status *st, int *was_lost);
+dlock_status dlock_release_end(struct dlock_lock *l, int was_lost, dlock_status st, const char *msg);
+enum dlock_step dlock_extend_begin(struct dlock_lock *l, int64_t lease_ms, int nowait, dlock_status *st,
+                                   int64_t *lease_ns);
+dlock_status dlock_extend_end(struct dlock_lock *l, int64_t sent, int64_t lease_ns, dlock_status st, const char *msg);
+enum dlock_step dlock_check_begin(struct dlock_lock *l, int nowait, dlock_status *st);
+dlock_status dlock_check_end(struct dlock_lock *l, int64_t sent, dlock_status st, const char *msg);
+
 /* lock.c, for loop clients (async.c). */
 /** Check `opts` for handle `l` as dlock_acquire() would, and copy them as the current version into *copy. */
 dlock_status dlock_acquire_check(const struct dlock_lock *l, const dlock_acquire_options *opts,
