@@ -215,10 +215,6 @@ static void test_cancelled(void)
  */
 static void test_cancel_races_grant(void)
 {
-	if (lc_known_failing("redis", "fair queueing (the default): a cancel that races the release's handoff "
-	                              "completes ECANCELED, yet the client keeps the name alive for itself "
-	                              "(blocking clients too)"))
-		return;
 	lc t;
 	if (!lc_begin(&t, "race"))
 		return;

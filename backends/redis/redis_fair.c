@@ -74,7 +74,9 @@
 #define FAIR_DEADLINE_REFRESHES 3
 #define FAIR_CLAIM_REFRESHES 2
 /* The queue keys expire once every waiter's deadline has surely passed. */
-#define FAIR_QUEUE_TTL_MS (2 * FAIR_DEADLINE_REFRESHES * FAIR_REFRESH_MAX_MS)
+#define FAIR_QUEUE_TTL_MS REDIS_FAIR_QUEUE_TTL_MS
+_Static_assert(REDIS_FAIR_QUEUE_TTL_MS >= 2 * FAIR_DEADLINE_REFRESHES * FAIR_REFRESH_MAX_MS,
+               "the queue keys outlive every waiter's deadline");
 
 /* One waiter: its numbers as the enqueue script wants them, and its grant connection. */
 struct fair_waiter {
@@ -169,6 +171,7 @@ static void enqueue_args(const struct redis_client *c, struct redis_lock *lk, co
 	size_t reclen = 0;
 	const char *rec = dlock_redis_record_of(c, lk, &reclen);
 	dlock_redis_argn(a, rec, reclen);
+	dlock_redis_arg_key(a, c, lk, "gone:", lk->owner); /* set by our withdrawal (the handoff script) */
 }
 
 /* The claim of a grant: the extend script, with the whole lease. */

@@ -16,7 +16,7 @@
 
 #include "dlock/sys/driver.h"
 
-#define REDIS_ARGS_MAX 16
+#define REDIS_ARGS_MAX 18
 /* Bytes an argument list keeps for the key names it builds (redis_key.h: a lock's, REDIS_LOCK_NAMES_MAX at most). */
 #define REDIS_ARGS_BYTES 3400
 

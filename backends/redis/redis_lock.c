@@ -172,6 +172,11 @@ static enum redis_script_id owner_release_script(const struct redis_client *c, s
 	return REDIS_SCRIPT_RELEASE;
 }
 
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x)
+/* How long the handoff script remembers a withdrawal (the script's ARGV[5]). */
+#define WITHDRAWN_TTL STRINGIFY(REDIS_FAIR_QUEUE_TTL_MS)
+
 /* The handoff script: release to the next waiter (or withdraw from the queue). */
 enum redis_script_id dlock_redis_handoff_args(const struct redis_client *c, const struct redis_lock *lk,
                                               struct redis_args *a, int *nkeys)
@@ -185,6 +190,8 @@ enum redis_script_id dlock_redis_handoff_args(const struct redis_client *c, cons
 	dlock_redis_arg_key(a, c, lk, "released", NULL);
 	dlock_redis_arg_key(a, c, lk, "grant:", lk->owner);
 	dlock_redis_arg(a, c->publish);
+	dlock_redis_arg(a, WITHDRAWN_TTL);
+	dlock_redis_arg_key(a, c, lk, "gone:", lk->owner);
 	*nkeys = 4;
 	return REDIS_SCRIPT_HANDOFF;
 }

@@ -16,6 +16,10 @@
 /* A lock key's value: "OWNER TOKEN ACQUIRED_MS RECORD" (redis_scripts.c), at most this long. */
 #define REDIS_VALUE_MAX (REDIS_OWNER_HEX + 48 + DLOCK_OWNER_MAX)
 
+/* fair=1: how long the queue's keys, and a waiter's withdrawal, are kept after their last use (ms): past
+ * every queued waiter's deadline (redis_fair.c: 3 refreshes of at most 1 s), twice over. */
+#define REDIS_FAIR_QUEUE_TTL_MS 6000
+
 /* ------------------------------------------------------------ the algorithms */
 
 /*

@@ -141,11 +141,12 @@ static const char extend_lua[] =
  * at once, instead of blocking), claim ms, owner record (kept in KEYS[3]
  * under "@OWNER" while queued, for the grant to write into the value; a
  * waiter of the previous release has none and is granted the owner value
- * alone, which its scripts compare).  -> {1, token, 1} taken now;
+ * alone, which its scripts compare), the owner's "gone" key (set when it
+ * withdrew: see the handoff script).  -> {1, token, 1} taken now;
  * {1, token, 0} granted by a release since the last call and claimed here
  * (the grant is consumed, the key gets the whole lease; the token is the
  * counter's value: nobody can have taken one since, the lock being ours);
- * {0, pttl, 0} queued.
+ * {0, pttl, 0} queued; {0, -2, 0} and nothing done for an owner that withdrew.
  *
  * The claim: a grant gives the lock for the waiter's claim window only
  * (its entry's "lease"), not its lease.  A live waiter claims it at once —
@@ -170,6 +171,7 @@ static const char enqueue_lua[] =
 	"    redis.call('PEXPIRE', ARGV[6], ARGV[2])\n"
 	"  end\n"
 	"end\n"
+	"if redis.call('EXISTS', ARGV[10]) == 1 then return {0, -2, 0} end\n"
 	"local holder = redis.call('GET', KEYS[1])\n"
 	"if owns(holder, ARGV[1]) then\n"
 	"  redis.call('HDEL', KEYS[3], '@' .. ARGV[1])\n"
@@ -223,11 +225,21 @@ static const char enqueue_lua[] =
  * that gives up (and hand on the lock if a release granted it meanwhile).
  * ARGV owner, channel, the owner's own grant key (dropped on withdrawal;
  * the holder's was consumed, or expires with its lease), the publish
- * command (as the release script's) -> 2 granted to a
- * waiter | 1 released | 0 not the holder.  A waiter that withdraws while
- * the lock is free (its holder's lease ran out) grants it to the next live
- * waiter, who would otherwise wait for its own next look.  With nobody to
- * grant, "1" on the lock's channel wakes the waiters that do not queue.
+ * command (as the release script's), how long a withdrawal is remembered
+ * (ms) and where (the owner's "gone" key) -> 2 granted to a waiter | 1 released | 0 not the holder.  A waiter
+ * that withdraws while the lock is free (its holder's lease ran out)
+ * grants it to the next live waiter, who would otherwise wait for its own
+ * next look.  With nobody to grant, "1" on the lock's channel wakes the
+ * waiters that do not queue.
+ *
+ * A withdrawal is remembered (PREFIX:{D}:gone:OWNER, in the lock's slot,
+ * for the queue keys' lifetime), and the enqueue script of that owner does nothing
+ * after it: a waiter cancelled right after writing its enqueue, BLPOP and
+ * claim (its socket shut down under them) withdraws on another connection,
+ * and the server may run that withdrawal before the enqueue it had not yet
+ * read; the enqueue would then queue a waiter that is gone, a release
+ * grant it the lock, and the claim behind the BLPOP take the whole lease
+ * for nobody.
  */
 static const char handoff_lua[] =
 	TOKEN_LUA
@@ -236,6 +248,7 @@ static const char handoff_lua[] =
 	"redis.call('HDEL', KEYS[3], '@' .. ARGV[1])\n"
 	"if not owns(holder, ARGV[1]) then\n"
 	"  redis.call('DEL', ARGV[3])\n"
+	"  redis.call('SET', ARGV[6], '1', 'PX', ARGV[5])\n"
 	"  if redis.call('HDEL', KEYS[3], ARGV[1]) == 1 then redis.call('LREM', KEYS[2], 1, ARGV[1]) end\n"
 	"  if not holder then grant_first_live() end\n"
 	"  return 0\n"
