@@ -87,8 +87,10 @@ void dlock_call_init(struct dlock_call *call, struct dlock_client *c,
                      void (*finish)(struct dlock_call *call, dlock_status status));
 
 /* loop_acquire.c */
-/** Post a step of the acquisitions waiting for their turn. */
+/** Post a step of the acquisitions waiting for their turn (the loop's thread, c->mu not held). */
 void dlock_loop_kick(struct dlock_client *c);
+/** The same from any thread, c->mu held (the seam's kick_locked). */
+void dlock_loop_kick_locked(struct dlock_client *c);
 /** Start acquiring `l` on the loop; `cb` runs once, from a later turn of the loop. */
 dlock_status dlock_loop_acquire_start(struct dlock_lock *l, const dlock_acquire_options *opts, uint64_t cancel_seq,
                                       void (*cb)(void *arg, dlock_status st, const char *msg), void *arg);

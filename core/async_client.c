@@ -47,6 +47,7 @@ static const struct dlock_loop_seam loop_seam = {
 	.unref = dlock_async_unref,
 	.post_observed_locked = dlock_async_post_observed_locked,
 	.soon_locked = dlock_loop_native_soon_locked,
+	.kick_locked = dlock_loop_kick_locked,
 };
 
 dlock_status dlock_client_open_async(dlock_client **out, const char *uri, const dlock_client_options *opts,

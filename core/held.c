@@ -41,8 +41,10 @@ void dlock_holder_remove_locked(struct dlock_lock *l)
 		l->next_holder = NULL;
 		l->holding = 0;
 	}
-	if (e->queue_head) /* only queued contenders wait on it (lock.c, wait_turn_locked()) */
+	if (e->queue_head) { /* only queued contenders wait on it (lock.c, wait_turn_locked()) */
 		pthread_cond_broadcast(&e->cond);
+		dlock_seam_kick_locked(l->client); /* and, on a loop client, those of the loop's engine */
+	}
 }
 
 /* ------------------------------------------------------------ lease */

@@ -147,6 +147,8 @@ struct dlock_lock {
 	void *lost_userdata;
 
 	int busy;             /* a driver call on this handle is running */
+	int loop_call;        /* a driver's _start call on this handle is in progress on the loop (loop_io):
+	                         other calls wait for it, but not the renewal, which a stalled loop must not stop */
 	int shut;             /* closing the client has dealt with this handle */
 	int callback_running; /* its lost-lock callback is running */
 	struct dlock_wait *waits; /* acquires in progress on this handle */
@@ -216,6 +218,9 @@ struct dlock_loop_seam {
 	                             void *userdata, dlock_lock_info *info);
 	/** Background work comes due at `due_ns` (0: now). Any thread, c->mu held. */
 	void (*soon_locked)(struct dlock_client *c, int64_t due_ns);
+	/** A name's holders changed: the acquisitions waiting on the loop for their turn look again. Any thread,
+	 *  c->mu held. */
+	void (*kick_locked)(struct dlock_client *c);
 };
 
 /* Cancellation sequence meaning "none given: the handle's current one" (dlock_acquire_since()). */
@@ -349,6 +354,12 @@ static inline void dlock_seam_soon_locked(struct dlock_client *c, int64_t due_ns
 		c->seam->soon_locked(c, due_ns);
 }
 
+static inline void dlock_seam_kick_locked(struct dlock_client *c)
+{
+	if (c->seam)
+		c->seam->kick_locked(c);
+}
+
 
 /* report.c: what a client tells its application. */
 /** Record `msg` as the calling thread's last error on `c`; returns `status`.  c->mu held. */
@@ -402,6 +413,7 @@ void dlock_locks_shutdown(struct dlock_client *c);
 void dlock_lock_cancel_locked(struct dlock_lock *l);
 /** Wait until no driver call runs on `l`, then mark one running.  c->mu held. */
 void dlock_lock_begin_call(struct dlock_lock *l);
+/** The call begun by dlock_lock_begin_call(), or a loop call (loop_call), has ended.  c->mu held. */
 void dlock_lock_end_call(struct dlock_lock *l);
 
 /* held.c: what the core keeps of a hold.  c->mu held throughout. */

@@ -249,15 +249,24 @@ uint32_t dlock_lock_get_permits(const dlock_lock *l)
 
 void dlock_lock_begin_call(struct dlock_lock *l)
 {
-	while (l->busy)
+	while (l->busy || l->loop_call)
 		pthread_cond_wait(&l->client->cond, &l->client->mu);
 	l->busy = 1;
 	dlock_sched_update(l); /* renewals skip busy handles */
 }
 
+/* A loop call (nowait): nothing to wait for was checked by the caller; the renewal goes on beside it. */
+static void begin_loop_call(struct dlock_lock *l)
+{
+	l->loop_call = 1;
+}
+
 void dlock_lock_end_call(struct dlock_lock *l)
 {
-	l->busy = 0;
+	if (l->loop_call) /* a loop call ends (a blocking call waited for it, so it is not one) */
+		l->loop_call = 0;
+	else
+		l->busy = 0;
 	pthread_cond_broadcast(&l->client->cond);
 	dlock_sched_update(l);
 }
@@ -738,7 +747,7 @@ enum dlock_step dlock_release_begin(struct dlock_lock *l, int nowait, dlock_stat
 	}
 	/* What would wait (a lost callback running, another call on the handle) or make a driver call of
 	 * its own (a minimum hold's linger) is not for a caller that must not wait. */
-	if (nowait && ((l->callback_running && !dlock_background_is_self(c)) || l->busy ||
+	if (nowait && ((l->callback_running && !dlock_background_is_self(c)) || l->busy || l->loop_call ||
 	               (!l->lost && !l->loss_cleaned && l->min_until && dlock_monotonic_ns() < l->min_until))) {
 		pthread_mutex_unlock(&c->mu);
 		return DLOCK_STEP_ELSEWHERE;
@@ -746,7 +755,10 @@ enum dlock_step dlock_release_begin(struct dlock_lock *l, int nowait, dlock_stat
 	/* Never return while this acquisition's lost callback runs elsewhere. */
 	while (l->callback_running && !dlock_background_is_self(c))
 		pthread_cond_wait(&c->cond, &c->mu);
-	dlock_lock_begin_call(l);
+	if (nowait)
+		begin_loop_call(l);
+	else
+		dlock_lock_begin_call(l);
 	if (!l->held || l->lingering) { /* another thread released it meanwhile */
 		dlock_lock_end_call(l);
 		*st = not_held_locked(l);
@@ -808,14 +820,18 @@ dlock_status dlock_release(dlock_lock *l)
 
 /* ------------------------------------------------------------ extend, check */
 
-/* Start a driver call on a held, not-lost handle; c->mu held. */
-static dlock_status begin_held_call_locked(struct dlock_lock *l)
+/* Start a driver call on a held, not-lost handle (`loop`: a loop call, which the caller made sure
+ * need not wait); c->mu held. */
+static dlock_status begin_held_call_locked(struct dlock_lock *l, int loop)
 {
 	if (!l->held || l->lingering || l->client->closing)
 		return not_held_locked(l);
 	if (l->lost)
 		return lock_fail(l, DLOCK_ENOTHELD, l->lost_detail ? l->lost_detail : "lock was lost");
-	dlock_lock_begin_call(l);
+	if (loop)
+		begin_loop_call(l);
+	else
+		dlock_lock_begin_call(l);
 	if (!l->held || l->lost || l->lingering) {
 		dlock_lock_end_call(l);
 		return not_held_locked(l);
@@ -832,11 +848,11 @@ enum dlock_step dlock_extend_begin(struct dlock_lock *l, int64_t lease_ms, int n
 		*st = lock_fail(l, DLOCK_EINVAL, "extend: lease_ms out of range");
 	else if (!c->driver->extend)
 		*st = lock_fail(l, DLOCK_ENOTSUP, "this backend has no lease to extend (held by session)");
-	else if (nowait && l->busy) {
+	else if (nowait && (l->busy || l->loop_call)) {
 		pthread_mutex_unlock(&c->mu);
 		return DLOCK_STEP_ELSEWHERE;
 	} else
-		*st = begin_held_call_locked(l);
+		*st = begin_held_call_locked(l, nowait);
 	if (*st != DLOCK_OK) {
 		pthread_mutex_unlock(&c->mu);
 		return DLOCK_STEP_DONE;
@@ -884,11 +900,11 @@ enum dlock_step dlock_check_begin(struct dlock_lock *l, int nowait, dlock_status
 	 * renewal that may be stuck on the server. */
 	if (l->held && l->tracked && !l->lost && dlock_monotonic_ns() >= l->valid_until)
 		dlock_lock_declare_lost(l, DLOCK_LOST_EXPIRED, "lease ran out without a successful renewal");
-	if (nowait && l->busy && l->held && !l->lost && !l->lingering && !c->closing) {
+	if (nowait && (l->busy || l->loop_call) && l->held && !l->lost && !l->lingering && !c->closing) {
 		pthread_mutex_unlock(&c->mu);
 		return DLOCK_STEP_ELSEWHERE;
 	}
-	*st = begin_held_call_locked(l);
+	*st = begin_held_call_locked(l, nowait);
 	if (*st != DLOCK_OK || !c->driver->check) {
 		if (*st == DLOCK_OK)
 			dlock_lock_end_call(l);

@@ -49,6 +49,7 @@ struct loop_acq {
 	int decided;        /* decided at its start (a reentry, a refusal): its first step calls back */
 	int counted;        /* counted in c->ops_working (a driver on the loop): a close waits for it */
 	int in_flight;      /* a try_acquire_start() has not ended: steps wait for its end */
+	int stepped;        /* a step came meanwhile (a wake-up, the deadline): the answer does not sleep */
 	struct dlock_call call; /* that call (a driver on the loop, contract 9) */
 	dlock_retry r;      /* its out-parameters */
 	dlock_acquired acq;
@@ -205,6 +206,9 @@ static void attempted(struct loop_acq *a, dlock_status st)
 		return;
 	}
 	int64_t sleep_ns = dlock_retry_sleep_ns(&a->r, a->r.armed && can_disarm, &a->backoff);
+	if (a->stepped) /* woken while the answer was on its way: the release may have come after it */
+		sleep_ns = 0;
+	a->stepped = 0;
 	wait_until(a, sleep_ns < 0 ? INT64_MAX : dlock_monotonic_ns() + sleep_ns);
 }
 
@@ -220,8 +224,10 @@ static void advance(struct loop_acq *a)
 {
 	struct dlock_lock *l = a->l;
 	struct dlock_client *c = l->client;
-	if (a->in_flight)
-		return; /* its end comes, and decides: a cancel or the deadline waits for the server's answer */
+	if (a->in_flight) { /* its end comes, and decides: a cancel or the deadline waits for the server's answer */
+		a->stepped = 1;
+		return;
+	}
 	int64_t now = dlock_monotonic_ns();
 	if (dlock_wait_cancelled(&a->w) != DLOCK_OK || c->closing) {
 		finish_cancelled(a);
@@ -335,7 +341,9 @@ dlock_status dlock_loop_acquire_start(struct dlock_lock *l, const dlock_acquire_
 static void run_kick(struct dlock_reactor_item *item)
 {
 	struct dlock_client *c = (struct dlock_client *)((char *)item - offsetof(struct dlock_client, loop_kick));
+	pthread_mutex_lock(&c->mu);
 	c->loop_kick_posted = 0;
+	pthread_mutex_unlock(&c->mu);
 	/* Step each acquisition waiting for its turn, once: a step may finish one (and free it) or start
 	 * one contending, so look again from the head after each, skipping those this kick has seen. */
 	unsigned gen = ++c->loop_kick_gen;
@@ -353,11 +361,18 @@ static void run_kick(struct dlock_reactor_item *item)
 	}
 }
 
-void dlock_loop_kick(struct dlock_client *c)
+void dlock_loop_kick_locked(struct dlock_client *c)
 {
-	if (!(c->loop_native || c->loop_io) || c->loop_kick_posted)
+	if (!(c->loop_native || c->loop_io) || !c->reactor || c->loop_kick_posted)
 		return;
 	c->loop_kick_posted = 1;
 	c->loop_kick.run = run_kick;
 	dlock_reactor_post(c->reactor, &c->loop_kick);
+}
+
+void dlock_loop_kick(struct dlock_client *c)
+{
+	pthread_mutex_lock(&c->mu);
+	dlock_loop_kick_locked(c);
+	pthread_mutex_unlock(&c->mu);
 }

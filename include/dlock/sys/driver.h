@@ -779,7 +779,13 @@ typedef void dlock_driver_disarm_fn(void *backend, void *lk, dlock_wait *w);
  * exactly once, with the status the blocking form would have returned,
  * its out-parameters and `err` written), or fails at once with any other
  * status and a message in `err` (then no dlock_call_done()).  The rules of
- * the blocking forms hold: one call at a time per `lk`; the same wake-ups,
+ * the blocking forms hold — one call at a time per `lk`, but for one
+ * exception: the core's renewal (the blocking extend() or extend_many(),
+ * on its thread) may run beside a release_start, extend_start or
+ * check_start of the same held `lk` that is in progress, so that a loop
+ * that stalls with a call in flight does not stop that lock's renewals
+ * (so what extend() reads of a held lock's state must not change while it
+ * is held); the same wake-ups,
  * arming (retry->armed) and disarm() for try_acquire_start; the driver
  * bounds each call by uri->io_timeout_ms with a timer of its own, and ends
  * every call it started before close() returns (the core calls close()
