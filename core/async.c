@@ -68,6 +68,11 @@ struct dlock_op {
 	size_t broken;
 	uint64_t term;
 	dlock_leader *leader;
+	/* A release, extend or check made with the driver's _start method (a driver on the loop). */
+	struct dlock_call call;
+	dlock_error err;
+	int was_lost;
+	int64_t sent, lease_ns;
 };
 
 /* ------------------------------------------------------------ checks */
@@ -220,6 +225,10 @@ static void op_finish(struct dlock_reactor_item *item)
 		op->done.leader(op->e, op->st, op->leader, op->ud);
 		break;
 	case OP_CLOSE:
+		if (c->loop_io && c->backend) { /* a driver on the loop is closed on it, before the callback */
+			c->driver->close(c->backend);
+			c->backend = NULL;
+		}
 		if (op->done.close)
 			op->done.close(op->st, op->ud);
 		break;
@@ -233,6 +242,8 @@ static void op_finish(struct dlock_reactor_item *item)
 		dlock_async_release_waiters(c, op->st, op->msg);
 	if (op->kind == OP_CLOSE)
 		close_done(c);
+	if (c->loop_io && (op->kind == OP_RELEASE || op->kind == OP_BREAK || op->kind == OP_FREE))
+		dlock_loop_kick(c); /* a name of this client may be free for its acquisitions waiting on the loop */
 	op_free(op);
 }
 
@@ -367,6 +378,93 @@ static dlock_status native_run(struct dlock_op *op)
 	return DLOCK_OK;
 }
 
+/* The end of a release, extend or check that the driver made on the loop: the core's part after the
+ * driver call, then the callback (this runs from the loop's queue, never inside the start call). */
+static void lock_call_ended(struct dlock_call *call, dlock_status st)
+{
+	struct dlock_op *op = (struct dlock_op *)((char *)call - offsetof(struct dlock_op, call));
+	struct dlock_client *c = op->c;
+	struct dlock_lock *l = op->lock;
+	if (op->kind == OP_RELEASE)
+		st = dlock_release_end(l, op->was_lost, st, op->err.msg);
+	else if (op->kind == OP_EXTEND)
+		st = dlock_extend_end(l, op->sent, op->lease_ns, st, op->err.msg);
+	else
+		st = dlock_check_end(l, op->sent, st, op->err.msg);
+	op->st = st;
+	if (st != DLOCK_OK)
+		snprintf(op->msg, sizeof op->msg, "%s", dlock_client_errmsg(c));
+	pthread_mutex_lock(&c->mu);
+	c->ops_working--;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->mu);
+	op_finish(&op->item);
+}
+
+/* A release, extend or check on the loop: 0 when it must go to a worker (it would wait, or needs
+ * more than the one driver call), else 1 with the start's status (a decided answer is posted). */
+static int lock_call_start(struct dlock_op *op, dlock_status *start_st)
+{
+	struct dlock_client *c = op->c;
+	struct dlock_lock *l = op->lock;
+	dlock_status st = DLOCK_OK;
+	enum dlock_step step;
+	if (op->kind == OP_RELEASE)
+		step = dlock_release_begin(l, 1, &st, &op->was_lost);
+	else if (op->kind == OP_EXTEND)
+		step = dlock_extend_begin(l, op->lease_ms, 1, &st, &op->lease_ns);
+	else
+		step = dlock_check_begin(l, 1, &st);
+	if (step == DLOCK_STEP_ELSEWHERE)
+		return 0;
+	*start_st = DLOCK_OK;
+	if (step == DLOCK_STEP_DONE) {
+		op->st = st;
+		if (st != DLOCK_OK)
+			snprintf(op->msg, sizeof op->msg, "%s", dlock_client_errmsg(c));
+		dlock_reactor_post(c->reactor, &op->item);
+		return 1;
+	}
+	pthread_mutex_lock(&c->mu);
+	c->ops_working++; /* a close waits for the driver's answer */
+	pthread_mutex_unlock(&c->mu);
+	dlock_call_init(&op->call, c, lock_call_ended);
+	op->err.msg[0] = '\0';
+	op->sent = dlock_monotonic_ns();
+	if (op->kind == OP_RELEASE)
+		st = c->driver->release_start(c->backend, l->lk, &op->err, &op->call);
+	else if (op->kind == OP_EXTEND)
+		st = c->driver->extend_start(c->backend, l->lk, op->lease_ns / 1000000, &op->err, &op->call);
+	else
+		st = c->driver->check_start(c->backend, l->lk, &op->err, &op->call);
+	if (st != DLOCK_OK) /* not started: end it as the driver's answer, on the next turn */
+		dlock_call_done(&op->call, st);
+	return 1;
+}
+
+/* A client whose driver runs on the loop (loop_io): its open on the loop (blocking: the driver
+ * connects within its open_timeout), its acquisitions through the engine and the driver's
+ * try_acquire_start(), its releases, extends and checks through the driver's _start methods where
+ * they need nothing else; 0 when `op` goes to a worker as on any loop client. */
+static int loop_io_run(struct dlock_op *op, dlock_status *st)
+{
+	struct dlock_client *c = op->c;
+	switch (op->kind) {
+	case OP_ACQUIRE:
+		*st = dlock_loop_acquire_start(op->lock, &op->opts, op->cancel_seq, native_acquired, op);
+		return 1;
+	case OP_RELEASE: case OP_EXTEND: case OP_CHECK:
+		return lock_call_start(op, st);
+	case OP_OPEN:
+		op->st = op_call(op);
+		dlock_reactor_post(c->reactor, &op->item);
+		*st = DLOCK_OK;
+		return 1;
+	default:
+		return 0;
+	}
+}
+
 /* Hand `op` to a worker, or keep it until the open completes.  On the loop's thread. */
 dlock_status dlock_async_submit(struct dlock_op *op)
 {
@@ -386,15 +484,19 @@ dlock_status dlock_async_submit(struct dlock_op *op)
 		pthread_mutex_unlock(&c->mu);
 		return DLOCK_OK;
 	}
-	if (c->loop_native) {
+	if (c->loop_native || c->loop_io) {
 		pthread_mutex_unlock(&c->mu);
-		dlock_status nst = native_run(op);
-		if (nst != DLOCK_OK && op->lock) {
-			pthread_mutex_lock(&c->mu);
-			op->lock->async_refs--;
-			pthread_mutex_unlock(&c->mu);
+		dlock_status nst = DLOCK_OK;
+		int ran = c->loop_native ? (nst = native_run(op), 1) : loop_io_run(op, &nst);
+		if (ran) {
+			if (nst != DLOCK_OK && op->lock) {
+				pthread_mutex_lock(&c->mu);
+				op->lock->async_refs--;
+				pthread_mutex_unlock(&c->mu);
+			}
+			return nst;
 		}
-		return nst;
+		pthread_mutex_lock(&c->mu); /* to a worker, below */
 	}
 	if (op->kind != OP_CLOSE)
 		c->ops_working++;

@@ -13,6 +13,7 @@
 
 #include "dlock/loop.h"
 #include "internal.h"
+#include "reactor.h"
 
 /**
  * DLOCK_EDEADLK, with a message naming `call`, when the caller is the loop
@@ -71,6 +72,19 @@ dlock_status dlock_loop_native_start(struct dlock_client *c);
 /** Work comes due at `due_ns` (0: now): bring the tick forward if it is later.  Any thread, c->mu held;
  *  nothing for a client that is not a native loop client. */
 void dlock_loop_native_soon_locked(struct dlock_client *c, int64_t due_ns);
+
+/* loop_io.c: a driver of contract 9 on the loop. */
+/** One non-blocking driver call in progress (dlock_call of sys/driver.h), embedded in what started it. */
+struct dlock_call {
+	struct dlock_reactor_item item; /* first member: posted by dlock_call_done() */
+	struct dlock_client *c;
+	void (*finish)(struct dlock_call *call, dlock_status status); /* on the loop, after the driver's callback */
+	dlock_status status;
+	int done;
+};
+/** Ready `call` for one _start method; `finish` runs on the loop once the driver ends it. */
+void dlock_call_init(struct dlock_call *call, struct dlock_client *c,
+                     void (*finish)(struct dlock_call *call, dlock_status status));
 
 /* loop_acquire.c */
 /** Post a step of the acquisitions waiting for their turn. */

@@ -5,7 +5,8 @@
  * Open: the URI is parsed and the driver found at once (errors returned
  * to the caller, no callback); the reactor and the worker pool are made on
  * the caller's thread, which becomes the loop's; the driver's open runs on
- * a worker and its outcome is called back.
+ * a worker (on the loop, blocking, for a driver that runs on the loop:
+ * loop_io) and its outcome is called back.
  *
  * Close: every acquisition is cancelled, every lock still held is
  * reported lost with DLOCK_LOST_CLOSED (posted, so the reports run on the
@@ -67,6 +68,8 @@ dlock_status dlock_client_open_async(dlock_client **out, const char *uri, const 
 	c->was_loop = 1;
 	c->seam = &loop_seam;
 	c->loop_native = dlock_driver_is_inline(c->driver);
+	c->loop_io = !c->loop_native && dlock_driver_loop_io_of(c->driver) != NULL;
+	c->io.client = c;
 	if (!c->loop_native && !(c->workers = dlock_workers_new())) {
 		st = dlock_error_set(&err, DLOCK_ENOMEM, "out of memory");
 		goto fail;
@@ -210,11 +213,17 @@ dlock_status dlock_async_close_blocking(struct dlock_client *c)
 	if (c->callbacks_depth > 0)
 		return DLOCK_OK; /* the loop's turn finishes it */
 	/* Drive the loop here until the close has been called back: the reactor's own descriptor is
-	 * readable whenever work is posted. */
+	 * readable whenever work is posted.  A driver on the loop (loop_io) still has calls to end: its
+	 * descriptors and timers too. */
 	while (!c->close_finished) {
-		struct pollfd p = { .fd = dlock_reactor_wake_fd(c->reactor), .events = POLLIN, .revents = 0 };
-		if (poll(&p, 1, -1) < 0)
-			continue;
+		if (c->loop_io) {
+			dlock_reactor_wait(c->reactor);
+			dlock_reactor_run_timers(c->reactor);
+		} else {
+			struct pollfd p = { .fd = dlock_reactor_wake_fd(c->reactor), .events = POLLIN, .revents = 0 };
+			if (poll(&p, 1, -1) < 0)
+				continue;
+		}
 		dlock_reactor_run(c->reactor);
 	}
 	close_finish(c);

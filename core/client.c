@@ -151,9 +151,10 @@ dlock_status dlock_client_close_now(struct dlock_client *c)
 
 	dlock_background_stop(c);
 	dlock_locks_shutdown(c);
-	if (c->backend) /* a loop client whose open failed has none */
+	if (c->backend && !c->loop_io) { /* a loop client whose open failed has none */
 		c->driver->close(c->backend);
-	c->backend = NULL;
+		c->backend = NULL;
+	} /* a driver on the loop is closed there, when the close is called back (async.c) */
 
 	pthread_mutex_lock(&c->mu);
 	c->closed = 1;

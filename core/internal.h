@@ -253,6 +253,11 @@ struct dlock_host {
 	struct dlock_client *client;
 };
 
+/* The loop as a driver of contract 9 sees it (loop_io.c): the client's reactor. */
+struct dlock_io {
+	struct dlock_client *client;
+};
+
 struct dlock_client {
 	const dlock_driver *driver;
 	void *backend;
@@ -320,6 +325,11 @@ struct dlock_client {
 	int64_t loop_tick_due;     /* when loop_tick is set for; INT64_MAX: not set */
 	struct dlock_reactor_item loop_tick_soon; /* posted when work comes due sooner, from any thread */
 	int loop_tick_soon_posted; /* under mu */
+
+	/* A loop client of a driver that runs on the loop (DLOCK_FACT_LOOP_IO, loop_io.c): opened on the loop,
+	 * acquisitions through loop_acquire.c and the driver's try_acquire_start(); the rest on workers. */
+	int loop_io;
+	struct dlock_io io;        /* dlock_host_io()'s answer while loop_io */
 };
 
 /* The seam's wrappers (struct dlock_loop_seam): nothing, or OK, for a blocking client. */
@@ -450,6 +460,20 @@ void dlock_become_holder_locked(struct dlock_lock *l, const struct dlock_acquire
                                 const dlock_acquired *acq, int64_t started_ns);
 /** The message of a failed acquisition without the driver's own. */
 const char *dlock_acquire_failure_text(dlock_status st, char *buf, size_t len, int64_t wait_ms);
+
+/* lock.c: release, extend and check around their driver call, so that a loop client of a driver on
+ * the loop (async.c) makes that call with the driver's _start method.  `nowait`: answer
+ * DLOCK_STEP_ELSEWHERE, having changed nothing, where the call would wait (another call on the handle, a
+ * lost callback running elsewhere) or make a driver call of its own (a minimum hold's linger).  After
+ * DLOCK_STEP_DRIVER, the driver call, then the _end with its answer and message: the call's status. */
+enum dlock_step { DLOCK_STEP_DONE, DLOCK_STEP_DRIVER, DLOCK_STEP_ELSEWHERE };
+enum dlock_step dlock_release_begin(struct dlock_lock *l, int nowait, dlock_status *st, int *was_lost);
+dlock_status dlock_release_end(struct dlock_lock *l, int was_lost, dlock_status st, const char *msg);
+enum dlock_step dlock_extend_begin(struct dlock_lock *l, int64_t lease_ms, int nowait, dlock_status *st,
+                                   int64_t *lease_ns);
+dlock_status dlock_extend_end(struct dlock_lock *l, int64_t sent, int64_t lease_ns, dlock_status st, const char *msg);
+enum dlock_step dlock_check_begin(struct dlock_lock *l, int nowait, dlock_status *st);
+dlock_status dlock_check_end(struct dlock_lock *l, int64_t sent, dlock_status st, const char *msg);
 
 /* lock.c, for loop clients (async.c). */
 /** Check `opts` for handle `l` as dlock_acquire() would, and copy them as the current version into *copy. */

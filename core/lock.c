@@ -721,26 +721,27 @@ static dlock_status not_held_locked(struct dlock_lock *l)
 	return lock_fail(l, DLOCK_ENOTHELD, "not held by this handle");
 }
 
-dlock_status dlock_release(dlock_lock *l)
+enum dlock_step dlock_release_begin(struct dlock_lock *l, int nowait, dlock_status *st, int *was_lost)
 {
-	if (!l)
-		return DLOCK_EINVAL;
 	struct dlock_client *c = l->client;
-	dlock_status refused = dlock_seam_refuse_blocking(c, "dlock_release");
-	if (refused != DLOCK_OK)
-		return refused;
-	dlock_error err; /* only its string is read */
-	err.msg[0] = '\0';
 	pthread_mutex_lock(&c->mu);
 	if (!l->held || l->lingering || c->closing) {
-		dlock_status st = not_held_locked(l);
+		*st = not_held_locked(l);
 		pthread_mutex_unlock(&c->mu);
-		return st;
+		return DLOCK_STEP_DONE;
 	}
 	if (l->depth > 1 && !l->lost) {
 		l->depth--;
 		pthread_mutex_unlock(&c->mu);
-		return DLOCK_OK;
+		*st = DLOCK_OK;
+		return DLOCK_STEP_DONE;
+	}
+	/* What would wait (a lost callback running, another call on the handle) or make a driver call of
+	 * its own (a minimum hold's linger) is not for a caller that must not wait. */
+	if (nowait && ((l->callback_running && !dlock_background_is_self(c)) || l->busy ||
+	               (!l->lost && !l->loss_cleaned && l->min_until && dlock_monotonic_ns() < l->min_until))) {
+		pthread_mutex_unlock(&c->mu);
+		return DLOCK_STEP_ELSEWHERE;
 	}
 	/* Never return while this acquisition's lost callback runs elsewhere. */
 	while (l->callback_running && !dlock_background_is_self(c))
@@ -748,30 +749,33 @@ dlock_status dlock_release(dlock_lock *l)
 	dlock_lock_begin_call(l);
 	if (!l->held || l->lingering) { /* another thread released it meanwhile */
 		dlock_lock_end_call(l);
-		dlock_status st = not_held_locked(l);
+		*st = not_held_locked(l);
 		pthread_mutex_unlock(&c->mu);
-		return st;
+		return DLOCK_STEP_DONE;
 	}
-	int was_lost = l->lost;
 	if (l->loss_cleaned) { /* the background thread released it on the server */
 		dlock_lock_drop_hold_locked(l);
 		dlock_lock_end_call(l);
-		dlock_status st = lock_fail(l, DLOCK_ENOTHELD, l->lost_detail ? l->lost_detail : "lock was lost");
+		*st = lock_fail(l, DLOCK_ENOTHELD, l->lost_detail ? l->lost_detail : "lock was lost");
 		pthread_mutex_unlock(&c->mu);
-		return st;
+		return DLOCK_STEP_DONE;
 	}
-	if (!was_lost && dlock_linger_begin_locked(l)) { /* its minimum hold keeps it until the bound */
+	if (!l->lost && dlock_linger_begin_locked(l)) { /* its minimum hold keeps it until the bound */
 		dlock_lock_end_call(l);
 		pthread_mutex_unlock(&c->mu);
-		return DLOCK_OK;
+		*st = DLOCK_OK;
+		return DLOCK_STEP_DONE;
 	}
-	was_lost = l->lost; /* the linger's driver call may have found it gone */
+	*was_lost = l->lost; /* the linger's driver call may have found it gone */
 	pthread_mutex_unlock(&c->mu);
-
 	/* Even a lock declared lost is released on the server: the driver's
 	 * release is owner-only, so it only removes what is still ours. */
-	dlock_status st = c->driver->release(c->backend, l->lk, &err);
+	return DLOCK_STEP_DRIVER;
+}
 
+dlock_status dlock_release_end(struct dlock_lock *l, int was_lost, dlock_status st, const char *msg)
+{
+	struct dlock_client *c = l->client;
 	pthread_mutex_lock(&c->mu);
 	c->stats.server_releases++;
 	dlock_lock_drop_hold_locked(l);
@@ -780,11 +784,26 @@ dlock_status dlock_release(dlock_lock *l)
 		st = lock_fail(l, DLOCK_ENOTHELD, l->lost_detail ? l->lost_detail : "lock was lost before release");
 	else if (st == DLOCK_ENOTHELD) {
 		c->stats.lost++;
-		lock_fail(l, st, err.msg[0] ? err.msg : "no longer ours on the server (expired or taken)");
+		lock_fail(l, st, msg[0] ? msg : "no longer ours on the server (expired or taken)");
 	} else if (st != DLOCK_OK)
-		lock_fail(l, st, err.msg);
+		lock_fail(l, st, msg);
 	pthread_mutex_unlock(&c->mu);
 	return st;
+}
+
+dlock_status dlock_release(dlock_lock *l)
+{
+	if (!l)
+		return DLOCK_EINVAL;
+	struct dlock_client *c = l->client;
+	dlock_status st = dlock_seam_refuse_blocking(c, "dlock_release");
+	int was_lost = 0;
+	if (st != DLOCK_OK || dlock_release_begin(l, 0, &st, &was_lost) == DLOCK_STEP_DONE)
+		return st;
+	dlock_error err; /* only its string is read */
+	err.msg[0] = '\0';
+	st = c->driver->release(c->backend, l->lk, &err);
+	return dlock_release_end(l, was_lost, st, err.msg);
 }
 
 /* ------------------------------------------------------------ extend, check */
@@ -804,41 +823,91 @@ static dlock_status begin_held_call_locked(struct dlock_lock *l)
 	return DLOCK_OK;
 }
 
+enum dlock_step dlock_extend_begin(struct dlock_lock *l, int64_t lease_ms, int nowait, dlock_status *st,
+                                   int64_t *lease_ns)
+{
+	struct dlock_client *c = l->client;
+	pthread_mutex_lock(&c->mu);
+	if (lease_ms < 0 || lease_ms > INT64_MAX / NS_PER_MS / 2)
+		*st = lock_fail(l, DLOCK_EINVAL, "extend: lease_ms out of range");
+	else if (!c->driver->extend)
+		*st = lock_fail(l, DLOCK_ENOTSUP, "this backend has no lease to extend (held by session)");
+	else if (nowait && l->busy) {
+		pthread_mutex_unlock(&c->mu);
+		return DLOCK_STEP_ELSEWHERE;
+	} else
+		*st = begin_held_call_locked(l);
+	if (*st != DLOCK_OK) {
+		pthread_mutex_unlock(&c->mu);
+		return DLOCK_STEP_DONE;
+	}
+	*lease_ns = lease_ms ? lease_ms * NS_PER_MS : l->lease_ns;
+	pthread_mutex_unlock(&c->mu);
+	return DLOCK_STEP_DRIVER;
+}
+
+dlock_status dlock_extend_end(struct dlock_lock *l, int64_t sent, int64_t lease_ns, dlock_status st, const char *msg)
+{
+	struct dlock_client *c = l->client;
+	pthread_mutex_lock(&c->mu);
+	if (st == DLOCK_OK)
+		dlock_lock_lease_renewed(l, sent, lease_ns);
+	else if (st == DLOCK_ENOTHELD)
+		dlock_lock_declare_lost(l, dlock_lock_gone_reason(l, sent), msg[0] ? msg : "extend found the lock gone");
+	dlock_lock_end_call(l);
+	if (st != DLOCK_OK)
+		lock_fail(l, st, msg[0] ? msg : dlock_strerror(st));
+	pthread_mutex_unlock(&c->mu);
+	return st;
+}
+
 dlock_status dlock_extend(dlock_lock *l, int64_t lease_ms)
 {
 	if (!l)
 		return DLOCK_EINVAL;
 	struct dlock_client *c = l->client;
-	dlock_status refused = dlock_seam_refuse_blocking(c, "dlock_extend");
-	if (refused != DLOCK_OK)
-		return refused;
-	dlock_error err = { "" };
-	pthread_mutex_lock(&c->mu);
-	dlock_status st = DLOCK_OK;
-	if (lease_ms < 0 || lease_ms > INT64_MAX / NS_PER_MS / 2)
-		st = lock_fail(l, DLOCK_EINVAL, "extend: lease_ms out of range");
-	else if (!c->driver->extend)
-		st = lock_fail(l, DLOCK_ENOTSUP, "this backend has no lease to extend (held by session)");
-	else
-		st = begin_held_call_locked(l);
-	if (st != DLOCK_OK) {
-		pthread_mutex_unlock(&c->mu);
+	dlock_status st = dlock_seam_refuse_blocking(c, "dlock_extend");
+	int64_t lease_ns = 0;
+	if (st != DLOCK_OK || dlock_extend_begin(l, lease_ms, 0, &st, &lease_ns) == DLOCK_STEP_DONE)
 		return st;
-	}
-	int64_t lease_ns = lease_ms ? lease_ms * NS_PER_MS : l->lease_ns;
-	pthread_mutex_unlock(&c->mu);
-
+	dlock_error err = { "" };
 	int64_t sent = dlock_monotonic_ns();
 	st = c->driver->extend(c->backend, l->lk, lease_ns / NS_PER_MS, &err);
+	return dlock_extend_end(l, sent, lease_ns, st, err.msg);
+}
 
+enum dlock_step dlock_check_begin(struct dlock_lock *l, int nowait, dlock_status *st)
+{
+	struct dlock_client *c = l->client;
 	pthread_mutex_lock(&c->mu);
-	if (st == DLOCK_OK)
-		dlock_lock_lease_renewed(l, sent, lease_ns);
-	else if (st == DLOCK_ENOTHELD)
-		dlock_lock_declare_lost(l, dlock_lock_gone_reason(l, sent), err.msg[0] ? err.msg : "extend found the lock gone");
+	/* An expired lease is known without asking, and without waiting for a
+	 * renewal that may be stuck on the server. */
+	if (l->held && l->tracked && !l->lost && dlock_monotonic_ns() >= l->valid_until)
+		dlock_lock_declare_lost(l, DLOCK_LOST_EXPIRED, "lease ran out without a successful renewal");
+	if (nowait && l->busy && l->held && !l->lost && !l->lingering && !c->closing) {
+		pthread_mutex_unlock(&c->mu);
+		return DLOCK_STEP_ELSEWHERE;
+	}
+	*st = begin_held_call_locked(l);
+	if (*st != DLOCK_OK || !c->driver->check) {
+		if (*st == DLOCK_OK)
+			dlock_lock_end_call(l);
+		pthread_mutex_unlock(&c->mu);
+		return DLOCK_STEP_DONE;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return DLOCK_STEP_DRIVER;
+}
+
+dlock_status dlock_check_end(struct dlock_lock *l, int64_t sent, dlock_status st, const char *msg)
+{
+	struct dlock_client *c = l->client;
+	pthread_mutex_lock(&c->mu);
+	if (st == DLOCK_ENOTHELD)
+		dlock_lock_declare_lost(l, dlock_lock_gone_reason(l, sent), msg[0] ? msg : "the server no longer has it");
 	dlock_lock_end_call(l);
 	if (st != DLOCK_OK)
-		lock_fail(l, st, err.msg[0] ? err.msg : dlock_strerror(st));
+		lock_fail(l, st, msg[0] ? msg : dlock_strerror(st));
 	pthread_mutex_unlock(&c->mu);
 	return st;
 }
@@ -848,36 +917,13 @@ dlock_status dlock_check(dlock_lock *l)
 	if (!l)
 		return DLOCK_EINVAL;
 	struct dlock_client *c = l->client;
-	dlock_status refused = dlock_seam_refuse_blocking(c, "dlock_check");
-	if (refused != DLOCK_OK)
-		return refused;
-	dlock_error err = { "" };
-	pthread_mutex_lock(&c->mu);
-	/* An expired lease is known without asking, and without waiting for a
-	 * renewal that may be stuck on the server. */
-	if (l->held && l->tracked && !l->lost && dlock_monotonic_ns() >= l->valid_until)
-		dlock_lock_declare_lost(l, DLOCK_LOST_EXPIRED, "lease ran out without a successful renewal");
-	dlock_status st = begin_held_call_locked(l);
-	if (st != DLOCK_OK || !c->driver->check) {
-		if (st == DLOCK_OK)
-			dlock_lock_end_call(l);
-		pthread_mutex_unlock(&c->mu);
+	dlock_status st = dlock_seam_refuse_blocking(c, "dlock_check");
+	if (st != DLOCK_OK || dlock_check_begin(l, 0, &st) == DLOCK_STEP_DONE)
 		return st;
-	}
-	pthread_mutex_unlock(&c->mu);
-
+	dlock_error err = { "" };
 	int64_t sent = dlock_monotonic_ns();
 	st = c->driver->check(c->backend, l->lk, &err);
-
-	pthread_mutex_lock(&c->mu);
-	if (st == DLOCK_ENOTHELD)
-		dlock_lock_declare_lost(l, dlock_lock_gone_reason(l, sent),
-		                        err.msg[0] ? err.msg : "the server no longer has it");
-	dlock_lock_end_call(l);
-	if (st != DLOCK_OK)
-		lock_fail(l, st, err.msg[0] ? err.msg : dlock_strerror(st));
-	pthread_mutex_unlock(&c->mu);
-	return st;
+	return dlock_check_end(l, sent, st, err.msg);
 }
 
 dlock_status dlock_lock_fencing_token(dlock_lock *l, uint64_t *token)

@@ -1,11 +1,15 @@
 /*
  * Acquisitions of a native loop client (DLOCK_FEATURE_LOOP_NATIVE: its
- * driver is inline, DLOCK_FACT_INLINE): the blocking acquisition of
+ * driver is inline, DLOCK_FACT_INLINE), and of a loop client whose driver
+ * runs on the loop (DLOCK_FACT_LOOP_IO): the blocking acquisition of
  * lock.c and retry.c as a state machine the loop runs, with no thread.
  *
  * One acquisition: admitted (kinds, reentry) like a blocking one, queued
  * in its name's local FIFO, then, when dlock_queue_may_go() lets it,
- * contending: one try_acquire() per step, called on the loop's thread.
+ * contending: one try_acquire() per step, called on the loop's thread (a
+ * driver on the loop: try_acquire_start(), whose end is the next step;
+ * meanwhile wake-ups, a cancel and the deadline wait for that answer, and
+ * a grant that comes with it wins over a cancel).
  * Between steps it waits on the reactor — for the driver's wake-up
  * (dlock_wait_wake(), which posts this acquisition's step to the loop from
  * whichever thread calls it), a backoff or the driver's after_ms (a timer),
@@ -43,6 +47,11 @@ struct loop_acq {
 	int armed;          /* the driver armed a wake-up: disarm() at the end */
 	int done;           /* called back: freed by the step still posted, if one is */
 	int decided;        /* decided at its start (a reentry, a refusal): its first step calls back */
+	int counted;        /* counted in c->ops_working (a driver on the loop): a close waits for it */
+	int in_flight;      /* a try_acquire_start() has not ended: steps wait for its end */
+	struct dlock_call call; /* that call (a driver on the loop, contract 9) */
+	dlock_retry r;      /* its out-parameters */
+	dlock_acquired acq;
 	dlock_status decided_st;
 	unsigned kick_gen;  /* the last kick that stepped it */
 	int64_t started_ns;
@@ -128,6 +137,10 @@ static void finish(struct loop_acq *a, dlock_status st)
 	const char *msg = "";
 	if (st != DLOCK_OK)
 		msg = a->err.msg[0] ? a->err.msg : dlock_acquire_failure_text(st, buf, sizeof buf, a->p.wait_ms);
+	if (a->counted) {
+		c->ops_working--;
+		pthread_cond_broadcast(&c->cond);
+	}
 	pthread_mutex_unlock(&c->mu);
 	a->done = 1;
 	a->cb(a->arg, st, msg);
@@ -153,10 +166,46 @@ static void wait_until(struct loop_acq *a, int64_t due)
 		finish(a, dlock_error_set(&a->err, DLOCK_ENOMEM, "out of memory"));
 }
 
+/* What one attempt answered (`st`, with a->r, a->acq and a->err): held, given up, or the next wait. */
+static void attempted(struct loop_acq *a, dlock_status st)
+{
+	struct dlock_lock *l = a->l;
+	struct dlock_client *c = l->client;
+	int can_disarm = dlock_driver_disarm_of(c->driver) != NULL;
+	a->armed |= a->r.armed && can_disarm;
+	if (st == DLOCK_OK) { /* also when a cancel came meanwhile: the grant won */
+		pthread_mutex_lock(&c->mu);
+		dlock_become_holder_locked(l, &a->p, &a->acq, a->started_ns);
+		pthread_mutex_unlock(&c->mu);
+		finish(a, DLOCK_OK);
+		return;
+	}
+	if ((st != DLOCK_EBUSY && !a->r.transient) || a->w.try_once) {
+		finish(a, st);
+		return;
+	}
+	if (dlock_wait_cancelled(&a->w) != DLOCK_OK || c->closing) {
+		finish(a, DLOCK_ECANCELED);
+		return;
+	}
+	int64_t sleep_ns = dlock_retry_sleep_ns(&a->r, a->r.armed && can_disarm, &a->backoff);
+	wait_until(a, sleep_ns < 0 ? INT64_MAX : dlock_monotonic_ns() + sleep_ns);
+}
+
+/* The end of a try_acquire_start() (loop_io.c posts it after the driver's callback). */
+static void attempt_ended(struct dlock_call *call, dlock_status st)
+{
+	struct loop_acq *a = (struct loop_acq *)((char *)call - offsetof(struct loop_acq, call));
+	a->in_flight = 0;
+	attempted(a, st);
+}
+
 static void advance(struct loop_acq *a)
 {
 	struct dlock_lock *l = a->l;
 	struct dlock_client *c = l->client;
+	if (a->in_flight)
+		return; /* its end comes, and decides: a cancel or the deadline waits for the server's answer */
 	int64_t now = dlock_monotonic_ns();
 	if (dlock_wait_cancelled(&a->w) != DLOCK_OK || c->closing) {
 		finish(a, DLOCK_ECANCELED);
@@ -188,25 +237,22 @@ static void advance(struct loop_acq *a)
 	}
 	pthread_mutex_unlock(&c->mu);
 
-	dlock_retry r = { .after_ms = -1, .armed = 0, .transient = 0 };
-	dlock_acquired acq = { 0, 0, 0 };
-	dlock_status st = dlock_driver_try_acquire_of(c->driver)(c->backend, l->lk, a->p.lease_ms, &a->w, &r, &acq,
-	                                                         &a->err);
-	int can_disarm = dlock_driver_disarm_of(c->driver) != NULL;
-	a->armed |= r.armed && can_disarm;
-	if (st == DLOCK_OK) {
-		pthread_mutex_lock(&c->mu);
-		dlock_become_holder_locked(l, &a->p, &acq, a->started_ns);
-		pthread_mutex_unlock(&c->mu);
-		finish(a, DLOCK_OK);
+	a->r = (dlock_retry){ .after_ms = -1, .armed = 0, .transient = 0 };
+	a->acq = (dlock_acquired){ 0, 0, 0 };
+	if (c->loop_io) { /* the driver answers later, through attempt_ended() */
+		dlock_call_init(&a->call, c, attempt_ended);
+		a->in_flight = 1;
+		dlock_status st = c->driver->try_acquire_start(c->backend, l->lk, a->p.lease_ms, &a->w, &a->r, &a->acq,
+		                                               &a->err, &a->call);
+		if (st != DLOCK_OK) { /* not started: no end will come */
+			a->in_flight = 0;
+			attempted(a, st);
+		}
 		return;
 	}
-	if ((st != DLOCK_EBUSY && !r.transient) || a->w.try_once) {
-		finish(a, st);
-		return;
-	}
-	int64_t sleep_ns = dlock_retry_sleep_ns(&r, r.armed && can_disarm, &a->backoff);
-	wait_until(a, sleep_ns < 0 ? INT64_MAX : dlock_monotonic_ns() + sleep_ns);
+	dlock_status st = dlock_driver_try_acquire_of(c->driver)(c->backend, l->lk, a->p.lease_ms, &a->w, &a->r,
+	                                                         &a->acq, &a->err);
+	attempted(a, st);
 }
 
 /* ------------------------------------------------------------ start, kick */
@@ -253,6 +299,8 @@ dlock_status dlock_loop_acquire_start(struct dlock_lock *l, const dlock_acquire_
 		dlock_queue_push(l->entry, &a->q);
 		a->next = c->loop_acquires;
 		c->loop_acquires = a;
+		a->counted = c->loop_io; /* the close (on a worker) waits for it before the driver's release */
+		c->ops_working += (unsigned)a->counted;
 	}
 	pthread_mutex_unlock(&c->mu);
 	if (decided) { /* reentry, a refusal: still called back from the loop, not from here */
@@ -290,7 +338,7 @@ static void run_kick(struct dlock_reactor_item *item)
 
 void dlock_loop_kick(struct dlock_client *c)
 {
-	if (!c->loop_native || c->loop_kick_posted)
+	if (!(c->loop_native || c->loop_io) || c->loop_kick_posted)
 		return;
 	c->loop_kick_posted = 1;
 	c->loop_kick.run = run_kick;

@@ -17,6 +17,8 @@
 #include "registry.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +43,19 @@ struct dlock_reactor {
 	size_t n, cap;
 	int64_t armed_ms_due; /* push mode: the due time the hook's timer was last armed for; INT64_MAX: none */
 	int running_timers;   /* inside dlock_reactor_run_timers(): the hook is called once at its end */
+
+	/* The driver's descriptors (a few per client: a linear array), the loop's thread only. */
+	struct reactor_watch *watches;
+	size_t nwatches, capwatches;
+};
+
+/* One descriptor a driver watches through the reactor. */
+struct reactor_watch {
+	int fd;
+	unsigned events;
+	void (*ready)(void *arg, int fd, unsigned events);
+	void *arg;
+	void *slot; /* push mode: the application's pointer for fd */
 };
 
 dlock_status dlock_reactor_create(dlock_client *c, const dlock_loop_hooks *hooks, struct dlock_reactor **out,
@@ -99,8 +114,12 @@ void dlock_reactor_destroy(struct dlock_reactor *r)
 		return;
 	if (r->push) {
 		r->hooks.timer(r->client, r->hooks.userdata, -1);
+		/* A driver stops watching before its close; what it left is taken back here all the same. */
+		for (size_t i = 0; i < r->nwatches; i++)
+			r->hooks.watch(r->client, r->hooks.userdata, r->watches[i].fd, 0, &r->watches[i].slot);
 		r->hooks.watch(r->client, r->hooks.userdata, r->wake_fd, 0, &r->wake_slot);
 	}
+	free(r->watches);
 	if (r->epoll_fd >= 0)
 		close(r->epoll_fd);
 	close(r->wake_fd);
@@ -289,4 +308,127 @@ int dlock_reactor_run_timers(struct dlock_reactor *r)
 void dlock_reactor_hook_timer_fired(struct dlock_reactor *r)
 {
 	r->armed_ms_due = INT64_MIN; /* fired early, nothing is due: without this the timer would stay unarmed */
+}
+
+/* ------------------------------------------------------------ descriptors */
+
+static struct reactor_watch *find_watch(struct dlock_reactor *r, int fd)
+{
+	for (size_t i = 0; i < r->nwatches; i++)
+		if (r->watches[i].fd == fd)
+			return &r->watches[i];
+	return NULL;
+}
+
+static uint32_t epoll_events(unsigned events)
+{
+	return (events & DLOCK_IO_READ ? EPOLLIN : 0u) | (events & DLOCK_IO_WRITE ? EPOLLOUT : 0u);
+}
+
+static void forget_watch(struct dlock_reactor *r, struct reactor_watch *w)
+{
+	if (r->push)
+		r->hooks.watch(r->client, r->hooks.userdata, w->fd, 0, &w->slot);
+	else
+		(void)epoll_ctl(r->epoll_fd, EPOLL_CTL_DEL, w->fd, NULL);
+	*w = r->watches[--r->nwatches];
+}
+
+dlock_status dlock_reactor_watch(struct dlock_reactor *r, int fd, unsigned events,
+                                 void (*ready)(void *arg, int fd, unsigned events), void *arg)
+{
+	events &= DLOCK_IO_READ | DLOCK_IO_WRITE;
+	if (fd < 0 || fd == r->wake_fd || (events && !ready))
+		return DLOCK_EINVAL;
+	struct reactor_watch *w = find_watch(r, fd);
+	if (!events) {
+		if (w)
+			forget_watch(r, w);
+		return DLOCK_OK;
+	}
+	int added = 0;
+	if (!w) {
+		if (r->nwatches == r->capwatches) {
+			size_t cap = r->capwatches ? r->capwatches * 2 : 4;
+			struct reactor_watch *v = realloc(r->watches, cap * sizeof *v);
+			if (!v)
+				return DLOCK_ENOMEM;
+			r->watches = v;
+			r->capwatches = cap;
+		}
+		w = &r->watches[r->nwatches++];
+		*w = (struct reactor_watch){ .fd = fd };
+		added = 1;
+	}
+	w->ready = ready;
+	w->arg = arg;
+	if (w->events != events) {
+		int rc;
+		if (r->push) {
+			rc = r->hooks.watch(r->client, r->hooks.userdata, fd, events, &w->slot);
+		} else {
+			struct epoll_event ev = { .events = epoll_events(events), .data.fd = fd };
+			rc = epoll_ctl(r->epoll_fd, added ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
+		}
+		if (rc != 0) {
+			if (added)
+				r->nwatches--; /* the loop never took it: nothing to take back */
+			return DLOCK_EIO;
+		}
+		w->events = events;
+	}
+	return DLOCK_OK;
+}
+
+int dlock_reactor_dispatch(struct dlock_reactor *r, int fd, unsigned events)
+{
+	struct reactor_watch *w = find_watch(r, fd);
+	if (!w)
+		return 0;
+	/* A hang-up or error reads as readable: the driver's read finds it. */
+	if (events & DLOCK_IO_ERROR)
+		events |= w->events & DLOCK_IO_READ ? DLOCK_IO_READ : w->events;
+	events &= w->events | DLOCK_IO_ERROR;
+	if (!(events & (DLOCK_IO_READ | DLOCK_IO_WRITE)))
+		return 1;
+	void (*ready)(void *, int, unsigned) = w->ready;
+	void *arg = w->arg; /* the callback may change or drop the watch (the array moves) */
+	ready(arg, fd, events);
+	return 1;
+}
+
+void dlock_reactor_poll_io(struct dlock_reactor *r)
+{
+	if (r->push || r->nwatches == 0)
+		return;
+	struct epoll_event ev[16];
+	int n = epoll_wait(r->epoll_fd, ev, 16, 0);
+	for (int i = 0; i < n; i++) {
+		if (ev[i].data.fd == r->wake_fd)
+			continue; /* drained by dlock_reactor_run() */
+		unsigned e = (ev[i].events & EPOLLIN ? DLOCK_IO_READ : 0u) | (ev[i].events & EPOLLOUT ? DLOCK_IO_WRITE : 0u) |
+		             (ev[i].events & (EPOLLERR | EPOLLHUP) ? DLOCK_IO_ERROR : 0u);
+		dlock_reactor_dispatch(r, ev[i].data.fd, e); /* gone meanwhile (an earlier callback): nothing */
+	}
+}
+
+void dlock_reactor_wait(struct dlock_reactor *r)
+{
+	struct pollfd p[1 + 16];
+	nfds_t n = 0;
+	p[n++] = (struct pollfd){ .fd = r->wake_fd, .events = POLLIN };
+	for (size_t i = 0; i < r->nwatches && n < 1 + 16; i++)
+		p[n++] = (struct pollfd){ .fd = r->watches[i].fd,
+			                  .events = (short)((r->watches[i].events & DLOCK_IO_READ ? POLLIN : 0) |
+			                                    (r->watches[i].events & DLOCK_IO_WRITE ? POLLOUT : 0)) };
+	int64_t t = dlock_reactor_timeout_ms(r);
+	if (poll(p, n, t > INT_MAX ? INT_MAX : (int)t) <= 0)
+		return;
+	for (nfds_t i = 1; i < n; i++) {
+		if (!p[i].revents)
+			continue;
+		unsigned e = (p[i].revents & POLLIN ? DLOCK_IO_READ : 0u) | (p[i].revents & POLLOUT ? DLOCK_IO_WRITE : 0u) |
+		             (p[i].revents & (POLLERR | POLLHUP | POLLNVAL) ? DLOCK_IO_ERROR : 0u);
+		dlock_reactor_dispatch(r, p[i].fd, e); /* dropped meanwhile by an earlier callback: nothing */
+	}
 }

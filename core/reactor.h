@@ -7,6 +7,9 @@
  * they were posted, on the loop's thread, inside dlock_loop_run() and the
  * push-mode entry points.
  *
+ * It also watches the descriptors of a driver that runs on the loop
+ * (driver contract 9) and keeps their timers among its own.
+ *
  * Threads: dlock_reactor_post() and dlock_loop_wake() from any thread;
  * everything else on the loop's thread.  Errors: dlock_reactor_create()
  * returns DLOCK_ENOMEM, DLOCK_EIO (descriptors) or DLOCK_EVERSION (hooks)
@@ -89,6 +92,31 @@ int dlock_reactor_wake_fd(const struct dlock_reactor *r);
 
 /** Push mode: 1 when `fd` is the reactor's own descriptor (its eventfd). */
 int dlock_reactor_owns_fd(const struct dlock_reactor *r, int fd);
+
+/**
+ * A driver's descriptor (driver contract 9, dlock_io_watch()): watch `fd`
+ * for `events` (DLOCK_IO_READ | DLOCK_IO_WRITE; 0 stops watching it)
+ * through the application's hooks (push mode) or the pull-mode epoll set,
+ * and call `ready` on the loop when it is.  DLOCK_OK, DLOCK_EINVAL,
+ * DLOCK_ENOMEM, or DLOCK_EIO when the loop refuses it.
+ */
+dlock_status dlock_reactor_watch(struct dlock_reactor *r, int fd, unsigned events,
+                                 void (*ready)(void *arg, int fd, unsigned events), void *arg);
+
+/** Push mode: the loop found `fd` ready; 1 if it is a driver's (its callback ran), else 0. */
+int dlock_reactor_dispatch(struct dlock_reactor *r, int fd, unsigned events);
+
+/** Pull mode: call the callbacks of the drivers' descriptors that are ready now (never waits). */
+void dlock_reactor_poll_io(struct dlock_reactor *r);
+
+/**
+ * Be the loop for a moment, on its thread, without the application's: wait
+ * (poll()) until work is posted, a driver's descriptor is ready (its
+ * callback is called) or the first timer is due.  The caller then runs
+ * the timers and what was posted.  For a close that must finish inside a
+ * blocking call.
+ */
+void dlock_reactor_wait(struct dlock_reactor *r);
 
 /** Make the loop turn (any thread, async-signal-safe: one write to an eventfd). */
 void dlock_reactor_wake(struct dlock_reactor *r);

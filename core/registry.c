@@ -93,6 +93,13 @@ static const char *missing_method(const dlock_driver *d)
 		return d->abi_version >= 2 ? "acquire or try_acquire" : "acquire";
 	if (!d->release)
 		return "release";
+	if (d->abi_version >= 9) {
+		int n = !!d->try_acquire_start + !!d->release_start + !!d->extend_start + !!d->check_start;
+		if (n != 0 && n != 4)
+			return "try_acquire_start, release_start, extend_start and check_start (all four or none)";
+		if (n == 4 && (!d->try_acquire || !d->extend || !d->check))
+			return "try_acquire, extend and check (the blocking forms of the _start methods)";
+	}
 	if (d->abi_version < 7 && !dlock_driver_kind_capabilities_of(d) != !dlock_driver_lock_init_kind_of(d))
 		return dlock_driver_kind_capabilities_of(d) ? "lock_init_kind (it comes with kind_capabilities)"
 		                                            : "kind_capabilities (it comes with lock_init_kind)";
@@ -370,6 +377,16 @@ uint64_t dlock_registry_thread_id(void)
 		pthread_mutex_unlock(&registry.mu);
 	}
 	return thread_id;
+}
+
+const dlock_driver *dlock_driver_loop_io_of(const dlock_driver *d)
+{
+	dlock_driver_feature_fn *feature = dlock_driver_feature_of(d);
+	dlock_fact f = { 0, NULL };
+	if (!d || d->abi_version < 9 || !d->try_acquire_start || !feature ||
+	    feature(NULL, DLOCK_KIND_MUTEX, DLOCK_FACT_LOOP_IO, &f) != DLOCK_OK || f.value != 1)
+		return NULL;
+	return d;
 }
 
 int dlock_driver_is_inline(const dlock_driver *d)

@@ -56,6 +56,9 @@ dlock_driver_gc_fn *dlock_driver_gc_of(const dlock_driver *d);
 /** 1 when driver `d` is inline (DLOCK_FACT_INLINE, asked of a driver of ABI version 8 with no client): a loop
  *  client runs it on its loop's thread. */
 int dlock_driver_is_inline(const dlock_driver *d);
+/** `d` when it runs on a loop client's loop (ABI version 9, DLOCK_FACT_LOOP_IO asked with no client, and the
+ *  four _start methods, which registration checked come together), else NULL. */
+const dlock_driver *dlock_driver_loop_io_of(const dlock_driver *d);
 /** feature() of `d` (ABI version 7), or NULL: an older driver states its facts through the slots above. */
 dlock_driver_feature_fn *dlock_driver_feature_of(const dlock_driver *d);
 

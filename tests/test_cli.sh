@@ -216,13 +216,13 @@ check "--version shows no refused backend when none was" eval '! grep -q "^refus
 if [ -n "$REFUSED_CLI" ]; then
 	"$REFUSED_CLI" --version >"$out" 2>"$err"
 	check "--version names a refused built-in driver and why" \
-		contains "$out" "^refused: future (ABI version 9, this library accepts 1 to 8)$"
+		contains "$out" "^refused: future (ABI version 99, this library accepts 1 to 9)$"
 	check "... and still lists the others" contains "$out" "^backends: mem,file$"
 	"$REFUSED_CLI" --uri future://x name -- true >"$out" 2>"$err"
 	rc=$?
 	check "a URI of a refused driver's scheme exits 78 (got $rc)" [ "$rc" -eq 78 ]
 	check "... saying why the driver was refused" contains "$err" \
-		"^dlock: cannot open the lock service: driver 'future' refused at registration: ABI version 9, this library accepts 1 to 8"
+		"^dlock: cannot open the lock service: driver 'future' refused at registration: ABI version 99, this library accepts 1 to 9"
 else
 	echo "skip - refused built-in driver (no dlock_refused_cli given)"
 fi

@@ -245,7 +245,7 @@ _Static_assert(sizeof(struct driver_v1) == offsetof(dlock_driver, control),
 	.feature = ctl_feature, .lock_init = ctl_init, .acquire = ctl_acquire
 
 static const dlock_driver bad_abi_driver = {
-	.abi_version = 9,
+	.abi_version = DLOCK_DRIVER_ABI_VERSION + 1,
 	.scheme = "badabi",
 	CTL_MOST_METHODS,
 	.release = ctl_release,
@@ -255,6 +255,22 @@ static const dlock_driver no_release_driver = {
 	.abi_version = DLOCK_DRIVER_ABI_VERSION,
 	.scheme = "norelease",
 	CTL_MOST_METHODS,
+};
+
+/* Of the four non-blocking methods of version 9, one alone: all four or none. */
+static dlock_status half_start(void *backend, void *lk, int64_t lease_ms, dlock_wait *w, dlock_retry *retry,
+                               dlock_acquired *out, dlock_error *err, dlock_call *call)
+{
+	(void)backend, (void)lk, (void)lease_ms, (void)w, (void)retry, (void)out, (void)call;
+	return dlock_error_set(err, DLOCK_ENOTSUP, "never called");
+}
+
+static const dlock_driver half_loop_driver = {
+	.abi_version = 9,
+	.scheme = "halfloop",
+	CTL_MOST_METHODS,
+	.release = ctl_release,
+	.try_acquire_start = half_start,
 };
 
 static const dlock_driver second_mem_driver = {
@@ -281,8 +297,8 @@ extern const dlock_driver dlock_mem_driver;
 extern const dlock_driver dlock_file_driver;
 const dlock_driver *const dlock_builtin_drivers[] = { &dlock_mem_driver,  &dlock_file_driver,
 	                                              &bad_abi_driver,    &no_release_driver,
-	                                              &second_mem_driver, &good_builtin_driver,
-	                                              NULL };
+	                                              &half_loop_driver,  &second_mem_driver,
+	                                              &good_builtin_driver, NULL };
 
 /* ------------------------------------------------------------ helpers */
 
@@ -579,10 +595,12 @@ static void test_refused_builtins(void)
 	CU_ASSERT_EQUAL(dlock_client_open(&c, "badabi://x?ttl=1s", NULL, err, sizeof err), DLOCK_ENOBACKEND);
 	CU_ASSERT_PTR_NULL(c);
 	CU_ASSERT_PTR_NOT_NULL(
-	        strstr(err, "driver 'badabi' refused at registration: ABI version 9, this library accepts 1 to 8"));
+	        strstr(err, "driver 'badabi' refused at registration: ABI version 10, this library accepts 1 to 9"));
 	CU_ASSERT_EQUAL(dlock_client_open(&c, "norelease://x", NULL, err, sizeof err), DLOCK_ENOBACKEND);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "driver 'norelease' refused at registration: "));
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "'release'"));
+	CU_ASSERT_EQUAL(dlock_client_open(&c, "halfloop://x", NULL, err, sizeof err), DLOCK_ENOBACKEND);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "all four or none"));
 	/* An unknown scheme still says there is no such backend. */
 	CU_ASSERT_EQUAL(dlock_client_open(&c, "nosuch://x", NULL, err, sizeof err), DLOCK_ENOBACKEND);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "no backend for scheme 'nosuch'"));
@@ -597,14 +615,14 @@ static void test_refused_builtins(void)
 	while (dlock_backend_refused(n, &scheme, &reason) == DLOCK_OK) {
 		if (n == 0) {
 			CU_ASSERT_STRING_EQUAL(scheme, "badabi");
-			CU_ASSERT_STRING_EQUAL(reason, "ABI version 9, this library accepts 1 to 8");
-		} else if (n == 2) {
+			CU_ASSERT_STRING_EQUAL(reason, "ABI version 10, this library accepts 1 to 9");
+		} else if (n == 3) {
 			CU_ASSERT_STRING_EQUAL(scheme, "mem");
 			CU_ASSERT_PTR_NOT_NULL(strstr(reason, "'mem'"));
 		}
 		n++;
 	}
-	CU_ASSERT_EQUAL(n, 3);
+	CU_ASSERT_EQUAL(n, 4);
 }
 
 static void test_params_checked(void)
