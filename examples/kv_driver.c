@@ -1,8 +1,10 @@
 /*
  * kv:// — a network backend to copy when writing a driver: the whole
- * current contract (<dlock/sys/driver.h>, ABI version 8) on a
- * Redis-protocol server, in one file, with nothing but the contract and
- * the server's own client library (hiredis).
+ * current contract (<dlock/sys/driver.h>, ABI version 9) on a
+ * Redis-protocol server, with nothing but the contract and the server's
+ * own client library (hiredis).  This file has the client and the
+ * blocking methods; kv_driver_loop.c the non-blocking ones, which a loop
+ * client calls on its loop (kv_driver_internal.h: what the two share).
  *
  *   kv://[:PASSWORD@]HOST[:PORT][?ttl=…&prefix=…]   (default port 6379)
  *
@@ -19,6 +21,10 @@
  *   release(), extend(), check()   owner-only, one script each
  *   inspect(), list(), break_lock()   who holds a name, every held name, taking it
  *   gc()                 remove the fencing counters that unused names left
+ *   try_acquire_start(), release_start(), extend_start(), check_start()
+ *                        (kv_driver_loop.c) the same scripts without blocking, on a loop
+ *                        client's loop (DLOCK_FACT_LOOP_IO): a waiting acquisition holds
+ *                        no thread; the client's other calls run on its worker threads
  *
  * What the server keeps, PREFIX:D (D the SHA-256 of the name, in hex): a
  * hash with the name, its kind and N, and one field per holder,
@@ -40,8 +46,9 @@
  *
  * Ownership: the client owns two connections: `ctx` for commands, guarded
  * by `mu` (calls on different locks come from any threads at once), and
- * the subscriber's, owned by its thread.  A lock's state holds its keys, a
- * copy of its name and the owner id of its current acquisition.
+ * the subscriber's, owned by its thread; a loop client a third, the
+ * loop's (kv_driver_loop.c).  A lock's state holds its keys, a copy of its
+ * name, the owner id of its current acquisition and its call on the loop.
  * Errors: every failure writes a message with dlock_error_set(); messages
  * name the server by the masked URI, never the password.
  */
