@@ -57,7 +57,7 @@ struct kv_conn;
 struct kv_loop {
 	struct kv_client *c;
 	dlock_io *io;
-	char addr[NI_MAXHOST];  /* the server's address, numeric */
+	char addr[256];         /* the server's address, numeric (an IPv6 one with its scope fits) */
 	struct kv_conn *conn;   /* the live connection, NULL: the next call connects */
 	dlock_io_timer *timer;  /* the deadline of the oldest call waiting on `conn` */
 };
