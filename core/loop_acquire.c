@@ -55,6 +55,7 @@ struct loop_acq {
 	dlock_status decided_st;
 	unsigned kick_gen;  /* the last kick that stepped it */
 	int64_t started_ns;
+	dlock_status last_st; /* the last attempt's answer (EBUSY before any): kept at the deadline if transient */
 	struct loop_acq *next; /* the client's acquisitions in progress (kicks) */
 	void (*cb)(void *arg, dlock_status st, const char *msg);
 	void *arg;
@@ -154,6 +155,20 @@ static void finish(struct loop_acq *a, dlock_status st)
 	}
 }
 
+/* Cancelled (dlock_cancel(), the client closing): the message says so, not the last attempt's answer. */
+static void finish_cancelled(struct loop_acq *a)
+{
+	dlock_error_set(&a->err, DLOCK_ECANCELED, "%s://: acquire cancelled", a->l->client->driver->scheme);
+	finish(a, DLOCK_ECANCELED);
+}
+
+/* The deadline passed: a busy lock times out (EBUSY, made ETIMEDOUT by finish()); a transient failure
+ * keeps its own status and message, as in the blocking loop (retry.c). */
+static void finish_deadline(struct loop_acq *a)
+{
+	finish(a, a->last_st);
+}
+
 /* ------------------------------------------------------------ steps */
 
 static void wait_until(struct loop_acq *a, int64_t due)
@@ -173,6 +188,7 @@ static void attempted(struct loop_acq *a, dlock_status st)
 	struct dlock_client *c = l->client;
 	int can_disarm = dlock_driver_disarm_of(c->driver) != NULL;
 	a->armed |= a->r.armed && can_disarm;
+	a->last_st = st;
 	if (st == DLOCK_OK) { /* also when a cancel came meanwhile: the grant won */
 		pthread_mutex_lock(&c->mu);
 		dlock_become_holder_locked(l, &a->p, &a->acq, a->started_ns);
@@ -185,7 +201,7 @@ static void attempted(struct loop_acq *a, dlock_status st)
 		return;
 	}
 	if (dlock_wait_cancelled(&a->w) != DLOCK_OK || c->closing) {
-		finish(a, DLOCK_ECANCELED);
+		finish_cancelled(a);
 		return;
 	}
 	int64_t sleep_ns = dlock_retry_sleep_ns(&a->r, a->r.armed && can_disarm, &a->backoff);
@@ -208,7 +224,7 @@ static void advance(struct loop_acq *a)
 		return; /* its end comes, and decides: a cancel or the deadline waits for the server's answer */
 	int64_t now = dlock_monotonic_ns();
 	if (dlock_wait_cancelled(&a->w) != DLOCK_OK || c->closing) {
-		finish(a, DLOCK_ECANCELED);
+		finish_cancelled(a);
 		return;
 	}
 	pthread_mutex_lock(&c->mu);
@@ -232,7 +248,7 @@ static void advance(struct loop_acq *a)
 		a->started_ns = now;
 	} else if (now >= a->w.deadline_ns && !a->w.try_once) {
 		pthread_mutex_unlock(&c->mu);
-		finish(a, DLOCK_EBUSY); /* the deadline, waiting for the server's answer: timed out */
+		finish_deadline(a);
 		return;
 	}
 	pthread_mutex_unlock(&c->mu);
@@ -271,6 +287,7 @@ dlock_status dlock_loop_acquire_start(struct dlock_lock *l, const dlock_acquire_
 		return dlock_client_fail(c, st, why);
 	}
 	a->l = l;
+	a->last_st = DLOCK_EBUSY;
 	a->cb = cb;
 	a->arg = arg;
 	a->step.run = run_step;

@@ -330,6 +330,76 @@ static void test_timer_fires_early(void)
 	lc_end(&t);
 }
 
+/*
+ * A loop that stalls for three leases with two locks held and a check of
+ * the second started just before.  Where the client runs on the loop alone
+ * (DLOCK_FEATURE_LOOP_NATIVE 1) its renewals are the loop's timers and stop
+ * with it: on waking, each loss is reported once, before the check's
+ * callback that waited through the stall, and a renewal answer that comes
+ * after changes nothing (a further lease of turns: still one report, and
+ * the release says ENOTHELD).  Otherwise the client's own threads renew:
+ * nothing is lost and both release.
+ */
+static void test_stalled_loop(void)
+{
+	lc t;
+	if (!lc_begin(&t, "stall"))
+		return;
+	if (lc_feature(&t, DLOCK_FEATURE_LEASE) != DLOCK_LEASE_TTL) {
+		dlock_test_skip_part("no lease that runs out on this backend");
+		lc_end(&t);
+		return;
+	}
+	int native = lc_feature(&t, DLOCK_FEATURE_LOOP_NATIVE) == 1;
+	const char *uri = lc_get_target()->uri;
+	int64_t lease_ms = lc_get_target()->short_lease_ms;
+	char short_uri[2200], second[160];
+	snprintf(short_uri, sizeof short_uri, "%s%cttl=%lldms", uri, strchr(uri, '?') ? '&' : '?', (long long)lease_ms);
+	snprintf(second, sizeof second, "%s-2", t.name);
+	lr_client *tc = lr_open_ready(t.lp, short_uri);
+	if (!tc) {
+		lc_end(&t);
+		return;
+	}
+	dlock_lock *h = NULL, *h2 = NULL;
+	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(tc->client, t.name, &h), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(dlock_lock_new(tc->client, second, &h2), DLOCK_OK);
+	lr_op got, got2, lost, lost2, chk;
+	lr_op_init(&got, tc);
+	lr_op_init(&got2, tc);
+	lr_op_init(&lost, tc);
+	lr_op_init(&lost2, tc);
+	lr_op_init(&chk, tc);
+	CU_ASSERT_EQUAL_FATAL(lr_finish(&got, lr_acquire(h, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, &lost, &got)), DLOCK_OK);
+	CU_ASSERT_EQUAL_FATAL(lr_finish(&got2, lr_acquire(h2, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, &lost2, &got2)),
+	                      DLOCK_OK);
+	CU_ASSERT_EQUAL(LR_START(t.lp, dlock_check_async(h2, lr_on_lock, &chk)), DLOCK_OK);
+	dlock_test_sleep_ms(3 * lease_ms); /* the stall itself: the loop does not turn */
+	CU_ASSERT(lr_run_done(t.lp, &chk, LR_AWAIT_MS));
+	if (native) {
+		CU_ASSERT(lr_run_done(t.lp, &lost2, LR_AWAIT_MS));
+		if (LR_ASSERT_ONCE(&lost, DLOCK_OK) && LR_ASSERT_ONCE(&lost2, DLOCK_OK)) {
+			CU_ASSERT_EQUAL(lost.reason, DLOCK_LOST_EXPIRED);
+			CU_ASSERT(lost.seq < chk.seq && lost2.seq < chk.seq); /* the losses first */
+		}
+		lr_run_for(t.lp, lease_ms); /* renewal answers, cleanups: nothing more is reported */
+		CU_ASSERT_EQUAL(lost.calls, 1);
+		CU_ASSERT_EQUAL(lost2.calls, 1);
+		CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_ENOTHELD);
+		CU_ASSERT_EQUAL(lr_release_now(tc, h2), DLOCK_ENOTHELD);
+	} else {
+		LR_ASSERT_ONCE(&chk, DLOCK_OK);
+		CU_ASSERT_EQUAL(lost.calls, 0);
+		CU_ASSERT_EQUAL(lost2.calls, 0);
+		CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_OK);
+		CU_ASSERT_EQUAL(lr_release_now(tc, h2), DLOCK_OK);
+	}
+	dlock_lock_free(h);
+	dlock_lock_free(h2);
+	lr_close(tc);
+	lc_end(&t);
+}
+
 /* The other client breaks a lock the loop client holds: on_lost once, on the loop. */
 static void test_lost_broken(void)
 {
@@ -371,5 +441,6 @@ const lc_case lc_ops_cases[] = {
 	{ "lease runs out: on_lost once, on the loop", test_lost_lease },
 	{ "broken by another client: on_lost once, on the loop", test_lost_broken },
 	{ "a timer that fires early: the renewals go on", test_timer_fires_early },
+	{ "a loop stalled past the lease: the loss first on waking, once", test_stalled_loop },
 	{ NULL, NULL },
 };
