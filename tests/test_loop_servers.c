@@ -141,10 +141,6 @@ static void loop_answer(const char *direct, const char *via, faultproxy *px, int
  */
 static void cut_mid_wait(int refuse)
 {
-	if (refuse && lc_known_failing("kv", "a driver on the loop whose attempts fail transiently until the "
-	                                     "deadline: the loop's acquisition ends with ETIMEDOUT, where the "
-	                                     "blocking client keeps the failure's status (ECONNECT)"))
-		return;
 	const char *uri = lc_get_target()->uri;
 	int port = lc_uri_port(uri);
 	CU_ASSERT_FATAL(port > 0);
