@@ -454,7 +454,7 @@ if [ -n "${bin_dirs[cmake-shared]:-}" ]; then
 		done
 	done
 fi
-# A backend of the application's own (kv_driver.c) on the test Redis.
+# A backend of the application's own (kv_driver.c, kv_driver_loop.c) on the test Redis.
 if [ -n "${DLOCK_TEST_REDIS_URI:-}" ]; then
 	for d in "${!bin_dirs[@]}"; do
 		expect "$d: custom_backend registers kv:// and locks on Redis" 0 "held install-check with token" \

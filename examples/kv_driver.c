@@ -1,8 +1,10 @@
 /*
  * kv:// — a network backend to copy when writing a driver: the whole
- * current contract (<dlock/sys/driver.h>, ABI version 8) on a
- * Redis-protocol server, in one file, with nothing but the contract and
- * the server's own client library (hiredis).
+ * current contract (<dlock/sys/driver.h>, ABI version 9) on a
+ * Redis-protocol server, with nothing but the contract and the server's
+ * own client library (hiredis).  This file has the client and the
+ * blocking methods; kv_driver_loop.c the non-blocking ones, which a loop
+ * client calls on its loop (kv_driver_internal.h: what the two share).
  *
  *   kv://[:PASSWORD@]HOST[:PORT][?ttl=…&prefix=…]   (default port 6379)
  *
@@ -19,6 +21,10 @@
  *   release(), extend(), check()   owner-only, one script each
  *   inspect(), list(), break_lock()   who holds a name, every held name, taking it
  *   gc()                 remove the fencing counters that unused names left
+ *   try_acquire_start(), release_start(), extend_start(), check_start()
+ *                        (kv_driver_loop.c) the same scripts without blocking, on a loop
+ *                        client's loop (DLOCK_FACT_LOOP_IO): a waiting acquisition holds
+ *                        no thread; the client's other calls run on its worker threads
  *
  * What the server keeps, PREFIX:D (D the SHA-256 of the name, in hex): a
  * hash with the name, its kind and N, and one field per holder,
@@ -40,13 +46,15 @@
  *
  * Ownership: the client owns two connections: `ctx` for commands, guarded
  * by `mu` (calls on different locks come from any threads at once), and
- * the subscriber's, owned by its thread.  A lock's state holds its keys, a
- * copy of its name and the owner id of its current acquisition.
+ * the subscriber's, owned by its thread; a loop client a third, the
+ * loop's (kv_driver_loop.c).  A lock's state holds its keys, a copy of its
+ * name, the owner id of its current acquisition and its call on the loop.
  * Errors: every failure writes a message with dlock_error_set(); messages
  * name the server by the masked URI, never the password.
  */
 #define _POSIX_C_SOURCE 200809L /* strdup, clock_gettime, pthread_condattr_setclock */
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -61,11 +69,9 @@
 #include "dlock/sys/driver.h"
 
 #include "kv_driver.h"
+#include "kv_driver_internal.h"
 
 #define KV_DEFAULT_PORT 6379
-#define KV_KEY_MAX 320   /* PREFIX ':' 64 hex digits ':fence' */
-#define KV_OWNER_HEX 32  /* 16 random bytes, in hex */
-#define KV_WORDS_MAX 10  /* arguments of one script */
 #define KV_INSPECT (DLOCK_INSPECT_HELD | DLOCK_INSPECT_OWNER | DLOCK_INSPECT_ACQUIRED | DLOCK_INSPECT_LEASE | \
                     DLOCK_INSPECT_TOKEN | DLOCK_INSPECT_LIST | DLOCK_INSPECT_NAMES)
 
@@ -146,35 +152,6 @@ static const char GC_LUA[] = KV_NOW
 	"if ARGV[2] ~= '1' then redis.call('DEL', KEYS[2]) end "
 	"return c[2]";
 
-struct kv_lock;
-
-struct kv_client {
-	pthread_mutex_t mu;    /* guards ctx */
-	redisContext *ctx;     /* NULL after an I/O error: connected again by the next call */
-	char *host, *password, *prefix, *label; /* label: the masked URI, for messages */
-	char channel[KV_KEY_MAX];
-	const char *record;    /* the owner record (dlock_host_owner), stored beside each hold */
-	int port;
-	struct timeval open_timeout, io_timeout;
-
-	pthread_mutex_t sub_mu; /* guards the fields below */
-	pthread_cond_t sub_cond; /* signalled when stopping */
-	pthread_t listener;
-	int listener_started, stopping;
-	redisContext *sub;      /* the subscribed connection, NULL while there is none */
-	struct kv_lock *armed;  /* locks whose acquisition waits for a wake-up */
-};
-
-struct kv_lock {
-	char key[KV_KEY_MAX], fence_key[KV_KEY_MAX + 8];
-	char digest[65];              /* what a release of the name publishes */
-	char *name;                   /* stored on the server for inspection and listing */
-	char kind[2], permits[12];    /* as the scripts compare them */
-	char field[2 + KV_OWNER_HEX + 1]; /* "h:OWNER" of the current acquisition */
-	dlock_wait *armed;            /* the acquisition its wake-up is for; NULL: not armed (sub_mu) */
-	struct kv_lock *next_armed;
-};
-
 /* ------------------------------------------------------------ connections */
 
 static struct timeval tv_of_ms(int64_t ms)
@@ -192,6 +169,7 @@ static redisContext *kv_dial(struct kv_client *c, dlock_status *st, dlock_error 
 		redisFree(ctx);
 		return NULL;
 	}
+	kv_cloexec(ctx->fd);
 	redisSetTimeout(ctx, c->io_timeout);
 	if (c->password) {
 		redisReply *r = redisCommand(ctx, "AUTH %s", c->password);
@@ -227,8 +205,7 @@ static dlock_status kv_run(struct kv_client *c, int argc, const char **argv, con
 			st = dlock_error_set(err, DLOCK_ECONNECT, "%s: no answer: %s", c->label, c->ctx->errstr);
 			redisFree(c->ctx);
 			c->ctx = NULL;
-		} else if (r->type == REDIS_REPLY_ERROR) {
-			st = dlock_error_set(err, DLOCK_ESERVER, "%s: the server said: %s", c->label, r->str);
+		} else if ((st = kv_reply_error(c, r, err)) != DLOCK_OK) {
 			freeReplyObject(r);
 			r = NULL;
 		}
@@ -238,20 +215,41 @@ static dlock_status kv_run(struct kv_client *c, int argc, const char **argv, con
 	return st;
 }
 
+dlock_status kv_reply_error(struct kv_client *c, const redisReply *r, dlock_error *err)
+{
+	if (r->type != REDIS_REPLY_ERROR)
+		return DLOCK_OK;
+	return dlock_error_set(err, DLOCK_ESERVER, "%s: the server said: %s", c->label, r->str);
+}
+
+void kv_cloexec(int fd)
+{
+	int flags = fcntl(fd, F_GETFD);
+	if (flags >= 0)
+		fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+}
+
 /* EVAL `script` with `nkeys` keys followed by its arguments, `nwords` words in all (NUL-terminated strings). */
+static void kv_eval_cmd(const char *script, int nkeys, const char *const *words, int nwords, struct kv_cmd *cmd)
+{
+	cmd->argv[0] = "EVAL";
+	cmd->argv[1] = script;
+	cmd->argv[2] = cmd->nkeys;
+	snprintf(cmd->nkeys, sizeof cmd->nkeys, "%d", nkeys);
+	nwords = nwords < KV_WORDS_MAX ? nwords : KV_WORDS_MAX;
+	for (int i = 0; i < nwords; i++)
+		cmd->argv[3 + i] = words[i];
+	cmd->argc = 3 + nwords;
+	for (int i = 0; i < cmd->argc; i++)
+		cmd->len[i] = strlen(cmd->argv[i]);
+}
+
 static dlock_status kv_eval(struct kv_client *c, const char *script, int nkeys, const char *const *words, int nwords,
                             redisReply **out, dlock_error *err)
 {
-	char nk[4];
-	const char *argv[3 + KV_WORDS_MAX] = { "EVAL", script, nk };
-	size_t len[3 + KV_WORDS_MAX];
-	snprintf(nk, sizeof nk, "%d", nkeys);
-	nwords = nwords < KV_WORDS_MAX ? nwords : KV_WORDS_MAX;
-	for (int i = 0; i < nwords; i++)
-		argv[3 + i] = words[i];
-	for (int i = 0; i < 3 + nwords; i++)
-		len[i] = strlen(argv[i]);
-	return kv_run(c, 3 + nwords, argv, len, out, err);
+	struct kv_cmd cmd;
+	kv_eval_cmd(script, nkeys, words, nwords, &cmd);
+	return kv_run(c, cmd.argc, cmd.argv, cmd.len, out, err);
 }
 
 /* ------------------------------------------------------------ wake-ups */
@@ -342,6 +340,7 @@ static int kv_knows_param(const char *key)
 static void kv_close(void *backend)
 {
 	struct kv_client *c = backend;
+	kv_loop_close(c); /* a loop client's: on the loop's thread, no call in progress */
 	if (c->listener_started) {
 		pthread_mutex_lock(&c->sub_mu);
 		c->stopping = 1;
@@ -390,6 +389,7 @@ static dlock_status kv_open(const dlock_uri *uri, dlock_host *host, void **backe
 	c->port = uri->hosts[0].port ? uri->hosts[0].port : KV_DEFAULT_PORT;
 	c->open_timeout = tv_of_ms(uri->connect_timeout_ms);
 	c->io_timeout = tv_of_ms(uri->io_timeout_ms);
+	c->io_timeout_ms = uri->io_timeout_ms;
 	snprintf(c->channel, sizeof c->channel, "%s:released", uri->prefix);
 	if (!c->host || (uri->password && !c->password) || !c->prefix || !c->label) {
 		kv_close(c);
@@ -401,6 +401,9 @@ static dlock_status kv_open(const dlock_uri *uri, dlock_host *host, void **backe
 	if (st == DLOCK_OK && pthread_create(&c->listener, NULL, kv_listen, c) != 0)
 		st = dlock_error_set(err, DLOCK_ENOMEM, "kv://: cannot start the subscriber thread");
 	c->listener_started = st == DLOCK_OK;
+	dlock_io *io = dlock_host_io(host); /* a loop client's loop, opening us on its thread */
+	if (st == DLOCK_OK && io)
+		st = kv_loop_open(c, io, err);
 	if (st != DLOCK_OK) {
 		kv_close(c);
 		return st;
@@ -439,6 +442,7 @@ static dlock_status kv_feature(void *backend, dlock_lock_kind kind, int code, dl
 	case DLOCK_FEATURE_INSPECT: out->value = KV_INSPECT; break;
 	case DLOCK_FEATURE_BREAK: out->value = DLOCK_BREAK_DELETE; break;
 	case DLOCK_FEATURE_GC: out->value = 1; break;
+	case DLOCK_FACT_LOOP_IO: out->value = 1; break; /* kv_driver_loop.c; asked with `backend` NULL */
 	default: return DLOCK_ENOTSUP; /* the core then answers what it can, or DLOCK_ENOTSUP */
 	}
 	return DLOCK_OK;
@@ -474,22 +478,34 @@ static void kv_lock_fini(void *backend, void *lkp)
 	free(lk->name);
 }
 
+void kv_owned_cmd(struct kv_client *c, struct kv_lock *lk, const char *op, int64_t lease_ms, struct kv_cmd *cmd)
+{
+	snprintf(cmd->lease, sizeof cmd->lease, "%" PRId64, lease_ms);
+	const char *words[] = { lk->key, lk->field, op, cmd->lease, c->channel, lk->digest };
+	kv_eval_cmd(OWNED_LUA, 1, words, 6, cmd);
+}
+
+dlock_status kv_owned_answer(struct kv_client *c, const char *op, const redisReply *r, dlock_error *err)
+{
+	if (r->type != REDIS_REPLY_INTEGER)
+		return dlock_error_set(err, DLOCK_ESERVER, "%s: unexpected answer to the %s", c->label, op);
+	if (r->integer != 1)
+		return dlock_error_set(err, DLOCK_ENOTHELD, "%s: %s: the lock is no longer ours (expired or taken)",
+		                       c->label, op);
+	return DLOCK_OK;
+}
+
 /* Run OWNED_LUA for `op`: DLOCK_OK when the hold was ours, DLOCK_ENOTHELD when not. */
 static dlock_status kv_owned(struct kv_client *c, struct kv_lock *lk, const char *op, int64_t lease_ms,
                              dlock_error *err)
 {
-	char lease[24];
+	struct kv_cmd cmd;
 	redisReply *r;
-	snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
-	const char *words[] = { lk->key, lk->field, op, lease, c->channel, lk->digest };
-	dlock_status st = kv_eval(c, OWNED_LUA, 1, words, 6, &r, err);
+	kv_owned_cmd(c, lk, op, lease_ms, &cmd);
+	dlock_status st = kv_run(c, cmd.argc, cmd.argv, cmd.len, &r, err);
 	if (st != DLOCK_OK)
 		return st;
-	if (r->type != REDIS_REPLY_INTEGER)
-		st = dlock_error_set(err, DLOCK_ESERVER, "%s: unexpected answer to the %s", c->label, op);
-	else if (r->integer != 1)
-		st = dlock_error_set(err, DLOCK_ENOTHELD, "%s: %s: the lock is no longer ours (expired or taken)",
-		                     c->label, op);
+	st = kv_owned_answer(c, op, r, err);
 	freeReplyObject(r);
 	return st;
 }
@@ -499,19 +515,15 @@ static const char *kind_noun(long long kind)
 	return kind == DLOCK_KIND_MUTEX ? "a mutex" : kind == DLOCK_KIND_RWLOCK ? "a read-write lock" : "a semaphore";
 }
 
-static dlock_status kv_try_acquire(void *backend, void *lkp, int64_t lease_ms, dlock_wait *w, dlock_retry *retry,
-                                   dlock_acquired *out, dlock_error *err)
+dlock_status kv_acquire_cmd(struct kv_client *c, struct kv_lock *lk, int64_t lease_ms, dlock_wait *w,
+                            dlock_retry *retry, struct kv_cmd *cmd, dlock_error *err)
 {
-	struct kv_client *c = backend;
-	struct kv_lock *lk = lkp;
 	unsigned char raw[KV_OWNER_HEX / 2];
-	char lease[24];
-	redisReply *r;
 	if (dlock_random_bytes(raw, sizeof raw) != DLOCK_OK)
 		return dlock_error_set(err, DLOCK_EIO, "kv://: no random bytes for the owner id");
 	memcpy(lk->field, "h:", 2);
 	dlock_hex(raw, sizeof raw, lk->field + 2);
-	snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
+	snprintf(cmd->lease, sizeof cmd->lease, "%" PRId64, lease_ms);
 	/* Arm the wake-up before the attempt, so that a release right after its answer is not missed.  Only
 	 * while subscribed: an attempt that says armed gets disarm() at the end, and then no waiter is left. */
 	pthread_mutex_lock(&c->sub_mu);
@@ -523,26 +535,20 @@ static dlock_status kv_try_acquire(void *backend, void *lkp, int64_t lease_ms, d
 	retry->armed = c->sub && lk->armed; /* no subscription for now: the core polls */
 	pthread_mutex_unlock(&c->sub_mu);
 
-	int64_t sent = dlock_monotonic_ns(); /* the lease runs from here at the latest */
-	const char *words[] = { lk->key, lk->fence_key, lk->field, lease, dlock_wait_wants_token(w) ? "1" : "0",
+	const char *words[] = { lk->key, lk->fence_key, lk->field, cmd->lease, dlock_wait_wants_token(w) ? "1" : "0",
 		                lk->kind, lk->permits, dlock_wait_mode(w) == DLOCK_MODE_SHARED ? "s" : "x",
 		                lk->name, c->record };
-	dlock_status st = kv_eval(c, ACQUIRE_LUA, 2, words, 10, &r, err);
-	if (st == DLOCK_ECONNECT) {
-		/* The script may have run and only its answer been lost: remove what may be ours. */
-		dlock_error ignored;
-		kv_owned(c, lk, "release", 0, &ignored); /* else the hold, if there, ends with its lease */
-		retry->transient = 1;                   /* the server may be back before the deadline */
-	}
-	if (st != DLOCK_OK)
-		return st;
-	if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER) {
-		freeReplyObject(r);
+	kv_eval_cmd(ACQUIRE_LUA, 2, words, 10, cmd);
+	return DLOCK_OK;
+}
+
+dlock_status kv_acquire_answer(struct kv_client *c, struct kv_lock *lk, const redisReply *r, int64_t sent_ns,
+                               dlock_retry *retry, dlock_acquired *out, dlock_error *err)
+{
+	if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER)
 		return dlock_error_set(err, DLOCK_ESERVER, "%s: unexpected answer to the acquire", c->label);
-	}
 	long long result = r->element[0]->integer, a = r->element[1]->integer;
 	long long b = r->elements > 2 ? r->element[2]->integer : 0;
-	freeReplyObject(r);
 	if (result == 0) {
 		retry->after_ms = a > 0 ? a : -1; /* when the soonest lease ends, unless woken before */
 		return dlock_error_set(err, DLOCK_EBUSY, "%s: the lock is held by another owner", c->label);
@@ -551,8 +557,33 @@ static dlock_status kv_try_acquire(void *backend, void *lkp, int64_t lease_ms, d
 		return dlock_error_set(err, DLOCK_EKIND, "%s: the name is in use as another kind of lock: %s of %lld "
 		                       "permits, not %s of %s", c->label, kind_noun(a), b, kind_noun(atoi(lk->kind)),
 		                       lk->permits);
-	*out = (dlock_acquired){ .token = (uint64_t)a, .sent_ns = sent, .slot = (uint32_t)b };
+	*out = (dlock_acquired){ .token = (uint64_t)a, .sent_ns = sent_ns, .slot = (uint32_t)b };
 	return DLOCK_OK;
+}
+
+static dlock_status kv_try_acquire(void *backend, void *lkp, int64_t lease_ms, dlock_wait *w, dlock_retry *retry,
+                                   dlock_acquired *out, dlock_error *err)
+{
+	struct kv_client *c = backend;
+	struct kv_lock *lk = lkp;
+	struct kv_cmd cmd;
+	redisReply *r;
+	dlock_status st = kv_acquire_cmd(c, lk, lease_ms, w, retry, &cmd, err);
+	if (st != DLOCK_OK)
+		return st;
+	int64_t sent = dlock_monotonic_ns(); /* the lease runs from here at the latest */
+	st = kv_run(c, cmd.argc, cmd.argv, cmd.len, &r, err);
+	if (st == DLOCK_ECONNECT) {
+		/* The script may have run and only its answer been lost: remove what may be ours. */
+		dlock_error ignored;
+		kv_owned(c, lk, "release", 0, &ignored); /* else the hold, if there, ends with its lease */
+		retry->transient = 1;                   /* the server may be back before the deadline */
+	}
+	if (st != DLOCK_OK)
+		return st;
+	st = kv_acquire_answer(c, lk, r, sent, retry, out, err);
+	freeReplyObject(r);
+	return st;
 }
 
 /* The acquisition is over: its wake-up no longer applies. */
@@ -581,13 +612,16 @@ static dlock_status kv_extend(void *backend, void *lkp, int64_t lease_ms, dlock_
 	return kv_owned(backend, lkp, "extend", lease_ms, err);
 }
 
+dlock_status kv_check_answer(struct kv_client *c, dlock_status st, dlock_error *err)
+{
+	if (st != DLOCK_OK && st != DLOCK_ENOTHELD) /* check answers only held, not held, or cannot tell */
+		return dlock_error_set(err, DLOCK_EUNCERTAIN, "%s: cannot tell whether the lock is ours", c->label);
+	return st;
+}
+
 static dlock_status kv_check(void *backend, void *lkp, dlock_error *err)
 {
-	dlock_status st = kv_owned(backend, lkp, "check", 0, err);
-	if (st != DLOCK_OK && st != DLOCK_ENOTHELD) /* check answers only held, not held, or cannot tell */
-		return dlock_error_set(err, DLOCK_EUNCERTAIN, "%s: cannot tell whether the lock is ours",
-		                       ((struct kv_client *)backend)->label);
-	return st;
+	return kv_check_answer(backend, kv_owned(backend, lkp, "check", 0, err), err);
 }
 
 /* ------------------------------------------------------------ inspection */
@@ -795,4 +829,8 @@ const dlock_driver example_kv_driver = {
 	.break_lock = kv_break,
 	.gc = kv_gc,
 	.feature = kv_feature,
+	.try_acquire_start = kv_try_acquire_start,
+	.release_start = kv_release_start,
+	.extend_start = kv_extend_start,
+	.check_start = kv_check_start,
 };

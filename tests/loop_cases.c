@@ -188,22 +188,20 @@ void lc_assert_ends(lr_op *op, dlock_status started, dlock_status want, const ch
 
 int lc_known_failing(const char *schemes, const char *why)
 {
-	const char *uri = current.uri, *end = strstr(uri, "://");
-	const char *run = getenv("DLOCK_TEST_KNOWN_FAILING");
-	if (!end || (run && strcmp(run, "1") == 0))
+	return dlock_test_known_failing(current.uri, schemes, why);
+}
+
+int lc_uri_port(const char *uri)
+{
+	const char *p = strstr(uri, "://");
+	if (!p)
 		return 0;
-	size_t len = (size_t)(end - uri);
-	for (const char *p = schemes; *p;) {
-		size_t n = strcspn(p, ",");
-		if (n == len && strncmp(p, uri, len) == 0) {
-			char msg[512];
-			snprintf(msg, sizeof msg, "known to fail (DLOCK_TEST_KNOWN_FAILING=1 runs it): %s", why);
-			dlock_test_skip_part(msg);
-			return 1;
-		}
-		p += n + (p[n] == ',');
-	}
-	return 0;
+	p += 3;
+	size_t auth = strcspn(p, "/?#");
+	const char *at = memchr(p, '@', auth);
+	const char *host = at ? at + 1 : p;
+	const char *colon = memchr(host, ':', auth - (size_t)(host - p));
+	return colon ? atoi(colon + 1) : 0;
 }
 
 int lc_scaled(int base)

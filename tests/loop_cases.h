@@ -31,6 +31,7 @@ typedef struct lc_case {
 extern const lc_case lc_acquire_cases[];  /* loop_acquire.c: every way an acquisition completes */
 extern const lc_case lc_lifetime_cases[]; /* loop_lifetime.c: closing, freeing, opening around operations */
 extern const lc_case lc_ops_cases[];      /* loop_ops.c: the other operations' async forms, losses */
+extern const lc_case lc_kv_cases[];       /* loop_kv.c: kv://'s calls on the loop (test_loop_servers only) */
 
 /* The backend and mode the tests run on now (set by a suite's init function). */
 typedef struct lc_target {
@@ -102,15 +103,16 @@ void lc_assert_ends(lr_op *op, dlock_status started, dlock_status want, const ch
                     unsigned line);
 
 /**
- * A case that fails now through a known defect of the library (`why` says
- * which), on the backends whose scheme is in `schemes` (comma-separated,
- * "mem,file"): says SKIPPED and returns 1, so that the rest of the suite
- * runs, unless DLOCK_TEST_KNOWN_FAILING=1 asks to run it anyway (then 0, as
- * on other backends).
+ * dlock_test_known_failing() for the target's URI: a case that fails now
+ * through a known defect of the library on the backends whose scheme is in
+ * `schemes` is skipped, loudly (DLOCK_TEST_KNOWN_FAILING=1 runs it).
  */
 int lc_known_failing(const char *schemes, const char *why);
 
 /** DLOCK_TEST_SCALE times `base`, at least 1. */
 int lc_scaled(int base);
+
+/** The port of a URI's one host ("...://[user@]host:port/..."); 0 when it has none. */
+int lc_uri_port(const char *uri);
 
 #endif

@@ -9,6 +9,9 @@
  * never touched.  The loop client must answer the cut as the blocking
  * client does in the same test (measured first, and checked): keep
  * waiting and be granted after reconnecting, or fail once with ECONNECT.
+ * Built with DLOCK_LOOP_KV (when the Redis backend is), the same on the
+ * example driver kv:// (examples/kv_driver.c) on that Redis, whose lock
+ * calls run on the loop itself, with the cases of loop_kv.c.
  * Skipped, loudly, without those URIs.
  */
 #include <ctype.h>
@@ -19,11 +22,14 @@
 #include "faultproxy.h"
 #include "faults.h"
 #include "loop_cases.h"
+#ifdef DLOCK_LOOP_KV
+#include "../examples/kv_driver.h"
+#endif
 
 #define SHORT_LEASE_MS 1000 /* a lease of `ttl=1s`, renewal off, to watch it run out */
 #define CUT_WAIT_MS 20000   /* the waiters' bound through a cut: a hang becomes ETIMEDOUT */
 
-static char redis_uri[2048], pg_uri[2048];
+static char redis_uri[2048], pg_uri[2048], kv_uri[2100];
 
 /* The first whitespace-separated URI of `list` that starts with `scheme`, into out ("" when none). */
 static void first_uri(const char *list, const char *scheme, char *out, size_t len)
@@ -39,20 +45,6 @@ static void first_uri(const char *list, const char *scheme, char *out, size_t le
 		}
 		p += n;
 	}
-}
-
-/* The port of a URI's one host ("...://[user@]host:port/..."); 0 when it has none. */
-static int uri_port(const char *uri)
-{
-	const char *p = strstr(uri, "://");
-	if (!p)
-		return 0;
-	p += 3;
-	size_t auth = strcspn(p, "/?#");
-	const char *at = memchr(p, '@', auth);
-	const char *host = at ? at + 1 : p;
-	const char *colon = memchr(host, ':', auth - (size_t)(host - p));
-	return colon ? atoi(colon + 1) : 0;
 }
 
 /* ------------------------------------------------------------ a connection cut mid-wait */
@@ -150,7 +142,7 @@ static void loop_answer(const char *direct, const char *via, faultproxy *px, int
 static void cut_mid_wait(int refuse)
 {
 	const char *uri = lc_get_target()->uri;
-	int port = uri_port(uri);
+	int port = lc_uri_port(uri);
 	CU_ASSERT_FATAL(port > 0);
 	faultproxy *px = ft_proxy_to(port);
 	char via[2100], name[128];
@@ -201,6 +193,16 @@ static int pg_push(void)
 	return lc_set_target(&(lc_target){ pg_uri, LR_PUSH, SHORT_LEASE_MS });
 }
 
+static int kv_pull(void)
+{
+	return lc_set_target(&(lc_target){ kv_uri, LR_PULL, SHORT_LEASE_MS });
+}
+
+static int kv_push(void)
+{
+	return lc_set_target(&(lc_target){ kv_uri, LR_PUSH, SHORT_LEASE_MS });
+}
+
 static void add_suites(void)
 {
 	struct {
@@ -212,6 +214,8 @@ static void add_suites(void)
 		{ "redis:// push", redis_uri, redis_push },
 		{ "postgres:// pull", pg_uri, pg_pull },
 		{ "postgres:// push", pg_uri, pg_push },
+		{ "kv:// pull", kv_uri, kv_pull },
+		{ "kv:// push", kv_uri, kv_push },
 	};
 	for (size_t i = 0; i < sizeof suites / sizeof *suites; i++) {
 		if (!suites[i].uri[0])
@@ -221,6 +225,10 @@ static void add_suites(void)
 		CU_add_test(s, "connection cut mid-wait: as the blocking client", test_cut_mid_wait);
 		CU_add_test(s, "connection cut mid-wait, reconnecting refused: as the blocking client",
 		            test_cut_refused_mid_wait);
+#ifdef DLOCK_LOOP_KV
+		for (const lc_case *c = lc_kv_cases; suites[i].uri == kv_uri && c->name; c++)
+			CU_add_test(s, c->name, c->fn);
+#endif
 	}
 }
 
@@ -232,6 +240,11 @@ int main(void)
 		return dlock_test_skip("no servers (DLOCK_TEST_URIS unset)");
 	first_uri(uris, "redis://", redis_uri, sizeof redis_uri);
 	first_uri(uris, "postgres://", pg_uri, sizeof pg_uri);
+#ifdef DLOCK_LOOP_KV
+	if (redis_uri[0] && dlock_register_driver(&example_kv_driver) == DLOCK_OK)
+		snprintf(kv_uri, sizeof kv_uri, "kv://%.*s?prefix=loop-kv", /* the host and port; no redis:// parameter */
+		         (int)strcspn(redis_uri + strlen("redis://"), "/?"), redis_uri + strlen("redis://"));
+#endif
 	if (!redis_uri[0] && !pg_uri[0])
 		return dlock_test_skip("no redis:// and no postgres:// URI in DLOCK_TEST_URIS");
 	if (!redis_uri[0] || !pg_uri[0]) {

@@ -1,0 +1,240 @@
+/*
+ * kv://, the example driver, on a loop client: what its part on the loop
+ * (examples/kv_driver_loop.c, driver contract 9) does beyond the contract
+ * cases that test_loop_servers.c runs on it as on every server backend.
+ *
+ *   - Acquisitions waiting on the loop hold no thread: N = 50 of them wait
+ *     at once for names another client holds, and the process keeps the
+ *     handful of threads it had (7 here: the test's, the clients'
+ *     subscribers and background threads), where a loop client of a driver
+ *     without the non-blocking methods holds a worker thread per waiting
+ *     acquisition (57).
+ *   - A call the server does not answer ends with DLOCK_ECONNECT once the
+ *     URI's io_timeout has passed, naming the server; the next call
+ *     connects again (a blackhole of the fault proxy).
+ *   - An acquisition whose answer is lost removes what its script took, as
+ *     the blocking try_acquire() does: the name is free at once, not at the
+ *     end of the lease.
+ *   - With a password, every connection authenticates first, reconnections
+ *     too (the password-protected primary of the sentinel set-up, when
+ *     DLOCK_TEST_SENTINEL_DATA_PORTS names it).
+ *
+ * The target (lc_get_target()) is a kv:// URI of the test Redis; faults go
+ * through a proxy of the test's own, never to the shared server.
+ * Threads: the test's, which drives the loop.  Errors: CUnit assertions.
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "faultproxy.h"
+#include "faults.h"
+#include "loop_cases.h"
+
+#define KV_WAITERS 50     /* acquisitions waiting at once */
+#define KV_THREADS_MORE 2 /* threads they may add to the clients' few (with a worker each: KV_WAITERS more) */
+#define KV_IO_TIMEOUT_MS 500
+
+/* Threads of this process now (/proc/self/task); -1 when it cannot tell. */
+static int threads_now(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	if (!d)
+		return -1;
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d)) != NULL;)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* The loop client's driver acquire calls so far. */
+static uint64_t attempts(lr_client *tc)
+{
+	dlock_client_stats s;
+	return dlock_client_get_stats(tc->client, &s) == DLOCK_OK ? s.server_acquires : 0;
+}
+
+struct progress {
+	lr_client *tc;
+	uint64_t attempts;   /* wanted: this many driver acquire calls */
+	const lr_op *ops;    /* or: every one of these called back */
+	size_t n;
+};
+
+static int attempted(void *arg)
+{
+	const struct progress *p = arg;
+	return attempts(p->tc) >= p->attempts;
+}
+
+static int all_done(void *arg)
+{
+	const struct progress *p = arg;
+	for (size_t i = 0; i < p->n; i++)
+		if (p->ops[i].calls == 0)
+			return 0;
+	return 1;
+}
+
+/* N acquisitions wait on the loop, for names the other client holds, with a handful of threads. */
+static void test_kv_waiters_hold_no_thread(void)
+{
+	static lr_op ops[KV_WAITERS];
+	dlock_lock *h[KV_WAITERS] = { NULL }, *o[KV_WAITERS] = { NULL };
+	lc t;
+	if (!lc_begin(&t, "kv-waiters"))
+		return;
+	int before = threads_now();
+	for (int i = 0; i < KV_WAITERS; i++) {
+		char name[160];
+		snprintf(name, sizeof name, "%s-%d", t.name, i);
+		h[i] = lc_lock(&t, name);
+		o[i] = lc_other_lock(&t, name);
+		CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o[i], 0, 0, -1, NULL, NULL), DLOCK_OK);
+	}
+	struct progress p = { t.tc, attempts(t.tc) + KV_WAITERS, ops, KV_WAITERS };
+	for (int i = 0; i < KV_WAITERS; i++) {
+		lr_op_init(&ops[i], t.tc);
+		CU_ASSERT_EQUAL(lr_acquire(h[i], LR_AWAIT_MS, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &ops[i]), DLOCK_OK);
+	}
+	CU_ASSERT(lr_run_until(t.lp, attempted, &p, LR_AWAIT_MS)); /* each asked the server once: all wait */
+	lr_run_for(t.lp, 200);
+	int waiting = threads_now();
+	printf("\n    threads: %d before, %d while %d acquisitions wait", before, waiting, KV_WAITERS);
+	CU_ASSERT(before > 0 && waiting <= before + KV_THREADS_MORE);
+	int early = 0;
+	for (int i = 0; i < KV_WAITERS; i++)
+		early += ops[i].calls != 0;
+	CU_ASSERT_EQUAL(early, 0); /* each waits for its holder */
+	for (int i = 0; i < KV_WAITERS; i++)
+		CU_ASSERT_EQUAL(dlock_release(o[i]), DLOCK_OK);
+	CU_ASSERT(lr_run_until(t.lp, all_done, &p, LR_AWAIT_MS)); /* woken by the releases */
+	for (int i = 0; i < KV_WAITERS; i++) {
+		if (LR_ASSERT_ONCE(&ops[i], DLOCK_OK))
+			CU_ASSERT_EQUAL(lr_release_now(t.tc, h[i]), DLOCK_OK);
+		dlock_lock_free(h[i]);
+		dlock_lock_free(o[i]);
+	}
+	lc_end(&t);
+}
+
+/* ------------------------------------------------------------ through a fault proxy */
+
+/* A loop client of the target through a new proxy (*px), io_timeout KV_IO_TIMEOUT_MS; NULL (asserted) if not. */
+static lr_client *open_via_proxy(lr_loop *lp, const char *uri, faultproxy **px)
+{
+	char via[2200], bounded[2300];
+	int port = lc_uri_port(uri);
+	CU_ASSERT_FATAL(port > 0);
+	*px = ft_proxy_to(port);
+	ft_uri_port(via, sizeof via, uri, port, faultproxy_port(*px));
+	ft_uri_with(bounded, sizeof bounded, via, "io_timeout=500ms");
+	return lr_open_ready(lp, bounded);
+}
+
+/* Unanswered, a call ends with ECONNECT after io_timeout; then the client connects again and works on. */
+static void test_kv_unanswered_call(void)
+{
+	char name[128];
+	faultproxy *px;
+	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
+	lr_client *tc = open_via_proxy(lp, lc_get_target()->uri, &px);
+	dlock_client *other = ft_open(lc_get_target()->uri);
+	lr_name(name, sizeof name, "kv-unanswered");
+	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
+	dlock_status st = h && other ? lr_acquire_now(tc, h, 0) : DLOCK_EINVAL;
+	CU_ASSERT_EQUAL(st, DLOCK_OK);
+	if (st != DLOCK_OK)
+		goto out;
+	faultproxy_blackhole(px, FP_BOTH);
+	lr_op op;
+	lr_op_init(&op, tc);
+	int64_t t0 = dlock_test_now_ms();
+	st = LR_START(lp, dlock_extend_async(h, 0, lr_on_lock, &op));
+	CU_ASSERT_EQUAL(lr_finish(&op, st), DLOCK_ECONNECT);
+	int64_t took = dlock_test_now_ms() - t0;
+	printf("\n    extend: %s after %lld ms: %s", dlock_status_name(op.status), (long long)took, op.msg);
+	CU_ASSERT(took >= KV_IO_TIMEOUT_MS - 5 && took < KV_IO_TIMEOUT_MS + FT_SLACK_MS);
+	CU_ASSERT_PTR_NOT_NULL(strstr(op.msg, "kv://127.0.0.1:"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(op.msg, "no answer within 500 ms"));
+	faultproxy_pass(px);
+	CU_ASSERT_EQUAL(lr_check_now(tc, h), DLOCK_OK); /* a new connection; the lock is still ours */
+	CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_probe(other, name), DLOCK_OK);
+out:
+	dlock_lock_free(h);
+	dlock_client_close(other);
+	lr_loop_free(lp);
+	faultproxy_stop(px);
+}
+
+/* The answers lost, not the requests: each attempt's script runs, and its undo frees the name again. */
+static void test_kv_lost_answer_undone(void)
+{
+	char name[128];
+	faultproxy *px;
+	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
+	lr_client *tc = open_via_proxy(lp, lc_get_target()->uri, &px);
+	dlock_client *other = ft_open(lc_get_target()->uri);
+	lr_name(name, sizeof name, "kv-undone");
+	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
+	if (!h || !other)
+		goto out;
+	faultproxy_blackhole(px, FP_DOWN);
+	lr_op op;
+	lr_op_init(&op, tc);
+	dlock_status st = lr_acquire(h, 3 * KV_IO_TIMEOUT_MS, 0, 0, DLOCK_MODE_EXCLUSIVE, NULL, &op);
+	st = lr_finish(&op, st);
+	printf("\n    acquire: %s: %s", dlock_status_name(op.status), op.msg);
+	CU_ASSERT(st == DLOCK_ECONNECT || st == DLOCK_ETIMEDOUT);
+	/* Still blackholed: without the undo the name would stay held for the whole lease (30 s). */
+	CU_ASSERT_EQUAL(dlock_test_probe(other, name), DLOCK_OK);
+	faultproxy_pass(px);
+	CU_ASSERT_EQUAL(lr_acquire_now(tc, h, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_OK);
+out:
+	dlock_lock_free(h);
+	dlock_client_close(other);
+	lr_loop_free(lp);
+	faultproxy_stop(px);
+}
+
+/* With a password: the loop's connection authenticates, and again after every connection was cut. */
+static void test_kv_password(void)
+{
+	const char *ports = dlock_test_env("DLOCK_TEST_SENTINEL_DATA_PORTS");
+	const char *pw = dlock_test_env("DLOCK_TEST_SENTINEL_DATA_PASSWORD");
+	if (!ports || !pw) {
+		dlock_test_skip_part("no password-protected Redis (DLOCK_TEST_SENTINEL_DATA_PORTS, _PASSWORD unset)");
+		return;
+	}
+	char uri[512], name[128];
+	snprintf(uri, sizeof uri, "kv://:%s@127.0.0.1:%d?prefix=loop-kv", pw, atoi(ports)); /* the primary */
+	faultproxy *px;
+	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
+	lr_client *tc = open_via_proxy(lp, uri, &px);
+	lr_name(name, sizeof name, "kv-auth");
+	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
+	dlock_status st = h ? lr_acquire_now(tc, h, 0) : DLOCK_EINVAL;
+	CU_ASSERT_EQUAL(st, DLOCK_OK); /* a call before AUTH would meet NOAUTH: DLOCK_ESERVER */
+	if (st == DLOCK_OK) {
+		faultproxy_reset(px);
+		/* On a new connection, or on the cut one if the loop has not seen the cut yet: cannot tell. */
+		st = lr_check_now(tc, h);
+		CU_ASSERT(st == DLOCK_OK || st == DLOCK_EUNCERTAIN);
+		CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_OK); /* connected and authenticated again */
+	}
+	dlock_lock_free(h);
+	lr_loop_free(lp);
+	faultproxy_stop(px);
+}
+
+const lc_case lc_kv_cases[] = {
+	{ "kv: acquisitions waiting on the loop hold no thread", test_kv_waiters_hold_no_thread },
+	{ "kv: an unanswered call ends at io_timeout, the next connects again", test_kv_unanswered_call },
+	{ "kv: an acquisition whose answer is lost leaves the name free", test_kv_lost_answer_undone },
+	{ "kv: a password authenticates every connection", test_kv_password },
+	{ NULL, NULL },
+};
