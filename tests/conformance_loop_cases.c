@@ -301,9 +301,6 @@ static void test_loop_lost_frees_local_waiter(void)
 		dlock_test_skip_part("session lease: each backend's own tests end the session");
 		return;
 	}
-	if (dlock_test_known_failing(conf_uri(), "kv", "a driver on the loop: the loss cleaned on the background "
-	                                                "thread does not step the loop's acquisitions of the name"))
-		return;
 	char name[128];
 	conf_name(name, sizeof name, "loop-lost-local");
 	dlock_client *client = conf_open(), *other = conf_open();

@@ -351,11 +351,6 @@ static void test_stalled_loop(void)
 		lc_end(&t);
 		return;
 	}
-	if (lc_known_failing("kv", "a driver on the loop: the check started before the stall is in progress on the "
-	                           "loop through it, so the renewal thread skips its busy handle and the lease runs out")) {
-		lc_end(&t);
-		return;
-	}
 	int native = lc_feature(&t, DLOCK_FEATURE_LOOP_NATIVE) == 1;
 	const char *uri = lc_get_target()->uri;
 	int64_t lease_ms = lc_get_target()->short_lease_ms;
