@@ -242,6 +242,17 @@ static void test_election(void)
 	lc_end(&t);
 }
 
+/* A loop client of the target's URI with its short lease as `ttl` (renewal off when `renew` is 0), opened
+ * with its callback run (asserted); NULL when it could not open. */
+static lr_client *open_short_lease(lc *t, int renew)
+{
+	const char *uri = lc_get_target()->uri;
+	char short_uri[2200];
+	snprintf(short_uri, sizeof short_uri, "%s%cttl=%lldms%s", uri, strchr(uri, '?') ? '&' : '?',
+	         (long long)lc_get_target()->short_lease_ms, renew ? "" : "&renew=0");
+	return lr_open_ready(t->lp, short_uri);
+}
+
 /*
  * A lease that runs out without renewal (a loop client of the URI with
  * `ttl` short and `renew=0`): on_lost once, on the loop, EXPIRED; the name
@@ -257,11 +268,7 @@ static void test_lost_lease(void)
 		lc_end(&t);
 		return;
 	}
-	const char *uri = lc_get_target()->uri;
-	char short_uri[2200];
-	snprintf(short_uri, sizeof short_uri, "%s%cttl=%lldms&renew=0", uri, strchr(uri, '?') ? '&' : '?',
-	         (long long)lc_get_target()->short_lease_ms);
-	lr_client *tc = lr_open_ready(t.lp, short_uri);
+	lr_client *tc = open_short_lease(&t, 0);
 	if (!tc) {
 		lc_end(&t);
 		return;
@@ -305,11 +312,8 @@ static void test_timer_fires_early(void)
 		lc_end(&t);
 		return;
 	}
-	const char *uri = lc_get_target()->uri;
 	int64_t lease_ms = lc_get_target()->short_lease_ms;
-	char short_uri[2200];
-	snprintf(short_uri, sizeof short_uri, "%s%cttl=%lldms", uri, strchr(uri, '?') ? '&' : '?', (long long)lease_ms);
-	lr_client *tc = lr_open_ready(t.lp, short_uri);
+	lr_client *tc = open_short_lease(&t, 1);
 	if (!tc) {
 		lc_end(&t);
 		return;
@@ -352,12 +356,10 @@ static void test_stalled_loop(void)
 		return;
 	}
 	int native = lc_feature(&t, DLOCK_FEATURE_LOOP_NATIVE) == 1;
-	const char *uri = lc_get_target()->uri;
 	int64_t lease_ms = lc_get_target()->short_lease_ms;
-	char short_uri[2200], second[160];
-	snprintf(short_uri, sizeof short_uri, "%s%cttl=%lldms", uri, strchr(uri, '?') ? '&' : '?', (long long)lease_ms);
+	char second[160];
 	snprintf(second, sizeof second, "%s-2", t.name);
-	lr_client *tc = lr_open_ready(t.lp, short_uri);
+	lr_client *tc = open_short_lease(&t, 1);
 	if (!tc) {
 		lc_end(&t);
 		return;
