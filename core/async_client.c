@@ -236,7 +236,9 @@ dlock_status dlock_async_close_blocking(struct dlock_client *c)
 int dlock_async_lock_free(struct dlock_lock *l, struct dlock_election *e)
 {
 	struct dlock_client *c = l->client;
-	if (!dlock_async_live(c) || !dlock_reactor_is_loop_thread(c->reactor))
+	/* The thread first: off the loop (a worker freeing an election's handle) the close's fields are the
+	 * loop's to change, and this call is not the loop's to take over. */
+	if (!c->reactor || !dlock_reactor_is_loop_thread(c->reactor) || !dlock_async_live(c))
 		return 0;
 	pthread_mutex_lock(&c->mu);
 	if (l->free_requested) {

@@ -27,7 +27,8 @@
 #endif
 
 #define SHORT_LEASE_MS 1000 /* a lease of `ttl=1s`, renewal off, to watch it run out */
-#define CUT_WAIT_MS 20000   /* the waiters' bound through a cut: a hang becomes ETIMEDOUT */
+#define CUT_WAIT_MS 5000    /* the waiters' bound through a cut: a hang becomes ETIMEDOUT (kv:// retries a refused
+                               * reconnection until the bound, as its blocking client does) */
 
 static char redis_uri[2048], pg_uri[2048], kv_uri[2100];
 
