@@ -186,11 +186,6 @@ void lc_assert_ends(lr_op *op, dlock_status started, dlock_status want, const ch
 	lr_assert_once(op, want, what, file, line);
 }
 
-int lc_known_failing(const char *schemes, const char *why)
-{
-	return dlock_test_known_failing(current.uri, schemes, why);
-}
-
 int lc_uri_port(const char *uri)
 {
 	const char *p = strstr(uri, "://");

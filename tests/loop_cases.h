@@ -102,13 +102,6 @@ int64_t lc_feature(lc *t, dlock_feature f);
 void lc_assert_ends(lr_op *op, dlock_status started, dlock_status want, const char *what, const char *file,
                     unsigned line);
 
-/**
- * dlock_test_known_failing() for the target's URI: a case that fails now
- * through a known defect of the library on the backends whose scheme is in
- * `schemes` is skipped, loudly (DLOCK_TEST_KNOWN_FAILING=1 runs it).
- */
-int lc_known_failing(const char *schemes, const char *why);
-
 /** DLOCK_TEST_SCALE times `base`, at least 1. */
 int lc_scaled(int base);
 

@@ -344,26 +344,6 @@ void dlock_test_skip_part(const char *why)
 	fflush(stdout);
 }
 
-int dlock_test_known_failing(const char *uri, const char *schemes, const char *why)
-{
-	const char *end = strstr(uri, "://");
-	const char *run = getenv("DLOCK_TEST_KNOWN_FAILING");
-	if (!end || (run && strcmp(run, "1") == 0))
-		return 0;
-	size_t len = (size_t)(end - uri);
-	for (const char *p = schemes; *p;) {
-		size_t n = strcspn(p, ",");
-		if (n == len && strncmp(p, uri, len) == 0) {
-			char msg[512];
-			snprintf(msg, sizeof msg, "known to fail (DLOCK_TEST_KNOWN_FAILING=1 runs it): %s", why);
-			dlock_test_skip_part(msg);
-			return 1;
-		}
-		p += n + (p[n] == ',');
-	}
-	return 0;
-}
-
 int dlock_test_run(const char *cmd, char *out, size_t outlen)
 {
 	FILE *p = popen(cmd, "r");

@@ -48,16 +48,6 @@ int dlock_test_skip(const char *why);
  */
 void dlock_test_skip_part(const char *why);
 
-/**
- * A case that fails now through a known defect of the library (`why` says
- * which) on the backend of `uri`, when its scheme is in `schemes`
- * (comma-separated, "mem,file"): says SKIPPED (dlock_test_skip_part()) and
- * returns 1, so that the rest of the suite runs, unless
- * DLOCK_TEST_KNOWN_FAILING=1 asks to run it anyway (then 0, as on other
- * backends).
- */
-int dlock_test_known_failing(const char *uri, const char *schemes, const char *why);
-
 /** Sleep for `ms` milliseconds (not a way to wait for a condition: see dlock_test_await). */
 void dlock_test_sleep_ms(int64_t ms);
 
