@@ -23,6 +23,7 @@
  */
 #include "async.h"
 #include "reactor.h"
+#include "registry.h"
 #include "worker.h"
 
 #include <stdio.h>
@@ -142,6 +143,11 @@ dlock_status dlock_async_open_run(struct dlock_client *c, char *msg, size_t len)
 	dlock_error err = { "" };
 	dlock_status st = dlock_client_connect(c, &err);
 	snprintf(msg, len, "%s", err.msg);
+	if (st == DLOCK_OK && c->loop_io && !dlock_driver_loop_io_for(c->driver, c->backend)) {
+		pthread_mutex_lock(&c->mu); /* this backend's mode runs on workers after all */
+		c->loop_io = 0;
+		pthread_mutex_unlock(&c->mu);
+	}
 	return st;
 }
 

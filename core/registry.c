@@ -389,6 +389,14 @@ const dlock_driver *dlock_driver_loop_io_of(const dlock_driver *d)
 	return d;
 }
 
+int dlock_driver_loop_io_for(const dlock_driver *d, void *backend)
+{
+	dlock_driver_feature_fn *feature = dlock_driver_feature_of(d);
+	dlock_fact f = { 0, NULL };
+	return dlock_driver_loop_io_of(d) && feature(backend, DLOCK_KIND_MUTEX, DLOCK_FACT_LOOP_IO, &f) == DLOCK_OK &&
+	       f.value == 1;
+}
+
 int dlock_driver_is_inline(const dlock_driver *d)
 {
 	dlock_driver_feature_fn *feature = dlock_driver_feature_of(d);

@@ -59,6 +59,9 @@ int dlock_driver_is_inline(const dlock_driver *d);
 /** `d` when it runs on a loop client's loop (ABI version 9, DLOCK_FACT_LOOP_IO asked with no client, and the
  *  four _start methods, which registration checked come together), else NULL. */
 const dlock_driver *dlock_driver_loop_io_of(const dlock_driver *d);
+/** 1 when the open `backend` of such a driver takes its calls on the loop (DLOCK_FACT_LOOP_IO asked again, with
+ *  the backend, once open() succeeded): a driver may run some of its modes on worker threads only. */
+int dlock_driver_loop_io_for(const dlock_driver *d, void *backend);
 /** feature() of `d` (ABI version 7), or NULL: an older driver states its facts through the slots above. */
 dlock_driver_feature_fn *dlock_driver_feature_of(const dlock_driver *d);
 

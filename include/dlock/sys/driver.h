@@ -958,7 +958,10 @@ typedef enum dlock_fact_code {
 	                                       and a loop client opens it on its loop's thread with
 	                                       dlock_host_io() set, then calls them there; its other methods
 	                                       still run on worker threads.  Asked before open() with `backend`
-	                                       NULL, of drivers of ABI version 9 and later */
+	                                       NULL, of drivers of ABI version 9 and later; asked again with
+	                                       the backend once open() succeeded: 0 there says that this
+	                                       client's mode runs on worker threads after all (the driver then
+	                                       leaves the loop it was given alone) */
 } dlock_fact_code;
 
 /** The first code of the contract's own facts: from here on, never a dlock_feature code. */
