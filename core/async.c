@@ -86,7 +86,8 @@ static dlock_status fail(struct dlock_client *c, dlock_status st, const char *ms
 
 dlock_status dlock_loop_refuse_blocking(struct dlock_client *c, const char *call)
 {
-	if (!c || !c->reactor || c->close_finished || c->loop_inline || !dlock_reactor_is_loop_thread(c->reactor))
+	/* The loop's thread first: only it writes close_finished and loop_inline, and a worker reads neither. */
+	if (!c || !c->reactor || !dlock_reactor_is_loop_thread(c->reactor) || c->close_finished || c->loop_inline)
 		return DLOCK_OK;
 	char buf[200];
 	snprintf(buf, sizeof buf, "%s would block the loop of this loop client: use its _async form", call);
