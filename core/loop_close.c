@@ -67,7 +67,7 @@ static void unpin_locked(struct dlock_client *c)
 		}
 		l->shut = 2;
 		pthread_mutex_unlock(&c->mu);
-		dlock_async_unref(l); /* may free it */
+		c->seam->unref(l); /* may free it */
 		pthread_mutex_lock(&c->mu);
 		l = c->locks;
 	}
