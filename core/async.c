@@ -180,7 +180,9 @@ void dlock_async_unref(struct dlock_lock *l)
 	struct dlock_client *c = l->client;
 	pthread_mutex_lock(&c->mu);
 	unsigned refs = --l->async_refs;
-	int go = refs == 0 && l->free_requested;
+	int go = refs == 0 && l->free_requested == 1;
+	if (go)
+		l->free_requested = 2; /* once: the free may wait on a worker while the loop takes and drops refs */
 	pthread_mutex_unlock(&c->mu);
 	if (go)
 		dlock_async_free_now(l);

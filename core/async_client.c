@@ -247,10 +247,11 @@ int dlock_async_lock_free(struct dlock_lock *l, struct dlock_election *e)
 		pthread_mutex_unlock(&c->mu);
 		return 1;
 	}
-	l->free_requested = 1;
 	l->free_election = e;
 	dlock_lock_cancel_locked(l);
 	unsigned refs = l->async_refs;
+	l->free_requested = refs == 0 ? 2 : 1; /* 2: started now; a reference taken later cannot start it again */
+	dlock_sched_update(l); /* the background starts no call on it any more (sched.c) */
 	pthread_mutex_unlock(&c->mu);
 	if (refs == 0)
 		dlock_async_free_now(l);

@@ -157,7 +157,8 @@ struct dlock_lock {
 
 	/* A loop client's handle (async.c). */
 	unsigned async_refs;  /* operations and posted callbacks that still need the handle */
-	int free_requested;   /* dlock_lock_free() was called: freed when async_refs falls to 0 */
+	int free_requested;   /* dlock_lock_free() was called: freed when async_refs falls to 0 (1), and that
+	                         free has started (2) */
 	struct dlock_election *free_election; /* the election to free with it, when it is one's */
 	struct dlock_async_lost *lost_post; /* a lost-lock callback posted to the loop, not yet run */
 

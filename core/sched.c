@@ -152,8 +152,10 @@ void dlock_sched_update(struct dlock_lock *l)
 	int64_t due = cleanup ? cleanup_due(l) : l->next_renew;
 	if (!cleanup && lingering && (!renewing || l->min_until < due))
 		due = l->min_until;
+	/* A loop driver's handle being freed starts no call of the background: its free releases it. */
+	int freeing = c->loop_io && l->free_requested;
 	heap_set(&c->sched[DLOCK_SCHED_RENEW], DLOCK_SCHED_RENEW, l,
-	         !l->busy && !l->loop_call && (cleanup || renewing || lingering), due);
+	         !l->busy && !l->loop_call && !freeing && (cleanup || renewing || lingering), due);
 	/* Wake a thread that would otherwise sleep past the new due time. */
 	if (watched && watch_key < c->bg_sleep_until)
 		pthread_cond_signal(&c->bg_cond);
