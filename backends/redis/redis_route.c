@@ -70,6 +70,17 @@ void dlock_redis_route_failed(struct redis_client *c)
 		dlock_redis_cluster_stale(c->cluster);
 }
 
+dlock_status dlock_redis_refusal(const struct redis_endpoint *ep, const redisReply *r, const char *what,
+                                 dlock_error *err)
+{
+	if (dlock_redis_is_error(r, "MOVED") || dlock_redis_is_error(r, "ASK"))
+		return dlock_error_set(err, DLOCK_ESERVER,
+		                       "redis %s: the server is a Redis Cluster node and the lock's slot is elsewhere (%s): "
+		                       "use redis+cluster:// (rediss+cluster:// over TLS)",
+		                       ep->label, r->str);
+	return dlock_redis_reply_error(r, ep, what, err);
+}
+
 /* The address of a MOVED or ASK error ("MOVED 3999 127.0.0.1:6381"): its start and length. */
 static const char *redirect_addr(const redisReply *r, size_t *len)
 {
@@ -111,10 +122,7 @@ static int redirected(struct redis_client *c, const struct redis_lock *lk, const
 	if (!c->cluster) {
 		if (!moved && !ask)
 			return 0;
-		*st = dlock_error_set(err, DLOCK_ESERVER,
-		                "redis %s: the server is a Redis Cluster node and the lock's slot is elsewhere (%s): use "
-		                "redis+cluster:// (rediss+cluster:// over TLS)",
-		                rt->pool->ep.label, r->str);
+		*st = dlock_redis_refusal(&rt->pool->ep, r, "", err);
 		return -1;
 	}
 	*asking = 0;

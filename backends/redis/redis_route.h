@@ -31,6 +31,10 @@ struct redis_sub *dlock_redis_route_sub(struct redis_client *c, const struct red
 /** 1 when error reply `r` says the lock's slot is served elsewhere or not now (MOVED, ASK, TRYAGAIN,
  *  CLUSTERDOWN); a cluster's map is then looked at again before the next command. */
 int dlock_redis_slot_elsewhere(struct redis_client *c, const redisReply *r);
+/** What the error reply `r` to `what` from the one server `ep` (not a cluster's) means: a cluster node's
+ *  redirection is DLOCK_ESERVER naming the cluster scheme, anything else as dlock_redis_reply_error(). */
+dlock_status dlock_redis_refusal(const struct redis_endpoint *ep, const redisReply *r, const char *what,
+                                 dlock_error *err);
 /** A connection to the lock's server failed: a cluster looks at its map again before the next command. */
 void dlock_redis_route_failed(struct redis_client *c);
 
