@@ -21,8 +21,10 @@
  * And once, on the plain server: a password refused when the loop's
  * connection connects again is DLOCK_EAUTH (an ACL user of the test's,
  * deleted meanwhile); scripts the server lost (SCRIPT FLUSH) are sent
- * again as EVAL; a fair=1 queue, Sentinel and Cluster clients still work
- * on a loop (their calls on workers).
+ * again as EVAL; replicas=N waits for the replicas after each write, and
+ * too few undo the acquisition (the primary with a replica of
+ * DLOCK_TEST_REDIS_PRIMARY_URI); a fair=1 queue, Sentinel and Cluster
+ * clients still work on a loop (their calls on workers).
  *
  * Faults go through proxies of the test's own; the shared servers see
  * only a SCRIPT FLUSH (every client falls back to EVAL) and an ACL user
@@ -356,6 +358,45 @@ static void test_scripts_lost(void)
 }
 
 /*
+ * replicas=N on the loop: with one replica, WAIT confirms every write and
+ * the calls work; asking for one more than there are, the acquisition
+ * ends as the blocking one does (DLOCK_ECONNECT, naming the count) and is
+ * undone: the name is free.
+ */
+static void test_replicas(void)
+{
+	char uri[URI_MAX + 64], name[128];
+	const char *primary = dlock_test_env("DLOCK_TEST_REDIS_PRIMARY_URI");
+	if (!primary) {
+		dlock_test_skip_part("no primary with a replica (DLOCK_TEST_REDIS_PRIMARY_URI unset)");
+		return;
+	}
+	lr_loop *lp = lr_loop_new(LR_PUSH);
+	ft_uri_with(uri, sizeof uri, primary, "replicas=1");
+	lr_client *one = lr_open_ready(lp, uri);
+	ft_uri_with(uri, sizeof uri, primary, "replicas=2&replicas_timeout=100ms");
+	lr_client *two = lr_open_ready(lp, uri);
+	dlock_client *other = ft_open(primary);
+	lr_name(name, sizeof name, "rl-replicas");
+	dlock_lock *h1 = one ? ft_lock(one->client, name) : NULL, *h2 = two ? ft_lock(two->client, name) : NULL;
+	if (h1 && h2 && other) {
+		CU_ASSERT_EQUAL(lr_acquire_now(one, h1, 0), DLOCK_OK);
+		lr_op op;
+		CU_ASSERT_EQUAL(lr_finish(&op, extend_start(lp, one, h1, &op)), DLOCK_OK);
+		CU_ASSERT_EQUAL(lr_release_now(one, h1), DLOCK_OK);
+		lr_op_init(&op, two);
+		CU_ASSERT_EQUAL(lr_finish(&op, lr_acquire(h2, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op)), DLOCK_ECONNECT);
+		printf("\n    replicas=2: %s: %s", dlock_status_name(op.status), op.msg);
+		CU_ASSERT_PTR_NOT_NULL(strstr(op.msg, "1 of 2 replicas confirmed"));
+		CU_ASSERT_EQUAL(dlock_test_probe(other, name), DLOCK_OK); /* undone */
+	}
+	dlock_lock_free(h1);
+	dlock_lock_free(h2);
+	dlock_client_close(other);
+	lr_loop_free(lp);
+}
+
+/*
  * A mode that does not run on the loop (fair=1's queue, Sentinel,
  * Cluster): a loop client of it still acquires, waits, is woken and
  * releases, its calls on worker threads.
@@ -472,6 +513,7 @@ static void add_suites(void)
 	CU_pSuite s = CU_add_suite("redis:// on the loop, once", NULL, NULL);
 	CU_add_test(s, "a password refused on connecting again: EAUTH", test_password_refused);
 	CU_add_test(s, "scripts the server lost are sent again as EVAL", test_scripts_lost);
+	CU_add_test(s, "replicas=N: WAIT after each write, too few undo the acquisition", test_replicas);
 	CU_add_test(s, "fair=1 still works on a loop client (workers)", test_declined_fair);
 	CU_add_test(s, "redis+sentinel:// still works on a loop client (workers)", test_declined_sentinel);
 	CU_add_test(s, "redis+cluster:// still works on a loop client (workers)", test_declined_cluster);

@@ -34,6 +34,13 @@
  * Semaphores likewise (one server, not RedLock): permits run their own
  * scripts (redis_sem.c), hold the mutex's key while any is live, and wait
  * in the core's loop.
+ *
+ * A loop client (dlock/loop.h) of redis://, redis+unix:// or rediss://
+ * whose mode is one server with algorithm "single" (fair=0, replicas=N
+ * too: dlock_redis_loop_fits()) makes its lock calls on its loop
+ * (redis_loop.c, driver contract 9: DLOCK_FACT_LOOP_IO), every kind of
+ * lock alike; its other calls, and every other mode's, run on the core's
+ * worker threads.
  */
 #include <inttypes.h>
 #include <stdio.h>

@@ -123,7 +123,9 @@ struct redis_loop_op {
 	struct redis_try t;        /* an acquisition's attempt */
 	int64_t lease_ms;          /* an extend's */
 	int64_t sent_ns;           /* an acquisition's: when its attempt was sent */
-	dlock_status failed;       /* an undo's: what the acquisition ends with once it is done */
+	dlock_status failed;       /* an undo's (a drop's): what the call ends with once it is done */
+	int after;                 /* replicas=N's WAIT: the kind of the write it counts */
+	redisReply *held;          /* the write's reply while its WAIT waits for its answer; owned */
 };
 
 struct redis_lock {

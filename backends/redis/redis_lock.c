@@ -589,14 +589,32 @@ dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, i
 		acked = c->replicas;
 		st = run_script_waiting(c, lk, id, nkeys, &a, "extend", 0, extend_wrote, &acked, &r, &maybe_ran, err);
 	}
+	int drop = 0;
 	if (st == DLOCK_OK)
-		st = owner_only_result(c, r, "extend", err);
+		st = dlock_redis_extend_answer(c, r, acked, &drop, err);
+	freeReplyObject(r);
+	if (drop) {
+		dlock_error ignored = { "" };
+		dlock_redis_release(c, lk, &ignored);
+	}
+	return st;
+}
+
+int dlock_redis_extend_wrote(const redisReply *r)
+{
+	return extend_wrote(r);
+}
+
+dlock_status dlock_redis_extend_answer(struct redis_client *c, const redisReply *r, long long acked, int *drop,
+                                       dlock_error *err)
+{
+	dlock_status st = dlock_redis_owned_answer(c, r, "extend", err);
+	*drop = 0;
 	if (st == DLOCK_OK && acked < 0) /* not known to be confirmed or not: the renewal is retried */
 		return too_few_replicas(c, acked, DLOCK_ECONNECT, "renewal", err);
 	if (st == DLOCK_OK && acked < c->replicas) {
 		/* Renewed on the primary only: a failover now could lose it.  Give it up and say so. */
-		dlock_error ignored = { "" };
-		dlock_redis_release(c, lk, &ignored);
+		*drop = 1;
 		return too_few_replicas(c, acked, DLOCK_ENOTHELD, "renewal (the lock was released)", err);
 	}
 	return st;

@@ -133,6 +133,13 @@ void dlock_redis_release_cmd(const struct redis_client *c, const struct redis_lo
 /** The reply `r` (no error reply) of an owner-only release or extend: DLOCK_OK, DLOCK_ENOTHELD, DLOCK_ESERVER. */
 dlock_status dlock_redis_owned_answer(const struct redis_client *c, const redisReply *r, const char *what,
                                       dlock_error *err);
+/** 1 when the reply `r` (no error reply) of an extend script says it wrote the lease (replicas=N: WAIT then counts). */
+int dlock_redis_extend_wrote(const redisReply *r);
+/** The extend script's reply `r` (no error reply), `acked` the replicas that confirmed it (c->replicas when none
+ *  are asked): DLOCK_OK, DLOCK_ENOTHELD (also, with *drop set, when fewer than replicas=N confirmed it: the lock
+ *  is then to be released by the caller), DLOCK_ECONNECT (WAIT had no answer), DLOCK_ESERVER. */
+dlock_status dlock_redis_extend_answer(struct redis_client *c, const redisReply *r, long long acked, int *drop,
+                                       dlock_error *err);
 /** The check of lk's acquisition; and what check() answers for the call's status `st` and reply `r` (read only
  *  when `st` is DLOCK_OK): DLOCK_OK, DLOCK_ENOTHELD, or DLOCK_EUNCERTAIN. */
 void dlock_redis_check_cmd(const struct redis_client *c, const struct redis_lock *lk, struct redis_cmd *cmd);

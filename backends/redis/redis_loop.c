@@ -22,7 +22,11 @@
  *
  * A script the server lost (NOSCRIPT, after SCRIPT FLUSH or a restart) is
  * sent again as EVAL, its command built again from the lock's state (the
- * blocking path's fallback).  Each call is bounded by io_timeout (the
+ * blocking path's fallback).  With replicas=N an attempt that took the
+ * lock, or an extend, is followed by WAIT on the same connection, as the
+ * blocking forms do; too few replicas undo the attempt, or release the
+ * lock renewed (then DLOCK_ENOTHELD), and a WAIT without an answer counts
+ * none (the blocking extend sends its extend again first).  Each call is bounded by io_timeout (the
  * connection's timer); a connection that fails ends every call on it with
  * its status (DLOCK_ECONNECT; DLOCK_EAUTH for a refused password), and the
  * next call connects again.  Unlike the blocking forms, a release, extend
@@ -54,16 +58,18 @@ enum op_kind {
 	OP_RELEASE,
 	OP_EXTEND,
 	OP_CHECK,
+	OP_WAIT,    /* replicas=N: WAIT after an attempt or extend that wrote (`after`), its reply held meanwhile */
+	OP_DROP,    /* replicas=N: the release of a lock renewed on too few replicas */
 };
 
 static const char *const op_what[] = {
-	[OP_ACQUIRE] = "acquire", [OP_PTTL] = "acquire", [OP_UNDO] = "release",
-	[OP_RELEASE] = "release", [OP_EXTEND] = "extend", [OP_CHECK] = "check",
+	[OP_ACQUIRE] = "acquire", [OP_PTTL] = "acquire", [OP_UNDO] = "release", [OP_RELEASE] = "release",
+	[OP_EXTEND] = "extend",   [OP_CHECK] = "check",  [OP_WAIT] = "WAIT",    [OP_DROP] = "release",
 };
 
 int dlock_redis_loop_fits(const struct redis_client *c)
 {
-	return c->algo == &dlock_redis_single && c->npools == 1 && !c->sentinel && !c->cluster && c->replicas == 0;
+	return c->algo == &dlock_redis_single && c->npools == 1 && !c->sentinel && !c->cluster;
 }
 
 /* ------------------------------------------------------------ sending */
@@ -99,12 +105,18 @@ static void op_cmd(struct redis_client *c, struct redis_lock *lk, struct redis_c
 	case OP_ACQUIRE: dlock_redis_try_cmd(c, lk, &op->t, cmd); break;
 	case OP_PTTL: dlock_redis_pttl_cmd(c, lk, cmd); break;
 	case OP_UNDO:
-	case OP_RELEASE: dlock_redis_release_cmd(c, lk, cmd); break;
+	case OP_RELEASE:
+	case OP_DROP: dlock_redis_release_cmd(c, lk, cmd); break;
 	case OP_EXTEND:
 		cmd->a = (struct redis_args){ 0 };
 		cmd->id = dlock_redis_extend_args(c, lk, op->lease_ms, cmd->nums[0], &cmd->a, &cmd->nkeys);
 		break;
 	case OP_CHECK: dlock_redis_check_cmd(c, lk, cmd); break;
+	case OP_WAIT:
+		dlock_redis_wait_cmd(c, &cmd->a, cmd->nums[0], cmd->nums[1]);
+		cmd->id = REDIS_NOT_A_SCRIPT;
+		cmd->nkeys = 0;
+		break;
 	}
 }
 
@@ -133,25 +145,29 @@ static void acquire_done(struct redis_client *c, struct redis_lock *lk, dlock_st
 	dlock_call_done(op->call, st);
 }
 
+/* Send the call's next command, of `kind` (its answer comes to op_answer()): 1 when it went. */
+static int op_next(struct redis_client *c, struct redis_lock *lk, int kind, dlock_error *err)
+{
+	lk->op.kind = kind;
+	lk->op.eval = 0;
+	return op_send(c, lk, err) == DLOCK_OK;
+}
+
 /* The attempt's answer, `st` after its transport (with `r` when DLOCK_OK): the lock, busy, or the undo. */
 static void acquire_answer(struct redis_client *c, struct redis_lock *lk, dlock_status st, const redisReply *r,
-                           int undo)
+                           long long acked, int undo)
 {
 	struct redis_loop_op *op = &lk->op;
 	int64_t pttl_ms = -1;
 	dlock_error ignored;
-	if (st == DLOCK_OK) /* replicas=N is not run on the loop: nothing to count */
-		st = dlock_redis_try_answer(c, lk, &op->t, r, c->replicas, op->sent_ns, op->out, &pttl_ms, &undo, op->err);
+	if (st == DLOCK_OK)
+		st = dlock_redis_try_answer(c, lk, &op->t, r, acked, op->sent_ns, op->out, &pttl_ms, &undo, op->err);
 	if (dlock_redis_try_asks_pttl(&op->t, st)) {
-		op->kind = OP_PTTL;
-		op->eval = 0;
-		if (op_send(c, lk, &ignored) == DLOCK_OK)
+		if (op_next(c, lk, OP_PTTL, &ignored))
 			return; /* else busy, the TTL unknown, as a blocking PTTL that failed */
 	} else if (st != DLOCK_OK && undo) {
-		op->kind = OP_UNDO;
-		op->eval = 0;
 		op->failed = st;
-		if (op_send(c, lk, &ignored) == DLOCK_OK)
+		if (op_next(c, lk, OP_UNDO, &ignored))
 			return;
 		dlock_redis_undo_failed(c, ignored.msg);
 	}
@@ -159,33 +175,19 @@ static void acquire_answer(struct redis_client *c, struct redis_lock *lk, dlock_
 }
 
 /*
- * The answer `r` of lk's call, or the failure `st` (with `why`) of its
- * connection: what the blocking form would return, into the core's
- * out-parameters, then dlock_call_done() (or the next command of the call).
+ * What lk's call answers for its command's outcome: `st` (`r` its reply
+ * when DLOCK_OK, no error reply; `acked` the replicas that confirmed a
+ * write), into the core's out-parameters and `err`, then
+ * dlock_call_done(), or the call's next command.
  */
-static void op_answer(struct redis_nbreq *rq, redisReply *r, dlock_status st, const dlock_error *why,
-                      int maybe_ran)
+static void op_ended(struct redis_client *c, struct redis_lock *lk, dlock_status st, const redisReply *r,
+                     long long acked, int maybe_ran, dlock_error *err)
 {
-	struct redis_loop_op *op = (struct redis_loop_op *)rq;
-	struct redis_lock *lk = lock_of(op);
-	struct redis_client *c = op->c;
-	dlock_error ignored;
-	dlock_error *err = op->kind == OP_UNDO || op->kind == OP_PTTL ? &ignored : op->err;
-	if (r && !op->eval && dlock_redis_is_error(r, "NOSCRIPT")) { /* the server lost the script: EVAL */
-		op->eval = 1;
-		if ((st = op_send(c, lk, err)) == DLOCK_OK)
-			return;
-		maybe_ran = 0;
-		r = NULL;
-	} else if (r && r->type == REDIS_REPLY_ERROR) {
-		st = dlock_redis_refusal(&c->pools[0].ep, r, op_what[op->kind], err);
-		r = NULL;
-	} else if (!r) {
-		dlock_error_set(err, st, "%s", why ? why->msg : "");
-	}
+	struct redis_loop_op *op = &lk->op;
+	int drop = 0;
 	switch (op->kind) {
 	case OP_ACQUIRE:
-		acquire_answer(c, lk, st, r, maybe_ran);
+		acquire_answer(c, lk, st, r, acked, maybe_ran);
 		return;
 	case OP_PTTL: /* its failure leaves the TTL unknown, as in the blocking attempt */
 		acquire_done(c, lk, DLOCK_EBUSY, st == DLOCK_OK ? dlock_redis_pttl_answer(r) : -1);
@@ -194,19 +196,103 @@ static void op_answer(struct redis_nbreq *rq, redisReply *r, dlock_status st, co
 		if (st == DLOCK_OK && (st = dlock_redis_owned_answer(c, r, "release", err)) == DLOCK_ENOTHELD)
 			st = DLOCK_OK; /* nothing of ours was there */
 		if (st != DLOCK_OK)
-			dlock_redis_undo_failed(c, ignored.msg);
+			dlock_redis_undo_failed(c, err->msg);
 		acquire_done(c, lk, op->failed, -1);
 		return;
-	case OP_RELEASE:
 	case OP_EXTEND:
 		if (st == DLOCK_OK)
-			st = dlock_redis_owned_answer(c, r, op_what[op->kind], err);
+			st = dlock_redis_extend_answer(c, r, acked, &drop, err);
+		if (drop) { /* renewed on too few replicas: given up, as the blocking extend gives it up */
+			dlock_error ignored;
+			op->failed = st;
+			if (op_next(c, lk, OP_DROP, &ignored))
+				return;
+		}
+		break;
+	case OP_DROP: /* done or not, the extend's answer stands */
+		st = op->failed;
+		break;
+	case OP_RELEASE:
+		if (st == DLOCK_OK)
+			st = dlock_redis_owned_answer(c, r, "release", err);
 		break;
 	case OP_CHECK:
 		st = dlock_redis_check_answer(c, lk, st, r, err);
 		break;
+	case OP_WAIT: /* op_answer() put the write's kind back */
+		break;
 	}
 	dlock_call_done(op->call, st);
+}
+
+/*
+ * What a command's own answer says before its call reads it: a script the
+ * server lost is sent again as EVAL (1: the call goes on); an error reply,
+ * or a connection that failed, becomes the status and message of the
+ * blocking form (*r then NULL).
+ */
+static int settle(struct redis_client *c, struct redis_lock *lk, redisReply **r, dlock_status *st,
+                  const dlock_error *why, int *maybe_ran, dlock_error *err)
+{
+	struct redis_loop_op *op = &lk->op;
+	if (*r && !op->eval && dlock_redis_is_error(*r, "NOSCRIPT")) {
+		freeReplyObject(*r);
+		*r = NULL;
+		op->eval = 1;
+		if ((*st = op_send(c, lk, err)) == DLOCK_OK)
+			return 1;
+		*maybe_ran = 0; /* it did not run */
+	} else if (*r && (*r)->type == REDIS_REPLY_ERROR) {
+		*st = dlock_redis_refusal(&c->pools[0].ep, *r, op_what[op->kind], err);
+		freeReplyObject(*r);
+		*r = NULL;
+	} else if (!*r) {
+		dlock_error_set(err, *st, "%s", why ? why->msg : "");
+	}
+	return 0;
+}
+
+/* 1 when `r`, the reply of lk's call, wrote what replicas=N must confirm (an attempt that took it, an extend). */
+static int wrote(const struct redis_client *c, const struct redis_loop_op *op, const redisReply *r)
+{
+	if (c->replicas == 0 || !r)
+		return 0;
+	return op->kind == OP_ACQUIRE ? dlock_redis_try_wrote(&op->t, r)
+	                              : op->kind == OP_EXTEND && dlock_redis_extend_wrote(r);
+}
+
+/* The answer `r` of lk's command, or the failure `st` (with `why`) of its connection. */
+static void op_answer(struct redis_nbreq *rq, redisReply *r, dlock_status st, const dlock_error *why,
+                      int maybe_ran)
+{
+	struct redis_loop_op *op = (struct redis_loop_op *)rq;
+	struct redis_lock *lk = lock_of(op);
+	struct redis_client *c = op->c;
+	dlock_error ignored;
+	int internal = op->kind == OP_UNDO || op->kind == OP_PTTL || op->kind == OP_DROP;
+	dlock_error *err = internal ? &ignored : op->err;
+	long long acked = c->replicas; /* what a write needs, unless WAIT tells otherwise */
+	if (op->kind == OP_WAIT) { /* the write's own answer, with the replicas that have it */
+		acked = dlock_redis_wait_answer(r);
+		freeReplyObject(r);
+		r = op->held;
+		op->held = NULL;
+		op->kind = op->after;
+		st = DLOCK_OK;
+		maybe_ran = 1;
+	} else if (settle(c, lk, &r, &st, why, &maybe_ran, err)) {
+		return;
+	} else if (wrote(c, op, r)) { /* WAIT, on the connection that wrote it, as the blocking forms do */
+		op->held = r;
+		op->after = op->kind;
+		if (op_next(c, lk, OP_WAIT, &ignored))
+			return;
+		op->kind = op->after;
+		op->held = NULL;
+		acked = -1; /* no answer */
+	}
+	op_ended(c, lk, st, r, acked, maybe_ran, err);
+	freeReplyObject(r);
 }
 
 /* ------------------------------------------------------------ the methods */
@@ -288,7 +374,9 @@ static void withdrawal_answer(struct redis_nbreq *rq, redisReply *r, dlock_statu
 {
 	struct withdrawal *wd = (struct withdrawal *)rq;
 	(void)st, (void)why, (void)maybe_ran;
-	if (r && !wd->eval && dlock_redis_is_error(r, "NOSCRIPT")) {
+	int again = r && !wd->eval && dlock_redis_is_error(r, "NOSCRIPT");
+	freeReplyObject(r);
+	if (again) {
 		wd->eval = 1;
 		if (withdrawal_send(wd) == DLOCK_OK)
 			return;

@@ -7,10 +7,10 @@
  * backends/redis/.
  *
  * Which clients: one server (redis://host:port, redis+unix://,
- * rediss://host:port) with algorithm "single" (fair=0), no replicas=N:
+ * rediss://host:port) with algorithm "single" (fair=0, replicas=N too):
  * dlock_redis_loop_fits().  Every other mode (the fair queue, RedLock,
- * Sentinel, Cluster, replicas=N) runs its calls on the core's worker
- * threads, as before.
+ * Sentinel, Cluster) runs its calls on the core's worker threads, as
+ * before.
  *
  * Threads: the loop's only (open and close of such a client run there
  * too).  Errors: what the blocking forms return, with their messages.

@@ -222,7 +222,9 @@ static void hello_answer(struct redis_nbreq *rq, redisReply *r, dlock_status st,
 	struct redis_nbconn *nb = h->nb;
 	dlock_error refused;
 	(void)why, (void)maybe_ran;
-	if (r && (st = dlock_redis_hello_answer(nb->cfg, h->step, r, &nb->ep, &refused)) != DLOCK_OK)
+	st = r ? dlock_redis_hello_answer(nb->cfg, h->step, r, &nb->ep, &refused) : DLOCK_OK;
+	freeReplyObject(r);
+	if (st != DLOCK_OK)
 		nb_drop(nb, st, &refused, 1);
 }
 
@@ -354,7 +356,6 @@ static void read_answers(struct redis_nbconn *nb)
 			return;
 		}
 		rq->answer(rq, reply, DLOCK_OK, NULL, 1);
-		freeReplyObject(reply);
 		if (gen != nb->gen)
 			return; /* the answer dropped it (a refused AUTH) */
 	}
@@ -403,6 +404,8 @@ dlock_status dlock_redis_nbconn_send(struct redis_nbconn *nb, struct redis_nbreq
 		if (st != DLOCK_OK)
 			return st;
 	}
+	if (nb->conn->err) /* failed, and dropped once the answers it read are taken */
+		return dlock_redis_io_error(nb->conn, &nb->ep, err);
 	int first = nb->head == NULL;
 	if (queue_command(nb, rq, append, arg) != REDIS_OK)
 		return dlock_error_set(err, DLOCK_ENOMEM, "redis %s: out of memory", nb->ep.label);

@@ -25,7 +25,7 @@ struct redis_nbreq;
 
 /**
  * How a request ends, once: with its reply `r` (any type, error replies
- * too; freed when this returns), or, `r` NULL, with the failure of its
+ * too; the callback's, to free), or, `r` NULL, with the failure of its
  * connection, `st` and `why` (DLOCK_ECONNECT, DLOCK_EAUTH...);
  * `maybe_ran` then says whether its command may have reached the server.
  * It may send requests again (they go to a new connection after a

@@ -170,16 +170,27 @@ static int send_asking(struct redis_conn *ctx)
 	return ok;
 }
 
+void dlock_redis_wait_cmd(const struct redis_client *c, struct redis_args *a, char n[24], char ms[24])
+{
+	*a = (struct redis_args){ 0 };
+	dlock_redis_arg(a, "WAIT");
+	dlock_redis_argi(a, n, c->replicas);
+	dlock_redis_argi(a, ms, c->replicas_timeout_ms);
+}
+
+long long dlock_redis_wait_answer(const redisReply *r)
+{
+	return r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+}
+
 /* WAIT N replicas_timeout on `ctx`: the number of replicas that have its writes, -1 without an answer. */
 static long long wait_replicas(struct redis_client *c, struct redis_conn *ctx)
 {
-	struct redis_args wa = { 0 };
+	struct redis_args wa;
 	char n[24], ms[24];
-	dlock_redis_arg(&wa, "WAIT");
-	dlock_redis_argi(&wa, n, c->replicas);
-	dlock_redis_argi(&wa, ms, c->replicas_timeout_ms);
+	dlock_redis_wait_cmd(c, &wa, n, ms);
 	redisReply *w = dlock_redis_command(ctx, &wa);
-	long long acked = w && w->type == REDIS_REPLY_INTEGER ? w->integer : -1;
+	long long acked = dlock_redis_wait_answer(w);
 	freeReplyObject(w);
 	return acked;
 }

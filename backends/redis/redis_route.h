@@ -38,6 +38,11 @@ dlock_status dlock_redis_refusal(const struct redis_endpoint *ep, const redisRep
 /** A connection to the lock's server failed: a cluster looks at its map again before the next command. */
 void dlock_redis_route_failed(struct redis_client *c);
 
+/** WAIT for the client's replicas=N within replicas_timeout (`n`, `ms` keep the numbers): after a write, on the
+ *  connection that wrote it; and its answer: the replicas that have the connection's writes, -1 for none. */
+void dlock_redis_wait_cmd(const struct redis_client *c, struct redis_args *a, char n[24], char ms[24]);
+long long dlock_redis_wait_answer(const redisReply *r);
+
 /* One command, or one script, for a lock. */
 struct redis_call {
 	enum redis_script_id id;  /* REDIS_SCRIPT_COUNT: the command `a` itself */
