@@ -268,7 +268,7 @@ static void op_answer(struct redis_nbreq *rq, redisReply *r, dlock_status st, co
 	struct redis_loop_op *op = (struct redis_loop_op *)rq;
 	struct redis_lock *lk = lock_of(op);
 	struct redis_client *c = op->c;
-	dlock_error ignored;
+	dlock_error ignored = { "" };
 	int internal = op->kind == OP_UNDO || op->kind == OP_PTTL || op->kind == OP_DROP;
 	dlock_error *err = internal ? &ignored : op->err;
 	long long acked = c->replicas; /* what a write needs, unless WAIT tells otherwise */
@@ -358,11 +358,16 @@ struct withdrawal {
 static void withdrawal_answer(struct redis_nbreq *rq, redisReply *r, dlock_status st, const dlock_error *why,
                               int maybe_ran);
 
+static void withdrawal_cmd(const struct withdrawal *wd, struct redis_cmd *cmd)
+{
+	cmd->id = dlock_redis_sem_withdraw_args(wd->c, &wd->lk, cmd->nums[0], &cmd->a, &cmd->nkeys);
+}
+
 static dlock_status withdrawal_send(struct withdrawal *wd)
 {
 	struct redis_cmd cmd;
 	dlock_error ignored;
-	cmd.id = dlock_redis_sem_withdraw_args(wd->c, &wd->lk, cmd.nums[0], &cmd.a, &cmd.nkeys);
+	withdrawal_cmd(wd, &cmd);
 	struct sending s = { wd->c, &cmd, wd->eval };
 	wd->rq.answer = withdrawal_answer;
 	return dlock_redis_nbconn_send(wd->c->loop, &wd->rq, append_cmd, &s, &ignored);
