@@ -311,11 +311,11 @@ int dlock_redis_read_some(struct redis_conn *conn)
 	return conn->err ? REDIS_ERR : REDIS_OK;
 }
 
-int dlock_redis_send_some(struct redis_conn *conn, uint64_t *sent)
+int dlock_redis_send_some(struct redis_conn *conn, size_t max, uint64_t *sent)
 {
-	size_t done = 0;
-	while (!conn->err && done < conn->outlen) {
-		ssize_t n = conn_send(conn, conn->out + done, conn->outlen - done);
+	size_t done = 0, upto = max < conn->outlen ? max : conn->outlen;
+	while (!conn->err && done < upto) {
+		ssize_t n = conn_send(conn, conn->out + done, upto - done);
 		if (n <= 0)
 			break;
 		done += (size_t)n;

@@ -60,9 +60,9 @@ int dlock_redis_get_reply(struct redis_conn *conn, void **reply);
 /** Read what the socket has without blocking (after poll() said readable); under TLS until nothing is left,
  *  what OpenSSL holds decrypted included. */
 int dlock_redis_read_some(struct redis_conn *conn);
-/** Non-blocking connections: send what the socket takes now of the queued commands (those sent leave the
- *  queue; conn->outlen says what is left), adding the bytes sent to *sent. */
-int dlock_redis_send_some(struct redis_conn *conn, uint64_t *sent);
+/** Non-blocking connections: send what the socket takes now of the first `max` bytes queued (those sent leave
+ *  the queue; conn->outlen says what is left), adding the bytes sent to *sent. */
+int dlock_redis_send_some(struct redis_conn *conn, size_t max, uint64_t *sent);
 /** The next complete reply already read, or *reply = NULL (a non-blocking connection: also after it failed). */
 int dlock_redis_buffered_reply(struct redis_conn *conn, void **reply);
 /** Append and read one reply: NULL when the connection failed. */

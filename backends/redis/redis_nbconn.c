@@ -18,7 +18,9 @@
  *
  * A new connection queues AUTH and SELECT first (what a blocking
  * connection sends: dlock_redis_hello_args()), then the requests, which
- * may be sent before the handshake is over; they are written once it is.
+ * may be queued before the connection is up; they are written once AUTH
+ * and SELECT have been answered, so that none runs as the wrong user or
+ * in the wrong database.
  * Replies come in the order of the requests: the head of the queue takes
  * the next one.  A refused AUTH or SELECT, an I/O error, the end of the
  * stream, or the oldest request's deadline (io_timeout after it was sent;
@@ -63,6 +65,8 @@ struct redis_nbconn {
 	int refused;                 /* the loop would not watch the descriptor: dropped at the timer's next turn */
 	int closing;                 /* freed: what an answer sends now fails */
 	uint64_t written;            /* bytes written on `conn` */
+	uint64_t hello_end;          /* bytes of `conn`'s AUTH and SELECT: nothing after them is written ... */
+	int hello_waiting;           /* ... while this many of them wait for their answers */
 	unsigned gen;                /* counts the drops: a caller sees whether its connection went */
 	struct redis_nbreq *head, *tail;
 	struct nb_hello hello[2];    /* the connection's AUTH and SELECT while they wait for their answers */
@@ -90,6 +94,14 @@ static void timer_update(struct redis_nbconn *nb)
 	dlock_io_timer_set(nb->timer, ms); /* out of memory: the request is bounded at the next update */
 }
 
+/* Bytes of the queue that may be written now: none after AUTH and SELECT until they are answered. */
+static size_t sendable(const struct redis_nbconn *nb)
+{
+	if (nb->hello_waiting == 0)
+		return nb->conn->outlen;
+	return nb->hello_end > nb->written ? (size_t)(nb->hello_end - nb->written) : 0;
+}
+
 /* Watch the descriptor for what the state needs now. */
 static void rewatch(struct redis_nbconn *nb)
 {
@@ -100,7 +112,7 @@ static void rewatch(struct redis_nbconn *nb)
 		want = nb->hs_want;
 	} else if (nb->state == NB_READY) {
 		want = DLOCK_IO_READ;
-		if ((nb->conn->outlen > 0 && !nb->conn->write_wants_read) || nb->conn->read_wants_write)
+		if ((sendable(nb) > 0 && !nb->conn->write_wants_read) || nb->conn->read_wants_write)
 			want |= DLOCK_IO_WRITE;
 	}
 	if (want == nb->watched)
@@ -127,6 +139,7 @@ static void nb_close(struct redis_nbconn *nb)
 	nb->watched = 0;
 	nb->refused = 0;
 	nb->written = 0;
+	nb->hello_waiting = 0;
 	nb->gen++;
 	nb->head = nb->tail = NULL;
 	timer_update(nb);
@@ -226,6 +239,8 @@ static void hello_answer(struct redis_nbreq *rq, redisReply *r, dlock_status st,
 	freeReplyObject(r);
 	if (st != DLOCK_OK)
 		nb_drop(nb, st, &refused, 1);
+	else if (r)
+		nb->hello_waiting--; /* once the last is answered, the requests behind them are written */
 }
 
 static int append_args(struct redis_conn *conn, void *arg)
@@ -245,7 +260,9 @@ static int queue_hello(struct redis_nbconn *nb)
 		nb->hello[step] = (struct nb_hello){ .rq.answer = hello_answer, .nb = nb, .step = step };
 		if (queue_command(nb, &nb->hello[step].rq, append_args, &a) != REDIS_OK)
 			return REDIS_ERR;
+		nb->hello_waiting++;
 	}
+	nb->hello_end = nb->written + nb->conn->outlen;
 	return REDIS_OK;
 }
 
@@ -385,8 +402,8 @@ static void nb_ready(void *arg, int fd, unsigned events)
 	case NB_CLOSED:
 		return;
 	}
-	if (gen == nb->gen && nb->state == NB_READY && nb->conn->outlen > 0 &&
-	    dlock_redis_send_some(nb->conn, &nb->written) != REDIS_OK)
+	if (gen == nb->gen && nb->state == NB_READY && sendable(nb) > 0 &&
+	    dlock_redis_send_some(nb->conn, sendable(nb), &nb->written) != REDIS_OK)
 		nb_drop_io(nb);
 	if (gen == nb->gen)
 		rewatch(nb);
