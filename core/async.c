@@ -23,7 +23,6 @@
  */
 #include "async.h"
 #include "reactor.h"
-#include "registry.h"
 #include "worker.h"
 
 #include <stdio.h>
@@ -87,7 +86,8 @@ static dlock_status fail(struct dlock_client *c, dlock_status st, const char *ms
 
 dlock_status dlock_loop_refuse_blocking(struct dlock_client *c, const char *call)
 {
-	if (!c || !c->reactor || c->close_finished || c->loop_inline || !dlock_reactor_is_loop_thread(c->reactor))
+	/* The loop's thread first: only it writes close_finished and loop_inline, and a worker reads neither. */
+	if (!c || !c->reactor || !dlock_reactor_is_loop_thread(c->reactor) || c->close_finished || c->loop_inline)
 		return DLOCK_OK;
 	char buf[200];
 	snprintf(buf, sizeof buf, "%s would block the loop of this loop client: use its _async form", call);
@@ -143,11 +143,6 @@ dlock_status dlock_async_open_run(struct dlock_client *c, char *msg, size_t len)
 	dlock_error err = { "" };
 	dlock_status st = dlock_client_connect(c, &err);
 	snprintf(msg, len, "%s", err.msg);
-	if (st == DLOCK_OK && c->loop_io && !dlock_driver_loop_io_for(c->driver, c->backend)) {
-		pthread_mutex_lock(&c->mu); /* this backend's mode runs on workers after all */
-		c->loop_io = 0;
-		pthread_mutex_unlock(&c->mu);
-	}
 	return st;
 }
 
@@ -421,8 +416,17 @@ static int lock_call_start(struct dlock_op *op, dlock_status *start_st)
 		step = dlock_extend_begin(l, op->lease_ms, 1, &st, &op->lease_ns);
 	else
 		step = dlock_check_begin(l, 1, &st);
-	if (step == DLOCK_STEP_ELSEWHERE)
-		return 0;
+	if (step == DLOCK_STEP_ELSEWHERE) {
+		pthread_mutex_lock(&c->mu);
+		int parked = l->loop_call; /* only the loop's thread sets and clears it: it is still out */
+		if (parked) { /* after that call, rather than on a worker (dlock_async_call_ended_locked()) */
+			op->next_waiting = l->loop_parked;
+			l->loop_parked = op;
+		}
+		pthread_mutex_unlock(&c->mu);
+		*start_st = DLOCK_OK;
+		return parked;
+	}
 	*start_st = DLOCK_OK;
 	if (step == DLOCK_STEP_DONE) {
 		op->st = st;
@@ -471,6 +475,54 @@ static int loop_io_run(struct dlock_op *op, dlock_status *st)
 	}
 }
 
+/* Hand `op` to a worker; c->mu held. */
+static dlock_status to_worker_locked(struct dlock_op *op)
+{
+	struct dlock_client *c = op->c;
+	if (op->kind != OP_CLOSE)
+		c->ops_working++;
+	pthread_mutex_unlock(&c->mu);
+	dlock_status st = dlock_workers_submit(c->workers, &op->job);
+	pthread_mutex_lock(&c->mu);
+	if (st != DLOCK_OK && op->kind != OP_CLOSE)
+		c->ops_working--;
+	return st;
+}
+
+/* A parked release, extend or check goes on, on the loop (or to a worker, for what would still wait). */
+static void op_resume(struct dlock_reactor_item *item)
+{
+	struct dlock_op *op = (struct dlock_op *)((char *)item - offsetof(struct dlock_op, item));
+	struct dlock_client *c = op->c;
+	dlock_status st = DLOCK_OK;
+	op->item.run = op_finish;
+	if (lock_call_start(op, &st))
+		return;
+	pthread_mutex_lock(&c->mu);
+	st = to_worker_locked(op);
+	pthread_mutex_unlock(&c->mu);
+	if (st != DLOCK_OK) { /* it was started: its callback says so */
+		snprintf(op->msg, sizeof op->msg, "cannot start a worker thread for the operation");
+		dlock_async_complete_later(op, st);
+	}
+}
+
+void dlock_async_call_ended_locked(struct dlock_lock *l)
+{
+	struct dlock_op *op = l->loop_parked, *back = NULL;
+	l->loop_parked = NULL;
+	while (op) { /* parked newest first: go on in the order they came */
+		struct dlock_op *next = op->next_waiting;
+		op->next_waiting = back;
+		back = op;
+		op = next;
+	}
+	for (op = back; op; op = op->next_waiting) {
+		op->item.run = op_resume;
+		dlock_reactor_post(l->client->reactor, &op->item);
+	}
+}
+
 /* Hand `op` to a worker, or keep it until the open completes.  On the loop's thread. */
 dlock_status dlock_async_submit(struct dlock_op *op)
 {
@@ -504,20 +556,11 @@ dlock_status dlock_async_submit(struct dlock_op *op)
 		}
 		pthread_mutex_lock(&c->mu); /* to a worker, below */
 	}
-	if (op->kind != OP_CLOSE)
-		c->ops_working++;
+	dlock_status st = to_worker_locked(op);
+	if (st != DLOCK_OK && op->lock)
+		op->lock->async_refs--;
 	pthread_mutex_unlock(&c->mu);
-	dlock_status st = dlock_workers_submit(c->workers, &op->job);
-	if (st != DLOCK_OK) {
-		pthread_mutex_lock(&c->mu);
-		if (op->kind != OP_CLOSE)
-			c->ops_working--;
-		if (op->lock)
-			op->lock->async_refs--;
-		pthread_mutex_unlock(&c->mu);
-		return fail(c, st, "cannot start a worker thread for the operation");
-	}
-	return DLOCK_OK;
+	return st != DLOCK_OK ? fail(c, st, "cannot start a worker thread for the operation") : DLOCK_OK;
 }
 
 /* The open completed (async_client.c): let the waiting operations go, or fail them with its status. */
@@ -594,6 +637,14 @@ dlock_status dlock_async_free_submit(struct dlock_lock *l)
 	if (c->loop_native)
 		return native_run(op);
 	pthread_mutex_lock(&c->mu);
+	/* A driver on the loop frees an idle handle there (its lock_fini() does not block); a held one is
+	 * released on a worker first. */
+	int idle = c->loop_io && !l->held && !l->busy && !l->loop_call && !l->callback_running && !l->waits &&
+	           !l->lingering;
+	if (idle) {
+		pthread_mutex_unlock(&c->mu);
+		return native_run(op);
+	}
 	c->ops_working++;
 	pthread_mutex_unlock(&c->mu);
 	dlock_status st = dlock_workers_submit(c->workers, &op->job);

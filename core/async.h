@@ -86,6 +86,11 @@ struct dlock_call {
 void dlock_call_init(struct dlock_call *call, struct dlock_client *c,
                      void (*finish)(struct dlock_call *call, dlock_status status));
 
+/* loop_renew.c */
+/** The seam's bg_call_locked: the background's call `what` on `l` through the driver's _start method, when
+ *  the driver runs on the loop (1), else 0.  The loop's thread, c->mu held, dropped inside. */
+int dlock_loop_bg_call_locked(struct dlock_lock *l, enum dlock_bg_call what, uint64_t generation, int64_t lease_ns);
+
 /* loop_acquire.c */
 /** Post a step of the acquisitions waiting for their turn (the loop's thread, c->mu not held). */
 void dlock_loop_kick(struct dlock_client *c);
@@ -110,6 +115,9 @@ void dlock_async_op_set_close(struct dlock_op *op, dlock_close_fn done, void *us
 dlock_status dlock_async_submit(struct dlock_op *op);
 /** Call `op` back with `st` on the loop's next turn, without running it. */
 void dlock_async_complete_later(struct dlock_op *op, dlock_status st);
+/** The seam's call_ended_locked: the releases, extends and checks that waited on the loop for `l`'s loop
+ *  call go on, in the order they came.  The loop's thread, c->mu held. */
+void dlock_async_call_ended_locked(struct dlock_lock *l);
 /** Free the handle `l` (or its election) on a worker; no callback. */
 dlock_status dlock_async_free_submit(struct dlock_lock *l);
 /** The open completed: let the operations that waited for it go, or fail them with `open_st`, `why`. */

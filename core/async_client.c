@@ -48,6 +48,8 @@ static const struct dlock_loop_seam loop_seam = {
 	.post_observed_locked = dlock_async_post_observed_locked,
 	.soon_locked = dlock_loop_native_soon_locked,
 	.kick_locked = dlock_loop_kick_locked,
+	.bg_call_locked = dlock_loop_bg_call_locked,
+	.call_ended_locked = dlock_async_call_ended_locked,
 };
 
 dlock_status dlock_client_open_async(dlock_client **out, const char *uri, const dlock_client_options *opts,

@@ -130,20 +130,20 @@ struct renewal {
 	int64_t lease_ns;
 };
 
-/* Apply the answer to one renewal sent at `sent`; c->mu held. */
-static void renewed_locked(struct dlock_client *c, const struct renewal *rn, int64_t sent, int64_t now,
+/* Apply the answer to one renewal of acquisition `generation` sent at `sent`; c->mu held. */
+static void renewed_locked(struct dlock_lock *l, uint64_t generation, int64_t lease_ns, int64_t sent,
                            dlock_status st, const char *msg)
 {
-	struct dlock_lock *l = rn->l;
+	struct dlock_client *c = l->client;
 	l->busy = 0;
 	/* A renewal that returns after the loss was declared changes nothing:
 	 * the holder has been told, and release cleans up what is still ours. */
-	if (!l->held || l->generation != rn->generation || l->lost) {
+	if (!l->held || l->generation != generation || l->lost) {
 		dlock_sched_update(l);
 		return;
 	}
 	if (st == DLOCK_OK) {
-		dlock_lock_lease_renewed(l, sent, rn->lease_ns);
+		dlock_lock_lease_renewed(l, sent, lease_ns);
 		c->stats.renewals++;
 	} else if (st == DLOCK_ENOTHELD) {
 		dlock_lock_declare_lost(l, dlock_lock_gone_reason(l, sent), msg[0] ? msg : "renewal found the lock gone");
@@ -151,9 +151,42 @@ static void renewed_locked(struct dlock_client *c, const struct renewal *rn, int
 		/* Transient: try again soon; the watch thread declares the loss
 		 * if no renewal succeeds in time. */
 		dlock_client_logf(c, DLOCK_LOG_WARN, "lease renewal failed (%s): %s; retrying", dlock_status_name(st), msg);
-		l->next_renew = now + min64(rn->lease_ns / 10, 1000 * NS_PER_MS);
+		l->next_renew = dlock_monotonic_ns() + min64(lease_ns / 10, 1000 * NS_PER_MS);
 	}
 	dlock_sched_update(l);
+}
+
+/* What a release of the background (after a loss, at a linger's end) answered; c->mu held. */
+static void released_locked(struct dlock_lock *l, dlock_log_level level, const char *what, dlock_status st,
+                            const char *msg)
+{
+	struct dlock_client *c = l->client;
+	c->stats.server_releases++;
+	if (st != DLOCK_OK && st != DLOCK_ENOTHELD)
+		dlock_client_logf(c, level, "%s (%s): %s", what, dlock_status_name(st), msg);
+}
+
+#define CLEANUP_WHAT "releasing a lost lock on the server"
+#define LINGER_END_WHAT "minimum hold: releasing at the bound failed"
+
+void dlock_background_answer_locked(struct dlock_lock *l, enum dlock_bg_call what, uint64_t generation,
+                                    int64_t lease_ns, int64_t sent, dlock_status st, const char *msg)
+{
+	struct dlock_client *c = l->client;
+	switch (what) {
+	case DLOCK_BG_RENEW:
+		renewed_locked(l, generation, lease_ns, sent, st, msg);
+		break;
+	case DLOCK_BG_CLEANUP:
+		released_locked(l, DLOCK_LOG_DEBUG, CLEANUP_WHAT, st, msg);
+		dlock_lock_loss_cleaned(l);
+		break;
+	case DLOCK_BG_LINGER_END:
+		released_locked(l, DLOCK_LOG_WARN, LINGER_END_WHAT, st, msg);
+		dlock_lock_drop_hold_locked(l);
+		break;
+	}
+	pthread_cond_broadcast(&c->cond);
 }
 
 /*
@@ -163,6 +196,13 @@ static void renewed_locked(struct dlock_client *c, const struct renewal *rn, int
  */
 static void renew_batch_locked(struct dlock_client *c, struct renewal *batch, size_t n, int64_t now)
 {
+	if (c->loop_io) { /* on the loop: each lock's extend_start, answered later */
+		for (size_t i = 0; i < n; i++)
+			if (!dlock_seam_bg_call_locked(batch[i].l, DLOCK_BG_RENEW, batch[i].generation, batch[i].lease_ns))
+				renewed_locked(batch[i].l, batch[i].generation, batch[i].lease_ns, now, DLOCK_ENOMEM,
+				               "out of memory");
+		return;
+	}
 	dlock_driver_extend_many_fn *many = dlock_driver_extend_many_of(c->driver);
 	void *lks[DLOCK_RENEW_BATCH_MAX];
 	int64_t lease_ms[DLOCK_RENEW_BATCH_MAX];
@@ -185,7 +225,7 @@ static void renew_batch_locked(struct dlock_client *c, struct renewal *batch, si
 
 	pthread_mutex_lock(&c->mu);
 	for (size_t i = 0; i < n; i++)
-		renewed_locked(c, &batch[i], sent, now, st[i], err.msg);
+		renewed_locked(batch[i].l, batch[i].generation, batch[i].lease_ns, sent, st[i], err.msg);
 	pthread_cond_broadcast(&c->cond);
 }
 
@@ -205,9 +245,19 @@ static int64_t batch_slack(const struct dlock_lock *l)
  * it released ends the session that held it. */
 static void clean_lost_locked(struct dlock_client *c, struct dlock_lock *l)
 {
-	dlock_lock_server_release_locked(l, DLOCK_LOG_DEBUG, "releasing a lost lock on the server");
+	if (dlock_seam_bg_call_locked(l, DLOCK_BG_CLEANUP, l->generation, 0))
+		return; /* on the loop: answered later */
+	dlock_lock_server_release_locked(l, DLOCK_LOG_DEBUG, CLEANUP_WHAT);
 	dlock_lock_loss_cleaned(l);
 	pthread_cond_broadcast(&c->cond);
+}
+
+/* A lingering hold's minimum has passed: release it now; c->mu held, dropped inside. */
+static void end_linger_locked(struct dlock_lock *l)
+{
+	if (!l->loss_cleaned && dlock_seam_bg_call_locked(l, DLOCK_BG_LINGER_END, l->generation, 0))
+		return; /* on the loop: answered later */
+	dlock_linger_end_locked(l, 0);
 }
 
 /*
@@ -224,7 +274,7 @@ static void clean_lost_locked(struct dlock_client *c, struct dlock_lock *l)
 static int renew_due_locked(struct dlock_client *c, int64_t *next_due)
 {
 	struct renewal batch[DLOCK_RENEW_BATCH_MAX];
-	size_t n = 0, max = dlock_driver_extend_many_of(c->driver) ? DLOCK_RENEW_BATCH_MAX : 1;
+	size_t n = 0, max = dlock_driver_extend_many_of(c->driver) && !c->loop_io ? DLOCK_RENEW_BATCH_MAX : 1;
 	int64_t now = dlock_monotonic_ns();
 	struct dlock_lock *l;
 	while (n < max && (l = dlock_sched_first(c, DLOCK_SCHED_RENEW)) != NULL) {
@@ -246,7 +296,7 @@ static int renew_due_locked(struct dlock_client *c, int64_t *next_due)
 			if (now >= l->min_until) { /* its minimum hold has passed: release it now */
 				if (n > 0)
 					break;
-				dlock_linger_end_locked(l, 0);
+				end_linger_locked(l);
 				return 1;
 			}
 			if (now < due)
@@ -291,7 +341,8 @@ int64_t dlock_background_tick_locked(struct dlock_client *c)
 	int64_t next_watch = INT64_MAX, next_renew = INT64_MAX;
 	while (watch_locked(c, &next_watch))
 		;
-	while (renew_due_locked(c, &next_renew))
+	/* A closing client whose driver runs on the loop starts no call there: the close releases what it holds. */
+	while (!(c->loop_io && c->closing) && renew_due_locked(c, &next_renew))
 		;
 	return min64(next_watch, next_renew);
 }

@@ -93,7 +93,13 @@ dlock_status dlock_client_connect(struct dlock_client *c, dlock_error *err)
 	 * waiters itself and the driver can wait in that queue (driver.h, try_acquire). */
 	c->retry_loop = dlock_driver_try_acquire_of(c->driver) &&
 	                (!c->driver->acquire || c->caps.wakeup != DLOCK_WAKEUP_SERVER_QUEUE);
-	st = c->loop_native ? c->seam->start_background(c) : dlock_background_start(c);
+	if (c->loop_io && !dlock_driver_loop_io_for(c->driver, c->backend)) {
+		pthread_mutex_lock(&c->mu); /* this backend's mode runs on workers after all */
+		c->loop_io = 0;
+		pthread_mutex_unlock(&c->mu);
+	}
+	c->loop_bg = c->loop_native || c->loop_io;
+	st = c->loop_bg ? c->seam->start_background(c) : dlock_background_start(c);
 	if (st != DLOCK_OK) {
 		dlock_error_set(err, st, "cannot start the client's background thread");
 		c->driver->close(c->backend);

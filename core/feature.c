@@ -180,6 +180,9 @@ static int core_answer(const struct dlock_client *c, dlock_feature f, int64_t *v
 		/* Inline drivers run on the loop; the others' calls run on worker threads of a loop client. */
 		*value = dlock_driver_is_inline(c->driver);
 		return 1;
+	case DLOCK_FEATURE_LOOP_RENEWS: /* what a loop client's background runs on (client.c, c->loop_bg) */
+		*value = dlock_driver_is_inline(c->driver) || dlock_driver_loop_io_for(c->driver, c->backend);
+		return 1;
 	}
 	return 0;
 }
@@ -228,6 +231,7 @@ const char *dlock_feature_name(dlock_feature f)
 	case DLOCK_FEATURE_ELECTION: return "election";
 	case DLOCK_FEATURE_GC: return "gc";
 	case DLOCK_FEATURE_LOOP_NATIVE: return "loop-native";
+	case DLOCK_FEATURE_LOOP_RENEWS: return "loop-renews";
 	}
 	return "unknown";
 }

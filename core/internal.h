@@ -147,8 +147,9 @@ struct dlock_lock {
 	void *lost_userdata;
 
 	int busy;             /* a driver call on this handle is running */
-	int loop_call;        /* a driver's _start call on this handle is in progress on the loop (loop_io):
-	                         other calls wait for it, but not the renewal, which a stalled loop must not stop */
+	int loop_call;        /* a driver's _start call on this handle is in progress on the loop (loop_io), the
+	                         application's or the background's (loop_renew.c): every other call waits for it */
+	void *loop_parked;    /* a loop client's operations waiting for that call to end (async.c) */
 	int shut;             /* closing the client has dealt with this handle */
 	int callback_running; /* its lost-lock callback is running */
 	struct dlock_wait *waits; /* acquires in progress on this handle */
@@ -192,6 +193,13 @@ struct dlock_election {
 	struct dlock_election *observe_next_in_client;
 };
 
+/* The background's driver calls (background.c), which a loop client whose driver runs on the loop makes there. */
+enum dlock_bg_call {
+	DLOCK_BG_RENEW,      /* extend the lease */
+	DLOCK_BG_CLEANUP,    /* release what is left of a lost acquisition */
+	DLOCK_BG_LINGER_END  /* release a lingering hold at its minimum */
+};
+
 /*
  * The seam between the blocking core and a loop client's layer (async*.c, loop_*.c), which sits above it
  * and calls down into it: where the blocking core must act for a loop client it calls through the
@@ -221,6 +229,12 @@ struct dlock_loop_seam {
 	/** A name's holders changed: the acquisitions waiting on the loop for their turn look again. Any thread,
 	 *  c->mu held. */
 	void (*kick_locked)(struct dlock_client *c);
+	/** Start the background's driver call `what` on `l` on the loop (a client whose driver runs there):
+	 *  1 when it did (the answer comes later, through background.c), 0 when the caller makes the blocking
+	 *  call itself.  The loop's thread, c->mu held, dropped inside. */
+	int (*bg_call_locked)(struct dlock_lock *l, enum dlock_bg_call what, uint64_t generation, int64_t lease_ns);
+	/** `l`'s loop call ended: the operations that waited for it go on.  The loop's thread, c->mu held. */
+	void (*call_ended_locked)(struct dlock_lock *l);
 };
 
 /* Cancellation sequence meaning "none given: the handle's current one" (dlock_acquire_since()). */
@@ -228,6 +242,10 @@ struct dlock_loop_seam {
 
 /** background.c: one turn of both background threads' work; the next due time. c->mu held, dropped inside. */
 int64_t dlock_background_tick_locked(struct dlock_client *c);
+/** background.c: the answer `st` (message `msg`) to the background's call `what` on `l`, which the loop
+ *  started at `sent` (monotonic ns) for acquisition `generation`, a lease of `lease_ns`.  c->mu held. */
+void dlock_background_answer_locked(struct dlock_lock *l, enum dlock_bg_call what, uint64_t generation,
+                                    int64_t lease_ns, int64_t sent, dlock_status st, const char *msg);
 
 /* observe.c */
 /** One turn of the observer's work; the next due time.  c->mu held, dropped inside. */
@@ -332,9 +350,14 @@ struct dlock_client {
 	int loop_tick_soon_posted; /* under mu */
 
 	/* A loop client of a driver that runs on the loop (DLOCK_FACT_LOOP_IO, loop_io.c): opened on the loop,
-	 * acquisitions through loop_acquire.c and the driver's try_acquire_start(); the rest on workers. */
+	 * acquisitions through loop_acquire.c and the driver's try_acquire_start(), releases, extends and checks
+	 * through its other _start methods, and the background's renewals and releases too (loop_renew.c); the
+	 * rest on workers. */
 	int loop_io;
 	struct dlock_io io;        /* dlock_host_io()'s answer while loop_io */
+	/* The background work (renewals, expiries) runs in the loop's tick (loop_native.c), not on threads:
+	 * loop_native, or loop_io once the open backend said it runs on the loop. */
+	int loop_bg;
 };
 
 /* The seam's wrappers (struct dlock_loop_seam): nothing, or OK, for a blocking client. */
@@ -358,6 +381,18 @@ static inline void dlock_seam_kick_locked(struct dlock_client *c)
 {
 	if (c->seam)
 		c->seam->kick_locked(c);
+}
+
+static inline int dlock_seam_bg_call_locked(struct dlock_lock *l, enum dlock_bg_call what, uint64_t generation,
+                                            int64_t lease_ns)
+{
+	return l->client->seam ? l->client->seam->bg_call_locked(l, what, generation, lease_ns) : 0;
+}
+
+static inline void dlock_seam_call_ended_locked(struct dlock_lock *l)
+{
+	if (l->client->seam)
+		l->client->seam->call_ended_locked(l);
 }
 
 

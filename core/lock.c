@@ -255,18 +255,21 @@ void dlock_lock_begin_call(struct dlock_lock *l)
 	dlock_sched_update(l); /* renewals skip busy handles */
 }
 
-/* A loop call (nowait): nothing to wait for was checked by the caller; the renewal goes on beside it. */
+/* A loop call (nowait): nothing to wait for was checked by the caller. */
 static void begin_loop_call(struct dlock_lock *l)
 {
 	l->loop_call = 1;
+	dlock_sched_update(l); /* no renewal or cleanup of the background beside it */
 }
 
 void dlock_lock_end_call(struct dlock_lock *l)
 {
-	if (l->loop_call) /* a loop call ends (a blocking call waited for it, so it is not one) */
+	if (l->loop_call) { /* a loop call ends (a blocking call waited for it, so it is not one) */
 		l->loop_call = 0;
-	else
+		dlock_seam_call_ended_locked(l);
+	} else {
 		l->busy = 0;
+	}
 	pthread_cond_broadcast(&l->client->cond);
 	dlock_sched_update(l);
 }

@@ -1,8 +1,12 @@
 /*
- * A native loop client's background work: what the watch, renewal and
- * observer threads do for a blocking client, done by one tick on the
+ * A loop client's background work on its loop (c->loop_bg: a native loop
+ * client, or one whose driver runs on the loop): what the watch, renewal
+ * and observer threads do for a blocking client, done by one tick on the
  * loop's timer (a reactor timer, hence the application's one timer in
- * push mode, dlock_loop_timeout_ms() in pull mode).
+ * push mode, dlock_loop_timeout_ms() in pull mode).  A native client's
+ * driver calls are made in the tick; a loop driver's are started there
+ * and answered later (loop_renew.c), and its elections are still observed
+ * on a thread (dlock_inspect() blocks).
  *
  * The tick declares the losses that are due and calls their callbacks,
  * cleans up after them, renews the leases that are due, and reads the
@@ -30,7 +34,8 @@ static void tick(struct dlock_client *c)
 	}
 	c->loop_inline++; /* the observer reads through dlock_inspect(), which never waits here */
 	int64_t next = dlock_background_tick_locked(c);
-	int64_t next_observe = dlock_observer_tick_locked(c);
+	/* A client whose driver runs on the loop observes on its observer thread (dlock_inspect() blocks). */
+	int64_t next_observe = c->loop_native ? dlock_observer_tick_locked(c) : INT64_MAX;
 	c->loop_inline--;
 	if (next_observe < next)
 		next = next_observe;
@@ -67,7 +72,7 @@ dlock_status dlock_loop_native_start(struct dlock_client *c)
 
 void dlock_loop_native_soon_locked(struct dlock_client *c, int64_t due_ns)
 {
-	if (!c->loop_native || !c->reactor || c->loop_tick_soon_posted || due_ns >= c->loop_tick_due)
+	if (!c->loop_bg || !c->reactor || c->loop_tick_soon_posted || due_ns >= c->loop_tick_due)
 		return;
 	c->loop_tick_soon_posted = 1;
 	c->loop_tick_due = due_ns; /* the tick sets it to what is really next */

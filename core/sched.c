@@ -152,14 +152,14 @@ void dlock_sched_update(struct dlock_lock *l)
 	int64_t due = cleanup ? cleanup_due(l) : l->next_renew;
 	if (!cleanup && lingering && (!renewing || l->min_until < due))
 		due = l->min_until;
-	heap_set(&c->sched[DLOCK_SCHED_RENEW], DLOCK_SCHED_RENEW, l, !l->busy && (cleanup || renewing || lingering),
-	         due);
+	heap_set(&c->sched[DLOCK_SCHED_RENEW], DLOCK_SCHED_RENEW, l,
+	         !l->busy && !l->loop_call && (cleanup || renewing || lingering), due);
 	/* Wake a thread that would otherwise sleep past the new due time. */
 	if (watched && watch_key < c->bg_sleep_until)
 		pthread_cond_signal(&c->bg_cond);
 	if (l->sched_pos[DLOCK_SCHED_RENEW] && due < c->renew_sleep_until)
 		pthread_cond_signal(&c->renew_cond);
-	if (c->loop_native) { /* the loop's tick does both threads' work */
+	if (c->loop_bg) { /* the loop's tick does both threads' work */
 		if (watched)
 			dlock_seam_soon_locked(c, watch_key);
 		if (l->sched_pos[DLOCK_SCHED_RENEW])

@@ -5,10 +5,12 @@
  *
  *   - Acquisitions waiting on the loop hold no thread: N = 50 of them wait
  *     at once for names another client holds, and the process keeps the
- *     handful of threads it had (7 here: the test's, the clients'
- *     subscribers and background threads), where a loop client of a driver
- *     without the non-blocking methods holds a worker thread per waiting
- *     acquisition (57).
+ *     handful of threads it had (5 here: the test's, the two clients'
+ *     subscribers, the blocking client's two background threads), where a
+ *     loop client of a driver without the non-blocking methods holds a
+ *     worker thread per waiting acquisition (57).
+ *   - Held locks renew on the loop: a loop client holding 20 of them for
+ *     three leases adds no thread (its renewals are the loop's calls).
  *   - A call the server does not answer ends with DLOCK_ECONNECT once the
  *     URI's io_timeout has passed, naming the server; the next call
  *     connects again (a blackhole of the fault proxy).
@@ -35,6 +37,7 @@
 #define KV_WAITERS 50     /* acquisitions waiting at once */
 #define KV_THREADS_MORE 2 /* threads they may add to the clients' few (with a worker each: KV_WAITERS more) */
 #define KV_IO_TIMEOUT_MS 500
+#define KV_HELD 20        /* locks held through three leases */
 
 /* Threads of this process now (/proc/self/task); -1 when it cannot tell. */
 static int threads_now(void)
@@ -118,6 +121,57 @@ static void test_kv_waiters_hold_no_thread(void)
 		dlock_lock_free(o[i]);
 	}
 	lc_end(&t);
+}
+
+/*
+ * Locks held on the loop renew there: a new loop client holds KV_HELD locks
+ * through three leases of 1 s with no thread of the library's (kv's own
+ * subscriber, which only a waiting acquisition starts, may add one), renews
+ * each (the client's statistics), loses none, and says so
+ * (DLOCK_FEATURE_LOOP_RENEWS); its releases are the loop's calls too.
+ */
+static void test_kv_holds_renew_on_loop(void)
+{
+	dlock_lock *h[KV_HELD] = { NULL };
+	lr_op lost[KV_HELD];
+	char uri[2200];
+	ft_uri_with(uri, sizeof uri, lc_get_target()->uri, "ttl=1000ms");
+	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
+	int before = threads_now();
+	lr_client *tc = lr_open_ready(lp, uri);
+	if (!tc) {
+		lr_loop_free(lp);
+		return;
+	}
+	int64_t renews = -1;
+	CU_ASSERT_EQUAL(dlock_client_feature(tc->client, DLOCK_FEATURE_LOOP_RENEWS, &renews), DLOCK_OK);
+	CU_ASSERT_EQUAL(renews, 1);
+	for (int i = 0; i < KV_HELD; i++) {
+		char name[160];
+		lr_name(name, sizeof name, "kv-held");
+		h[i] = ft_lock(tc->client, name);
+		lr_op_init(&lost[i], tc);
+		lr_op got;
+		lr_op_init(&got, tc);
+		CU_ASSERT_EQUAL_FATAL(lr_finish(&got, lr_acquire(h[i], 0, 0, -1, DLOCK_MODE_EXCLUSIVE, &lost[i], &got)),
+		                      DLOCK_OK);
+	}
+	lr_run_for(lp, 3000); /* three leases */
+	int holding = threads_now();
+	dlock_client_stats st;
+	CU_ASSERT_EQUAL(dlock_client_get_stats(tc->client, &st), DLOCK_OK);
+	printf("\n    threads: %d before the client, %d after holding %d locks for 3 s; %llu renewals", before,
+	       holding, KV_HELD, (unsigned long long)st.renewals);
+	CU_ASSERT(before > 0 && holding <= before + 1);
+	CU_ASSERT(st.renewals >= 2 * KV_HELD);
+	for (int i = 0; i < KV_HELD; i++) {
+		CU_ASSERT_EQUAL(lost[i].calls, 0);
+		CU_ASSERT_EQUAL(lr_release_now(tc, h[i]), DLOCK_OK);
+		dlock_lock_free(h[i]);
+	}
+	CU_ASSERT(threads_now() <= before + 1);
+	lr_close(tc);
+	lr_loop_free(lp);
 }
 
 /* ------------------------------------------------------------ through a fault proxy */
@@ -233,6 +287,7 @@ static void test_kv_password(void)
 
 const lc_case lc_kv_cases[] = {
 	{ "kv: acquisitions waiting on the loop hold no thread", test_kv_waiters_hold_no_thread },
+	{ "kv: held locks renew on the loop, with no thread", test_kv_holds_renew_on_loop },
 	{ "kv: an unanswered call ends at io_timeout, the next connects again", test_kv_unanswered_call },
 	{ "kv: an acquisition whose answer is lost leaves the name free", test_kv_lost_answer_undone },
 	{ "kv: a password authenticates every connection", test_kv_password },

@@ -337,8 +337,8 @@ static void test_timer_fires_early(void)
 
 /*
  * A loop that stalls for three leases with two locks held and a check of
- * the second started just before.  Where the client runs on the loop alone
- * (DLOCK_FEATURE_LOOP_NATIVE 1) its renewals are the loop's timers and stop
+ * the second started just before.  Where the client renews on the loop
+ * (DLOCK_FEATURE_LOOP_RENEWS 1) its renewals are the loop's timers and stop
  * with it: on waking, each loss is reported once, before the check's
  * callback that waited through the stall, and a renewal answer that comes
  * after changes nothing (a further lease of turns: still one report, and
@@ -355,7 +355,7 @@ static void test_stalled_loop(void)
 		lc_end(&t);
 		return;
 	}
-	int native = lc_feature(&t, DLOCK_FEATURE_LOOP_NATIVE) == 1;
+	int on_loop = lc_feature(&t, DLOCK_FEATURE_LOOP_RENEWS) == 1;
 	int64_t lease_ms = lc_get_target()->short_lease_ms;
 	char second[160];
 	snprintf(second, sizeof second, "%s-2", t.name);
@@ -379,7 +379,7 @@ static void test_stalled_loop(void)
 	CU_ASSERT_EQUAL(LR_START(t.lp, dlock_check_async(h2, lr_on_lock, &chk)), DLOCK_OK);
 	dlock_test_sleep_ms(3 * lease_ms); /* the stall itself: the loop does not turn */
 	CU_ASSERT(lr_run_done(t.lp, &chk, LR_AWAIT_MS));
-	if (native) {
+	if (on_loop) {
 		CU_ASSERT(lr_run_done(t.lp, &lost2, LR_AWAIT_MS));
 		if (LR_ASSERT_ONCE(&lost, DLOCK_OK) && LR_ASSERT_ONCE(&lost2, DLOCK_OK)) {
 			CU_ASSERT_EQUAL(lost.reason, DLOCK_LOST_EXPIRED);

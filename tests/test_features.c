@@ -127,6 +127,7 @@ static void test_bad_input(void)
 	CU_ASSERT_STRING_EQUAL(dlock_feature_name(DLOCK_FEATURE_READ_FENCING), "read-fencing");
 	CU_ASSERT_STRING_EQUAL(dlock_feature_name(DLOCK_FEATURE_KIND_CHECK), "kind-check");
 	CU_ASSERT_STRING_EQUAL(dlock_feature_name(DLOCK_FEATURE_GC), "gc");
+	CU_ASSERT_STRING_EQUAL(dlock_feature_name(DLOCK_FEATURE_LOOP_RENEWS), "loop-renews");
 	CU_ASSERT_STRING_EQUAL(dlock_rwlock_policy_name(DLOCK_RWLOCK_NONE), "none");
 	CU_ASSERT_STRING_EQUAL(dlock_rwlock_policy_name(DLOCK_RWLOCK_WRITER_FIRST), "writer-first");
 	CU_ASSERT_STRING_EQUAL(dlock_rwlock_policy_name(DLOCK_RWLOCK_NO_PREFERENCE), "no-preference");

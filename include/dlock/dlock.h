@@ -325,10 +325,15 @@ typedef enum dlock_feature {
 	                                    (the server tells them) or POLL (only the reads); -1: no elections */
 	DLOCK_FEATURE_GC = 18,         /**< 1: dlock_gc() removes what unused names left on the server; 0: it
 	                                    answers DLOCK_ENOTSUP (nothing stays but what must, see the README) */
-	DLOCK_FEATURE_LOOP_NATIVE = 19 /**< 1: a loop client (dlock/loop.h) of this backend runs on the
+	DLOCK_FEATURE_LOOP_NATIVE = 19, /**< 1: a loop client (dlock/loop.h) of this backend runs on the
 	                                    application's loop alone and no thread is created for it; 0: the
 	                                    library runs its blocking calls on worker threads of the client and
 	                                    delivers every result on the loop all the same */
+	DLOCK_FEATURE_LOOP_RENEWS = 20 /**< 1: a loop client of this backend renews its leases, and releases what
+	                                    a loss left, on the loop's thread: a loop that stalls past a lease
+	                                    loses the lock, and hears of it first when it wakes, once; 0: a thread
+	                                    of the client renews, so that a stall does not stop the renewals
+	                                    (1 wherever DLOCK_FEATURE_LOOP_NATIVE is 1) */
 } dlock_feature;
 
 /**

@@ -779,13 +779,9 @@ typedef void dlock_driver_disarm_fn(void *backend, void *lk, dlock_wait *w);
  * exactly once, with the status the blocking form would have returned,
  * its out-parameters and `err` written), or fails at once with any other
  * status and a message in `err` (then no dlock_call_done()).  The rules of
- * the blocking forms hold — one call at a time per `lk`, but for one
- * exception: the core's renewal (the blocking extend() or extend_many(),
- * on its thread) may run beside a release_start, extend_start or
- * check_start of the same held `lk` that is in progress, so that a loop
- * that stalls with a call in flight does not stop that lock's renewals
- * (so what extend() reads of a held lock's state must not change while it
- * is held); the same wake-ups,
+ * the blocking forms hold — one call at a time per `lk` (the core's
+ * renewals and its releases after a loss are _start calls on the loop
+ * too, never beside another call on the same `lk`); the same wake-ups,
  * arming (retry->armed) and disarm() for try_acquire_start; the driver
  * bounds each call by uri->io_timeout_ms with a timer of its own, and ends
  * every call it started before close() returns (the core calls close()
@@ -961,7 +957,9 @@ typedef enum dlock_fact_code {
 	                                       NULL, of drivers of ABI version 9 and later; asked again with
 	                                       the backend once open() succeeded: 0 there says that this
 	                                       client's mode runs on worker threads after all (the driver then
-	                                       leaves the loop it was given alone) */
+	                                       leaves the loop it was given alone).  A client that runs on the
+	                                       loop also renews there (extend_start) and frees a lock that is
+	                                       not held there: lock_fini() must not block */
 } dlock_fact_code;
 
 /** The first code of the contract's own facts: from here on, never a dlock_feature code. */
