@@ -12,6 +12,8 @@
  *     for names another client holds, and the process has no more
  *     threads than with one waiting (where the workers would add one per
  *     waiting acquisition);
+ *   - held locks renew on the loop: 20 held through three leases add no
+ *     thread, each renewed, none lost;
  *   - through a fault proxy of the test's own (TCP URIs): a call the
  *     server does not answer ends with DLOCK_ECONNECT once io_timeout has
  *     passed, and the next call connects again; a connection cut while a
@@ -175,6 +177,60 @@ static void test_waiters_hold_no_thread(void)
 	lc_end(&t);
 }
 
+/* ------------------------------------------------------------ renewals on the loop */
+
+#define HELD 20            /* locks a loop client holds through three leases */
+#define HELD_LEASE_MS 1000
+
+/*
+ * Held locks renew on the loop: a loop client holds HELD of them through
+ * three leases, and the process has no thread more than before the client
+ * was opened; every lock was renewed and none lost.  Its URI says so to
+ * any client (DLOCK_FEATURE_LOOP_RENEWS), a blocking one's too.
+ */
+static void test_renewals_hold_no_thread(void)
+{
+	dlock_lock *held[HELD] = { NULL };
+	lr_op lost[HELD];
+	char uri[URI_MAX + 32], params[32];
+	snprintf(params, sizeof params, "ttl=%dms", HELD_LEASE_MS);
+	ft_uri_with(uri, sizeof uri, lc_get_target()->uri, params);
+	int64_t renews = -1, blocking_says = -1;
+	dlock_client *plain = ft_open(uri);
+	CU_ASSERT(plain && dlock_client_feature(plain, DLOCK_FEATURE_LOOP_RENEWS, &blocking_says) == DLOCK_OK);
+	dlock_client_close(plain);
+	int before = threads_now();
+	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
+	lr_client *tc = lr_open_ready(lp, uri);
+	CU_ASSERT(tc && dlock_client_feature(tc->client, DLOCK_FEATURE_LOOP_RENEWS, &renews) == DLOCK_OK);
+	CU_ASSERT(renews == 1 && blocking_says == 1);
+	for (int i = 0; tc && i < HELD; i++) {
+		char name[128];
+		lr_name(name, sizeof name, "rl-held");
+		held[i] = ft_lock(tc->client, name);
+		lr_op done;
+		lr_op_init(&done, tc);
+		lr_op_init(&lost[i], tc);
+		dlock_status st = lr_acquire(held[i], 0, 0, -1, DLOCK_MODE_EXCLUSIVE, &lost[i], &done);
+		CU_ASSERT_EQUAL_FATAL(lr_finish(&done, st), DLOCK_OK);
+	}
+	lr_run_for(lp, 3 * HELD_LEASE_MS);
+	dlock_client_stats stats = { 0 };
+	int holding = threads_now();
+	if (tc)
+		dlock_client_get_stats(tc->client, &stats);
+	printf("\n    threads: %d before the loop client, %d while it holds %d locks; %llu renewals", before, holding,
+	       HELD, (unsigned long long)stats.renewals);
+	CU_ASSERT(before > 0 && holding <= before);
+	CU_ASSERT(stats.renewals >= 2 * HELD);
+	for (int i = 0; tc && i < HELD; i++) {
+		CU_ASSERT_EQUAL(lost[i].calls, 0);
+		CU_ASSERT_EQUAL(lr_release_now(tc, held[i]), DLOCK_OK);
+		dlock_lock_free(held[i]);
+	}
+	lr_loop_free(lp);
+}
+
 /* ------------------------------------------------------------ through a fault proxy */
 
 /* Unanswered, a call ends with ECONNECT after io_timeout; then the client connects again and works on. */
@@ -289,6 +345,7 @@ out:
 
 static const lc_case rl_cases[] = {
 	{ "acquisitions waiting on the loop hold no thread", test_waiters_hold_no_thread },
+	{ "held locks renew on the loop, with no thread", test_renewals_hold_no_thread },
 	{ "an unanswered call ends at io_timeout, the next connects again", test_unanswered_call },
 	{ "a cut ends the calls waiting at once, the next connects again", test_cut_ends_calls },
 	{ "an acquisition whose answer is lost leaves the name free", test_lost_answer_undone },

@@ -453,14 +453,16 @@ static dlock_status redis_feature(void *backend, dlock_lock_kind kind, int code,
  * The drivers whose clients may run on a loop (redis://, redis+unix://,
  * rediss://): asked before open (DLOCK_FACT_LOOP_IO, `backend` NULL) they
  * say yes, and after it, yes only for a client whose mode runs there
- * (redis_loop.c); every other code as redis_feature().
+ * (redis_loop.c: a loop client's calls, and what a loop client of a
+ * blocking client's URI would do, which DLOCK_FEATURE_LOOP_RENEWS tells);
+ * every other code as redis_feature().
  */
 static dlock_status redis_feature_loop(void *backend, dlock_lock_kind kind, int code, dlock_fact *out)
 {
 	if (code != DLOCK_FACT_LOOP_IO)
 		return redis_feature(backend, kind, code, out);
 	const struct redis_client *c = backend;
-	out->value = !c || c->loop != NULL;
+	out->value = !c || dlock_redis_loop_fits(c);
 	return DLOCK_OK;
 }
 

@@ -32,9 +32,7 @@
  * next call connects again.  Unlike the blocking forms, a release, extend
  * or check whose connection failed is not sent again on a new one: it ends
  * with that failure (a release's lock then ends with its lease; the
- * core's renewal tries again).  A release leaves lk->owner as it was: the
- * core's renewal may read it on its thread meanwhile (driver.h), and the
- * next attempt writes a new one.
+ * core's renewal, also an extend_start() on the loop, tries again).
  *
  * Ownership: a lock's call lives in its struct redis_loop_op
  * (redis_client.h), lent to the connection while its command waits; a
@@ -212,9 +210,10 @@ static void op_ended(struct redis_client *c, struct redis_lock *lk, dlock_status
 	case OP_DROP: /* done or not, the extend's answer stands */
 		st = op->failed;
 		break;
-	case OP_RELEASE:
+	case OP_RELEASE: /* the owner value is done with, as in the blocking release */
 		if (st == DLOCK_OK)
 			st = dlock_redis_owned_answer(c, r, "release", err);
+		lk->owner[0] = '\0';
 		break;
 	case OP_CHECK:
 		st = dlock_redis_check_answer(c, lk, st, r, err);
