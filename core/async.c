@@ -288,8 +288,7 @@ static void op_run(struct dlock_job *job)
 	op->st = op_call(op);
 	if (op->kind == OP_FREE) { /* no callback, no `after`: done here */
 		pthread_mutex_lock(&c->mu);
-		c->ops_working--;
-		pthread_cond_broadcast(&c->cond);
+		dlock_async_work_done_locked(c);
 		pthread_mutex_unlock(&c->mu);
 		op_free(op);
 	}
@@ -307,7 +306,7 @@ static void op_post(struct dlock_job *job)
 	pthread_mutex_lock(&c->mu);
 	dlock_reactor_post(r, &op->item);
 	if (counted)
-		c->ops_working--;
+		dlock_async_work_done_locked(c);
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->mu);
 }
@@ -396,8 +395,7 @@ static void lock_call_ended(struct dlock_call *call, dlock_status st)
 	if (st != DLOCK_OK)
 		snprintf(op->msg, sizeof op->msg, "%s", dlock_client_errmsg(c));
 	pthread_mutex_lock(&c->mu);
-	c->ops_working--;
-	pthread_cond_broadcast(&c->cond);
+	dlock_async_work_done_locked(c);
 	pthread_mutex_unlock(&c->mu);
 	op_finish(&op->item);
 }
@@ -452,6 +450,12 @@ static int lock_call_start(struct dlock_op *op, dlock_status *start_st)
 	return 1;
 }
 
+/* The end of a close on the loop (loop_close.c): its callback, which closes the driver. */
+static void loop_closed(void *arg, dlock_status st)
+{
+	dlock_async_complete_later(arg, st);
+}
+
 /* A client whose driver runs on the loop (loop_io): its open on the loop (blocking: the driver
  * connects within its open_timeout), its acquisitions through the engine and the driver's
  * try_acquire_start(), its releases, extends and checks through the driver's _start methods where
@@ -465,6 +469,9 @@ static int loop_io_run(struct dlock_op *op, dlock_status *st)
 		return 1;
 	case OP_RELEASE: case OP_EXTEND: case OP_CHECK:
 		return lock_call_start(op, st);
+	case OP_CLOSE:
+		*st = DLOCK_OK;
+		return dlock_loop_close_start(c, loop_closed, op);
 	case OP_OPEN:
 		op->st = op_call(op);
 		dlock_reactor_post(c->reactor, &op->item);
@@ -485,7 +492,7 @@ static dlock_status to_worker_locked(struct dlock_op *op)
 	dlock_status st = dlock_workers_submit(c->workers, &op->job);
 	pthread_mutex_lock(&c->mu);
 	if (st != DLOCK_OK && op->kind != OP_CLOSE)
-		c->ops_working--;
+		dlock_async_work_done_locked(c);
 	return st;
 }
 
@@ -650,7 +657,7 @@ dlock_status dlock_async_free_submit(struct dlock_lock *l)
 	dlock_status st = dlock_workers_submit(c->workers, &op->job);
 	if (st != DLOCK_OK) {
 		pthread_mutex_lock(&c->mu);
-		c->ops_working--;
+		dlock_async_work_done_locked(c);
 		pthread_mutex_unlock(&c->mu);
 		op_free(op);
 	}

@@ -86,6 +86,16 @@ struct dlock_call {
 void dlock_call_init(struct dlock_call *call, struct dlock_client *c,
                      void (*finish)(struct dlock_call *call, dlock_status status));
 
+/* loop_close.c */
+/** Close a client whose driver runs on the loop, on the loop: once no operation is at work, every held
+ *  lock is released through release_start(), then each handle is finished; `done` runs on a later turn
+ *  with the close's status (the driver itself is closed by the close's callback, async.c).  0 when the
+ *  close must run on a worker instead (an election's observer thread to stop).  The loop's thread. */
+int dlock_loop_close_start(struct dlock_client *c, void (*done)(void *arg, dlock_status st), void *arg);
+/** An operation at work ended (ops_working falls by one); wakes a close that waits for none.  Any
+ *  thread, c->mu held. */
+void dlock_async_work_done_locked(struct dlock_client *c);
+
 /* loop_renew.c */
 /** The seam's bg_call_locked: the background's call `what` on `l` through the driver's _start method, when
  *  the driver runs on the loop (1), else 0.  The loop's thread, c->mu held, dropped inside. */

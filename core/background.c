@@ -185,6 +185,9 @@ void dlock_background_answer_locked(struct dlock_lock *l, enum dlock_bg_call wha
 		released_locked(l, DLOCK_LOG_WARN, LINGER_END_WHAT, st, msg);
 		dlock_lock_drop_hold_locked(l);
 		break;
+	case DLOCK_BG_CLOSE: /* the close finishes the handle (dlock_locks_shutdown_finish_locked()) */
+		released_locked(l, DLOCK_LOG_WARN, "closing: a held lock could not be released", st, msg);
+		break;
 	}
 	pthread_cond_broadcast(&c->cond);
 }

@@ -197,7 +197,8 @@ struct dlock_election {
 enum dlock_bg_call {
 	DLOCK_BG_RENEW,      /* extend the lease */
 	DLOCK_BG_CLEANUP,    /* release what is left of a lost acquisition */
-	DLOCK_BG_LINGER_END  /* release a lingering hold at its minimum */
+	DLOCK_BG_LINGER_END, /* release a lingering hold at its minimum */
+	DLOCK_BG_CLOSE       /* release a held lock as the client closes (loop_close.c) */
 };
 
 /*
@@ -242,6 +243,13 @@ struct dlock_loop_seam {
 
 /** background.c: one turn of both background threads' work; the next due time. c->mu held, dropped inside. */
 int64_t dlock_background_tick_locked(struct dlock_client *c);
+/** lock.c: closing on the loop (loop_close.c): every handle that closing has not dealt with is marked,
+ *  and what it holds on the server released through the seam's bg_call_locked (DLOCK_BG_CLOSE).  The
+ *  loop's thread, no operation at work, c->mu held, dropped inside. */
+void dlock_locks_shutdown_start_locked(struct dlock_client *c);
+/** lock.c: then each marked handle is finished (lock_fini(), its hold dropped).  c->mu held, dropped
+ *  inside. */
+void dlock_locks_shutdown_finish_locked(struct dlock_client *c);
 /** background.c: the answer `st` (message `msg`) to the background's call `what` on `l`, which the loop
  *  started at `sent` (monotonic ns) for acquisition `generation`, a lease of `lease_ns`.  c->mu held. */
 void dlock_background_answer_locked(struct dlock_lock *l, enum dlock_bg_call what, uint64_t generation,
@@ -355,6 +363,7 @@ struct dlock_client {
 	 * rest on workers. */
 	int loop_io;
 	struct dlock_io io;        /* dlock_host_io()'s answer while loop_io */
+	struct dlock_loop_close *loop_close; /* its close on the loop, while it runs (loop_close.c) */
 	/* The background work (renewals, expiries) runs in the loop's tick (loop_native.c), not on threads:
 	 * loop_native, or loop_io once the open backend said it runs on the loop. */
 	int loop_bg;

@@ -1002,17 +1002,62 @@ static struct dlock_lock *next_unshut_locked(struct dlock_client *c)
 	return NULL;
 }
 
+/* What closing releases on the server: a lingering lease ends at its bound by itself, and a session's
+ * hold goes with the session. */
+static int on_server(const struct dlock_lock *l)
+{
+	return l->held && !l->loss_cleaned && !(l->lingering && l->linger_ttl);
+}
+
+void dlock_locks_shutdown_start_locked(struct dlock_client *c)
+{
+	struct dlock_lock *l = c->locks;
+	while (l) {
+		if (l->shut) {
+			l = l->next;
+			continue;
+		}
+		l->shut = 1;
+		if (on_server(l) && dlock_seam_bg_call_locked(l, DLOCK_BG_CLOSE, l->generation, 0))
+			l = c->locks; /* c->mu was dropped: from the start again (the marked ones are passed) */
+		else
+			l = l->next; /* nothing to release (a release that could not start is left to its lease) */
+	}
+}
+
+void dlock_locks_shutdown_finish_locked(struct dlock_client *c)
+{
+	struct dlock_lock *l = c->locks;
+	while (l) {
+		if (!l->shut || (!l->driver_ready && !l->held)) {
+			l = l->next;
+			continue;
+		}
+		if (l->driver_ready && c->driver->lock_fini) {
+			l->driver_ready = 0;
+			pthread_mutex_unlock(&c->mu);
+			c->driver->lock_fini(c->backend, l->lk);
+			pthread_mutex_lock(&c->mu);
+		}
+		if (l->held)
+			dlock_lock_drop_hold_locked(l);
+		l->driver_ready = 0;
+		dlock_sched_update(l);
+		l = c->locks;
+	}
+	pthread_cond_broadcast(&c->cond);
+}
+
 void dlock_locks_shutdown(struct dlock_client *c)
 {
 	dlock_error err = { "" };
 	pthread_mutex_lock(&c->mu);
 	struct dlock_lock *l;
 	while ((l = next_unshut_locked(c)) != NULL) {
-		/* A lingering lease ends at its bound by itself; a session's hold goes with the session. */
 		int held = l->held, ready = l->driver_ready;
-		int on_server = held && !l->loss_cleaned && !(l->lingering && l->linger_ttl);
+		int on_server_now = on_server(l);
 		pthread_mutex_unlock(&c->mu);
-		if (on_server && c->driver->release(c->backend, l->lk, &err) != DLOCK_OK)
+		if (on_server_now && c->driver->release(c->backend, l->lk, &err) != DLOCK_OK)
 			dlock_client_logf(c, DLOCK_LOG_WARN, "closing: a held lock could not be released: %s", err.msg);
 		if (ready && c->driver->lock_fini)
 			c->driver->lock_fini(c->backend, l->lk);

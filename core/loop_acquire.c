@@ -139,10 +139,8 @@ static void finish(struct loop_acq *a, dlock_status st)
 	const char *msg = "";
 	if (st != DLOCK_OK)
 		msg = a->err.msg[0] ? a->err.msg : dlock_acquire_failure_text(st, buf, sizeof buf, a->p.wait_ms);
-	if (a->counted) {
-		c->ops_working--;
-		pthread_cond_broadcast(&c->cond);
-	}
+	if (a->counted)
+		dlock_async_work_done_locked(c);
 	pthread_mutex_unlock(&c->mu);
 	a->done = 1;
 	a->cb(a->arg, st, msg);

@@ -42,7 +42,7 @@ static void bg_call_ended(struct dlock_call *call, dlock_status st)
 	struct dlock_lock *l = b->l;
 	struct dlock_client *c = l->client;
 	pthread_mutex_lock(&c->mu);
-	c->ops_working--;
+	dlock_async_work_done_locked(c);
 	dlock_lock_end_call(l); /* loop_call off: the timetable and the parked calls go on */
 	dlock_background_answer_locked(l, b->what, b->generation, b->lease_ns, b->sent, st, b->err.msg);
 	pthread_mutex_unlock(&c->mu);

@@ -10,7 +10,9 @@
  *     loop client of a driver without the non-blocking methods holds a
  *     worker thread per waiting acquisition (57).
  *   - Held locks renew on the loop: a loop client holding 20 of them for
- *     three leases adds no thread (its renewals are the loop's calls).
+ *     three leases adds no thread (its renewals are the loop's calls), and
+ *     its close releases those still held on the loop too, each reported
+ *     DLOCK_LOST_CLOSED once, the names free on the server.
  *   - A call the server does not answer ends with DLOCK_ECONNECT once the
  *     URI's io_timeout has passed, naming the server; the next call
  *     connects again (a blackhole of the fault proxy).
@@ -26,6 +28,8 @@
  * Threads: the test's, which drives the loop.  Errors: CUnit assertions.
  */
 #include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +42,17 @@
 #define KV_THREADS_MORE 2 /* threads they may add to the clients' few (with a worker each: KV_WAITERS more) */
 #define KV_IO_TIMEOUT_MS 500
 #define KV_HELD 20        /* locks held through three leases */
+
+/* Every pthread_create() of this program, the library's included (-Wl,--wrap=pthread_create). */
+static atomic_long threads_started;
+
+int __real_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+	atomic_fetch_add(&threads_started, 1);
+	return __real_pthread_create(t, attr, fn, arg);
+}
 
 /* Threads of this process now (/proc/self/task); -1 when it cannot tell. */
 static int threads_now(void)
@@ -138,6 +153,7 @@ static void test_kv_holds_renew_on_loop(void)
 	ft_uri_with(uri, sizeof uri, lc_get_target()->uri, "ttl=1000ms");
 	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
 	int before = threads_now();
+	long started = atomic_load(&threads_started);
 	lr_client *tc = lr_open_ready(lp, uri);
 	if (!tc) {
 		lr_loop_free(lp);
@@ -164,13 +180,32 @@ static void test_kv_holds_renew_on_loop(void)
 	       holding, KV_HELD, (unsigned long long)st.renewals);
 	CU_ASSERT(before > 0 && holding <= before + 1);
 	CU_ASSERT(st.renewals >= 2 * KV_HELD);
-	for (int i = 0; i < KV_HELD; i++) {
+	for (int i = 0; i < KV_HELD; i += 2) { /* half released, half left to the close */
 		CU_ASSERT_EQUAL(lost[i].calls, 0);
 		CU_ASSERT_EQUAL(lr_release_now(tc, h[i]), DLOCK_OK);
+	}
+	/* The close releases the rest on the loop, reports each as closed, and starts no thread. */
+	int most = threads_now();
+	CU_ASSERT_EQUAL(lr_close_async(tc), DLOCK_OK);
+	while (tc->closed.calls == 0 && lr_run_until(lp, lr_op_done, &tc->closed, 10) == 0) {
+		int now = threads_now();
+		most = now > most ? now : most;
+	}
+	started = atomic_load(&threads_started) - started;
+	printf("; at most %d while closing; %ld started in all", most, started);
+	CU_ASSERT(most <= before + 1);
+	CU_ASSERT(started <= 1); /* kv's own subscriber */
+	CU_ASSERT_EQUAL(tc->closed.calls, 1);
+	dlock_client *other = ft_open(lc_get_target()->uri);
+	for (int i = 0; i < KV_HELD; i++) {
+		CU_ASSERT_EQUAL(lost[i].calls, i % 2); /* those the close took: told so, once */
+		if (i % 2)
+			CU_ASSERT_EQUAL(lost[i].reason, DLOCK_LOST_CLOSED);
+		if (other) /* and released on the server */
+			CU_ASSERT_EQUAL(dlock_test_probe(other, dlock_lock_name(h[i])), DLOCK_OK);
 		dlock_lock_free(h[i]);
 	}
-	CU_ASSERT(threads_now() <= before + 1);
-	lr_close(tc);
+	dlock_client_close(other);
 	lr_loop_free(lp);
 }
 
