@@ -6,6 +6,7 @@ if(DLOCK_BACKEND_REDIS)
   list(APPEND DLOCK_BACKEND_SOURCES
     backends/redis/redis.c
     backends/redis/redis_lock.c
+    backends/redis/redis_loop.c
     backends/redis/redis_fair.c
     backends/redis/redis_renew.c
     backends/redis/redis_sem.c
@@ -14,6 +15,7 @@ if(DLOCK_BACKEND_REDIS)
     backends/redis/redis_key.c
     backends/redis/redis_conn.c
     backends/redis/redis_io.c
+    backends/redis/redis_nbconn.c
     backends/redis/redis_tls.c
     backends/redis/redis_sentinel.c
     backends/redis/redis_cluster.c

@@ -34,6 +34,13 @@
  * Semaphores likewise (one server, not RedLock): permits run their own
  * scripts (redis_sem.c), hold the mutex's key while any is live, and wait
  * in the core's loop.
+ *
+ * A loop client (dlock/loop.h) of redis://, redis+unix:// or rediss://
+ * whose mode is one server with algorithm "single" (fair=0, replicas=N
+ * too: dlock_redis_loop_fits()) makes its lock calls on its loop
+ * (redis_loop.c, driver contract 9: DLOCK_FACT_LOOP_IO), every kind of
+ * lock alike; its other calls, and every other mode's, run on the core's
+ * worker threads.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -45,6 +52,7 @@
 #include "redis_inspect.h"
 #include "redis_key.h"
 #include "redis_lock.h"
+#include "redis_loop.h"
 #include "redis_renew.h"
 #include "redis_sentinel.h"
 
@@ -92,6 +100,7 @@ static void client_free(struct redis_client *c)
 {
 	if (!c)
 		return;
+	dlock_redis_loop_close(c); /* a loop client's: on its loop's thread, where open and close run */
 	dlock_redis_sentinel_free(c->sentinel); /* first: its watcher may call into the subscriber */
 	c->sentinel = NULL;
 	dlock_redis_cluster_free(c->cluster);
@@ -285,6 +294,9 @@ static dlock_status redis_open_common(const dlock_uri *uri, dlock_host *host, co
 		st = dlock_redis_sub_new(&c->sub, &c->pools[0].ep, &c->cfg, 0, NULL, NULL, err);
 	if (st == DLOCK_OK && c->sentinel)
 		st = dlock_redis_sentinel_watch(c->sentinel, master_moved, c, err);
+	dlock_io *io = dlock_host_io(host); /* a loop client's loop, opening us on its thread */
+	if (st == DLOCK_OK && io && dlock_redis_loop_fits(c))
+		st = dlock_redis_loop_open(c, io, err);
 	if (st != DLOCK_OK)
 		goto fail;
 	*backend = c;
@@ -437,6 +449,23 @@ static dlock_status redis_feature(void *backend, dlock_lock_kind kind, int code,
 	return DLOCK_OK;
 }
 
+/*
+ * The drivers whose clients may run on a loop (redis://, redis+unix://,
+ * rediss://): asked before open (DLOCK_FACT_LOOP_IO, `backend` NULL) they
+ * say yes, and after it, yes only for a client whose mode runs there
+ * (redis_loop.c: a loop client's calls, and what a loop client of a
+ * blocking client's URI would do, which DLOCK_FEATURE_LOOP_RENEWS tells);
+ * every other code as redis_feature().
+ */
+static dlock_status redis_feature_loop(void *backend, dlock_lock_kind kind, int code, dlock_fact *out)
+{
+	if (code != DLOCK_FACT_LOOP_IO)
+		return redis_feature(backend, kind, code, out);
+	const struct redis_client *c = backend;
+	out->value = !c || dlock_redis_loop_fits(c);
+	return DLOCK_OK;
+}
+
 static dlock_status check_lease(int64_t lease_ms, dlock_error *err)
 {
 	if (lease_ms <= 0)
@@ -470,6 +499,7 @@ static dlock_status redis_try_acquire(void *backend, void *lkp, int64_t lease_ms
 {
 	struct redis_client *c = backend;
 	const struct redis_algorithm *algo = waiting_algo(c, lkp);
+	((struct redis_lock *)lkp)->on_loop = 0; /* a blocking acquisition: its disarm() blocks too */
 	dlock_status st = check_lease(lease_ms, err);
 	if (st != DLOCK_OK)
 		return st;
@@ -481,10 +511,13 @@ static dlock_status redis_try_acquire(void *backend, void *lkp, int64_t lease_ms
 static void redis_disarm(void *backend, void *lkp, dlock_wait *w)
 {
 	struct redis_client *c = backend;
-	const struct redis_algorithm *algo = waiting_algo(c, lkp);
+	struct redis_lock *lk = lkp;
+	const struct redis_algorithm *algo = waiting_algo(c, lk);
 	(void)w;
-	if (algo->disarm)
-		algo->disarm(c, lkp);
+	if (lk->on_loop) /* its attempts were made on the loop, where this is called too */
+		dlock_redis_loop_disarm(c, lk);
+	else if (algo->disarm)
+		algo->disarm(c, lk);
 }
 
 static dlock_status redis_release(void *backend, void *lk, dlock_error *err)
@@ -512,22 +545,52 @@ static dlock_status redis_check(void *backend, void *lk, dlock_error *err)
 	return c->algo->check(c, lk, err);
 }
 
-/* One driver per scheme: they differ only in the parameters they take (redis_open picks the transport). */
-#define REDIS_DRIVER(scheme_, knows_param_)                                                                     \
+/* The non-blocking forms (driver contract 9): only a client whose mode runs on its loop gets these calls. */
+static dlock_status redis_try_acquire_start(void *backend, void *lk, int64_t lease_ms, dlock_wait *w,
+                                            dlock_retry *retry, dlock_acquired *out, dlock_error *err,
+                                            dlock_call *call)
+{
+	dlock_status st = check_lease(lease_ms, err);
+	return st != DLOCK_OK ? st : dlock_redis_loop_try_acquire(backend, lk, lease_ms, w, retry, out, err, call);
+}
+
+static dlock_status redis_release_start(void *backend, void *lk, dlock_error *err, dlock_call *call)
+{
+	return dlock_redis_loop_release(backend, lk, err, call);
+}
+
+static dlock_status redis_extend_start(void *backend, void *lk, int64_t lease_ms, dlock_error *err, dlock_call *call)
+{
+	dlock_status st = check_lease(lease_ms, err);
+	return st != DLOCK_OK ? st : dlock_redis_loop_extend(backend, lk, lease_ms, err, call);
+}
+
+static dlock_status redis_check_start(void *backend, void *lk, dlock_error *err, dlock_call *call)
+{
+	return dlock_redis_loop_check(backend, lk, err, call);
+}
+
+/* One driver per scheme: they differ only in the parameters they take (redis_open picks the transport), and
+ * those of one server in their lock calls on a loop client's loop (the ABI version 9 block). */
+#define REDIS_DRIVER_BODY(scheme_, knows_param_)                                                                \
+	.abi_version = DLOCK_DRIVER_ABI_VERSION, .scheme = (scheme_), .lock_size = sizeof(struct redis_lock),  \
+	.open = redis_open, .close = redis_close, .knows_param = (knows_param_), .acquire = redis_acquire,     \
+	.try_acquire = redis_try_acquire, .disarm = redis_disarm, .release = redis_release,                   \
+	.extend = redis_extend, .check = redis_check, .extend_many = redis_extend_many,                       \
+	.lock_init_kind = redis_lock_init_kind, .inspect = dlock_redis_inspect, .list = dlock_redis_list,       \
+	.break_lock = dlock_redis_break, .proclaim = dlock_redis_proclaim, .watch = dlock_redis_watch,          \
+	.unwatch = dlock_redis_unwatch, .gc = dlock_redis_gc
+#define REDIS_DRIVER(scheme_, knows_param_) { REDIS_DRIVER_BODY(scheme_, knows_param_), .feature = redis_feature }
+#define REDIS_LOOP_DRIVER(scheme_, knows_param_)                                                               \
 	{                                                                                                      \
-		.abi_version = DLOCK_DRIVER_ABI_VERSION, .scheme = (scheme_), .lock_size = sizeof(struct redis_lock), \
-		.open = redis_open, .close = redis_close, .knows_param = (knows_param_),                          \
-		.acquire = redis_acquire, .try_acquire = redis_try_acquire, .disarm = redis_disarm,              \
-		.release = redis_release, .extend = redis_extend, .check = redis_check,                         \
-		.extend_many = redis_extend_many, .lock_init_kind = redis_lock_init_kind,                        \
-		.inspect = dlock_redis_inspect, .list = dlock_redis_list, .break_lock = dlock_redis_break,         \
-		.proclaim = dlock_redis_proclaim, .watch = dlock_redis_watch, .unwatch = dlock_redis_unwatch,    \
-		.gc = dlock_redis_gc, .feature = redis_feature,                                                    \
+		REDIS_DRIVER_BODY(scheme_, knows_param_), .feature = redis_feature_loop,                            \
+		.try_acquire_start = redis_try_acquire_start, .release_start = redis_release_start,                \
+		.extend_start = redis_extend_start, .check_start = redis_check_start,                              \
 	}
 
-const dlock_driver dlock_redis_driver = REDIS_DRIVER("redis", redis_knows_param);
-const dlock_driver dlock_redis_unix_driver = REDIS_DRIVER("redis+unix", redis_unix_knows_param);
-const dlock_driver dlock_rediss_driver = REDIS_DRIVER("rediss", rediss_knows_param);
+const dlock_driver dlock_redis_driver = REDIS_LOOP_DRIVER("redis", redis_knows_param);
+const dlock_driver dlock_redis_unix_driver = REDIS_LOOP_DRIVER("redis+unix", redis_unix_knows_param);
+const dlock_driver dlock_rediss_driver = REDIS_LOOP_DRIVER("rediss", rediss_knows_param);
 const dlock_driver dlock_redis_sentinel_driver = REDIS_DRIVER("redis+sentinel", redis_sentinel_knows_param);
 const dlock_driver dlock_rediss_sentinel_driver = REDIS_DRIVER("rediss+sentinel", rediss_sentinel_knows_param);
 const dlock_driver dlock_redis_cluster_driver = REDIS_DRIVER("redis+cluster", redis_cluster_knows_param);

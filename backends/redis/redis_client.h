@@ -12,6 +12,8 @@
  *   redis_fair.c       algorithm "fair" (fair=1): waiting in a queue kept in Redis
  *   redlock.c          algorithm "redlock": several independent instances, majority
  *   redis_elect.c      elections: a leader's value in its lock key, observers on the lock's channel
+ *   redis_loop.c       a loop client's lock calls on its loop (driver contract 9): algorithm
+ *                      "single"'s commands and answers (redis_lock.c) on the loop's connection
  *   redis_lock.c       algorithm "single": one instance; also the lock values,
  *                      attempts and releases that fair builds on
  *   redis_sem.c        a semaphore's permits: the arguments and replies of their scripts
@@ -22,6 +24,7 @@
  *   redis_sub.c        the subscriber thread that turns release messages into wake-ups
  *   redis_sentinel.c   redis+sentinel: the master's address, asked of the sentinels at each connect
  *   redis_scripts.c    the Lua scripts, SCRIPT LOAD, EVALSHA with EVAL fallback
+ *   redis_nbconn.c     a loop client's connection: non-blocking, on its loop, pipelined
  *   redis_conn.c       connections (TLS, AUTH, SELECT), error mapping, pools, arguments
  *   redis_io.c         a connection's bytes, plain or TLS, through hiredis's reader
  *   redis_tls.c        rediss: TLS settings from the URI, the handshake
@@ -39,6 +42,10 @@
  * one subscriber thread per client with its own connection; with fair=1, by
  * each waiter blocking on a connection of a second pool, the client's
  * `waits`, so that waiters never take the connections releases need.
+ * A loop client of one server with algorithm "single" (redis_loop.c) also
+ * has one non-blocking connection, `loop`, which only its loop's thread
+ * uses, for the lock calls the core makes there; its other calls run on
+ * the pools as on any client.
  */
 #ifndef DLOCK_REDIS_CLIENT_H
 #define DLOCK_REDIS_CLIENT_H
@@ -46,6 +53,7 @@
 #include <stdatomic.h>
 
 #include "redis_conn.h"
+#include "redis_nbconn.h"
 #include "redis_scripts.h"
 #include "redis_sub.h"
 
@@ -87,6 +95,37 @@ struct redis_client {
 	size_t rw_recordlen;
 	pthread_mutex_t elect_mu; /* guards elect_watches (redis_elect.c) */
 	struct redis_elect_watch *elect_watches; /* the observers' watches of this client */
+	struct redis_nbconn *loop; /* a loop client's connection on its loop (redis_loop.c), else NULL; owned */
+};
+
+/* One attempt of an acquisition, as dlock_redis_try_begin() decided it (redis_lock.c): what its command is
+ * built from, so that it can be built again. */
+struct redis_try {
+	int64_t lease_ms;
+	unsigned char set_nx;      /* no token wanted: SET NX PX, not the acquire script */
+	unsigned char no_pttl;     /* busy: the holder's TTL is not asked (one try; fair=1's queue tells it) */
+	unsigned char wants_token;
+	unsigned char listed;      /* a semaphore's waiter, counted among the name's waiters while it finds no permit */
+};
+
+/* A loop client's call on one lock, from its _start method to its dlock_call_done() (redis_loop.c).  The
+ * pointers are the core's, valid until then.  The loop's thread only. */
+struct redis_loop_op {
+	struct redis_nbreq rq;     /* on the loop's connection while its command waits for its answer */
+	struct redis_client *c;
+	int kind;                  /* what is sent (redis_loop.c) */
+	int eval;                  /* sent again as EVAL: the server had lost the script */
+	dlock_call *call;
+	dlock_wait *w;             /* an acquisition's */
+	dlock_retry *retry;
+	dlock_acquired *out;
+	dlock_error *err;
+	struct redis_try t;        /* an acquisition's attempt */
+	int64_t lease_ms;          /* an extend's */
+	int64_t sent_ns;           /* an acquisition's: when its attempt was sent */
+	dlock_status failed;       /* an undo's (a drop's): what the call ends with once it is done */
+	int after;                 /* replicas=N's WAIT: the kind of the write it counts */
+	redisReply *held;          /* the write's reply while its WAIT waits for its answer; owned */
 };
 
 struct redis_lock {
@@ -103,8 +142,10 @@ struct redis_lock {
 	unsigned char shared;   /* this acquisition (or attempt) is a reader's: the READ_ scripts */
 	unsigned char handed_off; /* fair=1: our last release granted the lock to a queued waiter */
 	unsigned char watching; /* `watch` is armed */
+	unsigned char on_loop;  /* the acquisition in progress makes its attempts on a loop (redis_loop.c) */
 	struct redis_watch watch; /* the channel's watch while `watching`: an acquisition's armed wake-up */
 	struct redis_sub *watch_sub; /* the subscriber that holds `watch` */
+	struct redis_loop_op op;  /* a loop client's call in progress on this lock (redis_loop.c) */
 };
 
 #endif

@@ -88,48 +88,56 @@ dlock_status dlock_redis_reply_error(const redisReply *r, const struct redis_end
 
 /* ------------------------------------------------------------ handshake */
 
-/* Run one command of the handshake: DLOCK_OK, DLOCK_ESERVER (*out is the error reply) or an I/O failure. */
-static dlock_status hello_command(struct redis_conn *ctx, const struct redis_endpoint *ep, const struct redis_args *a,
-                                  redisReply **out, dlock_error *err)
+int dlock_redis_hello_args(const struct redis_cfg *cfg, int step, struct redis_args *a, char buf[24])
 {
-	redisReply *r = dlock_redis_command(ctx, a);
-	if (!r)
-		return dlock_redis_io_error(ctx, ep, err);
-	*out = r;
-	return r->type == REDIS_REPLY_ERROR ? DLOCK_ESERVER : DLOCK_OK;
+	*a = (struct redis_args){ 0 };
+	/* A user without a password still logs in as that user (a `nopass` ACL user), never as default. */
+	if (step == REDIS_HELLO_AUTH && (cfg->password || (cfg->user && cfg->user[0]))) {
+		dlock_redis_arg(a, "AUTH");
+		if (cfg->user && cfg->user[0])
+			dlock_redis_arg(a, cfg->user);
+		dlock_redis_arg(a, cfg->password ? cfg->password : "");
+		return 1;
+	}
+	if (step == REDIS_HELLO_SELECT && cfg->db != 0) {
+		dlock_redis_arg(a, "SELECT");
+		dlock_redis_argi(a, buf, cfg->db);
+		return 1;
+	}
+	return 0;
 }
 
-static dlock_status authenticate(struct redis_conn *ctx, const struct redis_endpoint *ep, const struct redis_cfg *cfg,
-                                 dlock_error *err)
+dlock_status dlock_redis_hello_answer(const struct redis_cfg *cfg, int step, const redisReply *r,
+                                      const struct redis_endpoint *ep, dlock_error *err)
 {
-	struct redis_args a = { 0 };
-	redisReply *r = NULL;
-	dlock_redis_arg(&a, "AUTH");
-	if (cfg->user && cfg->user[0])
-		dlock_redis_arg(&a, cfg->user);
-	dlock_redis_arg(&a, cfg->password ? cfg->password : "");
-	dlock_status st = hello_command(ctx, ep, &a, &r, err);
-	if (st == DLOCK_ESERVER && r) /* every refusal of AUTH is an authentication failure */
-		st = dlock_error_set(err, DLOCK_EAUTH, "redis %s: authentication failed: %s", ep->label, r->str);
-	freeReplyObject(r);
-	return st;
+	if (r->type != REDIS_REPLY_ERROR)
+		return DLOCK_OK;
+	if (step == REDIS_HELLO_AUTH) /* every refusal of AUTH is an authentication failure */
+		return dlock_error_set(err, DLOCK_EAUTH, "redis %s: authentication failed: %s", ep->label, r->str);
+	if (strstr(r->str, "out of range"))
+		return dlock_error_set(err, DLOCK_ENOTFOUND, "redis %s: database %ld does not exist (%s)", ep->label,
+		                       cfg->db, r->str);
+	return dlock_redis_reply_error(r, ep, "SELECT", err);
 }
 
-static dlock_status select_db(struct redis_conn *ctx, const struct redis_endpoint *ep, long db, dlock_error *err)
+/* AUTH, then SELECT, each when the configuration asks for it: DLOCK_OK or the failure of the first refused. */
+static dlock_status hello(struct redis_conn *ctx, const struct redis_endpoint *ep, const struct redis_cfg *cfg,
+                          dlock_error *err)
 {
-	struct redis_args a = { 0 };
-	char buf[24];
-	redisReply *r = NULL;
-	dlock_redis_arg(&a, "SELECT");
-	dlock_redis_argi(&a, buf, db);
-	dlock_status st = hello_command(ctx, ep, &a, &r, err);
-	if (st == DLOCK_ESERVER && r && strstr(r->str, "out of range"))
-		st = dlock_error_set(err, DLOCK_ENOTFOUND, "redis %s: database %ld does not exist (%s)", ep->label, db,
-		                     r->str);
-	else if (st == DLOCK_ESERVER)
-		st = dlock_redis_reply_error(r, ep, "SELECT", err);
-	freeReplyObject(r);
-	return st;
+	for (int step = REDIS_HELLO_AUTH; step <= REDIS_HELLO_SELECT; step++) {
+		struct redis_args a;
+		char buf[24];
+		if (!dlock_redis_hello_args(cfg, step, &a, buf))
+			continue;
+		redisReply *r = dlock_redis_command(ctx, &a);
+		if (!r)
+			return dlock_redis_io_error(ctx, ep, err);
+		dlock_status st = dlock_redis_hello_answer(cfg, step, r, ep, err);
+		freeReplyObject(r);
+		if (st != DLOCK_OK)
+			return st;
+	}
+	return DLOCK_OK;
 }
 
 /* The server must be a master: never a lock on a replica (Sentinel's answer may be stale). */
@@ -199,17 +207,12 @@ static dlock_status connect_at(const struct redis_endpoint *ep, const struct red
 	if (!ctx)
 		return dlock_error_set(err, DLOCK_ENOMEM, "redis %s: out of memory", ep->label);
 	ctx->cert_missing = cert_missing;
-	/* A user without a password still logs in as that user (a `nopass` ACL user), never as default. */
-	int auth = cfg->password || (cfg->user && cfg->user[0]);
-	if (auth && (st = authenticate(ctx, ep, cfg, err)) != DLOCK_OK)
-		goto fail;
-	if (cfg->db != 0 && (st = select_db(ctx, ep, cfg->db, err)) != DLOCK_OK)
-		goto fail;
+	if ((st = hello(ctx, ep, cfg, err)) != DLOCK_OK) {
+		dlock_redis_conn_free(ctx);
+		return st;
+	}
 	*out = ctx;
 	return DLOCK_OK;
-fail:
-	dlock_redis_conn_free(ctx);
-	return st;
 }
 
 void dlock_redis_check_eviction(struct redis_conn *ctx, const struct redis_endpoint *ep, dlock_host *host)

@@ -55,6 +55,16 @@ void dlock_redis_argi(struct redis_args *a, char buf[24], long long v);
 dlock_status dlock_redis_connect(const struct redis_endpoint *ep, const struct redis_cfg *cfg,
                                  struct redis_conn **out, dlock_error *err);
 
+/* What a new connection sends first, in this order, each when the configuration asks for it. */
+enum { REDIS_HELLO_AUTH, REDIS_HELLO_SELECT };
+/** The command of handshake step `step` into `a` (`buf` keeps a number): 1, or 0 when the step is not needed.
+ *  The arguments point into `cfg` (the password among them: never printed). */
+int dlock_redis_hello_args(const struct redis_cfg *cfg, int step, struct redis_args *a, char buf[24]);
+/** What the answer `r` of handshake step `step` means: DLOCK_OK, DLOCK_EAUTH (AUTH refused), DLOCK_ENOTFOUND
+ *  (no such database), or the status of another error reply. */
+dlock_status dlock_redis_hello_answer(const struct redis_cfg *cfg, int step, const redisReply *r,
+                                      const struct redis_endpoint *ep, dlock_error *err);
+
 /** Status and message for a connection whose I/O failed (ECONNECT, EAUTH for a refused certificate, ENOMEM). */
 dlock_status dlock_redis_io_error(const struct redis_conn *ctx, const struct redis_endpoint *ep,
                                   dlock_error *err);

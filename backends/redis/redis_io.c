@@ -14,6 +14,14 @@
  * subscriber thread polls the socket itself and then calls
  * dlock_redis_read_some(), which never blocks.
  *
+ * Non-blocking (`nonblocking`, a loop client's connection, redis_nbconn.c):
+ * the socket is O_NONBLOCK for good, EAGAIN (under TLS WANT_READ or
+ * WANT_WRITE) means "not now", and the TLS session is in partial-write
+ * mode with a moving buffer, so that dlock_redis_send_some() sends what
+ * the socket takes and keeps the rest.  A TLS read that needs the socket
+ * writable (or a write that needs it readable) says so in
+ * read_wants_write (write_wants_read), for the loop to watch.
+ *
  * Errors: a failed connection keeps err != 0 and a message in errstr (no
  * secrets: OpenSSL's error strings carry no file names or keys), and is
  * never used again (the pool closes it).  Threads: one at a time, except
@@ -109,26 +117,35 @@ void dlock_redis_conn_free(struct redis_conn *conn)
 
 /* ------------------------------------------------------------ bytes */
 
-/* Bytes written, or -1 (conn failed). */
+/* Bytes written, 0 when the connection is non-blocking and the socket takes nothing now, or -1 (conn failed). */
 static ssize_t conn_send(struct redis_conn *conn, const char *buf, size_t len)
 {
 	if (conn->ssl) {
 		ERR_clear_error();
 		errno = 0;
+		conn->write_wants_read = 0;
 		int n = SSL_write(conn->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
 		if (n > 0)
 			return n;
+		int why = SSL_get_error(conn->ssl, n);
+		if (conn->nonblocking && (why == SSL_ERROR_WANT_READ || why == SSL_ERROR_WANT_WRITE)) {
+			ERR_clear_error();
+			conn->write_wants_read = why == SSL_ERROR_WANT_READ;
+			return 0;
+		}
 		conn_fail_tls(conn, n, errno);
 		return -1;
 	}
 	for (;;) {
 		ssize_t n = send(conn->fd, buf, len, MSG_NOSIGNAL);
-		if (n >= 0)
+		if (n > 0 || (n == 0 && len == 0))
 			return n;
-		if (errno != EINTR) {
-			conn_fail_errno(conn, errno);
-			return -1;
-		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && conn->nonblocking && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		conn_fail_errno(conn, n < 0 ? errno : EIO);
+		return -1;
 	}
 }
 
@@ -144,6 +161,7 @@ static ssize_t conn_recv(struct redis_conn *conn, char *buf, size_t len, int non
 		int why = SSL_get_error(conn->ssl, n);
 		if (nonblocking && (why == SSL_ERROR_WANT_READ || why == SSL_ERROR_WANT_WRITE)) {
 			ERR_clear_error();
+			conn->read_wants_write = why == SSL_ERROR_WANT_WRITE;
 			return 0;
 		}
 		conn_fail_tls(conn, n, errno);
@@ -248,7 +266,9 @@ int dlock_redis_flush(struct redis_conn *conn)
 int dlock_redis_buffered_reply(struct redis_conn *conn, void **reply)
 {
 	*reply = NULL;
-	if (conn->err)
+	/* A non-blocking connection still gives the replies it read before it failed (a server that answers,
+	 * then closes); its reader is broken only by a protocol error or memory. */
+	if (conn->err && (!conn->nonblocking || conn->err == REDIS_ERR_PROTOCOL || conn->err == REDIS_ERR_OOM))
 		return REDIS_ERR;
 	if (redisReaderGetReply(conn->reader, reply) != REDIS_OK) {
 		conn_fail(conn, REDIS_ERR_PROTOCOL, "%s", conn->reader->errstr);
@@ -273,18 +293,38 @@ int dlock_redis_read_some(struct redis_conn *conn)
 		return n < 0 || (n > 0 && feed(conn, buf, (size_t)n) != REDIS_OK) ? REDIS_ERR : REDIS_OK;
 	}
 	/* TLS: what the socket showed may be part of a record, or a record with
-	 * no data (a session ticket); read without blocking until nothing is left. */
-	int flags = fcntl(conn->fd, F_GETFL);
-	if (flags < 0 || fcntl(conn->fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+	 * no data (a session ticket); read without blocking until nothing is left
+	 * (SSL_read until it wants the socket again: what OpenSSL holds decrypted
+	 * is read too, so nothing waits in it while the loop sleeps). */
+	int flags = conn->nonblocking ? 0 : fcntl(conn->fd, F_GETFL);
+	if (flags < 0 || (!conn->nonblocking && fcntl(conn->fd, F_SETFL, flags | O_NONBLOCK) != 0)) {
 		conn_fail_errno(conn, errno);
 		return REDIS_ERR;
 	}
+	conn->read_wants_write = 0;
 	ssize_t n;
 	while ((n = conn_recv(conn, buf, sizeof buf, 1)) > 0)
 		if (feed(conn, buf, (size_t)n) != REDIS_OK)
 			break;
-	if (fcntl(conn->fd, F_SETFL, flags) != 0)
+	if (!conn->nonblocking && fcntl(conn->fd, F_SETFL, flags) != 0)
 		conn_fail_errno(conn, errno);
+	return conn->err ? REDIS_ERR : REDIS_OK;
+}
+
+int dlock_redis_send_some(struct redis_conn *conn, size_t max, uint64_t *sent)
+{
+	size_t done = 0, upto = max < conn->outlen ? max : conn->outlen;
+	while (!conn->err && done < upto) {
+		ssize_t n = conn_send(conn, conn->out + done, upto - done);
+		if (n <= 0)
+			break;
+		done += (size_t)n;
+	}
+	if (done > 0) { /* what is left moves to the front: a TLS write retried may take a moved buffer */
+		memmove(conn->out, conn->out + done, conn->outlen - done);
+		conn->outlen -= done;
+		*sent += done;
+	}
 	return conn->err ? REDIS_ERR : REDIS_OK;
 }
 

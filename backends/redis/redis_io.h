@@ -2,7 +2,10 @@
  * Redis backend: a connection's bytes (redis_io.c), plain or TLS, through
  * hiredis's reader and formatter, and the arguments of one command.  Above
  * the TLS layer, below the connections (redis_conn.h).  Never included
- * outside backends/redis/.
+ * outside backends/redis/.  A connection is blocking (its socket's reads
+ * and writes bounded by io_timeout), or non-blocking for a loop client's
+ * loop (redis_nbconn.c), which reads and writes only what the socket takes
+ * now (dlock_redis_send_some(), dlock_redis_read_some()).
  *
  * Threads: one thread uses a connection at a time (another may shut its
  * socket down to end a blocking read).  Errors: as struct redis_conn says.
@@ -13,6 +16,7 @@
 #include <hiredis/hiredis.h>
 #include <openssl/ssl.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "dlock/sys/driver.h"
 
@@ -38,6 +42,9 @@ struct redis_conn {
 	int cert_missing;     /* the server asked for a client certificate and we have none */
 	unsigned long replies; /* replies read so far */
 	unsigned generation;  /* the pool's generation when it was made (Sentinel: which master) */
+	unsigned char nonblocking;   /* the socket is non-blocking (a loop's): no read or write ever waits */
+	unsigned char read_wants_write; /* non-blocking TLS: the last read needs the socket writable to go on */
+	unsigned char write_wants_read; /* non-blocking TLS: the last write needs the socket readable to go on */
 	char errstr[160];
 };
 
@@ -50,9 +57,13 @@ int dlock_redis_append_argv(struct redis_conn *conn, int argc, const char *const
 int dlock_redis_flush(struct redis_conn *conn);
 /** Send what is queued, then block (up to io_timeout per read) for the next reply. */
 int dlock_redis_get_reply(struct redis_conn *conn, void **reply);
-/** Read what the socket has without blocking (after poll() said readable). */
+/** Read what the socket has without blocking (after poll() said readable); under TLS until nothing is left,
+ *  what OpenSSL holds decrypted included. */
 int dlock_redis_read_some(struct redis_conn *conn);
-/** The next complete reply already read, or *reply = NULL. */
+/** Non-blocking connections: send what the socket takes now of the first `max` bytes queued (those sent leave
+ *  the queue; conn->outlen says what is left), adding the bytes sent to *sent. */
+int dlock_redis_send_some(struct redis_conn *conn, size_t max, uint64_t *sent);
+/** The next complete reply already read, or *reply = NULL (a non-blocking connection: also after it failed). */
 int dlock_redis_buffered_reply(struct redis_conn *conn, void **reply);
 /** Append and read one reply: NULL when the connection failed. */
 redisReply *dlock_redis_command_argv(struct redis_conn *conn, int argc, const char *const *argv, const size_t *len);

@@ -76,12 +76,9 @@ int dlock_redis_owns(const char *v, size_t len, const char *owner)
 
 /* ------------------------------------------------------------ one call */
 
-/* A plain command instead of a script (see run_script). */
-#define NOT_A_SCRIPT REDIS_SCRIPT_COUNT
-
 /*
  * Run a script on lk's server, or the command `a` itself when id is
- * NOT_A_SCRIPT (dlock_redis_call: routed, redirections followed).  With
+ * REDIS_NOT_A_SCRIPT (dlock_redis_call: routed, redirections followed).  With
  * replicas=N and `wrote` given: when wrote(reply) says the command wrote
  * the lock, WAIT N replicas_timeout follows on the same connection (WAIT
  * counts the replicas that have that connection's writes; it cannot run
@@ -147,7 +144,7 @@ dlock_status dlock_redis_run_idempotent(struct redis_client *c, const struct red
 }
 
 /* A reader's release: leave the readers; the last one out frees the key and publishes. */
-static enum redis_script_id read_release_script(const struct redis_client *c, struct redis_lock *lk,
+static enum redis_script_id read_release_script(const struct redis_client *c, const struct redis_lock *lk,
                                                 struct redis_args *a, int *nkeys)
 {
 	dlock_redis_arg_key(a, c, lk, "lock", NULL);
@@ -161,7 +158,7 @@ static enum redis_script_id read_release_script(const struct redis_client *c, st
 }
 
 /* The key owner's release where nobody queues: delete the key if ours and publish on the lock's channel. */
-static enum redis_script_id owner_release_script(const struct redis_client *c, struct redis_lock *lk,
+static enum redis_script_id owner_release_script(const struct redis_client *c, const struct redis_lock *lk,
                                                  struct redis_args *a, int *nkeys)
 {
 	dlock_redis_arg_key(a, c, lk, "lock", NULL);
@@ -196,19 +193,22 @@ enum redis_script_id dlock_redis_handoff_args(const struct redis_client *c, cons
 	return REDIS_SCRIPT_HANDOFF;
 }
 
-/* The owner-only release script for lk->owner: a permit's, a reader's, or the key owner's (the handoff where the
- * waiters queue). */
+void dlock_redis_release_cmd(const struct redis_client *c, const struct redis_lock *lk, struct redis_cmd *cmd)
+{
+	cmd->a = (struct redis_args){ 0 };
+	cmd->id = lk->kind == DLOCK_KIND_SEMAPHORE ? dlock_redis_sem_release_args(c, lk, cmd->nums[0], &cmd->a, &cmd->nkeys)
+	          : lk->shared                     ? read_release_script(c, lk, &cmd->a, &cmd->nkeys)
+	          : c->fair                        ? dlock_redis_handoff_args(c, lk, &cmd->a, &cmd->nkeys)
+	                                           : owner_release_script(c, lk, &cmd->a, &cmd->nkeys);
+}
+
+/* The owner-only release script for lk->owner, run. */
 static dlock_status release_args_run(struct redis_client *c, struct redis_lock *lk, redisReply **out,
                                      dlock_error *err)
 {
-	struct redis_args a = { 0 };
-	int nkeys = 0;
-	char n[24];
-	enum redis_script_id id = lk->kind == DLOCK_KIND_SEMAPHORE ? dlock_redis_sem_release_args(c, lk, n, &a, &nkeys)
-	                          : lk->shared                     ? read_release_script(c, lk, &a, &nkeys)
-	                          : c->fair                        ? dlock_redis_handoff_args(c, lk, &a, &nkeys)
-	                                                           : owner_release_script(c, lk, &a, &nkeys);
-	return dlock_redis_run_idempotent(c, lk, id, nkeys, &a, "release", 0, out, err);
+	struct redis_cmd cmd;
+	dlock_redis_release_cmd(c, lk, &cmd);
+	return dlock_redis_run_idempotent(c, lk, cmd.id, cmd.nkeys, &cmd.a, "release", 0, out, err);
 }
 
 /* ------------------------------------------------------------ acquire */
@@ -218,15 +218,20 @@ static dlock_status release_args_run(struct redis_client *c, struct redis_lock *
  * be ours (owner-only, so nothing else is touched) rather than leave it to
  * its TTL, which would block every other owner until then.
  */
+void dlock_redis_undo_failed(struct redis_client *c, const char *why)
+{
+	dlock_host_log(c->cfg.host, DLOCK_LOG_WARN,
+	               "redis %s: an acquire whose reply was lost could not be undone (%s); "
+	               "if it succeeded, the key stays until its TTL",
+	               c->label, why);
+}
+
 static void undo_attempt(struct redis_client *c, struct redis_lock *lk)
 {
 	dlock_error ignored = { "" };
 	redisReply *r = NULL;
 	if (release_args_run(c, lk, &r, &ignored) != DLOCK_OK)
-		dlock_host_log(c->cfg.host, DLOCK_LOG_WARN,
-		               "redis %s: an acquire whose reply was lost could not be undone (%s); "
-		               "if it succeeded, the key stays until its TTL",
-		               c->label, ignored.msg);
+		dlock_redis_undo_failed(c, ignored.msg);
 	freeReplyObject(r);
 }
 
@@ -237,153 +242,187 @@ static int is_int_pair(const redisReply *r)
 }
 
 /*
- * No token wanted: the plain SET NX PX, which costs the server far less
- * than a script.  A waiter then asks for the holder's TTL separately (a
- * holder that dies publishes nothing: the TTL bounds the wait for it),
- * unless `no_pttl`: a single try, or fair=1, whose queue script tells it.
+ * One attempt: the mode, a semaphore's waiter id, a new owner value, and
+ * the command: the acquire script (a reader's, for a shared acquisition;
+ * a permit's, for a semaphore), or, when no token is wanted, the plain
+ * SET NX PX, which costs the server far less than a script.  A waiter
+ * that sent SET asks for the holder's TTL separately (a holder that dies
+ * publishes nothing: the TTL bounds the wait for it), unless `no_pttl`: a
+ * single try, or fair=1, whose queue script tells it.
  */
-static dlock_status try_set(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, int no_pttl,
-                            dlock_acquired *out, int64_t *pttl_ms, dlock_error *err)
+dlock_status dlock_redis_try_begin(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
+                                   int no_pttl, struct redis_try *t, dlock_error *err)
 {
-	struct redis_args a;
-	char lease[24], value[REDIS_VALUE_MAX];
-	redisReply *r = NULL;
-	int maybe_ran = 0;
-	dlock_status st = dlock_redis_set_nx(c, lk, lease_ms, lease, value, &a, err);
-	if (st != DLOCK_OK)
-		return st;
-	int64_t sent = dlock_monotonic_ns();
-	long long acked = c->replicas;
-	st = run_script_waiting(c, lk, NOT_A_SCRIPT, 0, &a, "acquire", 1, set_wrote, &acked, &r, &maybe_ran, err);
-	if (st == DLOCK_OK && r && r->type == REDIS_REPLY_STATUS && acked < c->replicas) {
-		st = too_few_replicas(c, acked, DLOCK_ECONNECT, "acquire (undone)", err);
-		freeReplyObject(r);
-		undo_attempt(c, lk); /* ours on the primary only */
-		lk->owner[0] = '\0';
-		return st;
-	}
-	if (st == DLOCK_OK && r && r->type == REDIS_REPLY_STATUS) {
-		freeReplyObject(r);
-		*out = (dlock_acquired){ .token = 0, .sent_ns = sent };
-		return DLOCK_OK;
-	}
-	if (st == DLOCK_OK && r && r->type == REDIS_REPLY_NIL) {
-		freeReplyObject(r);
-		lk->owner[0] = '\0';
-		if (!no_pttl) {
-			struct redis_args q = { 0 };
-			dlock_redis_arg(&q, "PTTL");
-			dlock_redis_arg_key(&q, c, lk, "lock", NULL);
-			/* -2: released meanwhile, try again at once; -1: no expiry (unknown) */
-			if (run_script(c, lk, NOT_A_SCRIPT, 0, &q, "acquire", 1, &r, &maybe_ran, err) == DLOCK_OK && r &&
-			    r->type == REDIS_REPLY_INTEGER)
-				*pttl_ms = r->integer == -2 ? 0 : r->integer;
-			freeReplyObject(r);
+	(void)c;
+	lk->shared = dlock_wait_mode(w) == DLOCK_MODE_SHARED;
+	int sem = lk->kind == DLOCK_KIND_SEMAPHORE;
+	*t = (struct redis_try){ .lease_ms = lease_ms, .wants_token = dlock_wait_wants_token(w) };
+	t->set_nx = !sem && !t->wants_token && !lk->shared;
+	t->no_pttl = dlock_wait_try_once(w) || no_pttl;
+	if (sem) {
+		t->listed = !dlock_wait_try_once(w); /* a waiter counts among the name's waiters (N agreement) */
+		if (t->listed && !lk->waiter[0]) {
+			dlock_status st = dlock_redis_new_owner(lk, err); /* a random value, kept as the waiter id */
+			if (st != DLOCK_OK)
+				return st;
+			memcpy(lk->waiter, lk->owner, sizeof lk->waiter); /* also names its own channel, pwake:WAITER */
 		}
-		return DLOCK_EBUSY;
+		lk->wake_own = 0;
 	}
-	if (st == DLOCK_OK)
-		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to SET", c->label);
-	freeReplyObject(r);
-	if (maybe_ran)
-		undo_attempt(c, lk);
-	lk->owner[0] = '\0';
-	return st;
+	return dlock_redis_new_owner(lk, err);
 }
 
-/*
- * The arguments of one attempt with a script: a reader joins the readers
- * (the latest writer's token read when `wants_token`), anyone else takes
- * the key with a new token.
- */
-static enum redis_script_id acquire_args(const struct redis_client *c, struct redis_lock *lk, int64_t lease_ms,
-                                         int wants_token, char lease[24], char fence_ttl[24], struct redis_args *a,
-                                         int *nkeys)
+/* The arguments of the acquire script: a reader joins the readers (the latest writer's token read when wanted),
+ * anyone else takes the key with a new token. */
+static void acquire_args(const struct redis_client *c, const struct redis_lock *lk, const struct redis_try *t,
+                         struct redis_cmd *cmd)
 {
 	size_t reclen = 0;
 	const char *rec = dlock_redis_record_of(c, lk, &reclen);
+	struct redis_args *a = &cmd->a;
 	dlock_redis_arg_key(a, c, lk, "lock", NULL);
 	if (lk->shared) {
 		dlock_redis_arg_key(a, c, lk, "readers", NULL);
 		dlock_redis_arg_key(a, c, lk, "fence", NULL);
 		dlock_redis_arg_key(a, c, lk, "holders", NULL);
 		dlock_redis_arg(a, lk->owner);
-		dlock_redis_argi(a, lease, lease_ms);
-		dlock_redis_arg(a, wants_token ? "1" : "0");
+		dlock_redis_argi(a, cmd->nums[0], t->lease_ms);
+		dlock_redis_arg(a, t->wants_token ? "1" : "0");
 		dlock_redis_argn(a, rec, reclen);
-		*nkeys = 4;
-		return REDIS_SCRIPT_READ_ACQUIRE;
+		cmd->nkeys = 4;
+		cmd->id = REDIS_SCRIPT_READ_ACQUIRE;
+		return;
 	}
 	dlock_redis_arg_key(a, c, lk, "fence", NULL);
 	dlock_redis_arg(a, lk->owner);
-	dlock_redis_argi(a, lease, lease_ms);
-	dlock_redis_argi(a, fence_ttl, dlock_redis_fence_ttl_ms(lease_ms));
+	dlock_redis_argi(a, cmd->nums[0], t->lease_ms);
+	dlock_redis_argi(a, cmd->nums[1], dlock_redis_fence_ttl_ms(t->lease_ms));
 	dlock_redis_argn(a, rec, reclen);
-	*nkeys = 2;
-	return REDIS_SCRIPT_ACQUIRE;
+	cmd->nkeys = 2;
+	cmd->id = REDIS_SCRIPT_ACQUIRE;
+}
+
+void dlock_redis_try_cmd(const struct redis_client *c, const struct redis_lock *lk, const struct redis_try *t,
+                         struct redis_cmd *cmd)
+{
+	cmd->a = (struct redis_args){ 0 };
+	if (lk->kind == DLOCK_KIND_SEMAPHORE) {
+		cmd->id = dlock_redis_sem_acquire_args(c, lk, t->lease_ms, t->wants_token, t->listed, cmd->nums, &cmd->a,
+		                                       &cmd->nkeys);
+		return;
+	}
+	if (!t->set_nx) {
+		acquire_args(c, lk, t, cmd);
+		return;
+	}
+	size_t reclen = 0;
+	const char *rec = dlock_redis_record_of(c, lk, &reclen);
+	int n = snprintf(cmd->value, sizeof cmd->value, "%s 0 -1 %.*s", lk->owner, (int)reclen, rec);
+	dlock_redis_arg(&cmd->a, "SET");
+	dlock_redis_arg_key(&cmd->a, c, lk, "lock", NULL);
+	dlock_redis_argn(&cmd->a, cmd->value, n > 0 && n < (int)sizeof cmd->value ? (size_t)n : strlen(cmd->value));
+	dlock_redis_arg(&cmd->a, "NX");
+	dlock_redis_arg(&cmd->a, "PX");
+	dlock_redis_argi(&cmd->a, cmd->nums[0], t->lease_ms);
+	cmd->nkeys = 0;
+	cmd->id = REDIS_NOT_A_SCRIPT;
+}
+
+int dlock_redis_try_wrote(const struct redis_try *t, const redisReply *r)
+{
+	return t->set_nx ? set_wrote(r) : acquire_wrote(r);
+}
+
+dlock_status dlock_redis_try_answer(struct redis_client *c, struct redis_lock *lk, const struct redis_try *t,
+                                    const redisReply *r, long long acked, int64_t sent_ns, dlock_acquired *out,
+                                    int64_t *pttl_ms, int *undo, dlock_error *err)
+{
+	*undo = 1; /* unless the answer says that nothing of ours was written */
+	if (dlock_redis_try_wrote(t, r) && acked < c->replicas) /* ours on the primary only: undone */
+		return too_few_replicas(c, acked, DLOCK_ECONNECT, "acquire (undone)", err);
+	if (lk->kind == DLOCK_KIND_SEMAPHORE) {
+		dlock_status st = dlock_redis_sem_reply(c, lk, r, out, pttl_ms, err);
+		lk->listed = t->listed && st == DLOCK_EBUSY;
+		*undo = st == DLOCK_ESERVER; /* busy, or another N: no permit of ours was written */
+		if (st == DLOCK_OK)
+			out->sent_ns = sent_ns;
+		return st;
+	}
+	if (t->set_nx && r->type == REDIS_REPLY_STATUS) {
+		*out = (dlock_acquired){ .token = 0, .sent_ns = sent_ns };
+		return DLOCK_OK;
+	}
+	if (t->set_nx && r->type == REDIS_REPLY_NIL) {
+		*undo = 0;
+		return DLOCK_EBUSY;
+	}
+	if (t->set_nx)
+		return dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to SET", c->label);
+	if (!is_int_pair(r))
+		return dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to the acquire script", c->label);
+	if (r->element[0]->integer != 1) {
+		*pttl_ms = r->element[1]->integer;
+		*undo = 0;
+		return DLOCK_EBUSY;
+	}
+	*out = (dlock_acquired){ .token = (uint64_t)r->element[1]->integer, .sent_ns = sent_ns };
+	return DLOCK_OK;
+}
+
+int dlock_redis_try_asks_pttl(const struct redis_try *t, dlock_status st)
+{
+	return st == DLOCK_EBUSY && t->set_nx && !t->no_pttl;
+}
+
+void dlock_redis_pttl_cmd(const struct redis_client *c, const struct redis_lock *lk, struct redis_cmd *cmd)
+{
+	cmd->a = (struct redis_args){ 0 };
+	dlock_redis_arg(&cmd->a, "PTTL");
+	dlock_redis_arg_key(&cmd->a, c, lk, "lock", NULL);
+	cmd->nkeys = 0;
+	cmd->id = REDIS_NOT_A_SCRIPT;
+}
+
+int64_t dlock_redis_pttl_answer(const redisReply *r)
+{
+	if (!r || r->type != REDIS_REPLY_INTEGER)
+		return -1;
+	return r->integer == -2 ? 0 : r->integer; /* -2: released meanwhile, try again at once; -1: no expiry */
 }
 
 /*
- * One attempt: DLOCK_OK (*out filled), DLOCK_EBUSY (*pttl_ms: the holder's
- * TTL, <0 unknown; for a permit, when to look again) or an error.  A
- * permit's attempt that waits (`listed`) counts lk->waiter among the
- * name's waiters when it finds no free permit.
+ * One attempt through the pools: DLOCK_OK (*out filled), DLOCK_EBUSY
+ * (*pttl_ms: the holder's TTL, <0 unknown; for a permit, when to look
+ * again) or an error, with nothing of it left on the server.
  */
-static dlock_status try_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, int wants_token,
-                                int listed, dlock_acquired *out, int64_t *pttl_ms, dlock_error *err)
+static dlock_status try_run(struct redis_client *c, struct redis_lock *lk, const struct redis_try *t,
+                            dlock_acquired *out, int64_t *pttl_ms, dlock_error *err)
 {
-	struct redis_args a = { 0 };
-	char bufs[3][24];
+	struct redis_cmd cmd;
 	redisReply *r = NULL;
-	int maybe_ran = 0, nkeys = 0;
-	dlock_status st = dlock_redis_new_owner(lk, err);
-	if (st != DLOCK_OK)
-		return st;
-	int sem = lk->kind == DLOCK_KIND_SEMAPHORE;
-	enum redis_script_id id = sem ? dlock_redis_sem_acquire_args(c, lk, lease_ms, wants_token, listed, bufs, &a,
-	                                                             &nkeys)
-	                              : acquire_args(c, lk, lease_ms, wants_token, bufs[0], bufs[1], &a, &nkeys);
-
+	int maybe_ran = 0, undo = 0;
+	dlock_redis_try_cmd(c, lk, t, &cmd);
 	int64_t sent = dlock_monotonic_ns();
 	long long acked = c->replicas;
-	st = run_script_waiting(c, lk, id, nkeys, &a, "acquire", 1, acquire_wrote, &acked, &r, &maybe_ran, err);
-	if (st != DLOCK_OK)
-		goto fail;
-	if (acked < c->replicas) { /* ours on the primary only: undone, as a lost reply would be */
-		st = too_few_replicas(c, acked, DLOCK_ECONNECT, "acquire (undone)", err);
-		goto fail;
-	}
-	if (sem) {
-		st = dlock_redis_sem_reply(c, lk, r, out, pttl_ms, err);
-		lk->listed = listed && st == DLOCK_EBUSY;
-		if (st == DLOCK_ESERVER)
-			goto fail;
+	dlock_status st = run_script_waiting(c, lk, cmd.id, cmd.nkeys, &cmd.a, "acquire", 1,
+	                                     t->set_nx ? set_wrote : acquire_wrote, &acked, &r, &maybe_ran, err);
+	if (st == DLOCK_OK)
+		st = dlock_redis_try_answer(c, lk, t, r, acked, sent, out, pttl_ms, &undo, err);
+	else
+		undo = maybe_ran;
+	freeReplyObject(r);
+	if (dlock_redis_try_asks_pttl(t, st)) {
+		r = NULL;
+		dlock_redis_pttl_cmd(c, lk, &cmd);
+		if (run_script(c, lk, REDIS_NOT_A_SCRIPT, 0, &cmd.a, "acquire", 1, &r, &maybe_ran, err) == DLOCK_OK)
+			*pttl_ms = dlock_redis_pttl_answer(r);
 		freeReplyObject(r);
-		if (st != DLOCK_OK) { /* busy, or another N: no permit of ours was written */
-			lk->owner[0] = '\0';
-			return st;
-		}
-		out->sent_ns = sent;
-		return DLOCK_OK;
 	}
-	if (!is_int_pair(r)) {
-		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to the acquire script", c->label);
-		goto fail;
-	}
-	if (r->element[0]->integer != 1) {
-		*pttl_ms = r->element[1]->integer;
-		freeReplyObject(r);
+	if (st != DLOCK_OK) {
+		if (undo)
+			undo_attempt(c, lk);
 		lk->owner[0] = '\0';
-		return DLOCK_EBUSY;
 	}
-	*out = (dlock_acquired){ .token = (uint64_t)r->element[1]->integer, .sent_ns = sent };
-	freeReplyObject(r);
-	return DLOCK_OK;
-fail:
-	freeReplyObject(r);
-	if (maybe_ran)
-		undo_attempt(c, lk);
-	lk->owner[0] = '\0';
 	return st;
 }
 
@@ -396,33 +435,17 @@ dlock_status dlock_redis_wait_failed(struct redis_client *c, dlock_status st, dl
 	return st;
 }
 
-/*
- * The acquire script (a reader's, for a shared acquisition; a permit's, for
- * a semaphore), or a plain SET NX PX when no token is wanted.
- */
 dlock_status dlock_redis_attempt(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
                                  int no_pttl, dlock_acquired *out, int64_t *pttl_ms, dlock_error *err)
 {
-	lk->shared = dlock_wait_mode(w) == DLOCK_MODE_SHARED;
-	if (lk->kind == DLOCK_KIND_SEMAPHORE) {
-		int listed = !dlock_wait_try_once(w); /* a waiter counts among the name's waiters (N agreement) */
-		if (listed && !lk->waiter[0]) {
-			dlock_status st = dlock_redis_new_owner(lk, err); /* a random value, kept as the waiter id */
-			if (st != DLOCK_OK)
-				return st;
-			memcpy(lk->waiter, lk->owner, sizeof lk->waiter); /* also names its own channel, pwake:WAITER */
-		}
-		lk->wake_own = 0;
-		return try_acquire(c, lk, lease_ms, dlock_wait_wants_token(w), listed, out, pttl_ms, err);
-	}
-	return dlock_wait_wants_token(w) || lk->shared
-	               ? try_acquire(c, lk, lease_ms, dlock_wait_wants_token(w), 0, out, pttl_ms, err)
-	               : try_set(c, lk, lease_ms, dlock_wait_try_once(w) || no_pttl, out, pttl_ms, err);
+	struct redis_try t;
+	dlock_status st = dlock_redis_try_begin(c, lk, lease_ms, w, no_pttl, &t, err);
+	return st != DLOCK_OK ? st : try_run(c, lk, &t, out, pttl_ms, err);
 }
 
 /*
- * Without fair=1: one attempt for the core's waiting loop.  Busy, the
- * first answer subscribes to the lock's channel (the wake-up, given up in
+ * Without fair=1, what an attempt's answer `st` tells the core's waiting
+ * loop.  Busy, the first answer subscribes to the lock's channel (the wake-up, given up in
  * dlock_redis_disarm()) and asks for another attempt at once if the
  * subscription is confirmed already (a release before it would have been
  * missed); while subscribed the core sleeps until a release message or the
@@ -430,11 +453,9 @@ dlock_status dlock_redis_attempt(struct redis_client *c, struct redis_lock *lk, 
  * subscriber cannot reach the server) the core polls, no longer than the
  * holder's TTL.
  */
-static dlock_status single_try_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
-                                       dlock_retry *retry, dlock_acquired *out, dlock_error *err)
+dlock_status dlock_redis_single_waits(struct redis_client *c, struct redis_lock *lk, dlock_wait *w, dlock_status st,
+                                     int64_t pttl_ms, dlock_retry *retry, dlock_error *err)
 {
-	int64_t pttl_ms = -1;
-	dlock_status st = dlock_redis_attempt(c, lk, lease_ms, w, 0, out, &pttl_ms, err);
 	/* In a cluster: a master failing over (its replica takes the slot within seconds), or the slot not
 	 * served now (TRYAGAIN, CLUSTERDOWN): the core tries again, within the deadline and until cancelled. */
 	if (st == DLOCK_ECONNECT && c->cluster)
@@ -474,24 +495,44 @@ static dlock_status single_try_acquire(struct redis_client *c, struct redis_lock
 	return dlock_redis_wait_failed(c, st, err);
 }
 
-static void single_disarm(struct redis_client *c, struct redis_lock *lk)
+/* Without fair=1: one attempt for the core's waiting loop, then what it waits for (dlock_redis_single_waits). */
+static dlock_status single_try_acquire(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
+                                       dlock_retry *retry, dlock_acquired *out, dlock_error *err)
+{
+	int64_t pttl_ms = -1;
+	dlock_status st = dlock_redis_attempt(c, lk, lease_ms, w, 0, out, &pttl_ms, err);
+	return dlock_redis_single_waits(c, lk, w, st, pttl_ms, retry, err);
+}
+
+void dlock_redis_wake_unwatch(struct redis_lock *lk)
 {
 	if (lk->watching)
 		dlock_redis_sub_unwatch(lk->watch_sub, &lk->watch);
 	lk->watching = 0;
+}
+
+static void single_disarm(struct redis_client *c, struct redis_lock *lk)
+{
+	dlock_redis_wake_unwatch(lk);
 	dlock_redis_sem_unlist(c, lk); /* a semaphore's waiter that gave up no longer counts */
 }
 
 /* ------------------------------------------------------------ release, extend, check */
 
+dlock_status dlock_redis_owned_answer(const struct redis_client *c, const redisReply *r, const char *what,
+                                      dlock_error *err)
+{
+	if (r->type != REDIS_REPLY_INTEGER)
+		return dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to %s", c->label, what);
+	if (r->integer < 1) /* 1, or 2 for a release that granted the lock to a waiter */
+		return dlock_error_set(err, DLOCK_ENOTHELD, "redis %s: %s: the lock is no longer ours (expired or taken)",
+		                       c->label, what);
+	return DLOCK_OK;
+}
+
 static dlock_status owner_only_result(struct redis_client *c, redisReply *r, const char *what, dlock_error *err)
 {
-	dlock_status st = DLOCK_OK;
-	if (r->type != REDIS_REPLY_INTEGER)
-		st = dlock_error_set(err, DLOCK_ESERVER, "redis %s: unexpected reply to %s", c->label, what);
-	else if (r->integer < 1) /* 1, or 2 for a release that granted the lock to a waiter */
-		st = dlock_error_set(err, DLOCK_ENOTHELD, "redis %s: %s: the lock is no longer ours (expired or taken)",
-		                     c->label, what);
+	dlock_status st = dlock_redis_owned_answer(c, r, what, err);
 	freeReplyObject(r);
 	return st;
 }
@@ -548,14 +589,32 @@ dlock_status dlock_redis_extend(struct redis_client *c, struct redis_lock *lk, i
 		acked = c->replicas;
 		st = run_script_waiting(c, lk, id, nkeys, &a, "extend", 0, extend_wrote, &acked, &r, &maybe_ran, err);
 	}
+	int drop = 0;
 	if (st == DLOCK_OK)
-		st = owner_only_result(c, r, "extend", err);
+		st = dlock_redis_extend_answer(c, r, acked, &drop, err);
+	freeReplyObject(r);
+	if (drop) {
+		dlock_error ignored = { "" };
+		dlock_redis_release(c, lk, &ignored);
+	}
+	return st;
+}
+
+int dlock_redis_extend_wrote(const redisReply *r)
+{
+	return extend_wrote(r);
+}
+
+dlock_status dlock_redis_extend_answer(struct redis_client *c, const redisReply *r, long long acked, int *drop,
+                                       dlock_error *err)
+{
+	dlock_status st = dlock_redis_owned_answer(c, r, "extend", err);
+	*drop = 0;
 	if (st == DLOCK_OK && acked < 0) /* not known to be confirmed or not: the renewal is retried */
 		return too_few_replicas(c, acked, DLOCK_ECONNECT, "renewal", err);
 	if (st == DLOCK_OK && acked < c->replicas) {
 		/* Renewed on the primary only: a failover now could lose it.  Give it up and say so. */
-		dlock_error ignored = { "" };
-		dlock_redis_release(c, lk, &ignored);
+		*drop = 1;
 		return too_few_replicas(c, acked, DLOCK_ENOTHELD, "renewal (the lock was released)", err);
 	}
 	return st;
@@ -570,33 +629,46 @@ static dlock_status uncertain(dlock_error *err)
 }
 
 /* The key's owner: GET, compared here; a reader: the check script, which compares its time with the server's. */
-dlock_status dlock_redis_check(struct redis_client *c, struct redis_lock *lk, dlock_error *err)
+void dlock_redis_check_cmd(const struct redis_client *c, const struct redis_lock *lk, struct redis_cmd *cmd)
 {
-	struct redis_args a = { 0 };
-	redisReply *r = NULL;
-	int maybe_ran;
-	dlock_status st;
-	int scripted = lk->shared || lk->kind == DLOCK_KIND_SEMAPHORE;
+	cmd->a = (struct redis_args){ 0 };
 	if (lk->kind == DLOCK_KIND_SEMAPHORE) {
-		int nkeys;
-		enum redis_script_id id = dlock_redis_sem_check_args(c, lk, &a, &nkeys);
-		st = run_script(c, lk, id, nkeys, &a, "check", 0, &r, &maybe_ran, err);
+		cmd->id = dlock_redis_sem_check_args(c, lk, &cmd->a, &cmd->nkeys);
 	} else if (lk->shared) {
-		dlock_redis_arg_key(&a, c, lk, "lock", NULL);
-		dlock_redis_arg_key(&a, c, lk, "readers", NULL);
-		dlock_redis_arg(&a, lk->owner);
-		st = run_script(c, lk, REDIS_SCRIPT_READ_CHECK, 2, &a, "check", 0, &r, &maybe_ran, err);
+		dlock_redis_arg_key(&cmd->a, c, lk, "lock", NULL);
+		dlock_redis_arg_key(&cmd->a, c, lk, "readers", NULL);
+		dlock_redis_arg(&cmd->a, lk->owner);
+		cmd->id = REDIS_SCRIPT_READ_CHECK;
+		cmd->nkeys = 2;
 	} else {
-		dlock_redis_arg(&a, "GET");
-		dlock_redis_arg_key(&a, c, lk, "lock", NULL);
-		st = run_script(c, lk, NOT_A_SCRIPT, 0, &a, "check", 0, &r, &maybe_ran, err);
+		dlock_redis_arg(&cmd->a, "GET");
+		dlock_redis_arg_key(&cmd->a, c, lk, "lock", NULL);
+		cmd->id = REDIS_NOT_A_SCRIPT;
+		cmd->nkeys = 0;
 	}
+}
+
+dlock_status dlock_redis_check_answer(const struct redis_client *c, const struct redis_lock *lk, dlock_status st,
+                                      const redisReply *r, dlock_error *err)
+{
+	int scripted = lk->shared || lk->kind == DLOCK_KIND_SEMAPHORE;
 	if (st == DLOCK_OK && (scripted ? r->type != REDIS_REPLY_INTEGER || r->integer != 1
 	                                  : r->type != REDIS_REPLY_STRING || !dlock_redis_owns(r->str, r->len, lk->owner)))
 		st = dlock_error_set(err, DLOCK_ENOTHELD, "redis %s: the lock is no longer ours (expired or taken)",
 		                     c->label);
-	freeReplyObject(r);
 	return st == DLOCK_OK || st == DLOCK_ENOTHELD ? st : uncertain(err);
+}
+
+dlock_status dlock_redis_check(struct redis_client *c, struct redis_lock *lk, dlock_error *err)
+{
+	struct redis_cmd cmd;
+	redisReply *r = NULL;
+	int maybe_ran;
+	dlock_redis_check_cmd(c, lk, &cmd);
+	dlock_status st = run_script(c, lk, cmd.id, cmd.nkeys, &cmd.a, "check", 0, &r, &maybe_ran, err);
+	st = dlock_redis_check_answer(c, lk, st, r, err);
+	freeReplyObject(r);
+	return st;
 }
 
 const struct redis_algorithm dlock_redis_single = {

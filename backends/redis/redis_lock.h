@@ -66,6 +66,86 @@ int dlock_redis_owns(const char *v, size_t len, const char *owner);
  *  rw_record, so that inspection names a writer's kind. */
 const char *dlock_redis_record_of(const struct redis_client *c, const struct redis_lock *lk, size_t *len);
 
+/* ------------------------------------------------------------ one command, built and answered */
+
+/* The id of a command that is not a script (struct redis_cmd, struct redis_call). */
+#define REDIS_NOT_A_SCRIPT REDIS_SCRIPT_COUNT
+
+/*
+ * One command of a lock: a script with its `nkeys` keys first in `a`, or,
+ * when `id` is REDIS_NOT_A_SCRIPT, the command `a` itself.  Its arguments
+ * point into the lock, the client and here (`nums`, `value`).  Built by
+ * the functions below from the lock's state alone, so that one blocking
+ * call (redis_lock.c) and one call on a loop (redis_loop.c) send the same
+ * command and read its answer with the same function; and built again for
+ * the same call when the server lost a script (EVAL after NOSCRIPT).
+ */
+struct redis_cmd {
+	enum redis_script_id id;
+	int nkeys;
+	struct redis_args a;
+	char nums[3][24];
+	char value[REDIS_VALUE_MAX];
+};
+
+/** An attempt of lk begun: its mode from `w`, a semaphore's waiter id, a new owner value, and in *t what its
+ *  command is built from (`no_pttl`: a busy answer does not ask the holder's TTL).  DLOCK_OK or DLOCK_EIO. */
+dlock_status dlock_redis_try_begin(struct redis_client *c, struct redis_lock *lk, int64_t lease_ms, dlock_wait *w,
+                                   int no_pttl, struct redis_try *t, dlock_error *err);
+/** The attempt's command: the acquire script (a reader's, a permit's), or SET NX PX when no token is wanted. */
+void dlock_redis_try_cmd(const struct redis_client *c, const struct redis_lock *lk, const struct redis_try *t,
+                         struct redis_cmd *cmd);
+/** 1 when the attempt's reply `r` (no error reply) says it wrote the lock (replicas=N: WAIT then counts). */
+int dlock_redis_try_wrote(const struct redis_try *t, const redisReply *r);
+/**
+ * The attempt's reply `r` (no error reply), sent at `sent_ns`; `acked` the
+ * replicas that confirmed it when it wrote (c->replicas when none are
+ * asked): DLOCK_OK (*out), DLOCK_EBUSY (*pttl_ms: the holder's TTL when
+ * the reply tells it; a permit's, when to look again), DLOCK_EKIND,
+ * DLOCK_ECONNECT (too few replicas) or DLOCK_ESERVER.  On a failure
+ * *undo says whether what may be ours is to be removed (undo, then
+ * lk->owner cleared, by the caller).
+ */
+dlock_status dlock_redis_try_answer(struct redis_client *c, struct redis_lock *lk, const struct redis_try *t,
+                                    const redisReply *r, long long acked, int64_t sent_ns, dlock_acquired *out,
+                                    int64_t *pttl_ms, int *undo, dlock_error *err);
+/** 1 when an attempt that answered `st` asks the holder's TTL next (PTTL: a busy SET NX that waits). */
+int dlock_redis_try_asks_pttl(const struct redis_try *t, dlock_status st);
+/** PTTL of lk's key, and what its reply says: the holder's TTL in ms, 0 (freed meanwhile), -1 unknown. */
+void dlock_redis_pttl_cmd(const struct redis_client *c, const struct redis_lock *lk, struct redis_cmd *cmd);
+int64_t dlock_redis_pttl_answer(const redisReply *r);
+/**
+ * Without fair=1, what an attempt's status `st` (its holder's TTL
+ * `pttl_ms`, < 0 unknown) tells the core's waiting loop: busy, the lock's
+ * channel watched through the client's subscriber (retry->armed,
+ * after_ms) and the message of a busy lock; otherwise `st`.  Never waits
+ * on the network (the subscriber's thread subscribes).
+ */
+dlock_status dlock_redis_single_waits(struct redis_client *c, struct redis_lock *lk, dlock_wait *w, dlock_status st,
+                                      int64_t pttl_ms, dlock_retry *retry, dlock_error *err);
+/** The wake-up that dlock_redis_single_waits() armed, given up (a semaphore's waiter is still listed: lk->listed). */
+void dlock_redis_wake_unwatch(struct redis_lock *lk);
+/** Say in the log that the undo of an attempt whose answer was lost failed (`why`). */
+void dlock_redis_undo_failed(struct redis_client *c, const char *why);
+/** The owner-only release of lk->owner: a permit's, a reader's, or the key owner's (the handoff script where the
+ *  waiters queue); also the undo of an attempt whose answer was lost. */
+void dlock_redis_release_cmd(const struct redis_client *c, const struct redis_lock *lk, struct redis_cmd *cmd);
+/** The reply `r` (no error reply) of an owner-only release or extend: DLOCK_OK, DLOCK_ENOTHELD, DLOCK_ESERVER. */
+dlock_status dlock_redis_owned_answer(const struct redis_client *c, const redisReply *r, const char *what,
+                                      dlock_error *err);
+/** 1 when the reply `r` (no error reply) of an extend script says it wrote the lease (replicas=N: WAIT then counts). */
+int dlock_redis_extend_wrote(const redisReply *r);
+/** The extend script's reply `r` (no error reply), `acked` the replicas that confirmed it (c->replicas when none
+ *  are asked): DLOCK_OK, DLOCK_ENOTHELD (also, with *drop set, when fewer than replicas=N confirmed it: the lock
+ *  is then to be released by the caller), DLOCK_ECONNECT (WAIT had no answer), DLOCK_ESERVER. */
+dlock_status dlock_redis_extend_answer(struct redis_client *c, const redisReply *r, long long acked, int *drop,
+                                       dlock_error *err);
+/** The check of lk's acquisition; and what check() answers for the call's status `st` and reply `r` (read only
+ *  when `st` is DLOCK_OK): DLOCK_OK, DLOCK_ENOTHELD, or DLOCK_EUNCERTAIN. */
+void dlock_redis_check_cmd(const struct redis_client *c, const struct redis_lock *lk, struct redis_cmd *cmd);
+dlock_status dlock_redis_check_answer(const struct redis_client *c, const struct redis_lock *lk, dlock_status st,
+                                      const redisReply *r, dlock_error *err);
+
 /* ------------------------------------------------------------ one instance */
 
 /** Run script `id` (one retry when the connection failed after sending).  Error replies become statuses.
@@ -86,7 +166,7 @@ dlock_status dlock_redis_attempt(struct redis_client *c, struct redis_lock *lk, 
  *  waiters queue (fair=1), which grants the lock to the first live waiter, and a waiter's withdrawal. */
 enum redis_script_id dlock_redis_handoff_args(const struct redis_client *c, const struct redis_lock *lk,
                                               struct redis_args *a, int *nkeys);
-/** The extend script of lk's acquisition (a reader's or the key's owner's) for a lease of `lease_ms`:
+/** The extend script of lk's acquisition (a reader's or the key owner's) for a lease of `lease_ms`:
  *  its arguments into `a` (`lease` keeps the number), its number of keys into *nkeys. */
 enum redis_script_id dlock_redis_extend_args(const struct redis_client *c, const struct redis_lock *lk,
                                              int64_t lease_ms, char lease[24], struct redis_args *a, int *nkeys);

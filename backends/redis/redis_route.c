@@ -70,6 +70,17 @@ void dlock_redis_route_failed(struct redis_client *c)
 		dlock_redis_cluster_stale(c->cluster);
 }
 
+dlock_status dlock_redis_refusal(const struct redis_endpoint *ep, const redisReply *r, const char *what,
+                                 dlock_error *err)
+{
+	if (dlock_redis_is_error(r, "MOVED") || dlock_redis_is_error(r, "ASK"))
+		return dlock_error_set(err, DLOCK_ESERVER,
+		                       "redis %s: the server is a Redis Cluster node and the lock's slot is elsewhere (%s): "
+		                       "use redis+cluster:// (rediss+cluster:// over TLS)",
+		                       ep->label, r->str);
+	return dlock_redis_reply_error(r, ep, what, err);
+}
+
 /* The address of a MOVED or ASK error ("MOVED 3999 127.0.0.1:6381"): its start and length. */
 static const char *redirect_addr(const redisReply *r, size_t *len)
 {
@@ -111,10 +122,7 @@ static int redirected(struct redis_client *c, const struct redis_lock *lk, const
 	if (!c->cluster) {
 		if (!moved && !ask)
 			return 0;
-		*st = dlock_error_set(err, DLOCK_ESERVER,
-		                "redis %s: the server is a Redis Cluster node and the lock's slot is elsewhere (%s): use "
-		                "redis+cluster:// (rediss+cluster:// over TLS)",
-		                rt->pool->ep.label, r->str);
+		*st = dlock_redis_refusal(&rt->pool->ep, r, "", err);
 		return -1;
 	}
 	*asking = 0;
@@ -162,16 +170,27 @@ static int send_asking(struct redis_conn *ctx)
 	return ok;
 }
 
+void dlock_redis_wait_cmd(const struct redis_client *c, struct redis_args *a, char n[24], char ms[24])
+{
+	*a = (struct redis_args){ 0 };
+	dlock_redis_arg(a, "WAIT");
+	dlock_redis_argi(a, n, c->replicas);
+	dlock_redis_argi(a, ms, c->replicas_timeout_ms);
+}
+
+long long dlock_redis_wait_answer(const redisReply *r)
+{
+	return r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+}
+
 /* WAIT N replicas_timeout on `ctx`: the number of replicas that have its writes, -1 without an answer. */
 static long long wait_replicas(struct redis_client *c, struct redis_conn *ctx)
 {
-	struct redis_args wa = { 0 };
+	struct redis_args wa;
 	char n[24], ms[24];
-	dlock_redis_arg(&wa, "WAIT");
-	dlock_redis_argi(&wa, n, c->replicas);
-	dlock_redis_argi(&wa, ms, c->replicas_timeout_ms);
+	dlock_redis_wait_cmd(c, &wa, n, ms);
 	redisReply *w = dlock_redis_command(ctx, &wa);
-	long long acked = w && w->type == REDIS_REPLY_INTEGER ? w->integer : -1;
+	long long acked = dlock_redis_wait_answer(w);
 	freeReplyObject(w);
 	return acked;
 }

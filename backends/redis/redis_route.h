@@ -31,8 +31,17 @@ struct redis_sub *dlock_redis_route_sub(struct redis_client *c, const struct red
 /** 1 when error reply `r` says the lock's slot is served elsewhere or not now (MOVED, ASK, TRYAGAIN,
  *  CLUSTERDOWN); a cluster's map is then looked at again before the next command. */
 int dlock_redis_slot_elsewhere(struct redis_client *c, const redisReply *r);
+/** What the error reply `r` to `what` from the one server `ep` (not a cluster's) means: a cluster node's
+ *  redirection is DLOCK_ESERVER naming the cluster scheme, anything else as dlock_redis_reply_error(). */
+dlock_status dlock_redis_refusal(const struct redis_endpoint *ep, const redisReply *r, const char *what,
+                                 dlock_error *err);
 /** A connection to the lock's server failed: a cluster looks at its map again before the next command. */
 void dlock_redis_route_failed(struct redis_client *c);
+
+/** WAIT for the client's replicas=N within replicas_timeout (`n`, `ms` keep the numbers): after a write, on the
+ *  connection that wrote it; and its answer: the replicas that have the connection's writes, -1 for none. */
+void dlock_redis_wait_cmd(const struct redis_client *c, struct redis_args *a, char n[24], char ms[24]);
+long long dlock_redis_wait_answer(const redisReply *r);
 
 /* One command, or one script, for a lock. */
 struct redis_call {

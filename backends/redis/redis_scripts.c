@@ -827,6 +827,14 @@ int dlock_redis_script_append(struct redis_conn *ctx, const struct redis_scripts
 	return dlock_redis_append_argv(ctx, call.argc, call.argv, call.len);
 }
 
+int dlock_redis_script_append_eval(struct redis_conn *ctx, enum redis_script_id id, int nkeys,
+                                   const struct redis_args *a)
+{
+	struct script_call call;
+	script_call_init(&call, "EVAL", bodies[id], nkeys, a);
+	return dlock_redis_append_argv(ctx, call.argc, call.argv, call.len);
+}
+
 redisReply *dlock_redis_script_read(struct redis_conn *ctx, enum redis_script_id id, int nkeys,
                                     const struct redis_args *a)
 {
@@ -837,9 +845,10 @@ redisReply *dlock_redis_script_read(struct redis_conn *ctx, enum redis_script_id
 	if (!dlock_redis_is_error(r, "NOSCRIPT"))
 		return r;
 	freeReplyObject(r);
-	struct script_call call;
-	script_call_init(&call, "EVAL", bodies[id], nkeys, a);
-	return dlock_redis_command_argv(ctx, call.argc, call.argv, call.len);
+	void *again = NULL;
+	if (dlock_redis_script_append_eval(ctx, id, nkeys, a) != REDIS_OK || dlock_redis_get_reply(ctx, &again) != REDIS_OK)
+		return NULL;
+	return again;
 }
 
 redisReply *dlock_redis_script_run(struct redis_conn *ctx, const struct redis_scripts *s, enum redis_script_id id,

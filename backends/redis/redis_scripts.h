@@ -53,6 +53,9 @@ dlock_status dlock_redis_scripts_load(struct redis_conn *ctx, const struct redis
 /** Queue EVALSHA (EVAL without a sha) of `id` with `nkeys` keys first in `a`. */
 int dlock_redis_script_append(struct redis_conn *ctx, const struct redis_scripts *s, enum redis_script_id id,
                               int nkeys, const struct redis_args *a);
+/** Queue EVAL of `id` (the script's text): for a server that answered NOSCRIPT. */
+int dlock_redis_script_append_eval(struct redis_conn *ctx, enum redis_script_id id, int nkeys,
+                                   const struct redis_args *a);
 /** Read the reply of an appended script; on NOSCRIPT, run it with EVAL.  NULL on I/O error. */
 redisReply *dlock_redis_script_read(struct redis_conn *ctx, enum redis_script_id id, int nkeys,
                                     const struct redis_args *a);

@@ -56,7 +56,7 @@ static void queue_keys(const struct redis_client *c, const struct redis_lock *lk
 }
 
 enum redis_script_id dlock_redis_sem_acquire_args(const struct redis_client *c, const struct redis_lock *lk,
-                                                  int64_t lease_ms, int wants_token, int listed, char bufs[3][24],
+                                                  int64_t lease_ms, int wants_token, int listed, char bufs[][24],
                                                   struct redis_args *a, int *nkeys)
 {
 	*a = (struct redis_args){ 0 };
@@ -138,20 +138,29 @@ odd:
 	                       c->label);
 }
 
+enum redis_script_id dlock_redis_sem_withdraw_args(const struct redis_client *c, const struct redis_lock *lk,
+                                                   char n[24], struct redis_args *a, int *nkeys)
+{
+	*a = (struct redis_args){ 0 };
+	permit_keys(c, lk, a);
+	queue_keys(c, lk, a);
+	dlock_redis_arg(a, lk->waiter);
+	dlock_redis_arg(a, c->publish);
+	dlock_redis_argi(a, n, lk->permits_n);
+	dlock_redis_arg_key(a, c, lk, "pwake:", NULL);
+	*nkeys = 8;
+	return REDIS_SCRIPT_SEM_WITHDRAW;
+}
+
 void dlock_redis_sem_unlist(struct redis_client *c, struct redis_lock *lk)
 {
 	if (!lk->listed)
 		return;
 	lk->listed = 0;
-	struct redis_args a = { 0 };
+	struct redis_args a;
 	char n[24];
-	permit_keys(c, lk, &a);
-	queue_keys(c, lk, &a);
-	dlock_redis_arg(&a, lk->waiter);
-	dlock_redis_arg(&a, c->publish);
-	dlock_redis_argi(&a, n, lk->permits_n);
-	dlock_redis_arg_key(&a, c, lk, "pwake:", NULL);
-	struct redis_call call = { .id = REDIS_SCRIPT_SEM_WITHDRAW, .nkeys = 8, .a = &a, .what = "give up waiting" };
+	struct redis_call call = { .a = &a, .what = "give up waiting" };
+	call.id = dlock_redis_sem_withdraw_args(c, lk, n, &a, &call.nkeys);
 	redisReply *r = NULL;
 	int maybe_ran;
 	dlock_error ignored = { "" };

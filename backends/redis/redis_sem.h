@@ -12,10 +12,10 @@
 
 #include "redis_client.h"
 
-/** The acquire script of a permit into `a` (`bufs` keeps the numbers); `listed`: count lk among the waiters
+/** The acquire script of a permit into `a` (`bufs`, three, keep the numbers); `listed`: count lk among the waiters
  *  when no permit is free.  Its number of keys into *nkeys. */
 enum redis_script_id dlock_redis_sem_acquire_args(const struct redis_client *c, const struct redis_lock *lk,
-                                                  int64_t lease_ms, int wants_token, int listed, char bufs[3][24],
+                                                  int64_t lease_ms, int wants_token, int listed, char bufs[][24],
                                                   struct redis_args *a, int *nkeys);
 /** A permit's release (nkeys 8; `n` keeps a number), extend (6) and check (2) scripts for lk->owner. */
 enum redis_script_id dlock_redis_sem_release_args(const struct redis_client *c, const struct redis_lock *lk,
@@ -32,6 +32,9 @@ enum redis_script_id dlock_redis_sem_check_args(const struct redis_client *c, co
  */
 dlock_status dlock_redis_sem_reply(const struct redis_client *c, struct redis_lock *lk, const redisReply *r,
                                    dlock_acquired *out, int64_t *retry_ms, dlock_error *err);
+/** The withdraw script of lk->waiter (nkeys 8; `n` keeps a number): dlock_redis_sem_unlist()'s command. */
+enum redis_script_id dlock_redis_sem_withdraw_args(const struct redis_client *c, const struct redis_lock *lk,
+                                                   char n[24], struct redis_args *a, int *nkeys);
 /** A waiter that gives up: no longer counted among the waiters nor queued, a permit promised to it passed on
  *  (best effort: its entries expire anyway). */
 void dlock_redis_sem_unlist(struct redis_client *c, struct redis_lock *lk);

@@ -16,7 +16,10 @@
  * tls_key's value; the messages name the parameter, not the file).
  *
  * The SSL_CTX is set up once at open and only read afterwards: every
- * thread makes its connections' SSL objects from it.  Writes go through a
+ * thread makes its connections' SSL objects from it.  The handshake is one
+ * SSL_connect() on a blocking socket bounded by open_timeout, or, on a
+ * loop client's non-blocking socket (redis_nbconn.c), steps that each
+ * say which readiness of the socket the next one needs.  Writes go through a
  * socket BIO of our own that sends with MSG_NOSIGNAL: a server that closed
  * the connection must not kill the application with SIGPIPE.
  */
@@ -226,10 +229,9 @@ static dlock_status handshake_failed(SSL *ssl, int rc, int saved, const char *la
 	                       strstr(why, "wrong version") ? " (is the port speaking TLS?)" : "");
 }
 
-dlock_status dlock_redis_tls_handshake(const struct redis_tls *t, int fd, const char *host, const char *label,
-                                       int64_t deadline_ns, SSL **out, int *cert_missing, dlock_error *err)
+dlock_status dlock_redis_tls_session(const struct redis_tls *t, int fd, const char *host, const char *label,
+                                     SSL **out, dlock_error *err)
 {
-	*cert_missing = 0;
 	ERR_clear_error();
 	SSL *ssl = SSL_new(t->ctx);
 	BIO *bio = ssl ? BIO_new(t->bio) : NULL;
@@ -244,14 +246,42 @@ dlock_status dlock_redis_tls_handshake(const struct redis_tls *t, int fd, const 
 		SSL_free(ssl);
 		return st;
 	}
-	int64_t left_ms = (deadline_ns - dlock_monotonic_ns()) / REDIS_NS_PER_MS;
-	dlock_redis_socket_timeouts(fd, left_ms < 1 ? 1 : left_ms); /* a failure leaves the socket unbounded: rare */
+	*out = ssl;
+	return DLOCK_OK;
+}
+
+int dlock_redis_tls_connect_step(SSL *ssl, int *cert_missing, const char *label, unsigned *want, dlock_status *st,
+                                 dlock_error *err)
+{
+	ERR_clear_error();
 	errno = 0;
 	SSL_set_app_data(ssl, cert_missing);
 	int rc = SSL_connect(ssl);
+	int saved = errno;
 	SSL_set_app_data(ssl, NULL);
-	if (rc != 1) {
-		st = handshake_failed(ssl, rc, errno, label, err);
+	if (rc == 1)
+		return 1;
+	int kind = SSL_get_error(ssl, rc);
+	if (want && (kind == SSL_ERROR_WANT_READ || kind == SSL_ERROR_WANT_WRITE)) {
+		ERR_clear_error();
+		*want = kind == SSL_ERROR_WANT_READ ? DLOCK_IO_READ : DLOCK_IO_WRITE;
+		return 0;
+	}
+	*st = handshake_failed(ssl, rc, saved, label, err);
+	return -1;
+}
+
+dlock_status dlock_redis_tls_handshake(const struct redis_tls *t, int fd, const char *host, const char *label,
+                                       int64_t deadline_ns, SSL **out, int *cert_missing, dlock_error *err)
+{
+	*cert_missing = 0;
+	SSL *ssl = NULL;
+	dlock_status st = dlock_redis_tls_session(t, fd, host, label, &ssl, err);
+	if (st != DLOCK_OK)
+		return st;
+	int64_t left_ms = (deadline_ns - dlock_monotonic_ns()) / REDIS_NS_PER_MS;
+	dlock_redis_socket_timeouts(fd, left_ms < 1 ? 1 : left_ms); /* a failure leaves the socket unbounded: rare */
+	if (dlock_redis_tls_connect_step(ssl, cert_missing, label, NULL, &st, err) != 1) {
 		SSL_free(ssl);
 		return st;
 	}

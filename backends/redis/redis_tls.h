@@ -5,7 +5,8 @@
  * backends/redis/.
  *
  * Threads: the settings are made once at open and only read afterwards;
- * any thread makes a connection's SSL from them.  Errors: as each function
+ * any thread makes a connection's SSL from them, and steps its handshake
+ * (a loop's thread, for a non-blocking socket).  Errors: as each function
  * says; a message names a parameter, never a path or a key.
  */
 #ifndef DLOCK_REDIS_TLS_H
@@ -32,6 +33,19 @@ void dlock_redis_tls_free(struct redis_tls *t);
  */
 dlock_status dlock_redis_tls_handshake(const struct redis_tls *t, int fd, const char *host, const char *label,
                                        int64_t deadline_ns, SSL **out, int *cert_missing, dlock_error *err);
+/** A TLS session on the connected socket `fd` (not taken), its handshake not begun, verifying as
+ *  dlock_redis_tls_handshake() does.  DLOCK_OK, DLOCK_ENOMEM, DLOCK_EURI (a name that cannot be sent). */
+dlock_status dlock_redis_tls_session(const struct redis_tls *t, int fd, const char *host, const char *label,
+                                     SSL **out, dlock_error *err);
+/**
+ * One step of `ssl`'s handshake: 1 done; 0 (only with `want` not NULL: a
+ * non-blocking socket) to be called again once the socket is ready for
+ * *want, DLOCK_IO_READ or DLOCK_IO_WRITE; -1 failed, with *st
+ * (DLOCK_EAUTH, DLOCK_ECONNECT as dlock_redis_tls_handshake() says) and
+ * the message.  `cert_missing` as there, kept by the caller across steps.
+ */
+int dlock_redis_tls_connect_step(SSL *ssl, int *cert_missing, const char *label, unsigned *want, dlock_status *st,
+                                 dlock_error *err);
 /** 1 when OpenSSL error `e` is the server's alert refusing our certificate (or its absence). */
 int dlock_redis_tls_refused_certificate(unsigned long e);
 

@@ -18,7 +18,11 @@
  * The socket is made here, not by hiredis: hiredis 0.14 opens it without
  * close-on-exec, and setting the flag afterwards leaves a window in which
  * another thread's fork+exec inherits it.  socket(SOCK_CLOEXEC), then a
- * connect bounded by open_timeout.  Calls nothing else of the backend.
+ * connect bounded by open_timeout.  A loop client's connection
+ * (redis_nbconn.c) has its server's addresses resolved once, at open
+ * (dlock_redis_resolve()), and connects without waiting
+ * (dlock_redis_connect_start()), so that reconnecting never blocks on a
+ * name lookup.  Calls nothing else of the backend.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -142,6 +146,16 @@ int dlock_redis_socket_timeouts(int fd, int64_t ms)
 	               : -1;
 }
 
+int dlock_redis_connect_result(int fd)
+{
+	int soerr = 0;
+	socklen_t len = sizeof soerr;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0)
+		return -1;
+	errno = soerr;
+	return soerr ? -1 : 0;
+}
+
 static int wait_connected(int fd, int64_t deadline_ns)
 {
 	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
@@ -157,25 +171,44 @@ static int wait_connected(int fd, int64_t deadline_ns)
 		if (rc < 0 && errno != EINTR)
 			return -1;
 	}
-	int soerr = 0;
-	socklen_t len = sizeof soerr;
-	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0)
+	return dlock_redis_connect_result(fd);
+}
+
+/* Requests are small and answered one by one: never wait for Nagle; and notice a peer that vanished. */
+static void tcp_tune(int fd)
+{
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+}
+
+/* A non-blocking socket, close-on-exec, connecting to `addr`: 0 connected, 1 in progress, -1 with errno. */
+static int connect_begin(int family, const struct sockaddr *addr, socklen_t addrlen, int *out)
+{
+	int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
 		return -1;
-	errno = soerr;
-	return soerr ? -1 : 0;
+	*out = fd;
+	if (connect(fd, addr, addrlen) == 0)
+		return 0;
+	if (errno == EINPROGRESS) /* a unix socket with a full backlog says EAGAIN: it is not in progress */
+		return 1;
+	int saved = errno;
+	close(fd);
+	*out = -1;
+	errno = saved;
+	return -1;
 }
 
 /* A connected blocking socket, close-on-exec, or -1 with errno. */
 static int socket_connect(int family, const struct sockaddr *addr, socklen_t addrlen, int64_t deadline_ns)
 {
-	int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
+	int fd = -1;
+	int rc = connect_begin(family, addr, addrlen, &fd);
+	if (rc < 0)
 		return -1;
-	if (connect(fd, addr, addrlen) != 0) {
-		/* A unix socket with a full backlog says EAGAIN: it is not in progress. */
-		if (errno != EINPROGRESS || wait_connected(fd, deadline_ns) != 0)
-			goto fail;
-	}
+	if (rc == 1 && wait_connected(fd, deadline_ns) != 0)
+		goto fail;
 	int flags = fcntl(fd, F_GETFL);
 	if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
 		goto fail;
@@ -205,26 +238,76 @@ static dlock_status tcp_connect(const struct redis_endpoint *ep, int64_t deadlin
 	if (fd < 0)
 		return dlock_error_set(err, DLOCK_ECONNECT, "redis %s: cannot connect: %s", ep->label,
 		                       saved == ETIMEDOUT ? "no answer within open_timeout" : strerror(saved));
-	/* Requests are small and answered one by one: never wait for Nagle. */
-	int one = 1;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+	tcp_tune(fd);
 	*out = fd;
+	return DLOCK_OK;
+}
+
+/* The address of a unix socket's path. */
+static dlock_status unix_address(const struct redis_endpoint *ep, struct sockaddr_un *sun, dlock_error *err)
+{
+	*sun = (struct sockaddr_un){ .sun_family = AF_UNIX };
+	if (strlen(ep->path) >= sizeof sun->sun_path)
+		return dlock_error_set(err, DLOCK_EURI, "redis+unix: socket path is longer than %zu bytes",
+		                       sizeof sun->sun_path - 1);
+	memcpy(sun->sun_path, ep->path, strlen(ep->path) + 1);
 	return DLOCK_OK;
 }
 
 static dlock_status unix_connect(const struct redis_endpoint *ep, int64_t deadline_ns, int *out, dlock_error *err)
 {
-	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-	if (strlen(ep->path) >= sizeof sun.sun_path)
-		return dlock_error_set(err, DLOCK_EURI, "redis+unix: socket path is longer than %zu bytes",
-		                       sizeof sun.sun_path - 1);
-	memcpy(sun.sun_path, ep->path, strlen(ep->path) + 1);
+	struct sockaddr_un sun;
+	dlock_status st = unix_address(ep, &sun, err);
+	if (st != DLOCK_OK)
+		return st;
 	int fd = socket_connect(AF_UNIX, (const struct sockaddr *)&sun, sizeof sun, deadline_ns);
 	if (fd < 0)
 		return dlock_error_set(err, DLOCK_ECONNECT, "redis %s: cannot connect: %s", ep->label, strerror(errno));
 	*out = fd;
 	return DLOCK_OK;
+}
+
+/* ------------------------------------------------------------ addresses resolved once */
+
+dlock_status dlock_redis_resolve(const struct redis_endpoint *ep, struct redis_addrs *out, dlock_error *err)
+{
+	*out = (struct redis_addrs){ .n = 0 };
+	if (ep->path) {
+		struct sockaddr_un sun;
+		dlock_status st = unix_address(ep, &sun, err);
+		if (st != DLOCK_OK)
+			return st;
+		memcpy(&out->addr[0], &sun, sizeof sun);
+		out->len[0] = sizeof sun;
+		out->n = 1;
+		return DLOCK_OK;
+	}
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res = NULL;
+	char port[16];
+	snprintf(port, sizeof port, "%d", ep->port);
+	int rc = getaddrinfo(ep->host, port, &hints, &res);
+	if (rc != 0)
+		return dlock_error_set(err, DLOCK_ECONNECT, "redis %s: cannot resolve the host: %s", ep->label,
+		                       gai_strerror(rc));
+	for (struct addrinfo *ai = res; ai && out->n < REDIS_ADDRS_MAX; ai = ai->ai_next) {
+		if (ai->ai_addrlen > sizeof out->addr[0])
+			continue;
+		memcpy(&out->addr[out->n], ai->ai_addr, ai->ai_addrlen);
+		out->len[out->n++] = ai->ai_addrlen;
+	}
+	freeaddrinfo(res);
+	if (out->n == 0)
+		return dlock_error_set(err, DLOCK_ECONNECT, "redis %s: the host has no address", ep->label);
+	return DLOCK_OK;
+}
+
+int dlock_redis_connect_start(const struct redis_addrs *a, int i, int *fd)
+{
+	int family = a->addr[i].ss_family;
+	int rc = connect_begin(family, (const struct sockaddr *)&a->addr[i], a->len[i], fd);
+	if (rc >= 0 && family != AF_UNIX)
+		tcp_tune(*fd);
+	return rc;
 }
 
 /* ------------------------------------------------------------ the transports */

@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "dlock/sys/driver.h"
 
@@ -67,6 +68,26 @@ int dlock_redis_tls_param(const char *key);
 int dlock_redis_socket_timeouts(int fd, int64_t ms);
 /** "host:port", or "[host]:port" for an IPv6 address, into `out`. */
 void dlock_redis_hostport(char *out, size_t len, const char *host, int port);
+
+/* ------------------------------------------------------------ addresses resolved once */
+
+#define REDIS_ADDRS_MAX 4
+
+/* The socket addresses of one fixed endpoint (a loop client's connection, redis_nbconn.c), in the order to try. */
+struct redis_addrs {
+	int n;
+	socklen_t len[REDIS_ADDRS_MAX];
+	struct sockaddr_storage addr[REDIS_ADDRS_MAX];
+};
+
+/** The addresses of the fixed endpoint `ep`: its unix socket's path, or its host looked up now (blocking,
+ *  the first REDIS_ADDRS_MAX).  DLOCK_ECONNECT when the host has none, DLOCK_EURI for a path too long. */
+dlock_status dlock_redis_resolve(const struct redis_endpoint *ep, struct redis_addrs *out, dlock_error *err);
+/** Start connecting a non-blocking, close-on-exec socket (*fd) to address `i` of `a`, without waiting:
+ *  0 connected, 1 in progress (writable once it is done: dlock_redis_connect_result()), -1 with errno. */
+int dlock_redis_connect_start(const struct redis_addrs *a, int i, int *fd);
+/** How a connect in progress on `fd` ended, once the socket is writable: 0, or -1 with errno. */
+int dlock_redis_connect_result(int fd);
 
 extern const struct redis_transport dlock_redis_tcp;  /* redis://host:port,... */
 extern const struct redis_transport dlock_redis_unix; /* redis+unix:///path */

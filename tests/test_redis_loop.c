@@ -1,0 +1,657 @@
+/*
+ * Redis on a loop client's loop (backends/redis/redis_loop.c, driver
+ * contract 9): a loop client of one server with fair=0 makes its lock
+ * calls on its loop, on a non-blocking connection of its own, with no
+ * thread; every other mode runs them on the core's worker threads.  On
+ * redis://HOST:PORT?fair=0, rediss://...&fair=0 and redis+unix://...?fair=0
+ * (the first of each that DLOCK_TEST_URIS and DLOCK_TEST_REDIS_UNIX_URI
+ * give), each in pull and in push mode:
+ *
+ *   - the contract of a loop client (loop_cases.h), on the plain URI;
+ *   - acquisitions waiting on the loop hold no thread: N = 50 wait at once
+ *     for names another client holds, and the process has no more
+ *     threads than with one waiting (where the workers would add one per
+ *     waiting acquisition);
+ *   - held locks renew on the loop, and the close releases them there:
+ *     20 held through three leases, then half of them left to the close,
+ *     with no thread started from the open to the close;
+ *   - through a fault proxy of the test's own (TCP URIs): a call the
+ *     server does not answer ends with DLOCK_ECONNECT once io_timeout has
+ *     passed, and the next call connects again; a connection cut while a
+ *     call waits ends it at once, and the next connects again; an
+ *     acquisition whose answer is lost leaves the name free (its undo).
+ *
+ * And once, on the plain server: a password refused when the loop's
+ * connection connects again is DLOCK_EAUTH (an ACL user of the test's,
+ * deleted meanwhile); scripts the server lost (SCRIPT FLUSH) are sent
+ * again as EVAL; replicas=N waits for the replicas after each write, and
+ * too few undo the acquisition (the primary with a replica of
+ * DLOCK_TEST_REDIS_PRIMARY_URI); a fair=1 queue, Sentinel and Cluster
+ * clients still work on a loop (their calls on workers).
+ *
+ * Faults go through proxies of the test's own; the shared servers see
+ * only a SCRIPT FLUSH (every client falls back to EVAL) and an ACL user
+ * made and deleted.  Skipped, loudly, without the URIs.
+ * Threads: the test's, which drives the loops.  Errors: CUnit assertions.
+ */
+#include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "faultproxy.h"
+#include "faults.h"
+#include "loop_cases.h"
+#include "testredis.h"
+
+#define WAITERS 50         /* acquisitions waiting at once on the loop */
+#define IO_TIMEOUT_MS 500  /* the faulty clients' io_timeout */
+#define CUT_IO_TIMEOUT_MS 20000 /* io_timeout while a cut is awaited: its answer comes long before */
+#define SHORT_LEASE_MS 1000
+
+#define URI_MAX 2300
+
+static char plain_uri[URI_MAX], tls_uri[URI_MAX], unix_uri[URI_MAX];
+static char fair_uri[URI_MAX], sentinel_uri[URI_MAX], cluster_uri[URI_MAX];
+static int redis_port; /* the plain server's, for a raw connection */
+
+/* ------------------------------------------------------------ helpers */
+
+/* Every pthread_create() of this program, the library's included (-Wl,--wrap=pthread_create). */
+static atomic_long threads_started;
+
+int __real_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+	atomic_fetch_add(&threads_started, 1);
+	return __real_pthread_create(t, attr, fn, arg);
+}
+
+/* Threads of this process now (/proc/self/task); -1 when it cannot tell. */
+static int threads_now(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	if (!d)
+		return -1;
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d)) != NULL;)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* The loop client's driver acquire calls so far. */
+static uint64_t attempts(lr_client *tc)
+{
+	dlock_client_stats s;
+	return dlock_client_get_stats(tc->client, &s) == DLOCK_OK ? s.server_acquires : 0;
+}
+
+struct progress {
+	lr_client *tc;
+	uint64_t attempts; /* wanted: this many driver acquire calls */
+	const lr_op *ops;  /* or: every one of these called back */
+	size_t n;
+};
+
+static int attempted(void *arg)
+{
+	const struct progress *p = arg;
+	return attempts(p->tc) >= p->attempts;
+}
+
+static int all_done(void *arg)
+{
+	const struct progress *p = arg;
+	for (size_t i = 0; i < p->n; i++)
+		if (p->ops[i].calls == 0)
+			return 0;
+	return 1;
+}
+
+/* A loop client of the target through a new proxy (*px), with `params`; NULL (asserted) if not. */
+static lr_client *open_via_proxy(lr_loop *lp, const char *uri, const char *params, faultproxy **px)
+{
+	char via[URI_MAX], bounded[URI_MAX + 64];
+	int port = lc_uri_port(uri);
+	CU_ASSERT_FATAL(port > 0);
+	*px = ft_proxy_to(port);
+	ft_uri_port(via, sizeof via, uri, port, faultproxy_port(*px));
+	ft_uri_with(bounded, sizeof bounded, via, params);
+	return lr_open_ready(lp, bounded);
+}
+
+/* 1 when the target is reached over TCP (a proxy can stand between); else the case is skipped, said so. */
+static int tcp_target(void)
+{
+	if (lc_uri_port(lc_get_target()->uri) > 0)
+		return 1;
+	dlock_test_skip_part("a unix socket: no fault proxy between");
+	return 0;
+}
+
+/* An extend of `h` started; its answer into `op`. */
+static dlock_status extend_start(lr_loop *lp, lr_client *tc, dlock_lock *h, lr_op *op)
+{
+	lr_op_init(op, tc);
+	return LR_START(lp, dlock_extend_async(h, 0, lr_on_lock, op));
+}
+
+/* ------------------------------------------------------------ no thread per waiter */
+
+/* N acquisitions wait on the loop, for names the other client holds, with the threads one waiter had. */
+static void test_waiters_hold_no_thread(void)
+{
+	static lr_op ops[WAITERS];
+	dlock_lock *h[WAITERS] = { NULL }, *o[WAITERS] = { NULL };
+	lc t;
+	if (!lc_begin(&t, "rl-waiters"))
+		return;
+	for (int i = 0; i < WAITERS; i++) {
+		char name[160];
+		snprintf(name, sizeof name, "%s-%d", t.name, i);
+		h[i] = lc_lock(&t, name);
+		o[i] = lc_other_lock(&t, name);
+		CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o[i], 0, 0, -1, NULL, NULL), DLOCK_OK);
+	}
+	/* The first waiter starts what every client has once something waits (the subscriber). */
+	struct progress p = { t.tc, attempts(t.tc) + 1, ops, WAITERS };
+	lr_op_init(&ops[0], t.tc);
+	CU_ASSERT_EQUAL(lr_acquire(h[0], LR_AWAIT_MS, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &ops[0]), DLOCK_OK);
+	CU_ASSERT(lr_run_until(t.lp, attempted, &p, LR_AWAIT_MS));
+	lr_run_for(t.lp, 100);
+	int one = threads_now();
+	long started = atomic_load(&threads_started);
+	p.attempts = attempts(t.tc) + WAITERS - 1;
+	for (int i = 1; i < WAITERS; i++) {
+		lr_op_init(&ops[i], t.tc);
+		CU_ASSERT_EQUAL(lr_acquire(h[i], LR_AWAIT_MS, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &ops[i]), DLOCK_OK);
+	}
+	CU_ASSERT(lr_run_until(t.lp, attempted, &p, LR_AWAIT_MS)); /* each asked the server once: all wait */
+	lr_run_for(t.lp, 200);
+	int waiting = threads_now();
+	started = atomic_load(&threads_started) - started;
+	printf("\n    threads: %d with one waiter, %d while %d wait (%ld started)", one, waiting, WAITERS, started);
+	CU_ASSERT(one > 0 && waiting <= one);
+	CU_ASSERT_EQUAL(started, 0);
+	int early = 0;
+	for (int i = 0; i < WAITERS; i++)
+		early += ops[i].calls != 0;
+	CU_ASSERT_EQUAL(early, 0); /* each waits for its holder */
+	for (int i = 0; i < WAITERS; i++)
+		CU_ASSERT_EQUAL(dlock_release(o[i]), DLOCK_OK);
+	CU_ASSERT(lr_run_until(t.lp, all_done, &p, LR_AWAIT_MS)); /* woken by the releases */
+	for (int i = 0; i < WAITERS; i++) {
+		if (LR_ASSERT_ONCE(&ops[i], DLOCK_OK))
+			CU_ASSERT_EQUAL(lr_release_now(t.tc, h[i]), DLOCK_OK);
+		dlock_lock_free(h[i]);
+		dlock_lock_free(o[i]);
+	}
+	lc_end(&t);
+}
+
+/* ------------------------------------------------------------ renewals on the loop */
+
+#define HELD 20            /* locks a loop client holds through three leases */
+#define HELD_LEASE_MS 1000
+
+/*
+ * Held locks renew on the loop, and its close releases them there: a loop
+ * client holds HELD locks through three leases, each renewed and none
+ * lost, releases half, and closes with the other half held (each told
+ * DLOCK_LOST_CLOSED once, and free on the server); from its open to its
+ * close no thread is started (pthread_create() counted).  Its URI says so
+ * to any client (DLOCK_FEATURE_LOOP_RENEWS), a blocking one's too.
+ */
+static void test_renewals_hold_no_thread(void)
+{
+	dlock_lock *held[HELD] = { NULL };
+	lr_op lost[HELD];
+	char uri[URI_MAX + 32], params[32];
+	snprintf(params, sizeof params, "ttl=%dms", HELD_LEASE_MS);
+	ft_uri_with(uri, sizeof uri, lc_get_target()->uri, params);
+	int64_t renews = -1, blocking_says = -1;
+	dlock_client *plain = ft_open(uri);
+	CU_ASSERT(plain && dlock_client_feature(plain, DLOCK_FEATURE_LOOP_RENEWS, &blocking_says) == DLOCK_OK);
+	long started = atomic_load(&threads_started);
+	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
+	lr_client *tc = lr_open_ready(lp, uri);
+	CU_ASSERT(tc && dlock_client_feature(tc->client, DLOCK_FEATURE_LOOP_RENEWS, &renews) == DLOCK_OK);
+	CU_ASSERT(renews == 1 && blocking_says == 1);
+	for (int i = 0; tc && i < HELD; i++) {
+		char name[128];
+		lr_name(name, sizeof name, "rl-held");
+		held[i] = ft_lock(tc->client, name);
+		lr_op done;
+		lr_op_init(&done, tc);
+		lr_op_init(&lost[i], tc);
+		dlock_status st = lr_acquire(held[i], 0, 0, -1, DLOCK_MODE_EXCLUSIVE, &lost[i], &done);
+		CU_ASSERT_EQUAL_FATAL(lr_finish(&done, st), DLOCK_OK);
+	}
+	lr_run_for(lp, 3 * HELD_LEASE_MS);
+	dlock_client_stats stats = { 0 };
+	if (tc)
+		dlock_client_get_stats(tc->client, &stats);
+	CU_ASSERT(stats.renewals >= 2 * HELD);
+	for (int i = 0; tc && i < HELD; i += 2) { /* the odd ones are left to the close */
+		CU_ASSERT_EQUAL(lost[i].calls, 0);
+		CU_ASSERT_EQUAL(lr_release_now(tc, held[i]), DLOCK_OK);
+	}
+	if (tc) { /* on the loop: the rest released there */
+		CU_ASSERT_EQUAL(lr_close_async(tc), DLOCK_OK);
+		CU_ASSERT(lr_run_done(lp, &tc->closed, LR_AWAIT_MS));
+	}
+	started = atomic_load(&threads_started) - started;
+	printf("\n    %d locks held for %d ms: %llu renewals; %ld threads started from the open to the close", HELD,
+	       3 * HELD_LEASE_MS, (unsigned long long)stats.renewals, started);
+	CU_ASSERT_EQUAL(started, 0);
+	for (int i = 0; i < HELD; i++) {
+		CU_ASSERT_EQUAL(lost[i].calls, i % 2);
+		if (i % 2 && lost[i].calls)
+			CU_ASSERT_EQUAL(lost[i].reason, DLOCK_LOST_CLOSED);
+		if (plain && held[i])
+			CU_ASSERT_EQUAL(dlock_test_probe(plain, dlock_lock_name(held[i])), DLOCK_OK);
+		dlock_lock_free(held[i]);
+	}
+	dlock_client_close(plain);
+	lr_loop_free(lp);
+}
+
+/* ------------------------------------------------------------ through a fault proxy */
+
+/* Unanswered, a call ends with ECONNECT after io_timeout; then the client connects again and works on. */
+static void test_unanswered_call(void)
+{
+	char name[128], params[64];
+	faultproxy *px;
+	if (!tcp_target())
+		return;
+	snprintf(params, sizeof params, "io_timeout=%dms", IO_TIMEOUT_MS);
+	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
+	lr_client *tc = open_via_proxy(lp, lc_get_target()->uri, params, &px);
+	dlock_client *other = ft_open(lc_get_target()->uri);
+	lr_name(name, sizeof name, "rl-unanswered");
+	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
+	dlock_status st = h && other ? lr_acquire_now(tc, h, 0) : DLOCK_EINVAL;
+	CU_ASSERT_EQUAL(st, DLOCK_OK);
+	if (st != DLOCK_OK)
+		goto out;
+	faultproxy_blackhole(px, FP_BOTH);
+	lr_op op;
+	int64_t t0 = dlock_test_now_ms();
+	st = extend_start(lp, tc, h, &op);
+	CU_ASSERT_EQUAL(lr_finish(&op, st), DLOCK_ECONNECT);
+	int64_t took = dlock_test_now_ms() - t0;
+	printf("\n    extend: %s after %lld ms: %s", dlock_status_name(op.status), (long long)took, op.msg);
+	CU_ASSERT(took >= IO_TIMEOUT_MS - 5 && took < IO_TIMEOUT_MS + FT_SLACK_MS);
+	CU_ASSERT_PTR_NOT_NULL(strstr(op.msg, "127.0.0.1:"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(op.msg, "no answer within 500 ms"));
+	faultproxy_pass(px);
+	CU_ASSERT_EQUAL(lr_check_now(tc, h), DLOCK_OK); /* a new connection; the lock is still ours */
+	CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_OK);
+	CU_ASSERT_EQUAL(dlock_test_probe(other, name), DLOCK_OK);
+out:
+	dlock_lock_free(h);
+	dlock_client_close(other);
+	lr_loop_free(lp);
+	faultproxy_stop(px);
+}
+
+/* Cut while calls wait for their answers: they end at once (not at io_timeout), and the next call connects. */
+static void test_cut_ends_calls(void)
+{
+	char name[128], params[64];
+	faultproxy *px;
+	if (!tcp_target())
+		return;
+	snprintf(params, sizeof params, "io_timeout=%dms", CUT_IO_TIMEOUT_MS);
+	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
+	lr_client *tc = open_via_proxy(lp, lc_get_target()->uri, params, &px);
+	lr_name(name, sizeof name, "rl-cut");
+	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
+	dlock_status st = h ? lr_acquire_now(tc, h, 0) : DLOCK_EINVAL;
+	CU_ASSERT_EQUAL(st, DLOCK_OK);
+	if (st != DLOCK_OK)
+		goto out;
+	faultproxy_blackhole(px, FP_DOWN); /* the extend reaches the server; its answer waits in the proxy */
+	lr_op op;
+	st = extend_start(lp, tc, h, &op);
+	CU_ASSERT_EQUAL(st, DLOCK_OK);
+	lr_run_for(lp, 100);
+	CU_ASSERT_EQUAL(op.calls, 0);
+	int64_t t0 = dlock_test_now_ms();
+	faultproxy_reset(px);
+	CU_ASSERT_EQUAL(lr_finish(&op, st), DLOCK_ECONNECT);
+	int64_t took = dlock_test_now_ms() - t0;
+	printf("\n    extend: %s %lld ms after the cut: %s", dlock_status_name(op.status), (long long)took, op.msg);
+	CU_ASSERT(took < CUT_IO_TIMEOUT_MS);
+	CU_ASSERT_PTR_NOT_NULL(strstr(op.msg, "127.0.0.1:"));
+	faultproxy_pass(px);
+	CU_ASSERT_EQUAL(lr_check_now(tc, h), DLOCK_OK); /* connected again */
+	CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_OK);
+out:
+	dlock_lock_free(h);
+	lr_loop_free(lp);
+	faultproxy_stop(px);
+}
+
+/* The answers lost, not the requests: each attempt's script runs, and its undo frees the name again. */
+static void test_lost_answer_undone(void)
+{
+	char name[128], params[64];
+	faultproxy *px;
+	if (!tcp_target())
+		return;
+	snprintf(params, sizeof params, "io_timeout=%dms", IO_TIMEOUT_MS);
+	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
+	lr_client *tc = open_via_proxy(lp, lc_get_target()->uri, params, &px);
+	dlock_client *other = ft_open(lc_get_target()->uri);
+	lr_name(name, sizeof name, "rl-undone");
+	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
+	if (!h || !other)
+		goto out;
+	faultproxy_blackhole(px, FP_DOWN);
+	lr_op op;
+	lr_op_init(&op, tc);
+	dlock_status st = lr_acquire(h, 3 * IO_TIMEOUT_MS, 0, 0, DLOCK_MODE_EXCLUSIVE, NULL, &op);
+	st = lr_finish(&op, st);
+	printf("\n    acquire: %s: %s", dlock_status_name(op.status), op.msg);
+	CU_ASSERT(st == DLOCK_ECONNECT || st == DLOCK_ETIMEDOUT);
+	/* Still blackholed: without the undo the name would stay held for the whole lease (30 s). */
+	CU_ASSERT_EQUAL(dlock_test_probe(other, name), DLOCK_OK);
+	faultproxy_pass(px);
+	CU_ASSERT_EQUAL(lr_acquire_now(tc, h, 0), DLOCK_OK);
+	CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_OK);
+out:
+	dlock_lock_free(h);
+	dlock_client_close(other);
+	lr_loop_free(lp);
+	faultproxy_stop(px);
+}
+
+static const lc_case rl_cases[] = {
+	{ "acquisitions waiting on the loop hold no thread", test_waiters_hold_no_thread },
+	{ "held locks renew on the loop, with no thread", test_renewals_hold_no_thread },
+	{ "an unanswered call ends at io_timeout, the next connects again", test_unanswered_call },
+	{ "a cut ends the calls waiting at once, the next connects again", test_cut_ends_calls },
+	{ "an acquisition whose answer is lost leaves the name free", test_lost_answer_undone },
+	{ NULL, NULL },
+};
+
+/* ------------------------------------------------------------ once, on the plain server */
+
+/* The loop's connection connects again after its user was deleted: the password is refused, DLOCK_EAUTH. */
+static void test_password_refused(void)
+{
+	char user[64], pass[64], uri[URI_MAX], name[128];
+	snprintf(user, sizeof user, "dlrl%d", (int)getpid());
+	snprintf(pass, sizeof pass, "loop-secret-%d", (int)getpid());
+	redisContext *raw = dlock_testredis_raw(redis_port);
+	redisReply *r = redisCommand(raw, "ACL SETUSER %s reset on >%s ~* &* +@all", user, pass);
+	CU_ASSERT_FATAL(r && r->type == REDIS_REPLY_STATUS);
+	freeReplyObject(r);
+	snprintf(uri, sizeof uri, "redis://%s:%s@127.0.0.1:%d?fair=0", user, pass, redis_port);
+	lr_loop *lp = lr_loop_new(LR_PUSH);
+	lr_client *tc = lr_open_ready(lp, uri);
+	lr_name(name, sizeof name, "rl-auth");
+	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
+	dlock_status st = h ? lr_acquire_now(tc, h, 0) : DLOCK_EINVAL;
+	CU_ASSERT_EQUAL(st, DLOCK_OK); /* the loop's connection logged in as the user */
+	/* Deleting the user closes its connections: the next call connects again, and AUTH is refused. */
+	freeReplyObject(redisCommand(raw, "ACL DELUSER %s", user));
+	if (st == DLOCK_OK) {
+		lr_run_for(lp, 100);
+		lr_op op;
+		st = extend_start(lp, tc, h, &op);
+		CU_ASSERT_EQUAL(lr_finish(&op, st), DLOCK_EAUTH);
+		printf("\n    extend: %s: %s", dlock_status_name(op.status), op.msg);
+		CU_ASSERT_PTR_NULL(strstr(op.msg, pass));
+		CU_ASSERT_PTR_NOT_NULL(strstr(op.msg, "authentication failed"));
+	}
+	dlock_lock_free(h);
+	lr_loop_free(lp);
+	redisFree(raw);
+}
+
+/* SCRIPT FLUSH between the calls: each is sent again as EVAL, and works. */
+static void test_scripts_lost(void)
+{
+	char uri[URI_MAX], name[128];
+	redisContext *raw = dlock_testredis_raw(redis_port);
+	snprintf(uri, sizeof uri, "redis://127.0.0.1:%d?fair=0", redis_port);
+	lr_loop *lp = lr_loop_new(LR_PULL);
+	lr_client *tc = lr_open_ready(lp, uri);
+	lr_name(name, sizeof name, "rl-flushed");
+	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
+	if (h) {
+		freeReplyObject(redisCommand(raw, "SCRIPT FLUSH"));
+		CU_ASSERT_EQUAL(lr_acquire_now(tc, h, 0), DLOCK_OK); /* the acquire script (a token is wanted) */
+		freeReplyObject(redisCommand(raw, "SCRIPT FLUSH"));
+		lr_op op;
+		CU_ASSERT_EQUAL(lr_finish(&op, extend_start(lp, tc, h, &op)), DLOCK_OK);
+		freeReplyObject(redisCommand(raw, "SCRIPT FLUSH"));
+		CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_OK);
+		dlock_client *other = ft_open(uri);
+		CU_ASSERT_EQUAL(dlock_test_probe(other, name), DLOCK_OK);
+		dlock_client_close(other);
+	}
+	dlock_lock_free(h);
+	lr_loop_free(lp);
+	redisFree(raw);
+}
+
+/*
+ * replicas=N on the loop: with one replica, WAIT confirms every write and
+ * the calls work; asking for one more than there are, the acquisition
+ * ends as the blocking one does (DLOCK_ECONNECT, naming the count) and is
+ * undone: the name is free.
+ */
+static void test_replicas(void)
+{
+	char uri[URI_MAX + 64], name[128];
+	const char *primary = dlock_test_env("DLOCK_TEST_REDIS_PRIMARY_URI");
+	if (!primary) {
+		dlock_test_skip_part("no primary with a replica (DLOCK_TEST_REDIS_PRIMARY_URI unset)");
+		return;
+	}
+	lr_loop *lp = lr_loop_new(LR_PUSH);
+	ft_uri_with(uri, sizeof uri, primary, "replicas=1");
+	lr_client *one = lr_open_ready(lp, uri);
+	ft_uri_with(uri, sizeof uri, primary, "replicas=2&replicas_timeout=100ms");
+	lr_client *two = lr_open_ready(lp, uri);
+	dlock_client *other = ft_open(primary);
+	lr_name(name, sizeof name, "rl-replicas");
+	dlock_lock *h1 = one ? ft_lock(one->client, name) : NULL, *h2 = two ? ft_lock(two->client, name) : NULL;
+	if (h1 && h2 && other) {
+		CU_ASSERT_EQUAL(lr_acquire_now(one, h1, 0), DLOCK_OK);
+		lr_op op;
+		CU_ASSERT_EQUAL(lr_finish(&op, extend_start(lp, one, h1, &op)), DLOCK_OK);
+		CU_ASSERT_EQUAL(lr_release_now(one, h1), DLOCK_OK);
+		lr_op_init(&op, two);
+		CU_ASSERT_EQUAL(lr_finish(&op, lr_acquire(h2, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op)), DLOCK_ECONNECT);
+		printf("\n    replicas=2: %s: %s", dlock_status_name(op.status), op.msg);
+		CU_ASSERT_PTR_NOT_NULL(strstr(op.msg, "1 of 2 replicas confirmed"));
+		CU_ASSERT_EQUAL(dlock_test_probe(other, name), DLOCK_OK); /* undone */
+	}
+	dlock_lock_free(h1);
+	dlock_lock_free(h2);
+	dlock_client_close(other);
+	lr_loop_free(lp);
+}
+
+/*
+ * A mode that does not run on the loop (fair=1's queue, Sentinel,
+ * Cluster): a loop client of it still acquires, waits, is woken and
+ * releases, its calls on worker threads.
+ */
+static void declined_works(const char *base)
+{
+	char uri[URI_MAX + 64], name[128];
+	if (!base[0]) {
+		dlock_test_skip_part("no such URI in DLOCK_TEST_URIS");
+		return;
+	}
+	ft_uri_with(uri, sizeof uri, base, "prefix=loop-rl");
+	lr_loop *lp = lr_loop_new(LR_PUSH);
+	lr_client *tc = lr_open_ready(lp, uri);
+	dlock_client *other = ft_open(uri);
+	lr_name(name, sizeof name, "rl-declined");
+	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL, *o = ft_lock(other, name);
+	if (h && o) {
+		CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o, 0, 0, -1, NULL, NULL), DLOCK_OK);
+		lr_op op;
+		lr_op_init(&op, tc);
+		struct progress p = { tc, attempts(tc) + 1, &op, 1 };
+		CU_ASSERT_EQUAL(lr_acquire(h, LR_AWAIT_MS, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
+		CU_ASSERT(lr_run_until(lp, attempted, &p, LR_AWAIT_MS));
+		CU_ASSERT_EQUAL(op.calls, 0);
+		CU_ASSERT_EQUAL(dlock_release(o), DLOCK_OK);
+		if (lr_run_done(lp, &op, LR_AWAIT_MS) && LR_ASSERT_ONCE(&op, DLOCK_OK)) {
+			CU_ASSERT_EQUAL(lr_check_now(tc, h), DLOCK_OK);
+			CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_OK);
+		}
+		CU_ASSERT_EQUAL(dlock_test_probe(other, name), DLOCK_OK);
+	}
+	dlock_lock_free(h);
+	dlock_lock_free(o);
+	dlock_client_close(other);
+	lr_loop_free(lp);
+}
+
+static void test_declined_fair(void)
+{
+	declined_works(fair_uri);
+}
+
+static void test_declined_sentinel(void)
+{
+	declined_works(sentinel_uri);
+}
+
+static void test_declined_cluster(void)
+{
+	declined_works(cluster_uri);
+}
+
+/* ------------------------------------------------------------ suites */
+
+static char *const targets[] = { plain_uri, tls_uri, unix_uri };
+static const char *const target_names[] = { "redis://?fair=0", "rediss://?fair=0", "redis+unix://?fair=0" };
+
+static int init_target(int i, lr_mode mode)
+{
+	return lc_set_target(&(lc_target){ targets[i], mode, SHORT_LEASE_MS });
+}
+
+static int plain_pull(void)
+{
+	return init_target(0, LR_PULL);
+}
+
+static int plain_push(void)
+{
+	return init_target(0, LR_PUSH);
+}
+
+static int tls_pull(void)
+{
+	return init_target(1, LR_PULL);
+}
+
+static int tls_push(void)
+{
+	return init_target(1, LR_PUSH);
+}
+
+static int unix_pull(void)
+{
+	return init_target(2, LR_PULL);
+}
+
+static int unix_push(void)
+{
+	return init_target(2, LR_PUSH);
+}
+
+static void add_suites(void)
+{
+	CU_InitializeFunc inits[][2] = { { plain_pull, plain_push }, { tls_pull, tls_push }, { unix_pull, unix_push } };
+	for (size_t i = 0; i < sizeof targets / sizeof *targets; i++) {
+		for (int m = 0; m < 2; m++) {
+			char suite[96];
+			snprintf(suite, sizeof suite, "%s %s", target_names[i], m ? "push" : "pull");
+			if (!targets[i][0]) {
+				printf("SKIPPED: %s: no such URI in DLOCK_TEST_URIS\n", suite);
+				continue;
+			}
+			CU_pSuite s = CU_add_suite(suite, inits[i][m], NULL);
+			if (i == 0)
+				lc_add_all(s);
+			for (const lc_case *c = rl_cases; c->name; c++)
+				CU_add_test(s, c->name, c->fn);
+		}
+	}
+	if (!plain_uri[0])
+		return;
+	CU_pSuite s = CU_add_suite("redis:// on the loop, once", NULL, NULL);
+	CU_add_test(s, "a password refused on connecting again: EAUTH", test_password_refused);
+	CU_add_test(s, "scripts the server lost are sent again as EVAL", test_scripts_lost);
+	CU_add_test(s, "replicas=N: WAIT after each write, too few undo the acquisition", test_replicas);
+	CU_add_test(s, "fair=1 still works on a loop client (workers)", test_declined_fair);
+	CU_add_test(s, "redis+sentinel:// still works on a loop client (workers)", test_declined_sentinel);
+	CU_add_test(s, "redis+cluster:// still works on a loop client (workers)", test_declined_cluster);
+}
+
+/* The first URI of `list` whose scheme is `scheme` ("redis" matches redis:// only) and that has one host. */
+static void first_uri(const char *list, const char *scheme, int one_host, char *out, size_t len)
+{
+	size_t sl = strlen(scheme);
+	out[0] = '\0';
+	for (const char *p = list; *p;) {
+		p += strspn(p, " \t\r\n");
+		size_t n = strcspn(p, " \t\r\n");
+		const char *rest = p + sl;
+		int match = n > sl + 3 && strncmp(p, scheme, sl) == 0 && strncmp(rest, "://", 3) == 0;
+		size_t authority = match ? strcspn(rest + 3, "/?") : 0;
+		int commas = match && memchr(rest + 3, ',', authority) != NULL;
+		if (match && !(one_host && commas) && n < len) {
+			snprintf(out, len, "%.*s", (int)n, p);
+			return;
+		}
+		p += n;
+	}
+}
+
+/* `uri` (when set) with fair=0 added, unless it says fair= already. */
+static void fair0(char *uri, size_t len)
+{
+	char with[URI_MAX];
+	if (!uri[0] || strstr(uri, "fair="))
+		return;
+	ft_uri_with(with, sizeof with, uri, "fair=0");
+	snprintf(uri, len, "%.*s", (int)(len - 1), with);
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	const char *uris = dlock_test_env("DLOCK_TEST_URIS");
+	const char *port = dlock_test_env("DLOCK_TEST_REDIS_PORT");
+	if (!uris || !port)
+		return dlock_test_skip("no Redis (DLOCK_TEST_URIS, DLOCK_TEST_REDIS_PORT unset)");
+	redis_port = atoi(port);
+	snprintf(plain_uri, sizeof plain_uri, "redis://127.0.0.1:%d?fair=0", redis_port);
+	snprintf(fair_uri, sizeof fair_uri, "redis://127.0.0.1:%d?fair=1", redis_port);
+	first_uri(uris, "rediss", 1, tls_uri, sizeof tls_uri);
+	fair0(tls_uri, sizeof tls_uri);
+	const char *unix_env = dlock_test_env("DLOCK_TEST_REDIS_UNIX_URI");
+	snprintf(unix_uri, sizeof unix_uri, "%s", unix_env ? unix_env : "");
+	fair0(unix_uri, sizeof unix_uri);
+	first_uri(uris, "redis+sentinel", 0, sentinel_uri, sizeof sentinel_uri);
+	first_uri(uris, "redis+cluster", 0, cluster_uri, sizeof cluster_uri);
+	return dlock_test_main(add_suites);
+}
