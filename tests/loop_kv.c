@@ -27,9 +27,6 @@
  * through a proxy of the test's own, never to the shared server.
  * Threads: the test's, which drives the loop.  Errors: CUnit assertions.
  */
-#include <dirent.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,35 +34,12 @@
 #include "faultproxy.h"
 #include "faults.h"
 #include "loop_cases.h"
+#include "threadcount.h"
 
 #define KV_WAITERS 50     /* acquisitions waiting at once */
 #define KV_THREADS_MORE 2 /* threads they may add to the clients' few (with a worker each: KV_WAITERS more) */
 #define KV_IO_TIMEOUT_MS 500
 #define KV_HELD 20        /* locks held through three leases */
-
-/* Every pthread_create() of this program, the library's included (-Wl,--wrap=pthread_create). */
-static atomic_long threads_started;
-
-int __real_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
-int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
-int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
-{
-	atomic_fetch_add(&threads_started, 1);
-	return __real_pthread_create(t, attr, fn, arg);
-}
-
-/* Threads of this process now (/proc/self/task); -1 when it cannot tell. */
-static int threads_now(void)
-{
-	DIR *d = opendir("/proc/self/task");
-	if (!d)
-		return -1;
-	int n = 0;
-	for (struct dirent *e; (e = readdir(d)) != NULL;)
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
 
 /* The loop client's driver acquire calls so far. */
 static uint64_t attempts(lr_client *tc)
@@ -104,7 +78,7 @@ static void test_kv_waiters_hold_no_thread(void)
 	lc t;
 	if (!lc_begin(&t, "kv-waiters"))
 		return;
-	int before = threads_now();
+	int before = dlock_test_threads_now();
 	for (int i = 0; i < KV_WAITERS; i++) {
 		char name[160];
 		snprintf(name, sizeof name, "%s-%d", t.name, i);
@@ -119,7 +93,7 @@ static void test_kv_waiters_hold_no_thread(void)
 	}
 	CU_ASSERT(lr_run_until(t.lp, attempted, &p, LR_AWAIT_MS)); /* each asked the server once: all wait */
 	lr_run_for(t.lp, 200);
-	int waiting = threads_now();
+	int waiting = dlock_test_threads_now();
 	printf("\n    threads: %d before, %d while %d acquisitions wait", before, waiting, KV_WAITERS);
 	CU_ASSERT(before > 0 && waiting <= before + KV_THREADS_MORE);
 	int early = 0;
@@ -152,8 +126,8 @@ static void test_kv_holds_renew_on_loop(void)
 	char uri[2200];
 	ft_uri_with(uri, sizeof uri, lc_get_target()->uri, "ttl=1000ms");
 	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
-	int before = threads_now();
-	long started = atomic_load(&threads_started);
+	int before = dlock_test_threads_now();
+	long started = dlock_test_threads_started();
 	lr_client *tc = lr_open_ready(lp, uri);
 	if (!tc) {
 		lr_loop_free(lp);
@@ -173,7 +147,7 @@ static void test_kv_holds_renew_on_loop(void)
 		                      DLOCK_OK);
 	}
 	lr_run_for(lp, 3000); /* three leases */
-	int holding = threads_now();
+	int holding = dlock_test_threads_now();
 	dlock_client_stats st;
 	CU_ASSERT_EQUAL(dlock_client_get_stats(tc->client, &st), DLOCK_OK);
 	printf("\n    threads: %d before the client, %d after holding %d locks for 3 s; %llu renewals", before,
@@ -185,13 +159,13 @@ static void test_kv_holds_renew_on_loop(void)
 		CU_ASSERT_EQUAL(lr_release_now(tc, h[i]), DLOCK_OK);
 	}
 	/* The close releases the rest on the loop, reports each as closed, and starts no thread. */
-	int most = threads_now();
+	int most = dlock_test_threads_now();
 	CU_ASSERT_EQUAL(lr_close_async(tc), DLOCK_OK);
 	while (tc->closed.calls == 0 && lr_run_until(lp, lr_op_done, &tc->closed, 10) == 0) {
-		int now = threads_now();
+		int now = dlock_test_threads_now();
 		most = now > most ? now : most;
 	}
-	started = atomic_load(&threads_started) - started;
+	started = dlock_test_threads_started() - started;
 	printf("; at most %d while closing; %ld started in all", most, started);
 	CU_ASSERT(most <= before + 1);
 	CU_ASSERT(started <= 1); /* kv's own subscriber */

@@ -1,7 +1,9 @@
 /*
  * Loop clients (include/dlock/loop.h) on a real Redis and a real
- * PostgreSQL: the first redis:// and the first postgres:// URI of
- * DLOCK_TEST_URIS (see ci/servers.sh), each in pull and in push mode, with
+ * PostgreSQL: the first redis:// URI of DLOCK_TEST_URIS (see
+ * ci/servers.sh; its fair queue runs on workers) in pull mode, and the
+ * first postgres:// one in pull and in push mode (Redis with fair=0, on
+ * the loop itself, has test_redis_loop in both), with
  * the contract of loop_cases.h (on these servers a lease that runs out and
  * a lock broken by another client are reported on the loop), and a
  * connection cut while an acquisition waits: through the fault proxy of
@@ -185,11 +187,6 @@ static int redis_pull(void)
 	return lc_set_target(&(lc_target){ redis_uri, LR_PULL, SHORT_LEASE_MS });
 }
 
-static int redis_push(void)
-{
-	return lc_set_target(&(lc_target){ redis_uri, LR_PUSH, SHORT_LEASE_MS });
-}
-
 static int pg_pull(void)
 {
 	return lc_set_target(&(lc_target){ pg_uri, LR_PULL, SHORT_LEASE_MS });
@@ -218,7 +215,6 @@ static void add_suites(void)
 		CU_InitializeFunc init;
 	} suites[] = {
 		{ "redis:// pull", redis_uri, redis_pull },
-		{ "redis:// push", redis_uri, redis_push },
 		{ "postgres:// pull", pg_uri, pg_pull },
 		{ "postgres:// push", pg_uri, pg_push },
 		{ "kv:// pull", kv_uri, kv_pull },
