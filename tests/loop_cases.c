@@ -1,5 +1,7 @@
 /* The loop tests' target, their cast and the helpers they share (see loop_cases.h). */
 #include "loop_cases.h"
+#include "faultproxy.h"
+#include "faults.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,34 +66,14 @@ dlock_lock *lc_other_lock(lc *t, const char *name)
 	return l;
 }
 
-/* The loop client's driver acquire calls so far (dlock_client_get_stats(), on the loop's thread). */
-static uint64_t lc_attempts(lc *t)
-{
-	dlock_client_stats st;
-	if (dlock_client_get_stats(t->tc->client, &st) != DLOCK_OK)
-		return 0;
-	return st.server_acquires;
-}
-
-struct attempts {
-	lc *t;
-	uint64_t want;
-};
-
-static int attempted(void *arg)
-{
-	struct attempts *a = arg;
-	return lc_attempts(a->t) >= a->want;
-}
-
 /* Run the loop until the loop client made `want` driver acquire calls; asserted. */
 static int lc_await_attempts(lc *t, uint64_t want)
 {
-	struct attempts a = { t, want };
-	int ok = lr_run_until(t->lp, attempted, &a, LR_AWAIT_MS);
+	lc_progress a = { t->tc, want, NULL, 0 };
+	int ok = lr_run_until(t->lp, lc_attempted, &a, LR_AWAIT_MS);
 	if (!ok)
 		printf("\n    the loop client's statistics never showed %llu driver acquire calls (%llu)",
-		       (unsigned long long)want, (unsigned long long)lc_attempts(t));
+		       (unsigned long long)want, (unsigned long long)lc_attempts(t->tc));
 	CU_ASSERT(ok);
 	return ok;
 }
@@ -99,7 +81,7 @@ static int lc_await_attempts(lc *t, uint64_t want)
 void lc_start_waiting(lc *t, dlock_lock *lock, int64_t wait_ms, lr_op *op)
 {
 	lr_op_init(op, t->tc);
-	uint64_t before = lc_attempts(t);
+	uint64_t before = lc_attempts(t->tc);
 	CU_ASSERT_EQUAL(lr_acquire(lock, wait_ms, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, op), DLOCK_OK);
 	lc_await_attempts(t, before + 1);
 }
@@ -207,4 +189,37 @@ int lc_scaled(int base)
 		scale = 1.0;
 	int n = (int)(base * scale);
 	return n < 1 ? 1 : n;
+}
+
+/* dlock_client_get_stats() on the loop's thread. */
+uint64_t lc_attempts(lr_client *tc)
+{
+	dlock_client_stats s;
+	return dlock_client_get_stats(tc->client, &s) == DLOCK_OK ? s.server_acquires : 0;
+}
+
+int lc_attempted(void *arg)
+{
+	const lc_progress *p = arg;
+	return lc_attempts(p->tc) >= p->attempts;
+}
+
+int lc_all_done(void *arg)
+{
+	const lc_progress *p = arg;
+	for (size_t i = 0; i < p->n; i++)
+		if (p->ops[i].calls == 0)
+			return 0;
+	return 1;
+}
+
+lr_client *lc_open_via_proxy(lr_loop *lp, const char *uri, const char *params, struct faultproxy **px)
+{
+	char via[2300], bounded[2400];
+	int port = lc_uri_port(uri);
+	CU_ASSERT_FATAL(port > 0);
+	*px = ft_proxy_to(port);
+	ft_uri_port(via, sizeof via, uri, port, faultproxy_port(*px));
+	ft_uri_with(bounded, sizeof bounded, via, params);
+	return lr_open_ready(lp, bounded);
 }

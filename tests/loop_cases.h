@@ -108,4 +108,20 @@ int lc_scaled(int base);
 /** The port of a URI's one host ("...://[user@]host:port/..."); 0 when it has none. */
 int lc_uri_port(const char *uri);
 
+/* For the cases of a driver that runs on the loop (loop_kv.c, test_redis_loop.c). */
+/** The client's driver acquire calls so far. */
+uint64_t lc_attempts(lr_client *tc);
+/** What lc_attempted() and lc_all_done() wait for. */
+typedef struct lc_progress {
+	lr_client *tc;
+	uint64_t attempts; /* wanted: this many driver acquire calls */
+	const lr_op *ops;  /* or: every one of these called back */
+	size_t n;
+} lc_progress;
+int lc_attempted(void *progress);
+int lc_all_done(void *progress);
+struct faultproxy;
+/** A loop client on `lp` of `uri` through a new fault proxy (*px) with `params` added; NULL (asserted) if not. */
+lr_client *lc_open_via_proxy(lr_loop *lp, const char *uri, const char *params, struct faultproxy **px);
+
 #endif

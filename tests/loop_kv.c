@@ -41,35 +41,6 @@
 #define KV_IO_TIMEOUT_MS 500
 #define KV_HELD 20        /* locks held through three leases */
 
-/* The loop client's driver acquire calls so far. */
-static uint64_t attempts(lr_client *tc)
-{
-	dlock_client_stats s;
-	return dlock_client_get_stats(tc->client, &s) == DLOCK_OK ? s.server_acquires : 0;
-}
-
-struct progress {
-	lr_client *tc;
-	uint64_t attempts;   /* wanted: this many driver acquire calls */
-	const lr_op *ops;    /* or: every one of these called back */
-	size_t n;
-};
-
-static int attempted(void *arg)
-{
-	const struct progress *p = arg;
-	return attempts(p->tc) >= p->attempts;
-}
-
-static int all_done(void *arg)
-{
-	const struct progress *p = arg;
-	for (size_t i = 0; i < p->n; i++)
-		if (p->ops[i].calls == 0)
-			return 0;
-	return 1;
-}
-
 /* N acquisitions wait on the loop, for names the other client holds, with a handful of threads. */
 static void test_kv_waiters_hold_no_thread(void)
 {
@@ -86,12 +57,12 @@ static void test_kv_waiters_hold_no_thread(void)
 		o[i] = lc_other_lock(&t, name);
 		CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o[i], 0, 0, -1, NULL, NULL), DLOCK_OK);
 	}
-	struct progress p = { t.tc, attempts(t.tc) + KV_WAITERS, ops, KV_WAITERS };
+	lc_progress p = { t.tc, lc_attempts(t.tc) + KV_WAITERS, ops, KV_WAITERS };
 	for (int i = 0; i < KV_WAITERS; i++) {
 		lr_op_init(&ops[i], t.tc);
 		CU_ASSERT_EQUAL(lr_acquire(h[i], LR_AWAIT_MS, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &ops[i]), DLOCK_OK);
 	}
-	CU_ASSERT(lr_run_until(t.lp, attempted, &p, LR_AWAIT_MS)); /* each asked the server once: all wait */
+	CU_ASSERT(lr_run_until(t.lp, lc_attempted, &p, LR_AWAIT_MS)); /* each asked the server once: all wait */
 	lr_run_for(t.lp, 200);
 	int waiting = dlock_test_threads_now();
 	printf("\n    threads: %d before, %d while %d acquisitions wait", before, waiting, KV_WAITERS);
@@ -102,7 +73,7 @@ static void test_kv_waiters_hold_no_thread(void)
 	CU_ASSERT_EQUAL(early, 0); /* each waits for its holder */
 	for (int i = 0; i < KV_WAITERS; i++)
 		CU_ASSERT_EQUAL(dlock_release(o[i]), DLOCK_OK);
-	CU_ASSERT(lr_run_until(t.lp, all_done, &p, LR_AWAIT_MS)); /* woken by the releases */
+	CU_ASSERT(lr_run_until(t.lp, lc_all_done, &p, LR_AWAIT_MS)); /* woken by the releases */
 	for (int i = 0; i < KV_WAITERS; i++) {
 		if (LR_ASSERT_ONCE(&ops[i], DLOCK_OK))
 			CU_ASSERT_EQUAL(lr_release_now(t.tc, h[i]), DLOCK_OK);
@@ -185,25 +156,13 @@ static void test_kv_holds_renew_on_loop(void)
 
 /* ------------------------------------------------------------ through a fault proxy */
 
-/* A loop client of the target through a new proxy (*px), io_timeout KV_IO_TIMEOUT_MS; NULL (asserted) if not. */
-static lr_client *open_via_proxy(lr_loop *lp, const char *uri, faultproxy **px)
-{
-	char via[2200], bounded[2300];
-	int port = lc_uri_port(uri);
-	CU_ASSERT_FATAL(port > 0);
-	*px = ft_proxy_to(port);
-	ft_uri_port(via, sizeof via, uri, port, faultproxy_port(*px));
-	ft_uri_with(bounded, sizeof bounded, via, "io_timeout=500ms");
-	return lr_open_ready(lp, bounded);
-}
-
 /* Unanswered, a call ends with ECONNECT after io_timeout; then the client connects again and works on. */
 static void test_kv_unanswered_call(void)
 {
 	char name[128];
 	faultproxy *px;
 	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
-	lr_client *tc = open_via_proxy(lp, lc_get_target()->uri, &px);
+	lr_client *tc = lc_open_via_proxy(lp, lc_get_target()->uri, "io_timeout=500ms", &px);
 	dlock_client *other = ft_open(lc_get_target()->uri);
 	lr_name(name, sizeof name, "kv-unanswered");
 	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
@@ -239,7 +198,7 @@ static void test_kv_lost_answer_undone(void)
 	char name[128];
 	faultproxy *px;
 	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
-	lr_client *tc = open_via_proxy(lp, lc_get_target()->uri, &px);
+	lr_client *tc = lc_open_via_proxy(lp, lc_get_target()->uri, "io_timeout=500ms", &px);
 	dlock_client *other = ft_open(lc_get_target()->uri);
 	lr_name(name, sizeof name, "kv-undone");
 	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
@@ -277,7 +236,7 @@ static void test_kv_password(void)
 	snprintf(uri, sizeof uri, "kv://:%s@127.0.0.1:%d?prefix=loop-kv", pw, atoi(ports)); /* the primary */
 	faultproxy *px;
 	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
-	lr_client *tc = open_via_proxy(lp, uri, &px);
+	lr_client *tc = lc_open_via_proxy(lp, uri, "io_timeout=500ms", &px);
 	lr_name(name, sizeof name, "kv-auth");
 	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
 	dlock_status st = h ? lr_acquire_now(tc, h, 0) : DLOCK_EINVAL;

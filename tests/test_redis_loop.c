@@ -59,47 +59,6 @@ static int redis_port; /* the plain server's, for a raw connection */
 
 /* ------------------------------------------------------------ helpers */
 
-/* The loop client's driver acquire calls so far. */
-static uint64_t attempts(lr_client *tc)
-{
-	dlock_client_stats s;
-	return dlock_client_get_stats(tc->client, &s) == DLOCK_OK ? s.server_acquires : 0;
-}
-
-struct progress {
-	lr_client *tc;
-	uint64_t attempts; /* wanted: this many driver acquire calls */
-	const lr_op *ops;  /* or: every one of these called back */
-	size_t n;
-};
-
-static int attempted(void *arg)
-{
-	const struct progress *p = arg;
-	return attempts(p->tc) >= p->attempts;
-}
-
-static int all_done(void *arg)
-{
-	const struct progress *p = arg;
-	for (size_t i = 0; i < p->n; i++)
-		if (p->ops[i].calls == 0)
-			return 0;
-	return 1;
-}
-
-/* A loop client of the target through a new proxy (*px), with `params`; NULL (asserted) if not. */
-static lr_client *open_via_proxy(lr_loop *lp, const char *uri, const char *params, faultproxy **px)
-{
-	char via[URI_MAX], bounded[URI_MAX + 64];
-	int port = lc_uri_port(uri);
-	CU_ASSERT_FATAL(port > 0);
-	*px = ft_proxy_to(port);
-	ft_uri_port(via, sizeof via, uri, port, faultproxy_port(*px));
-	ft_uri_with(bounded, sizeof bounded, via, params);
-	return lr_open_ready(lp, bounded);
-}
-
 /* 1 when the target is reached over TCP (a proxy can stand between); else the case is skipped, said so. */
 static int tcp_target(void)
 {
@@ -134,19 +93,19 @@ static void test_waiters_hold_no_thread(void)
 		CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o[i], 0, 0, -1, NULL, NULL), DLOCK_OK);
 	}
 	/* The first waiter starts what every client has once something waits (the subscriber). */
-	struct progress p = { t.tc, attempts(t.tc) + 1, ops, WAITERS };
+	lc_progress p = { t.tc, lc_attempts(t.tc) + 1, ops, WAITERS };
 	lr_op_init(&ops[0], t.tc);
 	CU_ASSERT_EQUAL(lr_acquire(h[0], LR_AWAIT_MS, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &ops[0]), DLOCK_OK);
-	CU_ASSERT(lr_run_until(t.lp, attempted, &p, LR_AWAIT_MS));
+	CU_ASSERT(lr_run_until(t.lp, lc_attempted, &p, LR_AWAIT_MS));
 	lr_run_for(t.lp, 100);
 	int one = dlock_test_threads_now();
 	long started = dlock_test_threads_started();
-	p.attempts = attempts(t.tc) + WAITERS - 1;
+	p.attempts = lc_attempts(t.tc) + WAITERS - 1;
 	for (int i = 1; i < WAITERS; i++) {
 		lr_op_init(&ops[i], t.tc);
 		CU_ASSERT_EQUAL(lr_acquire(h[i], LR_AWAIT_MS, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &ops[i]), DLOCK_OK);
 	}
-	CU_ASSERT(lr_run_until(t.lp, attempted, &p, LR_AWAIT_MS)); /* each asked the server once: all wait */
+	CU_ASSERT(lr_run_until(t.lp, lc_attempted, &p, LR_AWAIT_MS)); /* each asked the server once: all wait */
 	lr_run_for(t.lp, 200);
 	int waiting = dlock_test_threads_now();
 	started = dlock_test_threads_started() - started;
@@ -159,7 +118,7 @@ static void test_waiters_hold_no_thread(void)
 	CU_ASSERT_EQUAL(early, 0); /* each waits for its holder */
 	for (int i = 0; i < WAITERS; i++)
 		CU_ASSERT_EQUAL(dlock_release(o[i]), DLOCK_OK);
-	CU_ASSERT(lr_run_until(t.lp, all_done, &p, LR_AWAIT_MS)); /* woken by the releases */
+	CU_ASSERT(lr_run_until(t.lp, lc_all_done, &p, LR_AWAIT_MS)); /* woken by the releases */
 	for (int i = 0; i < WAITERS; i++) {
 		if (LR_ASSERT_ONCE(&ops[i], DLOCK_OK))
 			CU_ASSERT_EQUAL(lr_release_now(t.tc, h[i]), DLOCK_OK);
@@ -247,7 +206,7 @@ static void test_unanswered_call(void)
 		return;
 	snprintf(params, sizeof params, "io_timeout=%dms", IO_TIMEOUT_MS);
 	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
-	lr_client *tc = open_via_proxy(lp, lc_get_target()->uri, params, &px);
+	lr_client *tc = lc_open_via_proxy(lp, lc_get_target()->uri, params, &px);
 	dlock_client *other = ft_open(lc_get_target()->uri);
 	lr_name(name, sizeof name, "rl-unanswered");
 	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
@@ -285,7 +244,7 @@ static void test_cut_ends_calls(void)
 		return;
 	snprintf(params, sizeof params, "io_timeout=%dms", CUT_IO_TIMEOUT_MS);
 	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
-	lr_client *tc = open_via_proxy(lp, lc_get_target()->uri, params, &px);
+	lr_client *tc = lc_open_via_proxy(lp, lc_get_target()->uri, params, &px);
 	lr_name(name, sizeof name, "rl-cut");
 	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
 	dlock_status st = h ? lr_acquire_now(tc, h, 0) : DLOCK_EINVAL;
@@ -323,7 +282,7 @@ static void test_lost_answer_undone(void)
 		return;
 	snprintf(params, sizeof params, "io_timeout=%dms", IO_TIMEOUT_MS);
 	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
-	lr_client *tc = open_via_proxy(lp, lc_get_target()->uri, params, &px);
+	lr_client *tc = lc_open_via_proxy(lp, lc_get_target()->uri, params, &px);
 	dlock_client *other = ft_open(lc_get_target()->uri);
 	lr_name(name, sizeof name, "rl-undone");
 	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
@@ -480,9 +439,9 @@ static void declined_works(const char *base)
 		CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o, 0, 0, -1, NULL, NULL), DLOCK_OK);
 		lr_op op;
 		lr_op_init(&op, tc);
-		struct progress p = { tc, attempts(tc) + 1, &op, 1 };
+		lc_progress p = { tc, lc_attempts(tc) + 1, &op, 1 };
 		CU_ASSERT_EQUAL(lr_acquire(h, LR_AWAIT_MS, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
-		CU_ASSERT(lr_run_until(lp, attempted, &p, LR_AWAIT_MS));
+		CU_ASSERT(lr_run_until(lp, lc_attempted, &p, LR_AWAIT_MS));
 		CU_ASSERT_EQUAL(op.calls, 0);
 		CU_ASSERT_EQUAL(dlock_release(o), DLOCK_OK);
 		if (lr_run_done(lp, &op, LR_AWAIT_MS) && LR_ASSERT_ONCE(&op, DLOCK_OK)) {
