@@ -368,12 +368,20 @@ static void test_refuse(void)
 	echo_stop(e);
 }
 
-/* A target where nothing listens: the client's connection is reset at once. */
+/*
+ * A target where nothing listens: the client's connection is reset at once.
+ * The port stays bound, never listening, for the whole case: a port merely
+ * freed may be taken again (by a listener, or as the local port of the
+ * proxy's own connect to it, which then connects to itself).
+ */
 static void test_target_down(void)
 {
-	struct echo *e = echo_start();
-	int dead = e->port;
-	echo_stop(e);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof a;
+	int held = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	CU_ASSERT_FATAL(held >= 0 && bind(held, (struct sockaddr *)&a, sizeof a) == 0 &&
+	                getsockname(held, (struct sockaddr *)&a, &len) == 0);
+	int dead = ntohs(a.sin_port);
 	faultproxy *px = proxy_to(dead);
 	int fd = dial(faultproxy_port(px));
 	char buf[4];
@@ -386,6 +394,7 @@ static void test_target_down(void)
 	CU_ASSERT_EQUAL(s.failed, 1);
 	close(fd);
 	faultproxy_stop(px);
+	close(held);
 }
 
 static void test_cloexec(void)
