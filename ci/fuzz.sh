@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the libFuzzer harnesses (tests/fuzz/fuzz_*.c) with clang,
 # AddressSanitizer and UBSan, then run each for DLOCK_FUZZ_SECONDS (default
-# 20) on its seed corpus, as many at once as there are cores.  Exits non-zero when a
+# 15) on its seed corpus, as many at once as there are cores.  Exits non-zero when a
 # harness finds a crash, a leak or a broken property; the input that did it
 # is saved in BUILD/crashes/.
 #
@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-seconds=${DLOCK_FUZZ_SECONDS:-20}
+seconds=${DLOCK_FUZZ_SECONDS:-15}
 out=${DLOCK_FUZZ_BUILD:-build/fuzz} # the build directory
 clang=$(command -v clang) || { echo "fuzz: clang not found (bash ci/install-deps.sh)" >&2; exit 1; }
 

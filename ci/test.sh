@@ -10,7 +10,7 @@
 #   tsan         ci/build.sh tsan (clang TSan), then the tests labelled `threads`
 #   static       ci/static.sh: cppcheck + clang-tidy over core/, backends/, tools/
 #   valgrind     ci/valgrind.sh: memcheck on test_uri, test_core, conformance (mem://, file://)
-#   fuzz         ci/fuzz.sh: each libFuzzer harness for 20 s (DLOCK_FUZZ_SECONDS)
+#   fuzz         ci/fuzz.sh: each libFuzzer harness for 15 s (DLOCK_FUZZ_SECONDS)
 #
 # Tests labelled `server` need DLOCK_TEST_URIS; without it they skip loudly.
 # After each ctest run the skipped tests are listed (whole programs, which
