@@ -156,18 +156,8 @@ static void renewed_locked(struct dlock_lock *l, uint64_t generation, int64_t le
 	dlock_sched_update(l);
 }
 
-/* What a release of the background (after a loss, at a linger's end) answered; c->mu held. */
-static void released_locked(struct dlock_lock *l, dlock_log_level level, const char *what, dlock_status st,
-                            const char *msg)
-{
-	struct dlock_client *c = l->client;
-	c->stats.server_releases++;
-	if (st != DLOCK_OK && st != DLOCK_ENOTHELD)
-		dlock_client_logf(c, level, "%s (%s): %s", what, dlock_status_name(st), msg);
-}
-
 #define CLEANUP_WHAT "releasing a lost lock on the server"
-#define LINGER_END_WHAT "minimum hold: releasing at the bound failed"
+#define CLOSE_WHAT "closing: a held lock could not be released"
 
 void dlock_background_answer_locked(struct dlock_lock *l, enum dlock_bg_call what, uint64_t generation,
                                     int64_t lease_ns, int64_t sent, dlock_status st, const char *msg)
@@ -178,15 +168,15 @@ void dlock_background_answer_locked(struct dlock_lock *l, enum dlock_bg_call wha
 		renewed_locked(l, generation, lease_ns, sent, st, msg);
 		break;
 	case DLOCK_BG_CLEANUP:
-		released_locked(l, DLOCK_LOG_DEBUG, CLEANUP_WHAT, st, msg);
+		dlock_lock_release_answered_locked(l, DLOCK_LOG_DEBUG, CLEANUP_WHAT, st, msg);
 		dlock_lock_loss_cleaned(l);
 		break;
 	case DLOCK_BG_LINGER_END:
-		released_locked(l, DLOCK_LOG_WARN, LINGER_END_WHAT, st, msg);
+		dlock_lock_release_answered_locked(l, DLOCK_LOG_WARN, DLOCK_LINGER_END_FAILED, st, msg);
 		dlock_lock_drop_hold_locked(l);
 		break;
 	case DLOCK_BG_CLOSE: /* the close finishes the handle (dlock_locks_shutdown_finish_locked()) */
-		released_locked(l, DLOCK_LOG_WARN, "closing: a held lock could not be released", st, msg);
+		dlock_lock_release_answered_locked(l, DLOCK_LOG_WARN, CLOSE_WHAT, st, msg);
 		break;
 	}
 	pthread_cond_broadcast(&c->cond);

@@ -135,6 +135,15 @@ void dlock_lock_loss_cleaned(struct dlock_lock *l)
 
 /* ------------------------------------------------------------ release */
 
+void dlock_lock_release_answered_locked(struct dlock_lock *l, dlock_log_level level, const char *what,
+                                        dlock_status st, const char *msg)
+{
+	struct dlock_client *c = l->client;
+	c->stats.server_releases++;
+	if (st != DLOCK_OK && st != DLOCK_ENOTHELD)
+		dlock_client_logf(c, level, "%s (%s): %s", what, dlock_status_name(st), msg);
+}
+
 void dlock_lock_server_release_locked(struct dlock_lock *l, dlock_log_level level, const char *what)
 {
 	struct dlock_client *c = l->client;
@@ -145,9 +154,7 @@ void dlock_lock_server_release_locked(struct dlock_lock *l, dlock_log_level leve
 	pthread_mutex_unlock(&c->mu);
 	dlock_status st = c->driver->release(c->backend, l->lk, &err);
 	pthread_mutex_lock(&c->mu);
-	c->stats.server_releases++;
-	if (st != DLOCK_OK && st != DLOCK_ENOTHELD)
-		dlock_client_logf(c, level, "%s (%s): %s", what, dlock_status_name(st), err.msg);
+	dlock_lock_release_answered_locked(l, level, what, st, err.msg);
 	l->busy = was_busy;
 	dlock_sched_update(l);
 }

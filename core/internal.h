@@ -479,6 +479,12 @@ const char *dlock_lock_lost_text(const struct dlock_lock *l);
 void dlock_lock_declare_lost(struct dlock_lock *l, dlock_lost_reason reason, const char *detail);
 /** After the driver released a lost acquisition: let the next local contender go. */
 void dlock_lock_loss_cleaned(struct dlock_lock *l);
+/** What a release of the core's own (after a loss, at a linger's end, closing) answered: counted, and
+ *  logged at `level` as `what` when it failed.  c->mu held. */
+void dlock_lock_release_answered_locked(struct dlock_lock *l, dlock_log_level level, const char *what,
+                                        dlock_status st, const char *msg);
+/* What a failed release at a minimum hold's end is logged as (linger.c, background.c). */
+#define DLOCK_LINGER_END_FAILED "minimum hold: releasing at the bound failed"
 /**
  * Release `l` on the server for the core (a loss cleaned up, a linger ended), whoever holds it: the
  * handle is busy meanwhile (it may already be), server_releases counts it, and a failure other than

@@ -59,7 +59,7 @@ void dlock_linger_end_locked(struct dlock_lock *l, int leave_ttl)
 {
 	struct dlock_client *c = l->client;
 	if (!(leave_ttl && l->linger_ttl) && !l->loss_cleaned)
-		dlock_lock_server_release_locked(l, DLOCK_LOG_WARN, "minimum hold: releasing at the bound failed");
+		dlock_lock_server_release_locked(l, DLOCK_LOG_WARN, DLOCK_LINGER_END_FAILED);
 	dlock_lock_drop_hold_locked(l);
 	pthread_cond_broadcast(&c->cond);
 }
