@@ -10,7 +10,7 @@
  * skipped with a loud line, and fails its suite when DLOCK_TEST_REQUIRE_ALL=1.
  * DLOCK_TEST_SCALE multiplies the iteration counts (default 1).  Each
  * URI's suite runs in a process of its own, DLOCK_TEST_CONFORMANCE_JOBS
- * (default 3; 1: all in one process) at a time, its output shown in order
+ * (default 4; 1: all in one process) at a time, its output shown in order
  * when all are done.
  */
 #include "conformance.h"
@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -125,6 +127,27 @@ dlock_lock *conf_lock(dlock_client *client, const char *name)
 void conf_name(char *out, size_t outlen, const char *tag)
 {
 	snprintf(out, outlen, "%s-%u-%s", run_prefix, ++name_counter, tag);
+}
+
+static char *out_dir; /* the groups' output, apart from file://'s directory (a listing reads that one) */
+
+/* An flock() on a file of the run's output directory, which every group shares; -1 when groups are not parallel. */
+int conf_shared_names_begin(void)
+{
+	if (!out_dir)
+		return -1;
+	char path[4200];
+	snprintf(path, sizeof path, "%s/shared-names.lock", out_dir);
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_FATAL(flock(fd, LOCK_EX) == 0);
+	return fd;
+}
+
+void conf_shared_names_end(int token)
+{
+	if (token >= 0)
+		close(token);
 }
 
 dlock_status conf_acquire(dlock_lock *lock, int64_t wait_ms)
@@ -435,10 +458,12 @@ static void add_backend(const char *uri)
 
 /*
  * Parallel runs: the suite of each URI of DLOCK_TEST_URIS may run in a
- * process of its own, DLOCK_TEST_CONFORMANCE_JOBS (default 3) at a time,
+ * process of its own, DLOCK_TEST_CONFORMANCE_JOBS (default 4) at a time,
  * since most of its time is spent waiting on servers and leases.  Group 0
  * is the URI-independent suite with mem:// and file://, group g > 0 the
- * g-th URI.  -1: every group, in this process.
+ * g-th URI.  -1: every group, in this process.  The zk:// groups start
+ * first: their sessions make them the longest (about twice the others), and
+ * one started last would finish alone.
  */
 static int only_group = -1;
 
@@ -483,7 +508,6 @@ static int env_uri_count(void)
 }
 
 static char *file_dir;
-static char *out_dir; /* the groups' output, apart from file://'s directory (a listing reads that one) */
 
 static void add_suites(void)
 {
@@ -549,23 +573,41 @@ static pid_t start_group(int g)
 	_exit(dlock_test_main(add_suites));
 }
 
-/* Every group, `jobs` at a time; then each one's output in order.  1 when one failed. */
+/* Whether group g (> 0) is a zk:// URI. */
+static int group_is_zk(int g)
+{
+	const char *p = env_uris();
+	for (int i = 1; p && *p; i++) {
+		p += strspn(p, " \t\r\n");
+		if (i == g)
+			return strncmp(p, "zk://", 5) == 0;
+		p += strcspn(p, " \t\r\n");
+	}
+	return 0;
+}
+
+/* Every group, `jobs` at a time (the zk:// ones first); then each one's output in order.  1 when one failed. */
 static int run_groups(int groups, int jobs)
 {
 	pid_t *pids = calloc((size_t)groups, sizeof *pids);
 	int *rcs = calloc((size_t)groups, sizeof *rcs);
-	if (!pids || !rcs)
+	int *order = calloc((size_t)groups, sizeof *order);
+	if (!pids || !rcs || !order)
 		abort();
+	int norder = 0;
+	for (int pass = 0; pass < 2; pass++)
+		for (int g = 0; g < groups; g++)
+			if ((g > 0 && group_is_zk(g)) == (pass == 0))
+				order[norder++] = g;
 	int next = 0, running = 0, failed = 0;
 	while (next < groups || running > 0) {
 		if (next < groups && running < jobs) {
-			pids[next] = start_group(next);
-			if (pids[next] < 0) {
-				rcs[next] = 2;
-			} else {
+			int g = order[next++];
+			pids[g] = start_group(g);
+			if (pids[g] < 0)
+				rcs[g] = 2;
+			else
 				running++;
-			}
-			next++;
 			continue;
 		}
 		int status;
@@ -593,6 +635,7 @@ static int run_groups(int groups, int jobs)
 	}
 	free(pids);
 	free(rcs);
+	free(order);
 	return failed;
 }
 
@@ -602,7 +645,7 @@ int main(void)
 	snprintf(run_prefix, sizeof run_prefix, "conf%ld.%lx", (long)getpid(), (unsigned long)time(NULL));
 	file_dir = dlock_test_mkdtemp();
 	const char *jobs_env = getenv("DLOCK_TEST_CONFORMANCE_JOBS");
-	int jobs = jobs_env && *jobs_env ? atoi(jobs_env) : 3;
+	int jobs = jobs_env && *jobs_env ? atoi(jobs_env) : 4;
 	int groups = 1 + env_uri_count();
 	int rc;
 #if defined(DLOCK_CONFORMANCE_V1PROXY) || defined(DLOCK_CONFORMANCE_KV)

@@ -101,6 +101,14 @@ void conf_close(dlock_client *client);
 dlock_lock *conf_lock(dlock_client *client, const char *name);
 /** A name unique to this run and call: "<run prefix>-<counter>-<tag>". */
 void conf_name(char *out, size_t outlen, const char *tag);
+/**
+ * Names without the run's prefix are shared by every group of the run on
+ * one server (a pooler's URI and the server's own reach the same rows):
+ * between conf_shared_names_begin() and _end() no other group of this run
+ * uses them.  Returns what _end() takes.
+ */
+int conf_shared_names_begin(void);
+void conf_shared_names_end(int token);
 /** dlock_acquire() with the given wait bound. */
 dlock_status conf_acquire(dlock_lock *lock, int64_t wait_ms);
 /** The client's counters (zeroed, and a failure, if they cannot be read). */

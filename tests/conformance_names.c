@@ -192,6 +192,7 @@ static void assert_distinct(dlock_client *other, dlock_lock **held, const name_s
 static void test_odd_names_distinct(void)
 {
 	name_set set = odd_names();
+	int shared = conf_shared_names_begin(); /* the bare names */
 	dlock_client *holder = conf_open();
 	dlock_client *other = conf_open();
 	dlock_lock **held = calloc(set.n, sizeof *held);
@@ -215,6 +216,7 @@ static void test_odd_names_distinct(void)
 	free(held);
 	conf_close(other);
 	conf_close(holder);
+	conf_shared_names_end(shared);
 	name_set_free(&set);
 }
 
