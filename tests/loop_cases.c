@@ -223,3 +223,9 @@ lr_client *lc_open_via_proxy(lr_loop *lp, const char *uri, const char *params, s
 	ft_uri_with(bounded, sizeof bounded, via, params);
 	return lr_open_ready(lp, bounded);
 }
+
+dlock_status lc_extend_start(lr_loop *lp, lr_client *tc, dlock_lock *h, lr_op *op)
+{
+	lr_op_init(op, tc);
+	return LR_START(lp, dlock_extend_async(h, 0, lr_on_lock, op));
+}

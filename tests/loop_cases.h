@@ -32,12 +32,14 @@ extern const lc_case lc_acquire_cases[];  /* loop_acquire.c: every way an acquis
 extern const lc_case lc_lifetime_cases[]; /* loop_lifetime.c: closing, freeing, opening around operations */
 extern const lc_case lc_ops_cases[];      /* loop_ops.c: the other operations' async forms, losses */
 extern const lc_case lc_kv_cases[];       /* loop_kv.c: kv://'s calls on the loop (test_loop_servers only) */
+extern const lc_case lc_driver_cases[];   /* loop_driver.c: what every driver whose calls run on the loop owes */
 
 /* The backend and mode the tests run on now (set by a suite's init function). */
 typedef struct lc_target {
 	const char *uri;       /* the backend, with its namespace */
 	lr_mode mode;
 	int64_t short_lease_ms; /* a `ttl` short enough to watch a lease run out (TTL backends) */
+	int driver_threads;     /* threads the driver itself starts at open (kv://'s subscriber), not the library's */
 } lc_target;
 
 /** Make `t` the target of the tests that run next; 0 (a CUnit suite init's success). */
@@ -108,7 +110,9 @@ int lc_scaled(int base);
 /** The port of a URI's one host ("...://[user@]host:port/..."); 0 when it has none. */
 int lc_uri_port(const char *uri);
 
-/* For the cases of a driver that runs on the loop (loop_kv.c, test_redis_loop.c). */
+/* For the cases of a driver that runs on the loop (loop_driver.c, loop_kv.c, test_redis_loop.c). */
+/** An extend of `h` (a handle of `tc` on `lp`) started, its answer into `op` (initialised here). */
+dlock_status lc_extend_start(lr_loop *lp, lr_client *tc, dlock_lock *h, lr_op *op);
 /** The client's driver acquire calls so far. */
 uint64_t lc_attempts(lr_client *tc);
 /** What lc_attempted() and lc_all_done() wait for. */

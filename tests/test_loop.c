@@ -298,22 +298,22 @@ static void test_loop_fd(void)
 
 static int mem_pull(void)
 {
-	return lc_set_target(&(lc_target){ mem_uri, LR_PULL, SHORT_LEASE_MS });
+	return lc_set_target(&(lc_target){ .uri = mem_uri, .mode = LR_PULL, .short_lease_ms = SHORT_LEASE_MS });
 }
 
 static int mem_push(void)
 {
-	return lc_set_target(&(lc_target){ mem_uri, LR_PUSH, SHORT_LEASE_MS });
+	return lc_set_target(&(lc_target){ .uri = mem_uri, .mode = LR_PUSH, .short_lease_ms = SHORT_LEASE_MS });
 }
 
 static int file_pull(void)
 {
-	return lc_set_target(&(lc_target){ file_uri, LR_PULL, SHORT_LEASE_MS });
+	return lc_set_target(&(lc_target){ .uri = file_uri, .mode = LR_PULL, .short_lease_ms = SHORT_LEASE_MS });
 }
 
 static int file_push(void)
 {
-	return lc_set_target(&(lc_target){ file_uri, LR_PUSH, SHORT_LEASE_MS });
+	return lc_set_target(&(lc_target){ .uri = file_uri, .mode = LR_PUSH, .short_lease_ms = SHORT_LEASE_MS });
 }
 
 static void add_suites(void)

@@ -13,7 +13,8 @@
  * waiting and be granted after reconnecting, or fail once with ECONNECT.
  * Built with DLOCK_LOOP_KV (when the Redis backend is), the same on the
  * example driver kv:// (examples/kv_driver.c) on that Redis, whose lock
- * calls run on the loop itself, with the cases of loop_kv.c.
+ * calls run on the loop itself, with the cases of loop_driver.c (every
+ * driver on the loop) and loop_kv.c (its own).
  * Skipped, loudly, without those URIs.
  */
 #include <ctype.h>
@@ -184,27 +185,31 @@ static void test_cut_refused_mid_wait(void)
 
 static int redis_pull(void)
 {
-	return lc_set_target(&(lc_target){ redis_uri, LR_PULL, SHORT_LEASE_MS });
+	return lc_set_target(&(lc_target){ .uri = redis_uri, .mode = LR_PULL, .short_lease_ms = SHORT_LEASE_MS });
 }
 
 static int pg_pull(void)
 {
-	return lc_set_target(&(lc_target){ pg_uri, LR_PULL, SHORT_LEASE_MS });
+	return lc_set_target(&(lc_target){ .uri = pg_uri, .mode = LR_PULL, .short_lease_ms = SHORT_LEASE_MS });
 }
 
 static int pg_push(void)
 {
-	return lc_set_target(&(lc_target){ pg_uri, LR_PUSH, SHORT_LEASE_MS });
+	return lc_set_target(&(lc_target){ .uri = pg_uri, .mode = LR_PUSH, .short_lease_ms = SHORT_LEASE_MS });
 }
+
+#define KV_DRIVER_THREADS 1 /* kv_driver.c's subscriber, started by its open */
 
 static int kv_pull(void)
 {
-	return lc_set_target(&(lc_target){ kv_uri, LR_PULL, SHORT_LEASE_MS });
+	return lc_set_target(&(lc_target){
+		.uri = kv_uri, .mode = LR_PULL, .short_lease_ms = SHORT_LEASE_MS, .driver_threads = KV_DRIVER_THREADS });
 }
 
 static int kv_push(void)
 {
-	return lc_set_target(&(lc_target){ kv_uri, LR_PUSH, SHORT_LEASE_MS });
+	return lc_set_target(&(lc_target){
+		.uri = kv_uri, .mode = LR_PUSH, .short_lease_ms = SHORT_LEASE_MS, .driver_threads = KV_DRIVER_THREADS });
 }
 
 static void add_suites(void)
@@ -230,6 +235,8 @@ static void add_suites(void)
 		            test_cut_refused_mid_wait);
 #ifdef DLOCK_LOOP_KV
 		for (const lc_case *c = lc_kv_cases; suites[i].uri == kv_uri && c->name; c++)
+			CU_add_test(s, c->name, c->fn);
+		for (const lc_case *c = lc_driver_cases; suites[i].uri == kv_uri && c->name; c++)
 			CU_add_test(s, c->name, c->fn);
 #endif
 	}

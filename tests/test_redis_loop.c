@@ -9,18 +9,9 @@
  *
  *   - the contract of a loop client (loop_cases.h), on the plain URI in
  *     pull mode;
- *   - acquisitions waiting on the loop hold no thread: N = 50 wait at once
- *     for names another client holds, and the process has no more
- *     threads than with one waiting (where the workers would add one per
- *     waiting acquisition);
- *   - held locks renew on the loop, and the close releases them there:
- *     20 held through three leases, then half of them left to the close,
- *     with no thread started from the open to the close;
- *   - through a fault proxy of the test's own (TCP URIs): a call the
- *     server does not answer ends with DLOCK_ECONNECT once io_timeout has
- *     passed, and the next call connects again; a connection cut while a
- *     call waits ends it at once, and the next connects again; an
- *     acquisition whose answer is lost leaves the name free (its undo).
+ *   - what every driver whose calls run on the loop owes (loop_driver.c):
+ *     waiting acquisitions and renewals with no thread, and through a
+ *     fault proxy (TCP URIs) an unanswered call, a cut, a lost answer.
  *
  * And once, on the plain server: a password refused when the loop's
  * connection connects again is DLOCK_EAUTH (an ACL user of the test's,
@@ -46,9 +37,6 @@
 #include "threadcount.h"
 #include "testredis.h"
 
-#define WAITERS 50         /* acquisitions waiting at once on the loop */
-#define IO_TIMEOUT_MS 500  /* the faulty clients' io_timeout */
-#define CUT_IO_TIMEOUT_MS 20000 /* io_timeout while a cut is awaited: its answer comes long before */
 #define SHORT_LEASE_MS 1000
 
 #define URI_MAX 2300
@@ -57,264 +45,6 @@ static char plain_uri[URI_MAX], tls_uri[URI_MAX], unix_uri[URI_MAX];
 static char fair_uri[URI_MAX], sentinel_uri[URI_MAX], cluster_uri[URI_MAX];
 static int redis_port; /* the plain server's, for a raw connection */
 
-/* ------------------------------------------------------------ helpers */
-
-/* 1 when the target is reached over TCP (a proxy can stand between); else the case is skipped, said so. */
-static int tcp_target(void)
-{
-	if (lc_uri_port(lc_get_target()->uri) > 0)
-		return 1;
-	dlock_test_skip_part("a unix socket: no fault proxy between");
-	return 0;
-}
-
-/* An extend of `h` started; its answer into `op`. */
-static dlock_status extend_start(lr_loop *lp, lr_client *tc, dlock_lock *h, lr_op *op)
-{
-	lr_op_init(op, tc);
-	return LR_START(lp, dlock_extend_async(h, 0, lr_on_lock, op));
-}
-
-/* ------------------------------------------------------------ no thread per waiter */
-
-/* N acquisitions wait on the loop, for names the other client holds, with the threads one waiter had. */
-static void test_waiters_hold_no_thread(void)
-{
-	static lr_op ops[WAITERS];
-	dlock_lock *h[WAITERS] = { NULL }, *o[WAITERS] = { NULL };
-	lc t;
-	if (!lc_begin(&t, "rl-waiters"))
-		return;
-	for (int i = 0; i < WAITERS; i++) {
-		char name[160];
-		snprintf(name, sizeof name, "%s-%d", t.name, i);
-		h[i] = lc_lock(&t, name);
-		o[i] = lc_other_lock(&t, name);
-		CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o[i], 0, 0, -1, NULL, NULL), DLOCK_OK);
-	}
-	/* The first waiter starts what every client has once something waits (the subscriber). */
-	lc_progress p = { t.tc, lc_attempts(t.tc) + 1, ops, WAITERS };
-	lr_op_init(&ops[0], t.tc);
-	CU_ASSERT_EQUAL(lr_acquire(h[0], LR_AWAIT_MS, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &ops[0]), DLOCK_OK);
-	CU_ASSERT(lr_run_until(t.lp, lc_attempted, &p, LR_AWAIT_MS));
-	lr_run_for(t.lp, 100);
-	int one = dlock_test_threads_now();
-	long started = dlock_test_threads_started();
-	p.attempts = lc_attempts(t.tc) + WAITERS - 1;
-	for (int i = 1; i < WAITERS; i++) {
-		lr_op_init(&ops[i], t.tc);
-		CU_ASSERT_EQUAL(lr_acquire(h[i], LR_AWAIT_MS, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &ops[i]), DLOCK_OK);
-	}
-	CU_ASSERT(lr_run_until(t.lp, lc_attempted, &p, LR_AWAIT_MS)); /* each asked the server once: all wait */
-	lr_run_for(t.lp, 200);
-	int waiting = dlock_test_threads_now();
-	started = dlock_test_threads_started() - started;
-	printf("\n    threads: %d with one waiter, %d while %d wait (%ld started)", one, waiting, WAITERS, started);
-	CU_ASSERT(one > 0 && waiting <= one);
-	CU_ASSERT_EQUAL(started, 0);
-	int early = 0;
-	for (int i = 0; i < WAITERS; i++)
-		early += ops[i].calls != 0;
-	CU_ASSERT_EQUAL(early, 0); /* each waits for its holder */
-	for (int i = 0; i < WAITERS; i++)
-		CU_ASSERT_EQUAL(dlock_release(o[i]), DLOCK_OK);
-	CU_ASSERT(lr_run_until(t.lp, lc_all_done, &p, LR_AWAIT_MS)); /* woken by the releases */
-	for (int i = 0; i < WAITERS; i++) {
-		if (LR_ASSERT_ONCE(&ops[i], DLOCK_OK))
-			CU_ASSERT_EQUAL(lr_release_now(t.tc, h[i]), DLOCK_OK);
-		dlock_lock_free(h[i]);
-		dlock_lock_free(o[i]);
-	}
-	lc_end(&t);
-}
-
-/* ------------------------------------------------------------ renewals on the loop */
-
-#define HELD 20            /* locks a loop client holds through three leases */
-#define HELD_LEASE_MS 1000
-
-/*
- * Held locks renew on the loop, and its close releases them there: a loop
- * client holds HELD locks through three leases, each renewed and none
- * lost, releases half, and closes with the other half held (each told
- * DLOCK_LOST_CLOSED once, and free on the server); from its open to its
- * close no thread is started (pthread_create() counted).  Its URI says so
- * to any client (DLOCK_FEATURE_LOOP_RENEWS), a blocking one's too.
- */
-static void test_renewals_hold_no_thread(void)
-{
-	dlock_lock *held[HELD] = { NULL };
-	lr_op lost[HELD];
-	char uri[URI_MAX + 32], params[32];
-	snprintf(params, sizeof params, "ttl=%dms", HELD_LEASE_MS);
-	ft_uri_with(uri, sizeof uri, lc_get_target()->uri, params);
-	int64_t renews = -1, blocking_says = -1;
-	dlock_client *plain = ft_open(uri);
-	CU_ASSERT(plain && dlock_client_feature(plain, DLOCK_FEATURE_LOOP_RENEWS, &blocking_says) == DLOCK_OK);
-	long started = dlock_test_threads_started();
-	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
-	lr_client *tc = lr_open_ready(lp, uri);
-	CU_ASSERT(tc && dlock_client_feature(tc->client, DLOCK_FEATURE_LOOP_RENEWS, &renews) == DLOCK_OK);
-	CU_ASSERT(renews == 1 && blocking_says == 1);
-	for (int i = 0; tc && i < HELD; i++) {
-		char name[128];
-		lr_name(name, sizeof name, "rl-held");
-		held[i] = ft_lock(tc->client, name);
-		lr_op done;
-		lr_op_init(&done, tc);
-		lr_op_init(&lost[i], tc);
-		dlock_status st = lr_acquire(held[i], 0, 0, -1, DLOCK_MODE_EXCLUSIVE, &lost[i], &done);
-		CU_ASSERT_EQUAL_FATAL(lr_finish(&done, st), DLOCK_OK);
-	}
-	lr_run_for(lp, 3 * HELD_LEASE_MS);
-	dlock_client_stats stats = { 0 };
-	if (tc)
-		dlock_client_get_stats(tc->client, &stats);
-	CU_ASSERT(stats.renewals >= 2 * HELD);
-	for (int i = 0; tc && i < HELD; i += 2) { /* the odd ones are left to the close */
-		CU_ASSERT_EQUAL(lost[i].calls, 0);
-		CU_ASSERT_EQUAL(lr_release_now(tc, held[i]), DLOCK_OK);
-	}
-	if (tc) { /* on the loop: the rest released there */
-		CU_ASSERT_EQUAL(lr_close_async(tc), DLOCK_OK);
-		CU_ASSERT(lr_run_done(lp, &tc->closed, LR_AWAIT_MS));
-	}
-	started = dlock_test_threads_started() - started;
-	printf("\n    %d locks held for %d ms: %llu renewals; %ld threads started from the open to the close", HELD,
-	       3 * HELD_LEASE_MS, (unsigned long long)stats.renewals, started);
-	CU_ASSERT_EQUAL(started, 0);
-	for (int i = 0; i < HELD; i++) {
-		CU_ASSERT_EQUAL(lost[i].calls, i % 2);
-		if (i % 2 && lost[i].calls)
-			CU_ASSERT_EQUAL(lost[i].reason, DLOCK_LOST_CLOSED);
-		if (plain && held[i])
-			CU_ASSERT_EQUAL(dlock_test_probe(plain, dlock_lock_name(held[i])), DLOCK_OK);
-		dlock_lock_free(held[i]);
-	}
-	dlock_client_close(plain);
-	lr_loop_free(lp);
-}
-
-/* ------------------------------------------------------------ through a fault proxy */
-
-/* Unanswered, a call ends with ECONNECT after io_timeout; then the client connects again and works on. */
-static void test_unanswered_call(void)
-{
-	char name[128], params[64];
-	faultproxy *px;
-	if (!tcp_target())
-		return;
-	snprintf(params, sizeof params, "io_timeout=%dms", IO_TIMEOUT_MS);
-	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
-	lr_client *tc = lc_open_via_proxy(lp, lc_get_target()->uri, params, &px);
-	dlock_client *other = ft_open(lc_get_target()->uri);
-	lr_name(name, sizeof name, "rl-unanswered");
-	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
-	dlock_status st = h && other ? lr_acquire_now(tc, h, 0) : DLOCK_EINVAL;
-	CU_ASSERT_EQUAL(st, DLOCK_OK);
-	if (st != DLOCK_OK)
-		goto out;
-	faultproxy_blackhole(px, FP_BOTH);
-	lr_op op;
-	int64_t t0 = dlock_test_now_ms();
-	st = extend_start(lp, tc, h, &op);
-	CU_ASSERT_EQUAL(lr_finish(&op, st), DLOCK_ECONNECT);
-	int64_t took = dlock_test_now_ms() - t0;
-	printf("\n    extend: %s after %lld ms: %s", dlock_status_name(op.status), (long long)took, op.msg);
-	CU_ASSERT(took >= IO_TIMEOUT_MS - 5 && took < IO_TIMEOUT_MS + FT_SLACK_MS);
-	CU_ASSERT_PTR_NOT_NULL(strstr(op.msg, "127.0.0.1:"));
-	CU_ASSERT_PTR_NOT_NULL(strstr(op.msg, "no answer within 500 ms"));
-	faultproxy_pass(px);
-	CU_ASSERT_EQUAL(lr_check_now(tc, h), DLOCK_OK); /* a new connection; the lock is still ours */
-	CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_test_probe(other, name), DLOCK_OK);
-out:
-	dlock_lock_free(h);
-	dlock_client_close(other);
-	lr_loop_free(lp);
-	faultproxy_stop(px);
-}
-
-/* Cut while calls wait for their answers: they end at once (not at io_timeout), and the next call connects. */
-static void test_cut_ends_calls(void)
-{
-	char name[128], params[64];
-	faultproxy *px;
-	if (!tcp_target())
-		return;
-	snprintf(params, sizeof params, "io_timeout=%dms", CUT_IO_TIMEOUT_MS);
-	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
-	lr_client *tc = lc_open_via_proxy(lp, lc_get_target()->uri, params, &px);
-	lr_name(name, sizeof name, "rl-cut");
-	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
-	dlock_status st = h ? lr_acquire_now(tc, h, 0) : DLOCK_EINVAL;
-	CU_ASSERT_EQUAL(st, DLOCK_OK);
-	if (st != DLOCK_OK)
-		goto out;
-	faultproxy_blackhole(px, FP_DOWN); /* the extend reaches the server; its answer waits in the proxy */
-	lr_op op;
-	st = extend_start(lp, tc, h, &op);
-	CU_ASSERT_EQUAL(st, DLOCK_OK);
-	lr_run_for(lp, 100);
-	CU_ASSERT_EQUAL(op.calls, 0);
-	int64_t t0 = dlock_test_now_ms();
-	faultproxy_reset(px);
-	CU_ASSERT_EQUAL(lr_finish(&op, st), DLOCK_ECONNECT);
-	int64_t took = dlock_test_now_ms() - t0;
-	printf("\n    extend: %s %lld ms after the cut: %s", dlock_status_name(op.status), (long long)took, op.msg);
-	CU_ASSERT(took < CUT_IO_TIMEOUT_MS);
-	CU_ASSERT_PTR_NOT_NULL(strstr(op.msg, "127.0.0.1:"));
-	faultproxy_pass(px);
-	CU_ASSERT_EQUAL(lr_check_now(tc, h), DLOCK_OK); /* connected again */
-	CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_OK);
-out:
-	dlock_lock_free(h);
-	lr_loop_free(lp);
-	faultproxy_stop(px);
-}
-
-/* The answers lost, not the requests: each attempt's script runs, and its undo frees the name again. */
-static void test_lost_answer_undone(void)
-{
-	char name[128], params[64];
-	faultproxy *px;
-	if (!tcp_target())
-		return;
-	snprintf(params, sizeof params, "io_timeout=%dms", IO_TIMEOUT_MS);
-	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
-	lr_client *tc = lc_open_via_proxy(lp, lc_get_target()->uri, params, &px);
-	dlock_client *other = ft_open(lc_get_target()->uri);
-	lr_name(name, sizeof name, "rl-undone");
-	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
-	if (!h || !other)
-		goto out;
-	faultproxy_blackhole(px, FP_DOWN);
-	lr_op op;
-	lr_op_init(&op, tc);
-	dlock_status st = lr_acquire(h, 3 * IO_TIMEOUT_MS, 0, 0, DLOCK_MODE_EXCLUSIVE, NULL, &op);
-	st = lr_finish(&op, st);
-	printf("\n    acquire: %s: %s", dlock_status_name(op.status), op.msg);
-	CU_ASSERT(st == DLOCK_ECONNECT || st == DLOCK_ETIMEDOUT);
-	/* Still blackholed: without the undo the name would stay held for the whole lease (30 s). */
-	CU_ASSERT_EQUAL(dlock_test_probe(other, name), DLOCK_OK);
-	faultproxy_pass(px);
-	CU_ASSERT_EQUAL(lr_acquire_now(tc, h, 0), DLOCK_OK);
-	CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_OK);
-out:
-	dlock_lock_free(h);
-	dlock_client_close(other);
-	lr_loop_free(lp);
-	faultproxy_stop(px);
-}
-
-static const lc_case rl_cases[] = {
-	{ "acquisitions waiting on the loop hold no thread", test_waiters_hold_no_thread },
-	{ "held locks renew on the loop, with no thread", test_renewals_hold_no_thread },
-	{ "an unanswered call ends at io_timeout, the next connects again", test_unanswered_call },
-	{ "a cut ends the calls waiting at once, the next connects again", test_cut_ends_calls },
-	{ "an acquisition whose answer is lost leaves the name free", test_lost_answer_undone },
-	{ NULL, NULL },
-};
 
 /* ------------------------------------------------------------ once, on the plain server */
 
@@ -340,7 +70,7 @@ static void test_password_refused(void)
 	if (st == DLOCK_OK) {
 		lr_run_for(lp, 100);
 		lr_op op;
-		st = extend_start(lp, tc, h, &op);
+		st = lc_extend_start(lp, tc, h, &op);
 		CU_ASSERT_EQUAL(lr_finish(&op, st), DLOCK_EAUTH);
 		printf("\n    extend: %s: %s", dlock_status_name(op.status), op.msg);
 		CU_ASSERT_PTR_NULL(strstr(op.msg, pass));
@@ -366,7 +96,7 @@ static void test_scripts_lost(void)
 		CU_ASSERT_EQUAL(lr_acquire_now(tc, h, 0), DLOCK_OK); /* the acquire script (a token is wanted) */
 		freeReplyObject(redisCommand(raw, "SCRIPT FLUSH"));
 		lr_op op;
-		CU_ASSERT_EQUAL(lr_finish(&op, extend_start(lp, tc, h, &op)), DLOCK_OK);
+		CU_ASSERT_EQUAL(lr_finish(&op, lc_extend_start(lp, tc, h, &op)), DLOCK_OK);
 		freeReplyObject(redisCommand(raw, "SCRIPT FLUSH"));
 		CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_OK);
 		dlock_client *other = ft_open(uri);
@@ -403,7 +133,7 @@ static void test_replicas(void)
 	if (h1 && h2 && other) {
 		CU_ASSERT_EQUAL(lr_acquire_now(one, h1, 0), DLOCK_OK);
 		lr_op op;
-		CU_ASSERT_EQUAL(lr_finish(&op, extend_start(lp, one, h1, &op)), DLOCK_OK);
+		CU_ASSERT_EQUAL(lr_finish(&op, lc_extend_start(lp, one, h1, &op)), DLOCK_OK);
 		CU_ASSERT_EQUAL(lr_release_now(one, h1), DLOCK_OK);
 		lr_op_init(&op, two);
 		CU_ASSERT_EQUAL(lr_finish(&op, lr_acquire(h2, 0, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op)), DLOCK_ECONNECT);
@@ -478,7 +208,7 @@ static const char *const target_names[] = { "redis://?fair=0", "rediss://?fair=0
 
 static int init_target(int i, lr_mode mode)
 {
-	return lc_set_target(&(lc_target){ targets[i], mode, SHORT_LEASE_MS });
+	return lc_set_target(&(lc_target){ .uri = targets[i], .mode = mode, .short_lease_ms = SHORT_LEASE_MS });
 }
 
 static int plain_pull(void)
@@ -520,7 +250,7 @@ static void add_suites(void)
 			CU_pSuite s = CU_add_suite(suite, inits[i][m], NULL);
 			if (i == 0 && m == 0) /* the contract's cases once: kv:// and PostgreSQL run them in push mode */
 				lc_add_all(s);
-			for (const lc_case *c = rl_cases; c->name; c++)
+			for (const lc_case *c = lc_driver_cases; c->name; c++)
 				CU_add_test(s, c->name, c->fn);
 		}
 	}
