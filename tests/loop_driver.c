@@ -169,114 +169,115 @@ static void test_renewals_hold_no_thread(void)
 
 /* ------------------------------------------------------------ through a fault proxy */
 
+/* A loop client through a fault proxy of the test's own, an ordinary client beside, a handle of a fresh name. */
+typedef struct proxied {
+	lr_loop *lp;
+	lr_client *tc;
+	faultproxy *px;
+	dlock_client *other;
+	dlock_lock *h;
+	char name[128];
+} proxied;
+
+/* 1 when the cast is ready (its handle holding the name when `hold`); else 0, asserted or said skipped. */
+static int proxied_begin(proxied *p, const char *tag, int io_timeout_ms, int hold)
+{
+	char params[64];
+	*p = (proxied){ NULL };
+	if (!tcp_target())
+		return 0;
+	snprintf(params, sizeof params, "io_timeout=%dms", io_timeout_ms);
+	p->lp = lr_loop_new(lc_get_target()->mode);
+	p->tc = lc_open_via_proxy(p->lp, lc_get_target()->uri, params, &p->px);
+	p->other = ft_open(lc_get_target()->uri);
+	lr_name(p->name, sizeof p->name, tag);
+	p->h = p->tc ? ft_lock(p->tc->client, p->name) : NULL;
+	if (!p->h || !p->other)
+		return 0;
+	if (!hold)
+		return 1;
+	dlock_status st = lr_acquire_now(p->tc, p->h, 0);
+	CU_ASSERT_EQUAL(st, DLOCK_OK);
+	return st == DLOCK_OK;
+}
+
+static void proxied_end(proxied *p)
+{
+	dlock_lock_free(p->h);
+	dlock_client_close(p->other);
+	if (p->lp)
+		lr_loop_free(p->lp);
+	if (p->px)
+		faultproxy_stop(p->px);
+}
+
 /* Unanswered, a call ends with ECONNECT after io_timeout; then the client connects again and works on. */
 static void test_unanswered_call(void)
 {
-	char name[128], params[64];
-	faultproxy *px;
-	if (!tcp_target())
-		return;
-	snprintf(params, sizeof params, "io_timeout=%dms", IO_TIMEOUT_MS);
-	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
-	lr_client *tc = lc_open_via_proxy(lp, lc_get_target()->uri, params, &px);
-	dlock_client *other = ft_open(lc_get_target()->uri);
-	lr_name(name, sizeof name, "drv-unanswered");
-	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
-	dlock_status st = h && other ? lr_acquire_now(tc, h, 0) : DLOCK_EINVAL;
-	CU_ASSERT_EQUAL(st, DLOCK_OK);
-	if (st != DLOCK_OK)
-		goto out;
-	faultproxy_blackhole(px, FP_BOTH);
-	lr_op op;
-	int64_t t0 = dlock_test_now_ms();
-	st = lc_extend_start(lp, tc, h, &op);
-	CU_ASSERT_EQUAL(lr_finish(&op, st), DLOCK_ECONNECT);
-	int64_t took = dlock_test_now_ms() - t0;
-	printf("\n    extend: %s after %lld ms: %s", dlock_status_name(op.status), (long long)took, op.msg);
-	CU_ASSERT(took >= IO_TIMEOUT_MS - 5 && took < IO_TIMEOUT_MS + FT_SLACK_MS);
-	CU_ASSERT_PTR_NOT_NULL(strstr(op.msg, "127.0.0.1:"));
-	CU_ASSERT_PTR_NOT_NULL(strstr(op.msg, "no answer within 500 ms"));
-	faultproxy_pass(px);
-	CU_ASSERT_EQUAL(lr_check_now(tc, h), DLOCK_OK); /* a new connection; the lock is still ours */
-	CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_OK);
-	CU_ASSERT_EQUAL(dlock_test_probe(other, name), DLOCK_OK);
-out:
-	dlock_lock_free(h);
-	dlock_client_close(other);
-	lr_loop_free(lp);
-	faultproxy_stop(px);
+	proxied p;
+	if (proxied_begin(&p, "drv-unanswered", IO_TIMEOUT_MS, 1)) {
+		faultproxy_blackhole(p.px, FP_BOTH);
+		lr_op op;
+		int64_t t0 = dlock_test_now_ms();
+		dlock_status st = lc_extend_start(p.lp, p.tc, p.h, &op);
+		CU_ASSERT_EQUAL(lr_finish(&op, st), DLOCK_ECONNECT);
+		int64_t took = dlock_test_now_ms() - t0;
+		printf("\n    extend: %s after %lld ms: %s", dlock_status_name(op.status), (long long)took, op.msg);
+		CU_ASSERT(took >= IO_TIMEOUT_MS - 5 && took < IO_TIMEOUT_MS + FT_SLACK_MS);
+		CU_ASSERT_PTR_NOT_NULL(strstr(op.msg, "127.0.0.1:"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(op.msg, "no answer within 500 ms"));
+		faultproxy_pass(p.px);
+		CU_ASSERT_EQUAL(lr_check_now(p.tc, p.h), DLOCK_OK); /* a new connection; the lock is still ours */
+		CU_ASSERT_EQUAL(lr_release_now(p.tc, p.h), DLOCK_OK);
+		CU_ASSERT_EQUAL(dlock_test_probe(p.other, p.name), DLOCK_OK);
+	}
+	proxied_end(&p);
 }
 
 /* Cut while calls wait for their answers: they end at once (not at io_timeout), and the next call connects. */
 static void test_cut_ends_calls(void)
 {
-	char name[128], params[64];
-	faultproxy *px;
-	if (!tcp_target())
-		return;
-	snprintf(params, sizeof params, "io_timeout=%dms", CUT_IO_TIMEOUT_MS);
-	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
-	lr_client *tc = lc_open_via_proxy(lp, lc_get_target()->uri, params, &px);
-	lr_name(name, sizeof name, "drv-cut");
-	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
-	dlock_status st = h ? lr_acquire_now(tc, h, 0) : DLOCK_EINVAL;
-	CU_ASSERT_EQUAL(st, DLOCK_OK);
-	if (st != DLOCK_OK)
-		goto out;
-	faultproxy_blackhole(px, FP_DOWN); /* the extend reaches the server; its answer waits in the proxy */
-	lr_op op;
-	st = lc_extend_start(lp, tc, h, &op);
-	CU_ASSERT_EQUAL(st, DLOCK_OK);
-	lr_run_for(lp, 100);
-	CU_ASSERT_EQUAL(op.calls, 0);
-	int64_t t0 = dlock_test_now_ms();
-	faultproxy_reset(px);
-	CU_ASSERT_EQUAL(lr_finish(&op, st), DLOCK_ECONNECT);
-	int64_t took = dlock_test_now_ms() - t0;
-	printf("\n    extend: %s %lld ms after the cut: %s", dlock_status_name(op.status), (long long)took, op.msg);
-	CU_ASSERT(took < CUT_IO_TIMEOUT_MS);
-	CU_ASSERT_PTR_NOT_NULL(strstr(op.msg, "127.0.0.1:"));
-	faultproxy_pass(px);
-	CU_ASSERT_EQUAL(lr_check_now(tc, h), DLOCK_OK); /* connected again */
-	CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_OK);
-out:
-	dlock_lock_free(h);
-	lr_loop_free(lp);
-	faultproxy_stop(px);
+	proxied p;
+	if (proxied_begin(&p, "drv-cut", CUT_IO_TIMEOUT_MS, 1)) {
+		faultproxy_blackhole(p.px, FP_DOWN); /* the extend reaches the server; its answer waits in the proxy */
+		lr_op op;
+		dlock_status st = lc_extend_start(p.lp, p.tc, p.h, &op);
+		CU_ASSERT_EQUAL(st, DLOCK_OK);
+		lr_run_for(p.lp, 100);
+		CU_ASSERT_EQUAL(op.calls, 0);
+		int64_t t0 = dlock_test_now_ms();
+		faultproxy_reset(p.px);
+		CU_ASSERT_EQUAL(lr_finish(&op, st), DLOCK_ECONNECT);
+		int64_t took = dlock_test_now_ms() - t0;
+		printf("\n    extend: %s %lld ms after the cut: %s", dlock_status_name(op.status), (long long)took, op.msg);
+		CU_ASSERT(took < CUT_IO_TIMEOUT_MS);
+		CU_ASSERT_PTR_NOT_NULL(strstr(op.msg, "127.0.0.1:"));
+		faultproxy_pass(p.px);
+		CU_ASSERT_EQUAL(lr_check_now(p.tc, p.h), DLOCK_OK); /* connected again */
+		CU_ASSERT_EQUAL(lr_release_now(p.tc, p.h), DLOCK_OK);
+	}
+	proxied_end(&p);
 }
 
 /* The answers lost, not the requests: each attempt's script runs, and its undo frees the name again. */
 static void test_lost_answer_undone(void)
 {
-	char name[128], params[64];
-	faultproxy *px;
-	if (!tcp_target())
-		return;
-	snprintf(params, sizeof params, "io_timeout=%dms", IO_TIMEOUT_MS);
-	lr_loop *lp = lr_loop_new(lc_get_target()->mode);
-	lr_client *tc = lc_open_via_proxy(lp, lc_get_target()->uri, params, &px);
-	dlock_client *other = ft_open(lc_get_target()->uri);
-	lr_name(name, sizeof name, "drv-undone");
-	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
-	if (!h || !other)
-		goto out;
-	faultproxy_blackhole(px, FP_DOWN);
-	lr_op op;
-	lr_op_init(&op, tc);
-	dlock_status st = lr_acquire(h, 3 * IO_TIMEOUT_MS, 0, 0, DLOCK_MODE_EXCLUSIVE, NULL, &op);
-	st = lr_finish(&op, st);
-	printf("\n    acquire: %s: %s", dlock_status_name(op.status), op.msg);
-	CU_ASSERT(st == DLOCK_ECONNECT || st == DLOCK_ETIMEDOUT);
-	/* Still blackholed: without the undo the name would stay held for the whole lease (30 s). */
-	CU_ASSERT_EQUAL(dlock_test_probe(other, name), DLOCK_OK);
-	faultproxy_pass(px);
-	CU_ASSERT_EQUAL(lr_acquire_now(tc, h, 0), DLOCK_OK);
-	CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_OK);
-out:
-	dlock_lock_free(h);
-	dlock_client_close(other);
-	lr_loop_free(lp);
-	faultproxy_stop(px);
+	proxied p;
+	if (proxied_begin(&p, "drv-undone", IO_TIMEOUT_MS, 0)) {
+		faultproxy_blackhole(p.px, FP_DOWN);
+		lr_op op;
+		lr_op_init(&op, p.tc);
+		dlock_status st = lr_acquire(p.h, 3 * IO_TIMEOUT_MS, 0, 0, DLOCK_MODE_EXCLUSIVE, NULL, &op);
+		st = lr_finish(&op, st);
+		printf("\n    acquire: %s: %s", dlock_status_name(op.status), op.msg);
+		CU_ASSERT(st == DLOCK_ECONNECT || st == DLOCK_ETIMEDOUT);
+		/* Still blackholed: without the undo the name would stay held for the whole lease (30 s). */
+		CU_ASSERT_EQUAL(dlock_test_probe(p.other, p.name), DLOCK_OK);
+		faultproxy_pass(p.px);
+		CU_ASSERT_EQUAL(lr_acquire_now(p.tc, p.h, 0), DLOCK_OK);
+		CU_ASSERT_EQUAL(lr_release_now(p.tc, p.h), DLOCK_OK);
+	}
+	proxied_end(&p);
 }
 
 const lc_case lc_driver_cases[] = {
