@@ -222,19 +222,15 @@ fail:;
 
 static dlock_status tcp_connect(const struct redis_endpoint *ep, int64_t deadline_ns, int *out, dlock_error *err)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res = NULL;
-	char port[16];
-	snprintf(port, sizeof port, "%d", ep->port);
-	int rc = getaddrinfo(ep->host, port, &hints, &res);
-	if (rc != 0)
-		return dlock_error_set(err, DLOCK_ECONNECT, "redis %s: cannot resolve the host: %s", ep->label,
-		                       gai_strerror(rc));
+	struct redis_addrs a;
+	dlock_status st = dlock_redis_resolve(ep, &a, err);
+	if (st != DLOCK_OK)
+		return st;
 	int fd = -1, saved = 0;
-	for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
-		fd = socket_connect(ai->ai_family, ai->ai_addr, ai->ai_addrlen, deadline_ns);
+	for (int i = 0; i < a.n && fd < 0; i++) {
+		fd = socket_connect(a.addr[i].ss_family, (const struct sockaddr *)&a.addr[i], a.len[i], deadline_ns);
 		saved = errno;
 	}
-	freeaddrinfo(res);
 	if (fd < 0)
 		return dlock_error_set(err, DLOCK_ECONNECT, "redis %s: cannot connect: %s", ep->label,
 		                       saved == ETIMEDOUT ? "no answer within open_timeout" : strerror(saved));
