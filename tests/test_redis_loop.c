@@ -186,6 +186,49 @@ static void declined_works(const char *base)
 	lr_loop_free(lp);
 }
 
+/*
+ * The loop's subscriber (no thread: its connection is another of the
+ * loop's): its connection cut while an acquisition waits for a release,
+ * it connects and subscribes again, and the release still wakes the
+ * waiter, with no thread started; the cut is not the waiter's failure.
+ */
+static void test_subscriber_cut(void)
+{
+	char name[128];
+	faultproxy *px;
+	lr_loop *lp = lr_loop_new(LR_PULL);
+	lr_client *tc = lc_open_via_proxy(lp, plain_uri, "io_timeout=2000ms", &px);
+	dlock_client *other = ft_open(plain_uri);
+	lr_name(name, sizeof name, "rl-subcut");
+	dlock_lock *h = tc ? ft_lock(tc->client, name) : NULL;
+	dlock_lock *o = other ? ft_lock(other, name) : NULL;
+	if (h && o) {
+		CU_ASSERT_EQUAL_FATAL(dlock_test_acquire(o, 0, 0, -1, NULL, NULL), DLOCK_OK);
+		long started = dlock_test_threads_started();
+		lr_op op;
+		lr_op_init(&op, tc);
+		lc_progress p = { tc, lc_attempts(tc) + 1, &op, 1 };
+		CU_ASSERT_EQUAL(lr_acquire(h, 20000, 0, -1, DLOCK_MODE_EXCLUSIVE, NULL, &op), DLOCK_OK);
+		CU_ASSERT(lr_run_until(lp, lc_attempted, &p, LR_AWAIT_MS));
+		lr_run_for(lp, 100); /* subscribed */
+		faultproxy_reset(px); /* every connection through the proxy cut: the subscriber's too */
+		lr_run_for(lp, 300);  /* it connects and subscribes again; the waiter tried again meanwhile */
+		CU_ASSERT_EQUAL(op.calls, 0);
+		CU_ASSERT_EQUAL(dlock_release(o), DLOCK_OK);
+		CU_ASSERT(lr_run_done(lp, &op, LR_AWAIT_MS)); /* woken, where a poll would wait for the lease's end */
+		if (LR_ASSERT_ONCE(&op, DLOCK_OK))
+			CU_ASSERT_EQUAL(lr_release_now(tc, h), DLOCK_OK);
+		started = dlock_test_threads_started() - started;
+		printf("\n    %s after the cut and the release; %ld threads started", dlock_status_name(op.status), started);
+		CU_ASSERT_EQUAL(started, 0);
+	}
+	dlock_lock_free(h);
+	dlock_lock_free(o);
+	dlock_client_close(other);
+	lr_loop_free(lp);
+	faultproxy_stop(px);
+}
+
 static void test_declined_fair(void)
 {
 	declined_works(fair_uri);
@@ -258,6 +301,7 @@ static void add_suites(void)
 		return;
 	CU_pSuite s = CU_add_suite("redis:// on the loop, once", NULL, NULL);
 	CU_add_test(s, "a password refused on connecting again: EAUTH", test_password_refused);
+	CU_add_test(s, "the loop's subscriber cut: it subscribes again, the release still wakes", test_subscriber_cut);
 	CU_add_test(s, "scripts the server lost are sent again as EVAL", test_scripts_lost);
 	CU_add_test(s, "replicas=N: WAIT after each write, too few undo the acquisition", test_replicas);
 	CU_add_test(s, "fair=1 still works on a loop client (workers)", test_declined_fair);

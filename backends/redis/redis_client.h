@@ -44,8 +44,9 @@
  * `waits`, so that waiters never take the connections releases need.
  * A loop client of one server with algorithm "single" (redis_loop.c) also
  * has one non-blocking connection, `loop`, which only its loop's thread
- * uses, for the lock calls the core makes there; its other calls run on
- * the pools as on any client.
+ * uses, for the lock calls the core makes there, and a subscriber there,
+ * `loop_sub`, that wakes the acquisitions waiting on the loop; its other
+ * calls run on the pools (and watch through `sub`) as on any client.
  */
 #ifndef DLOCK_REDIS_CLIENT_H
 #define DLOCK_REDIS_CLIENT_H
@@ -96,6 +97,7 @@ struct redis_client {
 	pthread_mutex_t elect_mu; /* guards elect_watches (redis_elect.c) */
 	struct redis_elect_watch *elect_watches; /* the observers' watches of this client */
 	struct redis_nbconn *loop; /* a loop client's connection on its loop (redis_loop.c), else NULL; owned */
+	struct redis_sub *loop_sub; /* and its subscriber there, with no thread (redis_sub.c), else NULL; owned */
 };
 
 /* One attempt of an acquisition, as dlock_redis_try_begin() decided it (redis_lock.c): what its command is

@@ -466,8 +466,11 @@ dlock_status dlock_redis_single_waits(struct redis_client *c, struct redis_lock 
 	 * migration or a failover changes between two attempts. */
 	struct redis_route rt;
 	dlock_error ignored = { "" };
-	struct redis_sub *sub = dlock_redis_route(c, lk, &rt, &ignored) == DLOCK_OK ? dlock_redis_route_sub(c, &rt)
-	                                                                            : lk->watch_sub;
+	struct redis_sub *sub = lk->watch_sub;
+	if (lk->on_loop && c->loop_sub) /* an attempt on the loop: the loop's own, with no thread */
+		sub = c->loop_sub;
+	else if (dlock_redis_route(c, lk, &rt, &ignored) == DLOCK_OK)
+		sub = dlock_redis_route_sub(c, &rt);
 	/* A semaphore's queued waiter is woken on a channel of its own (redis_sem.c). */
 	int own = lk->kind == DLOCK_KIND_SEMAPHORE && lk->wake_own;
 	char chan[REDIS_KEY_MAX];

@@ -9,8 +9,10 @@
  *
  *   try_acquire   the acquire script (or SET NX PX, then PTTL when busy);
  *                 busy, the lock's channel is watched through the
- *                 client's subscriber as the blocking attempt watches it
- *                 (dlock_redis_single_waits()); an attempt whose answer
+ *                 client's subscriber of the loop (redis_sub.c, no
+ *                 thread: its connection is another of the loop's) as
+ *                 the blocking attempt watches it through the threaded
+ *                 one (dlock_redis_single_waits()); an attempt whose answer
  *                 never came, or was not one the lock can be taken from,
  *                 sends the owner-only release of its owner value (the
  *                 undo, as the blocking attempt does), on a new connection
@@ -408,11 +410,16 @@ void dlock_redis_loop_disarm(struct redis_client *c, struct redis_lock *lk)
 
 dlock_status dlock_redis_loop_open(struct redis_client *c, dlock_io *io, dlock_error *err)
 {
-	return dlock_redis_nbconn_new(io, &c->pools[0].ep, &c->cfg, &c->loop, err);
+	dlock_status st = dlock_redis_nbconn_new(io, &c->pools[0].ep, &c->cfg, &c->loop, err);
+	if (st == DLOCK_OK)
+		st = dlock_redis_sub_new_loop(&c->loop_sub, io, &c->pools[0].ep, &c->cfg, err);
+	return st;
 }
 
 void dlock_redis_loop_close(struct redis_client *c)
 {
+	dlock_redis_sub_free(c->loop_sub); /* every acquisition of the loop disarmed: nothing watches */
+	c->loop_sub = NULL;
 	dlock_redis_nbconn_free(c->loop);
 	c->loop = NULL;
 }

@@ -70,6 +70,9 @@ struct redis_nbconn {
 	unsigned gen;                /* counts the drops: a caller sees whether its connection went */
 	struct redis_nbreq *head, *tail;
 	struct nb_hello hello[2];    /* the connection's AUTH and SELECT while they wait for their answers */
+	void (*on_push)(void *arg, redisReply *r);          /* a subscriber's: replies to no request */
+	void (*on_drop)(void *arg, const dlock_error *why); /* a subscriber's: its connection dropped */
+	void *push_arg;
 };
 
 static void nb_ready(void *arg, int fd, unsigned events);
@@ -157,6 +160,8 @@ static void nb_drop(struct redis_nbconn *nb, dlock_status st, const dlock_error 
 		rq->answer(rq, NULL, st, why, !unsent && written > rq->start);
 		rq = next;
 	}
+	if (nb->on_drop && !nb->closing)
+		nb->on_drop(nb->push_arg, why);
 }
 
 /* Drop after an I/O failure of the connection, with the status and message of a blocking one. */
@@ -365,6 +370,13 @@ static void read_answers(struct redis_nbconn *nb)
 		if (dlock_redis_buffered_reply(nb->conn, &reply) != REDIS_OK || !reply)
 			break;
 		struct redis_nbreq *rq = queue_pop(nb);
+		if (!rq && nb->on_push) {
+			nb->on_push(nb->push_arg, reply);
+			freeReplyObject(reply);
+			if (gen != nb->gen)
+				return; /* it dropped the connection */
+			continue;
+		}
 		if (!rq) {
 			freeReplyObject(reply);
 			dlock_error why;
@@ -411,8 +423,8 @@ static void nb_ready(void *arg, int fd, unsigned events)
 
 /* ------------------------------------------------------------ the interface */
 
-dlock_status dlock_redis_nbconn_send(struct redis_nbconn *nb, struct redis_nbreq *rq,
-                                     int (*append)(struct redis_conn *conn, void *arg), void *arg, dlock_error *err)
+/* A connection to write on now, connecting first when there is none. */
+static dlock_status nb_usable(struct redis_nbconn *nb, dlock_error *err)
 {
 	if (nb->closing)
 		return dlock_error_set(err, DLOCK_ECONNECT, "redis %s: the client closed", nb->ep.label);
@@ -423,6 +435,15 @@ dlock_status dlock_redis_nbconn_send(struct redis_nbconn *nb, struct redis_nbreq
 	}
 	if (nb->conn->err) /* failed, and dropped once the answers it read are taken */
 		return dlock_redis_io_error(nb->conn, &nb->ep, err);
+	return DLOCK_OK;
+}
+
+dlock_status dlock_redis_nbconn_send(struct redis_nbconn *nb, struct redis_nbreq *rq,
+                                     int (*append)(struct redis_conn *conn, void *arg), void *arg, dlock_error *err)
+{
+	dlock_status st = nb_usable(nb, err);
+	if (st != DLOCK_OK)
+		return st;
 	int first = nb->head == NULL;
 	if (queue_command(nb, rq, append, arg) != REDIS_OK)
 		return dlock_error_set(err, DLOCK_ENOMEM, "redis %s: out of memory", nb->ep.label);
@@ -430,6 +451,36 @@ dlock_status dlock_redis_nbconn_send(struct redis_nbconn *nb, struct redis_nbreq
 		timer_update(nb);
 	rewatch(nb); /* written at the loop's next turn, with whatever else is sent meanwhile */
 	return DLOCK_OK;
+}
+
+dlock_status dlock_redis_nbconn_append(struct redis_nbconn *nb, int (*append)(struct redis_conn *conn, void *arg),
+                                       void *arg, dlock_error *err)
+{
+	dlock_status st = nb_usable(nb, err);
+	if (st != DLOCK_OK)
+		return st;
+	if (append(nb->conn, arg) != REDIS_OK)
+		return dlock_error_set(err, DLOCK_ENOMEM, "redis %s: out of memory", nb->ep.label);
+	rewatch(nb);
+	return DLOCK_OK;
+}
+
+void dlock_redis_nbconn_set_push(struct redis_nbconn *nb, void (*on_push)(void *arg, redisReply *r),
+                                 void (*on_drop)(void *arg, const dlock_error *why), void *arg)
+{
+	nb->on_push = on_push;
+	nb->on_drop = on_drop;
+	nb->push_arg = arg;
+}
+
+void dlock_redis_nbconn_reset(struct redis_nbconn *nb)
+{
+	void (*on_drop)(void *, const dlock_error *) = nb->on_drop;
+	dlock_error why;
+	dlock_error_set(&why, DLOCK_ECONNECT, "redis %s: connection dropped", nb->ep.label);
+	nb->on_drop = NULL;
+	nb_drop(nb, DLOCK_ECONNECT, &why, 0);
+	nb->on_drop = on_drop;
 }
 
 dlock_status dlock_redis_nbconn_new(dlock_io *io, const struct redis_endpoint *ep, const struct redis_cfg *cfg,

@@ -63,6 +63,21 @@ void dlock_redis_nbconn_free(struct redis_nbconn *nb);
  */
 dlock_status dlock_redis_nbconn_send(struct redis_nbconn *nb, struct redis_nbreq *rq,
                                      int (*append)(struct redis_conn *conn, void *arg), void *arg, dlock_error *err);
+/*
+ * A subscriber's connection (redis_sub.c): besides the answered requests
+ * (AUTH and SELECT), what the server pushes — confirmations and messages
+ * of SUBSCRIBE, sent with dlock_redis_nbconn_append() — goes to
+ * `on_push(arg, r)` (`r` freed after it returns), and each drop of a
+ * connection (not the one of dlock_redis_nbconn_free()) to `on_drop(arg,
+ * why)`.  Either may drop the connection itself (dlock_redis_nbconn_reset).
+ */
+void dlock_redis_nbconn_set_push(struct redis_nbconn *nb, void (*on_push)(void *arg, redisReply *r),
+                                 void (*on_drop)(void *arg, const dlock_error *why), void *arg);
+/** Write a command whose answer is pushed (connecting first when there is none): as dlock_redis_nbconn_send(). */
+dlock_status dlock_redis_nbconn_append(struct redis_nbconn *nb, int (*append)(struct redis_conn *conn, void *arg),
+                                       void *arg, dlock_error *err);
+/** Drop the connection, if any, without calling on_drop; the next command connects again. */
+void dlock_redis_nbconn_reset(struct redis_nbconn *nb);
 /** The server's label ("host:port" or the socket's path), for messages. */
 const char *dlock_redis_nbconn_label(const struct redis_nbconn *nb);
 

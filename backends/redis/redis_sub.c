@@ -1,6 +1,10 @@
 /*
  * The subscriber: one thread and one connection per client that turn
- * release messages into wake-ups of the acquires waiting for them.
+ * release messages into wake-ups of the acquires waiting for them.  A loop
+ * client has a second one for the acquisitions that wait on its loop, with
+ * no thread: the same channels and replies, its connection the loop's
+ * (redis_nbconn.c) and its rounds a timer of the loop (section "on a
+ * loop" below).
  *
  * Waiters never touch the connection.  They register a watch on a channel
  * (under the mutex) and kick the thread through a pipe; the thread sends
@@ -43,6 +47,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "redis_nbconn.h"
 #include "redis_sub.h"
 
 #define LINGER_MS 2000
@@ -84,6 +89,15 @@ struct redis_sub {
 	const char *subscribed, *unsubscribed, *message;
 	void (*moved)(void *arg); /* sharded: a channel's slot is served elsewhere */
 	void *moved_arg;
+
+	/* A loop client's (dlock_redis_sub_new_loop()): no thread; the loop's connection and timer instead. */
+	dlock_io *io;
+	struct redis_nbconn *nb;
+	dlock_io_timer *tick;    /* the loop's round: kicked at once, or when a linger or a backoff ends */
+	int nb_up;               /* commands were written on `nb` since its last drop */
+	int nb_heard;            /* and it answered */
+	int nb_failed;           /* a command could not be written this round: nb_err says why */
+	dlock_error nb_err;
 
 	/* Used by the thread only. */
 	struct redis_conn *ctx;
@@ -142,6 +156,11 @@ static enum redis_watch_state state_locked(const struct redis_sub *s, const stru
 
 static void kick(struct redis_sub *s)
 {
+	if (s->io) { /* the loop's round, at its next turn */
+		if (s->tick)
+			dlock_io_timer_set(s->tick, 0); /* out of memory: the next watch or reply kicks again */
+		return;
+	}
 	char b = 1;
 	/* A full pipe already holds a wake-up: nothing is lost when this fails. */
 	if (write(s->wake[1], &b, 1) < 0 && errno != EAGAIN)
@@ -165,6 +184,10 @@ static void drop_connection_locked(struct redis_sub *s)
 {
 	dlock_redis_conn_free(s->ctx);
 	s->ctx = NULL;
+	if (s->nb && s->nb_up)
+		dlock_redis_nbconn_reset(s->nb);
+	s->nb_up = 0;
+	s->nb_heard = 0;
 	for (struct redis_chan *ch = s->chans, *next; ch; ch = next) {
 		next = ch->next;
 		if (ch->refs == 0)
@@ -193,6 +216,26 @@ static int64_t jitter(int64_t lo, int64_t hi)
 	return lo + (int64_t)(r % (uint64_t)(hi - lo + 1));
 }
 
+/* No connection can be made now: watchers poll, and the next try waits a growing backoff (its ms). */
+static int backoff_locked(struct redis_sub *s, const char *why)
+{
+	int64_t now = dlock_monotonic_ns();
+	s->degraded = 1;
+	wake_all_locked(s); /* those waiting for a confirmation poll instead */
+	log_down_once(s, why);
+	s->retry_at_ns = now + jitter(s->backoff_ms / 2, s->backoff_ms) * REDIS_NS_PER_MS;
+	s->backoff_ms = s->backoff_ms * 2 > RECONNECT_MAX_MS ? RECONNECT_MAX_MS : s->backoff_ms * 2;
+	return (int)(s->retry_at_ns > now ? (s->retry_at_ns - now) / REDIS_NS_PER_MS + 1 : 1);
+}
+
+/* A connection that works: no backoff any more. */
+static void connected_locked(struct redis_sub *s)
+{
+	s->degraded = 0;
+	s->backoff_ms = RECONNECT_MIN_MS;
+	s->logged_down = 0;
+}
+
 /* Connect when a watcher needs it and no backoff is running; *timeout_ms: when to look again. */
 static void connect_locked(struct redis_sub *s, int *timeout_ms)
 {
@@ -210,25 +253,39 @@ static void connect_locked(struct redis_sub *s, int *timeout_ms)
 	pthread_mutex_lock(&s->mu);
 	if (st == DLOCK_OK) {
 		s->ctx = ctx;
-		s->degraded = 0;
-		s->backoff_ms = RECONNECT_MIN_MS;
-		s->logged_down = 0;
+		connected_locked(s);
 		return;
 	}
-	s->degraded = 1;
-	wake_all_locked(s); /* those waiting for a confirmation poll instead */
-	log_down_once(s, err.msg);
-	s->retry_at_ns = now + jitter(s->backoff_ms / 2, s->backoff_ms) * REDIS_NS_PER_MS;
-	s->backoff_ms = s->backoff_ms * 2 > RECONNECT_MAX_MS ? RECONNECT_MAX_MS : s->backoff_ms * 2;
-	*timeout_ms = (int)(s->retry_at_ns > now ? (s->retry_at_ns - now) / REDIS_NS_PER_MS + 1 : 1);
+	*timeout_ms = backoff_locked(s, err.msg);
+}
+
+struct sub_cmd {
+	const char *argv[2];
+	size_t len[2];
+};
+
+static int append_cmd(struct redis_conn *conn, void *arg)
+{
+	struct sub_cmd *c = arg;
+	return dlock_redis_append_argv(conn, 2, c->argv, c->len);
 }
 
 static void append_locked(struct redis_sub *s, const char *cmd, struct redis_chan *ch, enum chan_state next)
 {
-	const char *argv[2] = { cmd, ch->name };
-	size_t len[2] = { strlen(cmd), ch->len };
-	if (dlock_redis_append_argv(s->ctx, 2, argv, len) == REDIS_OK)
+	struct sub_cmd c = { { cmd, ch->name }, { strlen(cmd), ch->len } };
+	if (!s->nb) {
+		if (append_cmd(s->ctx, &c) == REDIS_OK)
+			ch->state = next;
+		return;
+	}
+	if (s->nb_failed) /* this round's connection failed: loop_round() backs off */
+		return;
+	if (dlock_redis_nbconn_append(s->nb, append_cmd, &c, &s->nb_err) == DLOCK_OK) {
 		ch->state = next;
+		s->nb_up = 1;
+	} else {
+		s->nb_failed = 1;
+	}
 }
 
 /* Queue what the channels need; *timeout_ms: when a lingering one is due. */
@@ -396,6 +453,8 @@ static void *sub_main(void *arg)
 
 static int ensure_thread_locked(struct redis_sub *s)
 {
+	if (s->io)
+		return 1; /* on the loop: no thread */
 	if (s->started || s->start_failed)
 		return s->started;
 	/* Signals go to the application's threads, never to this one. */
@@ -414,19 +473,83 @@ static int ensure_thread_locked(struct redis_sub *s)
 	return 1;
 }
 
+/* ------------------------------------------------------------ on a loop */
+
+/*
+ * A loop client's subscriber (dlock_redis_sub_new_loop()) has no thread:
+ * its connection is the loop's (redis_nbconn.c, which pushes every reply
+ * after AUTH and SELECT here), and its round — subscribe what is watched,
+ * unsubscribe what lingered, reconnect after a backoff — runs from a timer
+ * of the loop that kick() sets to fire at the loop's next turn.  Everything
+ * runs on the loop's thread; the mutex is taken as elsewhere, uncontended.
+ */
+
+/* The loop's connection failed or could not be made: the subscriptions are gone; connect again after a backoff. */
+static void loop_failed_locked(struct redis_sub *s, const dlock_error *why)
+{
+	drop_connection_locked(s);
+	dlock_io_timer_set(s->tick, backoff_locked(s, why->msg));
+}
+
+static void loop_pushed(void *arg, redisReply *r)
+{
+	struct redis_sub *s = arg;
+	pthread_mutex_lock(&s->mu);
+	connected_locked(s);
+	s->nb_heard = 1;
+	on_reply_locked(s, r);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* The connection dropped: after a reply on it, connect again at once (as the thread does); else back off. */
+static void loop_dropped(void *arg, const dlock_error *why)
+{
+	struct redis_sub *s = arg;
+	pthread_mutex_lock(&s->mu);
+	s->nb_up = 0; /* dropped already */
+	if (!s->nb_heard) { /* never answered: connecting failed */
+		loop_failed_locked(s, why);
+	} else {
+		dlock_host_log(s->cfg->host, DLOCK_LOG_INFO, "redis %s: subscriber connection lost (%s); reconnecting",
+		               s->ep.label, why->msg);
+		drop_connection_locked(s);
+		s->degraded = 1; /* until it answers: watchers poll */
+		s->retry_at_ns = 0;
+		dlock_io_timer_set(s->tick, 0);
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void loop_round(void *arg)
+{
+	struct redis_sub *s = arg;
+	int timeout_ms = -1;
+	pthread_mutex_lock(&s->mu);
+	int64_t now = dlock_monotonic_ns();
+	if (s->degraded && now < s->retry_at_ns)
+		timeout_ms = (int)((s->retry_at_ns - now) / REDIS_NS_PER_MS) + 1;
+	else if (!s->stop && !s->refused) {
+		s->degraded = 0; /* trying again: watchers wait for the confirmation, or a failure wakes them */
+		queue_commands_locked(s, &timeout_ms);
+		if (s->nb_failed) {
+			s->nb_failed = 0;
+			loop_failed_locked(s, &s->nb_err);
+			timeout_ms = -1; /* set by the backoff */
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (timeout_ms >= 0)
+		dlock_io_timer_set(s->tick, timeout_ms);
+}
+
 /* ------------------------------------------------------------ API */
 
-dlock_status dlock_redis_sub_new(struct redis_sub **out, const struct redis_endpoint *ep,
-                                 const struct redis_cfg *cfg, int sharded, void (*moved)(void *arg),
-                                 void *moved_arg, dlock_error *err)
+static struct redis_sub *sub_alloc(const struct redis_endpoint *ep, const struct redis_cfg *cfg, int sharded)
 {
 	struct redis_sub *s = calloc(1, sizeof *s);
 	if (!s)
-		return dlock_error_set(err, DLOCK_ENOMEM, "redis: out of memory");
-	if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
-		free(s);
-		return dlock_error_set(err, DLOCK_EIO, "redis: cannot create the subscriber's pipe: %s", strerror(errno));
-	}
+		return NULL;
+	s->wake[0] = s->wake[1] = -1;
 	pthread_mutex_init(&s->mu, NULL);
 	s->ep = *ep;
 	s->cfg = cfg;
@@ -436,9 +559,45 @@ dlock_status dlock_redis_sub_new(struct redis_sub **out, const struct redis_endp
 	s->subscribed = sharded ? "ssubscribe" : "subscribe";
 	s->unsubscribed = sharded ? "sunsubscribe" : "unsubscribe";
 	s->message = sharded ? "smessage" : "message";
+	s->backoff_ms = RECONNECT_MIN_MS;
+	return s;
+}
+
+dlock_status dlock_redis_sub_new(struct redis_sub **out, const struct redis_endpoint *ep,
+                                 const struct redis_cfg *cfg, int sharded, void (*moved)(void *arg),
+                                 void *moved_arg, dlock_error *err)
+{
+	struct redis_sub *s = sub_alloc(ep, cfg, sharded);
+	if (!s)
+		return dlock_error_set(err, DLOCK_ENOMEM, "redis: out of memory");
+	if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+		dlock_status st = dlock_error_set(err, DLOCK_EIO, "redis: cannot create the subscriber's pipe: %s",
+		                                  strerror(errno));
+		s->wake[0] = s->wake[1] = -1;
+		dlock_redis_sub_free(s);
+		return st;
+	}
 	s->moved = moved;
 	s->moved_arg = moved_arg;
-	s->backoff_ms = RECONNECT_MIN_MS;
+	*out = s;
+	return DLOCK_OK;
+}
+
+dlock_status dlock_redis_sub_new_loop(struct redis_sub **out, dlock_io *io, const struct redis_endpoint *ep,
+                                      const struct redis_cfg *cfg, dlock_error *err)
+{
+	struct redis_sub *s = sub_alloc(ep, cfg, 0);
+	if (!s)
+		return dlock_error_set(err, DLOCK_ENOMEM, "redis: out of memory");
+	s->io = io;
+	dlock_status st = dlock_redis_nbconn_new(io, &s->ep, cfg, &s->nb, err);
+	if (st == DLOCK_OK && dlock_io_timer_new(io, loop_round, s, &s->tick) != DLOCK_OK)
+		st = dlock_error_set(err, DLOCK_ENOMEM, "redis: out of memory");
+	if (st != DLOCK_OK) {
+		dlock_redis_sub_free(s);
+		return st;
+	}
+	dlock_redis_nbconn_set_push(s->nb, loop_pushed, loop_dropped, s);
 	*out = s;
 	return DLOCK_OK;
 }
@@ -454,10 +613,14 @@ void dlock_redis_sub_free(struct redis_sub *s)
 	if (s->started)
 		pthread_join(s->thread, NULL);
 	dlock_redis_conn_free(s->ctx);
+	dlock_redis_nbconn_free(s->nb); /* stops watching its descriptor before closing it */
+	dlock_io_timer_free(s->tick);
 	while (s->chans)
 		chan_remove_locked(s, s->chans);
-	close(s->wake[0]);
-	close(s->wake[1]);
+	if (s->wake[0] >= 0) {
+		close(s->wake[0]);
+		close(s->wake[1]);
+	}
 	pthread_mutex_destroy(&s->mu);
 	free(s);
 }

@@ -1,7 +1,9 @@
 /*
- * Redis backend: the subscriber thread that turns release messages into
- * wake-ups (redis_sub.c), one per single-server client (one per master of
- * a cluster) with its own connection.  Never included outside backends/redis/.
+ * Redis backend: the subscriber that turns release messages into wake-ups
+ * (redis_sub.c), one per single-server client (one per master of a
+ * cluster) with its own connection and thread; a loop client has a second
+ * one for its loop's acquisitions, on its loop, with no thread.  Never
+ * included outside backends/redis/.
  */
 #ifndef DLOCK_REDIS_SUB_H
 #define DLOCK_REDIS_SUB_H
@@ -39,6 +41,15 @@ enum redis_watch_state {
 dlock_status dlock_redis_sub_new(struct redis_sub **out, const struct redis_endpoint *ep,
                                  const struct redis_cfg *cfg, int sharded, void (*moved)(void *arg),
                                  void *moved_arg, dlock_error *err);
+/**
+ * A loop client's subscriber for the server at `ep`: no thread; its
+ * connection and its rounds are the loop's (`io`), and it is used only on
+ * the loop's thread (its watchers are the loop's acquisitions).  Not
+ * sharded.  The server's addresses are resolved now.  DLOCK_OK,
+ * DLOCK_ENOMEM, DLOCK_ECONNECT (no address), DLOCK_EURI.
+ */
+dlock_status dlock_redis_sub_new_loop(struct redis_sub **out, dlock_io *io, const struct redis_endpoint *ep,
+                                      const struct redis_cfg *cfg, dlock_error *err);
 /** Stop the thread and free everything.  No watch may remain.  NULL is a no-op. */
 void dlock_redis_sub_free(struct redis_sub *s);
 /** Drop the connection and make a new one (the master moved): every waiter retries, then watches again. */
