@@ -184,7 +184,7 @@ typedef struct proxied {
 static int proxied_begin(proxied *p, const char *tag, int io_timeout_ms, int hold)
 {
 	char params[64];
-	*p = (proxied){ NULL };
+	*p = (proxied){ .lp = NULL };
 	if (!tcp_target())
 		return 0;
 	snprintf(params, sizeof params, "io_timeout=%dms", io_timeout_ms);
