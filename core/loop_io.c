@@ -3,17 +3,21 @@
  * dlock_host_io(), descriptor watches and timers on the client's reactor,
  * and dlock_call_done(), which posts the end of a driver's non-blocking
  * call to the loop, where the core goes on with it (so the driver's own
- * callback has returned by then).
+ * callback has returned by then); dlock_call_offload() runs a call's
+ * blocking form on a worker of the client and ends the call with it.
  *
  * Ownership: a timer is the driver's, from dlock_io_timer_new() to
  * dlock_io_timer_free(); a dlock_call lives in the core's operation that
- * started it.  Threads: the loop's only.  Errors: DLOCK_EINVAL for a NULL
+ * started it, an offloaded call's job in its own allocation until it has
+ * run.  Threads: the loop's only, but an offloaded call's blocking form and
+ * its dlock_call_done() (which only posts) on a worker.  Errors: DLOCK_EINVAL for a NULL
  * or a call off the loop (a driver's mistake, said in the client's log),
  * DLOCK_ENOMEM, DLOCK_EIO when the application's loop refuses a
  * descriptor.
  */
 #include "async.h"
 #include "reactor.h"
+#include "worker.h"
 
 #include <stdlib.h>
 
@@ -121,4 +125,37 @@ void dlock_call_done(dlock_call *call, dlock_status status)
 	call->done = 1;
 	call->status = status;
 	dlock_reactor_post(call->c->reactor, &call->item);
+}
+
+/* A call's blocking form on a worker (dlock_call_offload()). */
+struct offload {
+	struct dlock_job job; /* first member */
+	dlock_call *call;
+	dlock_status (*fn)(void *arg);
+	void *arg;
+};
+
+static void offload_run(struct dlock_job *job)
+{
+	struct offload *o = (struct offload *)job;
+	dlock_call_done(o->call, o->fn(o->arg)); /* posted: the loop goes on with it */
+}
+
+static void offload_after(struct dlock_job *job)
+{
+	free(job);
+}
+
+dlock_status dlock_call_offload(dlock_call *call, dlock_status (*fn)(void *arg), void *arg)
+{
+	if (!call || !fn || !call->c->workers || !reactor_of(&call->c->io, "dlock_call_offload"))
+		return DLOCK_EINVAL;
+	struct offload *o = calloc(1, sizeof *o);
+	if (!o)
+		return DLOCK_ENOMEM;
+	*o = (struct offload){ .job = { .run = offload_run, .after = offload_after }, .call = call, .fn = fn, .arg = arg };
+	dlock_status st = dlock_workers_submit(call->c->workers, &o->job);
+	if (st != DLOCK_OK)
+		free(o);
+	return st;
 }

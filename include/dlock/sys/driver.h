@@ -407,6 +407,20 @@ typedef struct dlock_call dlock_call;
  */
 DLOCK_API void dlock_call_done(dlock_call *call, dlock_status status);
 
+/**
+ * Run `fn(arg)` on a worker thread of the client, then end `call` with the
+ * status it returns, as dlock_call_done() would (ABI version 9): for a
+ * _start method with no non-blocking form yet for this lock (a kind, or a
+ * lock taken some other way, that the driver does not run on the loop), so
+ * that its blocking form never blocks the loop.  `fn` may block; it runs
+ * beside the loop's calls on other locks, under the rules of the blocking
+ * methods, and no other call on this lock comes before `call` ends.  From
+ * the _start method, on the loop's thread.  DLOCK_OK (then `call` ends
+ * later, never inside this call), or DLOCK_ENOMEM when no thread can be
+ * had (`fn` does not run; the _start method fails with it).
+ */
+DLOCK_API dlock_status dlock_call_offload(dlock_call *call, dlock_status (*fn)(void *arg), void *arg);
+
 /** Longest owner record of dlock_host_owner(), in bytes without the NUL. */
 #define DLOCK_OWNER_MAX 640
 
