@@ -136,9 +136,9 @@ static int idle_too_long(const struct dlock_pg_nbconn *nb, int64_t now)
 	return nb->c.idle_set_ms > 0 && now - nb->idle_since_ns > nb->c.idle_set_ms * NS_PER_MS / 2;
 }
 
-/* A connection for an attempt of `lk` (*reused: not a new one), its user; NULL with `err` set. */
-static struct dlock_pg_nbconn *pick(struct dlock_pg_loop *pl, const struct dlock_pg_lock *lk, int fresh,
-                                    int *reused, dlock_error *err)
+/* A connection for an attempt of `lk` into *out (*reused: not a new one), its user; or the failure to make one. */
+static dlock_status pick(struct dlock_pg_loop *pl, const struct dlock_pg_lock *lk, int fresh, int *reused,
+                         struct dlock_pg_nbconn **out, dlock_error *err)
 {
 	int64_t now = dlock_monotonic_ns();
 	struct dlock_pg_nbconn *nb, *next, *shared = NULL;
@@ -161,7 +161,8 @@ static struct dlock_pg_nbconn *pick(struct dlock_pg_loop *pl, const struct dlock
 			pl->nidle--;
 			nb->users++;
 			*reused = 1;
-			return nb;
+			*out = nb;
+			return DLOCK_OK;
 		}
 		if (!shared && nb->c.nlocks > 0 && !nb->c.dead && !nb->failed && nb->users == 0 &&
 		    nb->c.lease_ms == lk->lease_ms && nb->c.nlocks < DLOCK_PG_SESSION_LOCKS_MAX &&
@@ -171,14 +172,16 @@ static struct dlock_pg_nbconn *pick(struct dlock_pg_loop *pl, const struct dlock
 	if (shared) {
 		shared->users++;
 		*reused = 1;
-		return shared;
+		*out = shared;
+		return DLOCK_OK;
 	}
-	if (dlock_pg_nbconn_new(pl->b, &pl->nbloop, &nb, err) != DLOCK_OK)
-		return NULL;
-	nb->next = pl->conns;
-	pl->conns = nb;
-	nb->users = 1;
-	return nb;
+	dlock_status st = dlock_pg_nbconn_new(pl->b, &pl->nbloop, out, err);
+	if (st != DLOCK_OK)
+		return st;
+	(*out)->next = pl->conns;
+	pl->conns = *out;
+	(*out)->users = 1;
+	return DLOCK_OK;
 }
 
 /* ------------------------------------------------------------ calls */
@@ -216,10 +219,11 @@ static dlock_status attempt_send(struct dlock_pg_loop_op *op)
 static dlock_status attempt_begin(struct dlock_pg_loop_op *op, int fresh)
 {
 	struct dlock_pg_loop *pl = op->b->loop;
-	op->nb = pick(pl, op->lk, fresh, &op->reused, op->err);
-	if (!op->nb)
-		return op->err->msg[0] ? DLOCK_ECONNECT : DLOCK_ENOMEM;
-	dlock_status st = dlock_pg_names_stmt(op->b, op->lk, 1, &op->a, &op->rq.s) ? op_send(op, OP_NAMES)
+	op->nb = NULL;
+	dlock_status st = pick(pl, op->lk, fresh, &op->reused, &op->nb, op->err);
+	if (st != DLOCK_OK)
+		return st;
+	st = dlock_pg_names_stmt(op->b, op->lk, 1, &op->a, &op->rq.s) ? op_send(op, OP_NAMES)
 	                                                                         : attempt_send(op);
 	if (st != DLOCK_OK) {
 		op->nb->users--;
@@ -244,10 +248,11 @@ static int attempt_again(struct dlock_pg_loop_op *op, dlock_status st)
 	if (st != DLOCK_ECONNECT || !op->reused || op->b->loop->closing)
 		return 0;
 	op->nb->users--;
-	if (attempt_begin(op, 1) == DLOCK_OK)
+	dlock_status again = attempt_begin(op, 1);
+	if (again == DLOCK_OK)
 		return 1;
-	op->nb = NULL;
-	dlock_call_done(op->call, DLOCK_ECONNECT);
+	op->retry->transient = again == DLOCK_ECONNECT;
+	dlock_call_done(op->call, again);
 	return 1;
 }
 

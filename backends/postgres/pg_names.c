@@ -168,8 +168,10 @@ void dlock_pg_names_free(struct dlock_pg_backend *b)
 int dlock_pg_names_stmt(struct dlock_pg_backend *b, const struct dlock_pg_lock *lk, int folded,
                         struct dlock_pg_args *a, struct dlock_pg_stmt *s)
 {
-	static const char *const sql[2][2] = { { NAMES_INSERT NAMES_VALUES NAMES_IGNORE, NAMES_INSERT NAMES_VALUES NAMES_UPSERT },
-		                               { NAMES_INSERT NAMES_FOLDED NAMES_IGNORE, NAMES_INSERT NAMES_FOLDED NAMES_UPSERT } };
+	static const char *const sql[2][2] = {
+		{ NAMES_INSERT NAMES_VALUES NAMES_IGNORE, NAMES_INSERT NAMES_VALUES NAMES_UPSERT },
+		{ NAMES_INSERT NAMES_FOLDED NAMES_IGNORE, NAMES_INSERT NAMES_FOLDED NAMES_UPSERT },
+	};
 	if (!atomic_load(&b->names_ready) || !lk->row_name || cache_has(b, lk->key))
 		return 0;
 	dlock_decimal(a->key, lk->key);
