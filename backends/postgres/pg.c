@@ -341,14 +341,9 @@ static dlock_status pg_feature(void *backend, dlock_lock_kind kind, int code, dl
 	case DLOCK_FEATURE_RWLOCK: /* a loop client's writer never waits in the server's queue (pg_loop.c) */
 		out->value = row || b->loop ? DLOCK_RWLOCK_NO_PREFERENCE : DLOCK_RWLOCK_WRITER_FIRST;
 		break;
-	case DLOCK_FEATURE_SEMAPHORE: out->value = b->loop ? DLOCK_SEMAPHORE_NONE : DLOCK_SEMAPHORE_UNORDERED; break;
+	case DLOCK_FEATURE_SEMAPHORE: out->value = DLOCK_SEMAPHORE_UNORDERED; break;
 	case DLOCK_FACT_SLOTS: out->value = 1; break;
 	case DLOCK_FEATURE_KIND_CHECK: out->value = kind == DLOCK_KIND_SEMAPHORE; break;
-	case DLOCK_FEATURE_ELECTION: /* a loop client's: none (pg_loop.c) */
-		if (!b->loop)
-			return dlock_pg_feature(b, code, &out->value);
-		out->value = -1;
-		break;
 	default: return dlock_pg_feature(b, code, &out->value);
 	}
 	return DLOCK_OK;

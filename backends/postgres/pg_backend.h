@@ -278,7 +278,7 @@ dlock_status dlock_pg_connect(const struct dlock_pg_backend *b, PGconn **out, dl
 PGconn *dlock_pg_connect_start(const struct dlock_pg_params *p);
 /** A connection attempt failed: its status (EAUTH, ENOTFOUND, ECONNECT ...) and message; PQfinish(pg). */
 dlock_status dlock_pg_connect_failed(const struct dlock_pg_backend *b, PGconn *pg, dlock_error *err);
-/** A connection just made: refused (and PQfinish'd) when it is a hot standby; else errors back to default. */
+/** A connection just made: refused when it is a hot standby (the caller closes it); else errors back to default. */
 dlock_status dlock_pg_connected(const struct dlock_pg_backend *b, PGconn *pg, dlock_error *err);
 /** How many hosts the keywords list (1 without `host`). */
 size_t dlock_pg_params_hosts(const struct dlock_pg_params *p);
@@ -492,6 +492,9 @@ dlock_status dlock_pg_gc(void *backend, const char *prefix, size_t len, unsigned
 /** A semaphore's permit (lk->permits > 0), advisory mode: the mode's methods hand over to these. */
 dlock_status dlock_pg_sem_acquire(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, int64_t lease_ms,
                                   dlock_wait *w, dlock_acquired *out, dlock_error *err);
+/** The same, trying once unless `waits` (then within w's deadline). */
+dlock_status dlock_pg_sem_acquire_as(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, int64_t lease_ms,
+                                     dlock_wait *w, int waits, dlock_acquired *out, dlock_error *err);
 dlock_status dlock_pg_sem_release(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, dlock_error *err);
 dlock_status dlock_pg_sem_check(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, dlock_error *err);
 /** Sleep until a notification, `ms`, the wait's deadline (DLOCK_ETIMEDOUT) or cancellation (c->mu held). */

@@ -242,13 +242,11 @@ dlock_status dlock_pg_connected(const struct dlock_pg_backend *b, PGconn *pg, dl
 	/* Advisory locks work on a hot standby but exclude nothing on the primary (they are not replicated):
 	 * never hold one there.  PostgreSQL 14 and later report it at connect. */
 	const char *standby = PQparameterStatus(pg, "in_hot_standby");
-	if (standby && strcmp(standby, "on") == 0) {
-		PQfinish(pg);
+	if (standby && strcmp(standby, "on") == 0)
 		return dlock_error_set(err, DLOCK_ECONNECT,
 		                       "%s: the server is a hot standby: its locks would exclude nothing on the primary; "
 		                       "give the primary, or list every host with target_session_attrs=read-write",
 		                       b->masked);
-	}
 	PQsetErrorVerbosity(pg, PQERRORS_DEFAULT);
 	return DLOCK_OK;
 }
@@ -313,5 +311,7 @@ dlock_status dlock_pg_connect(const struct dlock_pg_backend *b, PGconn **out, dl
 	dlock_status st = dlock_pg_connected(b, pg, err);
 	if (st == DLOCK_OK)
 		*out = pg;
+	else
+		PQfinish(pg);
 	return st;
 }

@@ -30,11 +30,18 @@
  *
  * Not on the loop (dlock_pg_loop_fits() answers 0 and the client runs on
  * the core's workers): mode=row, fencing_durability=commit, several hosts
- * (the order of a host list, target_session_attrs), a fencing sequence not
- * found usable at open.  A loop client has no semaphores
- * (DLOCK_FEATURE_SEMAPHORE NONE: their acquisition is several statements
- * with waits of its own, pg_sem.c) and no elections (proclaim runs on a
- * worker, on the lock's connection, which is the loop's).
+ * (the order of a host list, target_session_attrs).
+ *
+ * Not yet non-blocking, on a client that is on the loop (LOOP_IO is per
+ * client): a semaphore's attempt (several statements, pg_sem.c) runs its
+ * blocking try-once form on the loop's thread, and a lock taken by a
+ * blocking acquire (a campaign's, on a worker) or by that attempt keeps
+ * its blocking connection of pg_pool.c, so its release, extend and check
+ * run their blocking forms on the loop's thread too: each blocks the loop
+ * for its round trips, bounded by io_timeout.  The other way round, a
+ * blocking method on a lock held on the loop's connection (the core
+ * releases a held handle that is freed on a worker) runs there through
+ * dlock_pg_loop_blocking().
  *
  * Ownership: the backend owns its struct dlock_pg_loop (made at open,
  * freed at close); a lock's call lives in its dlock_pg_loop_op (lk->op,
@@ -316,8 +323,12 @@ static dlock_status try_acquire(struct dlock_pg_backend *b, struct dlock_pg_lock
                                 dlock_wait *w, dlock_retry *retry, dlock_acquired *out, dlock_error *err,
                                 dlock_call *call)
 {
-	if (lk->permits)
-		return dlock_error_set(err, DLOCK_ENOTSUP, "postgres: a loop client has no semaphores");
+	if (lk->permits) { /* not on the loop yet: the blocking attempt, on the loop's thread (pg_loop.c) */
+		dlock_status st = dlock_pg_sem_acquire_as(b, lk, lease_ms, w, 0, out, err);
+		retry->transient = st == DLOCK_ECONNECT;
+		dlock_call_done(call, st);
+		return DLOCK_OK;
+	}
 	lk->shared = dlock_wait_mode(w) == DLOCK_MODE_SHARED;
 	int fencing = dlock_wait_wants_token(w) && !lk->shared;
 	dlock_status st = dlock_pg_lease_ok(lease_ms, err);
@@ -356,8 +367,14 @@ static dlock_status on_dead(struct dlock_pg_loop_op *op)
 /* Send op's call on its lock's connection, or answer it at once when that connection is dead. */
 static dlock_status lock_call(struct dlock_pg_loop_op *op)
 {
-	if (!op->nb->c.on_loop) /* taken by a blocking acquire (not on the loop): its calls block too */
-		return dlock_error_set(op->err, DLOCK_ENOTSUP, "%s: this lock was not taken on the loop", op->b->masked);
+	if (!op->nb->c.on_loop) { /* taken by a blocking attempt (pg_loop.c): its calls block too, here */
+		const struct dlock_pg_mode *m = op->b->mode;
+		dlock_status st = op->kind == OP_RELEASE  ? m->release(op->b, op->lk, op->err)
+		                  : op->kind == OP_EXTEND ? m->extend(op->b, op->lk, op->lk->lease_ms, op->err)
+		                                          : m->check(op->b, op->lk, op->err);
+		dlock_call_done(op->call, st);
+		return DLOCK_OK;
+	}
 	if (op_send(op, op->kind) == DLOCK_OK)
 		return DLOCK_OK;
 	dlock_status st = on_dead(op);
@@ -390,6 +407,8 @@ static dlock_status extend(struct dlock_pg_backend *b, struct dlock_pg_lock *lk,
 		return dlock_error_set(err, DLOCK_ENOMEM, "out of memory");
 	op->nb = nb_of(lk->conn);
 	lk->lease_ms = lease_ms;
+	if (!op->nb->c.on_loop)
+		return lock_call(op);
 	dlock_pg_adv_beat_stmt(&op->nb->c, &op->a, &op->rq.s);
 	return lock_call(op);
 }

@@ -23,6 +23,10 @@
  * connection lives, also when nothing is due, so a session the server ends
  * (idle timeout, pg_terminate_backend) is seen at once.
  *
+ * libpq closes its socket when a read finds the server gone, so a
+ * readable socket is peeked first (MSG_PEEK): at its end it is unwatched
+ * before libpq reads it.
+ *
  * A connection that fails (its socket closed, an error of libpq, no answer
  * within io_timeout) is dead: every lock on it is reported lost once
  * (dlock_pg_pool_broken), and every request ends with DLOCK_ECONNECT (or
@@ -31,9 +35,11 @@
  *
  * Ownership, threads, errors: pg_nbconn.h.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "pg_nbconn.h"
 
@@ -222,6 +228,10 @@ end:
 /* Read what came: the head request's results while libpq has them whole. */
 static void readable(struct dlock_pg_nbconn *nb)
 {
+	char peek;
+	ssize_t n = recv(nb->fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+		watch(nb, -1, 0); /* the server is gone: unwatched before libpq closes the socket as it reads that */
 	if (!PQconsumeInput(nb->c.pg)) {
 		lost(nb);
 		return;
@@ -256,10 +266,8 @@ static void connect_poll(struct dlock_pg_nbconn *nb)
 	}
 	if (ps == PGRES_POLLING_OK) {
 		int fd = PQsocket(nb->c.pg);
-		watch(nb, -1, 0); /* unwatched before a refusal closes it */
 		dlock_status st = dlock_pg_connected(nb->b, nb->c.pg, &why);
-		if (st != DLOCK_OK) {
-			nb->c.pg = NULL;
+		if (st != DLOCK_OK) { /* unwatched (fail) before it is closed (settle, then free) */
 			nb->connecting = 0;
 			fail(nb, st, why.msg);
 			return;
