@@ -61,6 +61,12 @@
  * talking is ended by the server and its locks freed.  Any connection
  * failure makes every lock of that connection lost (dlock_report_lost).
  *
+ * A loop client (driver contract 9) of advisory mode and one host keeps
+ * a second pool of its own, on its loop (pg_loop.c, pg_nbconn.c): the same
+ * rules on non-blocking connections, whose struct dlock_pg_conn says
+ * on_loop; the blocking methods reach those only through
+ * dlock_pg_loop_blocking().
+ *
  * Locking inside the backend: pool->mu guards the lists and the fields
  * marked below; conn->mu serialises the statements of one connection.
  * Order: conn->mu before pool->mu; nothing else is taken under pool->mu
