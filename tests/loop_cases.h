@@ -33,6 +33,7 @@ extern const lc_case lc_lifetime_cases[]; /* loop_lifetime.c: closing, freeing, 
 extern const lc_case lc_ops_cases[];      /* loop_ops.c: the other operations' async forms, losses */
 extern const lc_case lc_kv_cases[];       /* loop_kv.c: kv://'s calls on the loop (test_loop_servers only) */
 extern const lc_case lc_driver_cases[];   /* loop_driver.c: what every driver whose calls run on the loop owes */
+extern const lc_case lc_driver_conn_cases[]; /* loop_driver.c: ... whose locks outlive a connection, through a proxy */
 
 /* The backend and mode the tests run on now (set by a suite's init function). */
 typedef struct lc_target {
@@ -40,7 +41,11 @@ typedef struct lc_target {
 	lr_mode mode;
 	int64_t short_lease_ms; /* a `ttl` short enough to watch a lease run out (TTL backends) */
 	int driver_threads;     /* threads the driver itself starts at open (kv://'s subscriber), not the library's */
+	int waiters;            /* acquisitions waiting at once in loop_driver.c's case (0: LC_WAITERS_MAX) */
+	int waiters_poll;       /* the driver has no wake-ups: its waiting acquisitions ask the server again and again */
 } lc_target;
+
+#define LC_WAITERS_MAX 50
 
 /** Make `t` the target of the tests that run next; 0 (a CUnit suite init's success). */
 int lc_set_target(const lc_target *t);

@@ -238,6 +238,8 @@ static void add_suites(void)
 			CU_add_test(s, c->name, c->fn);
 		for (const lc_case *c = lc_driver_cases; suites[i].uri == kv_uri && c->name; c++)
 			CU_add_test(s, c->name, c->fn);
+		for (const lc_case *c = lc_driver_conn_cases; suites[i].uri == kv_uri && c->name; c++)
+			CU_add_test(s, c->name, c->fn);
 #endif
 	}
 }

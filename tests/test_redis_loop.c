@@ -295,6 +295,8 @@ static void add_suites(void)
 				lc_add_all(s);
 			for (const lc_case *c = lc_driver_cases; c->name; c++)
 				CU_add_test(s, c->name, c->fn);
+			for (const lc_case *c = lc_driver_conn_cases; c->name; c++)
+				CU_add_test(s, c->name, c->fn);
 		}
 	}
 	if (!plain_uri[0])

@@ -19,7 +19,9 @@ if(DLOCK_BACKEND_POSTGRES)
     backends/postgres/pg_inspect.c
     backends/postgres/pg_gc.c
     backends/postgres/pg_elect.c
-    backends/postgres/pg_watch.c)
+    backends/postgres/pg_watch.c
+    backends/postgres/pg_nbconn.c
+    backends/postgres/pg_loop.c)
   list(APPEND DLOCK_BACKEND_TESTS test_postgres test_pg_privileges test_pg_standby test_pg_inspect test_pg_elect test_pg_gc)
   list(APPEND DLOCK_BACKEND_UNIT_TESTS ${CMAKE_CURRENT_LIST_DIR}/test_pg_key.c)
 endif()

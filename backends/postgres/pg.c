@@ -24,6 +24,7 @@
 
 #include "dlock/sys/postgres.h"
 #include "pg_backend.h"
+#include "pg_loop.h"
 
 /* ------------------------------------------------------------ open */
 
@@ -69,6 +70,7 @@ static void pg_close(void *backend)
 	struct dlock_pg_backend *b = backend;
 	if (!b)
 		return;
+	dlock_pg_loop_close(b); /* a loop client's: on its loop's thread, where open and close run */
 	dlock_pg_listener_free(b->listener);
 	pthread_mutex_destroy(&b->watch_mu);
 	dlock_pg_pool_destroy(&b->pool);
@@ -193,6 +195,10 @@ static dlock_status pg_open(const dlock_uri *uri, dlock_host *host, void **out, 
 		st = dlock_pg_params_build(uri, owner ? app : NULL, &b->params, err);
 	if (st == DLOCK_OK)
 		st = first_connection(b, table, err);
+	dlock_io *io = dlock_host_io(host); /* a loop client's loop, opening us on its thread */
+	b->loop_client = io != NULL;
+	if (st == DLOCK_OK && io && dlock_pg_loop_fits(b))
+		st = dlock_pg_loop_open(b, io, err);
 	if (st != DLOCK_OK)
 		goto fail;
 	*out = b;
@@ -258,6 +264,7 @@ static void pg_lock_fini(void *backend, void *lkp)
 	(void)backend;
 	free(lk->row_name);
 	lk->row_name = NULL;
+	dlock_pg_loop_op_free(lk);
 }
 
 static dlock_status pg_acquire(void *backend, void *lk, int64_t lease_ms, dlock_wait *w, dlock_acquired *out,
@@ -328,17 +335,77 @@ static dlock_status pg_feature(void *backend, dlock_lock_kind kind, int code, dl
 	case DLOCK_FEATURE_PERMIT_FENCING: out->value = DLOCK_FENCING_CONDITIONAL; break; /* a permit's: a mutex's */
 	case DLOCK_FACT_FENCING_NOTE: out->text = fencing_note(b); break;
 	case DLOCK_FEATURE_READ_FENCING: out->value = DLOCK_FENCING_NONE; break;
-	case DLOCK_FEATURE_FAIR: out->value = 1; break;
+	case DLOCK_FEATURE_FAIR: out->value = !b->loop; break; /* a loop client polls (pg_loop.c) */
 	case DLOCK_FEATURE_LEASE: out->value = DLOCK_LEASE_SESSION; break;
-	case DLOCK_FEATURE_WAKEUP: out->value = DLOCK_WAKEUP_SERVER_QUEUE; break;
+	case DLOCK_FEATURE_WAKEUP: out->value = b->loop ? DLOCK_WAKEUP_POLL : DLOCK_WAKEUP_SERVER_QUEUE; break;
 	case DLOCK_FEATURE_SCOPE: out->value = DLOCK_SCOPE_NETWORK; break;
-	case DLOCK_FEATURE_RWLOCK: out->value = row ? DLOCK_RWLOCK_NO_PREFERENCE : DLOCK_RWLOCK_WRITER_FIRST; break;
+	case DLOCK_FEATURE_RWLOCK: /* a loop client's writer never waits in the server's queue (pg_loop.c) */
+		out->value = row || b->loop ? DLOCK_RWLOCK_NO_PREFERENCE : DLOCK_RWLOCK_WRITER_FIRST;
+		break;
 	case DLOCK_FEATURE_SEMAPHORE: out->value = DLOCK_SEMAPHORE_UNORDERED; break;
 	case DLOCK_FACT_SLOTS: out->value = 1; break;
 	case DLOCK_FEATURE_KIND_CHECK: out->value = kind == DLOCK_KIND_SEMAPHORE; break;
 	default: return dlock_pg_feature(b, code, &out->value);
 	}
 	return DLOCK_OK;
+}
+
+/*
+ * A loop client (dlock/loop.h) in advisory mode of one host makes its lock
+ * calls on its loop (pg_loop.c, driver contract 9: DLOCK_FACT_LOOP_IO);
+ * asked before open (`backend` NULL) the driver says it may, and after
+ * open each client answers for itself: mode=row, fencing_durability=commit
+ * and several hosts run on the core's worker threads (pg_loop.c says why).
+ */
+static dlock_status pg_feature_loop(void *backend, dlock_lock_kind kind, int code, dlock_fact *out)
+{
+	if (code != DLOCK_FACT_LOOP_IO)
+		return pg_feature(backend, kind, code, out);
+	/* A blocking client answers for a loop client of its URI (DLOCK_FEATURE_LOOP_RENEWS asks any client). */
+	const struct dlock_pg_backend *b = backend;
+	out->value = !b || b->loop != NULL || (!b->loop_client && dlock_pg_loop_mode_fits(b));
+	return DLOCK_OK;
+}
+
+/*
+ * One attempt without waiting (the blocking form of try_acquire_start,
+ * which the contract asks for beside it): the core calls it only where
+ * acquire() does not serve, as every client says DLOCK_WAKEUP_SERVER_QUEUE
+ * and no kind DLOCK_FACT_CORE_WAITS.  Advisory mode's mutexes and
+ * read-write locks try once, as acquire() does for a try-once wait; what
+ * else would call it waits on the server, through acquire().
+ */
+static dlock_status pg_try_acquire(void *backend, void *lkp, int64_t lease_ms, dlock_wait *w, dlock_retry *retry,
+                                   dlock_acquired *out, dlock_error *err)
+{
+	struct dlock_pg_backend *b = backend;
+	struct dlock_pg_lock *lk = lkp;
+	(void)retry;
+	if (b->mode != &dlock_pg_advisory_mode || lk->permits)
+		return dlock_error_set(err, DLOCK_ENOTSUP, "postgres: this acquisition waits on the server (acquire)");
+	return dlock_pg_adv_try_once(b, lk, lease_ms, w, out, err);
+}
+
+/* The non-blocking forms (driver contract 9): only a client whose mode runs on its loop gets these calls. */
+static dlock_status pg_try_acquire_start(void *backend, void *lk, int64_t lease_ms, dlock_wait *w, dlock_retry *retry,
+                                         dlock_acquired *out, dlock_error *err, dlock_call *call)
+{
+	return dlock_pg_loop_try_acquire(backend, lk, lease_ms, w, retry, out, err, call);
+}
+
+static dlock_status pg_release_start(void *backend, void *lk, dlock_error *err, dlock_call *call)
+{
+	return dlock_pg_loop_release(backend, lk, err, call);
+}
+
+static dlock_status pg_extend_start(void *backend, void *lk, int64_t lease_ms, dlock_error *err, dlock_call *call)
+{
+	return dlock_pg_loop_extend(backend, lk, lease_ms, err, call);
+}
+
+static dlock_status pg_check_start(void *backend, void *lk, dlock_error *err, dlock_call *call)
+{
+	return dlock_pg_loop_check(backend, lk, err, call);
 }
 
 /* Operations of dlock/sys/postgres.h. */
@@ -374,7 +441,12 @@ static dlock_status pg_control(void *backend, void *lkp, int op, void *arg, dloc
 		.watch = dlock_pg_watch,                      \
 		.unwatch = dlock_pg_unwatch,                  \
 		.gc = dlock_pg_gc,                            \
-		.feature = pg_feature,                        \
+		.feature = pg_feature_loop,                   \
+		.try_acquire = pg_try_acquire,                \
+		.try_acquire_start = pg_try_acquire_start,    \
+		.release_start = pg_release_start,            \
+		.extend_start = pg_extend_start,              \
+		.check_start = pg_check_start,                \
 	}
 
 const dlock_driver dlock_postgres_driver = PG_DRIVER("postgres");

@@ -69,6 +69,7 @@
 #include <string.h>
 
 #include "pg_backend.h"
+#include "pg_loop.h"
 #include "pg_sem_sql.h"
 
 #define SEQ "'" DLOCK_PG_SEQUENCE "'"
@@ -191,25 +192,37 @@ static void add_two_int_key(const struct dlock_pg_lock *lk, struct dlock_pg_stmt
 	s->n += 2;
 }
 
-/* Unlock after a failed attempt that may have locked; else drop the session. */
-static void undo(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_lock *lk,
-                 const char *key)
+/* The lock's connection died: every lock on it is lost. */
+static dlock_status conn_gone(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
 {
-	char hi[24], base[24];
-	struct dlock_pg_stmt s = { .sql = lk->shared ? sql_undo_shared : writer(lk) ? sql_undo_writer : sql_undo,
-		                   .n = 1, .values = { key }, .lengths = { -1 } };
+	dlock_pg_pool_broken(b, c, err->msg);
+	return DLOCK_ENOTHELD;
+}
+
+void dlock_pg_adv_undo_stmt(const struct dlock_pg_lock *lk, struct dlock_pg_args *a, struct dlock_pg_stmt *s)
+{
+	dlock_decimal(a->key, lk->key);
+	*s = (struct dlock_pg_stmt){ .sql = lk->shared ? sql_undo_shared : writer(lk) ? sql_undo_writer : sql_undo,
+		                     .n = 1, .values = { a->key }, .lengths = { -1 } };
 	if (writer(lk))
-		add_two_int_key(lk, &s, hi, base);
+		add_two_int_key(lk, s, a->hi, a->base);
+}
+
+/* Unlock after a failed attempt that may have locked; else drop the session. */
+static void undo(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_lock *lk)
+{
+	struct dlock_pg_args a;
+	struct dlock_pg_stmt s;
+	dlock_pg_adv_undo_stmt(lk, &a, &s);
 	dlock_error ignored;
 	char sqlstate[6];
 	if (c->dead || c->nlocks == 0 || dlock_pg_run(b, c, &s, sqlstate, &ignored) != DLOCK_OK)
 		c->dead = 1;
 }
 
-/* The result of one attempt on `c` (c->mu held). */
-static dlock_status settle_attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
-                                   dlock_status st, PGresult *res, int64_t sent, dlock_acquired *out,
-                                   const char *key, int64_t idle_ms, dlock_error *err)
+dlock_status dlock_pg_adv_settle(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
+                                 dlock_status st, const PGresult *res, int64_t sent, dlock_acquired *out,
+                                 int64_t idle_ms, dlock_error *err)
 {
 	int isnull = 1;
 	if (st == DLOCK_OK) {
@@ -226,9 +239,30 @@ static dlock_status settle_attempt(struct dlock_pg_backend *b, struct dlock_pg_c
 		dlock_pg_pool_hold(b, c, lk);
 		return DLOCK_OK;
 	}
-	if (st != DLOCK_EBUSY && !c->dead)
-		undo(b, c, lk, key);
 	return st;
+}
+
+void dlock_pg_adv_attempt_stmt(const struct dlock_pg_conn *c, const struct dlock_pg_lock *lk, int fencing,
+                               int64_t wait_ms, struct dlock_pg_args *a, struct dlock_pg_stmt *s)
+{
+	static const char *const try_stmt[2][2] = { { "dlock_try", "dlock_try_token" },
+		                                    { "dlock_try_w", "dlock_try_token_w" } };
+	static const char *const wait_stmt[2][2] = { { "dlock_wait", "dlock_wait_token" },
+		                                     { "dlock_wait_w", "dlock_wait_token_w" } };
+	dlock_decimal(a->key, lk->key);
+	a->idle_ms = dlock_pg_conn_lease(c, lk->lease_ms);
+	a->idle = idle_text(c, a->idle_ms, a->lease);
+	*s = (struct dlock_pg_stmt){ .prepared = lk->shared ? "dlock_try_shared" : try_stmt[writer(lk)][fencing != 0],
+		                     .token = fencing, .n = 2, .values = { a->key, a->idle }, .lengths = { -1, -1 } };
+	if (wait_ms >= 0) {
+		dlock_pg_ms_text(wait_ms, a->wait);
+		s->prepared = lk->shared ? "dlock_wait_shared" : wait_stmt[writer(lk)][fencing != 0];
+		s->n = 3;
+		s->values[2] = a->wait;
+		s->lengths[2] = -1;
+	}
+	if (lk->shared || writer(lk))
+		add_two_int_key(lk, s, a->hi, a->base);
 }
 
 /*
@@ -242,8 +276,7 @@ static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
 	struct dlock_pg_lock *lk = a->lk;
 	dlock_wait *w = a->w;
 	int fencing = a->fencing;
-	char key[24], lease[24], wait[24], sqlstate[6], hi[24], base[24];
-	dlock_decimal(key, lk->key);
+	char sqlstate[6];
 	if (fencing) {
 		dlock_status st = dlock_pg_fence(b, c, err);
 		if (st != DLOCK_OK)
@@ -252,27 +285,15 @@ static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
 	dlock_status named = dlock_pg_names_write(b, c, lk, err); /* once per name; fails only with c->dead */
 	if (named != DLOCK_OK)
 		return named;
-	int64_t idle_ms = dlock_pg_conn_lease(c, lk->lease_ms);
-	const char *idle = idle_text(c, idle_ms, lease);
-	static const char *const try_stmt[2][2] = { { "dlock_try", "dlock_try_token" },
-		                                    { "dlock_try_w", "dlock_try_token_w" } };
-	static const char *const wait_stmt[2][2] = { { "dlock_wait", "dlock_wait_token" },
-		                                     { "dlock_wait_w", "dlock_wait_token_w" } };
-	struct dlock_pg_stmt s = { .prepared = lk->shared ? "dlock_try_shared" : try_stmt[writer(lk)][fencing != 0],
-		                   .token = fencing, .n = 2, .values = { key, idle }, .lengths = { -1, -1 } };
+	struct dlock_pg_args args;
+	struct dlock_pg_stmt s;
+	int64_t left = w ? dlock_wait_remaining_ms(w) : -1;
+	dlock_pg_adv_attempt_stmt(c, lk, fencing, w ? (left < 0 ? 0 : left) : -1, &args, &s);
 	int64_t deadline = dlock_pg_io_deadline(b);
 	if (w) {
-		int64_t left = dlock_wait_remaining_ms(w);
-		dlock_pg_ms_text(left < 0 ? 0 : left, wait);
-		s.prepared = lk->shared ? "dlock_wait_shared" : wait_stmt[writer(lk)][fencing != 0];
-		s.n = 3;
-		s.values[2] = wait;
-		s.lengths[2] = -1;
 		deadline = dlock_pg_wait_deadline(b, w);
 		dlock_pg_interrupt_arm(c, w);
 	}
-	if (lk->shared || writer(lk))
-		add_two_int_key(lk, &s, hi, base);
 	PGresult *res = NULL;
 	int64_t sent = dlock_monotonic_ns();
 	dlock_status st = dlock_pg_exec(b, c, &s, deadline, &res, sqlstate, err);
@@ -282,19 +303,17 @@ static dlock_status attempt(struct dlock_pg_backend *b, struct dlock_pg_conn *c,
 	}
 	if (st != DLOCK_OK && fencing) /* before settle_attempt, which may end the session */
 		st = dlock_pg_fence_failed(b, c, st, sqlstate, err);
-	st = settle_attempt(b, c, lk, st, res, sent, a->out, key, idle_ms, err);
+	st = dlock_pg_adv_settle(b, c, lk, st, res, sent, a->out, args.idle_ms, err);
+	if (st != DLOCK_OK && st != DLOCK_EBUSY && !c->dead)
+		undo(b, c, lk);
 	PQclear(res);
 	return st;
 }
 
-static dlock_status adv_acquire(void *backend, void *lkp, int64_t lease_ms, dlock_wait *w, dlock_acquired *out,
-                                dlock_error *err)
+/* An acquisition of a mutex or read-write lock: try once, or wait (`waits`) within w's deadline. */
+static dlock_status adv_acquire_as(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, int64_t lease_ms,
+                                   dlock_wait *w, int waits, dlock_acquired *out, dlock_error *err)
 {
-	struct dlock_pg_backend *b = backend;
-	struct dlock_pg_lock *lk = lkp;
-	if (lk->permits)
-		return dlock_pg_sem_acquire(b, lk, lease_ms, w, out, err);
-	int waits = !dlock_wait_try_once(w) && dlock_wait_remaining_ms(w) != 0;
 	/* Readers take no token (read fencing NONE: the core asks none of them). */
 	lk->shared = dlock_wait_mode(w) == DLOCK_MODE_SHARED;
 	int fencing = dlock_wait_wants_token(w) && !lk->shared;
@@ -320,11 +339,70 @@ static dlock_status adv_acquire(void *backend, void *lkp, int64_t lease_ms, dloc
 	return dlock_pg_pool_run(b, attempt, &a, err);
 }
 
-/* The lock's connection died: every lock on it is lost. */
-static dlock_status conn_gone(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
+static dlock_status adv_acquire(void *backend, void *lkp, int64_t lease_ms, dlock_wait *w, dlock_acquired *out,
+                                dlock_error *err)
 {
-	dlock_pg_pool_broken(b, c, err->msg);
-	return DLOCK_ENOTHELD;
+	struct dlock_pg_backend *b = backend;
+	struct dlock_pg_lock *lk = lkp;
+	if (lk->permits)
+		return dlock_pg_sem_acquire(b, lk, lease_ms, w, out, err);
+	return adv_acquire_as(b, lk, lease_ms, w, !dlock_wait_try_once(w) && dlock_wait_remaining_ms(w) != 0, out, err);
+}
+
+dlock_status dlock_pg_adv_try_once(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, int64_t lease_ms,
+                                   dlock_wait *w, dlock_acquired *out, dlock_error *err)
+{
+	return adv_acquire_as(b, lk, lease_ms, w, 0, out, err);
+}
+
+void dlock_pg_adv_release_stmt(const struct dlock_pg_conn *c, struct dlock_pg_lock *lk, struct dlock_pg_args *a,
+                               struct dlock_pg_stmt *s)
+{
+	dlock_decimal(a->key, lk->key);
+	/* The last lock gone: the session keeps its timeout (pg_pool.c retires it). */
+	a->idle_ms = dlock_pg_conn_lease(c, 0);
+	a->idle = a->idle_ms == 0 ? NULL : idle_text(c, a->idle_ms, a->lease);
+	*s = (struct dlock_pg_stmt){ .prepared = lk->shared ? "dlock_unlock_shared" : writer(lk) ? "dlock_unlock_w"
+		                                                                                : "dlock_unlock",
+		                     .n = 2, .values = { a->key, a->idle }, .lengths = { -1, -1 } };
+	if (writer(lk))
+		add_two_int_key(lk, s, a->hi, a->base);
+	if (lk->proclaimed) { /* a leader resigns: its row goes and its observers are told (pg_elect.c) */
+		dlock_pg_leader_channel(lk->key, a->channel);
+		*s = (struct dlock_pg_stmt){ .sql = dlock_pg_sql_resign, .n = 3, .values = { a->key, a->idle, a->channel },
+			                     .lengths = { -1, -1, -1 } };
+		lk->proclaimed = 0;
+	}
+}
+
+dlock_status dlock_pg_adv_release_result(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_status st,
+                                         const PGresult *res, const struct dlock_pg_args *a, dlock_error *err)
+{
+	if (st == DLOCK_OK && a->idle)
+		c->idle_set_ms = a->idle_ms;
+	if (st == DLOCK_OK && strcmp(PQgetvalue(res, 0, 0), "t") != 0)
+		st = dlock_error_set(err, DLOCK_ENOTHELD, "the server says this session does not hold the lock");
+	else if (c->dead)
+		st = conn_gone(b, c, err);
+	else if (st != DLOCK_OK)
+		dlock_pg_pool_broken(b, c, err->msg); /* unsure whether it is unlocked: end the session */
+	return st;
+}
+
+/* The release of `arg`, a lock held on `c` (c->mu held, or the loop kept out: pg_loop.c). */
+static dlock_status release_on(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg, dlock_error *err)
+{
+	struct dlock_pg_lock *lk = arg;
+	char sqlstate[6];
+	PGresult *res = NULL;
+	struct dlock_pg_args a;
+	struct dlock_pg_stmt s;
+	dlock_pg_pool_unhold(b, lk);
+	dlock_pg_adv_release_stmt(c, lk, &a, &s);
+	dlock_status st = dlock_pg_exec(b, c, &s, dlock_pg_io_deadline(b), &res, sqlstate, err);
+	st = dlock_pg_adv_release_result(b, c, st, res, &a, err);
+	PQclear(res);
+	return st;
 }
 
 static dlock_status adv_release(void *backend, void *lkp, dlock_error *err)
@@ -334,54 +412,47 @@ static dlock_status adv_release(void *backend, void *lkp, dlock_error *err)
 	if (lk->permits)
 		return dlock_pg_sem_release(b, lk, err);
 	struct dlock_pg_conn *c = lk->conn;
-	char key[24], lease[24], sqlstate[6], hi[24], base[24];
-	PGresult *res = NULL;
-	dlock_decimal(key, lk->key);
+	if (c->on_loop)
+		return dlock_pg_loop_blocking(b, lk, release_on, lk, err);
 	pthread_mutex_lock(&c->mu);
-	dlock_pg_pool_unhold(b, lk);
-	/* The last lock gone: the session keeps its timeout (pg_pool.c retires it). */
-	int64_t idle_ms = dlock_pg_conn_lease(c, 0);
-	const char *idle = idle_ms == 0 ? NULL : idle_text(c, idle_ms, lease);
-	struct dlock_pg_stmt s = { .prepared = lk->shared ? "dlock_unlock_shared" : writer(lk) ? "dlock_unlock_w"
-		                                                                              : "dlock_unlock",
-		                   .n = 2, .values = { key, idle }, .lengths = { -1, -1 } };
-	if (writer(lk))
-		add_two_int_key(lk, &s, hi, base);
-	char channel[DLOCK_PG_CHANNEL_SIZE];
-	if (lk->proclaimed) { /* a leader resigns: its row goes and its observers are told (pg_elect.c) */
-		dlock_pg_leader_channel(lk->key, channel);
-		s = (struct dlock_pg_stmt){ .sql = dlock_pg_sql_resign, .n = 3, .values = { key, idle, channel },
-			                    .lengths = { -1, -1, -1 } };
-		lk->proclaimed = 0;
-	}
-	dlock_status st = dlock_pg_exec(b, c, &s, dlock_pg_io_deadline(b), &res, sqlstate, err);
-	if (st == DLOCK_OK && idle)
-		c->idle_set_ms = idle_ms;
-	if (st == DLOCK_OK && strcmp(PQgetvalue(res, 0, 0), "t") != 0)
-		st = dlock_error_set(err, DLOCK_ENOTHELD, "the server says this session does not hold the lock");
-	else if (c->dead)
-		st = conn_gone(b, c, err);
-	else if (st != DLOCK_OK)
-		dlock_pg_pool_broken(b, c, err->msg); /* unsure whether it is unlocked: end the session */
-	PQclear(res);
+	dlock_status st = release_on(b, c, lk, err);
 	pthread_mutex_unlock(&c->mu);
 	dlock_pg_pool_put(b, c);
+	return st;
+}
+
+void dlock_pg_adv_beat_stmt(const struct dlock_pg_conn *c, struct dlock_pg_args *a, struct dlock_pg_stmt *s)
+{
+	a->idle_ms = dlock_pg_conn_lease(c, 0);
+	dlock_pg_ms_text(a->idle_ms, a->lease);
+	*s = (struct dlock_pg_stmt){ .sql = sql_beat, .n = 1, .values = { a->lease }, .lengths = { -1 } };
+}
+
+dlock_status dlock_pg_adv_beat_result(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_status st,
+                                      const struct dlock_pg_args *a, dlock_error *err)
+{
+	if (st == DLOCK_OK)
+		c->idle_set_ms = a->idle_ms;
+	if (c->dead)
+		st = conn_gone(b, c, err);
 	return st;
 }
 
 /* The session's heartbeat: its idle timeout set to the longest lease of its locks; c->mu held. */
 static dlock_status beat_locked(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
 {
-	char lease[24], sqlstate[6];
-	int64_t idle_ms = dlock_pg_conn_lease(c, 0);
-	dlock_pg_ms_text(idle_ms, lease);
-	struct dlock_pg_stmt s = { .sql = sql_beat, .n = 1, .values = { lease }, .lengths = { -1 } };
+	char sqlstate[6];
+	struct dlock_pg_args a;
+	struct dlock_pg_stmt s;
+	dlock_pg_adv_beat_stmt(c, &a, &s);
 	dlock_status st = dlock_pg_run(b, c, &s, sqlstate, err);
-	if (st == DLOCK_OK)
-		c->idle_set_ms = idle_ms;
-	if (c->dead)
-		st = conn_gone(b, c, err);
-	return st;
+	return dlock_pg_adv_beat_result(b, c, st, &a, err);
+}
+
+static dlock_status beat_on(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg, dlock_error *err)
+{
+	(void)arg;
+	return beat_locked(b, c, err);
 }
 
 static dlock_status adv_extend(void *backend, void *lkp, int64_t lease_ms, dlock_error *err)
@@ -390,8 +461,10 @@ static dlock_status adv_extend(void *backend, void *lkp, int64_t lease_ms, dlock
 	struct dlock_pg_conn *c = lk->conn;
 	if (dlock_pg_lease_ok(lease_ms, err) != DLOCK_OK)
 		return DLOCK_EINVAL;
-	pthread_mutex_lock(&c->mu);
 	lk->lease_ms = lease_ms;
+	if (c->on_loop)
+		return dlock_pg_loop_blocking(backend, lk, beat_on, NULL, err);
+	pthread_mutex_lock(&c->mu);
 	dlock_status st = beat_locked(backend, c, err);
 	pthread_mutex_unlock(&c->mu);
 	return st;
@@ -434,6 +507,39 @@ static void adv_extend_many(void *backend, void *const *lks, const int64_t *leas
 	}
 }
 
+void dlock_pg_adv_check_stmt(const struct dlock_pg_lock *lk, struct dlock_pg_args *a, struct dlock_pg_stmt *s)
+{
+	dlock_decimal(a->key, lk->key);
+	*s = (struct dlock_pg_stmt){ .sql = sql_check, .n = 2,
+		                     .values = { a->key, lk->shared ? "ShareLock" : "ExclusiveLock" },
+		                     .lengths = { -1, -1 } };
+}
+
+dlock_status dlock_pg_adv_check_result(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_status st,
+                                       const PGresult *res, dlock_error *err)
+{
+	int isnull;
+	if (st == DLOCK_OK && dlock_pg_int_value(res, &isnull) != 1)
+		st = dlock_error_set(err, DLOCK_ENOTHELD, "the server shows no such lock for this session");
+	else if (c->dead)
+		st = conn_gone(b, c, err);
+	return st;
+}
+
+static dlock_status check_on(struct dlock_pg_backend *b, struct dlock_pg_conn *c, void *arg, dlock_error *err)
+{
+	struct dlock_pg_lock *lk = arg;
+	char sqlstate[6];
+	PGresult *res = NULL;
+	struct dlock_pg_args a;
+	struct dlock_pg_stmt s;
+	dlock_pg_adv_check_stmt(lk, &a, &s);
+	dlock_status st = dlock_pg_exec(b, c, &s, dlock_pg_io_deadline(b), &res, sqlstate, err);
+	st = dlock_pg_adv_check_result(b, c, st, res, err);
+	PQclear(res);
+	return st;
+}
+
 static dlock_status adv_check(void *backend, void *lkp, dlock_error *err)
 {
 	struct dlock_pg_backend *b = backend;
@@ -441,19 +547,10 @@ static dlock_status adv_check(void *backend, void *lkp, dlock_error *err)
 	if (lk->permits)
 		return dlock_pg_sem_check(b, lk, err);
 	struct dlock_pg_conn *c = lk->conn;
-	char key[24], sqlstate[6];
-	PGresult *res = NULL;
-	int isnull;
-	dlock_decimal(key, lk->key);
+	if (c->on_loop)
+		return dlock_pg_loop_blocking(b, lk, check_on, lk, err);
 	pthread_mutex_lock(&c->mu);
-	struct dlock_pg_stmt s = { .sql = sql_check, .n = 2, .values = { key, lk->shared ? "ShareLock" : "ExclusiveLock" },
-		                   .lengths = { -1, -1 } };
-	dlock_status st = dlock_pg_exec(b, c, &s, dlock_pg_io_deadline(b), &res, sqlstate, err);
-	if (st == DLOCK_OK && dlock_pg_int_value(res, &isnull) != 1)
-		st = dlock_error_set(err, DLOCK_ENOTHELD, "the server shows no such lock for this session");
-	else if (c->dead)
-		st = conn_gone(b, c, err);
-	PQclear(res);
+	dlock_status st = check_on(b, c, lk, err);
 	pthread_mutex_unlock(&c->mu);
 	return st;
 }

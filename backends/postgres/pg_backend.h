@@ -18,6 +18,8 @@
  *   pg_inspect.c   who holds a name, listing, breaking (advisory mode)
  *   pg_elect.c     elections (advisory mode): the leaders' table, proclaim, the channel of a name
  *   pg_watch.c     elections: the client's LISTEN connection and its thread (watch, unwatch)
+ *   pg_nbconn.c    a loop client's connection on its loop (non-blocking libpq)
+ *   pg_loop.c      a loop client's lock calls on its loop (driver contract 9), advisory mode
  *
  * Connections and locks.  A lock belongs to the connection (the server
  * session) that took it, so the client keeps a small pool:
@@ -58,6 +60,12 @@
  * the lease, which resets the server's idle timer.  A session that stops
  * talking is ended by the server and its locks freed.  Any connection
  * failure makes every lock of that connection lost (dlock_report_lost).
+ *
+ * A loop client (driver contract 9) of advisory mode and one host keeps
+ * a second pool of its own, on its loop (pg_loop.c, pg_nbconn.c): the same
+ * rules on non-blocking connections, whose struct dlock_pg_conn says
+ * on_loop; the blocking methods reach those only through
+ * dlock_pg_loop_blocking().
  *
  * Locking inside the backend: pool->mu guards the lists and the fields
  * marked below; conn->mu serialises the statements of one connection.
@@ -145,6 +153,7 @@ struct dlock_pg_conn {
 	unsigned nlocks;
 	int64_t lease_ms;           /* the longest lease of its locks (shared: of the last) */
 	int64_t idle_since_ns;      /* when it went on the idle list */
+	int on_loop;                /* a loop client's (pg_nbconn.c): never used by the blocking methods */
 };
 
 /* Per-lock state (the driver's lock_size bytes). */
@@ -164,6 +173,7 @@ struct dlock_pg_lock {
 	int row_exists;                   /* row mode: the row was seen */
 	uint64_t token;                   /* advisory: the current acquisition's token (0 none): a leader's term */
 	int proclaimed;                   /* advisory: the current acquisition wrote its row to dlock_leaders */
+	struct dlock_pg_loop_op *loop_op; /* a loop client's: its call on the loop (pg_loop.c), or NULL */
 };
 
 struct dlock_pg_pool {
@@ -231,6 +241,8 @@ struct dlock_pg_backend {
 	atomic_int leaders;        /* advisory: DLOCK_PG_LEADERS_* bits of dlock_leaders (pg_elect.c) */
 	pthread_mutex_t watch_mu;  /* guards `listener` being made */
 	struct dlock_pg_listener *listener; /* elections: the LISTEN connection's thread, once watched (pg_watch.c) */
+	struct dlock_pg_loop *loop; /* a loop client's lock calls on its loop (pg_loop.c), or NULL: blocking */
+	int loop_client;            /* opened by a loop client, on the loop or not (DLOCK_FACT_LOOP_IO) */
 };
 
 /* pg_hash.c */
@@ -269,6 +281,18 @@ dlock_status dlock_pg_params_build(const dlock_uri *uri, const char *app_name, s
 void dlock_pg_params_free(struct dlock_pg_params *p);
 /** Connect within open_timeout; maps the failure (EAUTH, ENOTFOUND, ECONNECT ...). */
 dlock_status dlock_pg_connect(const struct dlock_pg_backend *b, PGconn **out, dlock_error *err);
+/** PQconnectStartParams with `p`, verbose errors and quiet notices (pg_nbconn.c polls it too); NULL: no memory. */
+PGconn *dlock_pg_connect_start(const struct dlock_pg_params *p);
+/** A connection attempt failed: its status (EAUTH, ENOTFOUND, ECONNECT ...) and message; PQfinish(pg). */
+dlock_status dlock_pg_connect_failed(const struct dlock_pg_backend *b, PGconn *pg, dlock_error *err);
+/** A connection just made: refused when it is a hot standby (the caller closes it); else errors back to default. */
+dlock_status dlock_pg_connected(const struct dlock_pg_backend *b, PGconn *pg, dlock_error *err);
+/** How many hosts the keywords list (1 without `host`). */
+size_t dlock_pg_params_hosts(const struct dlock_pg_params *p);
+/** The value of keyword `key`, or NULL. */
+const char *dlock_pg_params_get(const struct dlock_pg_params *p, const char *key);
+/** `p` with hostaddr=`addr` added (NULL: none), into *out, which refers to p's strings: free *out first. */
+dlock_status dlock_pg_params_hostaddr(const struct dlock_pg_params *p, const char *addr, struct dlock_pg_params *out);
 
 /* pg_exec.c */
 /**
@@ -305,6 +329,17 @@ dlock_status dlock_pg_exec(const struct dlock_pg_backend *b, struct dlock_pg_con
 /** Same with the deadline io_timeout from now, the result dropped. */
 dlock_status dlock_pg_run(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_stmt *s,
                           char sqlstate[6], dlock_error *err);
+/** Connection `c` failed: c->dead set, DLOCK_ECONNECT and libpq's message in `err`. */
+dlock_status dlock_pg_lost(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err);
+/** Sort out a statement's result `r` (owned): DLOCK_OK with *res = r, else its error, as dlock_pg_exec. */
+dlock_status dlock_pg_outcome(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, PGresult *r,
+                              PGresult **res, char sqlstate[6], dlock_error *err);
+/** Of the results of one statement, the one to keep, `keep` or the next `r` (the first error wins). */
+PGresult *dlock_pg_keep_result(PGresult *keep, PGresult *r);
+/** Send `s` (PQsendQuery*), by name when the session prepares statements: libpq's answer (1 sent). */
+int dlock_pg_send_stmt(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_stmt *s);
+/** The DLOCK_PG_SET_* sets `s` needs (when b->prepare is set and s->prepared) that `c` lacks. */
+unsigned dlock_pg_sets_missing(const struct dlock_pg_conn *c, const struct dlock_pg_stmt *s);
 /** Deadline io_timeout from now. */
 int64_t dlock_pg_io_deadline(const struct dlock_pg_backend *b);
 /** Deadline of a waiting statement: the wait's, plus io_timeout (INT64_MAX stays). */
@@ -349,7 +384,7 @@ void dlock_pg_pool_unhold(struct dlock_pg_backend *b, struct dlock_pg_lock *lk);
 /** The connection is unusable: report every lock on it lost, never reuse it. */
 void dlock_pg_pool_broken(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *detail);
 /** The longest lease of the locks on `c`, at least `with_ms` (c->mu held). */
-int64_t dlock_pg_conn_lease(struct dlock_pg_conn *c, int64_t with_ms);
+int64_t dlock_pg_conn_lease(const struct dlock_pg_conn *c, int64_t with_ms);
 /** The acquisition of `lk` as a work function's `arg` (pg_advisory.c, pg_row.c, pg_sem.c, pg_row_sem.c). */
 struct dlock_pg_attempt {
 	struct dlock_pg_lock *lk;
@@ -415,6 +450,13 @@ dlock_status dlock_pg_names_setup(struct dlock_pg_backend *b, struct dlock_pg_co
 dlock_status dlock_pg_names_write(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_lock *lk,
                                   dlock_error *err);
 void dlock_pg_names_free(struct dlock_pg_backend *b);
+struct dlock_pg_args;
+/** The write of lk's name when one is due (1; 0: none), `folded` for one statement with no pipeline
+ *  (pg_loop.c); then dlock_pg_names_written() with its answer. */
+int dlock_pg_names_stmt(struct dlock_pg_backend *b, const struct dlock_pg_lock *lk, int folded,
+                        struct dlock_pg_args *a, struct dlock_pg_stmt *s);
+void dlock_pg_names_written(struct dlock_pg_backend *b, const struct dlock_pg_lock *lk, dlock_status st,
+                            const char *sqlstate);
 
 /* pg_elect.c */
 #define DLOCK_PG_LEADERS "dlock_leaders"
@@ -457,6 +499,9 @@ dlock_status dlock_pg_gc(void *backend, const char *prefix, size_t len, unsigned
 /** A semaphore's permit (lk->permits > 0), advisory mode: the mode's methods hand over to these. */
 dlock_status dlock_pg_sem_acquire(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, int64_t lease_ms,
                                   dlock_wait *w, dlock_acquired *out, dlock_error *err);
+/** The same, trying once unless `waits` (then within w's deadline). */
+dlock_status dlock_pg_sem_acquire_as(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, int64_t lease_ms,
+                                     dlock_wait *w, int waits, dlock_acquired *out, dlock_error *err);
 dlock_status dlock_pg_sem_release(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, dlock_error *err);
 dlock_status dlock_pg_sem_check(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, dlock_error *err);
 /** Sleep until a notification, `ms`, the wait's deadline (DLOCK_ETIMEDOUT) or cancellation (c->mu held). */
@@ -472,6 +517,41 @@ dlock_status dlock_pg_row_sem_acquire(struct dlock_pg_backend *b, struct dlock_p
 #define DLOCK_PG_SEM_READER 2049 /* row mode: held shared by every reader of a read-write lock */
 #define DLOCK_PG_RW_WRITER 2050  /* advisory mode: held shared by a read-write lock's writer beside the name's
                                     key, which alone cannot tell it from a mutex (pg_inspect.c) */
+
+/* pg_advisory.c: each statement built, and its result read, by one function for the blocking
+ * methods and the loop's (pg_loop.c) alike.  The parameters' text lives in struct dlock_pg_args. */
+struct dlock_pg_args {
+	char key[24], lease[24], wait[24], hi[24], base[24];
+	char channel[DLOCK_PG_CHANNEL_SIZE];
+	const char *idle;  /* the idle timeout to send, or NULL */
+	int64_t idle_ms;
+};
+/** An attempt of `lk` (lk->lease_ms, lk->shared set) on `c`: try once when `wait_ms` < 0, else wait so long. */
+void dlock_pg_adv_attempt_stmt(const struct dlock_pg_conn *c, const struct dlock_pg_lock *lk, int fencing,
+                               int64_t wait_ms, struct dlock_pg_args *a, struct dlock_pg_stmt *s);
+/** The attempt's answer `st` (`res` when DLOCK_OK; sent at `sent`): held on `c` (*out filled), EBUSY, or a
+ *  failure after which the caller undoes it (dlock_pg_adv_undo_stmt) unless EBUSY or c->dead. */
+dlock_status dlock_pg_adv_settle(struct dlock_pg_backend *b, struct dlock_pg_conn *c, struct dlock_pg_lock *lk,
+                                 dlock_status st, const PGresult *res, int64_t sent, dlock_acquired *out,
+                                 int64_t idle_ms, dlock_error *err);
+/** One try-once acquisition of a mutex or read-write lock `lk`, as acquire() makes it (the blocking try_acquire). */
+dlock_status dlock_pg_adv_try_once(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, int64_t lease_ms,
+                                   dlock_wait *w, dlock_acquired *out, dlock_error *err);
+/** The unlock of an attempt that failed after it may have locked. */
+void dlock_pg_adv_undo_stmt(const struct dlock_pg_lock *lk, struct dlock_pg_args *a, struct dlock_pg_stmt *s);
+/** The release of `lk`, already unheld from `c` (dlock_pg_pool_unhold), and its answer. */
+void dlock_pg_adv_release_stmt(const struct dlock_pg_conn *c, struct dlock_pg_lock *lk, struct dlock_pg_args *a,
+                               struct dlock_pg_stmt *s);
+dlock_status dlock_pg_adv_release_result(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_status st,
+                                         const PGresult *res, const struct dlock_pg_args *a, dlock_error *err);
+/** The heartbeat of `c`'s session (its idle timeout: the longest lease of its locks), and its answer. */
+void dlock_pg_adv_beat_stmt(const struct dlock_pg_conn *c, struct dlock_pg_args *a, struct dlock_pg_stmt *s);
+dlock_status dlock_pg_adv_beat_result(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_status st,
+                                      const struct dlock_pg_args *a, dlock_error *err);
+/** Whether the session holds `lk`, and its answer. */
+void dlock_pg_adv_check_stmt(const struct dlock_pg_lock *lk, struct dlock_pg_args *a, struct dlock_pg_stmt *s);
+dlock_status dlock_pg_adv_check_result(struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_status st,
+                                       const PGresult *res, dlock_error *err);
 
 /* pg_advisory.c, pg_row.c */
 extern const struct dlock_pg_mode dlock_pg_advisory_mode;

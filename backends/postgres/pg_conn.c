@@ -189,7 +189,7 @@ static int find_sqlstate(const char *msg, char out[6])
 	return 0;
 }
 
-static dlock_status connect_failed(const struct dlock_pg_backend *b, PGconn *pg, dlock_error *err)
+dlock_status dlock_pg_connect_failed(const struct dlock_pg_backend *b, PGconn *pg, dlock_error *err)
 {
 	const char *msg = pg ? PQerrorMessage(pg) : "out of memory";
 	char sqlstate[6] = "", text[384];
@@ -227,20 +227,76 @@ static int wait_socket(PGconn *pg, PostgresPollingStatusType ps, int64_t deadlin
 	return 1;
 }
 
+PGconn *dlock_pg_connect_start(const struct dlock_pg_params *p)
+{
+	PGconn *pg = PQconnectStartParams(p->keys, p->values, 0);
+	if (pg && PQstatus(pg) != CONNECTION_BAD) {
+		PQsetErrorVerbosity(pg, PQERRORS_VERBOSE);
+		PQsetNoticeProcessor(pg, quiet_notices, NULL);
+	}
+	return pg;
+}
+
+dlock_status dlock_pg_connected(const struct dlock_pg_backend *b, PGconn *pg, dlock_error *err)
+{
+	/* Advisory locks work on a hot standby but exclude nothing on the primary (they are not replicated):
+	 * never hold one there.  PostgreSQL 14 and later report it at connect. */
+	const char *standby = PQparameterStatus(pg, "in_hot_standby");
+	if (standby && strcmp(standby, "on") == 0)
+		return dlock_error_set(err, DLOCK_ECONNECT,
+		                       "%s: the server is a hot standby: its locks would exclude nothing on the primary; "
+		                       "give the primary, or list every host with target_session_attrs=read-write",
+		                       b->masked);
+	PQsetErrorVerbosity(pg, PQERRORS_DEFAULT);
+	return DLOCK_OK;
+}
+
+size_t dlock_pg_params_hosts(const struct dlock_pg_params *p)
+{
+	size_t nhosts = 1;
+	for (const char *const *k = p->keys; *k; k++)
+		if (strcmp(*k, "host") == 0)
+			for (const char *h = p->values[k - p->keys]; *h; h++)
+				nhosts += *h == ',';
+	return nhosts;
+}
+
+const char *dlock_pg_params_get(const struct dlock_pg_params *p, const char *key)
+{
+	for (size_t i = 0; i < p->n; i++)
+		if (strcmp(p->keys[i], key) == 0)
+			return p->values[i];
+	return NULL;
+}
+
+dlock_status dlock_pg_params_hostaddr(const struct dlock_pg_params *p, const char *addr, struct dlock_pg_params *out)
+{
+	*out = (struct dlock_pg_params){ 0 };
+	out->keys = calloc(p->n + 2, sizeof *out->keys);
+	out->values = calloc(p->n + 2, sizeof *out->values);
+	out->text = addr ? strdup(addr) : NULL;
+	if (!out->keys || !out->values || (addr && !out->text)) {
+		dlock_pg_params_free(out);
+		return DLOCK_ENOMEM;
+	}
+	memcpy(out->keys, p->keys, p->n * sizeof *p->keys);
+	memcpy(out->values, p->values, p->n * sizeof *p->values);
+	out->n = p->n;
+	if (addr) {
+		out->keys[out->n] = "hostaddr";
+		out->values[out->n++] = out->text;
+	}
+	return DLOCK_OK;
+}
+
 dlock_status dlock_pg_connect(const struct dlock_pg_backend *b, PGconn **out, dlock_error *err)
 {
 	*out = NULL;
-	size_t nhosts = 1;
-	for (const char *const *k = b->params.keys; *k; k++)
-		if (strcmp(*k, "host") == 0)
-			for (const char *h = b->params.values[k - b->params.keys]; *h; h++)
-				nhosts += *h == ',';
+	size_t nhosts = dlock_pg_params_hosts(&b->params);
 	int64_t deadline = dlock_monotonic_ns() + b->open_timeout_ms * 1000000 * (int64_t)nhosts;
-	PGconn *pg = PQconnectStartParams(b->params.keys, b->params.values, 0);
+	PGconn *pg = dlock_pg_connect_start(&b->params);
 	if (!pg || PQstatus(pg) == CONNECTION_BAD)
-		return connect_failed(b, pg, err);
-	PQsetErrorVerbosity(pg, PQERRORS_VERBOSE);
-	PQsetNoticeProcessor(pg, quiet_notices, NULL);
+		return dlock_pg_connect_failed(b, pg, err);
 	PostgresPollingStatusType ps = PGRES_POLLING_WRITING;
 	while (ps != PGRES_POLLING_OK && ps != PGRES_POLLING_FAILED) {
 		if (!wait_socket(pg, ps, deadline)) {
@@ -251,18 +307,11 @@ dlock_status dlock_pg_connect(const struct dlock_pg_backend *b, PGconn **out, dl
 		ps = PQconnectPoll(pg);
 	}
 	if (ps == PGRES_POLLING_FAILED)
-		return connect_failed(b, pg, err);
-	/* Advisory locks work on a hot standby but exclude nothing on the primary (they are not replicated):
-	 * never hold one there.  PostgreSQL 14 and later report it at connect. */
-	const char *standby = PQparameterStatus(pg, "in_hot_standby");
-	if (standby && strcmp(standby, "on") == 0) {
+		return dlock_pg_connect_failed(b, pg, err);
+	dlock_status st = dlock_pg_connected(b, pg, err);
+	if (st == DLOCK_OK)
+		*out = pg;
+	else
 		PQfinish(pg);
-		return dlock_error_set(err, DLOCK_ECONNECT,
-		                       "%s: the server is a hot standby: its locks would exclude nothing on the primary; "
-		                       "give the primary, or list every host with target_session_attrs=read-write",
-		                       b->masked);
-	}
-	PQsetErrorVerbosity(pg, PQERRORS_DEFAULT);
-	*out = pg;
-	return DLOCK_OK;
+	return st;
 }

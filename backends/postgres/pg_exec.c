@@ -109,7 +109,7 @@ static void send_cancel(struct dlock_pg_conn *c)
 
 /* ------------------------------------------------------------ results */
 
-static dlock_status lost(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
+dlock_status dlock_pg_lost(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, dlock_error *err)
 {
 	char text[384];
 	dlock_pg_one_line(PQerrorMessage(c->pg), text, sizeof text);
@@ -131,7 +131,7 @@ static dlock_status await_result(const struct dlock_pg_backend *b, struct dlock_
 		if (!PQisBusy(c->pg))
 			return DLOCK_OK;
 		if (PQsocket(c->pg) < 0)
-			return lost(b, c, err);
+			return dlock_pg_lost(b, c, err);
 		int64_t now = dlock_monotonic_ns(), until = deadline_ns;
 		if (now >= deadline_ns) {
 			c->dead = 1;
@@ -155,22 +155,26 @@ static dlock_status await_result(const struct dlock_pg_backend *b, struct dlock_
 			while (read(c->wake_fd, &drain, sizeof drain) > 0)
 				;
 		if (pfd[0].revents && !PQconsumeInput(c->pg))
-			return lost(b, c, err);
+			return dlock_pg_lost(b, c, err);
 	}
+}
+
+PGresult *dlock_pg_keep_result(PGresult *keep, PGresult *r)
+{
+	if (keep && PQresultStatus(keep) == PGRES_FATAL_ERROR) {
+		PQclear(r);
+		return keep;
+	}
+	PQclear(keep);
+	return r;
 }
 
 /* Collect the statement's result: the error if any, else the last one. */
 static PGresult *collect(PGconn *pg)
 {
 	PGresult *keep = NULL, *r;
-	while ((r = PQgetResult(pg)) != NULL) {
-		if (keep && PQresultStatus(keep) == PGRES_FATAL_ERROR) {
-			PQclear(r);
-			continue;
-		}
-		PQclear(keep);
-		keep = r;
-	}
+	while ((r = PQgetResult(pg)) != NULL)
+		keep = dlock_pg_keep_result(keep, r);
 	return keep;
 }
 
@@ -197,8 +201,7 @@ static dlock_status server_error(const struct dlock_pg_backend *b, struct dlock_
 	return dlock_error_set(err, st, "%s: server: %s (SQLSTATE %s)", b->masked, primary, sqlstate);
 }
 
-/* A statement's result `r` (owned): *res when it succeeded, else its error. */
-static dlock_status outcome(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, PGresult *r,
+dlock_status dlock_pg_outcome(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, PGresult *r,
                             PGresult **res, char sqlstate[6], dlock_error *err)
 {
 	ExecStatusType rs = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
@@ -218,7 +221,13 @@ static dlock_status finish(const struct dlock_pg_backend *b, struct dlock_pg_con
 	dlock_status st = await_result(b, c, deadline_ns, err);
 	if (st != DLOCK_OK)
 		return st;
-	return outcome(b, c, collect(c->pg), res, sqlstate, err);
+	return dlock_pg_outcome(b, c, collect(c->pg), res, sqlstate, err);
+}
+
+unsigned dlock_pg_sets_missing(const struct dlock_pg_conn *c, const struct dlock_pg_stmt *s)
+{
+	unsigned want = s->token ? DLOCK_PG_SET_PLAIN | DLOCK_PG_SET_TOKEN : DLOCK_PG_SET_PLAIN;
+	return want & ~c->prepared;
 }
 
 /*
@@ -233,13 +242,12 @@ static dlock_status finish(const struct dlock_pg_backend *b, struct dlock_pg_con
 static dlock_status prepare(const struct dlock_pg_backend *b, struct dlock_pg_conn *c,
                             const struct dlock_pg_stmt *s, char sqlstate[6], dlock_error *err)
 {
-	unsigned want = s->token ? DLOCK_PG_SET_PLAIN | DLOCK_PG_SET_TOKEN : DLOCK_PG_SET_PLAIN;
-	unsigned missing = want & ~c->prepared;
+	unsigned missing = dlock_pg_sets_missing(c, s);
 	PGresult *res = NULL;
 	if (!missing)
 		return DLOCK_OK;
 	if (!PQsendQuery(c->pg, b->prepare[missing]))
-		return lost(b, c, err);
+		return dlock_pg_lost(b, c, err);
 	dlock_status st = finish(b, c, dlock_pg_io_deadline(b), &res, sqlstate, err);
 	PQclear(res);
 	if (st == DLOCK_OK) {
@@ -276,7 +284,7 @@ static dlock_status finish_pipeline(const struct dlock_pg_backend *b, struct dlo
 		if ((r = PQgetResult(c->pg)) == NULL) {
 			if (++ends < 2)
 				continue;
-			st = lost(b, c, err);
+			st = dlock_pg_lost(b, c, err);
 			break;
 		}
 		ends = 0;
@@ -293,17 +301,16 @@ static dlock_status finish_pipeline(const struct dlock_pg_backend *b, struct dlo
 		keep = r;
 	}
 	if (st == DLOCK_OK && !PQexitPipelineMode(c->pg))
-		st = lost(b, c, err);
+		st = dlock_pg_lost(b, c, err);
 	if (st != DLOCK_OK) {
 		c->dead = 1; /* results still due: the connection cannot be used again */
 		PQclear(keep);
 		return st;
 	}
-	return outcome(b, c, keep, res, sqlstate, err);
+	return dlock_pg_outcome(b, c, keep, res, sqlstate, err);
 }
 
-/* Send `s`, by name when the session prepares statements. */
-static int send_stmt(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_stmt *s)
+int dlock_pg_send_stmt(const struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_stmt *s)
 {
 	if (b->prepare[DLOCK_PG_SET_PLAIN] && s->prepared)
 		return PQsendQueryPrepared(c->pg, s->prepared, s->n, s->values, s->lengths, s->formats, 0);
@@ -315,10 +322,10 @@ static dlock_status exec_after_begin(const struct dlock_pg_backend *b, struct dl
                                      char sqlstate[6], dlock_error *err)
 {
 	if (!PQenterPipelineMode(c->pg))
-		return lost(b, c, err);
-	if (!PQsendQueryParams(c->pg, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) || !send_stmt(b, c, s) ||
+		return dlock_pg_lost(b, c, err);
+	if (!PQsendQueryParams(c->pg, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) || !dlock_pg_send_stmt(b, c, s) ||
 	    !PQpipelineSync(c->pg))
-		return lost(b, c, err);
+		return dlock_pg_lost(b, c, err);
 	return finish_pipeline(b, c, deadline_ns, res, sqlstate, err);
 }
 
@@ -329,19 +336,19 @@ static dlock_status exec_unsynced(const struct dlock_pg_backend *b, struct dlock
                                   char sqlstate[6], dlock_error *err)
 {
 	if (!PQenterPipelineMode(c->pg))
-		return lost(b, c, err);
+		return dlock_pg_lost(b, c, err);
 	if (!PQsendQueryParams(c->pg, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
 	    !PQsendQueryParams(c->pg, "SET LOCAL synchronous_commit TO off", 0, NULL, NULL, NULL, NULL, 0) ||
-	    !send_stmt(b, c, s) || !PQsendQueryParams(c->pg, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) ||
+	    !dlock_pg_send_stmt(b, c, s) || !PQsendQueryParams(c->pg, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) ||
 	    !PQpipelineSync(c->pg))
-		return lost(b, c, err);
+		return dlock_pg_lost(b, c, err);
 	dlock_status st = finish_pipeline(b, c, deadline_ns, res, sqlstate, err);
 	if (!c->dead && PQtransactionStatus(c->pg) != PQTRANS_IDLE) {
 		struct dlock_pg_stmt rollback = { .sql = "ROLLBACK" };
 		char ignored_state[6];
 		dlock_error ignored;
 		PGresult *r = NULL;
-		if (!send_stmt(b, c, &rollback) ||
+		if (!dlock_pg_send_stmt(b, c, &rollback) ||
 		    finish(b, c, deadline_ns, &r, ignored_state, &ignored) != DLOCK_OK)
 			c->dead = 1;
 		PQclear(r);
@@ -365,8 +372,8 @@ dlock_status dlock_pg_exec(const struct dlock_pg_backend *b, struct dlock_pg_con
 		return exec_after_begin(b, c, s, deadline_ns, res, sqlstate, err);
 	if (s->unsynced)
 		return exec_unsynced(b, c, s, deadline_ns, res, sqlstate, err);
-	if (!send_stmt(b, c, s))
-		return lost(b, c, err);
+	if (!dlock_pg_send_stmt(b, c, s))
+		return dlock_pg_lost(b, c, err);
 	return finish(b, c, deadline_ns, res, sqlstate, err);
 }
 

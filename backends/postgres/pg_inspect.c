@@ -126,6 +126,8 @@ dlock_status dlock_pg_feature(struct dlock_pg_backend *b, int feature, int64_t *
 		                   : DLOCK_INSPECT_HELD | DLOCK_INSPECT_OWNER | DLOCK_INSPECT_WAITERS |
 		                             DLOCK_INSPECT_LIST | DLOCK_INSPECT_SESSION |
 		                             (atomic_load(&b->names_ready) ? DLOCK_INSPECT_NAMES : 0);
+		if (b->loop) /* a loop client's waiters poll (pg_loop.c): the server queues none of them */
+			*value &= ~(int64_t)DLOCK_INSPECT_WAITERS;
 		return DLOCK_OK;
 	}
 	if (feature == DLOCK_FEATURE_BREAK) {
@@ -273,7 +275,7 @@ static dlock_status add_session(dlock_info *info, const PGresult *r, int i, int 
  * claims (listing).  Nothing when no session holds or waits for it.
  */
 static dlock_status describe(dlock_info *info, const PGresult *r, int first, int end, const char *name,
-                             size_t len, int unnamed_k, int always)
+                             size_t len, int unnamed_k, int always, int blind)
 {
 	int64_t waiters = 0, permits = 0, holders = 0;
 	int sem = 0, rw = 0, res_row = first;
@@ -302,7 +304,7 @@ static dlock_status describe(dlock_info *info, const PGresult *r, int first, int
 	         (long long)num(r, res_row, C_OBJID), sem ? "+slot (objsubid 2)" : "");
 	dlock_lock_kind kind = sem ? DLOCK_KIND_SEMAPHORE : rw ? DLOCK_KIND_RWLOCK : DLOCK_KIND_MUTEX;
 	dlock_status st = dlock_info_lock(info, name, len, first < end ? resource : NULL, kind,
-	                                  sem ? (uint32_t)permits : 1, waiters);
+	                                  sem ? (uint32_t)permits : 1, blind ? -1 : waiters);
 	for (int i = first; i < end && st == DLOCK_OK;) {
 		int j = session_end(r, i, end);
 		struct session s;
@@ -360,24 +362,25 @@ dlock_status dlock_pg_inspect(void *backend, const char *name, size_t len, dlock
 		st = dlock_pg_pool_query(b, &s, &res, sqlstate, err);
 	}
 	if (st == DLOCK_OK)
-		st = describe(info, res, 0, PQntuples(res), name, len, 0, 1);
+		st = describe(info, res, 0, PQntuples(res), name, len, 0, 1, b->loop != NULL);
 	PQclear(res);
 	return st;
 }
 
 /* The lock of rows [first, end): its name from the bytea column, when there is one. */
-static dlock_status list_group(dlock_info *info, const PGresult *r, int first, int end)
+/* `blind`: a loop client's, whose waiters poll: the waiters are unknown (-1). */
+static dlock_status list_group(dlock_info *info, const PGresult *r, int first, int end, int blind)
 {
 	const char *group = PQgetvalue(r, first, C_GROUP);
 	if (PQgetisnull(r, first, C_NAME))
-		return describe(info, r, first, end, NULL, 0, group[0] == 'k', 0);
+		return describe(info, r, first, end, NULL, 0, group[0] == 'k', 0, blind);
 	size_t len = 0;
 	unsigned char *name = PQunescapeBytea((const unsigned char *)PQgetvalue(r, first, C_NAME), &len);
 	if (!name)
 		return DLOCK_ENOMEM;
 	dlock_status st = len == 0 || len > DLOCK_NAME_MAX || memchr(name, '\0', len)
-	                          ? describe(info, r, first, end, NULL, 0, 0, 0) /* not a name dlock wrote */
-	                          : describe(info, r, first, end, (const char *)name, len, 0, 0);
+	                          ? describe(info, r, first, end, NULL, 0, 0, 0, blind) /* not a name dlock wrote */
+	                          : describe(info, r, first, end, (const char *)name, len, 0, 0, blind);
 	PQfreemem(name);
 	return st;
 }
@@ -409,7 +412,7 @@ dlock_status dlock_pg_list(void *backend, dlock_info *info, dlock_error *err)
 		int j = i;
 		while (j < n && strcmp(PQgetvalue(res, j, C_GROUP), PQgetvalue(res, i, C_GROUP)) == 0)
 			j++;
-		st = list_group(info, res, i, j);
+		st = list_group(info, res, i, j, b->loop != NULL);
 		i = j;
 	}
 	if (st == DLOCK_ENOMEM && !err->msg[0])

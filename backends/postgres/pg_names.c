@@ -156,31 +156,55 @@ void dlock_pg_names_free(struct dlock_pg_backend *b)
 	b->names_cap = b->names_n = 0;
 }
 
-dlock_status dlock_pg_names_write(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_lock *lk,
-                                  dlock_error *err)
+/* The write of a name: insert only, or an upsert that moves `seen`; `folded` turns synchronous_commit off
+ * inside the statement itself (its implicit transaction), for a connection that sends no pipeline. */
+#define NAMES_INSERT "INSERT INTO " DLOCK_PG_NAMES " (key, hi, base, name) "
+#define NAMES_VALUES "VALUES ($1::int8, $2::int4, $3::int4, $4::bytea) "
+#define NAMES_FOLDED "SELECT $1::int8, $2::int4, $3::int4, $4::bytea " \
+	"WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL "
+#define NAMES_UPSERT "ON CONFLICT (key) DO UPDATE SET seen = now()"
+#define NAMES_IGNORE "ON CONFLICT DO NOTHING"
+
+int dlock_pg_names_stmt(struct dlock_pg_backend *b, const struct dlock_pg_lock *lk, int folded,
+                        struct dlock_pg_args *a, struct dlock_pg_stmt *s)
 {
+	static const char *const sql[2][2] = {
+		{ NAMES_INSERT NAMES_VALUES NAMES_IGNORE, NAMES_INSERT NAMES_VALUES NAMES_UPSERT },
+		{ NAMES_INSERT NAMES_FOLDED NAMES_IGNORE, NAMES_INSERT NAMES_FOLDED NAMES_UPSERT },
+	};
 	if (!atomic_load(&b->names_ready) || !lk->row_name || cache_has(b, lk->key))
-		return DLOCK_OK;
-	char key[24], hi[16], base[16], sqlstate[6];
-	snprintf(key, sizeof key, "%lld", (long long)lk->key);
-	snprintf(hi, sizeof hi, "%ld", (long)lk->sem_hi);
-	snprintf(base, sizeof base, "%ld", (long)lk->sem_base);
-	int upsert = atomic_load(&b->names_upsert);
-	struct dlock_pg_stmt s = { .sql = upsert ? "INSERT INTO " DLOCK_PG_NAMES " (key, hi, base, name) "
-		                                   "VALUES ($1::int8, $2::int4, $3::int4, $4::bytea) "
-		                                   "ON CONFLICT (key) DO UPDATE SET seen = now()"
-		                                 : "INSERT INTO " DLOCK_PG_NAMES " (key, hi, base, name) "
-		                                   "VALUES ($1::int8, $2::int4, $3::int4, $4::bytea) ON CONFLICT DO NOTHING",
-		                   .unsynced = 1, .n = 4, .values = { key, hi, base, lk->row_name },
-		                   .lengths = { -1, -1, -1, (int)lk->row_len }, .formats = { 0, 0, 0, 1 } };
-	dlock_error why;
-	dlock_status st = dlock_pg_run(b, c, &s, sqlstate, &why);
+		return 0;
+	dlock_decimal(a->key, lk->key);
+	dlock_decimal(a->hi, lk->sem_hi);
+	dlock_decimal(a->base, lk->sem_base);
+	*s = (struct dlock_pg_stmt){ .sql = sql[folded != 0][atomic_load(&b->names_upsert) != 0], .unsynced = !folded,
+		                     .n = 4, .values = { a->key, a->hi, a->base, lk->row_name },
+		                     .lengths = { -1, -1, -1, (int)lk->row_len }, .formats = { 0, 0, 0, 1 } };
+	return 1;
+}
+
+void dlock_pg_names_written(struct dlock_pg_backend *b, const struct dlock_pg_lock *lk, dlock_status st,
+                            const char *sqlstate)
+{
 	if (st == DLOCK_OK)
 		cache_add(b, lk->key);
-	else if (upsert && strcmp(sqlstate, "42501") == 0)
+	else if (atomic_load(&b->names_upsert) && strcmp(sqlstate, "42501") == 0)
 		atomic_store(&b->names_upsert, 0); /* UPDATE revoked since open: insert only */
 	else if (strcmp(sqlstate, "42501") == 0 || strcmp(sqlstate, "42P01") == 0)
 		atomic_store(&b->names_ready, 0); /* revoked or dropped since open: write no more */
+}
+
+dlock_status dlock_pg_names_write(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const struct dlock_pg_lock *lk,
+                                  dlock_error *err)
+{
+	struct dlock_pg_args a;
+	struct dlock_pg_stmt s;
+	char sqlstate[6];
+	if (!dlock_pg_names_stmt(b, lk, 0, &a, &s))
+		return DLOCK_OK;
+	dlock_error why;
+	dlock_status st = dlock_pg_run(b, c, &s, sqlstate, &why);
+	dlock_pg_names_written(b, lk, st, sqlstate);
 	if (c->dead)
 		return dlock_error_set(err, DLOCK_ECONNECT, "%s", why.msg);
 	return DLOCK_OK; /* a name not written only makes a listing show the key */

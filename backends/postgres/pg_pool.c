@@ -267,10 +267,10 @@ void dlock_pg_pool_unhold(struct dlock_pg_backend *b, struct dlock_pg_lock *lk)
 	pthread_mutex_unlock(&b->pool.mu);
 }
 
-int64_t dlock_pg_conn_lease(struct dlock_pg_conn *c, int64_t with_ms)
+int64_t dlock_pg_conn_lease(const struct dlock_pg_conn *c, int64_t with_ms)
 {
 	int64_t max = with_ms;
-	for (struct dlock_pg_lock *lk = c->locks; lk; lk = lk->next_on_conn)
+	for (const struct dlock_pg_lock *lk = c->locks; lk; lk = lk->next_on_conn)
 		if (lk->lease_ms > max)
 			max = lk->lease_ms;
 	return max;
@@ -279,10 +279,10 @@ int64_t dlock_pg_conn_lease(struct dlock_pg_conn *c, int64_t with_ms)
 void dlock_pg_pool_broken(struct dlock_pg_backend *b, struct dlock_pg_conn *c, const char *detail)
 {
 	pthread_mutex_lock(&b->pool.mu);
+	for (struct dlock_pg_lock *lk = c->locks; lk && !c->broken; lk = lk->next_on_conn)
+		dlock_report_lost(b->host, lk, DLOCK_LOST_SESSION, detail); /* once: a broken one takes no lock */
 	c->broken = 1;
 	c->dead = 1;
-	for (struct dlock_pg_lock *lk = c->locks; lk; lk = lk->next_on_conn)
-		dlock_report_lost(b->host, lk, DLOCK_LOST_SESSION, detail);
 	unlist(&b->pool, c);
 	pthread_mutex_unlock(&b->pool.mu);
 }

@@ -351,7 +351,13 @@ static dlock_status acquire_on(struct dlock_pg_backend *b, struct dlock_pg_conn 
 dlock_status dlock_pg_sem_acquire(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, int64_t lease_ms,
                                   dlock_wait *w, dlock_acquired *out, dlock_error *err)
 {
-	int waits = !dlock_wait_try_once(w) && dlock_wait_remaining_ms(w) != 0;
+	return dlock_pg_sem_acquire_as(b, lk, lease_ms, w, !dlock_wait_try_once(w) && dlock_wait_remaining_ms(w) != 0,
+	                               out, err);
+}
+
+dlock_status dlock_pg_sem_acquire_as(struct dlock_pg_backend *b, struct dlock_pg_lock *lk, int64_t lease_ms,
+                                     dlock_wait *w, int waits, dlock_acquired *out, dlock_error *err)
+{
 	dlock_status st = dlock_pg_lease_ok(lease_ms, err);
 	if (st != DLOCK_OK)
 		return st;
