@@ -125,6 +125,15 @@ static int distinctive(const dlock_uri *u, const char *text)
 	const char *first = strstr(text, pw);
 	if (first && strstr(first + 1, pw))
 		return 0;
+	/* Nor one that another part spells once decoded (a path "/Pw0rd%42a" is "/Pw0rdBa"). */
+	if ((u->user && strstr(u->user, pw)) || strstr(u->path, pw))
+		return 0;
+	for (size_t i = 0; i < u->nhosts; i++)
+		if (strstr(u->hosts[i].host, pw))
+			return 0;
+	for (size_t i = 0; i < u->nparams; i++)
+		if (strstr(u->params[i].key, pw) || strstr(u->params[i].value, pw))
+			return 0;
 	return strpbrk(pw, "0123456789") && strpbrk(pw, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ");
 }
 
