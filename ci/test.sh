@@ -7,8 +7,10 @@
 #   deps         ci/install-deps.sh
 #   plain        ci/build.sh plain, then every test
 #   asan         ci/build.sh asan (ASan + UBSan), then every test
-#   tsan         ci/build.sh tsan (clang TSan), then the tests labelled `threads`
+#   tsan         ci/build.sh tsan (clang TSan), then the tests labelled `threads` (on the first URI of
+#                each scheme)
 #   static       ci/static.sh: cppcheck + clang-tidy over core/, backends/, tools/
+#                (static and the sanitizer builds run beside the plain tests, at nice 19)
 #   valgrind     ci/valgrind.sh: memcheck on test_uri, test_core, conformance (mem://, file://)
 #   fuzz         ci/fuzz.sh: each libFuzzer harness for 15 s (DLOCK_FUZZ_SECONDS)
 #
@@ -36,8 +38,12 @@ current=""
 now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 fmt_ms() { printf '%d.%d' $(($1 / 1000)) $(($1 % 1000 / 100)); }
 
+declare -A background=() # NAME -> pid of work running beside the tests (bg_start below), its own process group
+
 on_exit() {
 	local rc=$?
+	local pid
+	for pid in "${background[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
 	if declare -F dlock_servers_stop >/dev/null; then
 		dlock_servers_stop || true
 	fi
@@ -127,8 +133,32 @@ tsan_probe() {
 	fi
 }
 
+# ---- work in the background -------------------------------------------------
+# The static analysis and the sanitizer builds need only CPU, which the plain
+# tests (mostly waiting on servers and leases) leave idle: they run beside
+# them at the lowest priority (nice 19), so that a test's thread that wakes
+# takes the CPU back at once, and their phases below only wait for them and
+# show their output.
+bg_start() { # NAME COMMAND...: run COMMAND at nice 19, its output in build/NAME.bg.log
+	local name=$1
+	shift
+	mkdir -p build
+	setsid nice -n 19 "$@" >"build/$name.bg.log" 2>&1 &
+	background[$name]=$!
+}
+bg_wait() { # NAME: its exit status, after its output
+	local rc=0
+	wait "${background[$1]}" || rc=$?
+	unset "background[$1]"
+	cat "build/$1.bg.log"
+	return "$rc"
+}
+# -----------------------------------------------------------------------------
+
 phase deps bash ci/install-deps.sh
-phase static bash ci/static.sh
+bg_start static bash ci/static.sh
+bg_start build-asan bash ci/build.sh asan
+bg_start build-tsan bash ci/build.sh tsan
 
 # ---- servers ----------------------------------------------------------------
 # Redis, ZooKeeper and PostgreSQL (those whose ci/servers/NAME.sh exists) on
@@ -151,6 +181,7 @@ fi
 phase build-plain bash ci/build.sh plain
 phase test-plain run_ctest build/plain
 phase install-check bash ci/install-check.sh
+phase static bg_wait static
 
 # conformance_loop (the suite in loop mode) runs on every URI in the plain
 # build; under the sanitizers on mem://, file://, the first redis:// and the
@@ -168,7 +199,7 @@ sanitizer_loop_uris() {
 	echo "$redis $pg"
 }
 
-phase build-asan bash ci/build.sh asan
+phase build-asan bg_wait build-asan
 export DLOCK_CONFORMANCE_LOOP_URIS
 DLOCK_CONFORMANCE_LOOP_URIS=$(sanitizer_loop_uris)
 # The sanitizers look for memory errors and races, not for what a count shows: the conformance suite's
@@ -176,9 +207,29 @@ DLOCK_CONFORMANCE_LOOP_URIS=$(sanitizer_loop_uris)
 export DLOCK_TEST_SCALE=0.5
 phase test-asan run_ctest build/asan
 
-phase build-tsan bash ci/build.sh tsan
+# TSan looks for races between the library's threads, which a topology has or not, whatever its other
+# settings: the blocking conformance suite runs there on the first URI of each scheme (the second PostgreSQL
+# row URI, a pooler's, and the second zk:// reach no other threads; fair=0 and RedLock are redis:// too).
+tsan_uris() {
+	local u seen=" " out=() uris=()
+	read -ra uris <<<"${DLOCK_TEST_URIS:-}"
+	for u in "${uris[@]}"; do
+		case "$seen" in *" ${u%%://*} "*) continue ;; esac
+		seen+="${u%%://*} "
+		out+=("$u")
+	done
+	echo "${out[*]}"
+}
+
+phase build-tsan bg_wait build-tsan
 phase tsan-probe tsan_probe
+all_uris=${DLOCK_TEST_URIS:-}
+if [ -n "$all_uris" ]; then
+	DLOCK_TEST_URIS=$(tsan_uris)
+	echo "tsan: DLOCK_TEST_URIS=$(dlock_uris_masked "$DLOCK_TEST_URIS")"
+fi
 phase test-tsan run_ctest build/tsan -L threads
+if [ -n "$all_uris" ]; then DLOCK_TEST_URIS=$all_uris; fi
 unset DLOCK_CONFORMANCE_LOOP_URIS DLOCK_TEST_SCALE
 phase valgrind bash ci/valgrind.sh
 phase fuzz bash ci/fuzz.sh
