@@ -143,8 +143,12 @@ bg_start() { # NAME COMMAND...: run COMMAND at nice 19, its output in build/NAME
 	local name=$1
 	shift
 	mkdir -p build
-	setsid nice -n 19 "$@" >"build/$name.bg.log" 2>&1 &
+	# A process group of its own (monitor mode while it forks), to stop it whole; not a session of its own,
+	# which the kernel's autogroup scheduling would weigh as much as the tests' whatever its nice value.
+	set -m
+	nice -n 19 "$@" >"build/$name.bg.log" 2>&1 &
 	background[$name]=$!
+	set +m
 }
 bg_wait() { # NAME: its exit status, after its output
 	local rc=0
