@@ -10,7 +10,6 @@
 #   tsan         ci/build.sh tsan (clang TSan), then the tests labelled `threads` (on the first URI of
 #                each scheme)
 #   static       ci/static.sh: cppcheck + clang-tidy over core/, backends/, tools/
-#                (static and the sanitizer builds run beside the plain tests, at nice 19)
 #   valgrind     ci/valgrind.sh: memcheck on test_uri, test_core, conformance (mem://, file://)
 #   fuzz         ci/fuzz.sh: each libFuzzer harness for 15 s (DLOCK_FUZZ_SECONDS)
 #
@@ -38,12 +37,8 @@ current=""
 now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 fmt_ms() { printf '%d.%d' $(($1 / 1000)) $(($1 % 1000 / 100)); }
 
-declare -A background=() # NAME -> pid of work running beside the tests (bg_start below), its own process group
-
 on_exit() {
 	local rc=$?
-	local pid
-	for pid in "${background[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
 	if declare -F dlock_servers_stop >/dev/null; then
 		dlock_servers_stop || true
 	fi
@@ -133,36 +128,8 @@ tsan_probe() {
 	fi
 }
 
-# ---- work in the background -------------------------------------------------
-# The static analysis and the sanitizer builds need only CPU, which the plain
-# tests (mostly waiting on servers and leases) leave idle: they run beside
-# them at the lowest priority (nice 19), so that a test's thread that wakes
-# takes the CPU back at once, and their phases below only wait for them and
-# show their output.
-bg_start() { # NAME COMMAND...: run COMMAND at nice 19, its output in build/NAME.bg.log
-	local name=$1
-	shift
-	mkdir -p build
-	# A process group of its own (monitor mode while it forks), to stop it whole; not a session of its own,
-	# which the kernel's autogroup scheduling would weigh as much as the tests' whatever its nice value.
-	set -m
-	nice -n 19 "$@" >"build/$name.bg.log" 2>&1 &
-	background[$name]=$!
-	set +m
-}
-bg_wait() { # NAME: its exit status, after its output
-	local rc=0
-	wait "${background[$1]}" || rc=$?
-	unset "background[$1]"
-	cat "build/$1.bg.log"
-	return "$rc"
-}
-# -----------------------------------------------------------------------------
-
 phase deps bash ci/install-deps.sh
-bg_start static bash ci/static.sh
-bg_start build-asan bash ci/build.sh asan
-bg_start build-tsan bash ci/build.sh tsan
+phase static bash ci/static.sh
 
 # ---- servers ----------------------------------------------------------------
 # Redis, ZooKeeper and PostgreSQL (those whose ci/servers/NAME.sh exists) on
@@ -185,7 +152,6 @@ fi
 phase build-plain bash ci/build.sh plain
 phase test-plain run_ctest build/plain
 phase install-check bash ci/install-check.sh
-phase static bg_wait static
 
 # conformance_loop (the suite in loop mode) runs on every URI in the plain
 # build; under the sanitizers on mem://, file://, the first redis:// and the
@@ -203,7 +169,7 @@ sanitizer_loop_uris() {
 	echo "$redis $pg"
 }
 
-phase build-asan bg_wait build-asan
+phase build-asan bash ci/build.sh asan
 export DLOCK_CONFORMANCE_LOOP_URIS
 DLOCK_CONFORMANCE_LOOP_URIS=$(sanitizer_loop_uris)
 # The sanitizers look for memory errors and races, not for what a count shows: the conformance suite's
@@ -225,7 +191,7 @@ tsan_uris() {
 	echo "${out[*]}"
 }
 
-phase build-tsan bg_wait build-tsan
+phase build-tsan bash ci/build.sh tsan
 phase tsan-probe tsan_probe
 all_uris=${DLOCK_TEST_URIS:-}
 if [ -n "$all_uris" ]; then

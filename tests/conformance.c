@@ -10,7 +10,7 @@
  * skipped with a loud line, and fails its suite when DLOCK_TEST_REQUIRE_ALL=1.
  * DLOCK_TEST_SCALE multiplies the iteration counts (default 1).  Each
  * URI's suite runs in a process of its own, DLOCK_TEST_CONFORMANCE_JOBS
- * (default 4; 1: all in one process) at a time, its output shown in order
+ * (default 3; 1: all in one process) at a time, its output shown in order
  * when all are done.
  */
 #include "conformance.h"
@@ -458,7 +458,7 @@ static void add_backend(const char *uri)
 
 /*
  * Parallel runs: the suite of each URI of DLOCK_TEST_URIS may run in a
- * process of its own, DLOCK_TEST_CONFORMANCE_JOBS (default 4) at a time,
+ * process of its own, DLOCK_TEST_CONFORMANCE_JOBS (default 3) at a time,
  * since most of its time is spent waiting on servers and leases.  Group 0
  * is the URI-independent suite with mem:// and file://, group g > 0 the
  * g-th URI.  -1: every group, in this process.  The zk:// groups start
@@ -645,7 +645,7 @@ int main(void)
 	snprintf(run_prefix, sizeof run_prefix, "conf%ld.%lx", (long)getpid(), (unsigned long)time(NULL));
 	file_dir = dlock_test_mkdtemp();
 	const char *jobs_env = getenv("DLOCK_TEST_CONFORMANCE_JOBS");
-	int jobs = jobs_env && *jobs_env ? atoi(jobs_env) : 4;
+	int jobs = jobs_env && *jobs_env ? atoi(jobs_env) : 3;
 	int groups = 1 + env_uri_count();
 	int rc;
 #if defined(DLOCK_CONFORMANCE_V1PROXY) || defined(DLOCK_CONFORMANCE_KV)
